@@ -35,9 +35,112 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static char *read_all(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
+        n += got;
+        if (cap - n - 1 == 0) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (buf) buf[n] = 0;
+    return buf;
+}
+
+static int json_int(const cJSON *o, const char *key, int *out) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(x)) return 0;
+    *out = x->valueint;
+    return 1;
+}
+
+/* Per-sample agreement of this run's records with another run's (python/niah/eval.py's
+ * niah_python.json, or a `diffrt niah --json` file): samples are matched by (ctx, depth,
+ * index, query); every sample of this run must be in the file. Prints the agreement;
+ * returns 0 when the answers agree on >= min_agree of the samples, 1 when they do not,
+ * 2 when the file cannot be used. */
+static int compare_runs(const char *path, const cJSON *ours, int needles, int queries,
+                        unsigned long long seed, double min_agree) {
+    char *txt = read_all(path);
+    if (!txt) {
+        fprintf(stderr, "diffrt: niah: --compare %s: cannot read: %s\n", path, strerror(errno));
+        return 2;
+    }
+    cJSON *root = cJSON_Parse(txt);
+    free(txt);
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "samples");
+    const cJSON *summ = cJSON_GetObjectItemCaseSensitive(root, "summary");
+    int rc = 2;
+    if (!cJSON_IsArray(arr) || !cJSON_IsObject(summ)) {
+        fprintf(stderr, "diffrt: niah: --compare %s: not a niah result (expected an object with "
+                        "\"summary\" and \"samples\")\n", path);
+        goto out;
+    }
+    {
+        int fn = 0, fr = 0;
+        const cJSON *fs = cJSON_GetObjectItemCaseSensitive(summ, "seed");
+        if (!json_int(summ, "needles", &fn) || !json_int(summ, "queries", &fr) || !cJSON_IsNumber(fs) ||
+            fn != needles || fr != queries || fs->valuedouble != (double)seed) {
+            fprintf(stderr, "diffrt: niah: --compare %s: made with other settings (N, R or seed) than this run "
+                            "(N=%d R=%d seed %llu)\n", path, needles, queries, seed);
+            goto out;
+        }
+    }
+    int n = 0, agree = 0, same_ids = 0, shown = 0;
+    const cJSON *o;
+    cJSON_ArrayForEach(o, ours) {
+        int c = 0, d = 0, k = 0, q = 0;
+        json_int(o, "ctx", &c), json_int(o, "depth", &d), json_int(o, "index", &k), json_int(o, "query", &q);
+        const cJSON *t = NULL, *x;
+        cJSON_ArrayForEach(x, arr) {
+            int c2, d2, k2, q2;
+            if (json_int(x, "ctx", &c2) && json_int(x, "depth", &d2) && json_int(x, "index", &k2) &&
+                json_int(x, "query", &q2) && c2 == c && d2 == d && k2 == k && q2 == q) {
+                t = x;
+                break;
+            }
+        }
+        const cJSON *tp = t ? cJSON_GetObjectItemCaseSensitive(t, "predicted") : NULL;
+        if (!cJSON_IsString(tp)) {
+            fprintf(stderr, "diffrt: niah: --compare %s: has no sample ctx %d depth %d%% index %d query %d "
+                            "(evaluate the same ctx/depths/samples)\n", path, c, d, k, q);
+            goto out;
+        }
+        const char *mine = cJSON_GetObjectItemCaseSensitive(o, "predicted")->valuestring;
+        int ok = strcmp(mine, tp->valuestring) == 0;
+        agree += ok;
+        n++;
+        const cJSON *ga = cJSON_GetObjectItemCaseSensitive(o, "generated_ids");
+        const cJSON *gb = cJSON_GetObjectItemCaseSensitive(t, "generated_ids");
+        same_ids += cJSON_Compare(ga, gb, 1);
+        if (!ok && shown++ < 10)
+            printf("  differs: ctx %d depth %d%% index %d query %d: this run \"%s\", %s \"%s\"\n", c, d, k, q,
+                   mine, path, tp->valuestring);
+    }
+    printf("\nper-sample agreement with %s: answers %d/%d (%.3f), identical generated tokens %d/%d\n", path, agree,
+           n, n ? (double)agree / n : 0.0, same_ids, n);
+    rc = n && (double)agree >= min_agree * n ? 0 : 1;
+    if (rc) printf("FAIL: agreement %.3f is below --min-agree %.3f\n", n ? (double)agree / n : 0.0, min_agree);
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
 int cmd_niah(int argc, char **argv) {
-    const char *model = NULL, *backend = "cpu", *device = NULL, *json = NULL;
-    int needles = 1, queries = 1, samples = 40, attention = 0;
+    const char *model = NULL, *backend = "cpu", *device = NULL, *json = NULL, *compare = NULL;
+    int needles = 1, queries = 1, samples = 40, attention = 0, no_fallback = 0;
+    double min_accuracy = -1, min_agree = 0.99;
     int ctxs[MAX_LIST], n_ctx = 0, depths[MAX_LIST] = {0, 25, 50, 75, 100}, n_depth = 5;
     unsigned long long seed = 0;
     for (int i = 0; i < argc; i++) {
@@ -49,6 +152,9 @@ int cmd_niah(int argc, char **argv) {
         } else if (strcmp(a, "--attention") == 0) {
             attention = 1;
             continue;
+        } else if (strcmp(a, "--no-fallback") == 0) {
+            no_fallback = 1;
+            continue;
         } else if (!v) {
             return cli_die("niah: %s needs a value (see diffrt --help)", a);
         } else if (strcmp(a, "--model") == 0) {
@@ -59,6 +165,18 @@ int cmd_niah(int argc, char **argv) {
             device = v;
         } else if (strcmp(a, "--json") == 0) {
             json = v;
+        } else if (strcmp(a, "--compare") == 0) {
+            compare = v;
+        } else if (strcmp(a, "--min-accuracy") == 0 || strcmp(a, "--min-agree") == 0) {
+            int is_acc = strcmp(a, "--min-accuracy") == 0;
+            char *end;
+            errno = 0;
+            double x = strtod(v, &end);
+            if (errno || end == v || *end || !(x >= 0 && x <= 1))
+                return cli_die(is_acc ? "niah: --min-accuracy wants a fraction 0..1, got \"%s\""
+                                      : "niah: --min-agree wants a fraction 0..1, got \"%s\"",
+                               v);
+            *(is_acc ? &min_accuracy : &min_agree) = x;
         } else if (strcmp(a, "--needles") == 0) {
             if (!cli_parse_long(v, 1, 64, &n)) return cli_die("niah: --needles wants 1..64, got \"%s\"", v);
             needles = (int)n;
@@ -84,13 +202,14 @@ int cmd_niah(int argc, char **argv) {
     }
     if (!model) return cli_die("niah: --model DIR is required%s", "");
     if (queries > needles) return cli_die("niah: --queries must not exceed --needles%s", "");
+    if (compare && access(compare, R_OK) != 0) return cli_die("niah: --compare %s: cannot read", compare);
 
     int rc = 1;
     drt_model *m = NULL;
     drt_session *s = NULL;
     drt_tokenizer *tok = NULL;
     float *logits = NULL, *attn = NULL;
-    cJSON *jarr = json ? cJSON_CreateArray() : NULL;
+    cJSON *jarr = json || compare ? cJSON_CreateArray() : NULL;
     char tpath[4096];
     snprintf(tpath, sizeof tpath, "%s/tokenizer.json", model);
     if (drt_model_load(model, &m) != DRT_OK || drt_tokenizer_load(tpath, &tok) != DRT_OK) {
@@ -217,8 +336,22 @@ int cmd_niah(int argc, char **argv) {
         }
         printf("all      %-12.4f %-12.4f\n", ta / tc, tn / tc);
     }
-    if (jarr) {
-        char *txt = cJSON_Print(jarr);
+    if (json) {
+        /* the shape of python/niah/eval.py's output: {"summary": {...}, "samples": [...]} */
+        cJSON *root = cJSON_CreateObject(), *sm = cJSON_AddObjectToObject(root, "summary");
+        cJSON_AddStringToObject(sm, "model", model);
+        cJSON_AddStringToObject(sm, "backend", backend);
+        cJSON_AddNumberToObject(sm, "needles", needles);
+        cJSON_AddNumberToObject(sm, "queries", queries);
+        cJSON_AddItemToObject(sm, "ctx", cJSON_CreateIntArray(ctxs, n_ctx));
+        cJSON_AddItemToObject(sm, "depths", cJSON_CreateIntArray(depths, n_depth));
+        cJSON_AddNumberToObject(sm, "samples", samples);
+        cJSON_AddNumberToObject(sm, "seed", (double)seed);
+        cJSON_AddNumberToObject(sm, "n_prompts", total);
+        cJSON_AddNumberToObject(sm, "accuracy", (double)all / total);
+        cJSON_AddItemReferenceToObject(root, "samples", jarr);
+        char *txt = cJSON_Print(root);
+        cJSON_Delete(root);
         FILE *f = fopen(json, "w");
         if (!f || !txt) {
             fprintf(stderr, "diffrt: niah: %s: cannot write\n", json);
@@ -231,6 +364,23 @@ int cmd_niah(int argc, char **argv) {
         free(txt);
     }
     rc = 0;
+    if (min_accuracy >= 0 && (double)all < min_accuracy * total) {
+        printf("FAIL: accuracy %.3f is below --min-accuracy %.3f\n", (double)all / total, min_accuracy);
+        rc = 1;
+    }
+    char fb[512];
+    int nfb = drt_session_fallbacks(s, fb, sizeof fb);
+    if (nfb) {
+        printf("backend %s: %d node runs fell back to the CPU reference: %s\n", backend, nfb, fb);
+        if (no_fallback) {
+            printf("FAIL: --no-fallback\n");
+            rc = 1;
+        }
+    }
+    if (compare) {
+        int crc = compare_runs(compare, jarr, needles, queries, seed, min_agree);
+        if (crc > rc) rc = crc;
+    }
 done:
     cJSON_Delete(jarr);
     free(logits);
