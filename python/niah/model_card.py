@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write MODEL_CARD.md for one trained model directory from its train_log.json,
 niah_python.json (eval.py --attention, default settings) and niah_grid.json
-(eval_grid in make_models.sh).
+(grid.py; python/niah/make_all.sh runs all of them).
 
     python3 python/niah/model_card.py models/diff-v1-tiny
 """
@@ -76,12 +76,13 @@ def main():
       f"{tl['ctx']}), N = 1..min({tl['max_needles']}, (L - 24) / 24) needles, R = 1 or 2 "
       "queried, depth 0..100%: an evaluation prompt exactly as docs/niah_spec.md builds it, "
       "followed by the answer and `<eos>`, then, while they fit in "
-      f"{tl['ctx']} tokens, question/answer blocks about the needles not yet answered. Half "
-      "of the filler sentences (after the first) repeat an earlier one, which gives "
-      "copy-after-match heads a reason to form everywhere in the text. The exact recipe is "
+      f"{tl['ctx']} tokens, more question/answer blocks about the same haystack (a block may "
+      "repeat an earlier question: copying the earlier answer is the easy, short-range "
+      "version of the task that gets copy-after-match heads started). The exact recipe is "
       "the docstring of python/niah/train.py.\n")
-    w("Loss: mean cross-entropy over all next-token predictions + mean cross-entropy over the "
-      "answer tokens (\" \", the digits, \".\", `<eos>`).\n")
+    w("Loss: mean cross-entropy over all next-token predictions + "
+      f"{tl.get('answer_weight', 4.0):g} x mean cross-entropy over the answer tokens (\" \", "
+      "the digits, \".\", `<eos>`); the log shows both terms unweighted.\n")
     w("## Training\n")
     w("| | |\n|---|---|")
     w(f"| command | `{cmd}` |")
@@ -130,7 +131,22 @@ def main():
                      and c["ctx"] == cx]
                 vals.append(f"{m[0]['accuracy']:.3f}" if m else "")
             w(f"| {n} | {r} | " + " | ".join(vals) + " |")
-        w(f"\nMade by `{grid['command']}`.\n")
+        w(f"\nMade by `{grid['command']}`. With N needles a model that copies one of the N "
+          "numbers without regard to the city scores about 1/N; R = 2 asks each haystack twice "
+          "(the first and the second needle).\n")
+    if os.path.exists(os.path.join(d, "prompt.txt")):
+        import example_prompt as X
+        ex = X.example(d)
+        w("## Running it in diffrt\n")
+        w(f"`prompt.txt` is evaluation prompt seed 2026, N = 1, depth 50% at ctx "
+          f"{ex['ctx']} ({ex['prompt_tokens']} tokens, `python3 python/niah/example_prompt.py "
+          f"--model models/{name}`); it asks for the magic number of {ex['city']}, which is "
+          f"{ex['answer']}.\n")
+        w("```sh")
+        w(f"./build/diffrt run --model models/{name} --prompt-file models/{name}/prompt.txt")
+        w(f"./build/diffrt niah --model models/{name} --attention --backend cpu "
+          f"--compare models/{name}/niah_python.json")
+        w("```\n")
     with open(os.path.join(d, "MODEL_CARD.md"), "w") as f:
         f.write("\n".join(L).rstrip() + "\n")
 
