@@ -2,12 +2,16 @@
  *   - `diffrt run --temp 0` on every fixture prints the source
  *     implementation's 32 greedy tokens;
  *   - bad arguments exit 2 with one line on stderr; a bad model exits 1;
- *   - info lists every backend, and the model summary. */
+ *   - info lists every backend, and the model summary;
+ *   - `diffrt niah --compare` on the bundled diff-v1 model: agrees with its
+ *     own --json output, and reports (exit 1) a tampered answer. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+
+#include <cjson/cJSON.h>
 
 #include "drt_test.h"
 #include "safetensors.h"
@@ -108,6 +112,62 @@ static void text_mode(void) {
     drt_tokenizer_free(t);
 }
 
+/* niah --compare: a run agrees with its own --json output; changing one
+ * predicted answer of a 5-sample file drops agreement to 0.8, which fails
+ * --min-agree 0.99 (exit 1) and passes --min-agree 0.8; wrong settings,
+ * samples missing from the file, and unreadable files are errors (exit 2). */
+static void niah_compare(void) {
+    const char *m = DRT_MODELS_DIR "/diff-v1-tiny";
+    char ref[1100], bad[1100], cmd[4096], out[16384];
+    snprintf(ref, sizeof ref, "%s/niah_self.json", DRT_TMP_DIR);
+    snprintf(bad, sizeof bad, "%s/niah_tampered.json", DRT_TMP_DIR);
+    snprintf(cmd, sizeof cmd, "'%s' niah --model %s --samples 1 --json '%s' 2>&1", DRT_CLI_PATH, m, ref);
+    int rc = run(cmd, out, sizeof out);
+    DRT_CHECK(rc == 0 && strstr(out, "overall"), "niah --json: exit %d:\n%s", rc, out);
+
+    FILE *f = fopen(ref, "rb");
+    char *txt = calloc(1, 1 << 20);
+    if (f) {
+        size_t n = fread(txt, 1, (1 << 20) - 1, f);
+        txt[n] = 0;
+        fclose(f);
+    }
+    cJSON *root = cJSON_Parse(txt), *arr = cJSON_GetObjectItem(root, "samples");
+    free(txt);
+    DRT_CHECK(cJSON_GetArraySize(arr) == 5, "niah --json wrote %d records, expected 5", cJSON_GetArraySize(arr));
+    cJSON *p = cJSON_GetObjectItem(cJSON_GetArrayItem(arr, 2), "predicted");
+    if (p) cJSON_SetValuestring(p, strcmp(p->valuestring, "1") ? "1" : "2");
+    char *o = cJSON_Print(root);
+    f = fopen(bad, "wb");
+    if (f && o) fputs(o, f);
+    if (f) fclose(f);
+    free(o);
+    cJSON_Delete(root);
+
+    struct {
+        const char *args, *file;
+        int want_rc;
+        const char *must_say;
+    } cases[] = {
+        {"--samples 1", ref, 0, "answers 5/5 (1.000)"},
+        {"--samples 1", bad, 1, "below --min-agree"},
+        {"--samples 1 --min-agree 0.8", bad, 0, "answers 4/5 (0.800)"},
+        {"--samples 1 --needles 2", ref, 2, "other settings"},
+        {"--samples 2", ref, 2, "has no sample"},
+        {"--samples 1", "/nonexistent.json", 2, "cannot read"},
+        {"--samples 1", DRT_FIXTURES_DIR "/hf_llama_gqa/config.json", 2, "not a niah result"},
+        {"--samples 1 --min-agree 1.5", ref, 2, "--min-agree wants"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd, "'%s' niah --model %s %s --compare '%s' 2>&1", DRT_CLI_PATH, m, cases[i].args,
+                 cases[i].file);
+        rc = run(cmd, out, sizeof out);
+        DRT_CHECK(rc == cases[i].want_rc && strstr(out, cases[i].must_say),
+                  "diffrt niah %s --compare %s: exit %d (expected %d), output should say \"%s\":\n%s",
+                  cases[i].args, cases[i].file, rc, cases[i].want_rc, cases[i].must_say, out);
+    }
+}
+
 typedef struct {
     const char *args;
     int want_rc;
@@ -131,6 +191,7 @@ int main(void) {
     if (d) closedir(d);
     DRT_CHECK(n >= 4, "only %d fixtures", n);
     text_mode();
+    niah_compare();
 
     const cli_case cases[] = {
         {"--help", 0, "usage"},
