@@ -3,13 +3,17 @@
 # backend given, measured by `diffrt niah` (N=1, R=1, the model's training
 # context, 40 samples x depths 0,25,50,75,100, seed 0, --attention) beside
 # the PyTorch run of the same prompts (models/*/niah_python.json).
-#   bash scripts/niah_table.sh [BUILD_DIR] [BACKENDS]   (defaults: build, cpu,opencl,vulkan)
+#   bash scripts/niah_table.sh [BUILD_DIR] [BACKENDS] [MODEL_DIR...]
+#   (defaults: build, cpu,opencl,vulkan, every models/*/ with a niah_python.json)
 # Prints a markdown table on stdout; the full diffrt output of each run goes
 # to BUILD_DIR/niah_table/MODEL_BACKEND.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
 BACKENDS=${2:-cpu,opencl,vulkan}
+shift $(($# < 2 ? $# : 2))
+MODELS=("$@")
+[ ${#MODELS[@]} -gt 0 ] || MODELS=(models/*/)
 DIFFRT=$BUILD_DIR/diffrt
 [ -x "$DIFFRT" ] || { echo "niah_table: $DIFFRT not built" >&2; exit 2; }
 mkdir -p "$BUILD_DIR/niah_table"
@@ -20,8 +24,10 @@ field() { # summary field of a niah_python.json (indent-1 JSON: summary keys sit
 
 echo "| model | backend | diffrt accuracy | PyTorch accuracy | per-sample agreement | attention to answer | attention to noise |"
 echo "|---|---|---|---|---|---|---|"
-for ref in models/*/niah_python.json; do
-  dir=$(dirname "$ref")
+for dir in "${MODELS[@]}"; do
+  dir=${dir%/}
+  ref=$dir/niah_python.json
+  [ -f "$ref" ] || { echo "niah_table: $ref missing (python3 python/niah/eval.py --model $dir --attention)" >&2; exit 2; }
   name=$(basename "$dir")
   py_acc=$(field "$ref" accuracy)
   IFS=, read -ra bes <<< "$BACKENDS"
