@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "diffrt.h"
 #include "niah.h"
+#include "safetensors.h" /* drt_read_text_file */
 
 #define MAX_LIST 32
 
@@ -35,29 +36,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
-        n += got;
-        if (cap - n - 1 == 0) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    return buf;
-}
-
 static int json_int(const cJSON *o, const char *key, int *out) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!cJSON_IsNumber(x)) return 0;
@@ -72,9 +50,9 @@ static int json_int(const cJSON *o, const char *key, int *out) {
  * 2 when the file cannot be used. */
 static int compare_runs(const char *path, const cJSON *ours, int needles, int queries,
                         unsigned long long seed, double min_agree) {
-    char *txt = read_all(path);
-    if (!txt) {
-        fprintf(stderr, "diffrt: niah: --compare %s: cannot read: %s\n", path, strerror(errno));
+    char *txt = NULL;
+    if (drt_read_text_file(path, &txt, NULL) != DRT_OK) {
+        fprintf(stderr, "diffrt: niah: --compare %s: cannot read: %s\n", path, drt_last_error());
         return 2;
     }
     cJSON *root = cJSON_Parse(txt);
