@@ -322,6 +322,8 @@ static void test_matmul_random(void) {
         {DRT_F32, 6, 3, 5, 7, 13, 0, 101}, {DRT_F32, 6, 3, 5, 7, 13, 1, 102},
         {DRT_F16, 4, 1, 3, 9, 11, 0, 103}, {DRT_F16, 4, 4, 1, 9, 11, 1, 104},
         {DRT_BF16, 2, 2, 7, 5, 33, 0, 105}, {DRT_BF16, 6, 2, 2, 5, 17, 1, 106},
+        /* K over the kernel's 8192-element row chunk: the chunked conversion path */
+        {DRT_F16, 2, 1, 3, 4, 9000, 0, 107}, {DRT_BF16, 2, 2, 2, 3, 8193, 1, 108},
         /* clang-format on */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
