@@ -1,6 +1,6 @@
 #!/bin/sh
 # Rebuild everything under python/niah and models/ from nothing (run from the repository
-# root; CPU only, about 25 minutes per model on 2 cores). Each step is also usable alone.
+# root; CPU only, 29-36 minutes of training per model on 2 cores). Each step is also usable alone.
 set -eu
 
 # 1. tokenizer (trained on generated text) and the generator's test vectors
@@ -10,11 +10,7 @@ python3 python/niah/generate.py --tokenizer python/niah/tokenizer.json \
 
 # 2. the three models: same data, steps, seeds and optimiser (train.py defaults)
 for kind in diff-v1 diff-v2 transformer; do
-    case $kind in
-        diff-v1) name=diff-v1-tiny ;;
-        diff-v2) name=diff-v2-tiny ;;
-        transformer) name=transformer-tiny ;;
-    esac
+    name=$kind-tiny
     python3 python/niah/train.py --kind $kind --out models/$name
     # 3. NIAH in PyTorch: default settings (N=1, R=1, ctx = training context, depths
     #    0..100, 40 samples, seed 0) with attention -> models/$name/niah_python.json
