@@ -28,7 +28,10 @@ static const char *USAGE =
     "\n"
     "run options:\n"
     "  -n N              tokens to generate (default 16)\n"
-    "  --backend B       cpu | opencl | vulkan | cuda (default cpu)\n"
+    "  --backend B       cpu | ref | opencl | vulkan | cuda (default cpu: the fast CPU\n"
+    "                    backend; ref is the plain reference every backend is checked against)\n"
+    "  --threads N       CPU threads for cpu (default: DIFFRT_THREADS, else the physical\n"
+    "                    cores this process may use)\n"
     "  --device D        device index or name substring (default: DIFFRT_DEVICE, else the\n"
     "                    backend's first device)\n"
     "  --ctx N           KV cache length (default: the model's max, capped at 4096)\n"
@@ -42,7 +45,7 @@ static const char *USAGE =
     "\n"
     "  diffrt conform [--backend LIST] [--op LIST] [--require LIST] [--models DIR]\n"
     "                 [--json FILE] [--list] [--perf [--repeats N] [--warmup N]]\n"
-    "      every op case on every selected backend against the CPU reference\n"
+    "      every op case on every selected backend against the CPU reference (ref)\n"
     "      (NMSE <= 1e-8, NaN-poisoned outputs), and with --models every fixture\n"
     "      model (logits NMSE <= 1e-6, 32 identical greedy tokens); prints an\n"
     "      op x backend table; exits 1 on any failure, or when a backend named in\n"
@@ -51,7 +54,7 @@ static const char *USAGE =
     "\n"
     "  diffrt niah --model DIR [--needles N] [--queries R] [--ctx L,...]\n"
     "              [--depths 0,25,50,75,100] [--samples K] [--seed S] [--backend B]\n"
-    "              [--device D] [--attention] [--json FILE] [--compare FILE]\n"
+    "              [--device D] [--threads N] [--attention] [--json FILE] [--compare FILE]\n"
     "              [--min-accuracy X] [--min-agree X] [--no-fallback]\n"
     "      multi-needle retrieval (docs/niah_spec.md): accuracy per depth x context\n"
     "      length; --attention adds the mean attention of the final query token to\n"
@@ -250,7 +253,7 @@ static int parse_tokens(const char *s, int32_t **out, int *n) {
 static int cmd_run(int argc, char **argv) {
     const char *model = NULL, *tokens = NULL, *backend = "cpu", *device = NULL;
     const char *text = NULL, *text_file = NULL;
-    long n_gen = 16, ctx = 0, top_k = 0, seed = 0;
+    long n_gen = 16, ctx = 0, top_k = 0, seed = 0, threads = 0;
     double temp = 0, top_p = 1;
     int verbose = 0, stop_at_eos = 1;
     for (int i = 0; i < argc; i++) {
@@ -282,6 +285,8 @@ static int cmd_run(int argc, char **argv) {
             if (!cli_parse_long(v, 0, 1 << 20, &n_gen)) return cli_die("run: -n wants an integer >= 0, got \"%s\"", v);
         } else if (strcmp(a, "--ctx") == 0) {
             if (!cli_parse_long(v, 1, 1 << 24, &ctx)) return cli_die("run: --ctx wants an integer >= 1, got \"%s\"", v);
+        } else if (strcmp(a, "--threads") == 0) {
+            if (!cli_parse_long(v, 1, 1024, &threads)) return cli_die("run: --threads wants an integer in [1, 1024], got \"%s\"", v);
         } else if (strcmp(a, "--top-k") == 0) {
             if (!cli_parse_long(v, 0, INT_MAX, &top_k)) return cli_die("run: --top-k wants an integer >= 0, got \"%s\"", v);
         } else if (strcmp(a, "--seed") == 0) {
@@ -331,7 +336,7 @@ static int cmd_run(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    drt_session_opts so = {.backend = backend, .device = device, .max_ctx = (int)ctx};
+    drt_session_opts so = {.backend = backend, .device = device, .max_ctx = (int)ctx, .threads = (int)threads};
     if (drt_session_create(m, &so, &s) != DRT_OK) {
         rc = cli_fail("run");
         goto done;

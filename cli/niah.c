@@ -117,7 +117,7 @@ out:
 
 int cmd_niah(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *device = NULL, *json = NULL, *compare = NULL;
-    int needles = 1, queries = 1, samples = 40, attention = 0, no_fallback = 0;
+    int needles = 1, queries = 1, samples = 40, attention = 0, no_fallback = 0, threads = 0;
     double min_accuracy = -1, min_agree = 0.99;
     int ctxs[MAX_LIST], n_ctx = 0, depths[MAX_LIST] = {0, 25, 50, 75, 100}, n_depth = 5;
     unsigned long long seed = 0;
@@ -141,6 +141,9 @@ int cmd_niah(int argc, char **argv) {
             backend = v;
         } else if (strcmp(a, "--device") == 0) {
             device = v;
+        } else if (strcmp(a, "--threads") == 0) {
+            if (!cli_parse_long(v, 1, 1024, &n)) return cli_die("niah: --threads wants an integer in [1, 1024], got \"%s\"", v);
+            threads = (int)n;
         } else if (strcmp(a, "--json") == 0) {
             json = v;
         } else if (strcmp(a, "--compare") == 0) {
@@ -199,7 +202,8 @@ int cmd_niah(int argc, char **argv) {
     if (!n_ctx) ctxs[n_ctx++] = I.max_ctx < 4096 ? I.max_ctx : 4096;
     int max_ctx = 0;
     for (int i = 0; i < n_ctx; i++) max_ctx = ctxs[i] > max_ctx ? ctxs[i] : max_ctx;
-    drt_session_opts so = {.backend = backend, .device = device, .max_ctx = max_ctx + DRT_NIAH_MAX_NEW_TOKENS};
+    drt_session_opts so = {.backend = backend, .device = device, .max_ctx = max_ctx + DRT_NIAH_MAX_NEW_TOKENS,
+                           .threads = threads};
     if (drt_session_create(m, &so, &s) != DRT_OK) {
         rc = cli_fail("niah");
         goto done;

@@ -29,6 +29,19 @@ static drt_tensor *upload(drt_session *s, const drt_host_weight *w, drt_status *
         return NULL;
     }
     t->flags |= DRT_TF_WEIGHT;
+    if (s->be->ops->buf_wrap) {
+        /* a host backend reads the model's memory in place: no copy */
+        drt_buffer *b = calloc(1, sizeof *b);
+        *st = b ? s->be->ops->buf_wrap(s->be, (void *)w->data, drt_nbytes(t), b)
+                : drt_set_error(DRT_ERR_OOM, "out of memory");
+        if (*st != DRT_OK) {
+            free(b);
+            return NULL;
+        }
+        b->be = s->be;
+        t->buf = b;
+        return t;
+    }
     *st = drt_alloc_tensors(s->be, &t, 1);
     if (*st == DRT_OK) *st = drt_tensor_set(t, w->data, drt_nbytes(t));
     return t;
@@ -73,7 +86,7 @@ drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_se
         free(s);
         return drt_set_error(DRT_ERR_INVALID_ARG, "max_ctx %d must be >= 0", o.max_ctx);
     }
-    drt_status st = drt_backend_open(o.backend, o.device, &s->be);
+    drt_status st = drt_backend_open_threads(o.backend, o.device, o.threads, &s->be);
     if (st == DRT_OK) {
         s->store = drt_graph_new();
         s->mt.layers = calloc((size_t)I->n_layers, sizeof *s->mt.layers);

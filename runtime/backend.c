@@ -7,6 +7,7 @@
 #include "drt_graph.h"
 
 extern const drt_backend_ops drt_cpu_backend_ops;
+extern const drt_backend_ops drt_ref_backend_ops;
 #ifdef DIFFRT_HAVE_OPENCL
 extern const drt_backend_ops drt_opencl_backend_ops;
 #endif
@@ -21,24 +22,26 @@ extern const drt_backend_ops drt_cuda_backend_ops;
 typedef struct {
     const char *name;
     const drt_backend_ops *ops; /* NULL: not compiled into this build */
+    const char *option;         /* the CMake option that builds it */
 } registry_entry;
 
 static const registry_entry g_registry[] = {
-    {"cpu", &drt_cpu_backend_ops},
+    {"cpu", &drt_cpu_backend_ops, NULL},
+    {"ref", &drt_ref_backend_ops, NULL},
 #ifdef DIFFRT_HAVE_OPENCL
-    {"opencl", &drt_opencl_backend_ops},
+    {"opencl", &drt_opencl_backend_ops, "OPENCL"},
 #else
-    {"opencl", NULL},
+    {"opencl", NULL, "OPENCL"},
 #endif
 #ifdef DIFFRT_HAVE_VULKAN
-    {"vulkan", &drt_vulkan_backend_ops},
+    {"vulkan", &drt_vulkan_backend_ops, "VULKAN"},
 #else
-    {"vulkan", NULL},
+    {"vulkan", NULL, "VULKAN"},
 #endif
 #ifdef DIFFRT_HAVE_CUDA
-    {"cuda", &drt_cuda_backend_ops},
+    {"cuda", &drt_cuda_backend_ops, "CUDA"},
 #else
-    {"cuda", NULL},
+    {"cuda", NULL, "CUDA"},
 #endif
 };
 #define N_REGISTRY ((int)(sizeof g_registry / sizeof g_registry[0]))
@@ -90,7 +93,7 @@ drt_status drt_backend_get_info(int index, drt_backend_info *out) {
     if (!e->ops) {
         snprintf(why[index], sizeof why[index],
                  "not compiled into this build (configure with -DDIFFRT_%s=ON to require it)",
-                 index == 1 ? "OPENCL" : index == 2 ? "VULKAN" : "CUDA");
+                 e->option);
         out->reason = why[index];
         return DRT_OK;
     }
@@ -139,7 +142,14 @@ static drt_status pick_device(const drt_backend_ops *ops, const char *device, in
 }
 
 drt_status drt_backend_open(const char *name, const char *device, drt_backend **out) {
+    return drt_backend_open_threads(name, device, 0, out);
+}
+
+drt_status drt_backend_open_threads(const char *name, const char *device, int threads,
+                                    drt_backend **out) {
     *out = NULL;
+    if (threads < 0)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "threads %d must be >= 0 (0: the default)", threads);
     if (!name || !*name) name = "cpu";
     const drt_backend_ops *ops = drt_registry_find(name);
     if (!ops) {
@@ -148,7 +158,7 @@ drt_status drt_backend_open(const char *name, const char *device, drt_backend **
                 return drt_set_error(DRT_ERR_UNAVAILABLE, "backend %s: not compiled into this build",
                                      name);
         return drt_set_error(DRT_ERR_INVALID_ARG,
-                             "unknown backend \"%s\" (known: cpu, opencl, vulkan, cuda)", name);
+                             "unknown backend \"%s\" (known: cpu, ref, opencl, vulkan, cuda)", name);
     }
     int ndev = 0;
     char why[256] = "";
@@ -163,6 +173,7 @@ drt_status drt_backend_open(const char *name, const char *device, drt_backend **
     if (!be) return drt_set_error(DRT_ERR_OOM, "out of memory");
     be->ops = ops;
     be->device = dev;
+    be->threads = threads;
     s = ops->init(be, dev);
     if (s != DRT_OK) {
         free(be);

@@ -74,6 +74,12 @@ static const ccase CASES[] = {
     {DRT_OP_MATMUL, {6, 3, 1, 17, 129, 1}, F32, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {3, 1, 5, 33, 70, 1}, BF16, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {2, 2, 5, 33, 70, 0}, F16, 0, 1, 0, 2},
+    /* several K blocks, several T blocks, N not a multiple of any panel
+     * (the cpu backend's packed GEMM: KC 256, MC up to 128, NR up to 32) */
+    {DRT_OP_MATMUL, {1, 1, 150, 520, 97, 0}, BF16, 0, 1, 0, 0.5f},
+    {DRT_OP_MATMUL, {1, 1, 70, 700, 300, 0}, F16, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {2, 1, 9, 300, 130, 1}, F32, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 8, 1000, 77, 0}, F32, 0, 1, 0, 1},
     /* ROPE {T, Hn, d}; inv_freq of theta 10000 */
     {DRT_OP_ROPE, {1, 4, 64}, F32, 17, 1, 0, 0},
     {DRT_OP_ROPE, {37, 3, 128}, F32, 0, 1, 0, 0},
@@ -99,6 +105,11 @@ static const ccase CASES[] = {
     {DRT_OP_DIFF_ATTN, {1, 4, 4, 2, 64, 64}, F32, 50, 1, 0, 0.3f},
     {DRT_OP_DIFF_ATTN, {2, 4, 4, 1, 64, 256}, F32, 70, 300, V_LAMBDA_TH, 0},
     {DRT_OP_DIFF_ATTN, {33, 4, 2, 1, 64, 64}, F32, 0, 900, V_LAMBDA_TH, 0},
+    /* many query blocks per head; decode with few heads and a long cache
+     * (keys split across threads, partials merged) */
+    {DRT_OP_DIFF_ATTN, {70, 3, 1, 2, 64, 128}, F32, 40, 1, 0, 0.35f},
+    {DRT_OP_DIFF_ATTN, {1, 1, 1, 2, 64, 128}, F32, 700, 1, 0, 0.45f},
+    {DRT_OP_DIFF_ATTN, {2, 2, 1, 1, 64, 64}, F32, 600, 300, V_LAMBDA_TH, 0},
     /* the decomposed lowering (the cache has exactly S rows: it reads all) */
     {DRT_OP_DIFF_ATTN, {5, 4, 2, 2, 64, 128}, F32, 9, 1, V_DECOMPOSED, 0.6f},
     {DRT_OP_DIFF_ATTN, {1, 4, 2, 1, 64, 64}, F32, 20, 1, V_DECOMPOSED | V_LAMBDA_TH, 0},
@@ -110,6 +121,8 @@ static const ccase CASES[] = {
     {DRT_OP_ATTN, {3, 4, 1, 128, 128}, F32, 61, 300, 0, 0},
     {DRT_OP_ATTN, {1, 4, 4, 64, 128}, F32, 33, 1, 0, 0},
     {DRT_OP_ATTN, {1, 6, 3, 128, 64}, F32, 9, 1, 0, 0},
+    {DRT_OP_ATTN, {70, 2, 1, 64, 64}, F32, 20, 1, 0, 0},
+    {DRT_OP_ATTN, {1, 1, 1, 64, 128}, F32, 500, 1, 0, 0},
     /* GROUPNORM {T, H, dv}, fparam = scale */
     {DRT_OP_GROUPNORM, {1, 8, 128}, F32, 0, 1, 0, 0.2f},
     {DRT_OP_GROUPNORM, {37, 3, 256}, F32, 0, 1, 0, 0.65f},
@@ -635,7 +648,7 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
         if (out) fprintf(out, "backend %-8s unavailable%s: %s\n", be[i].name, be[i].required ? " (REQUIRED)" : "", be[i].why);
     }
     drt_backend *ref = NULL;
-    drt_status st = drt_backend_open("cpu", NULL, &ref);
+    drt_status st = drt_backend_open("ref", NULL, &ref);
     if (st != DRT_OK) goto finish;
 
     cJSON *jroot = cJSON_CreateArray();
@@ -822,7 +835,7 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
         int32_t rg[GREEDY_N], bg[GREEDY_N];
         int fbn;
         char fb[300];
-        st = model_run(m, "cpu", &pr, rl, rg, &fbn, fb, sizeof fb);
+        st = model_run(m, "ref", &pr, rl, rg, &fbn, fb, sizeof fb);
         for (int k = 0; st == DRT_OK && k < nbe; k++) {
             outcome oc = {.v = R_UNAVAILABLE};
             if (be[k].be) {

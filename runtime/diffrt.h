@@ -38,7 +38,7 @@ size_t drt_dtype_size(drt_dtype t);
 /* ---- backends -------------------------------------------------------- */
 
 typedef struct {
-    const char *name;     /* "cpu", "opencl", "vulkan", "cuda" */
+    const char *name;     /* "cpu", "ref", "opencl", "vulkan", "cuda" */
     int compiled_in;      /* built into this binary */
     int available;        /* usable on this machine now */
     const char *reason;   /* why not, when !available */
@@ -94,11 +94,14 @@ drt_status drt_model_get_info(const drt_model *m, drt_model_info *out);
 typedef struct drt_session drt_session;
 
 typedef struct {
-    const char *backend; /* NULL or "" means "cpu" */
+    const char *backend; /* NULL or "" means "cpu" (the fast CPU backend; "ref" is the reference) */
     const char *device;  /* NULL: backend default; else index or name substring */
     int max_ctx;         /* 0: the model's max_position_embeddings (capped at 4096) */
+    int threads;         /* CPU backends: worker threads; 0: DIFFRT_THREADS, else the physical cores */
 } drt_session_opts;
 
+/* The session reads the model's weights in place on host backends (cpu,
+ * ref): the model must outlive every session made from it. */
 drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_session **out);
 void drt_session_free(drt_session *s);
 /* Appends T tokens at the current position and runs them. logits receives

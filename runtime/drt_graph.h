@@ -162,6 +162,10 @@ typedef struct drt_backend_ops {
     drt_status (*init)(drt_backend *be, int device);
     void (*shutdown)(drt_backend *be);
     drt_status (*buf_alloc)(drt_backend *be, size_t size, drt_buffer *out);
+    /* optional, host-memory backends: a buffer that IS the caller's memory
+     * (weights used in place from the mmapped checkpoint; that memory must
+     * outlive the buffer); buf_free leaves it alone. NULL: not supported. */
+    drt_status (*buf_wrap)(drt_backend *be, void *host, size_t size, drt_buffer *out);
     void (*buf_free)(drt_backend *be, drt_buffer *b);
     drt_status (*upload)(drt_backend *be, drt_buffer *b, size_t off, const void *src, size_t n);
     drt_status (*download)(drt_backend *be, const drt_buffer *b, size_t off, void *dst, size_t n);
@@ -179,10 +183,11 @@ typedef struct drt_backend_ops {
 struct drt_backend {
     const drt_backend_ops *ops;
     int device;
+    int threads; /* requested worker threads, 0: the backend's default (CPU backends) */
     void *ctx;
 };
 
-/* Registry: every backend compiled in, in a fixed order (cpu first; an entry
+/* Registry: every backend compiled in, in a fixed order (cpu, ref first; an entry
  * is NULL when not compiled in), then backends registered at run time. */
 int drt_registry_count(void);
 const drt_backend_ops *drt_registry_get(int i);
@@ -192,6 +197,10 @@ drt_status drt_registry_add(const drt_backend_ops *ops);
 /* Creates a backend instance; device: NULL/"" default, else an index or a
  * name substring (also read from DIFFRT_DEVICE when NULL). */
 drt_status drt_backend_open(const char *name, const char *device, drt_backend **out);
+/* The same with a thread count for CPU backends (0: DIFFRT_THREADS, else the
+ * physical cores available to the process); other backends ignore it. */
+drt_status drt_backend_open_threads(const char *name, const char *device, int threads,
+                                    drt_backend **out);
 void drt_backend_close(drt_backend *be);
 
 /* Allocates one buffer per non-view tensor in ts (skipping ones that have a
@@ -218,8 +227,9 @@ drt_status drt_tensor_set(drt_tensor *t, const void *data, size_t n);
 drt_status drt_tensor_get(const drt_tensor *t, void *data, size_t n);
 
 /* The CPU reference as a node runner: computes node into dst from srcs
- * (host pointers), used by the CPU backend and by fallbacks. */
-drt_status drt_cpu_run_node(const drt_tensor *node, void *dst, void *const *srcs,
+ * (host pointers), used by the ref backend, by conform's oracle and by
+ * fallbacks. */
+drt_status drt_ref_run_node(const drt_tensor *node, void *dst, void *const *srcs,
                             const drt_exec *ex);
 
 #endif

@@ -106,7 +106,7 @@ static drt_status wrong_compute(drt_backend *be, drt_tensor *const *nodes, int n
             size_t nb = drt_nbytes(dt);
             char *tmp = malloc(nb);
             memcpy(tmp, ptr(dt), nb);
-            drt_status s = drt_cpu_run_node(t, tmp, t->op == DRT_OP_KV_WRITE ? (void *[]){srcs[0], tmp} : srcs, ex);
+            drt_status s = drt_ref_run_node(t, tmp, t->op == DRT_OP_KV_WRITE ? (void *[]){srcs[0], tmp} : srcs, ex);
             size_t es = drt_dtype_size(dt->type);
             size_t last = t->op == DRT_OP_KV_WRITE
                               ? (size_t)(ex->p0 + t->src[0]->ne[0]) * (nb / (size_t)dt->ne[0]) - es
@@ -116,7 +116,7 @@ static drt_status wrong_compute(drt_backend *be, drt_tensor *const *nodes, int n
             free(tmp);
             if (s != DRT_OK) return s;
         } else {
-            drt_status s = drt_cpu_run_node(t, dst, srcs, ex);
+            drt_status s = drt_ref_run_node(t, dst, srcs, ex);
             if (s != DRT_OK) return s;
         }
     }
@@ -124,7 +124,7 @@ static drt_status wrong_compute(drt_backend *be, drt_tensor *const *nodes, int n
 }
 
 /* the rest of the table is the CPU backend's, looked up at run time */
-static const drt_backend_ops *cpu(void) { return drt_registry_find("cpu"); }
+static const drt_backend_ops *cpu(void) { return drt_registry_find("ref"); }
 static drt_status w_probe(int *n, char *why, size_t wn) { return cpu()->probe(n, why, wn); }
 static drt_status w_name(int d, char *b, size_t n) { return cpu()->device_name(d, b, n); }
 static drt_status w_alloc(drt_backend *be, size_t s, drt_buffer *o) { return cpu()->buf_alloc(be, s, o); }

@@ -31,7 +31,8 @@ static const float *get_f32(drt_st_file *f, const char *name, int64_t n) {
     return t->data;
 }
 
-static void check_fixture(const char *dir, const char *name) {
+/* name is "backend:fixture" in every message */
+static void check_fixture(const char *dir, const char *name, const char *backend) {
     char path[1200];
     snprintf(path, sizeof path, "%s/expected.safetensors", dir);
     drt_st_file ex;
@@ -59,7 +60,7 @@ static void check_fixture(const char *dir, const char *name) {
     DRT_CHECK(ref_pre && ref_dec, "%s: expected.safetensors lacks logits (T=%d V=%d)", name, T, V);
     if (!ref_pre || !ref_dec) goto done;
 
-    drt_session_opts so = {.backend = "cpu", .max_ctx = T + NG + 1};
+    drt_session_opts so = {.backend = backend, .max_ctx = T + NG + 1};
     if (drt_session_create(m, &so, &s) != DRT_OK) {
         DRT_CHECK(0, "%s: session: %s", name, drt_last_error());
         goto done;
@@ -71,12 +72,12 @@ static void check_fixture(const char *dir, const char *name) {
     drt_fill_nan(lg, (int64_t)T * V);
     DRT_CHECK(drt_session_forward(s, ids, T, lg, 1) == DRT_OK, "%s: prefill: %s", name, drt_last_error());
     double e = drt_nmse(lg, ref_pre, (int64_t)T * V);
-    printf("%-20s %-12s %-5s prefill NMSE %.3e  max|d| %.3e\n", name, I.layout_name,
+    printf("%-24s %-12s %-5s prefill NMSE %.3e  max|d| %.3e\n", name, I.layout_name,
            drt_dtype_name(I.weight_dtype), e, drt_max_abs_err(lg, ref_pre, (int64_t)T * V));
     DRT_CHECK(e <= F32_BOUND, "%s: prefill logits NMSE %.3e > %.0e (T=%d)", name, e, F32_BOUND, T);
     if (ref_nat) {
         double en = drt_nmse(lg, ref_nat, (int64_t)T * V);
-        printf("%-20s %-12s %-5s vs source in %s: NMSE %.3e (bound %.0e)\n", name, I.layout_name,
+        printf("%-24s %-12s %-5s vs source in %s: NMSE %.3e (bound %.0e)\n", name, I.layout_name,
                drt_dtype_name(I.weight_dtype), drt_dtype_name(I.weight_dtype), en, NATIVE_BOUND);
         DRT_CHECK(en <= NATIVE_BOUND, "%s: prefill vs native-dtype source NMSE %.3e > %.0e", name, en, NATIVE_BOUND);
     }
@@ -109,7 +110,7 @@ static void check_fixture(const char *dir, const char *name) {
             break;
         }
     e = drt_nmse(lg2, ref_dec, (int64_t)T * V);
-    printf("%-20s %-12s %-5s decode  NMSE %.3e\n", name, I.layout_name, drt_dtype_name(I.weight_dtype), e);
+    printf("%-24s %-12s %-5s decode  NMSE %.3e\n", name, I.layout_name, drt_dtype_name(I.weight_dtype), e);
     DRT_CHECK(e <= F32_BOUND, "%s: decode logits NMSE %.3e > %.0e", name, e, F32_BOUND);
 
     /* 3. prefill of the first half, then decode: equals the full prefill */
@@ -142,7 +143,7 @@ static void check_fixture(const char *dir, const char *name) {
     }
     DRT_CHECK(first_bad < 0, "%s: greedy token %d differs from the source's (%d)", name, first_bad,
               first_bad >= 0 ? greedy[first_bad] : 0);
-    printf("%-20s %-12s %-5s greedy  %d/%d tokens identical\n", name, I.layout_name,
+    printf("%-24s %-12s %-5s greedy  %d/%d tokens identical\n", name, I.layout_name,
            drt_dtype_name(I.weight_dtype), first_bad < 0 ? NG : first_bad, NG);
 done:
     free(lg);
@@ -175,7 +176,13 @@ int main(void) {
     for (int i = 0; i < n; i++) {
         char p[1024];
         snprintf(p, sizeof p, "%s/%s", DRT_FIXTURES_DIR, names[i]);
-        check_fixture(p, names[i]);
+        /* the reference and the fast CPU backend, each against the source */
+        static const char *const backends[] = {"ref", "cpu"};
+        for (int b = 0; b < 2; b++) {
+            char label[300];
+            snprintf(label, sizeof label, "%s:%s", backends[b], names[i]);
+            check_fixture(p, label, backends[b]);
+        }
         free(names[i]);
     }
     return drt_test_summary("test_golden");

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_ops.h"
+#include "ref_ops.h"
 #include "diffrt.h"
 #include "drt_graph.h"
 #include "drt_test.h"
@@ -51,7 +51,7 @@ static drt_status partial_compute(drt_backend *be, drt_tensor *const *nodes, int
     for (int i = 0; i < n; i++) {
         void *srcs[DRT_MAX_SRC];
         for (int j = 0; j < DRT_MAX_SRC; j++) srcs[j] = dev_ptr(nodes[i]->src[j]);
-        drt_status s = drt_cpu_run_node(nodes[i], dev_ptr(nodes[i]), srcs, ex);
+        drt_status s = drt_ref_run_node(nodes[i], dev_ptr(nodes[i]), srcs, ex);
         if (s != DRT_OK) return s;
     }
     return DRT_OK;
@@ -181,7 +181,7 @@ static void model_on_partial(const char *fixture) {
     drt_model_info I;
     drt_model_get_info(m, &I);
     drt_session *cpu = NULL, *part = NULL;
-    drt_session_opts oc = {.backend = "cpu", .max_ctx = 16}, op = {.backend = "test-partial", .max_ctx = 16};
+    drt_session_opts oc = {.backend = "ref", .max_ctx = 16}, op = {.backend = "test-partial", .max_ctx = 16};
     DRT_CHECK(drt_session_create(m, &oc, &cpu) == DRT_OK, "cpu session: %s", drt_last_error());
     DRT_CHECK(drt_session_create(m, &op, &part) == DRT_OK, "partial session: %s", drt_last_error());
     if (cpu && part) {
@@ -222,6 +222,7 @@ int main(void) {
         {4, 4, 4, 1, 1, 16, 16, 1, 14}, {2, 11, 4, 4, 2, 64, 128, 0, 15},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fused_vs_decomposed("ref", &cases[i]);
         fused_vs_decomposed("cpu", &cases[i]);
         fused_vs_decomposed("test-partial", &cases[i]);
     }

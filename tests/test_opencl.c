@@ -1,5 +1,5 @@
 /* The OpenCL backend's own check (backends/opencl), against the CPU reference:
- *   - every op, as a one-node graph built identically on "cpu" and "opencl"
+ *   - every op, as a one-node graph built identically on "ref" and "opencl"
  *     from the same seeded inputs, outputs poisoned with NaN: NMSE <= 1e-8
  *     (every OpenCL path is f32: f16/bf16 weights are upcast exactly), no
  *     NaN/Inf where the reference has none, and zero CPU fallbacks. Shapes:
@@ -173,7 +173,7 @@ static void check_model(const char *dir, const char *name, const char *gemm) {
     drt_rng_seed(&r, SEED);
     for (int i = 0; i < T; i++)
         ids[i] = 3 + (int32_t)(drt_rng_next(&r) % (uint64_t)(V - 3));
-    drt_session_opts oc = {.backend = "cpu", .max_ctx = T + DEC + 1};
+    drt_session_opts oc = {.backend = "ref", .max_ctx = T + DEC + 1};
     drt_session_opts oo = {.backend = "opencl", .max_ctx = T + DEC + 1};
     setenv("DIFFRT_OPENCL_GEMM", gemm, 1);
     drt_status s = drt_session_create(m, &oc, &sc);
@@ -304,7 +304,7 @@ int main(int argc, char **argv) {
         drt_backend_close(ocl);
         return bench();
     }
-    s = drt_backend_open("cpu", NULL, &cpu);
+    s = drt_backend_open("ref", NULL, &cpu);
     DRT_CHECK(s == DRT_OK, "cpu backend: %s", drt_last_error());
     if (s != DRT_OK) return drt_test_summary("test_opencl");
 

@@ -352,7 +352,7 @@ int main(void) {
         printf("vulkan unavailable: %s\n", drt_last_error());
         return drt_test_summary("test_vulkan");
     }
-    DRT_CHECK(drt_backend_open("cpu", NULL, &cpu) == DRT_OK, "cpu: %s", drt_last_error());
+    DRT_CHECK(drt_backend_open("ref", NULL, &cpu) == DRT_OK, "ref: %s", drt_last_error());
 
     /* devices: what `diffrt info` prints, and selection */
     int idx = -1, ndev = 0;

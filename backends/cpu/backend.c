@@ -1,86 +1,357 @@
-/* The CPU reference backend: host memory, and one node runner that maps a
- * graph node onto the plain kernels of cpu_ops.h. The dispatcher also uses
- * drt_cpu_run_node for fallbacks from other backends. */
+/* The fast CPU backend ("cpu"): what users type; the plain reference is
+ * "ref" (backends/ref), the oracle conform checks this one against.
+ *
+ * - One persistent thread pool per backend instance (pool.c); the thread
+ *   count is be->threads, else DIFFRT_THREADS, else the physical cores this
+ *   process may run on.
+ * - Kernels compiled per ISA (cpu_fast.h), the best one the CPU supports
+ *   chosen at run time; DIFFRT_CPU_ISA=avx512|avx2|neon|generic forces one
+ *   (an ISA the CPU lacks is an error, never a silent downgrade).
+ * - Weights are used in place: buf_wrap makes a tensor's buffer point at the
+ *   caller's memory (the model's mmapped checkpoint), nothing is copied.
+ * - Scratch memory grows to the largest shape seen and is then reused: a
+ *   forward pass of a built graph allocates nothing once warmed up.
+ * This file is compiled once, for the baseline ISA. */
+#define _GNU_SOURCE
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu_ops.h"
+#include "cpu_fast.h"
 #include "drt_error.h"
 #include "drt_graph.h"
+#include "ref_ops.h"
+
+#define MAX_THREADS 1024
+#define MAX_SPLIT 64 /* attention key splits (attention.c combine) */
+#define MAX_ROPE_D 1024
+
+typedef struct {
+    cpu_pool *pool;
+    const cpu_kernels *k;
+    int nth;
+    float **scratch; /* per thread */
+    int64_t scratch_floats;
+    float *partial; /* attention split partials */
+    int64_t partial_floats;
+} cpu_ctx;
+
+/* ---- choosing threads and ISA ---------------------------------------------- */
+
+/* Physical cores among the CPUs this process may run on (SMT siblings count
+ * once), from the affinity mask and sysfs topology; the CPU count when the
+ * topology cannot be read. */
+static int physical_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        return n > 0 ? (int)n : 1;
+    }
+    int ncpu = CPU_COUNT(&set), ncores = 0;
+    long seen[CPU_SETSIZE];
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &set)) continue;
+        char path[96];
+        long core = -1, pkg = 0;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", c);
+        FILE *f = fopen(path, "r");
+        if (!f || fscanf(f, "%ld", &core) != 1) core = -1;
+        if (f) fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
+        f = fopen(path, "r");
+        if (!f || fscanf(f, "%ld", &pkg) != 1) pkg = 0;
+        if (f) fclose(f);
+        if (core < 0) return ncpu > 0 ? ncpu : 1;
+        long id = pkg * 1000000 + core;
+        int dup = 0;
+        for (int i = 0; i < ncores && !dup; i++) dup = seen[i] == id;
+        if (!dup) seen[ncores++] = id;
+    }
+    return ncores > 0 ? ncores : 1;
+}
+
+static drt_status pick_threads(int requested, int *out) {
+    if (requested > 0) {
+        if (requested > MAX_THREADS)
+            return drt_set_error(DRT_ERR_INVALID_ARG, "cpu: %d threads requested, at most %d", requested, MAX_THREADS);
+        *out = requested;
+        return DRT_OK;
+    }
+    const char *env = getenv("DIFFRT_THREADS");
+    if (env && *env) {
+        char *end;
+        long n = strtol(env, &end, 10);
+        if (*end || n < 1 || n > MAX_THREADS)
+            return drt_set_error(DRT_ERR_INVALID_ARG, "DIFFRT_THREADS=%s: expected an integer in [1, %d]", env,
+                                 MAX_THREADS);
+        *out = (int)n;
+        return DRT_OK;
+    }
+    *out = physical_cores();
+    return DRT_OK;
+}
+
+typedef struct {
+    const cpu_kernels *k;
+    int (*supported)(void);
+    const char *needs;
+} isa_entry;
+
+#if defined(__x86_64__)
+static int has_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+}
+static int has_avx2(void) {
+    __builtin_cpu_init();
+    /* F16C has no __builtin_cpu_supports name in every compiler: every AVX2
+     * CPU made has it (Haswell, Zen), so AVX2 + FMA stands for it */
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#endif
+static int always(void) { return 1; }
+
+/* best first */
+static const isa_entry ISAS[] = {
+#if defined(__x86_64__)
+    {&cpu_kernels_avx512, has_avx512, "avx512f, avx512bw, avx512vl, fma"},
+    {&cpu_kernels_avx2, has_avx2, "avx2, fma, f16c"},
+#endif
+#if defined(__aarch64__)
+    {&cpu_kernels_neon, always, "neon"},
+#endif
+    {&cpu_kernels_generic, always, "nothing"},
+};
+#define N_ISAS ((int)(sizeof ISAS / sizeof ISAS[0]))
+
+static drt_status pick_isa(const cpu_kernels **out) {
+    const char *want = getenv("DIFFRT_CPU_ISA");
+    if (want && *want) {
+        for (int i = 0; i < N_ISAS; i++) {
+            if (strcmp(ISAS[i].k->isa, want) != 0) continue;
+            if (!ISAS[i].supported())
+                return drt_set_error(DRT_ERR_UNAVAILABLE, "DIFFRT_CPU_ISA=%s: this CPU lacks %s", want, ISAS[i].needs);
+            *out = ISAS[i].k;
+            return DRT_OK;
+        }
+        char known[128] = "";
+        for (int i = 0; i < N_ISAS; i++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", ISAS[i].k->isa);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "DIFFRT_CPU_ISA=%s: not built for this machine (known: %s)", want,
+                             known);
+    }
+    for (int i = 0; i < N_ISAS; i++)
+        if (ISAS[i].supported()) {
+            *out = ISAS[i].k;
+            return DRT_OK;
+        }
+    *out = &cpu_kernels_generic;
+    return DRT_OK;
+}
+
+/* ---- scratch ------------------------------------------------------------------ */
+
+static drt_status ensure_scratch(cpu_ctx *c, int64_t floats) {
+    if (floats <= c->scratch_floats) return DRT_OK;
+    for (int i = 0; i < c->nth; i++) {
+        free(c->scratch[i]);
+        c->scratch[i] = NULL;
+    }
+    c->scratch_floats = 0;
+    for (int i = 0; i < c->nth; i++) {
+        void *p = NULL;
+        if (posix_memalign(&p, 64, sizeof(float) * (size_t)floats) != 0)
+            return drt_set_error(DRT_ERR_OOM, "cpu: cannot allocate %lld floats of scratch", (long long)floats);
+        c->scratch[i] = p;
+    }
+    c->scratch_floats = floats;
+    return DRT_OK;
+}
+
+static drt_status ensure_partial(cpu_ctx *c, int64_t floats) {
+    if (floats <= c->partial_floats) return DRT_OK;
+    free(c->partial);
+    c->partial = malloc(sizeof(float) * (size_t)floats);
+    c->partial_floats = c->partial ? floats : 0;
+    return c->partial ? DRT_OK : drt_set_error(DRT_ERR_OOM, "cpu: cannot allocate attention partials");
+}
+
+/* ---- PERMUTE, threaded over the outermost output axis ------------------------ */
+
+typedef struct {
+    float *y;
+    const float *x;
+    int64_t ne[4];
+    int perm[4];
+} permute_args;
+
+/* as ref_permute, for output rows [lo, hi) of axis 0 */
+static void permute_task(void *args, int ith, int nth) {
+    const permute_args *a = args;
+    const int64_t *ne = a->ne;
+    const int *perm = a->perm;
+    const int64_t xs[4] = {ne[1] * ne[2] * ne[3], ne[2] * ne[3], ne[3], 1};
+    const int64_t yn[4] = {ne[perm[0]], ne[perm[1]], ne[perm[2]], ne[perm[3]]};
+    const int64_t gs[4] = {xs[perm[0]], xs[perm[1]], xs[perm[2]], xs[perm[3]]};
+    int64_t lo, hi;
+    cpu_split(yn[0], 1, ith, nth, &lo, &hi);
+    float *y = a->y + lo * yn[1] * yn[2] * yn[3];
+    for (int64_t i0 = lo; i0 < hi; i0++)
+        for (int64_t i1 = 0; i1 < yn[1]; i1++)
+            for (int64_t i2 = 0; i2 < yn[2]; i2++) {
+                const float *xr = a->x + i0 * gs[0] + i1 * gs[1] + i2 * gs[2];
+                if (gs[3] == 1) {
+                    memcpy(y, xr, sizeof(float) * (size_t)yn[3]);
+                    y += yn[3];
+                } else {
+                    for (int64_t i3 = 0; i3 < yn[3]; i3++) *y++ = xr[i3 * gs[3]];
+                }
+            }
+}
+
+/* ---- the node runner ------------------------------------------------------------ */
 
 static int64_t rows_of(const drt_tensor *t) { return drt_nelem(t) / t->ne[t->nd - 1]; }
 
-drt_status drt_cpu_run_node(const drt_tensor *t, void *dst, void *const *srcs, const drt_exec *ex) {
+static drt_status run_attn(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) {
+    const drt_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
+    const int diff = t->op == DRT_OP_DIFF_ATTN;
+    cpu_attn_args a = {
+        .o = drt_host_ptr(t),
+        .q = drt_host_ptr(q),
+        .k = drt_host_ptr(k),
+        .v = drt_host_ptr(v),
+        .lambda_th = diff && t->src[3] ? drt_host_ptr(t->src[3]) : NULL,
+        .lambda = diff ? t->fp[0] : 0.0f,
+        .T = (int)q->ne[0],
+        .H = (int)q->ne[1],
+        .G = (int)k->ne[1],
+        .m = diff ? (int)k->ne[2] : 1,
+        .dk = diff ? (int)q->ne[3] : (int)q->ne[2],
+        .dv = (int)v->ne[2],
+        .maps = diff ? 2 : 1,
+        .n_split = 1,
+    };
+    a.S = ex->p0 + a.T;
+    /* decode: split keys when heads alone leave threads idle */
+    if (a.T <= 2 && a.T * a.H < 2 * c->nth && a.S >= 256) {
+        int ns = (2 * c->nth + a.T * a.H - 1) / (a.T * a.H);
+        if (ns > a.S / 128) ns = a.S / 128;
+        if (ns > MAX_SPLIT) ns = MAX_SPLIT;
+        a.n_split = ns < 1 ? 1 : ns;
+    }
+    drt_status s = ensure_scratch(c, c->k->attn_scratch_floats(&a));
+    if (s == DRT_OK && a.n_split > 1)
+        s = ensure_partial(c, (int64_t)a.T * a.H * a.n_split * a.maps * (2 + a.dv));
+    if (s != DRT_OK) return s;
+    a.scratch = c->scratch;
+    a.partial = c->partial;
+    cpu_pool_run(c->pool, c->k->attn, &a);
+    if (a.n_split > 1) cpu_pool_run(c->pool, c->k->attn_combine, &a);
+    return DRT_OK;
+}
+
+static drt_status run_node(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *a = t->src[0], *b = t->src[1];
-    float *y = dst;
-    const float *x0 = srcs[0], *x1 = srcs[1];
-    int p0 = ex->p0;
+    float *y = drt_host_ptr(t);
+    const float *x0 = a ? drt_host_ptr(a) : NULL, *x1 = b ? drt_host_ptr(b) : NULL;
+    cpu_ew_args e = {.y = y, .a = x0, .b = x1, .p0 = ex->p0};
     switch (t->op) {
     case DRT_OP_EMBED: {
-        const int32_t *ids = srcs[0];
-        int V = (int)b->ne[0];
+        const int32_t *ids = (const int32_t *)x0;
+        const int V = (int)b->ne[0];
         for (int64_t i = 0; i < a->ne[0]; i++)
             if (ids[i] < 0 || ids[i] >= V)
-                return drt_set_error(DRT_ERR_INVALID_ARG,
-                                     "EMBED: token id %d at position %lld is outside [0, %d)",
+                return drt_set_error(DRT_ERR_INVALID_ARG, "EMBED: token id %d at position %lld is outside [0, %d)",
                                      ids[i], (long long)i, V);
-        cpu_embed(y, ids, (int)a->ne[0], srcs[1], b->type, V, (int)b->ne[1]);
+        e.ids = ids;
+        e.w = x1;
+        e.wt = b->type;
+        e.T = (int)a->ne[0];
+        e.cols = b->ne[1];
+        cpu_pool_run(c->pool, c->k->embed, &e);
         return DRT_OK;
     }
     case DRT_OP_RMSNORM:
-        cpu_rmsnorm(y, x0, (int)rows_of(a), (int)a->ne[a->nd - 1], x1, t->fp[0]);
+        e.rows = rows_of(a);
+        e.cols = a->ne[a->nd - 1];
+        e.w = x1;
+        e.eps = t->fp[0];
+        cpu_pool_run(c->pool, c->k->rmsnorm, &e);
+        return DRT_OK;
+    case DRT_OP_GROUPNORM:
+        e.rows = a->ne[0] * a->ne[1];
+        e.cols = a->ne[2];
+        e.w = x1;
+        e.eps = t->fp[0];
+        e.scale = t->fp[1];
+        cpu_pool_run(c->pool, c->k->groupnorm, &e);
         return DRT_OK;
     case DRT_OP_MATMUL: {
-        int B = a->nd == 3 ? (int)a->ne[0] : 1, Bw = b->nd == 3 ? (int)b->ne[0] : 1;
-        int T = (int)a->ne[a->nd - 2], K = (int)a->ne[a->nd - 1];
-        int N = (int)t->ne[t->nd - 1];
-        cpu_matmul(y, x0, srcs[1], b->type, B, Bw, T, N, K, t->ip[0], t->fp[0]);
+        cpu_mm_args m = {
+            .y = y,
+            .x = x0,
+            .w = drt_host_ptr(b),
+            .wt = b->type,
+            .B = a->nd == 3 ? (int)a->ne[0] : 1,
+            .Bw = b->nd == 3 ? (int)b->ne[0] : 1,
+            .T = (int)a->ne[a->nd - 2],
+            .K = (int)a->ne[a->nd - 1],
+            .N = (int)t->ne[t->nd - 1],
+            .trans_w = t->ip[0],
+            .scale = t->fp[0],
+        };
+        drt_status s = ensure_scratch(c, c->k->mm_scratch_floats(&m));
+        if (s != DRT_OK) return s;
+        m.scratch = c->scratch;
+        atomic_init(&m.next_task, 0);
+        cpu_pool_run(c->pool, c->k->matmul, &m);
         return DRT_OK;
     }
     case DRT_OP_ROPE:
-        cpu_rope(y, x0, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], p0, x1);
+        e.T = (int)a->ne[0];
+        e.H = (int)a->ne[1];
+        e.d = (int)a->ne[2];
+        cpu_pool_run(c->pool, c->k->rope, &e);
         return DRT_OK;
     case DRT_OP_DUAL_SOFTMAX:
-        cpu_dual_softmax(y, x0, x1, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], t->fp[0], srcs[2]);
+        e.H = (int)a->ne[0];
+        e.T = (int)a->ne[1];
+        e.rows = a->ne[0] * a->ne[1];
+        e.cols = a->ne[2];
+        e.lambda = t->fp[0];
+        e.c = t->src[2] ? drt_host_ptr(t->src[2]) : NULL;
+        cpu_pool_run(c->pool, c->k->dual_softmax, &e);
         return DRT_OK;
-    case DRT_OP_DIFF_ATTN: {
-        int T = (int)a->ne[0];
-        cpu_diff_attn(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)b->ne[2],
-                      (int)a->ne[3], (int)t->src[2]->ne[2], t->fp[0], srcs[3]);
+    case DRT_OP_DIFF_ATTN:
+    case DRT_OP_ATTN: return run_attn(c, t, ex);
+    case DRT_OP_SWIGLU:
+    case DRT_OP_SIGMOID:
+    case DRT_OP_ADD:
+        e.n = drt_nelem(t);
+        cpu_pool_run(c->pool, t->op == DRT_OP_SWIGLU ? c->k->swiglu : t->op == DRT_OP_SIGMOID ? c->k->sigmoid : c->k->add, &e);
         return DRT_OK;
+    case DRT_OP_KV_WRITE: {
+        /* one block copy; the node is a view of the cache (srcs[1]) */
+        void *srcs[DRT_MAX_SRC] = {(void *)x0, (void *)x1};
+        return drt_ref_run_node(t, y, srcs, ex);
     }
-    case DRT_OP_ATTN: {
-        int T = (int)a->ne[0];
-        cpu_attn(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)a->ne[2],
-                 (int)t->src[2]->ne[2]);
-        return DRT_OK;
-    }
-    case DRT_OP_GROUPNORM:
-        cpu_groupnorm(y, x0, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], x1, t->fp[0], t->fp[1]);
-        return DRT_OK;
-    case DRT_OP_SWIGLU: cpu_swiglu(y, x0, x1, drt_nelem(t)); return DRT_OK;
-    case DRT_OP_SIGMOID: cpu_sigmoid(y, x0, drt_nelem(t)); return DRT_OK;
-    case DRT_OP_ADD: cpu_add(y, x0, x1, drt_nelem(t)); return DRT_OK;
-    case DRT_OP_KV_WRITE:
-        /* dst aliases the cache (srcs[1]) */
-        cpu_kv_write(y, x0, (int)a->ne[0], drt_nelem(a) / (a->ne[0] ? a->ne[0] : 1), p0);
-        return DRT_OK;
     case DRT_OP_PERMUTE: {
-        int64_t ne[4];
-        int perm[4];
-        drt_permute_4d(t, ne, perm); /* padded at the front to 4 dims */
-        cpu_permute(y, x0, ne, perm);
+        permute_args p = {.y = y, .x = x0};
+        drt_permute_4d(t, p.ne, p.perm);
+        cpu_pool_run(c->pool, permute_task, &p);
         return DRT_OK;
     }
     case DRT_OP_NONE:
     case DRT_OP_COUNT: break;
     }
-    return drt_set_error(DRT_ERR_UNSUPPORTED, "cpu: op %s has no reference kernel", drt_op_name(t->op));
+    return drt_set_error(DRT_ERR_UNSUPPORTED, "cpu: op %s has no kernel", drt_op_name(t->op));
 }
 
-/* ---- backend table ------------------------------------------------------- */
+/* ---- backend table ------------------------------------------------------------- */
 
 static drt_status cpu_probe(int *n, char *why, size_t wn) {
     *n = 1;
@@ -88,23 +359,62 @@ static drt_status cpu_probe(int *n, char *why, size_t wn) {
 }
 
 static drt_status cpu_device_name(int dev, char *buf, size_t n) {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    snprintf(buf, n, "host CPU (%ld cores; reference kernels, single-threaded)", ncpu);
+    int nth = 0;
+    const cpu_kernels *k = NULL;
+    if (pick_threads(0, &nth) != DRT_OK || pick_isa(&k) != DRT_OK) {
+        snprintf(buf, n, "host CPU (%s)", drt_last_error());
+        return DRT_OK;
+    }
+    snprintf(buf, n, "host CPU (%d threads, %s kernels)", nth, k->isa);
     return DRT_OK;
+}
+
+static void cpu_shutdown(drt_backend *be) {
+    cpu_ctx *c = be->ctx;
+    if (!c) return;
+    cpu_pool_free(c->pool);
+    for (int i = 0; c->scratch && i < c->nth; i++) free(c->scratch[i]);
+    free(c->scratch);
+    free(c->partial);
+    free(c);
+    be->ctx = NULL;
 }
 
 static drt_status cpu_init(drt_backend *be, int dev) {
     be->device = 0;
+    int nth = 0;
+    const cpu_kernels *k = NULL;
+    drt_status s = pick_threads(be->threads, &nth);
+    if (s == DRT_OK) s = pick_isa(&k);
+    if (s != DRT_OK) return s;
+    cpu_ctx *c = calloc(1, sizeof *c);
+    if (!c) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    be->ctx = c;
+    c->k = k;
+    c->nth = nth;
+    c->scratch = calloc((size_t)nth, sizeof *c->scratch);
+    c->pool = c->scratch ? cpu_pool_new(nth) : NULL;
+    if (!c->pool) {
+        cpu_shutdown(be);
+        return drt_set_error(DRT_ERR_OOM, "cpu: cannot start %d threads", nth);
+    }
     return DRT_OK;
 }
 
 static drt_status cpu_buf_alloc(drt_backend *be, size_t size, drt_buffer *out) {
     void *p = NULL;
     size_t sz = (size + 63) & ~(size_t)63;
-    if (posix_memalign(&p, 64, sz) != 0 || !p)
-        return drt_set_error(DRT_ERR_OOM, "cpu: cannot allocate %zu bytes", size);
+    if (posix_memalign(&p, 64, sz) != 0 || !p) return drt_set_error(DRT_ERR_OOM, "cpu: cannot allocate %zu bytes", size);
     out->handle = p;
     out->host = p;
+    out->size = size;
+    return DRT_OK;
+}
+
+/* the caller's memory, used in place: handle stays NULL so free leaves it */
+static drt_status cpu_buf_wrap(drt_backend *be, void *host, size_t size, drt_buffer *out) {
+    out->handle = NULL;
+    out->host = host;
     out->size = size;
     return DRT_OK;
 }
@@ -115,25 +425,24 @@ static void cpu_buf_free(drt_backend *be, drt_buffer *b) {
 }
 
 static drt_status cpu_upload(drt_backend *be, drt_buffer *b, size_t off, const void *src, size_t n) {
-    memcpy((char *)b->host + off, src, n);
+    if ((const char *)b->host + off != src) memcpy((char *)b->host + off, src, n);
     return DRT_OK;
 }
 
-static drt_status cpu_download(drt_backend *be, const drt_buffer *b, size_t off, void *dst,
-                               size_t n) {
+static drt_status cpu_download(drt_backend *be, const drt_buffer *b, size_t off, void *dst, size_t n) {
     memcpy(dst, (const char *)b->host + off, n);
     return DRT_OK;
 }
 
-static bool cpu_supports(drt_backend *be, const drt_tensor *t) { return true; }
+static bool cpu_supports(drt_backend *be, const drt_tensor *t) {
+    if (t->op == DRT_OP_ROPE) return t->src[0]->ne[2] <= MAX_ROPE_D;
+    return t->op > DRT_OP_NONE && t->op < DRT_OP_COUNT;
+}
 
 static drt_status cpu_compute(drt_backend *be, drt_tensor *const *nodes, int n, const drt_exec *ex) {
+    cpu_ctx *c = be->ctx;
     for (int i = 0; i < n; i++) {
-        drt_tensor *t = nodes[i];
-        void *srcs[DRT_MAX_SRC] = {0};
-        for (int j = 0; j < DRT_MAX_SRC; j++)
-            if (t->src[j]) srcs[j] = drt_host_ptr(t->src[j]);
-        drt_status s = drt_cpu_run_node(t, drt_host_ptr(t), srcs, ex);
+        drt_status s = run_node(c, nodes[i], ex);
         if (s != DRT_OK) return s;
     }
     return DRT_OK;
@@ -146,8 +455,9 @@ const drt_backend_ops drt_cpu_backend_ops = {
     .probe = cpu_probe,
     .device_name = cpu_device_name,
     .init = cpu_init,
-    .shutdown = NULL,
+    .shutdown = cpu_shutdown,
     .buf_alloc = cpu_buf_alloc,
+    .buf_wrap = cpu_buf_wrap,
     .buf_free = cpu_buf_free,
     .upload = cpu_upload,
     .download = cpu_download,

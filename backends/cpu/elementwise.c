@@ -1,85 +1,129 @@
-/* CPU reference: EMBED, ROPE, SWIGLU, SIGMOID, ADD, KV_WRITE and the
- * permuted copy used by the decomposed attention path (DESIGN.md section 3).
- * Transcendentals are evaluated in double so each output is rounded once. */
+/* Fast CPU EMBED, ROPE, SWIGLU, SIGMOID, ADD and DUAL_SOFTMAX (DESIGN.md
+ * section 3), compiled once per ISA. Reference: backends/ref/elementwise.c
+ * and attention.c. Threads split elements or rows; exp is vexp (simd.h).
+ * Napkin math: each reads its inputs and writes its output once. */
 #include <math.h>
 #include <string.h>
 
-#include "cpu_ops.h"
+#include "cpu_fast.h"
+#include "simd.h"
 
-/* out is (T,D); ids is (T), each in [0,V) (checked by the op table, so no
- * read here can go out of bounds); E is (V,D) of dtype et. */
-void cpu_embed(float *out, const int32_t *ids, int T, const void *E, drt_dtype et, int V, int D) {
-    (void)V;
-    for (int t = 0; t < T; t++) {
-        const int64_t row = (int64_t)ids[t] * D;
-        for (int d = 0; d < D; d++) out[(int64_t)t * D + d] = cpu_load_weight(E, et, row + d);
+/* y, a gate, b up are (n): y = a / (1 + e^-a) * b */
+void KFN(cpu_swiglu)(void *args, int ith, int nth) {
+    const cpu_ew_args *a = args;
+    int64_t lo, hi, i;
+    cpu_split(a->n, VL, ith, nth, &lo, &hi);
+    const vf one = vset1(1.0f);
+    for (i = lo; i + VL <= hi; i += VL) {
+        vf g = vload(a->a + i);
+        /* e^-g overflows to +inf for g < -88: the quotient is then -0, as in the reference */
+        vf e = vexp(vsub(vzero(), g));
+        vstore(a->y + i, vmul(vmul(g, vload(a->b + i)), vdiv1(one, vadd(one, e))));
+    }
+    for (; i < hi; i++) a->y[i] = a->a[i] / (1.0f + expf(-a->a[i])) * a->b[i];
+}
+
+/* y, a are (n) */
+void KFN(cpu_sigmoid)(void *args, int ith, int nth) {
+    const cpu_ew_args *a = args;
+    int64_t lo, hi, i;
+    cpu_split(a->n, VL, ith, nth, &lo, &hi);
+    const vf one = vset1(1.0f);
+    for (i = lo; i + VL <= hi; i += VL) vstore(a->y + i, vdiv1(one, vadd(one, vexp(vsub(vzero(), vload(a->a + i))))));
+    for (; i < hi; i++) a->y[i] = 1.0f / (1.0f + expf(-a->a[i]));
+}
+
+/* y, a, b are (n) */
+void KFN(cpu_add)(void *args, int ith, int nth) {
+    const cpu_ew_args *a = args;
+    int64_t lo, hi, i;
+    cpu_split(a->n, VL, ith, nth, &lo, &hi);
+    for (i = lo; i + VL <= hi; i += VL) vstore(a->y + i, vadd(vload(a->a + i), vload(a->b + i)));
+    for (; i < hi; i++) a->y[i] = a->a[i] + a->b[i];
+}
+
+/* y (T, cols) = rows ids[t] of w (V, cols) of dtype wt (ids checked by the caller) */
+void KFN(cpu_embed)(void *args, int ith, int nth) {
+    const cpu_ew_args *a = args;
+    int64_t lo, hi;
+    cpu_split(a->T, 1, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        const int64_t row = (int64_t)a->ids[t] * a->cols;
+        float *y = a->y + t * a->cols;
+        int64_t c = 0;
+        if (a->wt == DRT_F16)
+            for (; c + VL <= a->cols; c += VL) vstore(y + c, vload_w(a->w, row + c, DRT_F16));
+        else if (a->wt == DRT_BF16)
+            for (; c + VL <= a->cols; c += VL) vstore(y + c, vload_w(a->w, row + c, DRT_BF16));
+        for (; c < a->cols; c++) y[c] = load_w1(a->w, row + c, a->wt);
     }
 }
 
-/* x, y are (T,Hn,d); inv_freq is (d/2); token t is at position p0+t.
- * rotate_half pairs element i with i+d/2 (not 2i with 2i+1: checkpoints with
- * interleaved RoPE have their q/k rows permuted at load time instead).
- * Both inputs of a pair are read before either output is written, so y == x
- * works. The angle is formed in double: pos*inv_freq reaches ~1e3 at long
- * positions, where an f32 product would be off by ~1e-4 radians. */
-void cpu_rope(float *y, const float *x, int T, int Hn, int d, int p0, const float *inv_freq) {
-    const int half = d / 2;
-    for (int t = 0; t < T; t++) {
-        const double pos = (double)(p0 + t);
-        for (int h = 0; h < Hn; h++) {
-            const int64_t off = ((int64_t)t * Hn + h) * d;
-            for (int i = 0; i < half; i++) {
-                const double a = pos * (double)inv_freq[i];
-                const double c = cos(a), s = sin(a);
-                const double x0 = x[off + i], x1 = x[off + i + half];
-                y[off + i] = (float)(x0 * c - x1 * s);
-                y[off + i + half] = (float)(x1 * c + x0 * s);
+/* y, a are (T, H, d); b is inv_freq (d/2); token t at position p0 + t.
+ * rotate_half pairs (i, i + d/2); the angle is formed in double as in the
+ * reference (pos * inv_freq reaches ~1e3 at long positions), cos/sin once per
+ * (t, i) for all H heads. Threads split tokens. */
+void KFN(cpu_rope)(void *args, int ith, int nth) {
+    const cpu_ew_args *a = args;
+    const int half = a->d / 2;
+    int64_t lo, hi;
+    cpu_split(a->T, 1, ith, nth, &lo, &hi);
+    float cs[2 * 512]; /* cos, sin for half <= 512 (op check: d <= 1024) */
+    for (int64_t t = lo; t < hi; t++) {
+        const double pos = (double)(a->p0 + t);
+        for (int i = 0; i < half; i++) {
+            const double ang = pos * (double)a->b[i];
+            cs[i] = (float)cos(ang);
+            cs[half + i] = (float)sin(ang);
+        }
+        for (int h = 0; h < a->H; h++) {
+            const int64_t off = (t * a->H + h) * a->d;
+            const float *x = a->a + off;
+            float *y = a->y + off;
+            int i = 0;
+            for (; i + VL <= half; i += VL) {
+                vf x0 = vload(x + i), x1 = vload(x + half + i), c = vload(cs + i), s = vload(cs + half + i);
+                vf y0 = vsub(vmul(x0, c), vmul(x1, s)), y1 = vfma(x0, s, vmul(x1, c));
+                vstore(y + i, y0);
+                vstore(y + half + i, y1);
+            }
+            for (; i < half; i++) {
+                const float x0 = x[i], x1 = x[half + i];
+                y[i] = x0 * cs[i] - x1 * cs[half + i];
+                y[half + i] = x1 * cs[i] + x0 * cs[half + i];
             }
         }
     }
 }
 
-/* y, g, u are (n): y = g / (1 + exp(-g)) * u. For g << 0, exp(-g) is +inf in
- * double and the quotient is -0, never NaN. */
-void cpu_swiglu(float *y, const float *g, const float *u, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        const double gi = g[i];
-        y[i] = (float)(gi / (1.0 + exp(-gi)) * (double)u[i]);
-    }
-}
-
-/* y, x are (n) */
-void cpu_sigmoid(float *y, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = (float)(1.0 / (1.0 + exp(-(double)x[i])));
-}
-
-/* y, a, b are (n); one f32 add is already correctly rounded */
-void cpu_add(float *y, const float *a, const float *b, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
-}
-
-/* cache is (S_cap,row); src is (T,row). Rows are contiguous in both, so the
- * T new rows land as one block at row p0. */
-void cpu_kv_write(float *cache, const float *src, int T, int64_t row, int p0) {
-    memcpy(cache + (int64_t)p0 * row, src, (size_t)((int64_t)T * row) * sizeof(float));
-}
-
-/* x has shape ne[0..3] (row-major, ne[3] fastest); y has shape
- * (ne[perm[0]], ne[perm[1]], ne[perm[2]], ne[perm[3]]).
- * Output axis a walks input axis perm[a], so its step through x is
- * gs[a] = xs[perm[a]]; y is written in order, x is gathered. */
-void cpu_permute(float *y, const float *x, const int64_t ne[4], const int perm[4]) {
-    const int64_t xs[4] = {ne[1] * ne[2] * ne[3], ne[2] * ne[3], ne[3], 1};
-    const int64_t yn[4] = {ne[perm[0]], ne[perm[1]], ne[perm[2]], ne[perm[3]]};
-    const int64_t gs[4] = {xs[perm[0]], xs[perm[1]], xs[perm[2]], xs[perm[3]]};
-    int64_t o = 0;
-    for (int64_t i0 = 0; i0 < yn[0]; i0++) {
-        for (int64_t i1 = 0; i1 < yn[1]; i1++) {
-            for (int64_t i2 = 0; i2 < yn[2]; i2++) {
-                for (int64_t i3 = 0; i3 < yn[3]; i3++) {
-                    y[o++] = x[i0 * gs[0] + i1 * gs[1] + i2 * gs[2] + i3 * gs[3]];
-                }
-            }
+/* y, a s1, b s2 are (H, T, S = cols), p0 = S - T; c is lambda_th (T, H) or
+ * NULL (scalar lambda). Threads split the H*T rows. */
+void KFN(cpu_dual_softmax)(void *args, int ith, int nth) {
+    const cpu_ew_args *a = args;
+    const int64_t S = a->cols, T = a->T, p0 = S - T;
+    int64_t lo, hi;
+    cpu_split(a->rows, 1, ith, nth, &lo, &hi);
+    for (int64_t row = lo; row < hi; row++) {
+        const int64_t h = row / T, t = row % T, n = p0 + t + 1;
+        const float *s[2] = {a->a + row * S, a->b + row * S};
+        float *y = a->y + row * S;
+        float mx[2], sum[2];
+        for (int k = 0; k < 2; k++) {
+            mx[k] = -INFINITY;
+            for (int64_t j = 0; j < n; j++) mx[k] = s[k][j] > mx[k] ? s[k][j] : mx[k];
+            double acc = 0.0;
+            for (int64_t j = 0; j < n; j++) acc += expf(s[k][j] - mx[k]);
+            sum[k] = (float)acc;
         }
+        const float lam = a->c ? a->c[t * a->H + h] : a->lambda;
+        const float i1 = 1.0f / sum[0], i2 = lam / sum[1];
+        int64_t j = 0;
+        const vf m0 = vset1(mx[0]), m1 = vset1(mx[1]), v1 = vset1(i1), v2 = vset1(i2);
+        for (; j + VL <= n; j += VL) {
+            vf e1 = vexp(vsub(vload(s[0] + j), m0)), e2 = vexp(vsub(vload(s[1] + j), m1));
+            vstore(y + j, vsub(vmul(e1, v1), vmul(e2, v2)));
+        }
+        for (; j < n; j++) y[j] = expf(s[0][j] - mx[0]) * i1 - expf(s[1][j] - mx[1]) * i2;
+        for (j = n; j < S; j++) y[j] = 0.0f;
     }
 }

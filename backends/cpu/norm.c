@@ -1,44 +1,44 @@
-/* CPU reference: RMSNORM and GROUPNORM (DESIGN.md section 3).
- * The sum of squares is accumulated in double and the whole row is scaled in
- * double, so each output is rounded to f32 exactly once. */
+/* Fast CPU RMSNORM and GROUPNORM (DESIGN.md section 3), compiled once per
+ * ISA. Reference: backends/ref/norm.c. Threads split the rows; each row's
+ * sum of squares is a vector reduction in f32.
+ * Napkin math: 4 flops per element; reads x (and w), writes y. */
 #include <math.h>
 
-#include "cpu_ops.h"
+#include "cpu_fast.h"
+#include "simd.h"
 
-/* x, y are (T,C); w is (C) or NULL.
- * Napkin math: 4*T*C flops; reads T*C (+C), writes T*C floats. */
-void cpu_rmsnorm(float *y, const float *x, int T, int C, const float *w, float eps) {
-    for (int t = 0; t < T; t++) {
-        const float *xt = x + (int64_t)t * C;
-        float *yt = y + (int64_t)t * C;
-        double ss = 0.0;
-        for (int c = 0; c < C; c++) ss += (double)xt[c] * (double)xt[c];
-        const double r = 1.0 / sqrt(ss / C + (double)eps);
-        for (int c = 0; c < C; c++) {
-            double v = (double)xt[c] * r;
-            if (w) v *= (double)w[c];
-            yt[c] = (float)v;
-        }
+/* y, x (cols); y = x * r * (w or 1) */
+static void norm_row(float *y, const float *x, int64_t C, const float *w, float eps, float scale) {
+    vf ss = vzero();
+    int64_t c = 0;
+    for (; c + VL <= C; c += VL) {
+        vf v = vload(x + c);
+        ss = vfma(v, v, ss);
     }
+    float s = vhsum(ss);
+    for (; c < C; c++) s += x[c] * x[c];
+    const float r = scale / sqrtf(s / (float)C + eps);
+    const vf rv = vset1(r);
+    for (c = 0; c + VL <= C; c += VL) {
+        vf v = vmul(vload(x + c), rv);
+        vstore(y + c, w ? vmul(v, vload(w + c)) : v);
+    }
+    for (; c < C; c++) y[c] = x[c] * r * (w ? w[c] : 1.0f);
 }
 
-/* x, y are (T,H,dv); w is (dv) or NULL. Each (t,h) row of dv is one head's
- * attention output, normalised on its own; scale is (1 - lambda_init) in V1.
- * Written out rather than calling cpu_rmsnorm so that the extra scale does not
- * round the output a second time. */
-void cpu_groupnorm(float *y, const float *x, int T, int H, int dv, const float *w, float eps,
-                   float scale) {
-    const int64_t rows = (int64_t)T * H;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * dv;
-        float *yr = y + r * dv;
-        double ss = 0.0;
-        for (int e = 0; e < dv; e++) ss += (double)xr[e] * (double)xr[e];
-        const double inv = (double)scale / sqrt(ss / dv + (double)eps);
-        for (int e = 0; e < dv; e++) {
-            double v = (double)xr[e] * inv;
-            if (w) v *= (double)w[e];
-            yr[e] = (float)v;
-        }
-    }
+/* y, a are (rows, cols); w (cols) or NULL */
+void KFN(cpu_rmsnorm)(void *args, int ith, int nth) {
+    const cpu_ew_args *a = args;
+    int64_t lo, hi;
+    cpu_split(a->rows, 1, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) norm_row(a->y + r * a->cols, a->a + r * a->cols, a->cols, a->w, a->eps, 1.0f);
+}
+
+/* y, a are (T*H, dv) = (rows, cols); w (dv) or NULL; times scale */
+void KFN(cpu_groupnorm)(void *args, int ith, int nth) {
+    const cpu_ew_args *a = args;
+    int64_t lo, hi;
+    cpu_split(a->rows, 1, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++)
+        norm_row(a->y + r * a->cols, a->a + r * a->cols, a->cols, a->w, a->eps, a->scale);
 }

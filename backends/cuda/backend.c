@@ -346,7 +346,7 @@ static size_t node_scratch(const cu_ctx *c, const drt_tensor *t) {
     }
 }
 
-/* The node -> kernel arguments mapping of drt_cpu_run_node, on device addresses. */
+/* The node -> kernel arguments mapping of drt_ref_run_node, on device addresses. */
 static drt_status run_node(cu_ctx *c, const drt_tensor *t) {
     const drt_tensor *a = t->src[0], *b = t->src[1];
     float *y = dp(t);

@@ -1,5 +1,5 @@
 /* CUDA: RMSNORM and GROUPNORM (DESIGN.md section 3). Reference:
- * backends/cpu/norm.c. Both are "normalise each row by its RMS": RMSNORM
+ * backends/ref/norm.c. Both are "normalise each row by its RMS": RMSNORM
  * over C = D for each of T rows; GROUPNORM over dv for each of T*H heads,
  * with the extra scale (1 - lambda_init). One kernel serves both.
  *

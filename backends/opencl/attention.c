@@ -1,5 +1,5 @@
 /* OpenCL host side of DUAL_SOFTMAX, DIFF_ATTN and ATTN (kernels in
- * attention.cl); shapes as in drt_cpu_run_node. DIFF_ATTN and ATTN read
+ * attention.cl); shapes as in drt_ref_run_node. DIFF_ATTN and ATTN read
  * S = p0 + T rows of the cache and size their local-memory tiles from dk, dv. */
 #include <math.h>
 

@@ -1,6 +1,6 @@
 /* OpenCL host side of EMBED, ROPE, SWIGLU, SIGMOID, ADD, KV_WRITE and PERMUTE
  * (kernels in elementwise.cl). Shapes map to kernel arguments exactly as in
- * drt_cpu_run_node (backends/cpu/backend.c). */
+ * drt_ref_run_node (backends/ref/backend.c). */
 #include "drt_error.h"
 #include "ocl.h"
 

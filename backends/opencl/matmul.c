@@ -1,6 +1,6 @@
 /* OpenCL host side of MATMUL (kernels in matmul.cl): y = scale * x w^T,
  * x (B,T,K) or (T,K), w (Bw,N,K) or (N,K) [trans_w: (Bw,K,N)], as in
- * drt_cpu_run_node. Paths:
+ * drt_ref_run_node. Paths:
  *   T == 1, trans_w == 0  -> matvec_<dtype> (decode: bound by reading w once)
  *   otherwise             -> matmul_<dtype> (64x64 tiles in local memory)
  *   f32 weights with DIFFRT_OPENCL_GEMM=clblast -> CLBlastSgemm (when built

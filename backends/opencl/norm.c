@@ -1,6 +1,6 @@
 /* OpenCL host side of RMSNORM and GROUPNORM: both run the rmsnorm kernel of
  * norm.cl over rows (GROUPNORM's rows are the T*H heads of dv, with its
- * scale); shapes as in drt_cpu_run_node. */
+ * scale); shapes as in drt_ref_run_node. */
 #include "ocl.h"
 
 /* y, x are (rows, C); w is (C) or absent */

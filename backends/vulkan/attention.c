@@ -1,7 +1,7 @@
 /* Vulkan: DIFF_ATTN and ATTN (shaders/attention.comp, fused, no S x S
  * matrix) and DUAL_SOFTMAX (shaders/dual_softmax.comp, the decomposed
- * path). CPU reference: backends/cpu/attention.c; node dims -> kernel
- * arguments as in backends/cpu/backend.c. */
+ * path). CPU reference: backends/ref/attention.c; node dims -> kernel
+ * arguments as in backends/ref/backend.c. */
 #include <math.h>
 
 #include "drt_error.h"

@@ -1,8 +1,8 @@
 /* Vulkan: ADD, SIGMOID, SWIGLU (shaders/elementwise.comp, the op a
  * specialization constant), ROPE (shaders/rope.comp), KV_WRITE
  * (shaders/kv_write.comp) and PERMUTE (shaders/permute.comp).
- * CPU reference: backends/cpu/elementwise.c; node dims -> kernel arguments
- * as in backends/cpu/backend.c. */
+ * CPU reference: backends/ref/elementwise.c; node dims -> kernel arguments
+ * as in backends/ref/backend.c. */
 #include "drt_error.h"
 #include "vk_internal.h"
 

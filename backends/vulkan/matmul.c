@@ -1,8 +1,8 @@
 /* Vulkan: MATMUL (shaders/matmul.comp tiled, shaders/matvec.comp for few
  * rows) and EMBED (shaders/embed.comp), the two ops that read weights of
  * dtype f32/f16/bf16 (shaders/weights.glsl). CPU reference:
- * backends/cpu/matmul.c and elementwise.c; node dims -> kernel arguments as
- * in backends/cpu/backend.c (drt_cpu_run_node). */
+ * backends/ref/matmul.c and elementwise.c; node dims -> kernel arguments as
+ * in backends/ref/backend.c (drt_ref_run_node). */
 #include "drt_error.h"
 #include "vk_internal.h"
 

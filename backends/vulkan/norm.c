@@ -1,6 +1,6 @@
 /* Vulkan: RMSNORM and GROUPNORM, one shader (shaders/norm.comp): a GROUPNORM
  * row is one head's dv outputs, with the extra scale (1 - lambda_init).
- * CPU reference: backends/cpu/norm.c. */
+ * CPU reference: backends/ref/norm.c. */
 #include "drt_error.h"
 #include "vk_internal.h"
 

@@ -1,0 +1,116 @@
+/* The fast CPU backend ("cpu"): a persistent thread pool, kernels compiled
+ * once per instruction set and chosen at run time, weights read in place.
+ * Internal to backends/cpu.
+ *
+ * Every kernel family file (matmul.c, attention.c, norm.c, elementwise.c) is
+ * compiled once per ISA (avx512, avx2, neon or generic; CMakeLists.txt) with
+ * DRT_ISA set; KFN(name) gives each copy its own symbol, and kernels.c
+ * collects one copy's functions into a cpu_kernels table. backend.c (compiled
+ * once, for the baseline ISA) picks the table from the CPU's features.
+ *
+ * Kernels follow the ggml convention: every thread of the pool calls the same
+ * function with its index ith in [0, nth) and computes its share; the pool
+ * returns when all have finished, which is the barrier between two ops. */
+#ifndef DRT_CPU_FAST_H
+#define DRT_CPU_FAST_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "diffrt.h"
+
+/* ---- the thread pool ----------------------------------------------------- */
+typedef struct cpu_pool cpu_pool;
+typedef void (*cpu_task_fn)(void *ctx, int ith, int nth);
+
+/* nth threads in all: the caller is thread 0, nth - 1 workers are started
+ * once here and live until cpu_pool_free. */
+cpu_pool *cpu_pool_new(int nth);
+void cpu_pool_free(cpu_pool *p);
+int cpu_pool_size(const cpu_pool *p);
+/* Runs fn(ctx, i, nth) on every thread i (the caller runs i = 0) and returns
+ * when all have returned. No allocation, no thread creation. */
+void cpu_pool_run(cpu_pool *p, cpu_task_fn fn, void *ctx);
+
+/* [*lo, *hi): thread ith's share of n items, in contiguous chunks that are
+ * multiples of `align` items (the last takes the rest) */
+static inline void cpu_split(int64_t n, int64_t align, int ith, int nth, int64_t *lo, int64_t *hi) {
+    int64_t chunks = (n + align - 1) / align;
+    int64_t c0 = chunks * ith / nth, c1 = chunks * (ith + 1) / nth;
+    *lo = c0 * align < n ? c0 * align : n;
+    *hi = c1 * align < n ? c1 * align : n;
+}
+
+/* ---- kernel arguments ------------------------------------------------------ */
+
+/* MATMUL: y (B,T,N) = scale * x (B,T,K) w^T, w (Bw,N,K) or (Bw,K,N) when
+ * trans_w, dtype wt; batch b of x reads batch b*Bw/B of w (ref_matmul). */
+typedef struct {
+    float *y;
+    const float *x;
+    const void *w;
+    drt_dtype wt;
+    int B, Bw, T, N, K, trans_w;
+    float scale;
+    float **scratch;       /* per thread, cpu_mm_scratch_floats() each */
+    atomic_int next_task;  /* GEMM: dynamic task counter, zeroed by the caller */
+} cpu_mm_args;
+
+/* DIFF_ATTN (maps = 2) and ATTN (maps = 1), shapes as in ref_diff_attn /
+ * ref_attn: o (T,H,dv); q (T,H,maps,dk); k (S_cap,G,m,dk) (m = 1 for ATTN);
+ * v (S_cap,G,dv); lambda_th (T,H) or NULL. */
+typedef struct {
+    float *o;
+    const float *q, *k, *v, *lambda_th;
+    float lambda;
+    int T, S, H, G, m, dk, dv, maps;
+    int n_split;           /* decode: key ranges per head (1: no split) */
+    float *partial;        /* n_split > 1: (H, n_split, maps, 2 + dv) */
+    float **scratch;       /* per thread, cpu_attn_scratch_floats() each */
+} cpu_attn_args;
+
+/* Row-wise and elementwise ops: one struct, fields used per op (backend.c). */
+typedef struct {
+    float *y;
+    const float *a, *b, *c;  /* inputs; meaning per op */
+    const void *w;           /* EMBED table / norm weight */
+    drt_dtype wt;
+    const int32_t *ids;
+    int64_t n, rows, cols;   /* elementwise: n; row ops: rows x cols */
+    int T, H, d, p0;
+    float eps, scale, lambda;
+} cpu_ew_args;
+
+/* ---- one ISA's kernels ----------------------------------------------------- */
+typedef struct {
+    const char *isa; /* "avx512", "avx2", "neon", "generic" */
+    int vlen;        /* floats per vector */
+    void (*matmul)(void *args, int ith, int nth); /* cpu_mm_args */
+    int64_t (*mm_scratch_floats)(const cpu_mm_args *a);
+    void (*attn)(void *args, int ith, int nth); /* cpu_attn_args */
+    void (*attn_combine)(void *args, int ith, int nth);
+    int64_t (*attn_scratch_floats)(const cpu_attn_args *a);
+    void (*rmsnorm)(void *args, int ith, int nth);   /* y, a (rows,cols), w, eps */
+    void (*groupnorm)(void *args, int ith, int nth); /* y, a (rows,cols), w, eps, scale */
+    void (*rope)(void *args, int ith, int nth);      /* y, a (T,H,d), b inv_freq, p0 */
+    void (*swiglu)(void *args, int ith, int nth);    /* y, a gate, b up (n) */
+    void (*sigmoid)(void *args, int ith, int nth);   /* y, a (n) */
+    void (*add)(void *args, int ith, int nth);       /* y, a, b (n) */
+    void (*embed)(void *args, int ith, int nth);     /* y (T,cols), ids, w (V,cols) wt */
+    void (*dual_softmax)(void *args, int ith, int nth); /* y, a s1, b s2 (H,T,S=cols), lambda / c lambda_th */
+} cpu_kernels;
+
+#define KFN_CAT2(a, b) a##_##b
+#define KFN_CAT(a, b) KFN_CAT2(a, b)
+#define KFN(name) KFN_CAT(name, DRT_ISA)
+
+extern const cpu_kernels cpu_kernels_generic;
+#if defined(__x86_64__)
+extern const cpu_kernels cpu_kernels_avx2;
+extern const cpu_kernels cpu_kernels_avx512;
+#endif
+#if defined(__aarch64__)
+extern const cpu_kernels cpu_kernels_neon;
+#endif
+
+#endif

@@ -1,0 +1,38 @@
+/* This ISA's kernel table (cpu_fast.h); compiled once per ISA. */
+#include "cpu_fast.h"
+#include "simd.h"
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+
+void KFN(cpu_matmul)(void *args, int ith, int nth);
+int64_t KFN(cpu_mm_scratch_floats)(const cpu_mm_args *a);
+void KFN(cpu_attn)(void *args, int ith, int nth);
+void KFN(cpu_attn_combine)(void *args, int ith, int nth);
+int64_t KFN(cpu_attn_scratch_floats)(const cpu_attn_args *a);
+void KFN(cpu_rmsnorm)(void *args, int ith, int nth);
+void KFN(cpu_groupnorm)(void *args, int ith, int nth);
+void KFN(cpu_rope)(void *args, int ith, int nth);
+void KFN(cpu_swiglu)(void *args, int ith, int nth);
+void KFN(cpu_sigmoid)(void *args, int ith, int nth);
+void KFN(cpu_add)(void *args, int ith, int nth);
+void KFN(cpu_embed)(void *args, int ith, int nth);
+void KFN(cpu_dual_softmax)(void *args, int ith, int nth);
+
+const cpu_kernels KFN(cpu_kernels) = {
+    .isa = STR(DRT_ISA),
+    .vlen = VL,
+    .matmul = KFN(cpu_matmul),
+    .mm_scratch_floats = KFN(cpu_mm_scratch_floats),
+    .attn = KFN(cpu_attn),
+    .attn_combine = KFN(cpu_attn_combine),
+    .attn_scratch_floats = KFN(cpu_attn_scratch_floats),
+    .rmsnorm = KFN(cpu_rmsnorm),
+    .groupnorm = KFN(cpu_groupnorm),
+    .rope = KFN(cpu_rope),
+    .swiglu = KFN(cpu_swiglu),
+    .sigmoid = KFN(cpu_sigmoid),
+    .add = KFN(cpu_add),
+    .embed = KFN(cpu_embed),
+    .dual_softmax = KFN(cpu_dual_softmax),
+};

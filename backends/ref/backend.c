@@ -1,0 +1,157 @@
+/* The CPU reference backend ("ref"): host memory, and one node runner that maps a
+ * graph node onto the plain kernels of ref_ops.h. The dispatcher also uses
+ * drt_ref_run_node for fallbacks from other backends. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ref_ops.h"
+#include "drt_error.h"
+#include "drt_graph.h"
+
+static int64_t rows_of(const drt_tensor *t) { return drt_nelem(t) / t->ne[t->nd - 1]; }
+
+drt_status drt_ref_run_node(const drt_tensor *t, void *dst, void *const *srcs, const drt_exec *ex) {
+    const drt_tensor *a = t->src[0], *b = t->src[1];
+    float *y = dst;
+    const float *x0 = srcs[0], *x1 = srcs[1];
+    int p0 = ex->p0;
+    switch (t->op) {
+    case DRT_OP_EMBED: {
+        const int32_t *ids = srcs[0];
+        int V = (int)b->ne[0];
+        for (int64_t i = 0; i < a->ne[0]; i++)
+            if (ids[i] < 0 || ids[i] >= V)
+                return drt_set_error(DRT_ERR_INVALID_ARG,
+                                     "EMBED: token id %d at position %lld is outside [0, %d)",
+                                     ids[i], (long long)i, V);
+        ref_embed(y, ids, (int)a->ne[0], srcs[1], b->type, V, (int)b->ne[1]);
+        return DRT_OK;
+    }
+    case DRT_OP_RMSNORM:
+        ref_rmsnorm(y, x0, (int)rows_of(a), (int)a->ne[a->nd - 1], x1, t->fp[0]);
+        return DRT_OK;
+    case DRT_OP_MATMUL: {
+        int B = a->nd == 3 ? (int)a->ne[0] : 1, Bw = b->nd == 3 ? (int)b->ne[0] : 1;
+        int T = (int)a->ne[a->nd - 2], K = (int)a->ne[a->nd - 1];
+        int N = (int)t->ne[t->nd - 1];
+        ref_matmul(y, x0, srcs[1], b->type, B, Bw, T, N, K, t->ip[0], t->fp[0]);
+        return DRT_OK;
+    }
+    case DRT_OP_ROPE:
+        ref_rope(y, x0, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], p0, x1);
+        return DRT_OK;
+    case DRT_OP_DUAL_SOFTMAX:
+        ref_dual_softmax(y, x0, x1, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], t->fp[0], srcs[2]);
+        return DRT_OK;
+    case DRT_OP_DIFF_ATTN: {
+        int T = (int)a->ne[0];
+        ref_diff_attn(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)b->ne[2],
+                      (int)a->ne[3], (int)t->src[2]->ne[2], t->fp[0], srcs[3]);
+        return DRT_OK;
+    }
+    case DRT_OP_ATTN: {
+        int T = (int)a->ne[0];
+        ref_attn(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)a->ne[2],
+                 (int)t->src[2]->ne[2]);
+        return DRT_OK;
+    }
+    case DRT_OP_GROUPNORM:
+        ref_groupnorm(y, x0, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], x1, t->fp[0], t->fp[1]);
+        return DRT_OK;
+    case DRT_OP_SWIGLU: ref_swiglu(y, x0, x1, drt_nelem(t)); return DRT_OK;
+    case DRT_OP_SIGMOID: ref_sigmoid(y, x0, drt_nelem(t)); return DRT_OK;
+    case DRT_OP_ADD: ref_add(y, x0, x1, drt_nelem(t)); return DRT_OK;
+    case DRT_OP_KV_WRITE:
+        /* dst aliases the cache (srcs[1]) */
+        ref_kv_write(y, x0, (int)a->ne[0], drt_nelem(a) / (a->ne[0] ? a->ne[0] : 1), p0);
+        return DRT_OK;
+    case DRT_OP_PERMUTE: {
+        int64_t ne[4];
+        int perm[4];
+        drt_permute_4d(t, ne, perm); /* padded at the front to 4 dims */
+        ref_permute(y, x0, ne, perm);
+        return DRT_OK;
+    }
+    case DRT_OP_NONE:
+    case DRT_OP_COUNT: break;
+    }
+    return drt_set_error(DRT_ERR_UNSUPPORTED, "cpu: op %s has no reference kernel", drt_op_name(t->op));
+}
+
+/* ---- backend table ------------------------------------------------------- */
+
+static drt_status ref_probe(int *n, char *why, size_t wn) {
+    *n = 1;
+    return DRT_OK;
+}
+
+static drt_status ref_device_name(int dev, char *buf, size_t n) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(buf, n, "host CPU (%ld cores; reference kernels, single-threaded)", ncpu);
+    return DRT_OK;
+}
+
+static drt_status ref_init(drt_backend *be, int dev) {
+    be->device = 0;
+    return DRT_OK;
+}
+
+static drt_status ref_buf_alloc(drt_backend *be, size_t size, drt_buffer *out) {
+    void *p = NULL;
+    size_t sz = (size + 63) & ~(size_t)63;
+    if (posix_memalign(&p, 64, sz) != 0 || !p)
+        return drt_set_error(DRT_ERR_OOM, "cpu: cannot allocate %zu bytes", size);
+    out->handle = p;
+    out->host = p;
+    out->size = size;
+    return DRT_OK;
+}
+
+static void ref_buf_free(drt_backend *be, drt_buffer *b) {
+    free(b->handle);
+    b->handle = b->host = NULL;
+}
+
+static drt_status ref_upload(drt_backend *be, drt_buffer *b, size_t off, const void *src, size_t n) {
+    memcpy((char *)b->host + off, src, n);
+    return DRT_OK;
+}
+
+static drt_status ref_download(drt_backend *be, const drt_buffer *b, size_t off, void *dst,
+                               size_t n) {
+    memcpy(dst, (const char *)b->host + off, n);
+    return DRT_OK;
+}
+
+static bool ref_supports(drt_backend *be, const drt_tensor *t) { return true; }
+
+static drt_status ref_compute(drt_backend *be, drt_tensor *const *nodes, int n, const drt_exec *ex) {
+    for (int i = 0; i < n; i++) {
+        drt_tensor *t = nodes[i];
+        void *srcs[DRT_MAX_SRC] = {0};
+        for (int j = 0; j < DRT_MAX_SRC; j++)
+            if (t->src[j]) srcs[j] = drt_host_ptr(t->src[j]);
+        drt_status s = drt_ref_run_node(t, drt_host_ptr(t), srcs, ex);
+        if (s != DRT_OK) return s;
+    }
+    return DRT_OK;
+}
+
+static drt_status ref_sync(drt_backend *be) { return DRT_OK; }
+
+const drt_backend_ops drt_ref_backend_ops = {
+    .name = "ref",
+    .probe = ref_probe,
+    .device_name = ref_device_name,
+    .init = ref_init,
+    .shutdown = NULL,
+    .buf_alloc = ref_buf_alloc,
+    .buf_free = ref_buf_free,
+    .upload = ref_upload,
+    .download = ref_download,
+    .supports = ref_supports,
+    .compute = ref_compute,
+    .synchronize = ref_sync,
+};
