@@ -235,6 +235,7 @@ static drt_status load_rows(ld_t *L, drt_host_weight *w, const char *name, int64
     char *d = malloc(rb * (size_t)rows);
     if (!d) return drt_set_error(DRT_ERR_OOM, "out of memory");
     for (int64_t r = 0; r < rows; r++) memcpy(d + rb * (size_t)r, (const char *)t->data + rb * (size_t)map[r], rb);
+    drt_st_release(t); /* the copy replaces the mapped original: no second resident copy */
     snprintf(w->name, sizeof w->name, "%s", name);
     w->type = t->dtype;
     w->nd = 2;

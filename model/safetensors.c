@@ -4,6 +4,7 @@
  * Every check here guards a read: nothing is read from the mapping before the
  * bounds it depends on have been checked against the file size. Offsets and
  * sizes are kept in uint64_t and compared without forming sums that can wrap. */
+#define _DEFAULT_SOURCE /* madvise */
 #include "safetensors.h"
 
 #include <errno.h>
@@ -717,4 +718,12 @@ done:
     free(buf);
     fclose(fp);
     return st;
+}
+
+void drt_st_release(const drt_st_tensor *t) {
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || !t->data) return;
+    uintptr_t a = (uintptr_t)t->data, e = a + t->nbytes;
+    uintptr_t lo = (a + (uintptr_t)page - 1) & ~((uintptr_t)page - 1), hi = e & ~((uintptr_t)page - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }

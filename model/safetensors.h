@@ -41,6 +41,11 @@ drt_status drt_st_open(const char *path, drt_st_file *out);
 void drt_st_close(drt_st_file *f);
 /* NULL when absent. */
 const drt_st_tensor *drt_st_find(const drt_st_file *f, const char *name);
+/* Tells the kernel the mapped pages that lie wholly inside t's data will not
+ * be read again (the loader copied them into another layout), so they leave
+ * the resident set; reading them later would still work (they come back from
+ * the file). */
+void drt_st_release(const drt_st_tensor *t);
 
 /* A set of safetensors files: either DIR/model.safetensors or the shards
  * listed in DIR/model.safetensors.index.json ("weight_map"). */

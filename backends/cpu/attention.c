@@ -27,7 +27,7 @@
 #define R 8           /* rows per micro-group */
 #define KV 2          /* vectors of keys per block */
 #define KB (KV * VL)  /* keys per block */
-#define QG 8          /* micro-groups per prefill task */
+#define QG 16          /* micro-groups per prefill task */
 #define DEC_T 2       /* up to this many queries: the decode path */
 
 typedef struct {
