@@ -5,14 +5,15 @@
  * A "row" below is one (query, map) pair: DIFF_ATTN has maps = 2 (A1 with
  * q[t,h,0] and k[.,g,0]; A2 with q[t,h,1] and k[.,g,m-1]), ATTN has maps = 1.
  *
- * Prefill (T > DEC_T): flash attention. A task is (head h, QG micro-groups of
- * R rows). For each key block of KB keys the task packs K^T of that block
- * once (maps x dk x KB, in cache) and every micro-group of the task then
- * runs an R x KB logits micro-kernel (q broadcasts times K^T vectors, no
- * horizontal sums), the online max/sum update with a vectorised exp, and an
- * R x dv += P . V micro-kernel on V rows read in place. Napkin math, causal:
- * ~2 * H * maps * (dk + dv) * (T*p0 + T*T/2) flops (the decomposed path does
- * 2x that and writes two (H,T,S) matrices).
+ * Prefill (T > DEC_T): flash attention with the queries in vector lanes. A
+ * task is (head h, VL queries); their q rows are transposed once into
+ * (maps, dk, VL). For each block of KB keys: logits = sum_d q^T[d] * k[j][d]
+ * (a K element broadcast per FMA, K read in place), the causal mask, the
+ * running max, exp, sums and rescaling as lane-wise vector ops (no
+ * horizontal reductions), and o^T (maps, dv, VL) += v[j][e] * p[j] with P
+ * still in registers. Napkin math, causal: ~2 * H * maps * (dk + dv) *
+ * (T*p0 + T*T/2) flops (the decomposed path does twice that, plus two
+ * (H,T,S) matrices written and read).
  *
  * Decode (T <= DEC_T): per (t, h) two passes over the visible keys: logits
  * by vector dot products, exp, then P . V with dv held in registers. When
@@ -24,183 +25,128 @@
 #include "cpu_fast.h"
 #include "simd.h"
 
-#define R 8           /* rows per micro-group */
-#define KV 2          /* vectors of keys per block */
-#define KB (KV * VL)  /* keys per block */
-#define QG 16          /* micro-groups per prefill task */
+#if VL >= 16
+#define KB 8          /* keys per block (registers: maps x KB vectors of P) */
+#else
+#define KB 4
+#endif
 #define DEC_T 2       /* up to this many queries: the decode path */
-
-typedef struct {
-    int t[R];        /* query index of each row */
-    const float *q[R];
-    int map[R];
-} rows_t;
 
 /* ---- prefill ------------------------------------------------------------------ */
 
-/* kt (maps, dk, KB) = K^T of keys j0..j0+KB of group g; keys >= S are zero */
-static void pack_kt(float *kt, const cpu_attn_args *a, int g, int j0) {
-    const int dk = a->dk, kb = a->S - j0 < KB ? a->S - j0 : KB;
-    for (int mp = 0; mp < a->maps; mp++) {
-        float *dst = kt + (int64_t)mp * dk * KB;
-        const int mk = a->m == 2 ? mp : 0;
-        for (int j = 0; j < kb; j++) {
-            const float *src = a->k + (((int64_t)(j0 + j) * a->G + g) * a->m + mk) * dk;
-            for (int d = 0; d < dk; d++) dst[d * KB + j] = src[d];
-        }
-        for (int j = kb; j < KB; j++)
-            for (int d = 0; d < dk; d++) dst[d * KB + j] = 0.0f;
-    }
-}
-
-/* One micro-group (rows rw) against key block j0: updates the running max
- * mx[R], sum l[R] and accumulators acc (R, dv). MAPS is a constant. */
-VINL void flash_block(const cpu_attn_args *a, const rows_t *rw, const float *kt, int g, int j0, float *mx, float *l,
-                      float *acc, float *P, int MAPS) {
+/* One flash step for the VL queries t0.. of head h (maps a constant): keys
+ * j0..j0+KB against the transposed queries qt (maps, dk, VL). Logits are
+ * VL-lane vectors (lane = query), so the running max m, the sums l and the
+ * rescaling are lane-wise vector ops; K rows are read in place, one element
+ * broadcast per FMA. o (maps, dv, VL) accumulates P.V for every lane. */
+VINL void flash_step(const cpu_attn_args *a, const float *qt, const float *const *krow, const float *const *vrow,
+                     vf pos, int j0, vf *m, vf *l, float *o, int MAPS) {
     const int dk = a->dk, dv = a->dv;
-    const float scale = 1.0f / sqrtf((float)dk);
-    vf s[R][KV];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
+    /* map 1's key of a row sits dk floats after map 0's (m = 2) or is the
+     * same key (m = 1): 8 row pointers serve both maps */
+    const int mo = a->m == 2 ? dk : 0;
+    vf p[2][KB];
 #pragma GCC unroll 2
-        for (int v = 0; v < KV; v++) s[r][v] = vzero();
+    for (int mp = 0; mp < MAPS; mp++)
+#pragma GCC unroll 8
+        for (int j = 0; j < KB; j++) p[mp][j] = vzero();
     for (int d = 0; d < dk; d++) {
-        vf k0[KV], k1[KV];
 #pragma GCC unroll 2
-        for (int v = 0; v < KV; v++) {
-            k0[v] = vload(kt + (int64_t)d * KB + v * VL);
-            k1[v] = MAPS == 2 ? vload(kt + ((int64_t)dk + d) * KB + v * VL) : k0[v];
-        }
+        for (int mp = 0; mp < MAPS; mp++) {
+            const vf q = vload(qt + ((int64_t)mp * dk + d) * VL);
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            vf qb = vset1(rw->q[r][d]);
+            for (int j = 0; j < KB; j++) p[mp][j] = vfma(q, vset1(krow[j][d + mp * mo]), p[mp][j]);
+        }
+    }
+    const vf scale = vset1(1.0f / sqrtf((float)dk)), ninf = vset1(-INFINITY), zero = vzero();
+    vf corr[2];
+    int changed = 0;
 #pragma GCC unroll 2
-            for (int v = 0; v < KV; v++) s[r][v] = vfma(qb, (MAPS == 2 && (r & 1)) ? k1[v] : k0[v], s[r][v]);
-        }
-    }
-    const int p0 = a->S - a->T;
-    float corr[R];
-    for (int r = 0; r < R; r++) {
-        float *pr = P + r * KB;
-        for (int v = 0; v < KV; v++) vstore(pr + v * VL, vmul(s[r][v], vset1(scale)));
-        /* keys past the row's position (or past S) are masked */
-        const int last = p0 + rw->t[r] - j0; /* last visible key in this block; < 0: none */
-        const int jm = last + 1 > 0 ? last + 1 : 0;
-        for (int j = jm; j < KB; j++) pr[j] = -INFINITY;
-        vf m = vload(pr);
-        for (int v = 1; v < KV; v++) m = vmax(m, vload(pr + v * VL));
-        float bm = vhmax(m), mnew = bm > mx[r] ? bm : mx[r];
-        corr[r] = expf(mx[r] - mnew); /* 0 on the first block (mx = -inf) */
-        mx[r] = mnew;
-        const vf mv = vset1(mnew);
-        for (int v = 0; v < KV; v++) vstore(pr + v * VL, vexp(vsub(vload(pr + v * VL), mv)));
-        for (int j = jm; j < KB; j++) pr[j] = 0.0f; /* exactly 0, not e^-87 */
-        vf sum = vload(pr);
-        for (int v = 1; v < KV; v++) sum = vadd(sum, vload(pr + v * VL));
-        l[r] = l[r] * corr[r] + vhsum(sum);
-    }
-    const int kb = a->S - j0 < KB ? a->S - j0 : KB;
-    const float *vb = a->v + (int64_t)g * dv;
-    const int64_t vs = (int64_t)a->G * dv; /* stride between keys */
-    int e = 0;
-    for (; e + 2 * VL <= dv; e += 2 * VL) {
-        vf o[R][2];
+    for (int mp = 0; mp < MAPS; mp++) {
+        vf mx = m[mp];
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            vf c = vset1(corr[r]);
-            o[r][0] = vmul(vload(acc + r * dv + e), c);
-            o[r][1] = vmul(vload(acc + r * dv + e + VL), c);
+        for (int j = 0; j < KB; j++) {
+            /* key j0+j is visible to a lane whose position is >= it (keys past S
+             * are past every position) */
+            p[mp][j] = vsel_le(vset1((float)(j0 + j)), pos, vmul(p[mp][j], scale), ninf);
+            mx = vmax(mx, p[mp][j]);
         }
-        for (int j = 0; j < kb; j++) {
-            const float *vj = vb + (int64_t)(j0 + j) * vs + e;
-            vf v0 = vload(vj), v1 = vload(vj + VL);
+        changed |= vhmax(vsub(mx, m[mp])) > 0.0f;
+        corr[mp] = vexp(vsub(m[mp], mx)); /* ~0 on the first block (m = -inf) */
+        m[mp] = mx;
+        vf sum = vzero();
 #pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                vf pb = vset1(P[r * KB + j]);
-                o[r][0] = vfma(pb, v0, o[r][0]);
-                o[r][1] = vfma(pb, v1, o[r][1]);
-            }
+        for (int j = 0; j < KB; j++) {
+            p[mp][j] = vsel_le(vset1((float)(j0 + j)), pos, vexp(vsub(p[mp][j], mx)), zero);
+            sum = vadd(sum, p[mp][j]);
+        }
+        l[mp] = vfma(l[mp], corr[mp], sum);
+    }
+    for (int e = 0; e < dv; e++) {
+        vf acc[2];
+#pragma GCC unroll 2
+        for (int mp = 0; mp < MAPS; mp++) {
+            acc[mp] = vload(o + ((int64_t)mp * dv + e) * VL);
+            if (changed) acc[mp] = vmul(acc[mp], corr[mp]);
         }
 #pragma GCC unroll 8
-        for (int r = 0; r < R; r++) {
-            vstore(acc + r * dv + e, o[r][0]);
-            vstore(acc + r * dv + e + VL, o[r][1]);
+        for (int j = 0; j < KB; j++) {
+            const vf v = vset1(vrow[j][e]);
+#pragma GCC unroll 2
+            for (int mp = 0; mp < MAPS; mp++) acc[mp] = vfma(p[mp][j], v, acc[mp]);
         }
-    }
-    for (; e < dv; e++)
-        for (int r = 0; r < R; r++) {
-            float o = acc[r * dv + e] * corr[r];
-            for (int j = 0; j < kb; j++) o += P[r * KB + j] * vb[(int64_t)(j0 + j) * vs + e];
-            acc[r * dv + e] = o;
-        }
-}
-
-/* rows of micro-group gi of head h: queries qpg*gi.., maps interleaved;
- * rows past T repeat the last query (computed, never written) */
-static void group_rows(const cpu_attn_args *a, int h, int gi, rows_t *rw) {
-    const int qpg = R / a->maps;
-    for (int r = 0; r < R; r++) {
-        int t = gi * qpg + r / a->maps;
-        if (t >= a->T) t = a->T - 1;
-        rw->t[r] = t;
-        rw->map[r] = r % a->maps;
-        rw->q[r] = a->q + (((int64_t)t * a->H + h) * a->maps + rw->map[r]) * a->dk;
+#pragma GCC unroll 2
+        for (int mp = 0; mp < MAPS; mp++) vstore(o + ((int64_t)mp * dv + e) * VL, acc[mp]);
     }
 }
 
-static void write_group(const cpu_attn_args *a, const rows_t *rw, int h, const float *l, const float *acc) {
-    const int dv = a->dv;
-    for (int r = 0; r < R; r += a->maps) {
-        const int t = rw->t[r];
-        if (r > 0 && t == rw->t[r - a->maps]) break; /* padding rows */
-        float *o = a->o + ((int64_t)t * a->H + h) * dv;
-        if (a->maps == 1) {
-            const float inv = 1.0f / l[r];
-            for (int e = 0; e < dv; e++) o[e] = acc[r * dv + e] * inv;
+/* queries t0..t0+VL of head h (lanes past T repeat the last query and are
+ * never written) */
+static void flash_group(const cpu_attn_args *a, float *scratch, int h, int t0) {
+    const int dk = a->dk, dv = a->dv, maps = a->maps, p0 = a->S - a->T;
+    const int g = (int)((int64_t)h * a->G / a->H);
+    const int nq = a->T - t0 < VL ? a->T - t0 : VL;
+    float *qt = scratch;                        /* (maps, dk, VL) */
+    float *o = qt + (int64_t)maps * dk * VL;    /* (maps, dv, VL) */
+    float *zrow = o + (int64_t)maps * dv * VL;  /* (max(2 dk, dv)) zeros: rows past S */
+    float posf[VL];
+    for (int i = 0; i < VL; i++) {
+        const int t = t0 + (i < nq ? i : nq - 1);
+        posf[i] = (float)(p0 + t);
+        for (int mp = 0; mp < maps; mp++) {
+            const float *q = a->q + (((int64_t)t * a->H + h) * maps + mp) * dk;
+            for (int d = 0; d < dk; d++) qt[((int64_t)mp * dk + d) * VL + i] = q[d];
+        }
+    }
+    memset(o, 0, sizeof(float) * (size_t)maps * dv * VL);
+    memset(zrow, 0, sizeof(float) * (size_t)(2 * dk > dv ? 2 * dk : dv));
+    const vf pos = vload(posf);
+    vf m[2] = {vset1(-INFINITY), vset1(-INFINITY)}, l[2] = {vzero(), vzero()};
+    const int kend = p0 + t0 + nq; /* keys the last query sees */
+    const float *krow[KB], *vrow[KB];
+    for (int j0 = 0; j0 < kend; j0 += KB) {
+        for (int j = 0; j < KB; j++) {
+            const int key = j0 + j;
+            krow[j] = key < a->S ? a->k + ((int64_t)key * a->G + g) * a->m * dk : zrow;
+            vrow[j] = key < a->S ? a->v + ((int64_t)key * a->G + g) * dv : zrow;
+        }
+        if (maps == 2) flash_step(a, qt, krow, vrow, pos, j0, m, l, o, 2);
+        else flash_step(a, qt, krow, vrow, pos, j0, m, l, o, 1);
+    }
+    float l0[VL], l1[VL];
+    vstore(l0, l[0]);
+    vstore(l1, l[1]);
+    for (int i = 0; i < nq; i++) {
+        const int t = t0 + i;
+        float *out = a->o + ((int64_t)t * a->H + h) * dv;
+        if (maps == 1) {
+            const float inv = 1.0f / l0[i];
+            for (int e = 0; e < dv; e++) out[e] = o[(int64_t)e * VL + i] * inv;
         } else {
             const float lam = a->lambda_th ? a->lambda_th[(int64_t)t * a->H + h] : a->lambda;
-            const float i1 = 1.0f / l[r], i2 = lam / l[r + 1];
-            for (int e = 0; e < dv; e++) o[e] = acc[r * dv + e] * i1 - acc[(r + 1) * dv + e] * i2;
+            const float i1 = 1.0f / l0[i], i2 = lam / l1[i];
+            for (int e = 0; e < dv; e++) out[e] = o[(int64_t)e * VL + i] * i1 - o[((int64_t)dv + e) * VL + i] * i2;
         }
-    }
-}
-
-static void flash_task(const cpu_attn_args *a, float *scratch, int h, int gfirst, int ng) {
-    const int dk = a->dk, dv = a->dv, p0 = a->S - a->T;
-    const int g = (int)((int64_t)h * a->G / a->H);
-    const int qpg = R / a->maps;
-    float *kt = scratch;                            /* (maps, dk, KB) */
-    float *P = kt + (int64_t)a->maps * dk * KB;     /* (R, KB) */
-    float *st = P + R * KB;                         /* per group: mx[R], l[R], acc (R, dv) */
-    const int64_t gs = 2 * R + (int64_t)R * dv;
-    rows_t rw[QG];
-    int kend[QG]; /* keys each group needs: p0 + its last query + 1 */
-    int kmax = 0;
-    for (int i = 0; i < ng; i++) {
-        group_rows(a, h, gfirst + i, &rw[i]);
-        float *s = st + i * gs;
-        for (int r = 0; r < R; r++) {
-            s[r] = -INFINITY;
-            s[R + r] = 0.0f;
-        }
-        memset(s + 2 * R, 0, sizeof(float) * (size_t)R * dv);
-        int tl = (gfirst + i + 1) * qpg - 1;
-        if (tl >= a->T) tl = a->T - 1;
-        kend[i] = p0 + tl + 1;
-        if (kend[i] > kmax) kmax = kend[i];
-    }
-    for (int j0 = 0; j0 < kmax; j0 += KB) {
-        pack_kt(kt, a, g, j0);
-        for (int i = 0; i < ng; i++) {
-            if (j0 >= kend[i]) continue;
-            float *s = st + i * gs;
-            if (a->maps == 2) flash_block(a, &rw[i], kt, g, j0, s, s + R, s + 2 * R, P, 2);
-            else flash_block(a, &rw[i], kt, g, j0, s, s + R, s + 2 * R, P, 1);
-        }
-    }
-    for (int i = 0; i < ng; i++) {
-        float *s = st + i * gs;
-        write_group(a, &rw[i], h, s + R, s + 2 * R);
     }
 }
 
@@ -350,23 +296,24 @@ void KFN(cpu_attn_combine)(void *args, int ith, int nth) {
 }
 
 void KFN(cpu_attn)(void *args, int ith, int nth) {
-    const cpu_attn_args *a = args;
+    cpu_attn_args *a = args;
     if (a->T <= DEC_T) {
         decode(a, ith, nth);
         return;
     }
-    const int qpg = R / a->maps;
-    const int ngrp = (a->T + qpg - 1) / qpg, nblk = (ngrp + QG - 1) / QG;
-    /* interleaved: causal tasks grow with the query block; each thread
-     * gets early and late ones */
-    for (int64_t task = ith; task < (int64_t)a->H * nblk; task += nth) {
-        const int h = (int)(task % a->H), b = (int)(task / a->H);
-        const int g0 = b * QG, ng = ngrp - g0 < QG ? ngrp - g0 : QG;
-        flash_task(a, a->scratch[ith], h, g0, ng);
+    /* groups of VL queries per head, taken from a shared counter (causal:
+     * later groups see more keys) */
+    const int ngrp = (a->T + VL - 1) / VL;
+    for (;;) {
+        const int64_t task = atomic_fetch_add(&a->next_task, 1);
+        if (task >= (int64_t)a->H * ngrp) break;
+        /* last query groups first: the longest tasks start early */
+        const int gi = ngrp - 1 - (int)(task / a->H), h = (int)(task % a->H);
+        flash_group(a, a->scratch[ith], h, gi * VL);
     }
 }
 
 int64_t KFN(cpu_attn_scratch_floats)(const cpu_attn_args *a) {
     if (a->T <= DEC_T) return 2 * (int64_t)a->S + (int64_t)a->maps * (2 + a->dv);
-    return (int64_t)a->maps * a->dk * KB + R * KB + (int64_t)QG * (2 * R + (int64_t)R * a->dv);
+    return (int64_t)a->maps * (a->dk + a->dv) * VL + (2 * a->dk > a->dv ? 2 * a->dk : a->dv);
 }

@@ -34,8 +34,8 @@ typedef struct {
     int nth;
     float **scratch; /* per thread */
     int64_t scratch_floats;
-    float *partial; /* attention split partials */
-    int64_t partial_floats;
+    float *shared; /* ensure_shared() */
+    int64_t shared_floats;
 } cpu_ctx;
 
 /* ---- choosing threads and ISA ---------------------------------------------- */
@@ -171,12 +171,15 @@ static drt_status ensure_scratch(cpu_ctx *c, int64_t floats) {
     return DRT_OK;
 }
 
-static drt_status ensure_partial(cpu_ctx *c, int64_t floats) {
-    if (floats <= c->partial_floats) return DRT_OK;
-    free(c->partial);
-    c->partial = malloc(sizeof(float) * (size_t)floats);
-    c->partial_floats = c->partial ? floats : 0;
-    return c->partial ? DRT_OK : drt_set_error(DRT_ERR_OOM, "cpu: cannot allocate attention partials");
+/* one grow-only buffer shared by all threads: packed x of a GEMM, or the
+ * partial results of a split attention */
+static drt_status ensure_shared(cpu_ctx *c, int64_t floats) {
+    if (floats <= c->shared_floats) return DRT_OK;
+    free(c->shared);
+    c->shared = NULL;
+    if (posix_memalign((void **)&c->shared, 64, sizeof(float) * (size_t)floats) != 0) c->shared = NULL;
+    c->shared_floats = c->shared ? floats : 0;
+    return c->shared ? DRT_OK : drt_set_error(DRT_ERR_OOM, "cpu: cannot allocate %lld floats of shared scratch", (long long)floats);
 }
 
 /* ---- PERMUTE, threaded over the outermost output axis ------------------------ */
@@ -245,10 +248,11 @@ static drt_status run_attn(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
     }
     drt_status s = ensure_scratch(c, c->k->attn_scratch_floats(&a));
     if (s == DRT_OK && a.n_split > 1)
-        s = ensure_partial(c, (int64_t)a.T * a.H * a.n_split * a.maps * (2 + a.dv));
+        s = ensure_shared(c, (int64_t)a.T * a.H * a.n_split * a.maps * (2 + a.dv));
     if (s != DRT_OK) return s;
     a.scratch = c->scratch;
-    a.partial = c->partial;
+    a.partial = c->shared;
+    atomic_init(&a.next_task, 0);
     cpu_pool_run(c->pool, c->k->attn, &a);
     if (a.n_split > 1) cpu_pool_run(c->pool, c->k->attn_combine, &a);
     return DRT_OK;
@@ -305,10 +309,13 @@ static drt_status run_node(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
             .scale = t->fp[0],
         };
         drt_status s = ensure_scratch(c, c->k->mm_scratch_floats(&m));
+        if (s == DRT_OK) s = ensure_shared(c, c->k->mm_xpack_floats(&m));
         if (s != DRT_OK) return s;
         m.scratch = c->scratch;
+        m.xpack = c->shared;
         atomic_init(&m.next_task, 0);
-        cpu_pool_run(c->pool, c->k->matmul, &m);
+        const int phases = c->k->mm_phases(&m);
+        for (m.phase = 2 - phases; m.phase < 2; m.phase++) cpu_pool_run(c->pool, c->k->matmul, &m);
         return DRT_OK;
     }
     case DRT_OP_ROPE:
@@ -317,15 +324,19 @@ static drt_status run_node(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
         e.d = (int)a->ne[2];
         cpu_pool_run(c->pool, c->k->rope, &e);
         return DRT_OK;
-    case DRT_OP_DUAL_SOFTMAX:
+    case DRT_OP_DUAL_SOFTMAX: {
         e.H = (int)a->ne[0];
         e.T = (int)a->ne[1];
         e.rows = a->ne[0] * a->ne[1];
         e.cols = a->ne[2];
         e.lambda = t->fp[0];
         e.c = t->src[2] ? drt_host_ptr(t->src[2]) : NULL;
+        drt_status s = ensure_scratch(c, e.cols);
+        if (s != DRT_OK) return s;
+        e.scratch = c->scratch;
         cpu_pool_run(c->pool, c->k->dual_softmax, &e);
         return DRT_OK;
+    }
     case DRT_OP_DIFF_ATTN:
     case DRT_OP_ATTN: return run_attn(c, t, ex);
     case DRT_OP_SWIGLU:
@@ -375,7 +386,7 @@ static void cpu_shutdown(drt_backend *be) {
     cpu_pool_free(c->pool);
     for (int i = 0; c->scratch && i < c->nth; i++) free(c->scratch[i]);
     free(c->scratch);
-    free(c->partial);
+    free(c->shared);
     free(c);
     be->ctx = NULL;
 }

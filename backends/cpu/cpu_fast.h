@@ -53,6 +53,8 @@ typedef struct {
     int B, Bw, T, N, K, trans_w;
     float scale;
     float **scratch;       /* per thread, cpu_mm_scratch_floats() each */
+    float *xpack;          /* shared, cpu_mm_xpack_floats() */
+    int phase;             /* GEMM: 0 packs x, 1 computes (cpu_mm_phases()) */
     atomic_int next_task;  /* GEMM: dynamic task counter, zeroed by the caller */
 } cpu_mm_args;
 
@@ -67,6 +69,7 @@ typedef struct {
     int n_split;           /* decode: key ranges per head (1: no split) */
     float *partial;        /* n_split > 1: (H, n_split, maps, 2 + dv) */
     float **scratch;       /* per thread, cpu_attn_scratch_floats() each */
+    atomic_int next_task;  /* prefill: dynamic task counter, zeroed by the caller */
 } cpu_attn_args;
 
 /* Row-wise and elementwise ops: one struct, fields used per op (backend.c). */
@@ -79,6 +82,7 @@ typedef struct {
     int64_t n, rows, cols;   /* elementwise: n; row ops: rows x cols */
     int T, H, d, p0;
     float eps, scale, lambda;
+    float **scratch; /* DUAL_SOFTMAX: per slice, cols floats */
 } cpu_ew_args;
 
 /* ---- one ISA's kernels ----------------------------------------------------- */
@@ -87,6 +91,8 @@ typedef struct {
     int vlen;        /* floats per vector */
     void (*matmul)(void *args, int ith, int nth); /* cpu_mm_args */
     int64_t (*mm_scratch_floats)(const cpu_mm_args *a);
+    int64_t (*mm_xpack_floats)(const cpu_mm_args *a);
+    int (*mm_phases)(const cpu_mm_args *a);
     void (*attn)(void *args, int ith, int nth); /* cpu_attn_args */
     void (*attn_combine)(void *args, int ith, int nth);
     int64_t (*attn_scratch_floats)(const cpu_attn_args *a);

@@ -96,34 +96,44 @@ void KFN(cpu_rope)(void *args, int ith, int nth) {
     }
 }
 
+/* e (n) = exp(s - max s), returns the sum; s may alias e */
+static float exp_row(float *e, const float *s, int64_t n) {
+    vf m = vset1(-INFINITY);
+    int64_t j = 0;
+    for (; j + VL <= n; j += VL) m = vmax(m, vload(s + j));
+    float mx = vhmax(m);
+    for (; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    const vf mv = vset1(mx);
+    vf sum = vzero();
+    for (j = 0; j + VL <= n; j += VL) {
+        vf x = vexp(vsub(vload(s + j), mv));
+        vstore(e + j, x);
+        sum = vadd(sum, x);
+    }
+    float ls = vhsum(sum);
+    for (; j < n; j++) ls += e[j] = expf(s[j] - mx);
+    return ls;
+}
+
 /* y, a s1, b s2 are (H, T, S = cols), p0 = S - T; c is lambda_th (T, H) or
- * NULL (scalar lambda). Threads split the H*T rows. */
+ * NULL (scalar lambda). Threads split the H*T rows; per row the second map's
+ * exps go to a scratch row (slice ith's), the first map's into y. */
 void KFN(cpu_dual_softmax)(void *args, int ith, int nth) {
     const cpu_ew_args *a = args;
     const int64_t S = a->cols, T = a->T, p0 = S - T;
+    float *e2 = a->scratch[ith];
     int64_t lo, hi;
     cpu_split(a->rows, 1, ith, nth, &lo, &hi);
     for (int64_t row = lo; row < hi; row++) {
         const int64_t h = row / T, t = row % T, n = p0 + t + 1;
-        const float *s[2] = {a->a + row * S, a->b + row * S};
         float *y = a->y + row * S;
-        float mx[2], sum[2];
-        for (int k = 0; k < 2; k++) {
-            mx[k] = -INFINITY;
-            for (int64_t j = 0; j < n; j++) mx[k] = s[k][j] > mx[k] ? s[k][j] : mx[k];
-            double acc = 0.0;
-            for (int64_t j = 0; j < n; j++) acc += expf(s[k][j] - mx[k]);
-            sum[k] = (float)acc;
-        }
+        const float l1 = exp_row(y, a->a + row * S, n), l2 = exp_row(e2, a->b + row * S, n);
         const float lam = a->c ? a->c[t * a->H + h] : a->lambda;
-        const float i1 = 1.0f / sum[0], i2 = lam / sum[1];
+        const float i1 = 1.0f / l1, i2 = lam / l2;
+        const vf v1 = vset1(i1), v2 = vset1(i2);
         int64_t j = 0;
-        const vf m0 = vset1(mx[0]), m1 = vset1(mx[1]), v1 = vset1(i1), v2 = vset1(i2);
-        for (; j + VL <= n; j += VL) {
-            vf e1 = vexp(vsub(vload(s[0] + j), m0)), e2 = vexp(vsub(vload(s[1] + j), m1));
-            vstore(y + j, vsub(vmul(e1, v1), vmul(e2, v2)));
-        }
-        for (; j < n; j++) y[j] = expf(s[0][j] - mx[0]) * i1 - expf(s[1][j] - mx[1]) * i2;
+        for (; j + VL <= n; j += VL) vstore(y + j, vsub(vmul(vload(y + j), v1), vmul(vload(e2 + j), v2)));
+        for (; j < n; j++) y[j] = y[j] * i1 - e2[j] * i2;
         for (j = n; j < S; j++) y[j] = 0.0f;
     }
 }

@@ -7,6 +7,8 @@
 
 void KFN(cpu_matmul)(void *args, int ith, int nth);
 int64_t KFN(cpu_mm_scratch_floats)(const cpu_mm_args *a);
+int64_t KFN(cpu_mm_xpack_floats)(const cpu_mm_args *a);
+int KFN(cpu_mm_phases)(const cpu_mm_args *a);
 void KFN(cpu_attn)(void *args, int ith, int nth);
 void KFN(cpu_attn_combine)(void *args, int ith, int nth);
 int64_t KFN(cpu_attn_scratch_floats)(const cpu_attn_args *a);
@@ -24,6 +26,8 @@ const cpu_kernels KFN(cpu_kernels) = {
     .vlen = VL,
     .matmul = KFN(cpu_matmul),
     .mm_scratch_floats = KFN(cpu_mm_scratch_floats),
+    .mm_xpack_floats = KFN(cpu_mm_xpack_floats),
+    .mm_phases = KFN(cpu_mm_phases),
     .attn = KFN(cpu_attn),
     .attn_combine = KFN(cpu_attn_combine),
     .attn_scratch_floats = KFN(cpu_attn_scratch_floats),

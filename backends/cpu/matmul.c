@@ -8,12 +8,13 @@
  *    columns; each weight row is streamed once, widened to f32 in registers,
  *    and dotted with every x row. Napkin math: the weights dominate, N*K
  *    elements read once per call: memory bound.
- *  - GEMM (prefill): cache-blocked over K (KC) and T (MC); a task packs a
- *    block of NB panels of NR weight columns, widened to f32, KC deep (the
- *    f16/bf16 -> f32 conversion happens here, a panel at a time, in cache;
- *    never a whole f32 copy of a weight), packs MR-row slivers of x, and runs
- *    an MR x NR register-blocked micro-kernel. Threads take tasks (batch,
- *    column block) from a shared counter. Napkin math: 2*B*T*N*K flops. */
+ *  - GEMM (prefill): x is packed once into MR-row slivers, KC deep, shared
+ *    by all threads (phase 0). Then threads take tasks (batch, block of NB
+ *    panels of NR weight columns) from a shared counter; per K block a task
+ *    packs its panels widened to f32 (the f16/bf16 -> f32 conversion happens
+ *    here, a panel at a time, in cache; never a whole f32 copy of a weight)
+ *    and runs an MR x NR register-blocked micro-kernel over every sliver.
+ *    Napkin math: 2*B*T*N*K flops. */
 #include <string.h>
 
 #include "cpu_fast.h"
@@ -29,7 +30,6 @@
 #define NV 2          /* vectors per micro-tile row */
 #define NR (NV * VL)  /* columns per panel */
 #define KC 256        /* depth of one packed block */
-#define MC (MR * 16)  /* x rows packed at a time */
 #define NB 4          /* panels per task */
 #define GEMV_T 8      /* up to this many x rows: the GEMV path */
 
@@ -116,10 +116,15 @@ VINL void pack_w(float *bp, const cpu_mm_args *a, const void *wb, int64_t n0, in
     const int N = a->N, K = a->K;
     const int nn = N - n0 < NR ? (int)(N - n0) : NR;
     if (!a->trans_w) {
-        /* w (N,K): row n is contiguous in k */
+        /* w (N,K): row n is contiguous in k; widened a vector at a time,
+         * then stored down the panel's column j */
+        float tmp[KC];
         for (int j = 0; j < nn; j++) {
             const int64_t row = (n0 + j) * K + k0;
-            for (int k = 0; k < kc; k++) bp[k * NR + j] = load_w1(wb, row + k, dt);
+            int k = 0;
+            for (; k + VL <= kc; k += VL) vstore(tmp + k, vload_w(wb, row + k, dt));
+            for (; k < kc; k++) tmp[k] = load_w1(wb, row + k, dt);
+            for (k = 0; k < kc; k++) bp[k * NR + j] = tmp[k];
         }
     } else {
         /* w (K,N): row k is contiguous in n */
@@ -137,18 +142,37 @@ VINL void pack_w(float *bp, const cpu_mm_args *a, const void *wb, int64_t n0, in
             for (int j = nn; j < NR; j++) bp[k * NR + j] = 0.0f;
 }
 
-/* ap (ceil(mc/MR), kc, MR): rows m0..m0+mc of x, columns k0..k0+kc, in
- * MR-row slivers; rows past mc are zero. */
-static void pack_x(float *ap, const float *x, int K, int m0, int mc, int k0, int kc) {
-    for (int s = 0; s < mc; s += MR) {
-        float *dst = ap + (int64_t)s * kc;
-        const int rows = mc - s < MR ? mc - s : MR;
-        for (int r = 0; r < rows; r++) {
-            const float *src = x + (int64_t)(m0 + s + r) * K + k0;
-            for (int k = 0; k < kc; k++) dst[k * MR + r] = src[k];
-        }
-        for (int r = rows; r < MR; r++)
-            for (int k = 0; k < kc; k++) dst[k * MR + r] = 0.0f;
+/* ap (kc, MR): rows m0..m0+MR of x (rows past T are zero), columns
+ * k0..k0+kc, one MR-row sliver */
+static void pack_x(float *ap, const float *x, int K, int T, int m0, int k0, int kc) {
+    const int rows = T - m0 < MR ? T - m0 : MR;
+    for (int r = 0; r < rows; r++) {
+        const float *src = x + (int64_t)(m0 + r) * K + k0;
+        for (int k = 0; k < kc; k++) ap[k * MR + r] = src[k];
+    }
+    for (int r = rows; r < MR; r++)
+        for (int k = 0; k < kc; k++) ap[k * MR + r] = 0.0f;
+}
+
+/* The packed x of every batch, shared by all tasks: per batch, per K block
+ * k0, per sliver s: (kc, MR) floats at xp_offset(). */
+static int64_t slivers(int T) { return (T + MR - 1) / MR; }
+static int64_t xp_batch(const cpu_mm_args *a) { return slivers(a->T) * MR * (int64_t)a->K; }
+static int64_t xp_offset(const cpu_mm_args *a, int b, int k0, int64_t s) {
+    const int kc = a->K - k0 < KC ? a->K - k0 : KC;
+    return b * xp_batch(a) + slivers(a->T) * MR * (int64_t)k0 + s * MR * kc;
+}
+
+/* phase 1: threads pack disjoint (batch, K block, sliver) units */
+static void pack_all_x(const cpu_mm_args *a, int ith, int nth) {
+    const int64_t ns = slivers(a->T), nk = (a->K + KC - 1) / KC;
+    int64_t lo, hi;
+    cpu_split((int64_t)a->B * nk * ns, 1, ith, nth, &lo, &hi);
+    for (int64_t u = lo; u < hi; u++) {
+        const int b = (int)(u / (nk * ns)), k0 = (int)(u / ns % nk) * KC;
+        const int64_t s = u % ns;
+        const int kc = a->K - k0 < KC ? a->K - k0 : KC;
+        pack_x(a->xpack + xp_offset(a, b, k0, s), a->x + (int64_t)b * a->T * a->K, a->K, a->T, (int)s * MR, k0, kc);
     }
 }
 
@@ -194,29 +218,28 @@ static void ukernel(int kc, const float *restrict ap, const float *restrict bp, 
         }
 }
 
-static void gemm_task(const cpu_mm_args *a, float *scratch, int b, int64_t nblk, drt_dtype dt) {
+/* phase 2, one task: columns nblk*NB*NR .. +NB*NR of batch b; for each K
+ * block the task's NB weight panels are packed once (in L2) and every x
+ * sliver runs against them (the sliver stays in L1 across the panels) */
+static void gemm_task(const cpu_mm_args *a, float *bp, int b, int64_t nblk, drt_dtype dt) {
     const int N = a->N, K = a->K, T = a->T;
-    float *bp = scratch;                       /* (NB, KC, NR) */
-    float *ap = scratch + (int64_t)NB * KC * NR; /* (MC/MR, KC, MR) */
     const int64_t bw = (int64_t)b * a->Bw / a->B;
     const void *wb = (const char *)a->w + bw * (int64_t)N * K * (int64_t)drt_dtype_size(dt);
-    const float *xb = a->x + (int64_t)b * T * K;
     float *yb = a->y + (int64_t)b * T * N;
-    const int64_t n_first = nblk * NB * NR;
+    const int64_t n_first = nblk * NB * NR, ns = slivers(T);
     int np = 0;
     for (int p = 0; p < NB && n_first + (int64_t)p * NR < N; p++) np++;
     for (int k0 = 0; k0 < K; k0 += KC) {
         const int kc = K - k0 < KC ? K - k0 : KC;
         for (int p = 0; p < np; p++) pack_w(bp + (int64_t)p * KC * NR, a, wb, n_first + (int64_t)p * NR, k0, kc, dt);
-        for (int m0 = 0; m0 < T; m0 += MC) {
-            const int mc = T - m0 < MC ? T - m0 : MC;
-            pack_x(ap, xb, K, m0, mc, k0, kc);
+        for (int64_t s = 0; s < ns; s++) {
+            const float *ap = a->xpack + xp_offset(a, b, k0, s);
+            const int mr = T - (int)s * MR < MR ? T - (int)s * MR : MR;
             for (int p = 0; p < np; p++) {
                 const int64_t n0 = n_first + (int64_t)p * NR;
                 const int nr = N - n0 < NR ? (int)(N - n0) : NR;
-                for (int s = 0; s < mc; s += MR)
-                    ukernel(kc, ap + (int64_t)s * kc, bp + (int64_t)p * KC * NR, yb + (int64_t)(m0 + s) * N + n0, N,
-                            k0 == 0, k0 + kc == K, a->scale, mc - s < MR ? mc - s : MR, nr);
+                ukernel(kc, ap, bp + (int64_t)p * KC * NR, yb + s * MR * N + n0, N, k0 == 0, k0 + kc == K, a->scale,
+                        mr, nr);
             }
         }
     }
@@ -237,6 +260,8 @@ static void gemm(cpu_mm_args *a, int ith) {
 
 static int use_gemv(const cpu_mm_args *a) { return a->T <= GEMV_T && !a->trans_w; }
 
+/* Runs as two pool jobs for the GEMM path: phase 0 packs x (a->phase = 0),
+ * phase 1 computes; the GEMV path needs only phase 1. */
 void KFN(cpu_matmul)(void *args, int ith, int nth) {
     cpu_mm_args *a = args;
     if (a->K == 0) {
@@ -246,9 +271,16 @@ void KFN(cpu_matmul)(void *args, int ith, int nth) {
         return;
     }
     if (use_gemv(a)) gemv(a, ith, nth);
+    else if (a->phase == 0) pack_all_x(a, ith, nth);
     else gemm(a, ith);
 }
 
-int64_t KFN(cpu_mm_scratch_floats)(const cpu_mm_args *a) {
-    return use_gemv(a) ? 0 : (int64_t)NB * KC * NR + (int64_t)MC * KC;
+/* per-thread scratch: NB packed weight panels */
+int64_t KFN(cpu_mm_scratch_floats)(const cpu_mm_args *a) { return use_gemv(a) ? 0 : (int64_t)NB * KC * NR; }
+
+/* shared: packed x (0 when the GEMV path runs, or K == 0) */
+int64_t KFN(cpu_mm_xpack_floats)(const cpu_mm_args *a) {
+    return use_gemv(a) || a->K == 0 ? 0 : (int64_t)a->B * xp_batch(a);
 }
+
+int KFN(cpu_mm_phases)(const cpu_mm_args *a) { return use_gemv(a) || a->K == 0 ? 1 : 2; }

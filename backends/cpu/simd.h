@@ -3,6 +3,7 @@
  *   vf          a vector of VL floats
  *   vload/vstore/vset1/vzero, vadd/vsub/vmul/vdiv1/vmax, vfma(a,b,c) = a*b + c
  *   vhsum/vhmax horizontal sum / max
+ *   vsel_le(j,pos,x,fill)  per lane: j <= pos ? x : fill
  *   vload_f16/vload_bf16  VL half-precision weights widened to f32
  *   vexp        e^x, relative error ~2e-7 (Cephes expf polynomial), x <= 88
  * Internal to backends/cpu; only the per-ISA kernel files include it. */
@@ -29,6 +30,7 @@ VINL vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 VINL vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
 VINL vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
 VINL vf vdiv1(vf a, vf b) { return _mm512_div_ps(a, b); }
+VINL vf vsel_le(vf j, vf pos, vf x, vf fill) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(j, pos, _CMP_LE_OQ), fill, x); }
 VINL vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 VINL float vhsum(vf v) { return _mm512_reduce_add_ps(v); }
 VINL float vhmax(vf v) { return _mm512_reduce_max_ps(v); }
@@ -54,6 +56,7 @@ VINL vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
 VINL vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
 VINL vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
 VINL vf vdiv1(vf a, vf b) { return _mm256_div_ps(a, b); }
+VINL vf vsel_le(vf j, vf pos, vf x, vf fill) { return _mm256_blendv_ps(fill, x, _mm256_cmp_ps(j, pos, _CMP_LE_OQ)); }
 VINL vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 VINL float vhsum(vf v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -91,6 +94,7 @@ VINL vf vsub(vf a, vf b) { return vsubq_f32(a, b); }
 VINL vf vmul(vf a, vf b) { return vmulq_f32(a, b); }
 VINL vf vmax(vf a, vf b) { return vmaxq_f32(a, b); }
 VINL vf vdiv1(vf a, vf b) { return vdivq_f32(a, b); }
+VINL vf vsel_le(vf j, vf pos, vf x, vf fill) { return vbslq_f32(vcleq_f32(j, pos), x, fill); }
 VINL vf vfma(vf a, vf b, vf c) { return vfmaq_f32(c, a, b); }
 VINL float vhsum(vf v) { return vaddvq_f32(v); }
 VINL float vhmax(vf v) { return vmaxvq_f32(v); }
@@ -121,6 +125,10 @@ VINL vf vmul(vf a, vf b) { return a * b; }
 VINL vf vmax(vf a, vf b) { return (vf){a[0] > b[0] ? a[0] : b[0], a[1] > b[1] ? a[1] : b[1], a[2] > b[2] ? a[2] : b[2], a[3] > b[3] ? a[3] : b[3]}; }
 VINL vf vfma(vf a, vf b, vf c) { return a * b + c; }
 VINL vf vdiv1(vf a, vf b) { return a / b; }
+VINL vf vsel_le(vf j, vf pos, vf x, vf fill) {
+    return (vf){j[0] <= pos[0] ? x[0] : fill[0], j[1] <= pos[1] ? x[1] : fill[1], j[2] <= pos[2] ? x[2] : fill[2],
+                j[3] <= pos[3] ? x[3] : fill[3]};
+}
 VINL float vhsum(vf v) { return (v[0] + v[1]) + (v[2] + v[3]); }
 VINL float vhmax(vf v) {
     float a = v[0] > v[1] ? v[0] : v[1], b = v[2] > v[3] ? v[2] : v[3];
