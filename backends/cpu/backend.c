@@ -7,6 +7,8 @@
  * - Kernels compiled per ISA (cpu_fast.h), the best one the CPU supports
  *   chosen at run time; DIFFRT_CPU_ISA=avx512|avx2|neon|generic forces one
  *   (an ISA the CPU lacks is an error, never a silent downgrade).
+ * - DIFFRT_CPU_PRECISION=bf16 runs prefill GEMMs on AVX512-BF16 dot
+ *   products (declared reduced precision); the default f32 mode meets 1e-8.
  * - Weights are used in place: buf_wrap makes a tensor's buffer point at the
  *   caller's memory (the model's mmapped checkpoint), nothing is copied.
  * - Scratch memory grows to the largest shape seen and is then reused: a
@@ -32,6 +34,7 @@ typedef struct {
     cpu_pool *pool;
     const cpu_kernels *k;
     int nth;
+    int bf16; /* DIFFRT_CPU_PRECISION=bf16: prefill GEMMs on bf16 dot products */
     float **scratch; /* per thread */
     int64_t scratch_floats;
     float *shared; /* ensure_shared() */
@@ -150,6 +153,27 @@ static drt_status pick_isa(const cpu_kernels **out) {
         }
     *out = &cpu_kernels_generic;
     return DRT_OK;
+}
+
+/* DIFFRT_CPU_PRECISION: "f32" (default; every op within 1e-8 of the
+ * reference) or "bf16" (prefill MATMULs round x and w to bf16 and use
+ * AVX512-BF16 dot products, a declared reduced-precision mode, DESIGN.md
+ * section 6; needs the avx512 kernels on a CPU with AVX512-BF16) */
+static drt_status pick_precision(const cpu_kernels *k, int *bf16) {
+    const char *p = getenv("DIFFRT_CPU_PRECISION");
+    *bf16 = 0;
+    if (!p || !*p || strcmp(p, "f32") == 0) return DRT_OK;
+    if (strcmp(p, "bf16") != 0)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "DIFFRT_CPU_PRECISION: expected \"f32\" or \"bf16\", got \"%s\"", p);
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (k == &cpu_kernels_avx512 && __builtin_cpu_supports("avx512bf16")) {
+        *bf16 = 1;
+        return DRT_OK;
+    }
+#endif
+    return drt_set_error(DRT_ERR_UNAVAILABLE, "DIFFRT_CPU_PRECISION=bf16 needs the avx512 kernels on a CPU with AVX512-BF16 (%s kernels in use%s)",
+                         k->isa, k->vlen == 16 ? ", no avx512bf16" : "");
 }
 
 /* ---- scratch ------------------------------------------------------------------ */
@@ -308,6 +332,7 @@ static drt_status run_node(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
             .trans_w = t->ip[0],
             .scale = t->fp[0],
         };
+        m.bf16 = c->bf16 && !m.trans_w;
         drt_status s = ensure_scratch(c, c->k->mm_scratch_floats(&m));
         if (s == DRT_OK) s = ensure_shared(c, c->k->mm_xpack_floats(&m));
         if (s != DRT_OK) return s;
@@ -370,13 +395,13 @@ static drt_status cpu_probe(int *n, char *why, size_t wn) {
 }
 
 static drt_status cpu_device_name(int dev, char *buf, size_t n) {
-    int nth = 0;
+    int nth = 0, bf16 = 0;
     const cpu_kernels *k = NULL;
-    if (pick_threads(0, &nth) != DRT_OK || pick_isa(&k) != DRT_OK) {
+    if (pick_threads(0, &nth) != DRT_OK || pick_isa(&k) != DRT_OK || pick_precision(k, &bf16) != DRT_OK) {
         snprintf(buf, n, "host CPU (%s)", drt_last_error());
         return DRT_OK;
     }
-    snprintf(buf, n, "host CPU (%d threads, %s kernels)", nth, k->isa);
+    snprintf(buf, n, "host CPU (%d threads, %s kernels, %s)", nth, k->isa, bf16 ? "bf16 prefill GEMM" : "f32");
     return DRT_OK;
 }
 
@@ -395,13 +420,16 @@ static drt_status cpu_init(drt_backend *be, int dev) {
     be->device = 0;
     int nth = 0;
     const cpu_kernels *k = NULL;
+    int bf16 = 0;
     drt_status s = pick_threads(be->threads, &nth);
     if (s == DRT_OK) s = pick_isa(&k);
+    if (s == DRT_OK) s = pick_precision(k, &bf16);
     if (s != DRT_OK) return s;
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c) return drt_set_error(DRT_ERR_OOM, "out of memory");
     be->ctx = c;
     c->k = k;
+    c->bf16 = bf16;
     c->nth = nth;
     c->scratch = calloc((size_t)nth, sizeof *c->scratch);
     c->pool = c->scratch ? cpu_pool_new(nth) : NULL;
@@ -461,6 +489,13 @@ static drt_status cpu_compute(drt_backend *be, drt_tensor *const *nodes, int n, 
 
 static drt_status cpu_sync(drt_backend *be) { return DRT_OK; }
 
+/* DESIGN.md section 6: 1e-8 everywhere in the f32 mode; the bf16 mode
+ * declares 5e-4 for MATMUL */
+static double cpu_nmse_bound(drt_backend *be, const drt_tensor *t) {
+    const cpu_ctx *c = be->ctx;
+    return c->bf16 && t->op == DRT_OP_MATMUL ? 5e-4 : 1e-8;
+}
+
 const drt_backend_ops drt_cpu_backend_ops = {
     .name = "cpu",
     .probe = cpu_probe,
@@ -475,4 +510,5 @@ const drt_backend_ops drt_cpu_backend_ops = {
     .supports = cpu_supports,
     .compute = cpu_compute,
     .synchronize = cpu_sync,
+    .nmse_bound = cpu_nmse_bound,
 };

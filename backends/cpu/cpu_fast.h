@@ -52,6 +52,7 @@ typedef struct {
     drt_dtype wt;
     int B, Bw, T, N, K, trans_w;
     float scale;
+    int bf16;              /* GEMM in the bf16 mode (avx512 kernels on an AVX512-BF16 CPU only) */
     float **scratch;       /* per thread, cpu_mm_scratch_floats() each */
     float *xpack;          /* shared, cpu_mm_xpack_floats() */
     int phase;             /* GEMM: 0 packs x, 1 computes (cpu_mm_phases()) */

@@ -32,6 +32,11 @@
 #define KC 256        /* depth of one packed block */
 #define NB 4          /* panels per task */
 #define GEMV_T 8      /* up to this many x rows: the GEMV path */
+#if defined(DRT_ISA_avx512)
+#define HAVE_BF16 1   /* the bf16 mode's kernels (below) */
+#else
+#define HAVE_BF16 0
+#endif
 
 /* ---- GEMV: T <= GEMV_T, w (N,K) ------------------------------------------------ */
 
@@ -154,48 +159,9 @@ static void pack_x(float *ap, const float *x, int K, int T, int m0, int k0, int 
         for (int k = 0; k < kc; k++) ap[k * MR + r] = 0.0f;
 }
 
-/* The packed x of every batch, shared by all tasks: per batch, per K block
- * k0, per sliver s: (kc, MR) floats at xp_offset(). */
-static int64_t slivers(int T) { return (T + MR - 1) / MR; }
-static int64_t xp_batch(const cpu_mm_args *a) { return slivers(a->T) * MR * (int64_t)a->K; }
-static int64_t xp_offset(const cpu_mm_args *a, int b, int k0, int64_t s) {
-    const int kc = a->K - k0 < KC ? a->K - k0 : KC;
-    return b * xp_batch(a) + slivers(a->T) * MR * (int64_t)k0 + s * MR * kc;
-}
-
-/* phase 1: threads pack disjoint (batch, K block, sliver) units */
-static void pack_all_x(const cpu_mm_args *a, int ith, int nth) {
-    const int64_t ns = slivers(a->T), nk = (a->K + KC - 1) / KC;
-    int64_t lo, hi;
-    cpu_split((int64_t)a->B * nk * ns, 1, ith, nth, &lo, &hi);
-    for (int64_t u = lo; u < hi; u++) {
-        const int b = (int)(u / (nk * ns)), k0 = (int)(u / ns % nk) * KC;
-        const int64_t s = u % ns;
-        const int kc = a->K - k0 < KC ? a->K - k0 : KC;
-        pack_x(a->xpack + xp_offset(a, b, k0, s), a->x + (int64_t)b * a->T * a->K, a->K, a->T, (int)s * MR, k0, kc);
-    }
-}
-
-/* c (mr, nr) of row stride ldc (mr <= MR, nr <= NR) = (first ? 0 : c) + ap . bp,
- * then times scale when last. ap (kc, MR), bp (kc, NR). */
-static void ukernel(int kc, const float *restrict ap, const float *restrict bp, float *c, int64_t ldc,
-                    int first, int last, float scale, int mr, int nr) {
-    vf acc[MR][NV];
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; r++)
-#pragma GCC unroll 2
-        for (int v = 0; v < NV; v++) acc[r][v] = vzero();
-    for (int k = 0; k < kc; k++) {
-        vf b[NV];
-#pragma GCC unroll 2
-        for (int v = 0; v < NV; v++) b[v] = vload(bp + k * NR + v * VL);
-#pragma GCC unroll 8
-        for (int r = 0; r < MR; r++) {
-            vf ar = vset1(ap[k * MR + r]);
-#pragma GCC unroll 2
-            for (int v = 0; v < NV; v++) acc[r][v] = vfma(ar, b[v], acc[r][v]);
-        }
-    }
+/* c (mr, nr) of row stride ldc (mr <= MR, nr <= NR) = (first ? 0 : c) + acc,
+ * then times scale when last */
+VINL void store_tile(vf acc[MR][NV], float *c, int64_t ldc, int first, int last, float scale, int mr, int nr) {
     const vf sc = vset1(scale);
     if (mr == MR && nr == NR) {
 #pragma GCC unroll 8
@@ -218,6 +184,130 @@ static void ukernel(int kc, const float *restrict ap, const float *restrict bp, 
         }
 }
 
+/* c (mr, nr) += ap . bp as store_tile says; ap (kc, MR), bp (kc, NR) */
+static void ukernel(int kc, const float *restrict ap, const float *restrict bp, float *c, int64_t ldc,
+                    int first, int last, float scale, int mr, int nr) {
+    vf acc[MR][NV];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) acc[r][v] = vzero();
+    for (int k = 0; k < kc; k++) {
+        vf b[NV];
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) b[v] = vload(bp + k * NR + v * VL);
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            vf ar = vset1(ap[k * MR + r]);
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) acc[r][v] = vfma(ar, b[v], acc[r][v]);
+        }
+    }
+    store_tile(acc, c, ldc, first, last, scale, mr, nr);
+}
+
+#if defined(DRT_ISA_avx512)
+/* ---- the bf16 mode (DIFFRT_CPU_PRECISION=bf16, AVX512-BF16 CPUs only) ----------
+ * x and the weight panel are rounded to bf16 and packed as pairs along k;
+ * VDPBF16PS adds two products per f32 lane, twice the FMA's work per
+ * instruction. Declared reduced precision (backend.c nmse_bound). Only
+ * these functions carry the avx512bf16 target; the backend calls them only
+ * on a CPU that has it. */
+#define BF16_FN __attribute__((target("avx512bf16")))
+
+/* (x0, x1) -> one 32-bit lane: x0 in the low half (the first product) */
+static inline uint32_t bf16_pair(float x0, float x1) {
+    return (uint32_t)drt_f32_to_bf16(x0) | (uint32_t)drt_f32_to_bf16(x1) << 16;
+}
+
+/* ap ((kc+1)/2, MR) pairs of rows m0..m0+MR of x; rows past T are zero */
+static void pack_x_bf16(uint32_t *ap, const float *x, int K, int T, int m0, int k0, int kc) {
+    const int rows = T - m0 < MR ? T - m0 : MR, kp = (kc + 1) / 2;
+    for (int r = 0; r < MR; r++) {
+        const float *src = x + (int64_t)(m0 + r) * K + k0;
+        for (int k = 0; k < kp; k++)
+            ap[k * MR + r] = r < rows ? bf16_pair(src[2 * k], 2 * k + 1 < kc ? src[2 * k + 1] : 0.0f) : 0u;
+    }
+}
+
+/* bp ((kc+1)/2, NR) pairs of columns n0..n0+NR of w^T (w (N,K) only; the
+ * bf16 mode sends trans_w to the f32 path); bf16 weights are copied as they
+ * are, f32/f16 ones rounded */
+static void pack_w_bf16(uint32_t *bp, const cpu_mm_args *a, const void *wb, int64_t n0, int k0, int kc, drt_dtype dt) {
+    const int N = a->N, K = a->K, kp = (kc + 1) / 2;
+    const int nn = N - n0 < NR ? (int)(N - n0) : NR;
+    float tmp[KC + 1];
+    for (int j = 0; j < nn; j++) {
+        const int64_t row = (n0 + j) * K + k0;
+        if (dt == DRT_BF16) {
+            const uint16_t *w = (const uint16_t *)wb + row;
+            for (int k = 0; k < kp; k++)
+                bp[k * NR + j] = (uint32_t)w[2 * k] | (2 * k + 1 < kc ? (uint32_t)w[2 * k + 1] << 16 : 0u);
+            continue;
+        }
+        int k = 0;
+        for (; k + VL <= kc; k += VL) vstore(tmp + k, vload_w(wb, row + k, dt));
+        for (; k < kc; k++) tmp[k] = load_w1(wb, row + k, dt);
+        tmp[kc] = 0.0f;
+        for (k = 0; k < kp; k++) bp[k * NR + j] = bf16_pair(tmp[2 * k], tmp[2 * k + 1]);
+    }
+    for (int k = 0; k < kp; k++)
+        for (int j = nn; j < NR; j++) bp[k * NR + j] = 0u;
+}
+
+BF16_FN static void ukernel_bf16(int kc, const uint32_t *restrict ap, const uint32_t *restrict bp, float *c,
+                                 int64_t ldc, int first, int last, float scale, int mr, int nr) {
+    const int kp = (kc + 1) / 2;
+    vf acc[MR][NV];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) acc[r][v] = vzero();
+    for (int k = 0; k < kp; k++) {
+        __m512bh b[NV];
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) b[v] = (__m512bh)_mm512_loadu_si512(bp + k * NR + v * VL);
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            const __m512bh ar = (__m512bh)_mm512_set1_epi32((int)ap[k * MR + r]);
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], ar, b[v]);
+        }
+    }
+    store_tile(acc, c, ldc, first, last, scale, mr, nr);
+}
+#endif
+
+/* The packed x of every batch, shared by all tasks: per batch, per K block
+ * k0, per sliver s: (kc, MR) floats at xp_offset(). */
+static int64_t slivers(int T) { return (T + MR - 1) / MR; }
+static int64_t xp_batch(const cpu_mm_args *a) { return slivers(a->T) * MR * (int64_t)a->K; }
+static int64_t xp_offset(const cpu_mm_args *a, int b, int k0, int64_t s) {
+    const int kc = a->K - k0 < KC ? a->K - k0 : KC;
+    return b * xp_batch(a) + slivers(a->T) * MR * (int64_t)k0 + s * MR * kc;
+}
+
+/* phase 1: threads pack disjoint (batch, K block, sliver) units */
+static void pack_all_x(const cpu_mm_args *a, int ith, int nth) {
+    const int64_t ns = slivers(a->T), nk = (a->K + KC - 1) / KC;
+    int64_t lo, hi;
+    cpu_split((int64_t)a->B * nk * ns, 1, ith, nth, &lo, &hi);
+    for (int64_t u = lo; u < hi; u++) {
+        const int b = (int)(u / (nk * ns)), k0 = (int)(u / ns % nk) * KC;
+        const int64_t s = u % ns;
+        const int kc = a->K - k0 < KC ? a->K - k0 : KC;
+        float *dst = a->xpack + xp_offset(a, b, k0, s);
+        const float *xb = a->x + (int64_t)b * a->T * a->K;
+#if HAVE_BF16
+        if (a->bf16) {
+            pack_x_bf16((uint32_t *)dst, xb, a->K, a->T, (int)s * MR, k0, kc);
+            continue;
+        }
+#endif
+        pack_x(dst, xb, a->K, a->T, (int)s * MR, k0, kc);
+    }
+}
+
 /* phase 2, one task: columns nblk*NB*NR .. +NB*NR of batch b; for each K
  * block the task's NB weight panels are packed once (in L2) and every x
  * sliver runs against them (the sliver stays in L1 across the panels) */
@@ -231,15 +321,32 @@ static void gemm_task(const cpu_mm_args *a, float *bp, int b, int64_t nblk, drt_
     for (int p = 0; p < NB && n_first + (int64_t)p * NR < N; p++) np++;
     for (int k0 = 0; k0 < K; k0 += KC) {
         const int kc = K - k0 < KC ? K - k0 : KC;
-        for (int p = 0; p < np; p++) pack_w(bp + (int64_t)p * KC * NR, a, wb, n_first + (int64_t)p * NR, k0, kc, dt);
+        for (int p = 0; p < np; p++) {
+            float *panel = bp + (int64_t)p * KC * NR;
+#if HAVE_BF16
+            if (a->bf16) {
+                pack_w_bf16((uint32_t *)panel, a, wb, n_first + (int64_t)p * NR, k0, kc, dt);
+                continue;
+            }
+#endif
+            pack_w(panel, a, wb, n_first + (int64_t)p * NR, k0, kc, dt);
+        }
         for (int64_t s = 0; s < ns; s++) {
             const float *ap = a->xpack + xp_offset(a, b, k0, s);
             const int mr = T - (int)s * MR < MR ? T - (int)s * MR : MR;
             for (int p = 0; p < np; p++) {
                 const int64_t n0 = n_first + (int64_t)p * NR;
                 const int nr = N - n0 < NR ? (int)(N - n0) : NR;
-                ukernel(kc, ap, bp + (int64_t)p * KC * NR, yb + s * MR * N + n0, N, k0 == 0, k0 + kc == K, a->scale,
-                        mr, nr);
+                float *cp = yb + s * MR * N + n0;
+                const float *panel = bp + (int64_t)p * KC * NR;
+#if HAVE_BF16
+                if (a->bf16) {
+                    ukernel_bf16(kc, (const uint32_t *)ap, (const uint32_t *)panel, cp, N, k0 == 0, k0 + kc == K,
+                                 a->scale, mr, nr);
+                    continue;
+                }
+#endif
+                ukernel(kc, ap, panel, cp, N, k0 == 0, k0 + kc == K, a->scale, mr, nr);
             }
         }
     }
