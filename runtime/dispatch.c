@@ -8,9 +8,10 @@
  * ONE arena buffer, placed greedily (largest first, at the lowest offset
  * where it overlaps no placed tensor whose lifetime intersects its own).
  * Lifetimes are inclusive, so a node's result never shares storage with
- * its own inputs. An intermediate no node reads is a result the host
- * wants: it lives to the end of the graph. Everything else (leaves, flagged
- * tensors) keeps a buffer of its own.
+ * its own inputs, and extended by one node (see plan_offsets). An
+ * intermediate no node reads is a result the host wants: it lives to the
+ * end of the graph. Everything else (leaves, flagged tensors) keeps a
+ * buffer of its own.
  *
  * A node the backend does not support runs on the CPU reference: its inputs
  * are downloaded into host mirrors, the reference computes, the result is
@@ -106,8 +107,13 @@ static size_t plan_offsets(const drt_graph *g, interval *iv, int n) {
             r->read = 1;
         }
     }
+    /* bytes freed by node i's reads are reused from node i + 2 on: a GPU
+     * backend that records node i + 1 beside node i without a barrier
+     * (independent dispatches) need not order a write of i + 1 after a read
+     * of i (Vulkan: 30 barriers per decode step of the diff_v2 fixture
+     * instead of 36, for about 10% more arena) */
     for (int k = 0; k < n; k++)
-        if (!iv[k].read) iv[k].last = g->n_nodes - 1;
+        iv[k].last = iv[k].read ? iv[k].last + 1 : g->n_nodes - 1;
     qsort(iv, (size_t)n, sizeof *iv, by_size);
     interval **live = malloc(sizeof *live * (size_t)(n ? n : 1));
     if (!live) return (size_t)-1;

@@ -6,8 +6,9 @@
  *   - the layout, checked against lifetimes computed here, independently of
  *     the planner: every intermediate is in the arena, at a multiple of 256,
  *     inside it; flagged tensors and leaves are not; and no two arena
- *     tensors whose lifetimes [written, last read of it or of a view of it]
- *     intersect have overlapping bytes (every pair is compared);
+ *     tensors whose lifetimes [written, last read of it or of a view of it
+ *     + 1] intersect have overlapping bytes (every pair is compared; the + 1:
+ *     bytes a node reads are not written by the next node);
  *   - the arena is smaller than the sum of the intermediates it replaces
  *     (where the case allows reuse at all);
  *   - results: every intermediate is poisoned with NaN, the graph runs twice,
@@ -195,13 +196,15 @@ static const drt_tensor *base_of(const drt_tensor *t) {
     return t->view_src ? t->view_src : t;
 }
 
-/* last node reading t or a view of t; the end of the graph when none does */
+/* the node after the last one reading t or a view of t (whose bytes it
+ * must not write: a GPU may run the two without a barrier); the end of the
+ * graph when no node reads t */
 static int last_use(const drt_graph *g, const drt_tensor *t) {
     int last = -1;
     for (int i = 0; i < g->n_nodes; i++)
         for (int j = 0; j < DRT_MAX_SRC; j++)
             if (g->nodes[i]->src[j] && base_of(g->nodes[i]->src[j]) == t) last = i;
-    return last < 0 ? g->n_nodes - 1 : last;
+    return last < 0 ? g->n_nodes - 1 : last + 1;
 }
 
 /* 0 when the layout is sound, else a reason in why */
