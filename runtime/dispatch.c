@@ -91,6 +91,7 @@ static bool plannable(const drt_tensor *t) {
 /* Lifetimes and offsets of g's intermediates into iv (sorted by size);
  * returns the arena size, or (size_t)-1 when out of memory. */
 static size_t plan_offsets(const drt_graph *g, interval *iv, int n) {
+    if (n <= 0) return 0;
     qsort(iv, (size_t)n, sizeof *iv, by_ptr);
     for (int i = 0; i < g->n_nodes; i++) {
         const drt_tensor *t = g->nodes[i];
@@ -115,7 +116,7 @@ static size_t plan_offsets(const drt_graph *g, interval *iv, int n) {
     for (int k = 0; k < n; k++)
         iv[k].last = iv[k].read ? iv[k].last + 1 : g->n_nodes - 1;
     qsort(iv, (size_t)n, sizeof *iv, by_size);
-    interval **live = malloc(sizeof *live * (size_t)(n ? n : 1));
+    interval **live = malloc(sizeof *live * (size_t)n);
     if (!live) return (size_t)-1;
     size_t top = 0;
     for (int k = 0; k < n; k++) {
