@@ -41,7 +41,8 @@ static const char *USAGE =
     "  --seed S          sampler seed (default 0)\n"
     "  --no-stop         do not stop at the model's eos token\n"
     "                    (with text, eos is the config's eos_token_id, else the tokenizer's)\n"
-    "  -v, --verbose     print per-op CPU fallback counts\n"
+    "  -v, --verbose     print per-op CPU fallback counts and the prefill's activation\n"
+    "                    memory (planned arena vs one buffer per intermediate)\n"
     "\n"
     "  diffrt conform [--backend LIST] [--op LIST] [--require LIST] [--models DIR]\n"
     "                 [--json FILE] [--list] [--perf [--repeats N] [--warmup N]]\n"
@@ -356,6 +357,7 @@ static int cmd_run(int argc, char **argv) {
         goto done;
     }
     double t1 = now_s();
+    size_t act_unplanned = 0, act = drt_session_activation_bytes(s, &act_unplanned); /* prefill's */
     int generated = 0;
     for (long i = 0; i < n_gen; i++) {
         int32_t tok = drt_sampler_sample(smp, logits);
@@ -397,6 +399,9 @@ static int cmd_run(int argc, char **argv) {
     if (nfb || verbose)
         fprintf(stderr, "backend %s: %d node runs fell back to the CPU reference%s%s\n", backend, nfb,
                 nfb ? ": " : "", fb);
+    if (verbose)
+        fprintf(stderr, "activations: %.2f MiB planned (%.2f MiB without reuse)\n", act / 1048576.0,
+                act_unplanned / 1048576.0);
     rc = 0;
 done:
     free(logits);

@@ -245,6 +245,11 @@ drt_status drt_session_last_attention(drt_session *s, float *weights) {
 
 int drt_session_pos(const drt_session *s) { return s->pos; }
 
+size_t drt_session_activation_bytes(const drt_session *s, size_t *unplanned) {
+    const drt_forward_graph *f = s->last ? s->last : &s->decode;
+    return drt_plan_arena_bytes(f->plan, unplanned);
+}
+
 int drt_session_fallbacks(const drt_session *s, char *lines, size_t n) {
     int64_t total = 0;
     size_t o = 0;

@@ -25,8 +25,8 @@ typedef struct {
     drt_plan *plan;
     drt_tensor *ids;    /* (T) i32 */
     drt_tensor *logits; /* (T, V) or (1, V) */
-    /* per layer, kept for attention probes (every tensor keeps its own
-     * storage, so these hold the last run's values): q after RoPE,
+    /* per layer, kept for attention probes (flagged DRT_TF_OUTPUT, so they
+     * keep their own storage and hold the last run's values): q after RoPE,
      * (T, H*maps, dk); lambda (T, H) for diff-v2, else NULL */
     drt_tensor **q_rope, **lambda;
 } drt_forward_graph;

@@ -335,6 +335,9 @@ static drt_status build_case(const ccase *c, built *b) {
     if (!b->node) return drt_set_error(g->err ? g->err : DRT_ERR_INVALID_ARG, "conform case %s %s: %s",
                                        drt_op_name(c->op), b->desc, drt_last_error());
     b->out = c->op == DRT_OP_KV_WRITE ? b->node->src[1] : b->node;
+    /* read after the run, and poisoned before it: its own storage, so no
+     * earlier node of a multi-node case writes over the poison */
+    b->out->flags |= DRT_TF_OUTPUT;
     return DRT_OK;
 }
 

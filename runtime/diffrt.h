@@ -113,6 +113,10 @@ int drt_session_pos(const drt_session *s);
  * backend, per op name, since the session was created. Returns the total;
  * when lines != NULL writes "OP=count" pairs separated by spaces. */
 int drt_session_fallbacks(const drt_session *s, char *lines, size_t n);
+/* Activation memory of the last forward's graph (the decode graph before
+ * any forward): bytes of its planned arena, and in *unplanned (when not
+ * NULL) the sum of the intermediates' sizes without reuse. */
+size_t drt_session_activation_bytes(const drt_session *s, size_t *unplanned);
 /* The attention of the last token of the last forward over every position
  * 0..pos-1, averaged over layers and heads (the paper's Table 3 quantity):
  * softmax(q.k/sqrt(dk)) for the transformer, the differential map

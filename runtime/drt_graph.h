@@ -34,7 +34,7 @@ typedef enum {
 typedef enum {
     DRT_TF_WEIGHT = 1, /* uploaded once, owned by the model's weight set */
     DRT_TF_INPUT = 2,  /* written by the host before each run */
-    DRT_TF_OUTPUT = 4, /* read by the host after each run */
+    DRT_TF_OUTPUT = 4, /* read by the host after each run: keeps storage of its own */
     DRT_TF_CACHE = 8,  /* persistent across runs (KV cache) */
 } drt_tensor_flags;
 
@@ -211,11 +211,22 @@ drt_status drt_alloc_tensors(drt_backend *be, drt_tensor **ts, int n);
 /* A plan binds a graph to a backend: it allocates every tensor the graph
  * owns, decides per node whether the backend runs it or the CPU reference
  * does (a fallback, counted), and sets up host mirrors for fallbacks. Built
- * once per graph; drt_plan_run does no allocation. */
+ * once per graph; drt_plan_run does no allocation.
+ *
+ * Intermediates (node results without a DRT_TF_* flag) share one arena
+ * buffer where their lifetimes do not overlap, so after a run only these
+ * hold their values: flagged tensors, leaves, and results no node reads.
+ * A tensor the host reads after a run that some node also reads must be
+ * flagged DRT_TF_OUTPUT before the plan is created. */
 typedef struct drt_plan drt_plan;
 
 drt_status drt_plan_create(drt_graph *g, drt_backend *be, drt_plan **out);
+/* Frees the arena and detaches the graph's tensors from it: call it before
+ * drt_graph_free of its graph. */
 void drt_plan_free(drt_plan *p);
+/* Bytes of the arena; *unplanned (when not NULL) receives the sum of the
+ * intermediates' sizes it replaces (one buffer each without planning). */
+size_t drt_plan_arena_bytes(const drt_plan *p, size_t *unplanned);
 drt_status drt_plan_run(drt_plan *p, const drt_exec *ex);
 /* per-op count of nodes routed to the CPU reference in this plan */
 int drt_plan_fallback_count(const drt_plan *p, drt_op op);

@@ -42,7 +42,7 @@ static void check_fixture(const char *dir, const char *name, const char *backend
     }
     drt_model *m = NULL;
     drt_session *s = NULL;
-    float *lg = NULL, *lg2 = NULL;
+    float *lg = NULL, *lg2 = NULL, *w = NULL, *w2 = NULL;
     if (drt_model_load(dir, &m) != DRT_OK) {
         DRT_CHECK(0, "%s: load: %s", name, drt_last_error());
         goto done;
@@ -85,7 +85,7 @@ static void check_fixture(const char *dir, const char *name, const char *backend
     /* 1b. attention probe of the last token: a distribution over positions
      * (transformer: sums to 1; diff-v1: sums to 1 - mean lambda) */
     {
-        float *w = malloc(sizeof(float) * (size_t)T);
+        w = malloc(sizeof(float) * (size_t)T);
         drt_fill_nan(w, T);
         DRT_CHECK(drt_session_last_attention(s, w) == DRT_OK, "%s: probe: %s", name, drt_last_error());
         double sum = 0, want = 1;
@@ -97,8 +97,8 @@ static void check_fixture(const char *dir, const char *name, const char *backend
         }
         DRT_CHECK(drt_all_finite(w, T), "%s: probe has non-finite weights", name);
         if (I.arch != DRT_ARCH_DIFF_V2)
-            DRT_CHECK(fabs(sum - want) < 1e-5, "%s: probe sums to %.6f, expected %.6f", name, sum, want);
-        free(w);
+            DRT_CHECK(fabs(sum - want) < 1e-5, "%s: probe sums to %.6f, expected %.6f", name, sum,
+                      want);
     }
 
     /* 2. token by token through our cache, against the source's cached decode */
@@ -112,6 +112,17 @@ static void check_fixture(const char *dir, const char *name, const char *backend
     e = drt_nmse(lg2, ref_dec, (int64_t)T * V);
     printf("%-24s %-12s %-5s decode  NMSE %.3e\n", name, I.layout_name, drt_dtype_name(I.weight_dtype), e);
     DRT_CHECK(e <= F32_BOUND, "%s: decode logits NMSE %.3e > %.0e", name, e, F32_BOUND);
+
+    /* 2b. the probe after decoding token by token equals the one after the
+     * prefill: both read the last token's q (and lambda) that the graph kept
+     * for the host, which the sum check above cannot tell */
+    w2 = malloc(sizeof(float) * (size_t)T);
+    drt_fill_nan(w2, T);
+    DRT_CHECK(drt_session_last_attention(s, w2) == DRT_OK, "%s: probe after decode: %s", name,
+              drt_last_error());
+    e = drt_nmse(w2, w, T);
+    DRT_CHECK(e <= SELF_BOUND, "%s: probe after decode vs after prefill NMSE %.3e > %.0e", name, e,
+              SELF_BOUND);
 
     /* 3. prefill of the first half, then decode: equals the full prefill */
     drt_session_reset(s);
@@ -148,6 +159,8 @@ static void check_fixture(const char *dir, const char *name, const char *backend
 done:
     free(lg);
     free(lg2);
+    free(w);
+    free(w2);
     drt_session_free(s);
     drt_model_free(m);
     drt_st_close(&ex);

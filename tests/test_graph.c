@@ -133,6 +133,9 @@ static void fused_vs_decomposed(const char *backend, const attn_case *c) {
     drt_tensor *lam = c->per_token ? drt_new_tensor_2d(g, DRT_F32, c->T, c->H, "lambda") : NULL;
     drt_tensor *fused = drt_diff_attn(g, q, k, v, 0.37f, lam);
     drt_tensor *dec = drt_diff_attn_decomposed(g, q, k, v, 0.37f, lam);
+    /* both are poisoned before the run and read after it */
+    if (fused) fused->flags |= DRT_TF_OUTPUT;
+    if (dec) dec->flags |= DRT_TF_OUTPUT;
     drt_plan *p = NULL;
     DRT_CHECK(g->err == DRT_OK && drt_plan_create(g, be, &p) == DRT_OK, "plan: %s", drt_last_error());
     if (p) {

@@ -14,10 +14,14 @@
  *   compute               records the run of nodes into ONE command buffer:
  *                         per node a cached pipeline (per shader and
  *                         specialization constants), a cached descriptor set
- *                         (per set of buffers), push constants (element
- *                         offsets, shapes, p0) and a dispatch, preceded by a
- *                         buffer memory barrier only when it depends on an
- *                         earlier dispatch.
+ *                         (per set of bound ranges: each tensor's bytes,
+ *                         from its offset rounded down to 256), push
+ *                         constants (element offsets inside those ranges,
+ *                         shapes, p0) and a dispatch, preceded by a buffer
+ *                         memory barrier only when it depends on an earlier
+ *                         dispatch (ranges overlap: tensors that share the
+ *                         runtime's activation arena at disjoint offsets
+ *                         do not order each other).
  *   synchronize           one vkQueueSubmit, one fence wait; then the status
  *                         buffer (errors a shader found, e.g. an EMBED id out
  *                         of range) is checked.
@@ -587,10 +591,13 @@ static drt_status get_pipeline(vk_ctx *c, vk_shader sh, const uint32_t *spec, in
 
 /* ---- descriptor sets: one per distinct set of buffers, cached ---------------------- */
 
-static uint32_t ds_hash(const uint32_t ids[5]) {
+static uint32_t ds_hash(const vk_range key[5]) {
     uint32_t h = 2166136261u;
-    for (int i = 0; i < 5; i++)
-        h = (h ^ ids[i]) * 16777619u;
+    for (int i = 0; i < 5; i++) {
+        h = (h ^ (uint32_t)key[i].id) * 16777619u;
+        h = (h ^ (uint32_t)key[i].off) * 16777619u;
+        h = (h ^ (uint32_t)key[i].size) * 16777619u;
+    }
     return h % VK_DS_BUCKETS;
 }
 
@@ -624,13 +631,11 @@ static drt_status new_set(vk_ctx *c, VkDescriptorSet *out) {
     return DRT_OK;
 }
 
-static drt_status get_set(vk_ctx *c, const vk_buf *const bufs[5], VkDescriptorSet *out) {
-    uint32_t ids[5];
-    for (int i = 0; i < 5; i++)
-        ids[i] = bufs[i]->id;
-    uint32_t h = ds_hash(ids);
+static drt_status get_set(vk_ctx *c, const vk_buf *const bufs[5], const vk_range key[5],
+                          VkDescriptorSet *out) {
+    uint32_t h = ds_hash(key);
     for (int e = c->buckets[h]; e >= 0; e = c->dsets[e].next)
-        if (memcmp(c->dsets[e].ids, ids, sizeof ids) == 0) {
+        if (memcmp(c->dsets[e].key, key, sizeof c->dsets[e].key) == 0) {
             *out = c->dsets[e].set;
             return DRT_OK;
         }
@@ -653,8 +658,10 @@ static drt_status get_set(vk_ctx *c, const vk_buf *const bufs[5], VkDescriptorSe
     VkDescriptorBufferInfo bi[VK_N_BIND];
     VkWriteDescriptorSet w[VK_N_BIND];
     for (int i = 0; i < VK_N_BIND; i++) {
-        const vk_buf *b = i < 5 ? bufs[i] : &c->status;
-        bi[i] = (VkDescriptorBufferInfo){b->buf, 0, VK_WHOLE_SIZE};
+        if (i < 5)
+            bi[i] = (VkDescriptorBufferInfo){bufs[i]->buf, key[i].off, key[i].size};
+        else
+            bi[i] = (VkDescriptorBufferInfo){c->status.buf, 0, VK_WHOLE_SIZE};
         w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
                                       .dstSet = c->dsets[e].set,
                                       .dstBinding = (uint32_t)i,
@@ -663,7 +670,7 @@ static drt_status get_set(vk_ctx *c, const vk_buf *const bufs[5], VkDescriptorSe
                                       .pBufferInfo = &bi[i]};
     }
     c->f.vkUpdateDescriptorSets(c->dev, VK_N_BIND, w, 0, NULL);
-    memcpy(c->dsets[e].ids, ids, sizeof ids);
+    memcpy(c->dsets[e].key, key, sizeof c->dsets[e].key);
     c->dsets[e].next = c->buckets[h];
     c->buckets[h] = e;
     g_count.descriptor_sets++;
@@ -680,7 +687,7 @@ static void forget_sets(vk_ctx *c, uint32_t id) {
             vk_dset *d = &c->dsets[*link];
             bool hit = false;
             for (int i = 0; i < 5; i++)
-                hit |= d->ids[i] == id;
+                hit |= d->key[i].id == id;
             if (!hit) {
                 link = &d->next;
                 continue;
@@ -726,7 +733,7 @@ drt_status vk_scratch(vk_ctx *c, size_t bytes, const drt_tensor **out) {
 }
 
 uint32_t vk_eoff(const drt_tensor *t) {
-    return (uint32_t)(t->offs / drt_dtype_size(t->type));
+    return (uint32_t)(t->offs % VK_BIND_ALIGN / drt_dtype_size(t->type));
 }
 
 vk_shader vk_sg_variant(const vk_ctx *c, vk_shader sh) {
@@ -758,17 +765,40 @@ static const vk_buf *buf_of(const vk_ctx *c, const drt_tensor *t) {
     return t ? (const vk_buf *)t->buf->handle : &c->dummy;
 }
 
-/* Dependencies are tracked per buffer: every binding covers a whole buffer,
- * so that is what a dispatch accesses as far as Vulkan (and the validation
- * layer) can tell, and each buffer holds one tensor anyway (views share
- * their base's). */
-static bool pending(const vk_use *list, int n, uint32_t id) {
+/* The bytes a dispatch binds for t: from t->offs rounded down to
+ * VK_BIND_ALIGN (vk_eoff is the element offset from there) to t's end
+ * rounded up to 16 bytes (buffers are sized in 16s), within the buffer.
+ * A NULL slot binds the whole dummy buffer. */
+static vk_range range_of(const vk_ctx *c, const drt_tensor *t) {
+    const vk_buf *b = buf_of(c, t);
+    if (!t) return (vk_range){b->id, 0, b->size};
+    uint64_t off = t->offs / VK_BIND_ALIGN * VK_BIND_ALIGN;
+    uint64_t end = ((uint64_t)t->offs + drt_nbytes(t) + 15) / 16 * 16;
+    if (end > b->size) end = b->size;
+    if (end <= off) return (vk_range){b->id, 0, b->size}; /* empty: nothing is accessed */
+    return (vk_range){b->id, off, end - off};
+}
+
+/* Dependencies are tracked per bound range: that is what a dispatch
+ * accesses as far as Vulkan (and the synchronization validation layer) can
+ * tell. Tensors in separate buffers never conflict; tensors in the same
+ * buffer (views of one base, or the activation arena) conflict when their
+ * ranges overlap. */
+static bool pending(const vk_use *list, int n, const vk_range *r) {
     for (int i = 0; i < n; i++)
-        if (list[i].id == id) return true;
+        if (list[i].r.id == r->id && list[i].r.off < r->off + r->size &&
+            r->off < list[i].r.off + list[i].r.size)
+            return true;
     return false;
 }
 
-/* A barrier covering every buffer written since the last one: those writes
+static void add_use(vk_use *list, int *n, const vk_range *r, VkBuffer buf) {
+    for (int i = 0; i < *n; i++)
+        if (memcmp(&list[i].r, r, sizeof *r) == 0) return;
+    list[(*n)++] = (vk_use){*r, buf};
+}
+
+/* A barrier covering every range written since the last one: those writes
  * become visible to later shader reads and writes (and later writes wait
  * for earlier reads). */
 static void barrier(vk_ctx *c) {
@@ -781,8 +811,8 @@ static void barrier(vk_ctx *c) {
                                         .srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
                                         .dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
                                         .buffer = c->pend_w[i].buf,
-                                        .offset = 0,
-                                        .size = VK_WHOLE_SIZE};
+                                        .offset = c->pend_w[i].r.off,
+                                        .size = c->pend_w[i].r.size};
     c->f.vkCmdPipelineBarrier(c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                               VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 0, NULL,
                               (uint32_t)c->n_pend_w, bm, 0, NULL);
@@ -804,26 +834,28 @@ drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec,
     if (s != DRT_OK) return s;
     const vk_buf *bufs[5] = {buf_of(c, b->src[0]), buf_of(c, b->src[1]), buf_of(c, b->src[2]),
                              buf_of(c, b->src[3]), buf_of(c, b->dst)};
+    const vk_range key[5] = {range_of(c, b->src[0]), range_of(c, b->src[1]), range_of(c, b->src[2]),
+                             range_of(c, b->src[3]), range_of(c, b->dst)};
     VkDescriptorSet set;
-    s = get_set(c, bufs, &set);
+    s = get_set(c, bufs, key, &set);
     if (s != DRT_OK) return s;
 
     /* hazards against the dispatches recorded since the last barrier:
      * read-after-write, write-after-write, write-after-read */
-    const vk_buf *wr[2] = {bufs[4], b->status ? &c->status : NULL}; /* written */
+    const vk_range st = {c->status.id, 0, c->status.size};
+    const vk_range *wr[2] = {&key[4], b->status ? &st : NULL}; /* written */
+    const VkBuffer wbuf[2] = {bufs[4]->buf, c->status.buf};
     bool dep = c->n_pend_w + 2 > VK_MAX_PENDING || c->n_pend_r + 4 > VK_MAX_PENDING;
     for (int i = 0; i < 2 && !dep; i++)
-        dep = wr[i] && (pending(c->pend_w, c->n_pend_w, wr[i]->id) ||
-                        pending(c->pend_r, c->n_pend_r, wr[i]->id));
+        dep = wr[i] &&
+              (pending(c->pend_w, c->n_pend_w, wr[i]) || pending(c->pend_r, c->n_pend_r, wr[i]));
     for (int i = 0; i < 4 && !dep; i++)
-        dep = b->src[i] && pending(c->pend_w, c->n_pend_w, bufs[i]->id);
+        dep = b->src[i] && pending(c->pend_w, c->n_pend_w, &key[i]);
     if (dep) barrier(c);
     for (int i = 0; i < 4; i++)
-        if (b->src[i] && !pending(c->pend_r, c->n_pend_r, bufs[i]->id))
-            c->pend_r[c->n_pend_r++] = (vk_use){bufs[i]->id, bufs[i]->buf};
+        if (b->src[i]) add_use(c->pend_r, &c->n_pend_r, &key[i], bufs[i]->buf);
     for (int i = 0; i < 2; i++)
-        if (wr[i] && !pending(c->pend_w, c->n_pend_w, wr[i]->id))
-            c->pend_w[c->n_pend_w++] = (vk_use){wr[i]->id, wr[i]->buf};
+        if (wr[i]) add_use(c->pend_w, &c->n_pend_w, wr[i], wbuf[i]);
 
     c->f.vkCmdBindPipeline(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
     c->f.vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->layout, 0, 1, &set, 0,
@@ -902,6 +934,13 @@ static drt_status init_device(vk_ctx *c, int device) {
                              "vulkan: %s supports Vulkan %u.%u; diffrt needs 1.1", d.p.deviceName,
                              VK_API_VERSION_MAJOR(d.p.apiVersion),
                              VK_API_VERSION_MINOR(d.p.apiVersion));
+    if (d.p.limits.minStorageBufferOffsetAlignment > VK_BIND_ALIGN)
+        return drt_set_error(DRT_ERR_UNSUPPORTED,
+                             "vulkan: %s wants storage buffer offsets aligned to %llu bytes; "
+                             "diffrt binds at multiples of %d",
+                             d.p.deviceName,
+                             (unsigned long long)d.p.limits.minStorageBufferOffsetAlignment,
+                             VK_BIND_ALIGN);
     c->props = d.p;
     c->mem = d.mem;
     c->subgroup_size = d.sg.subgroupSize;
@@ -1045,11 +1084,6 @@ static drt_status vk_download(drt_backend *be, const drt_buffer *b, size_t off, 
     return transfer(be->ctx, b->handle, off, dst, n, false);
 }
 
-/* the base tensor's byte size: what its buffer holds */
-static size_t base_bytes(const drt_tensor *t) {
-    return drt_nbytes(t->view_src ? t->view_src : t);
-}
-
 static bool vk_supports(drt_backend *be, const drt_tensor *t) {
     const vk_ctx *c = be->ctx;
     const VkDeviceSize max_range = c->props.limits.maxStorageBufferRange;
@@ -1057,10 +1091,10 @@ static bool vk_supports(drt_backend *be, const drt_tensor *t) {
     for (int i = 0; i < 1 + DRT_MAX_SRC; i++) {
         const drt_tensor *x = all[i];
         if (!x) continue;
-        /* whole buffers are bound; element offsets and indices are 32-bit */
-        size_t bytes = base_bytes(x);
-        if (bytes + 16 > max_range ||
-            drt_nelem(x->view_src ? x->view_src : x) >= (int64_t)UINT32_MAX)
+        /* each tensor's bytes are bound from its offset rounded down to
+         * VK_BIND_ALIGN; element offsets and indices are 32-bit */
+        if (drt_nbytes(x) + VK_BIND_ALIGN + 16 > max_range ||
+            drt_nelem(x) >= (int64_t)UINT32_MAX - VK_BIND_ALIGN)
             return false;
         if (x->view_offs % drt_dtype_size(x->type)) return false;
     }

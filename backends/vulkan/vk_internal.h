@@ -61,6 +61,10 @@ typedef enum { VK_SHADER_LIST(VK_SHADER_ENUM) VK_N_SHADERS } vk_shader;
 #define VK_PUSH_BYTES 128
 #define VK_MAX_PENDING 64 /* unbarriered ranges tracked before a forced barrier */
 #define VK_DS_BUCKETS 1024
+/* A binding starts at its tensor's byte offset rounded down to this: the
+ * spec caps minStorageBufferOffsetAlignment at 256 (init checks it), and the
+ * runtime's arena places every intermediate at a multiple of 256. */
+#define VK_BIND_ALIGN 256
 
 /* what drt_buffer.handle points at */
 typedef struct {
@@ -76,16 +80,21 @@ typedef struct {
     VkPipeline pipe;
 } vk_pipe;
 
-/* a descriptor set, keyed by the ids of the buffers at bindings 0..4 */
+/* the bytes [off, off + size) of buffer id that one binding covers */
 typedef struct {
-    uint32_t ids[5];
+    uint64_t id, off, size;
+} vk_range;
+
+/* a descriptor set, keyed by the ranges bound at bindings 0..4 */
+typedef struct {
+    vk_range key[5];
     VkDescriptorSet set;
     int next; /* bucket chain or free list; -1 ends */
 } vk_dset;
 
-/* a buffer read or written by a recorded dispatch since the last barrier */
+/* a range read or written by a recorded dispatch since the last barrier */
 typedef struct {
-    uint32_t id;
+    vk_range r;
     VkBuffer buf;
 } vk_use;
 
@@ -155,12 +164,15 @@ typedef struct {
 /* Records one dispatch of shader sh specialized with spec[0..nspec) (spec[0]
  * is the workgroup size, spec[1] use-subgroups), push constants pc[0..pcn),
  * grid gx*gy*gz, inserting a barrier first when it depends on an earlier
- * dispatch of the same command buffer. Creates the pipeline and the
- * descriptor set the first time they are needed, never again. */
+ * dispatch of the same command buffer (a bound range overlapping one an
+ * earlier dispatch wrote, or a written range overlapping one it read).
+ * Creates the pipeline and the descriptor set the first time they are
+ * needed, never again. */
 drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec, const vk_binds *b,
                        const void *pc, uint32_t pcn, uint32_t gx, uint32_t gy, uint32_t gz);
 
-/* element offset of t inside its buffer (t->offs / element size) */
+/* element offset of t inside its binding, which starts at t->offs rounded
+ * down to VK_BIND_ALIGN: what the shaders add to their indices */
 uint32_t vk_eoff(const drt_tensor *t);
 /* the scratch buffer as a tensor of at least bytes (grows, never shrinks) */
 drt_status vk_scratch(vk_ctx *c, size_t bytes, const drt_tensor **out);
