@@ -32,6 +32,7 @@ D="$B/diffrt"
 [ -x "$B/bench/bench_membw" ] || { echo "run_cpu: no $B/bench/bench_membw: build the bench targets" >&2; exit 1; }
 python3 python/bench/make_models.py --out "$MODELS" >&2
 export DIFFRT_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS
+export TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$(dirname "$OUT")"
@@ -67,23 +68,24 @@ for M in diffllama-134m llama-134m; do
   echo "### $M"
   echo '```'
   for r in $(seq "$REPS"); do
-    "$D" run --model "$MD" --tokens "$IDS" -n 65 --no-stop --ctx 576 2>"$TMP/e" >/dev/null
+    "$D" run --model "$MD" --tokens "$IDS" -n 65 --no-stop --ctx 577 2>"$TMP/e" >/dev/null
     toks prefill <"$TMP/e" >>"$TMP/$M.cpu.pre"; toks decode <"$TMP/e" >>"$TMP/$M.cpu.dec"
     for dt in f32 bf16; do
-      python3 python/bench/torch_bench.py --model "$MD" --threads "$THREADS" --dtype $dt --prompt 512 --new 64 --repeats 1 >"$TMP/t"
+      python3 python/bench/torch_bench.py --model "$MD" --threads "$THREADS" --dtype $dt --prompt 512 --new 64 --repeats 1 >"$TMP/t" 2>"$TMP/terr" ||
+        { echo "torch $dt failed:"; cat "$TMP/terr"; }
       sed -n 's/.*prefill tok\/s: min \([0-9.]*\).*/\1/p' "$TMP/t" >>"$TMP/$M.torch-$dt.pre"
       sed -n 's/.*decode tok\/s: min \([0-9.]*\).*/\1/p' "$TMP/t" >>"$TMP/$M.torch-$dt.dec"
     done
     echo "round $r done (load $(cut -d' ' -f1 /proc/loadavg))"
   done
   for be in ref opencl; do
-    if "$D" run --model "$MD" --tokens "$IDS" -n 65 --no-stop --ctx 576 --backend $be 2>"$TMP/e" >/dev/null; then
+    if "$D" run --model "$MD" --tokens "$IDS" -n 65 --no-stop --ctx 577 --backend $be 2>"$TMP/e" >/dev/null; then
       toks prefill <"$TMP/e" >>"$TMP/$M.$be.pre"; toks decode <"$TMP/e" >>"$TMP/$M.$be.dec"
     else
       echo "$be: $(tail -1 "$TMP/e")"
     fi
   done
-  /usr/bin/time -f '%M' -o "$TMP/rss" "$D" run --model "$MD" --tokens "$IDS" -n 65 --no-stop --ctx 576 2>/dev/null >/dev/null
+  /usr/bin/time -f '%M' -o "$TMP/rss" "$D" run --model "$MD" --tokens "$IDS" -n 65 --no-stop --ctx 577 2>/dev/null >/dev/null
   echo '```'
   echo
   echo "| system | prefill tok/s | decode tok/s |"
@@ -113,7 +115,7 @@ per_tok = wbytes + kv_read
 roof = bw * 1e9 / per_tok
 d = [float(x) for x in open(dec).read().split()]
 ck = os.path.getsize(os.path.join(md, "model.safetensors"))
-kv_cap = kv_row * 576
+kv_cap = kv_row * 577
 rss = int(open(rssf).read().split()[-1]) * 1024
 budget = ck + kv_cap + 4 * cfg["vocab_size"]
 print()
@@ -122,7 +124,7 @@ print(f"Roofline: {wbytes/1e6:.1f} MB of weights + {kv_read/1e6:.1f} MB of KV ca
       f"= {statistics.median(d)/roof:.2f} of the roofline (best {max(d)/roof:.2f}).")
 print()
 print(f"Peak RSS of diffrt cpu: {rss/2**20:.0f} MiB = {rss/budget:.2f} x (checkpoint {ck/2**20:.0f} MiB + "
-      f"KV cache at --ctx 576 {kv_cap/2**20:.0f} MiB + one logits row).")
+      f"KV cache at --ctx 577 {kv_cap/2**20:.0f} MiB + one logits row).")
 PY
 done
 

@@ -157,6 +157,8 @@ static const ccase PERF_CASES[] = {
     /* the 134M DiffLlama's MLP, prefill and decode (bench/run_cpu.sh) */
     {DRT_OP_MATMUL, {1, 1, 512, 768, 2048, 0}, F16, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 1, 768, 2048, 0}, F16, 0, 1, 0, 1},
+    /* decode GEMV streaming a 128 MiB f16 weight from memory (past any cache) */
+    {DRT_OP_MATMUL, {1, 1, 1, 4096, 16384, 0}, F16, 0, 1, 0, 1},
     {DRT_OP_DIFF_ATTN, {1024, 8, 8, 2, 64, 128}, F32, 0, 1, 0, 0.5f},
     {DRT_OP_DIFF_ATTN, {1024, 8, 8, 2, 64, 128}, F32, 0, 1, V_DECOMPOSED, 0.5f},
     {DRT_OP_DIFF_ATTN, {1, 8, 8, 2, 64, 128}, F32, 1023, 1, 0, 0.5f},

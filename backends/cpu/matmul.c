@@ -49,7 +49,13 @@ VINL void gemv_rows(float *y, const float *x, const void *w, drt_dtype dt, int64
         for (int t = 0; t < TT; t++) acc[i][t] = vzero();
     int k = 0;
     if (n4 == 4) {
+        /* the bytes 16 rows ahead: rows of a few KB are too short for the
+         * hardware prefetcher to reach full speed by itself (measured on the
+         * 134M model's decode: 4 rows ahead +10%, 8-16 rows ahead +20%) */
+        const int64_t es = dt == DRT_F32 ? 4 : 2;
+        const char *ahead = (const char *)w + (n + 16) * K * es;
         for (; k + VL <= K; k += VL) {
+            for (int i = 0; i < 4; i++) __builtin_prefetch(ahead + (i * K + k) * es, 0, 3);
             vf w0 = vload_w(w, (n + 0) * K + k, dt), w1 = vload_w(w, (n + 1) * K + k, dt);
             vf w2 = vload_w(w, (n + 2) * K + k, dt), w3 = vload_w(w, (n + 3) * K + k, dt);
             for (int t = 0; t < TT; t++) {
@@ -101,6 +107,9 @@ VINL void gemv_range(const cpu_mm_args *a, int64_t lo, int64_t hi, drt_dtype dt,
     default: gemv_range(a, lo, hi, dt, 8); break;                                \
     }
 
+/* Threads split the columns into contiguous halves (thirds, ...): each
+ * streams one linear range of weight rows, which the prefetchers follow
+ * best (chunks handed out from a shared counter measured slower). */
 static void gemv(const cpu_mm_args *a, int ith, int nth) {
     int64_t lo, hi;
     cpu_split((int64_t)a->B * a->N, 4, ith, nth, &lo, &hi);
