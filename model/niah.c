@@ -208,8 +208,10 @@ drt_status drt_niah_make(const drt_tokenizer *tok, uint64_t seed, int ctx, int n
     }
     int fixed = n_special, worst_tail = 0;
     for (int i = 0; st == DRT_OK && i < n_needles; i++) {
-        snprintf(needle[i], sizeof needle[i], " The magic number of %s is %s.", CITIES[order[i]], numbers[i]);
-        st = count_tokens(tok, needle[i], &tok_needle[i]);
+        if (snprintf(needle[i], sizeof needle[i], " The magic number of %s is %s.", CITIES[order[i]], numbers[i]) >=
+            (int)sizeof needle[i])
+            st = drt_set_error(DRT_ERR_INVALID_ARG, "niah: needle %d does not fit %zu bytes", i, sizeof needle[i]);
+        if (st == DRT_OK) st = count_tokens(tok, needle[i], &tok_needle[i]);
         fixed += tok_needle[i];
     }
     size_t qo = (size_t)snprintf(question, sizeof question, n_queries == 1 ? " What is the magic number of "
@@ -222,9 +224,10 @@ drt_status drt_niah_make(const drt_tokenizer *tok, uint64_t seed, int ctx, int n
     fixed += tok_q;
     for (int r = 0; st == DRT_OK && r < n_queries; r++) {
         int ta = 0;
-        snprintf(prefix[r], sizeof prefix[r], " The magic number of %s is", CITIES[order[r]]);
-        snprintf(answer, sizeof answer, " %s.", numbers[r]);
-        st = count_tokens(tok, prefix[r], &tok_prefix[r]);
+        if (snprintf(prefix[r], sizeof prefix[r], " The magic number of %s is", CITIES[order[r]]) >= (int)sizeof prefix[r] ||
+            snprintf(answer, sizeof answer, " %s.", numbers[r]) >= (int)sizeof answer)
+            st = drt_set_error(DRT_ERR_INVALID_ARG, "niah: answer %d does not fit its buffer", r);
+        if (st == DRT_OK) st = count_tokens(tok, prefix[r], &tok_prefix[r]);
         if (st == DRT_OK) st = count_tokens(tok, answer, &ta);
         if (tok_prefix[r] + ta + 1 > worst_tail) worst_tail = tok_prefix[r] + ta + 1;
     }
@@ -305,9 +308,10 @@ drt_status drt_niah_make(const drt_tokenizer *tok, uint64_t seed, int ctx, int n
         o += strlen(question);
         memcpy(p->prompt + o, prefix[r], strlen(prefix[r]) + 1);
         snprintf(p->city, sizeof p->city, "%s", CITIES[order[r]]);
-        snprintf(p->answer, sizeof p->answer, "%s", numbers[r]);
+        if (snprintf(p->answer, sizeof p->answer, "%s", numbers[r]) >= (int)sizeof p->answer)
+            st = drt_set_error(DRT_ERR_INVALID_ARG, "niah: answer %d does not fit %zu bytes", r, sizeof p->answer);
         p->question_start = qstart;
-        st = drt_tokenizer_encode(tok, p->prompt, len, 1, &p->ids, &p->n_ids);
+        if (st == DRT_OK) st = drt_tokenizer_encode(tok, p->prompt, len, 1, &p->ids, &p->n_ids);
         int expect = qstart + tok_q + tok_prefix[r];
         if (st == DRT_OK && p->n_ids != expect)
             st = drt_set_error(DRT_ERR_UNSUPPORTED,
