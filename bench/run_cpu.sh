@@ -57,7 +57,6 @@ echo "## 0. Read bandwidth ($THREADS threads, 1 GiB, 7 repeats)"
 echo '```'
 "$B/bench/bench_membw" "$THREADS" 1024 7 | tee "$TMP/bw"
 echo '```'
-BW=$(sed -n 's/.*median \([0-9.]*\).*/\1/p' "$TMP/bw")
 
 echo
 echo "## 1. End to end: 512-token prompt, 64 new tokens, $THREADS threads"
@@ -70,6 +69,12 @@ for M in diffllama-134m llama-134m; do
   for r in $(seq "$REPS"); do
     "$D" run --model "$MD" --tokens "$IDS" -n 65 --no-stop --ctx 577 2>"$TMP/e" >/dev/null
     toks prefill <"$TMP/e" >>"$TMP/$M.cpu.pre"; toks decode <"$TMP/e" >>"$TMP/$M.cpu.dec"
+    # the bandwidth of this minute (it drifts on a shared machine), for the roofline
+    "$B/bench/bench_membw" "$THREADS" 1024 3 | sed -n 's/.*median \([0-9.]*\).*/\1/p' >>"$TMP/$M.bw"
+    if [ "$THREADS" -gt 1 ]; then
+      DIFFRT_THREADS=1 "$D" run --model "$MD" --tokens "$IDS" -n 65 --no-stop --ctx 577 2>"$TMP/e" >/dev/null
+      toks prefill <"$TMP/e" >>"$TMP/$M.cpu-1t.pre"; toks decode <"$TMP/e" >>"$TMP/$M.cpu-1t.dec"
+    fi
     for dt in f32 bf16; do
       python3 python/bench/torch_bench.py --model "$MD" --threads "$THREADS" --dtype $dt --prompt 512 --new 64 --repeats 1 >"$TMP/t" 2>"$TMP/terr" ||
         { echo "torch $dt failed:"; cat "$TMP/terr"; }
@@ -90,16 +95,18 @@ for M in diffllama-134m llama-134m; do
   echo
   echo "| system | prefill tok/s | decode tok/s |"
   echo "|---|---|---|"
-  for sys in cpu torch-f32 torch-bf16 ref opencl; do
+  for sys in cpu cpu-1t torch-f32 torch-bf16 ref opencl; do
     [ -s "$TMP/$M.$sys.pre" ] || continue
-    name=$sys; case $sys in cpu|ref|opencl) name="diffrt $sys";; esac
+    name=$sys; case $sys in cpu|ref|opencl) name="diffrt $sys";; cpu-1t) name="diffrt cpu, 1 thread";; esac
     echo "| $name | $(stats <"$TMP/$M.$sys.pre") | $(stats <"$TMP/$M.$sys.dec") |"
   done
   # napkin math of the roofline: every 2-D weight but the embedding is read once
   # per decode token, plus the f32 KV cache up to the mean decode position
-  python3 - "$MD" "$BW" "$TMP/$M.cpu.dec" "$TMP/rss" <<'PY'
+  python3 - "$MD" "$TMP/$M.bw" "$TMP/$M.cpu.dec" "$TMP/rss" <<'PY'
 import json, struct, sys, os, statistics
-md, bw, dec, rssf = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+md, bwf, dec, rssf = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+bws = [float(x) for x in open(bwf).read().split()]
+bw = statistics.median(bws)
 cfg = json.load(open(os.path.join(md, "config.json")))
 with open(os.path.join(md, "model.safetensors"), "rb") as f:
     n = struct.unpack("<Q", f.read(8))[0]
@@ -120,8 +127,12 @@ rss = int(open(rssf).read().split()[-1]) * 1024
 budget = ck + kv_cap + 4 * cfg["vocab_size"]
 print()
 print(f"Roofline: {wbytes/1e6:.1f} MB of weights + {kv_read/1e6:.1f} MB of KV cache read per decode token; "
-      f"read bandwidth {bw:.2f} GB/s -> {roof:.1f} tok/s. diffrt cpu decode median {statistics.median(d):.1f} tok/s "
+      f"read bandwidth (median of the {len(bws)} rounds' measurements, {min(bws):.1f}-{max(bws):.1f}) {bw:.2f} GB/s "
+      f"-> {roof:.1f} tok/s. diffrt cpu decode median {statistics.median(d):.1f} tok/s "
       f"= {statistics.median(d)/roof:.2f} of the roofline (best {max(d)/roof:.2f}).")
+ratios = [x * per_tok / (b * 1e9) for x, b in zip(d, bws)]
+print()
+print("Per round, decode / the roofline of that round's bandwidth: " + ", ".join(f"{r:.2f}" for r in ratios))
 print()
 print(f"Peak RSS of diffrt cpu: {rss/2**20:.0f} MiB = {rss/budget:.2f} x (checkpoint {ck/2**20:.0f} MiB + "
       f"KV cache at --ctx 577 {kv_cap/2**20:.0f} MiB + one logits row).")
