@@ -161,6 +161,9 @@ if [ -n "${GGML_BENCH:-}" ] && [ -x "$GGML_BENCH" ]; then
   for r in $(seq 3); do
     "$GGML_BENCH" "$THREADS" 5
     "$D" conform --perf --backend cpu --op MATMUL,ATTN,DIFF_ATTN --repeats 5 --warmup 1 | grep -E '^(MATMUL|ATTN|DIFF_ATTN) '
+    # the bf16 mode (AVX512-BF16 dot products, as ggml uses for bf16 weights), where the CPU has it
+    DIFFRT_CPU_PRECISION=bf16 "$D" conform --perf --backend cpu --op MATMUL --repeats 5 --warmup 1 2>/dev/null |
+      grep -E '^MATMUL .*T=512 .*w=bf16' | sed 's/^MATMUL        cpu     /MATMUL        cpu-bf16/'
   done
   echo '```'
 fi
