@@ -286,9 +286,10 @@ static drt_status rope_setup(cfg_t *c, drt_model *m, int d) {
         }
         return DRT_OK;
     }
+    char tb[64]; /* the type is file text: one line, bounded */
     return drt_set_error(DRT_ERR_UNSUPPORTED,
                          "%s: rope_scaling type \"%s\" is not supported (supported: linear, llama3)",
-                         c->path, type);
+                         c->path, drt_printable(type, tb, sizeof tb));
 }
 
 /* ---- tensors ----------------------------------------------------------- */
@@ -648,9 +649,11 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
         I->arch = DRT_ARCH_DIFF_V2;
         I->layout = DRT_LAYOUT_DIFF_V2;
     } else {
+        char tb[64]; /* file text: one line, bounded */
         return drt_set_error(DRT_ERR_UNSUPPORTED,
                              "%s: model_type \"%s\" is not supported (supported: llama, diffllama, "
-                             "diff_transformer_v1, diff_transformer_v2)", c->path, t);
+                             "diff_transformer_v1, diff_transformer_v2)",
+                             c->path, drt_printable(t, tb, sizeof tb));
     }
     I->arch_name = arch_names[I->arch];
     I->layout_name = layout_names[I->layout];

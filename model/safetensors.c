@@ -53,6 +53,8 @@ static const char *shown(const char *s, char *buf, size_t n) {
     return buf;
 }
 
+const char *drt_printable(const char *s, char *buf, size_t n) { return shown(s, buf, n); }
+
 /* A JSON number that is an integer in [0, 2^53]. */
 static int json_uint(const cJSON *v, uint64_t *out) {
     if (!cJSON_IsNumber(v)) return 0;

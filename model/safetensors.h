@@ -92,6 +92,10 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n);
  * links". On success *fd is the descriptor and *size the file size. */
 drt_status drt_open_regular(const char *path, int *fd, uint64_t *size);
 
+/* s made fit for a one-line message: control bytes become '?', a string longer
+ * than the buffer is cut with "...". For names and values read from files. */
+const char *drt_printable(const char *s, char *buf, size_t n);
+
 /* Reads a whole (small) regular file (drt_open_regular: never a FIFO or a
  * device, so it cannot block) into a NUL-terminated malloc'd buffer. */
 drt_status drt_read_text_file(const char *path, char **out, size_t *len);
