@@ -7,36 +7,39 @@
 #include <sys/stat.h>
 
 #include "drt_error.h"
-#include "safetensors.h" /* drt_read_text_file */
 
-#define STDIN_MAX ((size_t)64 << 20)
+#define PROMPT_MAX ((size_t)64 << 20)
 
-static drt_status read_stdin(char **text, size_t *len) {
+/* Reads a stream to its end. A prompt file is the user's own choice on the
+ * command line, not a file of the model directory: it may be a pipe or a FIFO
+ * (--prompt-file <(cmd)), and waiting for its writer is what the user asked
+ * for. Model files go through drt_read_text_file, which refuses those. */
+static drt_status read_stream(FILE *f, const char *name, char **text, size_t *len) {
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
-    if (!buf) return drt_set_error(DRT_ERR_OOM, "stdin: out of memory");
+    if (!buf) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", name);
     for (;;) {
         if (n + 1 == cap) {
-            if (cap > STDIN_MAX) {
+            if (cap > PROMPT_MAX) {
                 free(buf);
-                return drt_set_error(DRT_ERR_IO, "stdin: prompt over the %zu MiB limit",
-                                     STDIN_MAX >> 20);
+                return drt_set_error(DRT_ERR_IO, "%s: prompt over the %zu MiB limit", name,
+                                     PROMPT_MAX >> 20);
             }
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
                 free(buf);
-                return drt_set_error(DRT_ERR_OOM, "stdin: out of memory");
+                return drt_set_error(DRT_ERR_OOM, "%s: out of memory", name);
             }
             buf = nb;
             cap *= 2;
         }
-        size_t got = fread(buf + n, 1, cap - 1 - n, stdin);
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
         n += got;
         if (got == 0) break;
     }
-    if (ferror(stdin)) {
+    if (ferror(f)) {
         free(buf);
-        return drt_set_error(DRT_ERR_IO, "stdin: read failed: %s", strerror(errno));
+        return drt_set_error(DRT_ERR_IO, "%s: read failed: %s", name, strerror(errno));
     }
     buf[n] = 0;
     *text = buf;
@@ -57,8 +60,15 @@ drt_status cli_read_prompt(const char *prompt, const char *prompt_file, char **t
         return DRT_OK;
     }
     if (!prompt_file) return drt_set_error(DRT_ERR_INVALID_ARG, "no prompt given");
-    if (strcmp(prompt_file, "-") == 0) return read_stdin(text, len);
-    return drt_read_text_file(prompt_file, text, len);
+    if (strcmp(prompt_file, "-") == 0) return read_stream(stdin, "stdin", text, len);
+    FILE *f = fopen(prompt_file, "rb");
+    if (!f) return drt_set_error(DRT_ERR_IO, "%s: cannot open: %s", prompt_file, strerror(errno));
+    struct stat sb;
+    drt_status s = fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)
+                       ? drt_set_error(DRT_ERR_IO, "%s: is a directory", prompt_file)
+                       : read_stream(f, prompt_file, text, len);
+    fclose(f);
+    return s;
 }
 
 /* The tokenizer's end-of-text token, for a config without eos_token_id. */

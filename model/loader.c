@@ -1,52 +1,163 @@
 /* config.json + safetensors -> drt_model, for the four layouts of DESIGN.md
- * section 4. Every mismatch is one line naming the file, field or tensor. */
+ * section 4. Every mismatch is one line naming the file, field or tensor.
+ *
+ * A model directory is untrusted input. Every number read from config.json is
+ * range-checked against CFG_INT_RANGES / CFG_NUM_RANGES before it is converted
+ * from JSON's double; every size derived from one goes through drt_checked.h;
+ * and every tensor the config implies is looked up (name and shape) before
+ * anything sized from the config is allocated, so the work done before an
+ * error is proportional to the checkpoint, not to a number in a file. */
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "drt_checked.h"
 #include "drt_error.h"
 #include "drt_half.h"
 #include "model.h"
 
 /* ---- config.json ----------------------------------------------------- */
 
+/* Allowed range of each integer field. The bounds sit far above every real
+ * checkpoint (Llama 3.1 405B: hidden 16384, ffn 53248, 126 layers, 128 heads,
+ * head_dim 128, vocab 128256, 131072 positions; Llama 4 Scout: 10M positions)
+ * and low enough that every product the loader and the graph form from them
+ * (heads x head_dim <= 2^24, vocab x hidden <= 2^44, layers x per-layer
+ * state) stays far from int64 overflow and fits the int fields of
+ * drt_model_info. Nested keys (rope_scaling) are listed by their own name. */
+typedef struct {
+    const char *key;
+    int64_t lo, hi;
+} cfg_int_range;
+
+static const cfg_int_range CFG_INT_RANGES[] = {
+    {"vocab_size", 1, 1 << 24},
+    {"hidden_size", 1, 1 << 20},
+    {"intermediate_size", 1, 1 << 22},
+    {"num_hidden_layers", 1, 4096},
+    {"num_attention_heads", 1, 4096},
+    {"num_key_value_heads", 1, 4096},
+    {"head_dim", 2, 4096},
+    {"max_position_embeddings", 1, 1 << 24},
+    {"bos_token_id", 0, INT32_MAX}, /* also each entry of a list */
+    {"eos_token_id", 0, INT32_MAX},
+    {"original_max_position_embeddings", 1, 1 << 24}, /* rope_scaling (llama3) */
+};
+
+/* Allowed range (lo, hi] of each real-valued field: finite, positive, and
+ * small enough that the conversion to float is defined (a double beyond
+ * FLT_MAX converted to float is undefined behaviour). */
+typedef struct {
+    const char *key;
+    double lo, hi;
+} cfg_num_range;
+
+static const cfg_num_range CFG_NUM_RANGES[] = {
+    {"rope_theta", 0, 1e12},
+    {"rms_norm_eps", 0, 1},
+    {"factor", 1e-3, 65536}, /* rope_scaling: inv_freq / factor stays a float */
+    {"low_freq_factor", 0, 65536},
+    {"high_freq_factor", 0, 65536},
+};
+
 typedef struct {
     const char *path;
     cJSON *root;
 } cfg_t;
 
-static drt_status cfg_int(cfg_t *c, const char *key, int required, int dflt, int *out) {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(c->root, key);
-    if (!v || cJSON_IsNull(v)) {
-        if (required)
-            return drt_set_error(DRT_ERR_FORMAT, "%s: missing field \"%s\" (expected an integer)",
-                                 c->path, key);
-        *out = dflt;
-        return DRT_OK;
-    }
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
-        v->valuedouble > 1e9)
-        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" must be a non-negative integer",
-                             c->path, key);
-    *out = (int)v->valuedouble;
+static const cfg_int_range *int_range(const char *key) {
+    for (size_t i = 0; i < sizeof CFG_INT_RANGES / sizeof CFG_INT_RANGES[0]; i++)
+        if (strcmp(CFG_INT_RANGES[i].key, key) == 0) return &CFG_INT_RANGES[i];
+    return NULL;
+}
+
+static const cfg_num_range *num_range(const char *key) {
+    for (size_t i = 0; i < sizeof CFG_NUM_RANGES / sizeof CFG_NUM_RANGES[0]; i++)
+        if (strcmp(CFG_NUM_RANGES[i].key, key) == 0) return &CFG_NUM_RANGES[i];
+    return NULL;
+}
+
+static const char *json_kind(const cJSON *v) {
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsBool(v)) return "a boolean";
+    if (cJSON_IsArray(v)) return "a list";
+    if (cJSON_IsObject(v)) return "an object";
+    if (cJSON_IsNull(v)) return "null";
+    return "not a number";
+}
+
+/* The JSON value v of field `name` as an integer in r. The double is compared
+ * with the bounds before any conversion, so -1, 2.5, 1e300 or an infinity
+ * never reach an integer cast. */
+static drt_status int_value(const char *path, const char *name, const cJSON *v,
+                            const cfg_int_range *r, int64_t *out) {
+    if (!cJSON_IsNumber(v))
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: field \"%s\" is %s, expected an integer in %lld..%lld", path,
+                             name, json_kind(v), (long long)r->lo, (long long)r->hi);
+    double d = v->valuedouble;
+    if (!(d >= (double)r->lo && d <= (double)r->hi))
+        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" is %.15g, allowed %lld..%lld", path,
+                             name, d, (long long)r->lo, (long long)r->hi);
+    if (d != floor(d))
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: field \"%s\" is %.15g, expected an integer in %lld..%lld", path,
+                             name, d, (long long)r->lo, (long long)r->hi);
+    *out = (int64_t)d;
     return DRT_OK;
 }
 
-static drt_status num_field(const char *path, cJSON *obj, const char *key, int required,
-                            double dflt, double *out) {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+/* Integer field `key` of obj (shown as `name`), within its CFG_INT_RANGES
+ * entry; absent or null gives dflt unless required. */
+static drt_status get_int(const char *path, const cJSON *obj, const char *key, const char *name,
+                          int required, int64_t dflt, int64_t *out) {
+    const cfg_int_range *r = int_range(key);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) {
         if (required)
-            return drt_set_error(DRT_ERR_FORMAT, "%s: missing field \"%s\" (expected a number)",
-                                 path, key);
+            return drt_set_error(DRT_ERR_FORMAT,
+                                 "%s: missing field \"%s\" (expected an integer in %lld..%lld)",
+                                 path, name, (long long)r->lo, (long long)r->hi);
+        *out = dflt;
+        return DRT_OK;
+    }
+    return int_value(path, name, v, r, out);
+}
+
+static drt_status cfg_int(cfg_t *c, const char *key, int required, int64_t dflt, int *out) {
+    int64_t v;
+    drt_status s = get_int(c->path, c->root, key, key, required, dflt, &v);
+    if (s == DRT_OK) *out = (int)v; /* every range in the table fits an int */
+    return s;
+}
+
+/* Real-valued field `key` of obj (shown as `name`): finite and within its
+ * CFG_NUM_RANGES entry; absent or null gives dflt unless required. */
+static drt_status num_field(const char *path, const cJSON *obj, const char *key, const char *name,
+                            int required, double dflt, double *out) {
+    const cfg_num_range *r = num_range(key);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required)
+            return drt_set_error(DRT_ERR_FORMAT,
+                                 "%s: missing field \"%s\" (expected a number in (%g, %g])", path,
+                                 name, r->lo, r->hi);
         *out = dflt;
         return DRT_OK;
     }
     if (!cJSON_IsNumber(v))
-        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" must be a number", path, key);
-    *out = v->valuedouble;
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: field \"%s\" is %s, expected a number in (%g, %g]", path, name,
+                             json_kind(v), r->lo, r->hi);
+    double d = v->valuedouble;
+    if (!(d > r->lo && d <= r->hi)) /* also false for NaN */
+        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" is %g, allowed (%g, %g]", path, name,
+                             d, r->lo, r->hi);
+    *out = d;
     return DRT_OK;
 }
 
@@ -62,12 +173,31 @@ static drt_status cfg_bool(cfg_t *c, const char *key, int dflt, int *out) {
     return DRT_OK;
 }
 
-/* bos/eos may be an integer, a list (first entry is used) or null */
-static int cfg_token(cfg_t *c, const char *key) {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(c->root, key);
-    if (cJSON_IsArray(v)) v = cJSON_GetArrayItem(v, 0);
-    if (cJSON_IsNumber(v) && v->valuedouble >= 0) return (int)v->valuedouble;
-    return -1;
+/* bos/eos: an integer, a list of integers (the first is used; every entry is
+ * checked) or null/absent (-1) */
+static drt_status cfg_token(cfg_t *c, const char *key, int *out) {
+    const cfg_int_range *r = int_range(key);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->root, key);
+    int64_t id = -1;
+    *out = -1;
+    if (!v || cJSON_IsNull(v)) return DRT_OK;
+    if (cJSON_IsArray(v)) {
+        int i = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, v) {
+            char name[64];
+            int64_t x;
+            snprintf(name, sizeof name, "%s[%d]", key, i);
+            drt_status s = int_value(c->path, name, e, r, &x);
+            if (s != DRT_OK) return s;
+            if (i++ == 0) id = x;
+        }
+    } else {
+        drt_status s = int_value(c->path, key, v, r, &id);
+        if (s != DRT_OK) return s;
+    }
+    *out = (int)id;
+    return DRT_OK;
 }
 
 /* ---- RoPE ------------------------------------------------------------ */
@@ -76,27 +206,31 @@ static int cfg_token(cfg_t *c, const char *key) {
 static drt_status rope_setup(cfg_t *c, drt_model *m, int d) {
     cJSON *params = cJSON_GetObjectItemCaseSensitive(c->root, "rope_parameters");
     cJSON *scaling = cJSON_GetObjectItemCaseSensitive(c->root, "rope_scaling");
+    const char *sname = "rope_scaling"; /* where the scaling fields are, for messages */
     double theta;
-    drt_status s = num_field(c->path, c->root, "rope_theta", 0, 10000.0, &theta);
+    drt_status s = num_field(c->path, c->root, "rope_theta", "rope_theta", 0, 10000.0, &theta);
     if (s != DRT_OK) return s;
     if (cJSON_IsObject(params)) {
-        s = num_field(c->path, params, "rope_theta", 0, theta, &theta);
+        s = num_field(c->path, params, "rope_theta", "rope_parameters.rope_theta", 0, theta,
+                      &theta);
         if (s != DRT_OK) return s;
-        if (!cJSON_IsObject(scaling)) scaling = params;
+        if (!cJSON_IsObject(scaling)) {
+            scaling = params;
+            sname = "rope_parameters";
+        }
     } else if (params && !cJSON_IsNull(params)) {
         return drt_set_error(DRT_ERR_FORMAT, "%s: field \"rope_parameters\" must be an object", c->path);
     }
     if (scaling && !cJSON_IsNull(scaling) && !cJSON_IsObject(scaling))
         return drt_set_error(DRT_ERR_FORMAT, "%s: field \"rope_scaling\" must be an object or null", c->path);
-    if (!(theta > 0)) return drt_set_error(DRT_ERR_FORMAT, "%s: rope_theta must be > 0", c->path);
-    m->rope_theta = (float)theta;
+    m->rope_theta = (float)theta; /* in (0, 1e12]: representable */
     const char *type = "default";
     if (cJSON_IsObject(scaling)) {
         cJSON *t = cJSON_GetObjectItemCaseSensitive(scaling, "rope_type");
         if (!cJSON_IsString(t)) t = cJSON_GetObjectItemCaseSensitive(scaling, "type");
         if (cJSON_IsString(t)) type = t->valuestring;
     }
-    m->inv_freq = malloc(sizeof(float) * (size_t)(d / 2));
+    m->inv_freq = malloc(sizeof(float) * (size_t)(d / 2)); /* d in 2..4096 */
     if (!m->inv_freq) return drt_set_error(DRT_ERR_OOM, "out of memory");
     for (int i = 0; i < d / 2; i++) {
         /* Hugging Face computes this in float32: match it */
@@ -107,26 +241,34 @@ static drt_status rope_setup(cfg_t *c, drt_model *m, int d) {
         m->info.rope_scaling = "none";
         return DRT_OK;
     }
+    char nm[64];
     double factor;
-    s = num_field(c->path, scaling, "factor", 1, 1.0, &factor);
+    snprintf(nm, sizeof nm, "%s.factor", sname);
+    s = num_field(c->path, scaling, "factor", nm, 1, 1.0, &factor);
     if (s != DRT_OK) return s;
-    if (!(factor > 0)) return drt_set_error(DRT_ERR_FORMAT, "%s: rope_scaling.factor must be > 0", c->path);
     if (strcmp(type, "linear") == 0) {
         m->info.rope_scaling = "linear";
         for (int i = 0; i < d / 2; i++) m->inv_freq[i] = (float)(m->inv_freq[i] / factor);
         return DRT_OK;
     }
     if (strcmp(type, "llama3") == 0) {
-        double lo, hi, old;
-        if ((s = num_field(c->path, scaling, "low_freq_factor", 1, 0, &lo)) != DRT_OK) return s;
-        if ((s = num_field(c->path, scaling, "high_freq_factor", 1, 0, &hi)) != DRT_OK) return s;
-        if ((s = num_field(c->path, scaling, "original_max_position_embeddings", 1, 0, &old)) != DRT_OK)
+        double lo, hi;
+        int64_t old_i;
+        snprintf(nm, sizeof nm, "%s.low_freq_factor", sname);
+        if ((s = num_field(c->path, scaling, "low_freq_factor", nm, 1, 0, &lo)) != DRT_OK) return s;
+        snprintf(nm, sizeof nm, "%s.high_freq_factor", sname);
+        if ((s = num_field(c->path, scaling, "high_freq_factor", nm, 1, 0, &hi)) != DRT_OK)
             return s;
-        if (!(hi > lo) || !(old > 0))
+        snprintf(nm, sizeof nm, "%s.original_max_position_embeddings", sname);
+        if ((s = get_int(c->path, scaling, "original_max_position_embeddings", nm, 1, 0, &old_i)) !=
+            DRT_OK)
+            return s;
+        if (!(hi > lo))
             return drt_set_error(DRT_ERR_FORMAT,
-                                 "%s: llama3 rope_scaling needs high_freq_factor > low_freq_factor and "
-                                 "original_max_position_embeddings > 0", c->path);
+                                 "%s: llama3 rope_scaling needs high_freq_factor > low_freq_factor "
+                                 "(got %g and %g)", c->path, hi, lo);
         m->info.rope_scaling = "llama3";
+        double old = (double)old_i;
         double lo_wl = old / lo, hi_wl = old / hi;
         for (int i = 0; i < d / 2; i++) {
             double f = m->inv_freq[i];
@@ -144,9 +286,10 @@ static drt_status rope_setup(cfg_t *c, drt_model *m, int d) {
         }
         return DRT_OK;
     }
+    char tb[64]; /* the type is file text: one line, bounded */
     return drt_set_error(DRT_ERR_UNSUPPORTED,
                          "%s: rope_scaling type \"%s\" is not supported (supported: linear, llama3)",
-                         c->path, type);
+                         c->path, drt_printable(type, tb, sizeof tb));
 }
 
 /* ---- tensors ----------------------------------------------------------- */
@@ -154,6 +297,9 @@ static drt_status rope_setup(cfg_t *c, drt_model *m, int d) {
 typedef struct {
     drt_model *m;
     char st_name[600]; /* for messages */
+    /* the checking pass: look every tensor up and check its shape, allocate
+     * and copy nothing; the loading pass runs only after it succeeded */
+    int dry;
 } ld_t;
 
 static void shape_txt(int nd, const int64_t *ne, char *buf, size_t n) {
@@ -186,26 +332,46 @@ static drt_status get_tensor(ld_t *L, const char *name, int nd, int64_t n0, int6
     return DRT_OK;
 }
 
+/* Element i as f32. The mapping promises no alignment (the header length
+ * decides where the data starts), so elements are read with memcpy, never
+ * through a typed pointer. */
 static float elem_f32(const drt_st_tensor *t, int64_t i) {
-    const void *p = t->data;
-    switch (t->dtype) {
-    case DRT_F16: return drt_f16_to_f32(((const uint16_t *)p)[i]);
-    case DRT_BF16: return drt_bf16_to_f32(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
+    const char *p = t->data;
+    if (t->dtype == DRT_F16 || t->dtype == DRT_BF16) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        return t->dtype == DRT_F16 ? drt_f16_to_f32(h) : drt_bf16_to_f32(h);
     }
+    float f;
+    memcpy(&f, p + 4 * i, 4);
+    return f;
 }
 
-/* As stored: points into the mapping. */
+/* As stored. Aligned data (every checkpoint a normal writer makes) is used in
+ * place: the weight points into the mapping and the CPU backend reads it
+ * there. Data not aligned for its dtype (a header length that puts the data
+ * at an odd offset) is copied once into aligned memory and its mapped pages
+ * released, so no kernel ever makes a misaligned load and there is still one
+ * resident copy. */
 static drt_status load_as_is(ld_t *L, drt_host_weight *w, const char *name, int64_t n0, int64_t n1) {
     const drt_st_tensor *t;
     drt_status s = get_tensor(L, name, n1 ? 2 : 1, n0, n1, &t);
-    if (s != DRT_OK) return s;
+    if (s != DRT_OK || L->dry) return s;
     snprintf(w->name, sizeof w->name, "%s", name);
     w->type = t->dtype;
     w->nd = n1 ? 2 : 1;
     w->ne[0] = n0;
     w->ne[1] = n1;
-    w->data = t->data;
+    if ((uintptr_t)t->data % drt_dtype_size(t->dtype) == 0) {
+        w->data = t->data;
+        return DRT_OK;
+    }
+    void *d = malloc(t->nbytes); /* nbytes == n0 * n1 * dtype size: the header was checked */
+    if (!d) return drt_set_error(DRT_ERR_OOM, "%s: out of memory copying misaligned tensor \"%s\"",
+                                 L->st_name, name);
+    memcpy(d, t->data, t->nbytes);
+    drt_st_release(t);
+    w->data = w->owned = d;
     return DRT_OK;
 }
 
@@ -213,8 +379,9 @@ static drt_status load_as_is(ld_t *L, drt_host_weight *w, const char *name, int6
 static drt_status load_f32_vec(ld_t *L, drt_host_weight *w, const char *name, int64_t n0) {
     const drt_st_tensor *t;
     drt_status s = get_tensor(L, name, 1, n0, 0, &t);
-    if (s != DRT_OK) return s;
-    float *d = malloc(sizeof(float) * (size_t)n0);
+    if (s != DRT_OK || L->dry) return s;
+    size_t bytes;
+    float *d = drt_bytes_ok(n0, sizeof(float), &bytes) ? malloc(bytes) : NULL;
     if (!d) return drt_set_error(DRT_ERR_OOM, "out of memory");
     for (int64_t i = 0; i < n0; i++) d[i] = elem_f32(t, i);
     snprintf(w->name, sizeof w->name, "%s", name);
@@ -230,9 +397,11 @@ static drt_status load_rows(ld_t *L, drt_host_weight *w, const char *name, int64
                             int64_t cols, const int64_t *map, int64_t src_rows) {
     const drt_st_tensor *t;
     drt_status s = get_tensor(L, name, 2, src_rows, cols, &t);
-    if (s != DRT_OK) return s;
-    size_t es = drt_dtype_size(t->dtype), rb = es * (size_t)cols;
-    char *d = malloc(rb * (size_t)rows);
+    if (s != DRT_OK || L->dry) return s;
+    size_t rb, bytes;
+    char *d = NULL;
+    if (drt_bytes_ok(cols, drt_dtype_size(t->dtype), &rb) && drt_bytes_ok(rows, rb, &bytes))
+        d = malloc(bytes);
     if (!d) return drt_set_error(DRT_ERR_OOM, "out of memory");
     for (int64_t r = 0; r < rows; r++) memcpy(d + rb * (size_t)r, (const char *)t->data + rb * (size_t)map[r], rb);
     drt_st_release(t); /* the copy replaces the mapped original: no second resident copy */
@@ -255,10 +424,18 @@ static void free_weight(drt_host_weight *w) {
  * rotate_half pairs (i, i+d/2) are the interleaved pairs (2i, 2i+1). */
 static int64_t deinterleave(int64_t i, int64_t d) { return i < d / 2 ? 2 * i : 2 * (i - d / 2) + 1; }
 
+/* exp of the dot product rounded to float32, as HF computes it. A sum or an
+ * exp beyond the float range becomes what float32 arithmetic gives (0 or
+ * infinity) instead of a conversion C leaves undefined; the caller rejects a
+ * lambda that is not finite. */
 static float dot_exp(const drt_st_tensor *a, const drt_st_tensor *b, int64_t n) {
     double acc = 0;
     for (int64_t i = 0; i < n; i++) acc += (double)elem_f32(a, i) * (double)elem_f32(b, i);
-    return (float)exp((double)(float)acc);
+    if (isnan(acc)) return NAN;
+    if (acc > FLT_MAX) return INFINITY;
+    if (acc < -FLT_MAX) return 0.0f;
+    double e = exp((double)(float)acc);
+    return e > FLT_MAX ? INFINITY : (float)e;
 }
 
 /* ---- the model ----------------------------------------------------------- */
@@ -283,18 +460,38 @@ void drt_model_free(drt_model *m) {
     free(m);
 }
 
-static drt_status load_attention(ld_t *L, cfg_t *c, int l, int n_q_heads, int n_kv_heads) {
+/* rows of the largest row map load_attention builds: q has 2 H dk rows, k at
+ * most 2 G dk (dims from the bounded config, checked anyway) */
+static int map_rows(const drt_model_info *I, int64_t *out) {
+    int64_t q, k;
+    if (!drt_mul_ok(2 * (int64_t)I->n_heads, I->dk, &q) ||
+        !drt_mul_ok(2 * (int64_t)I->n_kv_groups, I->dk, &k))
+        return 0;
+    *out = q > k ? q : k;
+    return 1;
+}
+
+static drt_status load_attention(ld_t *L, int l, drt_layer_weights *lw, int n_q_heads,
+                                  int n_kv_heads) {
     drt_model *m = L->m;
     drt_model_info *I = &m->info;
-    drt_layer_weights *lw = &m->layers[l];
     int64_t D = I->dim, H = I->n_heads, G = I->n_kv_groups, dk = I->dk, dv = I->dv;
     char nm[160];
     drt_status s = DRT_OK;
     const char *pre = "model.layers";
-    int64_t *map = malloc(sizeof(int64_t) * (size_t)(2 * H * dk + 2 * G * dv + 8));
-    if (!map) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    /* the row maps are built in the loading pass only: the checking pass has
+     * not yet proven the shapes, so nothing is sized from H, G, dk before it */
+    int64_t *map = NULL, n_map;
+    size_t map_bytes;
+    if (!L->dry) {
+        if (map_rows(I, &n_map) && drt_bytes_ok(n_map, sizeof *map, &map_bytes))
+            map = malloc(map_bytes);
+        if (!map) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    }
     int64_t r;
 
+    /* products of bounded config dims (each <= 4096, so < 2^26): no overflow;
+     * the tensors' shapes are compared with them before anything is read */
     switch (I->layout) {
     case DRT_LAYOUT_HF_LLAMA:
         snprintf(nm, sizeof nm, "%s.%d.self_attn.q_proj.weight", pre, l);
@@ -310,13 +507,13 @@ static drt_status load_attention(ld_t *L, cfg_t *c, int l, int n_q_heads, int n_
         /* sub-head n of HF: diff-head n % H, map n / H; kv head j: group j % G, map j / G */
         int64_t d = dk;
         r = 0;
-        for (int64_t h = 0; h < H; h++)
+        for (int64_t h = 0; map && h < H; h++)
             for (int64_t c2 = 0; c2 < 2; c2++)
                 for (int64_t i = 0; i < d; i++) map[r++] = (c2 * H + h) * d + i;
         snprintf(nm, sizeof nm, "%s.%d.self_attn.q_proj.weight", pre, l);
         s = load_rows(L, &lw->wq, nm, 2 * H * d, D, map, (int64_t)n_q_heads * d);
         r = 0;
-        for (int64_t g = 0; g < G; g++)
+        for (int64_t g = 0; map && g < G; g++)
             for (int64_t c2 = 0; c2 < 2; c2++)
                 for (int64_t i = 0; i < d; i++) map[r++] = (c2 * G + g) * d + i;
         snprintf(nm, sizeof nm, "%s.%d.self_attn.k_proj.weight", pre, l);
@@ -334,11 +531,11 @@ static drt_status load_attention(ld_t *L, cfg_t *c, int l, int n_q_heads, int n_
         int64_t d = dk;
         /* q: sub-heads 2h, 2h+1 are already diff-head h's two maps; only the
          * interleaved RoPE rows need reordering */
-        for (r = 0; r < 2 * H * d; r++) map[r] = (r / d) * d + deinterleave(r % d, d);
+        for (r = 0; map && r < 2 * H * d; r++) map[r] = (r / d) * d + deinterleave(r % d, d);
         snprintf(nm, sizeof nm, "%s.%d.self_attn.q_proj.weight", pre, l);
         s = load_rows(L, &lw->wq, nm, 2 * H * d, D, map, 2 * H * d);
         int64_t krows = G * I->kv_m * d;
-        for (r = 0; r < krows; r++) map[r] = (r / d) * d + deinterleave(r % d, d);
+        for (r = 0; map && r < krows; r++) map[r] = (r / d) * d + deinterleave(r % d, d);
         snprintf(nm, sizeof nm, "%s.%d.self_attn.k_proj.weight", pre, l);
         if (s == DRT_OK) s = load_rows(L, &lw->wk, nm, krows, D, map, krows);
         snprintf(nm, sizeof nm, "%s.%d.self_attn.v_proj.weight", pre, l);
@@ -368,28 +565,39 @@ static drt_status load_attention(ld_t *L, cfg_t *c, int l, int n_q_heads, int n_
             s = get_tensor(L, nm, 1, dk, 0, dst[i]);
             if (s != DRT_OK) return s;
         }
+        if (L->dry) return DRT_OK;
         lw->lambda_init = (float)(0.8 - 0.6 * exp(-0.3 * l));
         /* HF: exp of the float32 sum, then lambda_1 - lambda_2 + lambda_init */
         lw->lambda = dot_exp(lq1, lk1, dk) - dot_exp(lq2, lk2, dk) + lw->lambda_init;
+        if (!isfinite(lw->lambda))
+            return drt_set_error(DRT_ERR_FORMAT,
+                                 "%s: layer %d: lambda = exp(lambda_q1 . lambda_k1) - "
+                                 "exp(lambda_q2 . lambda_k2) + lambda_init is not finite",
+                                 L->st_name, l);
         m->lambda_v[l] = lw->lambda;
         m->lambda_init_v[l] = lw->lambda_init;
     }
     return DRT_OK;
 }
 
-static drt_status load_layers(ld_t *L, cfg_t *c, int n_q_heads, int n_kv_heads) {
+/* Layer by layer, so a config claiming more layers than the checkpoint holds
+ * stops at the first missing tensor: the checking pass (L->dry, writing into
+ * one scratch layer) costs what the checkpoint has, not what the config
+ * claims. */
+static drt_status load_layers(ld_t *L, int n_q_heads, int n_kv_heads) {
     drt_model *m = L->m;
     drt_model_info *I = &m->info;
     int64_t D = I->dim, F = I->ffn;
     char nm[160];
+    drt_layer_weights scratch;
     for (int l = 0; l < I->n_layers; l++) {
-        drt_layer_weights *lw = &m->layers[l];
+        drt_layer_weights *lw = L->dry ? &scratch : &m->layers[l];
         drt_status s;
         snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
         if ((s = load_f32_vec(L, &lw->attn_norm, nm, D)) != DRT_OK) return s;
         snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
         if ((s = load_f32_vec(L, &lw->ffn_norm, nm, D)) != DRT_OK) return s;
-        if ((s = load_attention(L, c, l, n_q_heads, n_kv_heads)) != DRT_OK) return s;
+        if ((s = load_attention(L, l, lw, n_q_heads, n_kv_heads)) != DRT_OK) return s;
         snprintf(nm, sizeof nm, "model.layers.%d.mlp.gate_proj.weight", l);
         if ((s = load_as_is(L, &lw->wg, nm, F, D)) != DRT_OK) return s;
         snprintf(nm, sizeof nm, "model.layers.%d.mlp.up_proj.weight", l);
@@ -397,6 +605,23 @@ static drt_status load_layers(ld_t *L, cfg_t *c, int n_q_heads, int n_kv_heads) 
         snprintf(nm, sizeof nm, "model.layers.%d.mlp.down_proj.weight", l);
         if ((s = load_as_is(L, &lw->wd, nm, D, F)) != DRT_OK) return s;
     }
+    return DRT_OK;
+}
+
+/* embedding, final norm, LM head */
+static drt_status load_globals(ld_t *L) {
+    drt_model *m = L->m;
+    drt_model_info *I = &m->info;
+    drt_status s = load_as_is(L, &m->embed, "model.embed_tokens.weight", I->vocab, I->dim);
+    if (s == DRT_OK) s = load_f32_vec(L, &m->final_norm, "model.norm.weight", I->dim);
+    if (s != DRT_OK) return s;
+    if (!I->tied_embeddings) s = load_as_is(L, &m->lm_head, "lm_head.weight", I->vocab, I->dim);
+    if (s != DRT_OK || L->dry) return s;
+    if (I->tied_embeddings)
+        m->lm_head = (drt_host_weight){.type = m->embed.type, .nd = 2, .ne = {I->vocab, I->dim},
+                                       .data = m->embed.data};
+    snprintf(m->lm_head.name, sizeof m->lm_head.name, "%s",
+             I->tied_embeddings ? "lm_head (tied)" : "lm_head.weight");
     return DRT_OK;
 }
 
@@ -424,13 +649,17 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
         I->arch = DRT_ARCH_DIFF_V2;
         I->layout = DRT_LAYOUT_DIFF_V2;
     } else {
+        char tb[64]; /* file text: one line, bounded */
         return drt_set_error(DRT_ERR_UNSUPPORTED,
                              "%s: model_type \"%s\" is not supported (supported: llama, diffllama, "
-                             "diff_transformer_v1, diff_transformer_v2)", c->path, t);
+                             "diff_transformer_v1, diff_transformer_v2)",
+                             c->path, drt_printable(t, tb, sizeof tb));
     }
     I->arch_name = arch_names[I->arch];
     I->layout_name = layout_names[I->layout];
 
+    /* every integer is range-checked by cfg_int (CFG_INT_RANGES) before it
+     * is converted; the cross checks below then only see bounded values */
     drt_status s;
     int heads, kv, hd;
     if ((s = cfg_int(c, "vocab_size", 1, 0, &I->vocab)) != DRT_OK) return s;
@@ -439,33 +668,40 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
     if ((s = cfg_int(c, "num_hidden_layers", 1, 0, &I->n_layers)) != DRT_OK) return s;
     if ((s = cfg_int(c, "num_attention_heads", 1, 0, &heads)) != DRT_OK) return s;
     if ((s = cfg_int(c, "num_key_value_heads", 0, heads, &kv)) != DRT_OK) return s;
-    int hd_default = heads ? I->dim / heads : 0;
-    if (I->layout == DRT_LAYOUT_UNILM_V1 && heads) hd_default = I->dim / heads / 2;
-    if ((s = cfg_int(c, "head_dim", 0, hd_default, &hd)) != DRT_OK) return s;
+    int hd_default = I->dim / heads;
+    if (I->layout == DRT_LAYOUT_UNILM_V1) hd_default = I->dim / heads / 2;
+    if ((s = cfg_int(c, "head_dim", 0, -1, &hd)) != DRT_OK) return s;
+    if (hd < 0) {
+        const cfg_int_range *r = int_range("head_dim");
+        if (hd_default < r->lo || hd_default > r->hi)
+            return drt_set_error(DRT_ERR_FORMAT,
+                                 "%s: no field \"head_dim\", and the default hidden_size / "
+                                 "num_attention_heads%s = %d is outside %lld..%lld",
+                                 c->path, I->layout == DRT_LAYOUT_UNILM_V1 ? " / 2" : "",
+                                 hd_default, (long long)r->lo, (long long)r->hi);
+        hd = hd_default;
+    }
     if ((s = cfg_int(c, "max_position_embeddings", 0, 2048, &I->max_ctx)) != DRT_OK) return s;
     if ((s = cfg_bool(c, "tie_word_embeddings", 0, &I->tied_embeddings)) != DRT_OK) return s;
-    const char *pos[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                         "num_attention_heads", "num_key_value_heads", "head_dim"};
-    int vals[] = {I->vocab, I->dim, I->ffn, I->n_layers, heads, kv, hd};
-    for (int i = 0; i < 7; i++)
-        if (vals[i] <= 0)
-            return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" must be > 0", c->path, pos[i]);
     if (hd % 2)
         return drt_set_error(DRT_ERR_FORMAT, "%s: head_dim %d must be even for RoPE", c->path, hd);
     int b;
-    if (cfg_bool(c, "attention_bias", 0, &b) != DRT_OK || b)
-        return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: attention_bias=true is not supported", c->path);
-    if (cfg_bool(c, "mlp_bias", 0, &b) != DRT_OK || b)
-        return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: mlp_bias=true is not supported", c->path);
+    if ((s = cfg_bool(c, "attention_bias", 0, &b)) != DRT_OK) return s;
+    if (b)
+        return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: attention_bias=true is not supported",
+                             c->path);
+    if ((s = cfg_bool(c, "mlp_bias", 0, &b)) != DRT_OK) return s;
+    if (b) return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: mlp_bias=true is not supported", c->path);
     cJSON *act = cJSON_GetObjectItemCaseSensitive(c->root, "hidden_act");
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
         return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: hidden_act must be \"silu\"", c->path);
     double eps;
-    if ((s = num_field(c->path, c->root, "rms_norm_eps", 0, 1e-6, &eps)) != DRT_OK) return s;
-    m->rms_eps = (float)eps;
+    if ((s = num_field(c->path, c->root, "rms_norm_eps", "rms_norm_eps", 0, 1e-6, &eps)) != DRT_OK)
+        return s;
+    m->rms_eps = (float)eps; /* in (0, 1]: representable */
     m->gn_eps = I->layout == DRT_LAYOUT_UNILM_V1 ? 1e-5f : (float)eps;
-    I->bos_id = cfg_token(c, "bos_token_id");
-    I->eos_id = cfg_token(c, "eos_token_id");
+    if ((s = cfg_token(c, "bos_token_id", &I->bos_id)) != DRT_OK) return s;
+    if ((s = cfg_token(c, "eos_token_id", &I->eos_id)) != DRT_OK) return s;
     *n_q_heads = heads;
     *n_kv_heads = kv;
 
@@ -541,37 +777,37 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
         return s;
     }
     drt_model_info *I = &m->info;
-    ld_t L = {m, ""};
+    ld_t L = {m, "", 1};
     snprintf(L.st_name, sizeof L.st_name, "%s/model.safetensors", dir);
-    m->layers = calloc((size_t)I->n_layers, sizeof *m->layers);
-    m->lambda_v = calloc((size_t)I->n_layers, sizeof(float));
-    m->lambda_init_v = calloc((size_t)I->n_layers, sizeof(float));
-    if (!m->layers || !m->lambda_v || !m->lambda_init_v) s = drt_set_error(DRT_ERR_OOM, "out of memory");
-    if (s == DRT_OK) s = load_as_is(&L, &m->embed, "model.embed_tokens.weight", I->vocab, I->dim);
-    if (s == DRT_OK) s = load_f32_vec(&L, &m->final_norm, "model.norm.weight", I->dim);
+    /* checking pass: every tensor the config implies, with its shape, before
+     * anything sized from the config is allocated */
+    s = load_globals(&L);
+    if (s == DRT_OK) s = load_layers(&L, nq, nkv);
     if (s == DRT_OK) {
-        if (I->tied_embeddings)
-            m->lm_head = (drt_host_weight){.type = m->embed.type, .nd = 2, .ne = {I->vocab, I->dim},
-                                           .data = m->embed.data};
-        else
-            s = load_as_is(&L, &m->lm_head, "lm_head.weight", I->vocab, I->dim);
-        snprintf(m->lm_head.name, sizeof m->lm_head.name, "%s",
-                 I->tied_embeddings ? "lm_head (tied)" : "lm_head.weight");
+        L.dry = 0;
+        m->layers = calloc((size_t)I->n_layers, sizeof *m->layers); /* calloc checks n * size */
+        m->lambda_v = calloc((size_t)I->n_layers, sizeof(float));
+        m->lambda_init_v = calloc((size_t)I->n_layers, sizeof(float));
+        if (!m->layers || !m->lambda_v || !m->lambda_init_v)
+            s = drt_set_error(DRT_ERR_OOM, "out of memory");
     }
-    if (s == DRT_OK) s = load_layers(&L, &c, nq, nkv);
+    if (s == DRT_OK) s = load_globals(&L);
+    if (s == DRT_OK) s = load_layers(&L, nq, nkv);
+    /* the element count of each tensor is its checked byte count over its
+     * dtype size; the sum is checked too */
+    I->n_params = 0;
+    for (int f = 0; s == DRT_OK && f < m->st.n_files; f++)
+        for (int i = 0; s == DRT_OK && i < m->st.files[f].n_tensors; i++) {
+            const drt_st_tensor *t = &m->st.files[f].tensors[i];
+            int64_t n = (int64_t)(t->nbytes / drt_dtype_size(t->dtype));
+            if (!drt_add_ok(I->n_params, n, &I->n_params))
+                s = drt_set_error(DRT_ERR_FORMAT, "%s: parameter count overflows int64", dir);
+        }
     if (s != DRT_OK) {
         drt_model_free(m);
         return s;
     }
     I->weight_dtype = m->embed.type;
-    I->n_params = 0;
-    for (int f = 0; f < m->st.n_files; f++)
-        for (int i = 0; i < m->st.files[f].n_tensors; i++) {
-            const drt_st_tensor *t = &m->st.files[f].tensors[i];
-            int64_t n = 1;
-            for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
-            I->n_params += n;
-        }
     I->lambda = I->arch == DRT_ARCH_DIFF_V1 ? m->lambda_v : NULL;
     I->lambda_init = I->arch == DRT_ARCH_DIFF_V1 ? m->lambda_init_v : NULL;
     *out = m;

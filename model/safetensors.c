@@ -3,13 +3,20 @@
  * File layout: u64 little-endian header length N, N bytes of JSON, data.
  * Every check here guards a read: nothing is read from the mapping before the
  * bounds it depends on have been checked against the file size. Offsets and
- * sizes are kept in uint64_t and compared without forming sums that can wrap. */
+ * sizes are kept in uint64_t and every product or sum of header values goes
+ * through drt_checked.h.
+ *
+ * Messages never show bytes of a file as if they were a parsed value: a file
+ * that is not safetensors at all (a shard name pointed at some other file)
+ * must not have its first 8 bytes printed as a "header length". Numbers in
+ * messages are either parsed JSON values or sizes from fstat. */
 #define _DEFAULT_SOURCE /* madvise */
 #include "safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +26,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "drt_checked.h"
 #include "drt_error.h"
 
 /* same cap as the reference implementation (MAX_HEADER_SIZE) */
@@ -44,6 +52,8 @@ static const char *shown(const char *s, char *buf, size_t n) {
     if (s[i] && n >= 4) memcpy(buf + n - 4, "...", 4);
     return buf;
 }
+
+const char *drt_printable(const char *s, char *buf, size_t n) { return shown(s, buf, n); }
 
 /* A JSON number that is an integer in [0, 2^53]. */
 static int json_uint(const cJSON *v, uint64_t *out) {
@@ -73,6 +83,49 @@ static char *path_join(const char *dir, const char *name) {
     if (slash) p[a] = '/';
     memcpy(p + a + (size_t)slash, name, b + 1);
     return p;
+}
+
+/* ---- opening files -------------------------------------------------------- */
+
+static const char *file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISLNK(m)) return "a symbolic link";
+    return "not a file";
+}
+
+drt_status drt_open_regular(const char *path, int *fd, uint64_t *size) {
+    *fd = -1;
+    *size = 0;
+    /* stat before open: a device node named config.json must not be opened
+     * at all (opening some devices does something), and a FIFO is refused
+     * here without the open that would wait for a writer */
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return drt_set_error(DRT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return drt_set_error(DRT_ERR_IO, "%s: not a regular file (%s)", path,
+                             file_kind(sb.st_mode));
+    /* the entry can change between stat and open: O_NONBLOCK keeps the open
+     * of a FIFO swapped in from blocking, fstat decides on what was opened */
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (f < 0) return drt_set_error(DRT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(f, &sb) != 0) {
+        int err = errno;
+        close(f);
+        return drt_set_error(DRT_ERR_IO, "%s: cannot stat: %s", path, strerror(err));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(f);
+        return drt_set_error(DRT_ERR_IO, "%s: not a regular file (%s)", path,
+                             file_kind(sb.st_mode));
+    }
+    *fd = f;
+    *size = (uint64_t)sb.st_size;
+    return DRT_OK;
 }
 
 /* ---- reading ------------------------------------------------------------ */
@@ -151,10 +204,7 @@ static drt_status parse_entry(const char *path, const char *name, const cJSON *e
                                  path, nm, k);
         }
         t->shape[k++] = (int64_t)v;
-        if (v != 0 && nbytes > UINT64_MAX / v)
-            overflow = 1;
-        else
-            nbytes *= v;
+        if (!drt_mul_u64_ok(nbytes, v, &nbytes)) overflow = 1;
     }
     for (int i = 0; i < ndim; i++) {
         if (t->shape[i] == 0) { /* an empty tensor never overflows */
@@ -213,14 +263,17 @@ static drt_status parse_header(drt_st_file *f) {
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | m[i];
     uint64_t avail = (uint64_t)f->map_size - 8;
+    /* the length field is 8 raw bytes of a file that may be anything: it is
+     * never printed, only the file size (fstat) is */
     if (hlen > avail)
         return drt_set_error(DRT_ERR_FORMAT,
-                             "%s: header length %" PRIu64 " past the end of the file (%zu bytes)",
-                             path, hlen, f->map_size);
+                             "%s: not a safetensors file (header length field exceeds the file "
+                             "size of %zu bytes)",
+                             path, f->map_size);
     if (hlen > ST_MAX_HEADER)
         return drt_set_error(DRT_ERR_FORMAT,
-                             "%s: header length %" PRIu64 " over the %" PRIu64 "-byte limit", path,
-                             hlen, ST_MAX_HEADER);
+                             "%s: header length field over the %" PRIu64 "-byte limit", path,
+                             ST_MAX_HEADER);
     uint64_t data_size = avail - hlen;
     const unsigned char *data = m + 8 + hlen;
 
@@ -228,8 +281,7 @@ static drt_status parse_header(drt_st_file *f) {
         return drt_set_error(DRT_ERR_FORMAT, "%s: header contains a NUL byte", path);
     char *text = malloc((size_t)hlen + 1);
     if (!text)
-        return drt_set_error(DRT_ERR_OOM, "%s: out of memory for a %" PRIu64 "-byte header", path,
-                             hlen);
+        return drt_set_error(DRT_ERR_OOM, "%s: out of memory for the header", path);
     memcpy(text, m + 8, (size_t)hlen);
     text[hlen] = 0;
     const char *end = NULL;
@@ -238,8 +290,7 @@ static drt_status parse_header(drt_st_file *f) {
         size_t at = end ? (size_t)(end - text) : 0;
         free(text);
         return drt_set_error(DRT_ERR_FORMAT,
-                             "%s: header is not valid JSON (error at byte %zu of %" PRIu64 ")",
-                             path, at, hlen);
+                             "%s: header is not valid JSON (error at byte %zu)", path, at);
     }
     free(text);
     if (!cJSON_IsObject(root)) {
@@ -247,6 +298,8 @@ static drt_status parse_header(drt_st_file *f) {
         return drt_set_error(DRT_ERR_FORMAT, "%s: header is JSON but not an object", path);
     }
 
+    /* an int holds the count: every entry takes at least 4 header bytes and the
+     * header is at most ST_MAX_HEADER bytes; calloc checks n * size */
     int n = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, root) {
@@ -313,29 +366,22 @@ drt_status drt_st_open(const char *path, drt_st_file *out) {
     memset(out, 0, sizeof *out);
     if (!path) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_st_open: path is NULL");
 
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return drt_set_error(DRT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int err = errno;
-        close(fd);
-        return drt_set_error(DRT_ERR_IO, "%s: cannot stat: %s", path, strerror(err));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return drt_set_error(DRT_ERR_IO, "%s: not a regular file", path);
-    }
-    if (sb.st_size < 8) {
+    int fd;
+    uint64_t fsize;
+    drt_status st = drt_open_regular(path, &fd, &fsize);
+    if (st != DRT_OK) return st;
+    if (fsize < 8) {
         close(fd);
         return drt_set_error(DRT_ERR_FORMAT,
-                             "%s: file is %lld bytes, too short for the 8-byte header length", path,
-                             (long long)sb.st_size);
+                             "%s: file is %" PRIu64 " bytes, too short for the 8-byte header "
+                             "length",
+                             path, fsize);
     }
-    if ((uint64_t)sb.st_size > SIZE_MAX) {
+    if (fsize > SIZE_MAX) {
         close(fd);
         return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: file too large to map", path);
     }
-    size_t size = (size_t)sb.st_size;
+    size_t size = (size_t)fsize;
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int err = errno;
     close(fd);
@@ -349,7 +395,7 @@ drt_status drt_st_open(const char *path, drt_st_file *out) {
         drt_st_close(out);
         return drt_set_error(DRT_ERR_OOM, "%s: out of memory", path);
     }
-    drt_status st = parse_header(out);
+    st = parse_header(out);
     if (st != DRT_OK) drt_st_close(out);
     return st;
 }
@@ -373,18 +419,119 @@ const drt_st_tensor *drt_st_find(const drt_st_file *f, const char *name) {
 
 /* ---- sets of files -------------------------------------------------------- */
 
-static int file_exists(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0;
+#define ST_MAX_NAME 255 /* NAME_MAX of Linux and the BSDs */
+
+typedef struct {
+    const drt_st_tensor *t;
+    int file;
+} st_ref;
+
+static int cmp_ref(const void *a, const void *b) {
+    const st_ref *x = a, *y = b;
+    int c = strcmp(x->t->name, y->t->name);
+    return c ? c : (x->file > y->file) - (x->file < y->file);
+}
+
+/* s->by_name: every tensor of every file, by name, equal names in file order */
+static drt_status set_index(drt_st_set *s, const char *what) {
+    int64_t total = 0;
+    for (int f = 0; f < s->n_files; f++)
+        if (!drt_add_ok(total, s->files[f].n_tensors, &total) || total > INT_MAX)
+            return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: more than %d tensors in all", what,
+                                 INT_MAX);
+    if (total == 0) return DRT_OK;
+    st_ref *refs = calloc((size_t)total, sizeof *refs);
+    s->by_name = calloc((size_t)total, sizeof *s->by_name);
+    if (!refs || !s->by_name) {
+        free(refs);
+        return drt_set_error(DRT_ERR_OOM, "%s: out of memory", what);
+    }
+    int k = 0;
+    for (int f = 0; f < s->n_files; f++)
+        for (int i = 0; i < s->files[f].n_tensors; i++)
+            refs[k++] = (st_ref){&s->files[f].tensors[i], f};
+    qsort(refs, (size_t)total, sizeof *refs, cmp_ref);
+    for (int i = 0; i < k; i++) s->by_name[i] = refs[i].t;
+    s->n_names = k;
+    free(refs);
+    return DRT_OK;
+}
+
+/* A shard name from the index must name a file in the model directory itself:
+ * no separator, not "." or "..", not empty, not longer than a file name can
+ * be. Anything else ("../x", "/abs/x", "sub/x") could reach outside it. */
+static int plain_file_name(const char *s) {
+    size_t n = strlen(s);
+    return n > 0 && n <= ST_MAX_NAME && !strchr(s, '/') && strcmp(s, ".") != 0 &&
+           strcmp(s, "..") != 0;
+}
+
+/* A JSON "\u0000" escape (and not an escaped backslash before "u0000"):
+ * cJSON decodes it into a NUL that silently cuts the string short, so a
+ * name holding one is not the name the file spells. */
+static int has_nul_escape(const char *text) {
+    for (const char *p = text; (p = strstr(p, "\\u0000")) != NULL; p++) {
+        const char *q = p;
+        while (q > text && q[-1] == '\\') q--;
+        if ((p - q) % 2 == 0) return 1;
+    }
+    return 0;
+}
+
+/* Resolves dir/name and opens it when it lies inside the model directory
+ * `rdir` (already resolved). A shard name that is a symbolic link to a file
+ * elsewhere (a directory unpacked from an archive can carry one) would read
+ * outside the model: refused. The resolved path is what is opened, so the
+ * link cannot be swapped between the check and the open. */
+static drt_status open_shard_inside(const char *rdir, const char *dir, const char *name,
+                                    drt_st_file *out) {
+    char *p = path_join(dir, name);
+    if (!p) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", dir);
+    char *rp = realpath(p, NULL);
+    drt_status st;
+    size_t n = strlen(rdir);
+    if (!rp) {
+        st = drt_set_error(DRT_ERR_IO, "%s: cannot open: %s", p, strerror(errno));
+    } else if (!(strncmp(rp, rdir, n) == 0 && (rp[n] == '/' || (n == 1 && rp[1])))) {
+        st = drt_set_error(DRT_ERR_IO,
+                           "%s: is a symbolic link to a file outside the model directory "
+                           "(shards must lie inside it)",
+                           p);
+    } else {
+        st = drt_st_open(rp, out);
+    }
+    free(rp);
+    free(p);
+    return st;
+}
+
+typedef struct {
+    const char *tensor, *shard;
+    int pos; /* order in weight_map */
+} idx_entry;
+
+static int cmp_entry_shard(const void *a, const void *b) {
+    const idx_entry *x = a, *y = b;
+    int c = strcmp(x->shard, y->shard);
+    return c ? c : (x->pos > y->pos) - (x->pos < y->pos);
 }
 
 /* Opens the shards named by the index's weight_map and checks every name is
- * in the shard it is mapped to. */
+ * in the shard it is mapped to. Everything here is O(n log n) in the number
+ * of entries: a hostile index with millions of distinct shard names costs a
+ * sort, not n^2 string compares. */
 static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out) {
     char *buf = NULL;
     size_t len = 0;
     drt_status st = drt_read_text_file(ipath, &buf, &len);
     if (st != DRT_OK) return st;
+    if (has_nul_escape(buf)) {
+        free(buf);
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: contains a \\u0000 escape (NUL), which no tensor or shard name "
+                             "may hold",
+                             ipath);
+    }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(buf, &end, 1);
     if (!root) {
@@ -394,7 +541,9 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
     }
     free(buf);
     char nb[160], sb[160];
-    const char **shards = NULL;
+    idx_entry *ent = NULL, *sorted = NULL;
+    int *file_of = NULL; /* by weight_map position: which of out->files */
+    char *rdir = NULL;
     const cJSON *wm =
         cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!cJSON_IsObject(wm)) {
@@ -402,16 +551,17 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
                            ipath);
         goto done;
     }
-    int n_entries = cJSON_GetArraySize(wm);
-    if (n_entries > 0) {
-        shards = calloc((size_t)n_entries, sizeof *shards);
-        if (!shards) {
+    int n = cJSON_GetArraySize(wm); /* an int: the index is at most 64 MiB */
+    if (n > 0) {
+        ent = calloc((size_t)n, sizeof *ent);
+        sorted = calloc((size_t)n, sizeof *sorted);
+        file_of = calloc((size_t)n, sizeof *file_of);
+        if (!ent || !sorted || !file_of) {
             st = drt_set_error(DRT_ERR_OOM, "%s: out of memory", ipath);
             goto done;
         }
     }
-    /* distinct shard names, in order of first appearance */
-    int n_shards = 0;
+    int k = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, wm) {
         if (!cJSON_IsString(e) || !e->valuestring || !e->valuestring[0]) {
@@ -420,59 +570,87 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
                                ipath, shown(e->string, nb, sizeof nb));
             goto done;
         }
-        int seen = 0;
-        for (int i = 0; i < n_shards && !seen; i++) seen = strcmp(shards[i], e->valuestring) == 0;
-        if (!seen) shards[n_shards++] = e->valuestring;
+        if (!plain_file_name(e->valuestring)) {
+            st = drt_set_error(DRT_ERR_FORMAT,
+                               "%s: weight_map: tensor \"%s\": shard \"%s\" is not a plain file "
+                               "name in the model directory",
+                               ipath, shown(e->string, nb, sizeof nb),
+                               shown(e->valuestring, sb, sizeof sb));
+            goto done;
+        }
+        ent[k] = (idx_entry){e->string, e->valuestring, k};
+        k++;
     }
+    /* distinct shard names, numbered in order of first appearance: sort by
+     * (name, position), the first of each run is where that shard first
+     * appears; file_of[] holds, for each position, the first position of its
+     * shard until the numbering pass below replaces it */
+    if (n > 0) memcpy(sorted, ent, (size_t)n * sizeof *ent);
+    if (n > 1) qsort(sorted, (size_t)n, sizeof *sorted, cmp_entry_shard);
+    for (int i = 0, first = 0; i < n; i++) {
+        if (i > 0 && strcmp(sorted[i].shard, sorted[i - 1].shard) != 0) first = i;
+        file_of[sorted[i].pos] = sorted[first].pos;
+    }
+    int n_shards = 0;
+    for (int i = 0; i < n; i++) { /* positions in order: a first appearance gets the next number */
+        if (file_of[i] == i)
+            file_of[i] = -1 - n_shards++; /* negative: already numbered */
+        else
+            file_of[i] = file_of[file_of[i]];
+    }
+    for (int i = 0; i < n; i++) file_of[i] = -1 - file_of[i];
     if (n_shards > 0) {
         out->files = calloc((size_t)n_shards, sizeof *out->files);
+        rdir = realpath(dir, NULL);
         if (!out->files) {
             st = drt_set_error(DRT_ERR_OOM, "%s: out of memory", ipath);
             goto done;
         }
-    }
-    for (int i = 0; i < n_shards; i++) {
-        char *p = path_join(dir, shards[i]);
-        if (!p) {
-            st = drt_set_error(DRT_ERR_OOM, "%s: out of memory", ipath);
+        if (!rdir) {
+            st = drt_set_error(DRT_ERR_IO, "%s: cannot resolve: %s", dir, strerror(errno));
             goto done;
         }
-        st = drt_st_open(p, &out->files[i]);
-        free(p);
+    }
+    for (int i = 0; i < n; i++) {
+        if (file_of[i] != out->n_files) continue; /* not a first appearance */
+        st = open_shard_inside(rdir, dir, ent[i].shard, &out->files[out->n_files]);
         if (st != DRT_OK) {
             /* keep the shard's own message, say which index named it */
             char inner[768];
             snprintf(inner, sizeof inner, "%s", drt_last_error());
-            st = drt_set_error(st, "%s: shard \"%s\": %s", ipath, shown(shards[i], sb, sizeof sb),
-                               inner);
+            st = drt_set_error(st, "%s: shard \"%s\": %s", ipath,
+                               shown(ent[i].shard, sb, sizeof sb), inner);
             goto done;
         }
-        out->n_files = i + 1;
+        out->n_files++;
     }
-    cJSON_ArrayForEach(e, wm) {
-        int s = 0;
-        while (strcmp(shards[s], e->valuestring) != 0) s++;
-        const drt_st_tensor *t = drt_st_find(&out->files[s], e->string);
+    st = set_index(out, ipath);
+    if (st != DRT_OK) goto done;
+    for (int i = 0; i < n; i++) {
+        const drt_st_tensor *t = drt_st_find(&out->files[file_of[i]], ent[i].tensor);
         if (!t) {
             st = drt_set_error(DRT_ERR_FORMAT,
                                "%s: weight_map: tensor \"%s\" not found in shard "
                                "\"%s\"",
-                               ipath, shown(e->string, nb, sizeof nb),
-                               shown(e->valuestring, sb, sizeof sb));
+                               ipath, shown(ent[i].tensor, nb, sizeof nb),
+                               shown(ent[i].shard, sb, sizeof sb));
             goto done;
         }
         /* drt_st_set_find returns the first match: it must be this one */
-        if (drt_st_set_find(out, e->string) != t) {
+        if (drt_st_set_find(out, ent[i].tensor) != t) {
             st = drt_set_error(DRT_ERR_FORMAT,
                                "%s: weight_map: tensor \"%s\" maps to shard \"%s\" but is also in "
                                "an earlier shard",
-                               ipath, shown(e->string, nb, sizeof nb),
-                               shown(e->valuestring, sb, sizeof sb));
+                               ipath, shown(ent[i].tensor, nb, sizeof nb),
+                               shown(ent[i].shard, sb, sizeof sb));
             goto done;
         }
     }
 done:
-    free(shards);
+    free(rdir);
+    free(file_of);
+    free(sorted);
+    free(ent);
     cJSON_Delete(root);
     return st;
 }
@@ -484,17 +662,26 @@ drt_status drt_st_set_open_dir(const char *dir, drt_st_set *out) {
     char *single = path_join(dir, "model.safetensors");
     char *index = path_join(dir, "model.safetensors.index.json");
     drt_status st = DRT_OK;
+    struct stat sb;
+    /* lstat: any entry named model.safetensors is the model (a FIFO, a
+     * dangling link or a link loop gets its own error from the open), not a
+     * reason to look for an index instead */
     if (!single || !index) {
         st = drt_set_error(DRT_ERR_OOM, "%s: out of memory", dir);
-    } else if (file_exists(single)) {
+    } else if (lstat(single, &sb) == 0) {
         out->files = calloc(1, sizeof *out->files);
         if (!out->files)
             st = drt_set_error(DRT_ERR_OOM, "%s: out of memory", dir);
         else
             st = drt_st_open(single, &out->files[0]);
         if (st == DRT_OK) out->n_files = 1;
-    } else if (file_exists(index)) {
+        if (st == DRT_OK) st = set_index(out, single);
+    } else if (errno != ENOENT) {
+        st = drt_set_error(DRT_ERR_IO, "%s: cannot open: %s", single, strerror(errno));
+    } else if (lstat(index, &sb) == 0) {
         st = open_index(dir, index, out);
+    } else if (errno != ENOENT) {
+        st = drt_set_error(DRT_ERR_IO, "%s: cannot open: %s", index, strerror(errno));
     } else {
         st = drt_set_error(DRT_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json",
                            dir);
@@ -509,16 +696,22 @@ void drt_st_set_close(drt_st_set *s) {
     if (!s) return;
     for (int i = 0; i < s->n_files; i++) drt_st_close(&s->files[i]);
     free(s->files);
+    free(s->by_name);
     memset(s, 0, sizeof *s);
 }
 
 const drt_st_tensor *drt_st_set_find(const drt_st_set *s, const char *name) {
-    if (!s) return NULL;
-    for (int i = 0; i < s->n_files; i++) {
-        const drt_st_tensor *t = drt_st_find(&s->files[i], name);
-        if (t) return t;
+    if (!s || !name) return NULL;
+    /* the first of the equal names: ties are in file order */
+    int lo = 0, hi = s->n_names;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (strcmp(s->by_name[mid]->name, name) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    return NULL;
+    return lo < s->n_names && strcmp(s->by_name[lo]->name, name) == 0 ? s->by_name[lo] : NULL;
 }
 
 /* ---- writing -------------------------------------------------------------- */
@@ -661,25 +854,19 @@ drt_status drt_read_text_file(const char *path, char **out, size_t *len) {
     *out = NULL;
     if (len) *len = 0;
     if (!path) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_read_text_file: path is NULL");
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return drt_set_error(DRT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    uint64_t fsize;
+    drt_status st = drt_open_regular(path, &fd, &fsize);
+    if (st != DRT_OK) return st;
     char *buf = NULL;
-    drt_status st = DRT_OK;
-    struct stat sb;
-    if (fstat(fileno(fp), &sb) == 0) {
-        if (S_ISDIR(sb.st_mode)) {
-            st = drt_set_error(DRT_ERR_IO, "%s: is a directory, expected a text file", path);
-            goto done;
-        }
-        if (S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > TEXT_FILE_MAX) {
-            st = drt_set_error(DRT_ERR_IO,
-                               "%s: file is %lld bytes, over the %zu MiB limit for a "
-                               "text file",
-                               path, (long long)sb.st_size, TEXT_FILE_MAX >> 20);
-            goto done;
-        }
+    if (fsize > TEXT_FILE_MAX) {
+        st = drt_set_error(DRT_ERR_IO,
+                           "%s: file is %" PRIu64 " bytes, over the %zu MiB limit for a text file",
+                           path, fsize, TEXT_FILE_MAX >> 20);
+        goto done;
     }
-    /* read to EOF rather than trusting st_size: pipes, files that change */
+    /* read to EOF rather than trusting st_size: a file that grows after the
+     * fstat still stops at the limit */
     size_t cap = 4096, n = 0;
     buf = malloc(cap);
     if (!buf) {
@@ -702,13 +889,14 @@ drt_status drt_read_text_file(const char *path, char **out, size_t *len) {
             buf = nbuf;
             cap = ncap;
         }
-        size_t got = fread(buf + n, 1, cap - 1 - n, fp);
-        n += got;
+        ssize_t got = read(fd, buf + n, cap - 1 - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            st = drt_set_error(DRT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+            goto done;
+        }
         if (got == 0) break;
-    }
-    if (ferror(fp)) {
-        st = drt_set_error(DRT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-        goto done;
+        n += (size_t)got;
     }
     buf[n] = 0;
     *out = buf;
@@ -716,7 +904,7 @@ drt_status drt_read_text_file(const char *path, char **out, size_t *len) {
     if (len) *len = n;
 done:
     free(buf);
-    fclose(fp);
+    close(fd);
     return st;
 }
 

@@ -18,7 +18,9 @@ typedef struct {
     drt_dtype dtype;
     int ndim;
     int64_t shape[4];
-    const void *data; /* inside the mapping */
+    const void *data; /* inside the mapping; NOT necessarily aligned for dtype (the
+                       * header length decides where the data starts): read it
+                       * with memcpy, or copy it (the loader does) */
     size_t nbytes;
 } drt_st_tensor;
 
@@ -48,10 +50,22 @@ const drt_st_tensor *drt_st_find(const drt_st_file *f, const char *name);
 void drt_st_release(const drt_st_tensor *t);
 
 /* A set of safetensors files: either DIR/model.safetensors or the shards
- * listed in DIR/model.safetensors.index.json ("weight_map"). */
+ * listed in DIR/model.safetensors.index.json ("weight_map").
+ *
+ * Shard names in the index are untrusted: each must be a plain file name
+ * (no "/", not "." or "..", not empty, no NUL, at most 255 bytes), and the
+ * file it names must resolve (realpath) to a file inside the model
+ * directory, so a symbolic link from a shard name to a file outside the
+ * directory is rejected. The fixed names (model.safetensors, the index,
+ * config.json, tokenizer.json) may be symbolic links anywhere: diffrt chose
+ * those names, not the file. */
 typedef struct {
     int n_files;
     drt_st_file *files;
+    /* every tensor of every file sorted by name, ties in file order, so a
+     * lookup is one binary search however many shards there are */
+    int n_names;
+    const drt_st_tensor **by_name;
 } drt_st_set;
 
 drt_status drt_st_set_open_dir(const char *dir, drt_st_set *out);
@@ -69,7 +83,21 @@ typedef struct {
 } drt_st_write_tensor;
 drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n);
 
-/* Reads a whole (small) text file into a NUL-terminated malloc'd buffer. */
+/* Opens a file of a model directory for reading. It must be a regular file:
+ * the path is stat'ed first, so a device node is never opened (opening one
+ * can have side effects), then opened O_RDONLY|O_NONBLOCK|O_CLOEXEC (a FIFO
+ * put there after the stat cannot block the open) and checked again with
+ * fstat. Anything else is DRT_ERR_IO "<path>: not a regular file (a FIFO)";
+ * a symbolic link loop is "<path>: cannot open: Too many levels of symbolic
+ * links". On success *fd is the descriptor and *size the file size. */
+drt_status drt_open_regular(const char *path, int *fd, uint64_t *size);
+
+/* s made fit for a one-line message: control bytes become '?', a string longer
+ * than the buffer is cut with "...". For names and values read from files. */
+const char *drt_printable(const char *s, char *buf, size_t n);
+
+/* Reads a whole (small) regular file (drt_open_regular: never a FIFO or a
+ * device, so it cannot block) into a NUL-terminated malloc'd buffer. */
 drt_status drt_read_text_file(const char *path, char **out, size_t *len);
 
 #endif

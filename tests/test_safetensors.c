@@ -319,20 +319,21 @@ typedef struct {
     uint64_t len_value;
     drt_status want;
     const char *needle[2];
+    const char *must_not; /* the length field as a number: never echoed */
 } damage_case;
 
 /* the source file holds "a" (24 bytes) then "b" (16 bytes) */
 // clang-format off
 static const damage_case damage_cases[] = {
-    {"cut_in_data",   CUT_LAST,         6, 0, 0, DRT_ERR_FORMAT, {"\"b\"", "[24, 40] end past the data section (34 bytes)"}},
-    {"cut_in_header", KEEP_HALF_HEADER, 0, 0, 0, DRT_ERR_FORMAT, {"header length", "past the end of the file"}},
-    {"cut_in_length", KEEP_FIRST,       5, 0, 0, DRT_ERR_FORMAT, {"5 bytes", "too short"}},
-    {"cut_to_empty",  KEEP_FIRST,       0, 0, 0, DRT_ERR_FORMAT, {"0 bytes", "too short"}},
-    {"len_past_end",  KEEP_ALL, 0, 1, 4096,           DRT_ERR_FORMAT, {"header length 4096 past the end", NULL}},
-    {"len_max",       KEEP_ALL, 0, 1, UINT64_MAX,     DRT_ERR_FORMAT, {"header length 18446744073709551615 past the end", NULL}},
-    {"len_wraps",     KEEP_ALL, 0, 1, UINT64_MAX - 7, DRT_ERR_FORMAT, {"header length 18446744073709551608 past the end", NULL}},
-    {"len_zero",      KEEP_ALL, 0, 1, 0,              DRT_ERR_FORMAT, {"not valid JSON", NULL}},
-    {"len_short",     KEEP_ALL, 0, 1, 16,             DRT_ERR_FORMAT, {"not valid JSON", NULL}},
+    {"cut_in_data",   CUT_LAST,         6, 0, 0, DRT_ERR_FORMAT, {"\"b\"", "[24, 40] end past the data section (34 bytes)"}, NULL},
+    {"cut_in_header", KEEP_HALF_HEADER, 0, 0, 0, DRT_ERR_FORMAT, {"not a safetensors file", "header length field exceeds the file size of 64 bytes"}, "112"},
+    {"cut_in_length", KEEP_FIRST,       5, 0, 0, DRT_ERR_FORMAT, {"5 bytes", "too short"}, NULL},
+    {"cut_to_empty",  KEEP_FIRST,       0, 0, 0, DRT_ERR_FORMAT, {"0 bytes", "too short"}, NULL},
+    {"len_past_end",  KEEP_ALL, 0, 1, 4096,           DRT_ERR_FORMAT, {"not a safetensors file", "header length field exceeds the file size of 160 bytes"}, "4096"},
+    {"len_max",       KEEP_ALL, 0, 1, UINT64_MAX,     DRT_ERR_FORMAT, {"not a safetensors file", "header length field exceeds the file size"}, "18446744073709551615"},
+    {"len_wraps",     KEEP_ALL, 0, 1, UINT64_MAX - 7, DRT_ERR_FORMAT, {"not a safetensors file", "header length field exceeds the file size"}, "18446744073709551608"},
+    {"len_zero",      KEEP_ALL, 0, 1, 0,              DRT_ERR_FORMAT, {"not valid JSON", NULL}, NULL},
+    {"len_short",     KEEP_ALL, 0, 1, 16,             DRT_ERR_FORMAT, {"not valid JSON", NULL}, NULL},
 };
 // clang-format on
 
@@ -372,6 +373,10 @@ static void test_damage_cases(void) {
         drt_st_file f;
         drt_status st = drt_st_open(path, &f);
         check_error(c->name, st, c->want, fname, c->needle[0], c->needle[1]);
+        if (c->must_not)
+            DRT_CHECK(strstr(drt_last_error(), c->must_not) == NULL,
+                      "%s: message shows the length field's value %s: %s", c->name, c->must_not,
+                      drt_last_error());
         if (st == DRT_OK) drt_st_close(&f);
     }
     free(bytes);
@@ -507,6 +512,25 @@ static void test_paths(void) {
         {"index_shard_not_string", "{\"weight_map\": {\"x\": 3}}",
          "tensor \"x\": expected a shard"},
         {"index_shard_empty", "{\"weight_map\": {\"x\": \"\"}}", "tensor \"x\": expected a shard"},
+        /* shard names are plain file names inside the directory */
+        {"index_shard_parent", "{\"weight_map\": {\"x\": \"../a.safetensors\"}}",
+         "tensor \"x\": shard \"../a.safetensors\" is not a plain file name in the model "
+         "directory"},
+        {"index_shard_absolute", "{\"weight_map\": {\"x\": \"/etc/passwd\"}}",
+         "shard \"/etc/passwd\" is not a plain file name"},
+        {"index_shard_subdir", "{\"weight_map\": {\"x\": \"sub/a.safetensors\"}}",
+         "shard \"sub/a.safetensors\" is not a plain file name"},
+        {"index_shard_dot", "{\"weight_map\": {\"x\": \".\"}}", "shard \".\" is not a plain"},
+        {"index_shard_dotdot", "{\"weight_map\": {\"x\": \"..\"}}", "shard \"..\" is not a plain"},
+        {"index_shard_nul", "{\"weight_map\": {\"x\": \"a.safetensors\\u0000/../../b\"}}",
+         "\\u0000 escape (NUL)"},
+        {"index_shard_overlong",
+         "{\"weight_map\": {\"x\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+         ".safetensors\"}}",
+         "is not a plain file name"},
     };
     for (size_t i = 0; i < sizeof idx / sizeof idx[0]; i++) {
         char dir[512];
@@ -579,6 +603,27 @@ static void test_text_file(void) {
     st = drt_read_text_file(huge, &buf, &len);
     check_error("text_too_large", st, DRT_ERR_IO, "huge.json", "64 MiB limit", NULL);
     remove(huge);
+
+    /* only regular files: a FIFO would block the open or the read forever, a
+     * device may never end; both readers refuse them without opening them */
+    const char *fifo = TMP "/fifo.json";
+    remove(fifo);
+    DRT_CHECK(mkfifo(fifo, 0644) == 0, "mkfifo: %s", strerror(errno));
+    st = drt_read_text_file(fifo, &buf, &len);
+    check_error("text_fifo", st, DRT_ERR_IO, "fifo.json", "not a regular file (a FIFO)", NULL);
+    drt_st_file f;
+    st = drt_st_open(fifo, &f);
+    check_error("st_fifo", st, DRT_ERR_IO, "fifo.json", "not a regular file (a FIFO)", NULL);
+    st = drt_read_text_file("/dev/zero", &buf, &len);
+    check_error("text_device", st, DRT_ERR_IO, "/dev/zero",
+                "not a regular file (a character device)", NULL);
+    const char *loop = TMP "/loop.json";
+    remove(loop);
+    DRT_CHECK(symlink("loop.json", loop) == 0, "symlink: %s", strerror(errno));
+    st = drt_read_text_file(loop, &buf, &len);
+    check_error("text_symlink_loop", st, DRT_ERR_IO, "loop.json", strerror(ELOOP), NULL);
+    st = drt_st_open(loop, &f);
+    check_error("st_symlink_loop", st, DRT_ERR_IO, "loop.json", strerror(ELOOP), NULL);
 }
 
 int main(void) {
