@@ -1,6 +1,7 @@
 /* The diffrt command: info, run. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,11 @@ static const char *USAGE =
     "                    cores this process may use)\n"
     "  --device D        device index or name substring (default: DIFFRT_DEVICE, else the\n"
     "                    backend's first device)\n"
-    "  --ctx N           KV cache length (default: the model's max, capped at 4096)\n"
+    "  --ctx N           KV cache length (default: the prompt + -n, at least 4096 where\n"
+    "                    the model has that many, and never past its max_position_embeddings;\n"
+    "                    a longer prompt is an error before any work). Past\n"
+    "                    max_position_embeddings is allowed, with a warning: the model was\n"
+    "                    not trained on those positions\n"
     "  --temp T          sampling temperature, 0 = greedy (default 0)\n"
     "  --top-k K         keep the K most likely tokens, 0 = off (default 0)\n"
     "  --top-p P         nucleus sampling mass in (0,1], 1 = off (default 1)\n"
@@ -42,7 +47,10 @@ static const char *USAGE =
     "  --no-stop         do not stop at the model's eos token\n"
     "                    (with text, eos is the config's eos_token_id, else the tokenizer's)\n"
     "  -v, --verbose     print per-op CPU fallback counts and the prefill's activation\n"
-    "                    memory (planned arena vs one buffer per intermediate)\n"
+    "                    memory (planned arena vs one buffer per intermediate); when the\n"
+    "                    logits are NaN or Inf, name the first op and layer whose output\n"
+    "                    was (re-runs that forward op by op; DIFFRT_CHECK_FINITE=1 does the\n"
+    "                    same for every command)\n"
     "\n"
     "  diffrt conform [--backend LIST] [--op LIST] [--require LIST] [--models DIR]\n"
     "                 [--json FILE] [--list] [--perf [--repeats N] [--warmup N]]\n"
@@ -285,7 +293,11 @@ static int cmd_run(int argc, char **argv) {
         } else if (strcmp(a, "-n") == 0) {
             if (!cli_parse_long(v, 0, 1 << 20, &n_gen)) return cli_die("run: -n wants an integer >= 0, got \"%s\"", v);
         } else if (strcmp(a, "--ctx") == 0) {
-            if (!cli_parse_long(v, 1, 1 << 24, &ctx)) return cli_die("run: --ctx wants an integer >= 1, got \"%s\"", v);
+            if (!cli_parse_long(v, 1, DRT_MAX_CTX, &ctx)) {
+                fprintf(stderr, "diffrt: run: --ctx wants an integer in [1, %d], got \"%s\"\n",
+                        DRT_MAX_CTX, v);
+                return 2;
+            }
         } else if (strcmp(a, "--threads") == 0) {
             if (!cli_parse_long(v, 1, 1024, &threads)) return cli_die("run: --threads wants an integer in [1, 1024], got \"%s\"", v);
         } else if (strcmp(a, "--top-k") == 0) {
@@ -293,7 +305,8 @@ static int cmd_run(int argc, char **argv) {
         } else if (strcmp(a, "--seed") == 0) {
             if (!cli_parse_long(v, 0, LONG_MAX, &seed)) return cli_die("run: --seed wants an integer >= 0, got \"%s\"", v);
         } else if (strcmp(a, "--temp") == 0) {
-            if (!parse_double(v, &temp) || temp < 0) return cli_die("run: --temp wants a number >= 0, got \"%s\"", v);
+            if (!parse_double(v, &temp) || !(temp >= 0) || !isfinite(temp))
+                return cli_die("run: --temp wants a finite number >= 0, got \"%s\"", v);
         } else if (strcmp(a, "--top-p") == 0) {
             if (!parse_double(v, &top_p) || !(top_p > 0 && top_p <= 1))
                 return cli_die("run: --top-p wants a number in (0, 1], got \"%s\"", v);
@@ -330,14 +343,39 @@ static int cmd_run(int argc, char **argv) {
         }
         eos = ct.eos;
     }
-    long need = T + n_gen;
-    if (!ctx) ctx = need < I.max_ctx ? (I.max_ctx < 4096 ? I.max_ctx : 4096) : need;
-    if (need > ctx) {
-        fprintf(stderr, "diffrt: run: %d prompt + %ld new tokens exceed --ctx %ld\n", T, n_gen, ctx);
+    /* The context is decided before any work: by default as long as the
+     * prompt + -n needs (at least 4096 when the model has them), never past
+     * max_position_embeddings; a prompt that does not fit is an error here,
+     * not a prefill of positions the model never saw. */
+    long need = (long)T + n_gen, max_pos = I.max_ctx;
+    if (!ctx) {
+        long dflt = max_pos < 4096 ? max_pos : 4096;
+        ctx = need <= dflt ? dflt : need <= max_pos ? need : max_pos;
+        if (need > ctx) {
+            fprintf(stderr,
+                    "diffrt: run: prompt (%d tokens) + -n %ld exceeds the context %ld "
+                    "(max_position_embeddings); pass --ctx N to raise it\n",
+                    T, n_gen, ctx);
+            rc = 2;
+            goto done;
+        }
+    } else if (need > ctx) {
+        fprintf(stderr,
+                "diffrt: run: prompt (%d tokens) + -n %ld exceeds --ctx %ld; pass a larger --ctx\n",
+                T, n_gen, ctx);
         rc = 2;
         goto done;
+    } else if (ctx > max_pos) {
+        fprintf(stderr,
+                "diffrt: warning: --ctx %ld is past the model's max_position_embeddings %ld: "
+                "positions from %ld on were never trained and the output there may degrade\n",
+                ctx, max_pos, max_pos);
     }
-    drt_session_opts so = {.backend = backend, .device = device, .max_ctx = (int)ctx, .threads = (int)threads};
+    drt_session_opts so = {.backend = backend,
+                           .device = device,
+                           .max_ctx = (int)ctx,
+                           .threads = (int)threads,
+                           .check_finite = verbose};
     if (drt_session_create(m, &so, &s) != DRT_OK) {
         rc = cli_fail("run");
         goto done;
@@ -361,6 +399,14 @@ static int cmd_run(int argc, char **argv) {
     int generated = 0;
     for (long i = 0; i < n_gen; i++) {
         int32_t tok = drt_sampler_sample(smp, logits);
+        if (tok < 0) {
+            if (ct.tok)
+                cli_text_end(&ct);
+            else
+                printf("\n");
+            rc = cli_fail("sample");
+            goto done;
+        }
         int stop = stop_at_eos && tok == eos;
         if (!ct.tok) {
             printf("%s%d", generated ? "," : "", tok);

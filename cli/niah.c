@@ -202,6 +202,11 @@ int cmd_niah(int argc, char **argv) {
     if (!n_ctx) ctxs[n_ctx++] = I.max_ctx < 4096 ? I.max_ctx : 4096;
     int max_ctx = 0;
     for (int i = 0; i < n_ctx; i++) max_ctx = ctxs[i] > max_ctx ? ctxs[i] : max_ctx;
+    if (max_ctx > I.max_ctx)
+        fprintf(stderr,
+                "diffrt: warning: niah --ctx %d is past the model's max_position_embeddings %d: "
+                "positions from %d on were never trained and retrieval there may degrade\n",
+                max_ctx, I.max_ctx, I.max_ctx);
     drt_session_opts so = {.backend = backend, .device = device, .max_ctx = max_ctx + DRT_NIAH_MAX_NEW_TOKENS,
                            .threads = threads};
     if (drt_session_create(m, &so, &s) != DRT_OK) {

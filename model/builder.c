@@ -10,45 +10,62 @@
 #include "drt_error.h"
 #include "session.h"
 
+/* Names a node after where it sits in the model, "layers.<l>.<what>" (or
+ * <what> outside the layers), so a message can say which op of which layer
+ * (the finite check, drt_plan_find_nonfinite). */
+static drt_tensor *named(drt_tensor *t, int l, const char *what) {
+    if (!t) return NULL;
+    if (l >= 0)
+        snprintf(t->name, sizeof t->name, "layers.%d.%s", l, what);
+    else
+        snprintf(t->name, sizeof t->name, "%s", what);
+    return t;
+}
+
 static drt_tensor *reshape(drt_graph *g, drt_tensor *x, int nd, int64_t n0, int64_t n1, int64_t n2,
                            int64_t n3) {
     int64_t ne[4] = {n0, n1, n2, n3};
     return drt_view(g, x, nd, ne, 0);
 }
 
-static drt_tensor *attention(drt_graph *g, const drt_model *m, const drt_layer_tensors *L,
-                             const drt_layer_weights *lw, drt_tensor *h, drt_tensor *inv_freq, int T,
-                             drt_tensor **q_out, drt_tensor **lam_out) {
+static drt_tensor *attention(drt_graph *g, const drt_model *m, int l, const drt_layer_tensors *L,
+                             const drt_layer_weights *lw, drt_tensor *h, drt_tensor *inv_freq,
+                             int T, drt_tensor **q_out, drt_tensor **lam_out) {
     const drt_model_info *I = &m->info;
     int64_t H = I->n_heads, G = I->n_kv_groups, km = I->kv_m, dk = I->dk, dv = I->dv;
     int diff = I->arch != DRT_ARCH_TRANSFORMER;
     int64_t qmaps = diff ? 2 : 1;
 
     /* q: (T, H*qmaps*dk) -> RoPE over (T, H*qmaps, dk) */
-    drt_tensor *q = drt_matmul(g, h, L->wq);
-    q = *q_out = drt_rope(g, reshape(g, q, 3, T, H * qmaps, dk, 0), inv_freq);
-    drt_tensor *k = drt_matmul(g, h, L->wk);
-    k = drt_rope(g, reshape(g, k, 3, T, G * km, dk, 0), inv_freq);
-    drt_tensor *v = drt_matmul(g, h, L->wv);
+    drt_tensor *q = named(drt_matmul(g, h, L->wq), l, "attn.q");
+    q = *q_out =
+        named(drt_rope(g, reshape(g, q, 3, T, H * qmaps, dk, 0), inv_freq), l, "attn.q_rope");
+    drt_tensor *k = named(drt_matmul(g, h, L->wk), l, "attn.k");
+    k = named(drt_rope(g, reshape(g, k, 3, T, G * km, dk, 0), inv_freq), l, "attn.k_rope");
+    drt_tensor *v = named(drt_matmul(g, h, L->wv), l, "attn.v");
 
-    drt_tensor *o;
+    drt_tensor *o, *kc, *vc;
     if (!diff) {
-        drt_tensor *kc = drt_kv_write(g, reshape(g, k, 3, T, G, dk, 0), L->k_cache);
-        drt_tensor *vc = drt_kv_write(g, reshape(g, v, 3, T, G, dv, 0), L->v_cache);
-        o = drt_attn(g, q, kc, vc);
+        kc = drt_kv_write(g, reshape(g, k, 3, T, G, dk, 0), L->k_cache);
+        vc = drt_kv_write(g, reshape(g, v, 3, T, G, dv, 0), L->v_cache);
+        o = named(drt_attn(g, q, kc, vc), l, "attn");
     } else {
-        drt_tensor *kc = drt_kv_write(g, reshape(g, k, 4, T, G, km, dk), L->k_cache);
-        drt_tensor *vc = drt_kv_write(g, reshape(g, v, 3, T, G, dv, 0), L->v_cache);
+        kc = drt_kv_write(g, reshape(g, k, 4, T, G, km, dk), L->k_cache);
+        vc = drt_kv_write(g, reshape(g, v, 3, T, G, dv, 0), L->v_cache);
         drt_tensor *q4 = reshape(g, q, 4, T, H, 2, dk);
         if (I->arch == DRT_ARCH_DIFF_V1) {
-            o = drt_diff_attn(g, q4, kc, vc, lw->lambda, NULL);
-            o = drt_groupnorm(g, o, L->subln, m->gn_eps, 1.0f - lw->lambda_init);
+            o = named(drt_diff_attn(g, q4, kc, vc, lw->lambda, NULL), l, "attn");
+            o = named(drt_groupnorm(g, o, L->subln, m->gn_eps, 1.0f - lw->lambda_init), l,
+                      "attn.subln");
         } else {
-            drt_tensor *lam = *lam_out = drt_sigmoid(g, drt_matmul(g, h, L->w_lambda)); /* (T, H) */
-            o = drt_diff_attn(g, q4, kc, vc, 0.0f, lam);
+            drt_tensor *lam = named(drt_matmul(g, h, L->w_lambda), l, "attn.lambda_proj");
+            lam = *lam_out = named(drt_sigmoid(g, lam), l, "attn.lambda"); /* (T, H) */
+            o = named(drt_diff_attn(g, q4, kc, vc, 0.0f, lam), l, "attn");
         }
     }
-    return drt_matmul(g, reshape(g, o, 2, T, H * dv, 0, 0), L->wo);
+    named(kc, l, "attn.k_cache");
+    named(vc, l, "attn.v_cache");
+    return named(drt_matmul(g, reshape(g, o, 2, T, H * dv, 0, 0), L->wo), l, "attn.out");
 }
 
 drt_status drt_build_forward(const drt_model *m, const drt_model_tensors *mt, int T, int all_logits,
@@ -67,21 +84,25 @@ drt_status drt_build_forward(const drt_model *m, const drt_model_tensors *mt, in
     out->ids = drt_new_tensor_1d(g, DRT_I32, T, "ids");
     if (out->ids) out->ids->flags |= DRT_TF_INPUT;
 
-    drt_tensor *x = drt_embed(g, out->ids, mt->embed);
+    drt_tensor *x = named(drt_embed(g, out->ids, mt->embed), -1, "embed");
     for (int l = 0; l < I->n_layers; l++) {
         const drt_layer_tensors *L = &mt->layers[l];
-        drt_tensor *h = drt_rmsnorm(g, x, L->attn_norm, m->rms_eps);
-        x = drt_add(g, x, attention(g, m, L, &m->layers[l], h, mt->inv_freq, T, &out->q_rope[l], &out->lambda[l]));
-        drt_tensor *h2 = drt_rmsnorm(g, x, L->ffn_norm, m->rms_eps);
-        drt_tensor *f = drt_swiglu(g, drt_matmul(g, h2, L->wg), drt_matmul(g, h2, L->wu));
-        x = drt_add(g, x, drt_matmul(g, f, L->wd));
+        drt_tensor *h = named(drt_rmsnorm(g, x, L->attn_norm, m->rms_eps), l, "attn_norm");
+        drt_tensor *a = attention(g, m, l, L, &m->layers[l], h, mt->inv_freq, T, &out->q_rope[l],
+                                  &out->lambda[l]);
+        x = named(drt_add(g, x, a), l, "attn_residual");
+        drt_tensor *h2 = named(drt_rmsnorm(g, x, L->ffn_norm, m->rms_eps), l, "ffn_norm");
+        drt_tensor *gate = named(drt_matmul(g, h2, L->wg), l, "mlp.gate");
+        drt_tensor *up = named(drt_matmul(g, h2, L->wu), l, "mlp.up");
+        drt_tensor *f = named(drt_swiglu(g, gate, up), l, "mlp.swiglu");
+        x = named(drt_add(g, x, named(drt_matmul(g, f, L->wd), l, "mlp.down")), l, "mlp_residual");
     }
     if (!all_logits && T > 1) {
         int64_t ne[2] = {1, I->dim};
         x = drt_view(g, x, 2, ne, (size_t)(T - 1) * (size_t)I->dim * sizeof(float));
     }
-    x = drt_rmsnorm(g, x, mt->final_norm, m->rms_eps);
-    out->logits = drt_matmul(g, x, mt->lm_head);
+    x = named(drt_rmsnorm(g, x, mt->final_norm, m->rms_eps), -1, "final_norm");
+    out->logits = named(drt_matmul(g, x, mt->lm_head), -1, "lm_head");
     /* what the host reads after a run keeps its own storage: the logits,
      * and q and lambda for the attention probes (drt_session_last_attention) */
     if (out->logits) out->logits->flags |= DRT_TF_OUTPUT;

@@ -440,7 +440,7 @@ static float dot_exp(const drt_st_tensor *a, const drt_st_tensor *b, int64_t n) 
 
 /* ---- the model ----------------------------------------------------------- */
 
-void drt_model_free(drt_model *m) {
+void drt_model_destroy(drt_model *m) {
     if (!m) return;
     if (m->layers)
         for (int l = 0; l < m->info.n_layers; l++) {
@@ -746,6 +746,7 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
 }
 
 drt_status drt_model_load(const char *dir, drt_model **out) {
+    if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_model_load: out is NULL");
     *out = NULL;
     if (!dir || !*dir) return drt_set_error(DRT_ERR_INVALID_ARG, "no model directory given");
     drt_model *m = calloc(1, sizeof *m);
@@ -815,7 +816,9 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
 }
 
 drt_status drt_model_get_info(const drt_model *m, drt_model_info *out) {
-    if (!m) return drt_set_error(DRT_ERR_INVALID_ARG, "no model");
+    if (!m || !out)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_model_get_info: %s is NULL",
+                             m ? "out" : "m");
     *out = m->info;
     return DRT_OK;
 }

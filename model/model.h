@@ -13,6 +13,8 @@
 #ifndef DRT_MODEL_H
 #define DRT_MODEL_H
 
+#include <stdatomic.h>
+
 #include "diffrt.h"
 #include "safetensors.h"
 
@@ -45,6 +47,17 @@ struct drt_model {
     drt_layer_weights *layers;
     float *lambda_v, *lambda_init_v; /* (n_layers) for info */
     drt_st_set st;
+    /* references beyond the caller's (model_ref.c): +1 per live session, -1
+     * once the caller freed it; 0 (as calloc leaves it) is the caller's alone */
+    atomic_int extra_refs;
+    atomic_int released; /* drt_model_free was called */
 };
+
+/* model_ref.c: a session takes a reference to its model and drops it when
+ * freed; the last reference to go destroys the model. */
+void drt_model_ref(drt_model *m);
+void drt_model_unref(drt_model *m);
+/* loader.c: frees the model's memory, whatever refers to it */
+void drt_model_destroy(drt_model *m);
 
 #endif

@@ -1,5 +1,8 @@
 /* Token sampling: greedy (temperature 0), or temperature + top-k + top-p
- * with a seeded generator, so a run is reproducible from its seed. */
+ * with a seeded generator, so a run is reproducible from its seed. Logits
+ * with a NaN or +Inf are refused, never turned into a token (a NaN compares
+ * false with everything, so argmax would quietly return 0); a -Inf logit is
+ * a masked token, drawn with probability 0. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -27,7 +30,9 @@ static uint64_t next_u64(uint64_t *s) {
 }
 
 drt_status drt_sampler_create(const drt_sampler_opts *o, int vocab, drt_sampler **out) {
+    if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_sampler_create: out is NULL");
     *out = NULL;
+    if (!o) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_sampler_create: no options (o is NULL)");
     if (vocab <= 0) return drt_set_error(DRT_ERR_INVALID_ARG, "sampler: vocab %d", vocab);
     if (!(o->temperature >= 0) || !isfinite(o->temperature))
         return drt_set_error(DRT_ERR_INVALID_ARG, "--temp must be a finite number >= 0");
@@ -65,7 +70,26 @@ static int by_logit_desc(const void *a, const void *b) {
 }
 
 int drt_sampler_sample(drt_sampler *s, const float *logits) {
-    int V = s->vocab;
+    if (!s || !logits) {
+        drt_set_error(DRT_ERR_INVALID_ARG, "drt_sampler_sample: %s is NULL",
+                      !s ? "the sampler" : "logits");
+        return -1;
+    }
+    int V = s->vocab, finite = 0;
+    for (int i = 0; i < V; i++) {
+        if (isfinite(logits[i])) {
+            finite = 1;
+        } else if (!(logits[i] < 0)) {
+            drt_set_error(DRT_ERR_NUMERIC,
+                          "sampler: the logit of token %d is %s: not a distribution", i,
+                          isnan(logits[i]) ? "NaN" : "Inf");
+            return -1;
+        }
+    }
+    if (!finite) {
+        drt_set_error(DRT_ERR_NUMERIC, "sampler: every logit is -Inf: nothing to sample");
+        return -1;
+    }
     if (s->o.temperature == 0) {
         int best = 0;
         for (int i = 1; i < V; i++)
@@ -90,6 +114,9 @@ int drt_sampler_sample(drt_sampler *s, const float *logits) {
             break;
         }
     }
+    /* never the masked (-Inf, probability 0) tail, even when rounding leaves u >= 0 below */
+    while (keep > 1 && s->prob[keep - 1] == 0)
+        keep--;
     double kept = 0;
     for (int i = 0; i < keep; i++) kept += s->prob[i];
     double u = (double)(next_u64(&s->state) >> 11) * (1.0 / 9007199254740992.0) * kept;

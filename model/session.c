@@ -11,11 +11,12 @@
 #include "session.h"
 
 struct drt_session {
-    drt_model *m;
+    drt_model *m; /* a reference (model_ref.c) */
     drt_backend *be;
     drt_graph *store; /* owns the weight and cache tensors */
     drt_model_tensors mt;
     int max_ctx, pos;
+    int check_finite; /* drt_session_opts.check_finite or DIFFRT_CHECK_FINITE */
     drt_forward_graph decode, prefill;
     drt_forward_graph *last; /* the graph of the last successful forward */
     int64_t fallback_runs[DRT_OP_COUNT];
@@ -62,7 +63,10 @@ void drt_session_free(drt_session *s) {
     drt_graph_free(s->store);
     free(s->mt.layers);
     drt_backend_close(s->be);
+    drt_model *m = s->m;
     free(s);
+    /* last: the buffers above may wrap the model's memory */
+    if (m) drt_model_unref(m);
 }
 
 static drt_status build(drt_session *s, int T, int all_logits, drt_forward_graph *f) {
@@ -72,20 +76,36 @@ static drt_status build(drt_session *s, int T, int all_logits, drt_forward_graph
     return st;
 }
 
+/* DIFFRT_CHECK_FINITE set to anything but "" or "0" */
+static int env_check_finite(void) {
+    const char *e = getenv("DIFFRT_CHECK_FINITE");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
 drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_session **out) {
+    if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_create: out is NULL");
     *out = NULL;
-    if (!m) return drt_set_error(DRT_ERR_INVALID_ARG, "no model");
+    if (!m) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_create: no model (m is NULL)");
     drt_session_opts o = {0};
     if (opts) o = *opts;
     const drt_model_info *I = &m->info;
+    if (o.max_ctx < 0 || o.max_ctx > DRT_MAX_CTX)
+        return drt_set_error(DRT_ERR_INVALID_ARG,
+                             "max_ctx %d is out of range: 1 .. %d positions (0: the model's "
+                             "max_position_embeddings)",
+                             o.max_ctx, DRT_MAX_CTX);
+    int ctx = o.max_ctx > 0 ? o.max_ctx : (I->max_ctx < 4096 ? I->max_ctx : 4096);
+    if (ctx <= 0)
+        return drt_set_error(DRT_ERR_INVALID_ARG,
+                             "the model's max_position_embeddings is %d: give the context "
+                             "(max_ctx, --ctx) explicitly",
+                             I->max_ctx);
     drt_session *s = calloc(1, sizeof *s);
     if (!s) return drt_set_error(DRT_ERR_OOM, "out of memory");
     s->m = m;
-    s->max_ctx = o.max_ctx > 0 ? o.max_ctx : (I->max_ctx < 4096 ? I->max_ctx : 4096);
-    if (o.max_ctx < 0) {
-        free(s);
-        return drt_set_error(DRT_ERR_INVALID_ARG, "max_ctx %d must be >= 0", o.max_ctx);
-    }
+    drt_model_ref(m); /* dropped by drt_session_free, failure below included */
+    s->max_ctx = ctx;
+    s->check_finite = o.check_finite || env_check_finite();
     drt_status st = drt_backend_open_threads(o.backend, o.device, o.threads, &s->be);
     if (st == DRT_OK) {
         s->store = drt_graph_new();
@@ -145,11 +165,57 @@ static void add_fallbacks(drt_session *s, const drt_plan *p, const int64_t befor
     for (int i = 0; i < DRT_OP_COUNT; i++) s->fallback_runs[i] += now[i] - before[i];
 }
 
+static const char *nonfinite_kind(float v) {
+    return isnan(v) ? "NaN" : v > 0 ? "Inf" : "-Inf";
+}
+
+/* The logits of the forward f just ran at p0 are not finite, first at
+ * sequence position `at` (value v). With the finite check on, the forward
+ * is run again op by op to name the first op whose output was not finite,
+ * and a weight of it that holds the NaN or Inf. */
+static drt_status nonfinite_error(drt_session *s, drt_forward_graph *f, int p0, int at, float v) {
+    char why[512];
+    if (!s->check_finite) {
+        snprintf(why, sizeof why,
+                 "the model's weights or activations overflowed; rerun with -v (or "
+                 "DIFFRT_CHECK_FINITE=1) to find the first op");
+    } else {
+        drt_exec ex = {.p0 = p0};
+        drt_nonfinite nf;
+        drt_status st = drt_plan_find_nonfinite(f->plan, &ex, &nf);
+        int layer = -1;
+        if (st != DRT_OK) {
+            snprintf(why, sizeof why, "the finite check could not re-run the forward: %.300s",
+                     drt_last_error());
+        } else if (!nf.node) {
+            snprintf(why, sizeof why,
+                     "the finite check re-ran the forward op by op and every output was finite "
+                     "(the backend is not deterministic?)");
+        } else {
+            char lay[32] = "", wt[160] = "";
+            if (sscanf(nf.node->name, "layers.%d.", &layer) == 1)
+                snprintf(lay, sizeof lay, " (layer %d)", layer);
+            if (nf.weight)
+                snprintf(wt, sizeof wt, ", whose weight '%s' holds %s", nf.weight->name,
+                         nonfinite_kind(nf.weight_value));
+            snprintf(why, sizeof why, "first non-finite output: %s '%s'%s%s",
+                     drt_op_name(nf.node->op), nf.node->name, lay, wt);
+        }
+    }
+    return drt_set_error(DRT_ERR_NUMERIC, "logits at position %d are not finite (%s); %s", at,
+                         nonfinite_kind(v), why);
+}
+
 drt_status drt_session_forward(drt_session *s, const int32_t *ids, int T, float *logits,
                                int all_logits) {
+    if (!s || !ids || !logits)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_forward: %s is NULL",
+                             !s     ? "the session"
+                             : !ids ? "ids"
+                                    : "logits");
     const drt_model_info *I = &s->m->info;
     if (T <= 0) return drt_set_error(DRT_ERR_INVALID_ARG, "forward: %d tokens (need at least 1)", T);
-    if (s->pos + T > s->max_ctx)
+    if (T > s->max_ctx - s->pos)
         return drt_set_error(DRT_ERR_INVALID_ARG,
                              "forward: %d + %d tokens exceed the context of %d (raise --ctx)", s->pos,
                              T, s->max_ctx);
@@ -175,14 +241,24 @@ drt_status drt_session_forward(drt_session *s, const int32_t *ids, int T, float 
     drt_exec ex = {.p0 = s->pos};
     if (st == DRT_OK) st = drt_plan_run(f->plan, &ex);
     add_fallbacks(s, f->plan, before);
+    /* (T, V) when all_logits, else (1, V): the last row only */
+    if (st == DRT_OK) st = drt_tensor_get(f->logits, logits, drt_nbytes(f->logits));
     if (st != DRT_OK) return st;
+    /* a NaN or Inf is never handed on as if it were a distribution: the
+     * position does not advance, and the probes have nothing to read */
+    int64_t rows = f->logits->ne[0], V = I->vocab;
+    for (int64_t i = 0; i < rows * V; i++)
+        if (!isfinite(logits[i])) {
+            s->last = NULL;
+            return nonfinite_error(s, f, s->pos, s->pos + T - (int)rows + (int)(i / V), logits[i]);
+        }
     s->pos += T;
     s->last = f;
-    /* (T, V) when all_logits, else (1, V): the last row only */
-    return drt_tensor_get(f->logits, logits, drt_nbytes(f->logits));
+    return DRT_OK;
 }
 
 void drt_session_reset(drt_session *s) {
+    if (!s) return;
     s->pos = 0;
     s->last = NULL;
 }
@@ -197,6 +273,9 @@ static void *fetch(const drt_tensor *t, size_t n, drt_status *st) {
 }
 
 drt_status drt_session_last_attention(drt_session *s, float *weights) {
+    if (!s || !weights)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_last_attention: %s is NULL",
+                             !s ? "the session" : "weights");
     const drt_model *m = s->m;
     const drt_model_info *I = &m->info;
     drt_forward_graph *f = s->last;
@@ -243,9 +322,15 @@ drt_status drt_session_last_attention(drt_session *s, float *weights) {
     return st;
 }
 
-int drt_session_pos(const drt_session *s) { return s->pos; }
+int drt_session_pos(const drt_session *s) {
+    return s ? s->pos : -1;
+}
 
 size_t drt_session_activation_bytes(const drt_session *s, size_t *unplanned) {
+    if (!s) {
+        if (unplanned) *unplanned = 0;
+        return 0;
+    }
     const drt_forward_graph *f = s->last ? s->last : &s->decode;
     return drt_plan_arena_bytes(f->plan, unplanned);
 }
@@ -254,6 +339,7 @@ int drt_session_fallbacks(const drt_session *s, char *lines, size_t n) {
     int64_t total = 0;
     size_t o = 0;
     if (lines && n) lines[0] = 0;
+    if (!s) return 0;
     for (int i = 0; i < DRT_OP_COUNT; i++) {
         if (!s->fallback_runs[i]) continue;
         total += s->fallback_runs[i];

@@ -85,7 +85,9 @@ int drt_backend_count(void) { return N_REGISTRY; }
 drt_status drt_backend_get_info(int index, drt_backend_info *out) {
     static _Thread_local char why[N_REGISTRY][256];
     if (index < 0 || index >= N_REGISTRY)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "backend index %d out of range", index);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "backend index %d out of range [0, %d)", index,
+                             N_REGISTRY);
+    if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_backend_get_info: out is NULL");
     const registry_entry *e = &g_registry[index];
     memset(out, 0, sizeof *out);
     out->name = e->name;
@@ -110,7 +112,19 @@ drt_status drt_backend_get_info(int index, drt_backend_info *out) {
 drt_status drt_backend_device_name(int index, int dev, char *buf, size_t n) {
     if (index < 0 || index >= N_REGISTRY || !g_registry[index].ops)
         return drt_set_error(DRT_ERR_INVALID_ARG, "backend index %d not compiled in", index);
-    return g_registry[index].ops->device_name(dev, buf, n);
+    if (!buf || n == 0)
+        return drt_set_error(DRT_ERR_INVALID_ARG,
+                             "drt_backend_device_name: no buffer (buf %s, n %zu)",
+                             buf ? "set" : "NULL", n);
+    buf[0] = 0;
+    const drt_backend_ops *ops = g_registry[index].ops;
+    int ndev = 0;
+    char why[256] = "";
+    if (ops->probe(&ndev, why, sizeof why) != DRT_OK) ndev = 0;
+    if (dev < 0 || dev >= ndev)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "%s: device %d out of range (%d devices)",
+                             ops->name, dev, ndev);
+    return ops->device_name(dev, buf, n);
 }
 
 /* ---- instances -------------------------------------------------------- */

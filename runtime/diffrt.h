@@ -1,6 +1,9 @@
 /* diffrt public C API. Every entry point returns a drt_status; on failure the
  * message is in drt_last_error() (thread-local, valid until the next call that
- * fails on the same thread). Library code never prints and never exits. */
+ * fails on the same thread). Library code never prints and never exits.
+ * Entry points check their arguments: a NULL pointer where an object is
+ * needed, or a count out of range, is DRT_ERR_INVALID_ARG with a message (the
+ * few that return no status say below what they do instead). */
 #ifndef DIFFRT_H
 #define DIFFRT_H
 
@@ -20,6 +23,7 @@ typedef enum {
     DRT_ERR_UNAVAILABLE, /* a backend or device is not present */
     DRT_ERR_OOM,
     DRT_ERR_BACKEND, /* a backend call failed at run time */
+    DRT_ERR_NUMERIC, /* a forward produced NaN or Inf logits (never sampled) */
 } drt_status;
 
 typedef enum {
@@ -47,7 +51,7 @@ typedef struct {
 
 int drt_backend_count(void);
 drt_status drt_backend_get_info(int index, drt_backend_info *out);
-/* name of device `dev` of backend `index` */
+/* name of device `dev` (0 .. device_count - 1) of backend `index` */
 drt_status drt_backend_device_name(int index, int dev, char *buf, size_t n);
 
 /* ---- models ---------------------------------------------------------- */
@@ -85,37 +89,55 @@ typedef struct {
     const float *lambda_init; /* [n_layers] V1 lambda_init; NULL otherwise */
 } drt_model_info;
 
+/* Lifetime: drt_model_load hands the caller one reference to the model, and
+ * every session made from it holds one more. drt_model_free drops the
+ * caller's: the model's memory goes when the last reference does, so a
+ * model may be freed while sessions made from it are alive, and they keep
+ * working until they are freed. After drt_model_free the handle must not be
+ * passed to anything else (drt_model_get_info, drt_session_create). */
 drt_status drt_model_load(const char *dir, drt_model **out);
-void drt_model_free(drt_model *m);
+void drt_model_free(drt_model *m); /* NULL: nothing */
 drt_status drt_model_get_info(const drt_model *m, drt_model_info *out);
 
 /* ---- sessions: a model placed on a backend, with its KV cache --------- */
 
 typedef struct drt_session drt_session;
 
+/* The most positions a session may hold (max_ctx). */
+#define DRT_MAX_CTX (1 << 24)
+
 typedef struct {
     const char *backend; /* NULL or "" means "cpu" (the fast CPU backend; "ref" is the reference) */
     const char *device;  /* NULL: backend default; else index or name substring */
-    int max_ctx;         /* 0: the model's max_position_embeddings (capped at 4096) */
+    int max_ctx;         /* 0: the model's max_position_embeddings (capped at 4096); else
+                            1 .. DRT_MAX_CTX (past max_position_embeddings is allowed: the
+                            caller decides whether to warn) */
     int threads;         /* CPU backends: worker threads; 0: DIFFRT_THREADS, else the physical cores */
+    int check_finite;    /* on a forward whose logits are not finite, re-run it op by op and
+                            name the first op whose output was NaN or Inf (and a weight of
+                            it that holds one) in the error; also on with the environment
+                            variable DIFFRT_CHECK_FINITE=1 */
 } drt_session_opts;
 
-/* The session reads the model's weights in place on host backends (cpu,
- * ref): the model must outlive every session made from it. */
+/* The session holds a reference to the model (see drt_model_free) and reads
+ * its weights in place on host backends (cpu, ref). opts NULL: all defaults. */
 drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_session **out);
-void drt_session_free(drt_session *s);
-/* Appends T tokens at the current position and runs them. logits receives
- * [T, vocab] floats when all_logits, else [vocab] for the last token. */
+void drt_session_free(drt_session *s); /* NULL: nothing */
+/* Appends T tokens (1 <= T <= the context left) at the current position and
+ * runs them. logits receives [T, vocab] floats when all_logits, else [vocab]
+ * for the last token. Logits that hold a NaN or Inf are DRT_ERR_NUMERIC
+ * naming the position (the caller's buffer holds them; the position does
+ * not advance). */
 drt_status drt_session_forward(drt_session *s, const int32_t *ids, int T, float *logits, int all_logits);
-void drt_session_reset(drt_session *s);
-int drt_session_pos(const drt_session *s);
+void drt_session_reset(drt_session *s);    /* NULL: nothing */
+int drt_session_pos(const drt_session *s); /* -1 for NULL */
 /* Count of nodes that ran on the CPU reference instead of the session's
  * backend, per op name, since the session was created. Returns the total;
  * when lines != NULL writes "OP=count" pairs separated by spaces. */
-int drt_session_fallbacks(const drt_session *s, char *lines, size_t n);
+int drt_session_fallbacks(const drt_session *s, char *lines, size_t n); /* 0 for NULL */
 /* Activation memory of the last forward's graph (the decode graph before
  * any forward): bytes of its planned arena, and in *unplanned (when not
- * NULL) the sum of the intermediates' sizes without reuse. */
+ * NULL) the sum of the intermediates' sizes without reuse. 0 for NULL. */
 size_t drt_session_activation_bytes(const drt_session *s, size_t *unplanned);
 /* The attention of the last token of the last forward over every position
  * 0..pos-1, averaged over layers and heads (the paper's Table 3 quantity):
@@ -135,7 +157,10 @@ typedef struct {
 
 typedef struct drt_sampler drt_sampler;
 drt_status drt_sampler_create(const drt_sampler_opts *o, int vocab, drt_sampler **out);
-void drt_sampler_free(drt_sampler *s);
+void drt_sampler_free(drt_sampler *s); /* NULL: nothing */
+/* The sampled id, or -1 (message in drt_last_error()) when s or logits is
+ * NULL or the logits are not fit to sample: a NaN or +Inf anywhere, or every
+ * logit -Inf. A -Inf logit alone is a masked token: never drawn. */
 int drt_sampler_sample(drt_sampler *s, const float *logits);
 
 #ifdef __cplusplus

@@ -19,12 +19,14 @@
  * silent (DESIGN.md section 5). Mirrors are per tensor and refreshed from
  * the device before every fallback node that reads them, so a tensor whose
  * arena bytes were reused in between is read as it is now, when it is live. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "drt_error.h"
 #include "drt_graph.h"
+#include "drt_half.h"
 
 typedef struct {
     const drt_tensor *t;
@@ -302,6 +304,94 @@ drt_status drt_plan_run(drt_plan *p, const drt_exec *ex) {
         i = j;
     }
     return p->be->ops->synchronize(p->be);
+}
+
+/* ---- where a NaN or Inf came from ----------------------------------------- */
+
+/* index of the first NaN or +-Inf among the n elements of `type` at x (its
+ * value in *bad), or -1; integer tensors are always finite */
+static int64_t first_nonfinite(drt_dtype type, const void *x, int64_t n, float *bad) {
+    for (int64_t i = 0; i < n; i++) {
+        float v;
+        switch (type) {
+        case DRT_F32: v = ((const float *)x)[i]; break;
+        case DRT_F16: v = drt_f16_to_f32(((const uint16_t *)x)[i]); break;
+        case DRT_BF16: v = drt_bf16_to_f32(((const uint16_t *)x)[i]); break;
+        default: return -1;
+        }
+        if (!isfinite(v)) {
+            *bad = v;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Scans bytes [off, off + n) of t: in place when its buffer is host memory,
+ * else downloaded into *tmp (grown to *cap bytes). */
+static drt_status scan_nonfinite(const drt_tensor *t, size_t off, size_t n, void **tmp, size_t *cap,
+                                 int64_t *at, float *bad) {
+    *at = -1;
+    const char *h = drt_host_ptr(t);
+    if (h) {
+        h += off;
+    } else {
+        if (n > *cap) {
+            void *nt = realloc(*tmp, n);
+            if (!nt) return drt_set_error(DRT_ERR_OOM, "out of memory reading back %s", t->name);
+            *tmp = nt;
+            *cap = n;
+        }
+        drt_status s = t->buf->be->ops->download(t->buf->be, t->buf, t->offs + off, *tmp, n);
+        if (s != DRT_OK) return s;
+        h = *tmp;
+    }
+    size_t es = drt_dtype_size(t->type);
+    *at = es ? first_nonfinite(t->type, h, (int64_t)(n / es), bad) : -1;
+    return DRT_OK;
+}
+
+drt_status drt_plan_find_nonfinite(drt_plan *p, const drt_exec *ex, drt_nonfinite *out) {
+    memset(out, 0, sizeof *out);
+    drt_graph *g = p->g;
+    void *tmp = NULL;
+    size_t cap = 0;
+    drt_status s = DRT_OK;
+    for (int i = 0; s == DRT_OK && i < g->n_nodes && !out->node; i++) {
+        drt_tensor *t = g->nodes[i];
+        s = drt_op_check_exec(t, ex);
+        if (s == DRT_OK)
+            s = p->fallback[i] ? run_fallback(p, t, ex)
+                               : p->be->ops->compute(p->be, g->nodes + i, 1, ex);
+        if (s == DRT_OK) s = p->be->ops->synchronize(p->be);
+        if (s != DRT_OK || !t->buf) break;
+        size_t off = 0, n = drt_nbytes(t);
+        if (t->op == DRT_OP_KV_WRITE && t->ne[0] > 0) {
+            /* the cache rows p0 .. p0 + T - 1 it wrote; the rest is other runs' */
+            size_t row = n / (size_t)t->ne[0];
+            off = (size_t)ex->p0 * row;
+            n = (size_t)t->src[0]->ne[0] * row;
+        }
+        int64_t at;
+        float bad = 0;
+        s = scan_nonfinite(t, off, n, &tmp, &cap, &at, &bad);
+        if (s != DRT_OK || at < 0) continue;
+        *out = (drt_nonfinite){.node = t, .index = at, .value = bad};
+        /* the usual culprit: a weight it read holds the NaN or Inf */
+        for (int j = 0; s == DRT_OK && j < DRT_MAX_SRC; j++) {
+            const drt_tensor *x = t->src[j];
+            if (!x || !(x->flags & DRT_TF_WEIGHT) || !x->buf) continue;
+            s = scan_nonfinite(x, 0, drt_nbytes(x), &tmp, &cap, &at, &bad);
+            if (s == DRT_OK && at >= 0) {
+                out->weight = x;
+                out->weight_index = at;
+                out->weight_value = bad;
+                break;
+            }
+        }
+    }
+    free(tmp);
+    return s;
 }
 
 int drt_plan_fallback_count(const drt_plan *p, drt_op op) {

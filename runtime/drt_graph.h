@@ -228,6 +228,21 @@ void drt_plan_free(drt_plan *p);
  * intermediates' sizes it replaces (one buffer each without planning). */
 size_t drt_plan_arena_bytes(const drt_plan *p, size_t *unplanned);
 drt_status drt_plan_run(drt_plan *p, const drt_exec *ex);
+/* Finding where a NaN or Inf came from (DIFFRT_CHECK_FINITE): runs the
+ * plan's nodes one at a time at ex, synchronizing and reading each node's
+ * output back after it ran (a KV_WRITE: the rows it wrote), and stops at the
+ * first output that holds a NaN or Inf. Slow: for diagnosis only. Running
+ * the plan again at the same ex computes the same values (the cache rows
+ * before ex->p0 are not written). */
+typedef struct {
+    const drt_tensor *node;   /* the first node whose output is not finite; NULL: none */
+    int64_t index;            /* its first non-finite element */
+    float value;              /* NaN, Inf or -Inf */
+    const drt_tensor *weight; /* a weight input of node holding a NaN or Inf; NULL: none */
+    int64_t weight_index;
+    float weight_value;
+} drt_nonfinite;
+drt_status drt_plan_find_nonfinite(drt_plan *p, const drt_exec *ex, drt_nonfinite *out);
 /* per-op count of nodes routed to the CPU reference in this plan */
 int drt_plan_fallback_count(const drt_plan *p, drt_op op);
 /* total fallback node executions since creation, per op (cumulative) */

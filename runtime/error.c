@@ -25,6 +25,7 @@ const char *drt_status_str(drt_status s) {
     case DRT_ERR_UNAVAILABLE: return "unavailable";
     case DRT_ERR_OOM: return "out of memory";
     case DRT_ERR_BACKEND: return "backend error";
+    case DRT_ERR_NUMERIC: return "non-finite values";
     }
     return "unknown status";
 }

@@ -1,9 +1,12 @@
 /* The sampler: greedy is argmax (lowest id on ties); top-k 1 and a tiny
  * top-p are argmax at any temperature; temperature 1 reproduces softmax
  * frequencies; top-k and top-p never emit a token outside their set; the
- * same seed gives the same sequence; bad options are rejected. */
+ * same seed gives the same sequence; bad options are rejected; logits with
+ * a NaN or +Inf (or all -Inf) are refused (-1), never sampled as a token,
+ * while a -Inf logit alone is a masked token that is never drawn. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "diffrt.h"
 #include "drt_test.h"
@@ -70,5 +73,50 @@ int main(void) {
         DRT_CHECK(drt_sampler_create(&badopts[i], 6, &s) == DRT_ERR_INVALID_ARG, "bad sampler options %d accepted", i);
     }
     DRT_CHECK(drt_sampler_create(&o, 0, &s) == DRT_ERR_INVALID_ARG, "vocab 0 accepted");
+
+    /* non-finite logits: refused at every temperature, the message names the token */
+    struct {
+        const char *name;
+        float lg[6];
+        const char *must_say;
+    } nonfinite[] = {
+        {"NaN first", {NAN, 1, 2, 3, 4, 5}, "token 0 is NaN"},
+        {"NaN last", {0, 1, 2, 3, 4, NAN}, "token 5 is NaN"},
+        {"+Inf", {0, 1, INFINITY, 3, 4, 5}, "token 2 is Inf"},
+        {"all -Inf",
+         {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY},
+         "every logit is -Inf"},
+    };
+    drt_sampler_opts temps[3] = {{0, 0, 1, 1}, {1.0f, 0, 1, 1}, {0.7f, 3, 0.9f, 1}};
+    for (size_t i = 0; i < sizeof nonfinite / sizeof nonfinite[0]; i++)
+        for (int k = 0; k < 3; k++) {
+            int t = draw(temps[k], nonfinite[i].lg, 6);
+            DRT_CHECK(t == -1 && strstr(drt_last_error(), nonfinite[i].must_say),
+                      "%s (temperature %.1f): sampled %d, message \"%s\" (expected -1, \"%s\")",
+                      nonfinite[i].name, (double)temps[k].temperature, t, drt_last_error(),
+                      nonfinite[i].must_say);
+        }
+    /* -Inf masks a token: greedy and sampling pick among the others only */
+    const float masked[6] = {-INFINITY, 0.5f, -INFINITY, 0.4f, -INFINITY, -INFINITY};
+    DRT_CHECK(draw((drt_sampler_opts){0, 0, 1, 1}, masked, 6) == 1, "greedy with -Inf masks");
+    drt_sampler_opts om = {2.0f, 0, 1.0f, 5};
+    drt_sampler_create(&om, 6, &s);
+    bad = 0;
+    for (int i = 0; i < 5000; i++) {
+        int t = drt_sampler_sample(s, masked);
+        bad += !(t == 1 || t == 3);
+    }
+    drt_sampler_free(s);
+    DRT_CHECK(bad == 0, "%d draws hit a -Inf (masked) token", bad);
+
+    /* NULL arguments */
+    DRT_CHECK(drt_sampler_create(NULL, 6, &s) == DRT_ERR_INVALID_ARG, "NULL options accepted");
+    DRT_CHECK(drt_sampler_create(&o, 6, NULL) == DRT_ERR_INVALID_ARG, "NULL out accepted");
+    DRT_CHECK(drt_sampler_sample(NULL, lg) == -1, "NULL sampler sampled");
+    drt_sampler_create(&o, 6, &s);
+    DRT_CHECK(drt_sampler_sample(s, NULL) == -1 && strstr(drt_last_error(), "logits"),
+              "NULL logits sampled");
+    drt_sampler_free(s);
+    drt_sampler_free(NULL);
     return drt_test_summary("test_sampler");
 }

@@ -2,10 +2,11 @@
  * for (DRT_ISA, set by CMakeLists.txt together with the compiler's -m flags):
  *   vf          a vector of VL floats
  *   vload/vstore/vset1/vzero, vadd/vsub/vmul/vdiv1/vmax, vfma(a,b,c) = a*b + c
+ *               (vmax(a,b): b where either is NaN, except NEON: NaN)
  *   vhsum/vhmax horizontal sum / max
  *   vsel_le(j,pos,x,fill)  per lane: j <= pos ? x : fill
  *   vload_f16/vload_bf16  VL half-precision weights widened to f32
- *   vexp        e^x, relative error ~2e-7 (Cephes expf polynomial), x <= 88
+ *   vexp        e^x, relative error ~2e-7 (Cephes expf polynomial), x <= 88; NaN -> NaN
  * Internal to backends/cpu; only the per-ISA kernel files include it. */
 #ifndef DRT_CPU_SIMD_H
 #define DRT_CPU_SIMD_H
@@ -141,8 +142,11 @@ VINL vf vload_bf16(const uint16_t *p) {
     return (vf){drt_bf16_to_f32(p[0]), drt_bf16_to_f32(p[1]), drt_bf16_to_f32(p[2]), drt_bf16_to_f32(p[3])};
 }
 VINL vf vround(vf x) { return (vf){nearbyintf(x[0]), nearbyintf(x[1]), nearbyintf(x[2]), nearbyintf(x[3])}; }
+/* a NaN n (from a NaN x in vexp) leaves p, itself NaN: (int)NaN is undefined */
+#define DRT_LDEXP1(p, n) (isnan(n) ? (p) : ldexpf((p), (int)(n)))
 VINL vf vldexp(vf p, vf n) {
-    return (vf){ldexpf(p[0], (int)n[0]), ldexpf(p[1], (int)n[1]), ldexpf(p[2], (int)n[2]), ldexpf(p[3], (int)n[3])};
+    return (vf){DRT_LDEXP1(p[0], n[0]), DRT_LDEXP1(p[1], n[1]), DRT_LDEXP1(p[2], n[2]),
+                DRT_LDEXP1(p[3], n[3])};
 }
 #else
 #error "DRT_ISA must be one of avx512, avx2, neon, generic"
@@ -152,8 +156,11 @@ VINL vf vldexp(vf p, vf n) {
  * that need exact zeros for masked entries write them). Range reduction
  * x = n ln2 + r, |r| <= ln2/2, then Cephes' degree-5 polynomial for e^r. */
 VINL vf vexp(vf x) {
-    x = vmax(x, vset1(-87.3f));
-    x = vsub(vzero(), vmax(vsub(vzero(), x), vset1(-88.7f))); /* min(x, 88.7): e^x stays finite */
+    /* the clamps take x as vmax's second operand: x86 max and the generic one
+     * return the second when one is NaN, so a NaN stays NaN (as expf's would)
+     * instead of becoming e^-87.3 and vanishing from a softmax */
+    x = vmax(vset1(-87.3f), x);
+    x = vsub(vzero(), vmax(vset1(-88.7f), vsub(vzero(), x))); /* min(x, 88.7): e^x stays finite */
     vf n = vround(vmul(x, vset1(1.44269504088896341f)));
     vf r = vfma(n, vset1(-0.693359375f), x);
     r = vfma(n, vset1(2.12194440e-4f), r);
