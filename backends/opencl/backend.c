@@ -159,10 +159,16 @@ static drt_status ocl_device_props(int dev, drt_device_props *out) {
     plat[sizeof plat - 1] = 0;
     dev_str(d, CL_DRIVER_VERSION, drv, sizeof drv);
     snprintf(out->driver, sizeof out->driver, "%s%s%s", plat, plat[0] ? " " : "", drv);
-    dev_str(d, CL_DEVICE_VERSION, out->api_version, sizeof out->api_version);
+    char ver[256];
+    dev_str(d, CL_DEVICE_VERSION, ver, sizeof ver);
     /* "OpenCL 3.0 <vendor specific>": keep the first two words */
-    char *sp = strchr(out->api_version, ' ');
+    char *sp = strchr(ver, ' ');
     if (sp && (sp = strchr(sp + 1, ' '))) *sp = 0;
+    snprintf(out->api_version, sizeof out->api_version, "%.63s", ver);
+    /* dev_str's "?" (the query failed) is unknown here */
+    char *fields[] = {out->name, out->vendor, out->api_version};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(fields[i], "?") == 0) fields[i][0] = 0;
     cl_device_type ty = 0;
     clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof ty, &ty, NULL);
     snprintf(out->type, sizeof out->type, "%s",
