@@ -977,8 +977,9 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
         cf_backend *b = &run.be[k];
         if (!b->be) {
             if (b->required) r->unavailable_required++;
-            if (out) fprintf(out, "backend %-8s unavailable%s: %s\n", b->name, b->required ? " (REQUIRED)" : "", b->why);
-        } else if (out) {
+            if (out && !o->list)
+                fprintf(out, "backend %-8s unavailable%s: %s\n", b->name, b->required ? " (REQUIRED)" : "", b->why);
+        } else if (out && !o->list) {
             fprintf(out, "backend %-8s device %d (%s%s%s): %s; precision %s\n", b->name, b->device, b->dev_from,
                     b->dev_sel[0] ? " " : "", b->dev_sel, b->dev_desc[0] ? b->dev_desc : "?", b->precision);
         }
