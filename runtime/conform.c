@@ -1348,8 +1348,9 @@ done:
     jf = xf = NULL;
     drt_backend_close(ref);
 finish:
-    if (jf) fclose(jf);
-    if (xf) fclose(xf);
+    /* a usage error writes no report: drop the one already created */
+    if (jf && fclose(jf) == 0) remove(o->json_path);
+    if (xf && fclose(xf) == 0) remove(o->junit_path);
     for (int k = 0; k < run.nbe; k++) drt_backend_close(run.be[k].be);
     free(models);
     free(run.cases);
