@@ -30,13 +30,13 @@ extern const char *const CF_STATUS_NAME[CF_N_STATUS];
 
 typedef struct {
     const char *name;
-    drt_backend *be;    /* NULL: unavailable */
+    drt_backend *be; /* NULL: unavailable */
     int required;
-    char why[300];      /* unavailable: why */
-    int device;         /* the device index in use; -1 when unavailable */
+    char why[300];        /* unavailable: why */
+    int device;           /* the device index in use; -1 when unavailable */
     const char *dev_from; /* "--device", "DIFFRT_DEVICE" or "default" */
-    char dev_sel[128];  /* the selector as given ("" for the default) */
-    char dev_desc[256]; /* the backend's one-line description of it */
+    char dev_sel[128];    /* the selector as given ("" for the default) */
+    char dev_desc[256];   /* the backend's one-line description of it */
     drt_device_props props;
     int have_props;
     const char *precision; /* "f32", "bf16", "fast", ... */
@@ -47,23 +47,23 @@ enum { CF_KIND_OP, CF_KIND_MODEL };
 
 typedef struct {
     int kind;
-    const char *op;  /* op name (CF_KIND_OP) */
-    char model[256]; /* model name (CF_KIND_MODEL) */
-    char path[1024]; /* model directory */
-    int be;          /* index into cf_run.be */
-    char desc[240];  /* shapes and parameters (ops), layout, dtype and prompt (models) */
+    const char *op;    /* op name (CF_KIND_OP) */
+    char model[256];   /* model name (CF_KIND_MODEL) */
+    char path[1024];   /* model directory */
+    int be;            /* index into cf_run.be */
+    char desc[240];    /* shapes and parameters (ops), layout, dtype and prompt (models) */
     const char *dtype; /* weight dtype (MATMUL w, EMBED E, the model's), else f32 */
     uint64_t seed;
     int has_seed;
     cf_status st;
-    int measured;    /* nmse and max_abs_err are set */
+    int measured; /* nmse and max_abs_err are set */
     double nmse, maxerr;
-    int nonfinite;   /* the output had NaN/Inf where the reference had none */
-    double bound;    /* the NMSE bound in force; 0 when nothing ran */
+    int nonfinite; /* the output had NaN/Inf where the reference had none */
+    double bound;  /* the NMSE bound in force; 0 when nothing ran */
     double time_s;
-    int fallbacks;   /* models: node runs on the CPU reference instead of the backend */
+    int fallbacks;         /* models: node runs on the CPU reference instead of the backend */
     int greedy_first_diff; /* models: first differing greedy token, -1 none */
-    int unsupported; /* the backend refused a node of the case (supports()) */
+    int unsupported;       /* the backend refused a node of the case (supports()) */
     /* fail: what failed, the JUnit failure type: "nmse", "nonfinite",
      * "greedy", "error", "fallback", "unsupported", "unavailable" */
     const char *fail_type;
