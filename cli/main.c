@@ -52,13 +52,31 @@ static const char *USAGE =
     "                    was (re-runs that forward op by op; DIFFRT_CHECK_FINITE=1 does the\n"
     "                    same for every command)\n"
     "\n"
-    "  diffrt conform [--backend LIST] [--op LIST] [--require LIST] [--models DIR]\n"
-    "                 [--json FILE] [--list] [--perf [--repeats N] [--warmup N]]\n"
+    "  diffrt conform [--backend LIST] [--op LIST] [--require LIST]\n"
+    "                 [--device BACKEND=SEL[,BACKEND=SEL]] [--models DIR]\n"
+    "                 [--json FILE] [--junit FILE] [--list] [--perf [--repeats N] [--warmup N]]\n"
     "      every op case on every selected backend against the CPU reference (ref)\n"
-    "      (NMSE <= 1e-8, NaN-poisoned outputs), and with --models every fixture\n"
-    "      model (logits NMSE <= 1e-6, 32 identical greedy tokens); prints an\n"
-    "      op x backend table; exits 1 on any failure, or when a backend named in\n"
-    "      --require is unavailable, lacks an op, or falls back to the CPU.\n"
+    "      (NMSE <= 1e-8, or the reduced-precision bound a kernel declares, at most\n"
+    "      5e-4; NaN-poisoned outputs), and with --models every model (logits\n"
+    "      NMSE <= 1e-6 and 32 identical greedy tokens against ref); prints an\n"
+    "      op x backend table.\n"
+    "      --backend, --require  backend names (cpu, ref, opencl, vulkan, cuda); a\n"
+    "                    required backend that is unavailable, lacks an op or falls\n"
+    "                    back to the CPU fails the run\n"
+    "      --op LIST     op names (EMBED, MATMUL, DIFF_ATTN, ...; --list shows the\n"
+    "                    cases), or none: only the --models checks\n"
+    "      --device      a device per backend: an index or a case-insensitive name\n"
+    "                    substring (see diffrt info); a backend not named takes\n"
+    "                    DIFFRT_DEVICE, else its default; never applies to ref\n"
+    "      --models DIR  a model directory (config.json + weights), or a folder of\n"
+    "                    them; the prompt is DIR/expected.safetensors' tokens when\n"
+    "                    present, else a fixed one; folders that are not models are\n"
+    "                    reported\n"
+    "      --json FILE   the run as one object (docs/conform-json.md)\n"
+    "      --junit FILE  JUnit XML: a testsuite per backend, a testcase per case\n"
+    "      exit status: 0 all pass; 1 a failure, or a required backend unavailable\n"
+    "      or incomplete; 2 a bad argument (an unknown op, backend or device, a\n"
+    "      --models DIR without models)\n"
     "      --perf times the perf shapes instead: median ms, GFLOP/s, GB/s\n"
     "\n"
     "  diffrt niah --model DIR [--needles N] [--queries R] [--ctx L,...]\n"
@@ -481,10 +499,14 @@ static int cmd_conform(int argc, char **argv) {
             o.ops = v;
         } else if (strcmp(a, "--require") == 0) {
             o.require = v;
+        } else if (strcmp(a, "--device") == 0) {
+            o.devices = v;
         } else if (strcmp(a, "--models") == 0) {
             o.models_dir = v;
         } else if (strcmp(a, "--json") == 0) {
             o.json_path = v;
+        } else if (strcmp(a, "--junit") == 0) {
+            o.junit_path = v;
         } else if (strcmp(a, "--repeats") == 0) {
             if (!cli_parse_long(v, 1, 100000, &n)) return cli_die("conform: --repeats wants an integer >= 1, got \"%s\"", v);
             o.repeats = (int)n;
@@ -497,7 +519,10 @@ static int cmd_conform(int argc, char **argv) {
         i++;
     }
     drt_conform_result r;
-    if (drt_conform_run(&o, &r) != DRT_OK) return cli_fail("conform");
+    if (drt_conform_run(&o, &r) != DRT_OK) {
+        if (r.usage_error) return cli_die("%s", drt_last_error());
+        return cli_fail("conform");
+    }
     return r.fail || r.unavailable_required ? 1 : 0;
 }
 

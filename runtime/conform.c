@@ -6,25 +6,27 @@
  * numbers), poisons the output with NaN, runs, and compares with the CPU
  * reference: NMSE = sum((out-ref)^2)/sum(ref^2) <= 1e-8 for f32 paths, any
  * NaN/Inf where the reference is finite fails. A backend whose supports()
- * refuses the node is "unsupported", never "pass". */
+ * refuses the node is "unsupported", never "pass".
+ *
+ * Every verdict is a record (conform_report.h): the text table, --json and
+ * --junit are all written from the same records. */
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 
+#include "conform_report.h"
 #include "drt_conform.h"
 #include "drt_error.h"
 #include "drt_graph.h"
 #include "drt_half.h"
 #include "safetensors.h"
-
-#define F32_NMSE 1e-8
-#define REDUCED_NMSE 5e-4
-#define MODEL_NMSE 1e-6
-#define GREEDY_N 32
 
 /* ---- the case table --------------------------------------------------------- */
 
@@ -401,21 +403,6 @@ static drt_status fill_inputs(built *b, uint64_t seed) {
 
 /* ---- running one case on one backend --------------------------------------------- */
 
-typedef enum { R_PASS, R_FAIL, R_UNSUPPORTED, R_UNAVAILABLE, R_NONE } verdict;
-static const char *VERDICT[] = {"pass", "FAIL", "unsupported", "unavailable", "-"};
-
-typedef struct {
-    verdict v;
-    double nmse, maxerr;
-    char why[200];
-} outcome;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Runs c on be; *out_host receives the output (malloc'd) when it ran. With
  * times != NULL, runs warmup + repeats times and writes each duration. */
 static drt_status run_case(drt_backend *be, const ccase *c, uint64_t seed, float **out_host, int64_t *n_out,
@@ -442,9 +429,9 @@ static drt_status run_case(drt_backend *be, const ccase *c, uint64_t seed, float
     if (st == DRT_OK && times) {
         for (int i = 0; st == DRT_OK && i < warmup; i++) st = drt_plan_run(p, &ex);
         for (int i = 0; st == DRT_OK && i < repeats; i++) {
-            double t0 = now_s();
+            double t0 = cf_now();
             st = drt_plan_run(p, &ex);
-            times[i] = now_s() - t0;
+            times[i] = cf_now() - t0;
         }
     }
     if (st == DRT_OK) {
@@ -458,7 +445,9 @@ static drt_status run_case(drt_backend *be, const ccase *c, uint64_t seed, float
     return st;
 }
 
-static void compare(const float *out, const float *ref, int64_t n, double bound, outcome *o) {
+/* The verdict of out against the reference: NMSE within bound, and no
+ * NaN/Inf where the reference is finite (a poisoned element left unwritten). */
+static void compare(const float *out, const float *ref, int64_t n, double bound, cf_case *c) {
     double num = 0, den = 0, mx = 0;
     int64_t bad = -1;
     for (int64_t i = 0; i < n; i++) {
@@ -471,92 +460,207 @@ static void compare(const float *out, const float *ref, int64_t n, double bound,
         den += (double)ref[i] * ref[i];
         if (fabs(d) > mx) mx = fabs(d);
     }
-    o->nmse = den > 0 ? num / den : (num > 0 ? INFINITY : 0);
-    o->maxerr = mx;
+    c->measured = 1;
+    c->bound = bound;
+    c->nmse = den > 0 ? num / den : (num > 0 ? INFINITY : 0);
+    c->maxerr = mx;
     if (bad >= 0) {
-        o->v = R_FAIL;
-        o->nmse = INFINITY;
-        snprintf(o->why, sizeof o->why, "non-finite output at element %lld (reference %g)", (long long)bad,
+        c->st = CF_FAIL;
+        c->nonfinite = 1;
+        c->nmse = INFINITY;
+        c->fail_type = "nonfinite";
+        snprintf(c->detail, sizeof c->detail, "non-finite output at element %lld (reference %g)", (long long)bad,
                  (double)ref[bad]);
-    } else if (!(o->nmse <= bound)) {
-        o->v = R_FAIL;
-        snprintf(o->why, sizeof o->why, "NMSE %.3e > %.0e", o->nmse, bound);
+    } else if (!(c->nmse <= bound)) {
+        c->st = CF_FAIL;
+        c->fail_type = "nmse";
+        snprintf(c->detail, sizeof c->detail, "NMSE %.3e > bound %.0e", c->nmse, bound);
     } else {
-        o->v = R_PASS;
+        c->st = CF_PASS;
     }
 }
 
-/* ---- selection helpers --------------------------------------------------------------- */
+/* ---- names: ops, backends, devices --------------------------------------------------- */
 
-static int in_list(const char *list, const char *name) {
-    if (!list || !*list) return 0;
-    size_t n = strlen(name);
-    for (const char *p = list; *p;) {
+/* the next non-empty item of a comma list; 0 at the end */
+static int next_item(const char **cur, const char **item, size_t *len) {
+    const char *p = *cur;
+    while (p && *p) {
         const char *e = strchr(p, ',');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && strncasecmp(p, name, n) == 0) return 1;
-        if (!e) break;
-        p = e + 1;
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        *cur = e ? e + 1 : p + n;
+        if (n) {
+            *item = p;
+            *len = n;
+            return 1;
+        }
+        p = *cur;
     }
     return 0;
 }
 
-#define MAX_BE 16
-typedef struct {
-    const char *name;
-    drt_backend *be;
-    int required;
-    char why[300];
-} be_slot;
-
-/* per (op, backend) aggregate */
-typedef struct {
-    verdict v;
-    int n_pass, n_fail, n_unsup;
-    double worst_nmse;
-    char worst[420];
-} cell;
-
-static void cell_add(cell *c, const outcome *o, const char *desc, uint64_t seed, const char *op) {
-    if (o->v == R_PASS) c->n_pass++;
-    if (o->v == R_FAIL) c->n_fail++;
-    if (o->v == R_UNSUPPORTED) c->n_unsup++;
-    if (o->v == R_FAIL && (c->v != R_FAIL || !(o->nmse <= c->worst_nmse))) {
-        c->worst_nmse = o->nmse;
-        snprintf(c->worst, sizeof c->worst, "%s %s seed=%llu: %s (NMSE %.3e, max|d| %.3e)", op, desc,
-                 (unsigned long long)seed, o->why, o->nmse, o->maxerr);
-    }
-    if (c->v == R_NONE || o->v == R_FAIL || (o->v == R_UNSUPPORTED && c->v == R_PASS)) c->v = c->v == R_FAIL ? R_FAIL : o->v;
+static int in_list(const char *list, const char *name) {
+    const char *cur = list, *it;
+    size_t n;
+    while (next_item(&cur, &it, &n))
+        if (n == strlen(name) && strncasecmp(it, name, n) == 0) return 1;
+    return 0;
 }
 
-static cJSON *case_json(const char *kind, const char *op, const char *be, const char *desc, uint64_t seed,
-                        const outcome *o) {
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "kind", kind);
-    cJSON_AddStringToObject(j, "op", op);
-    cJSON_AddStringToObject(j, "backend", be);
-    cJSON_AddStringToObject(j, "case", desc);
-    cJSON_AddNumberToObject(j, "seed", (double)seed);
-    cJSON_AddStringToObject(j, "status", VERDICT[o->v]);
-    if (o->v == R_PASS || o->v == R_FAIL) {
-        if (isfinite(o->nmse)) cJSON_AddNumberToObject(j, "nmse", o->nmse);
-        else cJSON_AddStringToObject(j, "nmse", "inf");
-        cJSON_AddNumberToObject(j, "max_abs_err", o->maxerr);
+/* the name of registry entry i, compiled in or not */
+static const char *reg_name(int i) {
+    const drt_backend_ops *ops = drt_registry_get(i);
+    if (ops) return ops->name;
+    drt_backend_info bi = {0};
+    drt_backend_get_info(i, &bi);
+    return bi.name;
+}
+
+static int find_backend(const char *name, size_t len) {
+    for (int i = 0; i < drt_registry_count(); i++) {
+        const char *nm = reg_name(i);
+        if (nm && strlen(nm) == len && strncasecmp(nm, name, len) == 0) return i;
     }
-    if (o->why[0]) cJSON_AddStringToObject(j, "detail", o->why);
-    return j;
+    return -1;
+}
+
+static int find_op(const char *name, size_t len) {
+    for (int op = 1; op < DRT_OP_COUNT; op++) {
+        const char *nm = drt_op_name((drt_op)op);
+        if (strlen(nm) == len && strncasecmp(nm, name, len) == 0) return op;
+    }
+    return -1;
+}
+
+static void valid_backends(char *buf, size_t n) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < drt_registry_count() && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%s", i ? ", " : "", reg_name(i));
+}
+
+static void valid_ops(char *buf, size_t n) {
+    size_t o = 0;
+    for (int op = 1; op < DRT_OP_COUNT && o < n; op++)
+        o += (size_t)snprintf(buf + o, n - o, "%s, ", drt_op_name((drt_op)op));
+    if (o < n) snprintf(buf + o, n - o, "or none");
+}
+
+/* a usage error: the options name something that does not exist */
+static drt_status DRT_PRINTF(2, 3) usage(drt_conform_result *r, const char *fmt, ...) {
+    char msg[1500];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    r->usage_error = 1;
+    return drt_set_error(DRT_ERR_INVALID_ARG, "%s", msg);
+}
+
+/* case-insensitive: does hay contain needle */
+static int contains_nocase(const char *hay, const char *needle) {
+    size_t n = strlen(needle);
+    for (const char *p = hay; *p; p++)
+        if (strncasecmp(p, needle, n) == 0) return 1;
+    return n == 0;
+}
+
+/* sel names device index *out of ops's ndev devices: an index, or the first
+ * device whose name contains sel (case-insensitive); else 0 and the devices
+ * listed in list */
+static int resolve_device(const drt_backend_ops *ops, int ndev, const char *sel, int *out, char *list, size_t ln) {
+    char *end;
+    long idx = strtol(sel, &end, 10);
+    if (*sel && !*end && isdigit((unsigned char)sel[0]) && idx < ndev) {
+        *out = (int)idx;
+        return 1;
+    }
+    size_t o = 0;
+    list[0] = 0;
+    for (int i = 0; i < ndev; i++) {
+        char name[256];
+        if (ops->device_name(i, name, sizeof name) != DRT_OK) snprintf(name, sizeof name, "?");
+        if ((*end || !*sel) && contains_nocase(name, sel)) {
+            *out = i;
+            return 1;
+        }
+        if (o < ln) o += (size_t)snprintf(list + o, ln - o, "%s[%d] %s", i ? "; " : "", i, name);
+    }
+    return 0;
+}
+
+/* ---- per (op, backend) aggregates for the text table ------------------------------------- */
+
+typedef struct {
+    int n_pass, n_fail, n_unsup, n_unavail, any;
+    double worst_key;
+    const cf_case *worst;
+} cell;
+
+static void cell_add(cell *c, const cf_case *cs) {
+    c->any = 1;
+    if (cs->st == CF_PASS) c->n_pass++;
+    if (cs->st == CF_UNSUPPORTED) c->n_unsup++;
+    if (cs->st == CF_UNAVAILABLE) c->n_unavail++;
+    if (cs->st != CF_FAIL) return;
+    c->n_fail++;
+    /* the worst failure: unmeasured ones (errors, unsupported) first, then by NMSE */
+    double key = cs->measured && !cs->nonfinite ? cs->nmse : INFINITY;
+    if (!c->worst || !(key <= c->worst_key)) {
+        c->worst_key = key;
+        c->worst = cs;
+    }
+}
+
+static void cell_text(const cell *c, int available, char *txt, size_t n) {
+    if (!available) snprintf(txt, n, "n/a");
+    else if (c->n_fail) snprintf(txt, n, "FAIL %d/%d", c->n_fail, c->n_fail + c->n_pass + c->n_unsup);
+    else if (c->n_unsup) snprintf(txt, n, "unsupported");
+    else if (c->n_pass) snprintf(txt, n, "pass %d", c->n_pass);
+    else snprintf(txt, n, "-");
 }
 
 /* ---- whole models --------------------------------------------------------------------- */
 
+#define FIXED_PROMPT_T 16
+
 typedef struct {
     int n_tok;
     int32_t tok[64];
+    int from_file; /* expected.safetensors' "tokens", else the fixed prompt */
 } prompt_t;
 
-static drt_status read_prompt(const char *dir, prompt_t *p) {
+static int is_file(const char *path) {
+    struct stat s;
+    return stat(path, &s) == 0 && S_ISREG(s.st_mode);
+}
+
+static int is_dir(const char *path) {
+    struct stat s;
+    return stat(path, &s) == 0 && S_ISDIR(s.st_mode);
+}
+
+/* a model directory holds config.json */
+static int is_model_dir(const char *dir) {
+    char p[1100];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    return is_file(p);
+}
+
+/* The prompt: the "tokens" of the directory's expected.safetensors (the
+ * fixtures made by python/make_fixtures.py), else a fixed one: bos (when the
+ * config has one), then FIXED_PROMPT_T - 1 ids spread over the vocabulary. */
+static drt_status read_prompt(const char *dir, const drt_model_info *I, prompt_t *p) {
     char path[1400];
     snprintf(path, sizeof path, "%s/expected.safetensors", dir);
+    memset(p, 0, sizeof *p);
+    if (!is_file(path)) {
+        p->n_tok = FIXED_PROMPT_T;
+        for (int i = 0; i < p->n_tok; i++)
+            p->tok[i] = (int32_t)(((uint64_t)i * 7919u + 17u) % (uint64_t)I->vocab);
+        if (I->bos_id >= 0 && I->bos_id < I->vocab) p->tok[0] = I->bos_id;
+        return DRT_OK;
+    }
     drt_st_file f;
     drt_status s = drt_st_open(path, &f);
     if (s != DRT_OK) return s;
@@ -566,18 +670,24 @@ static drt_status read_prompt(const char *dir, prompt_t *p) {
         return drt_set_error(DRT_ERR_FORMAT, "%s: no i32 \"tokens\" of 1..64 ids", path);
     }
     p->n_tok = (int)t->shape[0];
+    p->from_file = 1;
     memcpy(p->tok, t->data, sizeof(int32_t) * (size_t)p->n_tok);
     drt_st_close(&f);
+    for (int i = 0; i < p->n_tok; i++)
+        if (p->tok[i] < 0 || p->tok[i] >= I->vocab)
+            return drt_set_error(DRT_ERR_FORMAT, "%s: token %d is outside the vocabulary [0, %d)", path, p->tok[i],
+                                 I->vocab);
     return DRT_OK;
 }
 
-/* prefill logits (T,V) and GREEDY_N greedy tokens, and fallback count */
-static drt_status model_run(drt_model *m, const char *backend, const prompt_t *p, float *logits, int32_t *greedy,
-                            int *fallbacks, char *fb, size_t fbn) {
+/* prefill logits (T,V), CF_GREEDY_N greedy tokens, and the fallback count */
+static drt_status model_run(drt_model *m, const char *backend, const char *device, const prompt_t *p, float *logits,
+                            int32_t *greedy, int *fallbacks, char *fb, size_t fbn) {
     drt_model_info I;
     drt_model_get_info(m, &I);
     drt_session *s;
-    drt_session_opts so = {.backend = backend, .max_ctx = p->n_tok + GREEDY_N + 1};
+    drt_session_opts so = {.backend = backend, .device = device, .max_ctx = p->n_tok + CF_GREEDY_N + 1};
+    *fallbacks = 0;
     drt_status st = drt_session_create(m, &so, &s);
     if (st != DRT_OK) return st;
     for (int64_t i = 0; i < (int64_t)p->n_tok * I.vocab; i++) logits[i] = NAN;
@@ -585,12 +695,12 @@ static drt_status model_run(drt_model *m, const char *backend, const prompt_t *p
     float *last = malloc(sizeof(float) * (size_t)I.vocab);
     if (!last) st = drt_set_error(DRT_ERR_OOM, "out of memory");
     if (st == DRT_OK) memcpy(last, logits + (size_t)(p->n_tok - 1) * I.vocab, sizeof(float) * (size_t)I.vocab);
-    for (int i = 0; st == DRT_OK && i < GREEDY_N; i++) {
+    for (int i = 0; st == DRT_OK && i < CF_GREEDY_N; i++) {
         int best = 0;
         for (int v = 1; v < I.vocab; v++)
             if (last[v] > last[best]) best = v;
         greedy[i] = best;
-        if (i + 1 < GREEDY_N) st = drt_session_forward(s, &greedy[i], 1, last, 0);
+        if (i + 1 < CF_GREEDY_N) st = drt_session_forward(s, &greedy[i], 1, last, 0);
     }
     *fallbacks = drt_session_fallbacks(s, fb, fbn);
     free(last);
@@ -598,7 +708,81 @@ static drt_status model_run(drt_model *m, const char *backend, const prompt_t *p
     return st;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+typedef struct {
+    char name[256], path[1024];
+} model_ref;
+
+static int cmp_model(const void *a, const void *b) {
+    return strcmp(((const model_ref *)a)->name, ((const model_ref *)b)->name);
+}
+
+/* --models DIR: DIR itself when it is a model, else every model directory in
+ * it; the other directories in it are recorded as skipped, never dropped in
+ * silence. No model at all is a usage error. */
+static drt_status find_models(const char *dir, cf_run *run, model_ref **out, int *n_out, drt_conform_result *r) {
+    *out = NULL;
+    *n_out = 0;
+    size_t dl = strlen(dir);
+    while (dl > 1 && dir[dl - 1] == '/') dl--;
+    if (is_model_dir(dir)) {
+        model_ref *m = calloc(1, sizeof *m);
+        if (!m) return drt_set_error(DRT_ERR_OOM, "out of memory");
+        const char *base = dir + dl;
+        while (base > dir && base[-1] != '/') base--;
+        snprintf(m->name, sizeof m->name, "%.*s", (int)(dir + dl - base), base);
+        snprintf(m->path, sizeof m->path, "%.*s", (int)dl, dir);
+        *out = m;
+        *n_out = 1;
+        return DRT_OK;
+    }
+    DIR *d = opendir(dir);
+    if (!d) return usage(r, "conform: --models %s: not a model directory (no config.json) and not a folder", dir);
+    model_ref *ms = NULL;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    drt_status st = DRT_OK;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char p[1024];
+        snprintf(p, sizeof p, "%.*s/%s", (int)dl, dir, e->d_name);
+        if (!is_dir(p)) continue; /* files next to the models (README.md, ...) */
+        if (!is_model_dir(p)) {
+            cf_skipped *ns = realloc(run->skipped, sizeof *ns * (size_t)(run->n_skipped + 1));
+            if (!ns) {
+                st = drt_set_error(DRT_ERR_OOM, "out of memory");
+                break;
+            }
+            run->skipped = ns;
+            snprintf(ns[run->n_skipped].path, sizeof ns->path, "%s", p);
+            snprintf(ns[run->n_skipped].why, sizeof ns->why, "not a model directory (no config.json)");
+            run->n_skipped++;
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 8;
+            model_ref *nm = realloc(ms, sizeof *nm * (size_t)cap);
+            if (!nm) {
+                st = drt_set_error(DRT_ERR_OOM, "out of memory");
+                break;
+            }
+            ms = nm;
+        }
+        snprintf(ms[n].name, sizeof ms[n].name, "%s", e->d_name);
+        snprintf(ms[n].path, sizeof ms[n].path, "%s", p);
+        n++;
+    }
+    closedir(d);
+    if (st == DRT_OK && n == 0)
+        st = usage(r, "conform: --models %s: not a model directory (no config.json), and no model directory in it", dir);
+    if (st != DRT_OK) {
+        free(ms);
+        return st;
+    }
+    qsort(ms, (size_t)n, sizeof *ms, cmp_model);
+    *out = ms;
+    *n_out = n;
+    return DRT_OK;
+}
 
 /* ---- the run ----------------------------------------------------------------------------- */
 
@@ -607,63 +791,208 @@ static int median_cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
-    memset(r, 0, sizeof *r);
-    FILE *out = o->out;
-    be_slot be[MAX_BE];
-    int nbe = 0;
-    int n_models = 0;
-    char *models[64];
+static cf_case *add_case(cf_run *run, int kind, int be) {
+    if (run->n_cases == run->cap_cases) {
+        int cap = run->cap_cases ? 2 * run->cap_cases : 256;
+        cf_case *nc = realloc(run->cases, sizeof *nc * (size_t)cap);
+        if (!nc) return NULL;
+        run->cases = nc;
+        run->cap_cases = cap;
+    }
+    cf_case *c = &run->cases[run->n_cases++];
+    memset(c, 0, sizeof *c);
+    c->kind = kind;
+    c->be = be;
+    c->greedy_first_diff = -1;
+    c->dtype = "f32";
+    return c;
+}
 
-    /* backends: the selection, in registry order; a required one that is not
-     * compiled in or not available is recorded, never skipped silently */
-    for (int i = 0; i < drt_registry_count() && nbe < MAX_BE; i++) {
-        const drt_backend_ops *ops = drt_registry_get(i);
-        drt_backend_info bi = {0};
-        const char *name = ops ? ops->name : NULL;
-        if (!ops) {
-            drt_backend_get_info(i, &bi);
-            name = bi.name;
+/* the verdict for a backend that did not run the case: unavailable, or
+ * (required) a failure */
+static void not_run(const cf_backend *b, cf_case *c) {
+    if (b->required) {
+        c->st = CF_FAIL;
+        c->fail_type = "unavailable";
+        snprintf(c->detail, sizeof c->detail, "required backend unavailable: %s", b->why);
+    } else {
+        c->st = CF_UNAVAILABLE;
+        snprintf(c->detail, sizeof c->detail, "backend unavailable: %s", b->why);
+    }
+}
+
+/* Checks the names in o (ops, backends, --require, --device) against the op
+ * table and the registry; fills run->be with the selected backends, opened
+ * on their devices. */
+static drt_status select_backends(const drt_conform_opts *o, cf_run *run, drt_conform_result *r) {
+    char valid[600];
+    const char *cur, *it;
+    size_t n;
+    cur = o->ops;
+    while (next_item(&cur, &it, &n))
+        if (find_op(it, n) < 0 && !(n == 4 && strncasecmp(it, "none", 4) == 0)) {
+            valid_ops(valid, sizeof valid);
+            return usage(r, "conform: unknown op \"%.*s\" (valid: %s)", (int)n, it, valid);
         }
+    const char *lists[2] = {o->backends, o->require}, *flag[2] = {"backend", "--require backend"};
+    for (int l = 0; l < 2; l++) {
+        cur = lists[l];
+        while (next_item(&cur, &it, &n))
+            if (find_backend(it, n) < 0) {
+                valid_backends(valid, sizeof valid);
+                return usage(r, "conform: unknown %s \"%.*s\" (valid: %s)", flag[l], (int)n, it, valid);
+            }
+    }
+    cur = o->require;
+    while (next_item(&cur, &it, &n)) {
+        const char *nm = reg_name(find_backend(it, n));
+        if (o->backends && *o->backends && !in_list(o->backends, nm))
+            return usage(r, "conform: --require %s, but --backend %s does not select it", nm, o->backends);
+    }
+    /* --device BACKEND=SEL,... */
+    const char *sel[CF_MAX_BE * 4] = {0}; /* per registry index, pointers into a copy */
+    char devs[1024] = "";
+    if (o->devices) {
+        if (strlen(o->devices) >= sizeof devs) return usage(r, "conform: --device: the value is too long");
+        snprintf(devs, sizeof devs, "%s", o->devices);
+        for (char *p = devs, *e; p && *p; p = e) {
+            e = strchr(p, ',');
+            if (e) *e++ = 0;
+            if (!*p) continue;
+            char *eq = strchr(p, '=');
+            if (!eq || eq == p || !eq[1])
+                return usage(r, "conform: --device wants BACKEND=SEL[,BACKEND=SEL] (SEL: an index or a name "
+                                "substring), got \"%s\"", p);
+            *eq = 0;
+            int bi = find_backend(p, strlen(p));
+            if (bi < 0) {
+                valid_backends(valid, sizeof valid);
+                return usage(r, "conform: --device: unknown backend \"%s\" (valid: %s)", p, valid);
+            }
+            if (strcmp(reg_name(bi), "ref") == 0)
+                return usage(r, "conform: --device: ref is the reference every backend is checked against; it has "
+                                "one device and --device does not apply to it");
+            if (o->backends && *o->backends && !in_list(o->backends, reg_name(bi)))
+                return usage(r, "conform: --device %s=%s, but --backend %s does not select %s", p, eq + 1,
+                             o->backends, reg_name(bi));
+            if (bi >= (int)(sizeof sel / sizeof sel[0]) || sel[bi])
+                return usage(r, "conform: --device names %s twice", reg_name(bi));
+            sel[bi] = eq + 1;
+        }
+    }
+    const char *env = getenv("DIFFRT_DEVICE");
+
+    /* the selection, in registry order; a required one that is not compiled
+     * in or not available is recorded, never skipped silently */
+    for (int i = 0; i < drt_registry_count() && run->nbe < CF_MAX_BE; i++) {
+        const drt_backend_ops *ops = drt_registry_get(i);
+        const char *name = reg_name(i);
         if (o->backends && *o->backends && !in_list(o->backends, name)) continue;
-        be_slot *b = &be[nbe++];
+        cf_backend *b = &run->be[run->nbe++];
         memset(b, 0, sizeof *b);
         b->name = name;
         b->required = in_list(o->require, name);
+        b->device = -1;
+        b->dev_from = "default";
+        b->precision = "f32";
+        b->model_bound = CF_MODEL_NMSE;
         if (!ops) {
+            drt_backend_info bi = {0};
+            drt_backend_get_info(i, &bi);
             snprintf(b->why, sizeof b->why, "%s", bi.reason ? bi.reason : "not compiled in");
             continue;
         }
-        if (drt_backend_open(name, NULL, &b->be) != DRT_OK) snprintf(b->why, sizeof b->why, "%s", drt_last_error());
-    }
-    /* a required name that matches no backend at all */
-    if (o->require)
-        for (const char *p = o->require; *p;) {
-            const char *e = strchr(p, ',');
-            size_t len = e ? (size_t)(e - p) : strlen(p);
-            int found = 0;
-            for (int i = 0; i < nbe; i++)
-                if (strlen(be[i].name) == len && strncasecmp(be[i].name, p, len) == 0) found = 1;
-            if (!found && len) {
-                r->unavailable_required++;
-                if (out) fprintf(out, "required backend %.*s: not selected or unknown\n", (int)len, p);
-            }
-            if (!e) break;
-            p = e + 1;
+        int ndev = 0;
+        char why[256] = "";
+        if (ops->probe(&ndev, why, sizeof why) != DRT_OK || ndev <= 0) {
+            snprintf(b->why, sizeof b->why, "%s", why[0] ? why : "no devices found");
+            continue;
         }
-    for (int i = 0; i < nbe; i++) {
-        if (be[i].be) continue;
-        if (be[i].required) r->unavailable_required++;
-        if (out) fprintf(out, "backend %-8s unavailable%s: %s\n", be[i].name, be[i].required ? " (REQUIRED)" : "", be[i].why);
+        /* --device, else DIFFRT_DEVICE (never on ref: the oracle and its
+         * own row run on its one device), else the backend's default */
+        const char *s = sel[i];
+        if (s) b->dev_from = "--device";
+        else if (env && *env && strcmp(name, "ref") != 0) s = env, b->dev_from = "DIFFRT_DEVICE";
+        int dev = -1;
+        if (s) {
+            char list[900];
+            snprintf(b->dev_sel, sizeof b->dev_sel, "%s", s);
+            if (!resolve_device(ops, ndev, s, &dev, list, sizeof list)) {
+                if (sel[i])
+                    return usage(r, "conform: --device %s=%s: no such %s device (devices: %s)", name, s, name, list);
+                snprintf(b->why, sizeof b->why, "DIFFRT_DEVICE=%s names no %s device (devices: %.200s)", s, name, list);
+                continue;
+            }
+        }
+        char idx[16] = "";
+        if (dev >= 0) snprintf(idx, sizeof idx, "%d", dev);
+        if (drt_backend_open(name, idx, &b->be) != DRT_OK) {
+            snprintf(b->why, sizeof b->why, "%s", drt_last_error());
+            continue;
+        }
+        b->device = b->be->device >= 0 ? b->be->device : 0;
+        if (ops->device_name(b->device, b->dev_desc, sizeof b->dev_desc) != DRT_OK) b->dev_desc[0] = 0;
+        if (ops->device_props && ops->device_props(b->device, &b->props) == DRT_OK) b->have_props = 1;
+        if (ops->precision) b->precision = ops->precision(b->be);
     }
+    return DRT_OK;
+}
+
+static void write_reports(cf_run *run, FILE *jf, FILE *xf, drt_status *st) {
+    const drt_conform_opts *o = run->o;
+    if (*st != DRT_OK && !run->error[0]) snprintf(run->error, sizeof run->error, "%s", drt_last_error());
+    drt_status s = DRT_OK;
+    if (jf) s = cf_write_json(run, jf, o->json_path);
+    if (xf && s == DRT_OK) s = cf_write_junit(run, xf, o->junit_path);
+    if (jf && fclose(jf) != 0 && s == DRT_OK) s = drt_set_error(DRT_ERR_IO, "%s: cannot write", o->json_path);
+    if (xf && fclose(xf) != 0 && s == DRT_OK) s = drt_set_error(DRT_ERR_IO, "%s: cannot write", o->junit_path);
+    if (*st == DRT_OK) *st = s;
+}
+
+drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
+    memset(r, 0, sizeof *r);
+    FILE *out = o->out;
+    cf_run run = {.o = o, .t_start = cf_now()};
+    time_t now = time(NULL);
+    struct tm tmv;
+    if (gmtime_r(&now, &tmv)) strftime(run.started_at, sizeof run.started_at, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+    model_ref *models = NULL;
+    int n_models = 0;
     drt_backend *ref = NULL;
-    drt_status st = drt_backend_open("ref", NULL, &ref);
+    FILE *jf = NULL, *xf = NULL;
+    const int no_ops = in_list(o->ops, "none");
+
+    if (o->perf && o->junit_path) return usage(r, "conform: --junit reports conformance, not --perf timings");
+    if (o->list && (o->json_path || o->junit_path)) return usage(r, "conform: --list prints the case table only");
+    drt_status st = select_backends(o, &run, r);
+    if (st == DRT_OK && o->models_dir && !o->list && !o->perf)
+        st = find_models(o->models_dir, &run, &models, &n_models, r);
+    if (st == DRT_OK && o->json_path && !(jf = fopen(o->json_path, "w")))
+        st = usage(r, "conform: --json %s: cannot create the file", o->json_path);
+    if (st == DRT_OK && o->junit_path && !(xf = fopen(o->junit_path, "w")))
+        st = usage(r, "conform: --junit %s: cannot create the file", o->junit_path);
     if (st != DRT_OK) goto finish;
 
-    cJSON *jroot = cJSON_CreateArray();
+    for (int k = 0; k < run.nbe; k++) {
+        cf_backend *b = &run.be[k];
+        if (!b->be) {
+            if (b->required) r->unavailable_required++;
+            if (out && !o->list)
+                fprintf(out, "backend %-8s unavailable%s: %s\n", b->name, b->required ? " (REQUIRED)" : "", b->why);
+        } else if (out && !o->list) {
+            fprintf(out, "backend %-8s device %d (%s%s%s): %s; precision %s\n", b->name, b->device, b->dev_from,
+                    b->dev_sel[0] ? " " : "", b->dev_sel, b->dev_desc[0] ? b->dev_desc : "?", b->precision);
+        }
+    }
+    for (int i = 0; out && i < run.n_skipped; i++)
+        fprintf(out, "models: %s: %s, skipped\n", run.skipped[i].path, run.skipped[i].why);
+    /* the oracle: the reference on its one device, whatever DIFFRT_DEVICE says */
+    st = drt_backend_open("ref", "", &ref);
+    if (st != DRT_OK) goto done;
 
     if (o->list) {
         for (int i = 0; i < N_CASES; i++) {
+            if (o->ops && *o->ops && !in_list(o->ops, drt_op_name(CASES[i].op))) continue;
             built b;
             if (build_case(&CASES[i], &b) == DRT_OK && out) fprintf(out, "%-13s %s\n", drt_op_name(CASES[i].op), b.desc);
             drt_graph_free(b.g);
@@ -672,21 +1001,27 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
     }
 
     if (o->perf) {
+        run.perf = cJSON_CreateArray();
         int reps = o->repeats > 0 ? o->repeats : 5, warm = o->warmup >= 0 ? o->warmup : 1;
         double *times = malloc(sizeof(double) * (size_t)reps);
+        if (!times || !run.perf) {
+            free(times);
+            st = drt_set_error(DRT_ERR_OOM, "out of memory");
+            goto done;
+        }
         /* each backend's own peaks, measured with its own kernels: a large
          * copy (identity PERMUTE of 64 MiB) and a large GEMM (1024^3 f32) */
         static const ccase PEAK_COPY = {DRT_OP_PERMUTE, {4, 64, 1024, 256, 1, 0, 1, 2, 3}, F32, 0, 1, 0, 0};
-        double peak_bw[MAX_BE] = {0}, peak_fl[MAX_BE] = {0};
-        for (int k = 0; k < nbe; k++) {
-            if (!be[k].be) continue;
+        double peak_bw[CF_MAX_BE] = {0}, peak_fl[CF_MAX_BE] = {0};
+        for (int k = 0; k < run.nbe && !no_ops; k++) {
+            if (!run.be[k].be) continue;
             const ccase *pk[2] = {&PEAK_COPY, &PERF_CASES[0]};
             for (int q = 0; q < 2; q++) {
                 float *res = NULL;
                 int64_t n;
                 int sup;
                 built b;
-                st = run_case(be[k].be, pk[q], 999, &res, &n, &sup, times, warm, reps, &b);
+                st = run_case(run.be[k].be, pk[q], 999, &res, &n, &sup, times, warm, reps, &b);
                 free(res);
                 if (st == DRT_OK && sup) {
                     qsort(times, (size_t)reps, sizeof(double), median_cmp);
@@ -696,32 +1031,30 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
                     else peak_fl[k] = info->flops(b.node, &ex) / times[reps / 2] * 1e-9;
                 }
                 drt_graph_free(b.g);
-                if (st != DRT_OK) goto done;
+                if (st != DRT_OK) break;
             }
+            if (st != DRT_OK) break;
             if (out)
                 fprintf(out, "peak %-8s copy %.2f GB/s (identity PERMUTE, 64 MiB), GEMM %.2f GFLOP/s (MATMUL 1024^3 f32)\n",
-                        be[k].name, peak_bw[k], peak_fl[k]);
+                        run.be[k].name, peak_bw[k], peak_fl[k]);
         }
-        if (out)
+        if (out && st == DRT_OK)
             fprintf(out, "%-13s %-8s %-58s %10s %10s %9s %7s %7s\n", "op", "backend", "shape", "median ms", "GFLOP/s",
                     "GB/s", "%FLOP", "%BW");
-        for (int i = 0; i < N_PERF; i++) {
+        for (int i = 0; i < N_PERF && st == DRT_OK && !no_ops; i++) {
             const ccase *c = &PERF_CASES[i];
             if (o->ops && *o->ops && !in_list(o->ops, drt_op_name(c->op))) continue;
-            for (int k = 0; k < nbe; k++) {
-                if (!be[k].be) continue;
+            for (int k = 0; k < run.nbe && st == DRT_OK; k++) {
+                if (!run.be[k].be) continue;
                 float *res = NULL;
                 int64_t n;
                 int sup;
                 built b;
-                st = run_case(be[k].be, c, 1000 + (uint64_t)i, &res, &n, &sup, times, warm, reps, &b);
+                st = run_case(run.be[k].be, c, 1000 + (uint64_t)i, &res, &n, &sup, times, warm, reps, &b);
                 free(res);
-                if (st != DRT_OK) {
-                    drt_graph_free(b.g);
-                    goto done;
-                }
-                if (!sup) {
-                    if (out) fprintf(out, "%-13s %-8s %-58s %10s\n", drt_op_name(c->op), be[k].name, b.desc, "unsupported");
+                if (st != DRT_OK || !sup) {
+                    if (st == DRT_OK && out)
+                        fprintf(out, "%-13s %-8s %-58s %10s\n", drt_op_name(c->op), run.be[k].name, b.desc, "unsupported");
                     drt_graph_free(b.g);
                     continue;
                 }
@@ -737,20 +1070,20 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
                 double gf = fl / med * 1e-9, gb = by / med * 1e-9;
                 double pf = peak_fl[k] > 0 ? 100 * gf / peak_fl[k] : 0, pb = peak_bw[k] > 0 ? 100 * gb / peak_bw[k] : 0;
                 if (out)
-                    fprintf(out, "%-13s %-8s %-58s %10.3f %10.2f %9.2f %6.1f%% %6.1f%%\n", drt_op_name(c->op), be[k].name,
-                            b.desc, med * 1e3, gf, gb, pf, pb);
+                    fprintf(out, "%-13s %-8s %-58s %10.3f %10.2f %9.2f %6.1f%% %6.1f%%\n", drt_op_name(c->op),
+                            run.be[k].name, b.desc, med * 1e3, gf, gb, pf, pb);
                 cJSON *j = cJSON_CreateObject();
                 cJSON_AddStringToObject(j, "kind", "perf");
                 cJSON_AddStringToObject(j, "op", drt_op_name(c->op));
-                cJSON_AddStringToObject(j, "backend", be[k].name);
-                cJSON_AddStringToObject(j, "case", b.desc);
+                cJSON_AddStringToObject(j, "backend", run.be[k].name);
+                cJSON_AddStringToObject(j, "description", b.desc);
                 cJSON_AddNumberToObject(j, "median_s", med);
                 cJSON_AddNumberToObject(j, "repeats", reps);
                 cJSON_AddNumberToObject(j, "gflops", gf);
                 cJSON_AddNumberToObject(j, "gbytes_per_s", gb);
                 cJSON_AddNumberToObject(j, "peak_gflops", peak_fl[k]);
                 cJSON_AddNumberToObject(j, "peak_gbytes_per_s", peak_bw[k]);
-                cJSON_AddItemToArray(jroot, j);
+                cJSON_AddItemToArray(run.perf, j);
                 drt_graph_free(b.g);
             }
         }
@@ -759,10 +1092,7 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
     }
 
     /* op cases */
-    cell cells[DRT_OP_COUNT][MAX_BE];
-    for (int i = 0; i < DRT_OP_COUNT; i++)
-        for (int k = 0; k < MAX_BE; k++) cells[i][k] = (cell){.v = R_NONE};
-    for (int i = 0; i < N_CASES; i++) {
+    for (int i = 0; i < N_CASES && !no_ops; i++) {
         const ccase *c = &CASES[i];
         const char *opn = drt_op_name(c->op);
         if (o->ops && *o->ops && !in_list(o->ops, opn)) continue;
@@ -776,117 +1106,167 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
         char desc[200];
         snprintf(desc, sizeof desc, "%s", b.desc);
         drt_graph_free(b.g);
-        for (int k = 0; k < nbe; k++) {
-            outcome oc = {.v = R_UNAVAILABLE};
-            if (be[k].be) {
-                float *res = NULL;
-                int64_t n2 = 0;
-                built bk = {0};
-                st = run_case(be[k].be, c, seed, &res, &n2, &sup, NULL, 0, 0, &bk);
-                /* the bound the backend declares for this node in its precision mode */
-                double bound = F32_NMSE;
-                if (bk.node && be[k].be->ops->nmse_bound) bound = be[k].be->ops->nmse_bound(be[k].be, bk.node);
-                /* DESIGN section 6: no declared mode may be looser than 5e-4 */
-                if (!(bound <= REDUCED_NMSE)) bound = REDUCED_NMSE;
-                drt_graph_free(bk.g);
-                if (st != DRT_OK) {
-                    oc.v = R_FAIL;
-                    oc.nmse = INFINITY;
-                    snprintf(oc.why, sizeof oc.why, "run failed: %s", drt_last_error());
-                    st = DRT_OK;
-                } else if (!sup) {
-                    oc.v = R_UNSUPPORTED;
-                } else {
-                    compare(res, refout, n, bound, &oc);
-                }
-                free(res);
-                cell_add(&cells[c->op][k], &oc, desc, seed, opn);
+        for (int k = 0; k < run.nbe; k++) {
+            const cf_backend *bk = &run.be[k];
+            cf_case *cc = add_case(&run, CF_KIND_OP, k);
+            if (!cc) {
+                free(refout);
+                st = drt_set_error(DRT_ERR_OOM, "out of memory");
+                goto done;
             }
-            cJSON_AddItemToArray(jroot, case_json("op", opn, be[k].name, desc, seed, &oc));
+            cc->op = opn;
+            snprintf(cc->desc, sizeof cc->desc, "%s", desc);
+            cc->dtype = c->op == DRT_OP_MATMUL || c->op == DRT_OP_EMBED ? drt_dtype_name(c->wt) : "f32";
+            cc->seed = seed;
+            cc->has_seed = 1;
+            if (!bk->be) {
+                not_run(bk, cc);
+                continue;
+            }
+            float *res = NULL;
+            int64_t n2 = 0;
+            built bb = {0};
+            double t0 = cf_now();
+            drt_status s2 = run_case(bk->be, c, seed, &res, &n2, &sup, NULL, 0, 0, &bb);
+            cc->time_s = cf_now() - t0;
+            /* the bound the backend declares for this node in its precision
+             * mode; DESIGN section 6: none may be looser than 5e-4 */
+            double bound = CF_F32_NMSE;
+            if (bb.node && bk->be->ops->nmse_bound) bound = bk->be->ops->nmse_bound(bk->be, bb.node);
+            if (!(bound <= CF_REDUCED_NMSE)) bound = CF_REDUCED_NMSE;
+            drt_graph_free(bb.g);
+            cc->bound = bound;
+            if (s2 != DRT_OK) {
+                cc->st = CF_FAIL;
+                cc->fail_type = "error";
+                snprintf(cc->detail, sizeof cc->detail, "run failed: %s", drt_last_error());
+            } else if (!sup) {
+                cc->unsupported = 1;
+                if (bk->required) {
+                    cc->st = CF_FAIL;
+                    cc->fail_type = "unsupported";
+                    snprintf(cc->detail, sizeof cc->detail, "unsupported on a required backend");
+                } else {
+                    cc->st = CF_UNSUPPORTED;
+                    snprintf(cc->detail, sizeof cc->detail, "unsupported: the backend does not run this op");
+                }
+            } else {
+                compare(res, refout, n, bound, cc);
+            }
+            free(res);
         }
         free(refout);
     }
 
-    /* whole models */
-    if (o->models_dir) {
-        DIR *d = opendir(o->models_dir);
-        if (!d) {
-            st = drt_set_error(DRT_ERR_IO, "%s: cannot open the fixture folder", o->models_dir);
-            goto done;
-        }
-        struct dirent *e;
-        while ((e = readdir(d)) && n_models < 64) {
-            if (e->d_name[0] == '.') continue;
-            char p[1300];
-            snprintf(p, sizeof p, "%s/%s/expected.safetensors", o->models_dir, e->d_name);
-            FILE *f = fopen(p, "rb");
-            if (!f) continue;
-            fclose(f);
-            models[n_models++] = strdup(e->d_name);
-        }
-        closedir(d);
-        qsort(models, (size_t)n_models, sizeof models[0], cmp_str);
-    }
-    cell mcells[64][MAX_BE];
+    /* whole models: the reference's logits and greedy tokens are the oracle */
     for (int mi = 0; mi < n_models; mi++) {
-        char dir[1300];
-        snprintf(dir, sizeof dir, "%s/%s", o->models_dir, models[mi]);
-        for (int k = 0; k < MAX_BE; k++) mcells[mi][k] = (cell){.v = R_NONE};
+        const char *dir = models[mi].path;
         drt_model *m = NULL;
-        prompt_t pr;
-        st = read_prompt(dir, &pr);
-        if (st == DRT_OK) st = drt_model_load(dir, &m);
-        if (st != DRT_OK) goto done;
-        drt_model_info I;
-        drt_model_get_info(m, &I);
-        size_t nl = (size_t)pr.n_tok * (size_t)I.vocab;
-        float *rl = malloc(nl * 4), *bl = malloc(nl * 4);
-        int32_t rg[GREEDY_N], bg[GREEDY_N];
-        int fbn;
-        char fb[300];
-        st = model_run(m, "ref", &pr, rl, rg, &fbn, fb, sizeof fb);
-        for (int k = 0; st == DRT_OK && k < nbe; k++) {
-            outcome oc = {.v = R_UNAVAILABLE};
-            if (be[k].be) {
-                drt_status s2 = model_run(m, be[k].name, &pr, bl, bg, &fbn, fb, sizeof fb);
-                if (s2 != DRT_OK) {
-                    oc.v = R_FAIL;
-                    oc.nmse = INFINITY;
-                    snprintf(oc.why, sizeof oc.why, "run failed: %s", drt_last_error());
-                } else {
-                    double num = 0, den = 0, mx = 0;
-                    int nonfinite = 0;
-                    for (size_t i = 0; i < nl; i++) {
-                        if (!isfinite(bl[i])) nonfinite = 1;
-                        double dd = (double)bl[i] - rl[i];
-                        num += dd * dd;
-                        den += (double)rl[i] * rl[i];
-                        if (fabs(dd) > mx) mx = fabs(dd);
-                    }
-                    oc.nmse = nonfinite ? INFINITY : num / den;
-                    oc.maxerr = mx;
-                    int first = -1;
-                    for (int i = 0; i < GREEDY_N && first < 0; i++)
-                        if (bg[i] != rg[i]) first = i;
-                    oc.v = R_PASS;
-                    if (!(oc.nmse <= MODEL_NMSE)) {
-                        oc.v = R_FAIL;
-                        snprintf(oc.why, sizeof oc.why, "logits NMSE %.3e > %.0e", oc.nmse, MODEL_NMSE);
-                    } else if (first >= 0) {
-                        oc.v = R_FAIL;
-                        snprintf(oc.why, sizeof oc.why, "greedy token %d is %d, reference %d", first, bg[first], rg[first]);
-                    } else if (fbn > 0) {
-                        if (be[k].required) oc.v = R_FAIL;
-                        snprintf(oc.why, sizeof oc.why, "%d CPU fallbacks: %.170s", fbn, fb);
-                    }
-                }
-                char desc[160];
-                snprintf(desc, sizeof desc, "%.60s (%s, %s) T=%d + %d greedy", models[mi], I.layout_name,
-                         drt_dtype_name(I.weight_dtype), pr.n_tok, GREEDY_N);
-                cell_add(&mcells[mi][k], &oc, desc, 0, "model");
-                if (oc.v == R_PASS && oc.why[0]) snprintf(mcells[mi][k].worst, sizeof mcells[mi][k].worst, "%s", oc.why);
+        drt_model_info I = {0};
+        prompt_t pr = {0};
+        char why[700] = "";
+        float *rl = NULL, *bl = NULL;
+        int32_t rg[CF_GREEDY_N], bg[CF_GREEDY_N];
+        int fbn = 0;
+        char fb[300] = "";
+        if (drt_model_load(dir, &m) != DRT_OK) {
+            snprintf(why, sizeof why, "cannot load the model: %s", drt_last_error());
+        } else {
+            drt_model_get_info(m, &I);
+            if (read_prompt(dir, &I, &pr) != DRT_OK) snprintf(why, sizeof why, "no prompt: %s", drt_last_error());
+        }
+        size_t nl = (size_t)pr.n_tok * (size_t)(I.vocab > 0 ? I.vocab : 1);
+        if (!why[0]) {
+            rl = malloc(nl * 4);
+            bl = malloc(nl * 4);
+            if (!rl || !bl) {
+                free(rl);
+                free(bl);
+                drt_model_free(m);
+                st = drt_set_error(DRT_ERR_OOM, "out of memory");
+                goto done;
             }
-            cJSON_AddItemToArray(jroot, case_json("model", models[mi], be[k].name, models[mi], 0, &oc));
+            if (model_run(m, "ref", "", &pr, rl, rg, &fbn, fb, sizeof fb) != DRT_OK)
+                snprintf(why, sizeof why, "the reference run failed: %s", drt_last_error());
+        }
+        char desc[240];
+        if (m)
+            snprintf(desc, sizeof desc, "%s layout, %s weights, T=%d %s + %d greedy", I.layout_name,
+                     drt_dtype_name(I.weight_dtype), pr.n_tok,
+                     pr.from_file ? "prompt of expected.safetensors" : "fixed prompt", CF_GREEDY_N);
+        else
+            snprintf(desc, sizeof desc, "not loaded");
+        for (int k = 0; k < run.nbe; k++) {
+            const cf_backend *bk = &run.be[k];
+            cf_case *cc = add_case(&run, CF_KIND_MODEL, k);
+            if (!cc) {
+                st = drt_set_error(DRT_ERR_OOM, "out of memory");
+                break;
+            }
+            snprintf(cc->model, sizeof cc->model, "%s", models[mi].name);
+            snprintf(cc->path, sizeof cc->path, "%s", dir);
+            snprintf(cc->desc, sizeof cc->desc, "%s", desc);
+            cc->dtype = m ? drt_dtype_name(I.weight_dtype) : "f32";
+            if (!bk->be) {
+                not_run(bk, cc);
+                continue;
+            }
+            cc->bound = bk->model_bound;
+            if (why[0]) {
+                cc->st = CF_FAIL;
+                cc->fail_type = "error";
+                snprintf(cc->detail, sizeof cc->detail, "%s", why);
+                continue;
+            }
+            char dev[16];
+            snprintf(dev, sizeof dev, "%d", bk->device);
+            double t0 = cf_now();
+            drt_status s2 = model_run(m, bk->name, bk->be->device >= 0 ? dev : "", &pr, bl, bg, &fbn, fb, sizeof fb);
+            cc->time_s = cf_now() - t0;
+            cc->fallbacks = fbn;
+            if (s2 != DRT_OK) {
+                cc->st = CF_FAIL;
+                cc->fail_type = "error";
+                snprintf(cc->detail, sizeof cc->detail, "run failed: %s", drt_last_error());
+                continue;
+            }
+            double num = 0, den = 0, mx = 0;
+            int nonfinite = 0;
+            for (size_t i = 0; i < nl; i++) {
+                if (!isfinite(bl[i])) nonfinite = 1;
+                double dd = (double)bl[i] - rl[i];
+                num += dd * dd;
+                den += (double)rl[i] * rl[i];
+                if (fabs(dd) > mx) mx = fabs(dd);
+            }
+            cc->measured = 1;
+            cc->nonfinite = nonfinite;
+            cc->nmse = nonfinite ? INFINITY : den > 0 ? num / den : (num > 0 ? INFINITY : 0);
+            cc->maxerr = mx;
+            for (int i = 0; i < CF_GREEDY_N && cc->greedy_first_diff < 0; i++)
+                if (bg[i] != rg[i]) cc->greedy_first_diff = i;
+            cc->st = CF_PASS;
+            if (nonfinite) {
+                cc->st = CF_FAIL;
+                cc->fail_type = "nonfinite";
+                snprintf(cc->detail, sizeof cc->detail, "non-finite logits");
+            } else if (!(cc->nmse <= cc->bound)) {
+                cc->st = CF_FAIL;
+                cc->fail_type = "nmse";
+                snprintf(cc->detail, sizeof cc->detail, "logits NMSE %.3e > bound %.0e", cc->nmse, cc->bound);
+            } else if (cc->greedy_first_diff >= 0) {
+                int g = cc->greedy_first_diff;
+                cc->st = CF_FAIL;
+                cc->fail_type = "greedy";
+                snprintf(cc->detail, sizeof cc->detail, "greedy token %d is %d, reference %d", g, bg[g], rg[g]);
+            } else if (fbn > 0) {
+                if (bk->required) {
+                    cc->st = CF_FAIL;
+                    cc->fail_type = "fallback";
+                }
+                snprintf(cc->detail, sizeof cc->detail, "%d node runs fell back to the CPU reference%s: %.170s", fbn,
+                         bk->required ? " on a required backend" : "", fb);
+            }
         }
         free(rl);
         free(bl);
@@ -894,80 +1274,87 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
         if (st != DRT_OK) goto done;
     }
 
-    /* the table */
+    /* the table: one row per op and per model, one column per backend */
     if (out) {
         fprintf(out, "\n%-24s", "op \\ backend");
-        for (int k = 0; k < nbe; k++) fprintf(out, " %-12s", be[k].name);
+        for (int k = 0; k < run.nbe; k++) fprintf(out, " %-12s", run.be[k].name);
         fprintf(out, "\n");
-    }
-    for (int op = 1; op < DRT_OP_COUNT; op++) {
-        int any = 0;
-        for (int k = 0; k < nbe; k++) any |= cells[op][k].v != R_NONE || !be[k].be;
-        if (o->ops && *o->ops && !in_list(o->ops, drt_op_name((drt_op)op))) continue;
-        if (!any) continue;
-        if (out) fprintf(out, "%-24s", drt_op_name((drt_op)op));
-        for (int k = 0; k < nbe; k++) {
-            cell *c = &cells[op][k];
-            char txt[32];
-            if (!be[k].be) snprintf(txt, sizeof txt, "n/a");
-            else if (c->v == R_PASS) snprintf(txt, sizeof txt, "pass %d", c->n_pass);
-            else if (c->v == R_FAIL) snprintf(txt, sizeof txt, "FAIL %d/%d", c->n_fail, c->n_fail + c->n_pass);
-            else if (c->v == R_UNSUPPORTED) snprintf(txt, sizeof txt, "unsupported");
-            else snprintf(txt, sizeof txt, "-");
-            if (out) fprintf(out, " %-12s", txt);
-            if (!be[k].be) continue;
-            r->pass += c->n_pass;
-            r->fail += c->n_fail;
-            r->unsupported += c->n_unsup;
-            if (be[k].required && c->n_unsup) r->fail += c->n_unsup;
+        for (int op = 1; op < DRT_OP_COUNT; op++) {
+            cell cl[CF_MAX_BE] = {0};
+            int any = 0;
+            for (int i = 0; i < run.n_cases; i++) {
+                const cf_case *c = &run.cases[i];
+                if (c->kind == CF_KIND_OP && strcmp(c->op, drt_op_name((drt_op)op)) == 0) cell_add(&cl[c->be], c), any = 1;
+            }
+            if (!any) continue;
+            fprintf(out, "%-24s", drt_op_name((drt_op)op));
+            for (int k = 0; k < run.nbe; k++) {
+                char txt[32];
+                cell_text(&cl[k], run.be[k].be != NULL, txt, sizeof txt);
+                fprintf(out, " %-12s", txt);
+            }
+            fprintf(out, "\n");
         }
-        if (out) fprintf(out, "\n");
-    }
-    for (int mi = 0; mi < n_models; mi++) {
-        if (out) fprintf(out, "model:%-18s", models[mi]);
-        for (int k = 0; k < nbe; k++) {
-            cell *c = &mcells[mi][k];
-            const char *txt = !be[k].be ? "n/a" : c->v == R_PASS ? (c->worst[0] ? "pass*" : "pass") : c->v == R_FAIL ? "FAIL" : "-";
-            if (out) fprintf(out, " %-12s", txt);
-            if (!be[k].be) continue;
-            r->pass += c->n_pass;
-            r->fail += c->n_fail;
+        for (int i = 0; i < run.n_cases; i += run.nbe) {
+            const cf_case *c = &run.cases[i];
+            if (c->kind != CF_KIND_MODEL) continue;
+            fprintf(out, "model:%-18s", c->model);
+            for (int k = 0; k < run.nbe; k++) {
+                const cf_case *ck = &run.cases[i + k];
+                const char *txt = !run.be[k].be       ? "n/a"
+                                  : ck->st == CF_FAIL ? "FAIL"
+                                  : ck->st == CF_PASS ? (ck->detail[0] ? "pass*" : "pass")
+                                                      : CF_STATUS_NAME[ck->st];
+                fprintf(out, " %-12s", txt);
+            }
+            fprintf(out, "\n");
         }
-        if (out) fprintf(out, "\n");
-    }
-    if (out) {
         int hdr = 0;
+        char line[1400];
         for (int op = 1; op < DRT_OP_COUNT; op++)
-            for (int k = 0; k < nbe; k++)
-                if (cells[op][k].v == R_FAIL) {
-                    if (!hdr++) fprintf(out, "\nfailures (worst case per op and backend):\n");
-                    fprintf(out, "  FAIL %s: %s\n", be[k].name, cells[op][k].worst);
+            for (int k = 0; k < run.nbe; k++) {
+                cell cl = {0};
+                for (int i = 0; i < run.n_cases; i++) {
+                    const cf_case *c = &run.cases[i];
+                    if (c->be == k && c->kind == CF_KIND_OP && strcmp(c->op, drt_op_name((drt_op)op)) == 0) cell_add(&cl, c);
                 }
-        for (int mi = 0; mi < n_models; mi++)
-            for (int k = 0; k < nbe; k++)
-                if (mcells[mi][k].worst[0]) fprintf(out, "  %s %s: %s\n", mcells[mi][k].v == R_FAIL ? "FAIL" : "note",
-                                                    be[k].name, mcells[mi][k].worst);
-        for (int k = 0; k < nbe; k++)
-            if (be[k].required)
-                for (int op = 1; op < DRT_OP_COUNT; op++)
-                    if (cells[op][k].n_unsup) fprintf(out, "  FAIL %s: %s unsupported on a required backend\n", be[k].name, drt_op_name((drt_op)op));
-        fprintf(out, "\n%d passed, %d failed, %d unsupported%s\n", r->pass, r->fail, r->unsupported,
-                r->unavailable_required ? ", required backend unavailable" : "");
+                if (!cl.worst || !run.be[k].be) continue;
+                if (!hdr++) fprintf(out, "\nfailures (worst case per op and backend):\n");
+                cf_case_line(&run, cl.worst, line, sizeof line);
+                fprintf(out, "  FAIL %s: %s\n", run.be[k].name, line);
+            }
+        for (int i = 0; i < run.n_cases; i++) {
+            const cf_case *c = &run.cases[i];
+            if (c->kind != CF_KIND_MODEL || !run.be[c->be].be || !c->detail[0]) continue;
+            cf_case_line(&run, c, line, sizeof line);
+            fprintf(out, "  %s %s: %s\n", c->st == CF_FAIL ? "FAIL" : "note", run.be[c->be].name, line);
+        }
+    }
+    int counts[CF_N_STATUS];
+    cf_count(&run, -1, counts);
+    r->pass = counts[CF_PASS];
+    r->fail = counts[CF_FAIL];
+    r->unsupported = counts[CF_UNSUPPORTED];
+    if (out) {
+        fprintf(out, "\n%d passed, %d failed, %d unsupported, %d unavailable", r->pass, r->fail, r->unsupported,
+                counts[CF_UNAVAILABLE]);
+        for (int k = 0; k < run.nbe; k++)
+            if (run.be[k].required && !run.be[k].be) fprintf(out, "; required backend %s unavailable", run.be[k].name);
+        fprintf(out, "\n");
     }
 
 done:
-    for (int mi = 0; mi < n_models; mi++) free(models[mi]);
-    if (st == DRT_OK && o->json_path) {
-        char *txt = cJSON_Print(jroot);
-        FILE *f = fopen(o->json_path, "w");
-        if (!f || !txt) st = drt_set_error(DRT_ERR_IO, "%s: cannot write", o->json_path);
-        else fputs(txt, f);
-        if (f) fclose(f);
-        free(txt);
-    }
-    cJSON_Delete(jroot);
+    write_reports(&run, jf, xf, &st);
+    jf = xf = NULL;
     drt_backend_close(ref);
 finish:
-    for (int k = 0; k < nbe; k++) drt_backend_close(be[k].be);
+    /* a usage error writes no report: drop the one already created */
+    if (jf && fclose(jf) == 0) remove(o->json_path);
+    if (xf && fclose(xf) == 0) remove(o->junit_path);
+    for (int k = 0; k < run.nbe; k++) drt_backend_close(run.be[k].be);
+    free(models);
+    free(run.cases);
+    free(run.skipped);
+    cJSON_Delete(run.perf);
     return st;
 }

@@ -223,10 +223,11 @@ int main(void) {
         printf("== %s ==\n%s", EXPECT[e].backend, f ? f : report);
         free(report);
     }
-    /* a required backend that is not there fails the run */
+    /* a required name that is no backend is a usage error, never a silent pass */
     drt_conform_opts o = {.backends = "cpu", .require = "cpu,nosuch", .ops = "ADD"};
     drt_conform_result r;
-    DRT_CHECK(drt_conform_run(&o, &r) == DRT_OK && r.unavailable_required == 1,
-              "required unknown backend not counted (%d)", r.unavailable_required);
+    DRT_CHECK(drt_conform_run(&o, &r) == DRT_ERR_INVALID_ARG && r.usage_error &&
+                  strstr(drt_last_error(), "\"nosuch\""),
+              "required unknown backend not refused: %s", drt_last_error());
     return drt_test_summary("test_conform_catches");
 }

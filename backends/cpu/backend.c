@@ -405,6 +405,14 @@ static drt_status cpu_device_name(int dev, char *buf, size_t n) {
     return DRT_OK;
 }
 
+/* the host CPU itself; the kernel set and threads are in device_name */
+static drt_status cpu_device_props(int dev, drt_device_props *out) {
+    memset(out, 0, sizeof *out);
+    drt_host_cpu(out->name, sizeof out->name, out->vendor, sizeof out->vendor);
+    snprintf(out->type, sizeof out->type, "CPU");
+    return DRT_OK;
+}
+
 static void cpu_shutdown(drt_backend *be) {
     cpu_ctx *c = be->ctx;
     if (!c) return;
@@ -496,6 +504,11 @@ static double cpu_nmse_bound(drt_backend *be, const drt_tensor *t) {
     return c->bf16 && t->op == DRT_OP_MATMUL ? 5e-4 : 1e-8;
 }
 
+static const char *cpu_precision(drt_backend *be) {
+    const cpu_ctx *c = be->ctx;
+    return c->bf16 ? "bf16" : "f32";
+}
+
 const drt_backend_ops drt_cpu_backend_ops = {
     .name = "cpu",
     .probe = cpu_probe,
@@ -511,4 +524,6 @@ const drt_backend_ops drt_cpu_backend_ops = {
     .compute = cpu_compute,
     .synchronize = cpu_sync,
     .nmse_bound = cpu_nmse_bound,
+    .device_props = cpu_device_props,
+    .precision = cpu_precision,
 };

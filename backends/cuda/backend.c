@@ -137,6 +137,26 @@ static drt_status cuda_device_name(int dev, char *buf, size_t n) {
     return DRT_OK;
 }
 
+static drt_status cuda_device_props(int dev, drt_device_props *out) {
+    memset(out, 0, sizeof *out);
+    int d = nth_usable(dev);
+    if (d < 0) return drt_set_error(DRT_ERR_INVALID_ARG, "cuda: no device %d", dev);
+    struct cudaDeviceProp p;
+    drt_status s = cuda_err(cudaGetDeviceProperties(&p, d), "cudaGetDeviceProperties");
+    if (s != DRT_OK) return s;
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    snprintf(out->vendor, sizeof out->vendor, "NVIDIA");
+    snprintf(out->type, sizeof out->type, "GPU");
+    int drv = 0, rt = 0; /* 12040 = 12.4 */
+    if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0)
+        snprintf(out->driver, sizeof out->driver, "CUDA driver %d.%d", drv / 1000, drv % 1000 / 10);
+    if (cudaRuntimeGetVersion(&rt) == cudaSuccess && rt > 0)
+        snprintf(out->api_version, sizeof out->api_version, "CUDA runtime %d.%d, sm_%d%d", rt / 1000,
+                 rt % 1000 / 10, p.major, p.minor);
+    (void)cudaGetLastError();
+    return DRT_OK;
+}
+
 /* ---- instance ------------------------------------------------------------------ */
 
 static void drop_graphs(cuda_state *st) {
@@ -555,6 +575,11 @@ static double cuda_nmse_bound(drt_backend *be, const drt_tensor *t) {
     return t->op == DRT_OP_MATMUL || t->op == DRT_OP_DIFF_ATTN || t->op == DRT_OP_ATTN ? 5e-4 : 1e-8;
 }
 
+static const char *cuda_precision(drt_backend *be) {
+    const cu_ctx *c = &((cuda_state *)be->ctx)->k;
+    return c->prec == CU_PREC_F32 ? "f32" : "fast";
+}
+
 const drt_backend_ops drt_cuda_backend_ops = {
     .name = "cuda",
     .probe = cuda_probe,
@@ -569,4 +594,6 @@ const drt_backend_ops drt_cuda_backend_ops = {
     .compute = cuda_compute,
     .synchronize = cuda_sync,
     .nmse_bound = cuda_nmse_bound,
+    .device_props = cuda_device_props,
+    .precision = cuda_precision,
 };

@@ -141,6 +141,44 @@ static drt_status ocl_device_name(int dev, char *buf, size_t n) {
     return DRT_OK;
 }
 
+static drt_status ocl_device_props(int dev, drt_device_props *out) {
+    memset(out, 0, sizeof *out);
+    ocl_dev_ref devs[OCL_MAX_DEVICES];
+    char why[256];
+    int nd = list_devices(devs, OCL_MAX_DEVICES, why, sizeof why);
+    if (nd < 0) return drt_set_error(DRT_ERR_UNAVAILABLE, "opencl: %s", why);
+    if (dev < 0 || dev >= nd)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "opencl: device %d out of range (%d devices)",
+                             dev, nd);
+    cl_device_id d = devs[dev].dev;
+    dev_str(d, CL_DEVICE_NAME, out->name, sizeof out->name);
+    dev_str(d, CL_DEVICE_VENDOR, out->vendor, sizeof out->vendor);
+    char plat[64] = "", drv[64];
+    if (clGetPlatformInfo(devs[dev].platform, CL_PLATFORM_NAME, sizeof plat, plat, NULL) != CL_SUCCESS)
+        plat[0] = 0;
+    plat[sizeof plat - 1] = 0;
+    dev_str(d, CL_DRIVER_VERSION, drv, sizeof drv);
+    snprintf(out->driver, sizeof out->driver, "%s%s%s", plat, plat[0] ? " " : "", drv);
+    char ver[256];
+    dev_str(d, CL_DEVICE_VERSION, ver, sizeof ver);
+    /* "OpenCL 3.0 <vendor specific>": keep the first two words */
+    char *sp = strchr(ver, ' ');
+    if (sp && (sp = strchr(sp + 1, ' '))) *sp = 0;
+    snprintf(out->api_version, sizeof out->api_version, "%.63s", ver);
+    /* dev_str's "?" (the query failed) is unknown here */
+    char *fields[] = {out->name, out->vendor, out->api_version};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(fields[i], "?") == 0) fields[i][0] = 0;
+    cl_device_type ty = 0;
+    clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof ty, &ty, NULL);
+    snprintf(out->type, sizeof out->type, "%s",
+             ty & CL_DEVICE_TYPE_GPU           ? "GPU"
+             : ty & CL_DEVICE_TYPE_CPU         ? "CPU"
+             : ty & CL_DEVICE_TYPE_ACCELERATOR ? "accelerator"
+                                               : "other");
+    return DRT_OK;
+}
+
 /* ---- init: context, queue, programs, kernels -------------------------------- */
 
 static const struct {
@@ -607,6 +645,7 @@ const drt_backend_ops drt_opencl_backend_ops = {
     .name = "opencl",
     .probe = ocl_probe,
     .device_name = ocl_device_name,
+    .device_props = ocl_device_props,
     .init = ocl_init,
     .shutdown = ocl_shutdown,
     .buf_alloc = ocl_buf_alloc,

@@ -93,6 +93,13 @@ static drt_status ref_device_name(int dev, char *buf, size_t n) {
     return DRT_OK;
 }
 
+static drt_status ref_device_props(int dev, drt_device_props *out) {
+    memset(out, 0, sizeof *out);
+    drt_host_cpu(out->name, sizeof out->name, out->vendor, sizeof out->vendor);
+    snprintf(out->type, sizeof out->type, "CPU");
+    return DRT_OK;
+}
+
 static drt_status ref_init(drt_backend *be, int dev) {
     be->device = 0;
     return DRT_OK;
@@ -154,4 +161,5 @@ const drt_backend_ops drt_ref_backend_ops = {
     .supports = ref_supports,
     .compute = ref_compute,
     .synchronize = ref_sync,
+    .device_props = ref_device_props,
 };

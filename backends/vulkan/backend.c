@@ -335,6 +335,40 @@ static pthread_once_t g_probe_once = PTHREAD_ONCE_INIT;
 static int g_ndev;
 static char g_probe_why[256];
 static char g_dev_desc[MAX_DEVICES][256];
+static drt_device_props g_dev_props[MAX_DEVICES];
+
+/* the PCI vendor ids of the drivers one meets, else the id in hex */
+static const char *vendor_name(uint32_t id, char *buf, size_t n) {
+    static const struct {
+        uint32_t id;
+        const char *name;
+    } T[] = {{0x1002, "AMD"},      {0x1010, "Imagination"}, {0x10de, "NVIDIA"},   {0x13b5, "ARM"},
+             {0x5143, "Qualcomm"}, {0x8086, "Intel"},       {0x106b, "Apple"},    {0x10005, "Mesa"},
+             {0x1af4, "virtio"},   {0x14e4, "Broadcom"},    {0x10002, "VeriSilicon"}};
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
+        if (T[i].id == id) return T[i].name;
+    snprintf(buf, n, "0x%04x", id);
+    return buf;
+}
+
+static void props_of(const dev_info *d, drt_device_props *o) {
+    memset(o, 0, sizeof *o);
+    char vb[16];
+    snprintf(o->name, sizeof o->name, "%s", d->p.deviceName);
+    snprintf(o->vendor, sizeof o->vendor, "%s", vendor_name(d->p.vendorID, vb, sizeof vb));
+    uint32_t v = d->p.driverVersion;
+    if (d->have_drv)
+        snprintf(o->driver, sizeof o->driver, "%.40s %.80s", d->drv.driverName, d->drv.driverInfo);
+    else if (d->p.vendorID == 0x10de)
+        snprintf(o->driver, sizeof o->driver, "version %u.%u", v >> 22, (v >> 14) & 0xff);
+    else
+        snprintf(o->driver, sizeof o->driver, "version %u.%u.%u", VK_API_VERSION_MAJOR(v),
+                 VK_API_VERSION_MINOR(v), VK_API_VERSION_PATCH(v));
+    uint32_t a = d->p.apiVersion;
+    snprintf(o->api_version, sizeof o->api_version, "Vulkan %u.%u.%u", VK_API_VERSION_MAJOR(a),
+             VK_API_VERSION_MINOR(a), VK_API_VERSION_PATCH(a));
+    snprintf(o->type, sizeof o->type, "%s", type_name(d->p.deviceType));
+}
 
 static void probe_once(void) {
     vk_fns f;
@@ -357,6 +391,7 @@ static void probe_once(void) {
             dev_info d;
             query_device(&f, pds[i], &d);
             describe(&d, g_dev_desc[i], sizeof g_dev_desc[i]);
+            props_of(&d, &g_dev_props[i]);
         }
         g_ndev = (int)n;
     }
@@ -379,6 +414,15 @@ static drt_status vk_device_name(int dev, char *buf, size_t n) {
         return drt_set_error(DRT_ERR_INVALID_ARG, "vulkan: device %d out of range (%d devices)",
                              dev, g_ndev);
     snprintf(buf, n, "%s", g_dev_desc[dev]);
+    return DRT_OK;
+}
+
+static drt_status vk_device_props(int dev, drt_device_props *out) {
+    pthread_once(&g_probe_once, probe_once);
+    if (dev < 0 || dev >= g_ndev)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "vulkan: device %d out of range (%d devices)",
+                             dev, g_ndev);
+    *out = g_dev_props[dev];
     return DRT_OK;
 }
 
@@ -1191,6 +1235,7 @@ const drt_backend_ops drt_vulkan_backend_ops = {
     .name = "vulkan",
     .probe = vk_probe,
     .device_name = vk_device_name,
+    .device_props = vk_device_props,
     .init = vk_init,
     .shutdown = vk_shutdown,
     .buf_alloc = vk_buf_alloc,

@@ -412,6 +412,17 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     return cudaSuccess;
 }
 
+/* the emulation stands in for both, at the version of the headers it is built with */
+cudaError_t cudaDriverGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+
 cudaError_t cudaMalloc(void **p, size_t n) {
     *p = nullptr;
     if (capture_violation()) return g_last;
