@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "diffrt.h"
 #include "drt_conform.h"
+#include "drt_version.h"
 #include "text.h"
 
 static const char *USAGE =
@@ -537,7 +538,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "--version") == 0) {
-        printf("diffrt 0.1.0\n");
+        printf("diffrt %s (commit %s)\n", drt_version(), drt_git_commit());
         return 0;
     }
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
