@@ -104,10 +104,13 @@ static void check_decode(const drt_tokenizer *t, const int32_t *ids, int n, int 
     char *buf = NULL;
     size_t blen = 0, cap = 0;
     for (int i = 0; i < n; i++) {
+        size_t before = blen;
         s = drt_tokenizer_stream_push(t, &st, ids[i], skip, &buf, &blen, &cap);
         FZ_CHECK(s == DRT_OK, "stream_push failed: %s", drt_last_error());
-        FZ_CHECK(buf && buf[blen] == 0 && blen < cap, "stream buffer not NUL-terminated");
-        FZ_CHECK(utf8_ok((const unsigned char *)buf, blen),
+        FZ_CHECK(buf && buf[blen] == 0 && blen < cap && blen >= before,
+                 "stream buffer not NUL-terminated");
+        /* what this push appended is whole characters */
+        FZ_CHECK(utf8_ok((const unsigned char *)buf + before, blen - before),
                  "stream emitted an incomplete character after id %d (#%d)", ids[i], i);
     }
     s = drt_tokenizer_stream_flush(t, &st, &buf, &blen, &cap);
