@@ -684,9 +684,7 @@ static drt_status parse_added(ctx *c, const cJSON *added) {
         snprintf(field, sizeof field, "added_tokens[%d].content", k);
         if (!cJSON_IsString(content)) return bad(c, field, "a string", content);
         const char *s = content->valuestring;
-        size_t len = strlen(s);
-        if (utf8_check(s, len) != len)
-            return drt_set_error(DRT_ERR_FORMAT, "%s: %s is not valid UTF-8", c->name, field);
+        size_t len = strlen(s); /* valid UTF-8, as every string of the file */
         added_tok a = {0};
         int special, lstrip, rstrip, single_word, normalized;
         drt_status st;
@@ -1011,6 +1009,18 @@ drt_status drt_tokenizer_load_json(const char *json, size_t len, const char *nam
     *out = NULL;
     if (!name) name = "tokenizer.json";
     if (!json) return drt_set_error(DRT_ERR_INVALID_ARG, "%s: no data", name);
+    /* The whole file must be UTF-8, as HF requires (it reads the file into a
+     * Rust String). Then every string cJSON makes of it is valid UTF-8 (its
+     * \u escapes make only valid characters: a lone surrogate is a parse
+     * error), which decoding relies on: token_bytes decodes vocab strings
+     * character by character, and a truncated character at the end of the
+     * string arena was read past its end. */
+    size_t bad_at = utf8_check(json, len);
+    if (bad_at != len)
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: not valid UTF-8 (byte %zu of %zu is 0x%02X); expected a UTF-8 "
+                             "JSON file",
+                             name, bad_at, len, (unsigned char)json[bad_at]);
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();

@@ -15,9 +15,10 @@
  *
  * Anything else (Unigram/WordPiece models, normalizers, other pre-tokenizers,
  * dropout, byte_fallback, ...) is refused at load time with an error naming
- * the file, the field and the value. The file's "truncation" and "padding"
- * settings are ignored (diffrt never truncates or pads a prompt), as is the
- * "id" of an added token, which HF also recomputes. All functions report
+ * the file, the field and the value; so is a file that is not UTF-8 (HF reads
+ * it into a String). The file's "truncation" and "padding" settings are
+ * ignored (diffrt never truncates or pads a prompt), as is the "id" of an
+ * added token, which HF also recomputes. All functions report
  * errors through drt_last_error(); none prints. A loaded tokenizer is
  * read-only: encode and decode may run on several threads at once. */
 #ifndef DRT_TOKENIZER_H

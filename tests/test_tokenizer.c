@@ -4,10 +4,9 @@
  * the less common flags, and the bare 256 byte tokens). For every corpus
  * line: encode with and without special tokens, decode with and without
  * skip_special_tokens, streaming decode; then single-id and random-id decodes
- * that cut UTF-8 characters apart. Then a table of bad tokenizer files (each must give its status and
- * a message naming the file and what is wrong), invalid UTF-8 text, and a
- * round-trip property test on random text. Set DRT_TEST_VERBOSE=1 to print
- * every error message. */
+ * that cut UTF-8 characters apart. Then a table of bad tokenizer files (each must give its status
+ * and a message naming the file and what is wrong), invalid UTF-8 text, and a round-trip property
+ * test on random text. Set DRT_TEST_VERBOSE=1 to print every error message. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -572,6 +571,13 @@ static void test_bad_files(void) {
          NULL},
         {"\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"<s>\":3}", "\"vocab\":[]", DRT_ERR_FORMAT,
          "model.vocab", "an array"},
+        /* not UTF-8 (HF refuses such a file): a raw byte in a key, a character cut
+         * short in a string; a lone surrogate escape is no JSON (cJSON) */
+        {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\xf0\":0", DRT_ERR_FORMAT, "not valid UTF-8",
+         "is 0xF0"},
+        {"\"content\":\"<s>\"", "\"content\":\"<s\xe4\xb8\"", DRT_ERR_FORMAT, "not valid UTF-8",
+         NULL},
+        {"\"vocab\":{\"a\":0", "\"vocab\":{\"\\ud800\":0", DRT_ERR_FORMAT, "not valid JSON", NULL},
         {"\"model\":{", "\"model\":7,\"x\":{", DRT_ERR_FORMAT, "model: expected an object", NULL},
         {"\"added_tokens\":[{", "\"added_tokens\":[7,{", DRT_ERR_FORMAT, "added_tokens[0]", NULL},
         {"\"content\":\"<s>\"", "\"content\":null", DRT_ERR_FORMAT, "added_tokens[0].content",
@@ -649,6 +655,38 @@ static void test_bad_files(void) {
                   strstr(drt_last_error(), "not valid JSON"),
               "empty file: %s: %s", drt_status_str(s), drt_last_error());
     if (g_verbose) printf("  empty: %s\n", drt_last_error());
+}
+
+/* A vocab string that is a cut UTF-8 character (the raw byte 0xF0) and ends
+ * exactly where the tokenizer's 64 KiB string arena ends: decoding its id read
+ * two bytes past the arena (ASan: heap-buffer-overflow in utf8_decode <-
+ * token_bytes; found with tests/fuzz/fuzz_tokenizer). Such a file is refused
+ * at load now. Should one ever load, decoding every id must stay in bounds,
+ * which the sanitizer build checks. */
+static void test_cut_character_at_arena_end(void) {
+    static const char head[] = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"";
+    static const char tail[] = "\":0,\"\xf0\":5},\"merges\":[]},\"pre_tokenizer\":{\"type\":"
+                               "\"ByteLevel\",\"use_regex\":false},\"decoder\":{\"type\":"
+                               "\"ByteLevel\"}}";
+    size_t fill = 65533; /* arena: "aaa..." + NUL, then "\xf0" + NUL: 65536 bytes */
+    size_t n = sizeof head - 1 + fill + sizeof tail - 1;
+    char *json = malloc(n);
+    memcpy(json, head, sizeof head - 1);
+    memset(json + sizeof head - 1, 'a', fill);
+    memcpy(json + sizeof head - 1 + fill, tail, sizeof tail - 1);
+    drt_tokenizer *t = NULL;
+    drt_status s = drt_tokenizer_load_json(json, n, "cut.json", &t);
+    DRT_CHECK(s == DRT_ERR_FORMAT && t == NULL &&
+                  strstr(drt_last_error(), "cut.json: not valid UTF-8"),
+              "vocab string with a cut character: %s: %s", drt_status_str(s), drt_last_error());
+    if (s == DRT_OK) {
+        for (int32_t id = 0; id <= 5; id++) {
+            char *text;
+            if (drt_tokenizer_decode(t, &id, 1, 0, &text, NULL) == DRT_OK) free(text);
+        }
+        drt_tokenizer_free(t);
+    }
+    free(json);
 }
 
 /* ---- cli/text.c --------------------------------------------------------------- */
@@ -836,6 +874,7 @@ int main(void) {
     test_random_round_trip("gpt2");
     test_random_round_trip("llama3");
     test_bad_files();
+    test_cut_character_at_arena_end();
     test_cli_text();
     bench("gpt2");
     bench("llama3");
