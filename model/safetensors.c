@@ -762,7 +762,10 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n) {
             goto done;
         }
         uint64_t nbytes = drt_dtype_size(w->dtype);
+        /* an empty tensor never overflows, wherever its 0 dim is (the
+         * reader's rule: it accepts [2^53, 2^53, 0]) */
         int zero = 0;
+        for (int k = 0; k < w->ndim; k++) zero |= w->shape[k] == 0;
         for (int k = 0; k < w->ndim; k++) {
             if (w->shape[k] < 0 || (double)w->shape[k] > ST_MAX_JSON_INT) {
                 st = drt_set_error(DRT_ERR_INVALID_ARG,
@@ -771,9 +774,9 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n) {
                 goto done;
             }
             uint64_t v = (uint64_t)w->shape[k];
-            if (v == 0)
-                zero = 1;
-            else if (!zero && nbytes > UINT64_MAX / v) {
+            if (zero)
+                continue;
+            if (nbytes > UINT64_MAX / v) {
                 st = drt_set_error(DRT_ERR_INVALID_ARG, "%s: tensor \"%s\": byte count overflows",
                                    path, nm);
                 goto done;
