@@ -145,7 +145,8 @@ static drt_status measure(drt_backend *be, probe_kind kind, int gemv, drt_dtype 
                           double shrink_above, const drt_peak_opts *o, double *rate, char *desc,
                           size_t ndesc) {
     *rate = 0;
-    int dir = 0; /* +1 growing, -1 shrinking: never both */
+    int dir = 0;    /* +1 growing, -1 shrinking: never both */
+    int capped = 0; /* a larger size failed (a device's allocation limit): stay below it */
     for (;;) {
         int64_t m, n, k;
         if (kind == P_ADD)
@@ -157,15 +158,19 @@ static drt_status measure(drt_backend *be, probe_kind kind, int gemv, drt_dtype 
         probe pr;
         int sup;
         drt_status s = probe_build(be, kind, m, n, k, wt, &pr, &sup);
-        if (s != DRT_OK || !sup) return s;
+        if (s == DRT_OK && !sup) return s;
         double t1 = 0;
-        s = time_run(&pr, &t1); /* warm-up: kernel compilation, first touch */
+        if (s == DRT_OK) s = time_run(&pr, &t1); /* warm-up: kernel compilation, first touch */
         if (s == DRT_OK) s = time_run(&pr, &t1);
         if (s != DRT_OK) {
             probe_free(&pr);
-            return s;
+            if (dir <= 0) return s;
+            /* the doubled size did not fit (e.g. an iGPU's largest allocation):
+             * measure the last size that ran */
+            scale /= 2, capped = 1;
+            continue;
         }
-        if (dir >= 0 && t1 < grow_below && scale * 2 <= max_scale) {
+        if (dir >= 0 && !capped && t1 < grow_below && scale * 2 <= max_scale) {
             probe_free(&pr);
             scale *= 2, dir = 1;
             continue;
@@ -274,6 +279,8 @@ drt_status drt_measure_peak(drt_backend *be, const drt_peak_opts *opts, drt_peak
     out->runs = o.runs;
     if (!be) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_measure_peak: no backend");
 
+    double bw_run = o.min_run_s > 0 ? o.min_run_s : 2e-3,
+           gemm_run = o.min_run_s > 0 ? o.min_run_s : 1e-2;
     /* bandwidth: ADD from 3 x 32 MiB and GEMV from 32 MiB of weights (past
      * most last-level caches), doubled until a run lasts 2 ms */
     char d_add[96] = "", d_gemv[96] = "", d_f32[96] = "", d_w[96] = "";
@@ -281,10 +288,10 @@ drt_status drt_measure_peak(drt_backend *be, const drt_peak_opts *opts, drt_peak
     int64_t gemv_max = (int64_t)(o.max_bytes / (4096 * drt_dtype_size(o.weight_dtype) * 1024));
     drt_status s = DRT_OK;
     if (add_max >= 8)
-        s = measure(be, P_ADD, 0, DRT_F32, 8, 8, add_max, 2e-3, INFINITY, &o, &out->add_gbps, d_add,
-                    sizeof d_add);
+        s = measure(be, P_ADD, 0, DRT_F32, 8, 8, add_max, bw_run, INFINITY, &o, &out->add_gbps,
+                    d_add, sizeof d_add);
     if (s == DRT_OK && gemv_max >= 4)
-        s = measure(be, P_MATMUL, 1, o.weight_dtype, 4, 4, gemv_max, 2e-3, INFINITY, &o,
+        s = measure(be, P_MATMUL, 1, o.weight_dtype, 4, 4, gemv_max, bw_run, INFINITY, &o,
                     &out->gemv_gbps, d_gemv, sizeof d_gemv);
     out->add_gbps *= 1e-9;
     out->gemv_gbps *= 1e-9;
@@ -295,10 +302,10 @@ drt_status drt_measure_peak(drt_backend *be, const drt_peak_opts *opts, drt_peak
     /* GEMM: 1024^3, doubled while a run lasts under 10 ms (a GPU), halved
      * while it lasts over 0.25 s (the reference), side 256 .. gemm_max */
     if (s == DRT_OK)
-        s = measure(be, P_MATMUL, 0, DRT_F32, 1024, 256, o.gemm_max, 1e-2, 0.25, &o,
+        s = measure(be, P_MATMUL, 0, DRT_F32, 1024, 256, o.gemm_max, gemm_run, 0.25, &o,
                     &out->gemm_f32_gflops, d_f32, sizeof d_f32);
     if (s == DRT_OK && o.weight_dtype != DRT_F32)
-        s = measure(be, P_MATMUL, 0, o.weight_dtype, 1024, 256, o.gemm_max, 1e-2, 0.25, &o,
+        s = measure(be, P_MATMUL, 0, o.weight_dtype, 1024, 256, o.gemm_max, gemm_run, 0.25, &o,
                     &out->gemm_w_gflops, d_w, sizeof d_w);
     out->gemm_f32_gflops *= 1e-9;
     out->gemm_w_gflops *= 1e-9;
