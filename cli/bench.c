@@ -227,7 +227,7 @@ static void device_describe(drt_backend *be, bench_backend *r) {
     r->device_index = be->device < 0 ? 0 : be->device;
     r->vendor = r->driver = NULL;
     if (be->ops->device_name(r->device_index, r->device, sizeof r->device) != DRT_OK)
-        snprintf(r->device, sizeof r->device, "%s device %d", r->name, r->device_index);
+        snprintf(r->device, sizeof r->device, "%.15s device %d", r->name, r->device_index);
 }
 
 static roof make_roof(double tok_s, double work, double peak) {
