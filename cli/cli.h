@@ -12,5 +12,24 @@ int cli_fail(const char *what);
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 
 int cmd_niah(int argc, char **argv);
+int cmd_bench(int argc, char **argv);  /* cli/bench.c */
+int cmd_report(int argc, char **argv); /* cli/report.c */
+
+/* diffrt bench's JSON (docs/bench-json.md) and the text that marks a
+ * roofline fraction above 1.0 wherever one is printed */
+#define BENCH_SCHEMA_VERSION 1
+#define BENCH_ROOF_FLAG "> 1.0: peak under-measured"
+/* ... and a decode step that reads under 128 MiB: the fraction is against
+ * memory bandwidth, but such a model may be read from a cache */
+#define BENCH_CACHE_NOTE "working set < 128 MiB: may be cache-resident"
+
+/* Text from anywhere (a device name, a hostname, a file name) written into
+ * markdown / XML: control characters and bytes that are not UTF-8 become
+ * '?'; markdown punctuation is backslash-escaped (a table cell stays one
+ * cell), XML's five special characters become entities. cli/report.c. */
+void cli_md_escape(FILE *f, const char *s);
+void cli_xml_escape(FILE *f, const char *s);
+/* The first max code points of s into buf (n bytes), "..." when cut; returns buf. */
+const char *cli_ellipsize(const char *s, int max, char *buf, size_t n);
 
 #endif

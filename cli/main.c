@@ -95,6 +95,14 @@ static const char *USAGE =
     "      --min-agree (default 0.99), the accuracy is below --min-accuracy, or\n"
     "      (--no-fallback) any node ran on the CPU reference instead of B\n"
     "\n"
+    "  diffrt bench --model DIR --backend LIST [--device B=SEL,...] [-p 512] [-n 128]\n"
+    "               [-r 5] [--threads N] [--json FILE] [--csv | --md]\n"
+    "      prefill (pp) and decode (tg) tokens/s, mean +- sd, on each backend of LIST;\n"
+    "      the time per op type; decode and prefill as fractions of the roofline\n"
+    "      against the backend's measured bandwidth and GEMM peaks (diffrt bench --help)\n"
+    "  diffrt report FILE... --out DIR\n"
+    "      merges bench --json files from any machines into DIR/report.md and SVG charts\n"
+    "\n"
     "  diffrt --help | --version\n";
 
 void cli_usage(FILE *f) { fputs(USAGE, f); }
@@ -545,5 +553,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "conform") == 0) return cmd_conform(argc - 2, argv + 2);
     if (strcmp(cmd, "niah") == 0) return cmd_niah(argc - 2, argv + 2);
+    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
+    if (strcmp(cmd, "report") == 0) return cmd_report(argc - 2, argv + 2);
     return cli_die("unknown command \"%s\" (see diffrt --help)", cmd);
 }

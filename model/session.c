@@ -206,8 +206,9 @@ static drt_status nonfinite_error(drt_session *s, drt_forward_graph *f, int p0, 
                          nonfinite_kind(v), why);
 }
 
-drt_status drt_session_forward(drt_session *s, const int32_t *ids, int T, float *logits,
-                               int all_logits) {
+/* drt_session_forward, and with prof drt_session_forward_profiled */
+static drt_status forward(drt_session *s, const int32_t *ids, int T, float *logits, int all_logits,
+                          drt_profile *prof) {
     if (!s || !ids || !logits)
         return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_forward: %s is NULL",
                              !s     ? "the session"
@@ -239,7 +240,22 @@ drt_status drt_session_forward(drt_session *s, const int32_t *ids, int T, float 
     memcpy(before, drt_plan_fallback_runs(f->plan), sizeof before);
     drt_status st = drt_tensor_set(f->ids, ids, sizeof(int32_t) * (size_t)T);
     drt_exec ex = {.p0 = s->pos};
-    if (st == DRT_OK) st = drt_plan_run(f->plan, &ex);
+    if (st == DRT_OK && prof) {
+        drt_plan_profile pp = {0};
+        st = drt_plan_run_profiled(f->plan, &ex, &pp);
+        prof->n_ops = DRT_OP_COUNT;
+        for (int i = 0; i < DRT_OP_COUNT; i++) {
+            prof->op[i] = drt_op_name((drt_op)i);
+            prof->nodes[i] += pp.nodes[i];
+            prof->fallback[i] += pp.fallback_nodes[i];
+            prof->seconds[i] += pp.seconds[i];
+            prof->flops[i] += pp.flops[i];
+            prof->bytes[i] += pp.bytes[i];
+        }
+        if (st == DRT_OK) prof->forwards++;
+    } else if (st == DRT_OK) {
+        st = drt_plan_run(f->plan, &ex);
+    }
     add_fallbacks(s, f->plan, before);
     /* (T, V) when all_logits, else (1, V): the last row only */
     if (st == DRT_OK) st = drt_tensor_get(f->logits, logits, drt_nbytes(f->logits));
@@ -255,6 +271,20 @@ drt_status drt_session_forward(drt_session *s, const int32_t *ids, int T, float 
     s->pos += T;
     s->last = f;
     return DRT_OK;
+}
+
+_Static_assert(DRT_OP_COUNT <= DRT_PROFILE_MAX_OPS, "drt_profile holds one entry per op");
+
+drt_status drt_session_forward(drt_session *s, const int32_t *ids, int T, float *logits,
+                               int all_logits) {
+    return forward(s, ids, T, logits, all_logits, NULL);
+}
+
+drt_status drt_session_forward_profiled(drt_session *s, const int32_t *ids, int T, float *logits,
+                                        drt_profile *prof) {
+    if (!prof)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_forward_profiled: prof is NULL");
+    return forward(s, ids, T, logits, 0, prof);
 }
 
 void drt_session_reset(drt_session *s) {

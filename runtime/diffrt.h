@@ -146,6 +146,27 @@ size_t drt_session_activation_bytes(const drt_session *s, size_t *unplanned);
  * backend's q (after RoPE), KV cache and lambda. weights holds pos floats. */
 drt_status drt_session_last_attention(drt_session *s, float *weights);
 
+/* Per-op profile of forwards (diffrt bench), one entry per op type of the
+ * graph IR: op[i] is its name ("MATMUL", "DIFF_ATTN", ...); entries whose
+ * nodes count is 0 did not occur. Sums over every profiled forward. */
+#define DRT_PROFILE_MAX_OPS 32
+typedef struct {
+    int n_ops; /* entries below */
+    const char *op[DRT_PROFILE_MAX_OPS];
+    int nodes[DRT_PROFILE_MAX_OPS];    /* node runs of that op */
+    int fallback[DRT_PROFILE_MAX_OPS]; /* ... of them on the CPU reference */
+    double seconds[DRT_PROFILE_MAX_OPS];
+    double flops[DRT_PROFILE_MAX_OPS], bytes[DRT_PROFILE_MAX_OPS]; /* the op table's napkin math */
+    int forwards;                                                  /* profiled forwards summed */
+} drt_profile;
+/* drt_session_forward (last-token logits) run node by node: the backend is
+ * synchronized after every node and each node is timed with a monotonic
+ * clock; ADDS into *prof (zero it first). Computes the same logits and
+ * advances the position the same way, but slower (nothing is batched into
+ * one submission): for per-op breakdowns, never for tokens per second. */
+drt_status drt_session_forward_profiled(drt_session *s, const int32_t *ids, int T, float *logits,
+                                        drt_profile *prof);
+
 /* ---- sampling -------------------------------------------------------- */
 
 typedef struct {

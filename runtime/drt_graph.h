@@ -264,6 +264,21 @@ typedef struct {
     float weight_value;
 } drt_nonfinite;
 drt_status drt_plan_find_nonfinite(drt_plan *p, const drt_exec *ex, drt_nonfinite *out);
+/* Profiling (diffrt bench): runs the plan's nodes one at a time at ex,
+ * synchronizing the backend after each and timing it with a monotonic
+ * clock, and ADDS per op type into *prof (zero it before the first call):
+ * wall seconds, node count, nodes run on the CPU reference, and the op
+ * table's napkin FLOPs and bytes at ex. A node's time includes its
+ * synchronize (and, for a fallback, the transfers). Slower than
+ * drt_plan_run (no batching into one submission): never time tok/s with it.
+ * Computes the same values as drt_plan_run. */
+typedef struct {
+    double seconds[DRT_OP_COUNT];
+    double flops[DRT_OP_COUNT], bytes[DRT_OP_COUNT];
+    int nodes[DRT_OP_COUNT];
+    int fallback_nodes[DRT_OP_COUNT];
+} drt_plan_profile;
+drt_status drt_plan_run_profiled(drt_plan *p, const drt_exec *ex, drt_plan_profile *prof);
 /* per-op count of nodes routed to the CPU reference in this plan */
 int drt_plan_fallback_count(const drt_plan *p, drt_op op);
 /* total fallback node executions since creation, per op (cumulative) */

@@ -1,0 +1,982 @@
+/* diffrt bench: prefill and decode tokens per second of one model on one or
+ * more backends, in the spirit of llama-bench, with a per-op breakdown and
+ * the roofline fractions against each backend's own measured peaks
+ * (runtime/peak.c). The JSON it writes is docs/bench-json.md; `diffrt
+ * report` merges such files from several machines.
+ *
+ * Per backend, in this order (one progress line each on stderr):
+ *   peaks     drt_measure_peak on a backend instance of its own, closed
+ *             before the session is made (or --peak-gbps/--peak-gflops)
+ *   warm-up   one pp and a short tg
+ *   pp        r x: reset, one forward of p tokens from position 0
+ *   tg        r x: reset, n one-token forwards from position 0
+ *   profile   r x: reset, a profiled prefill of p tokens, then a profiled
+ *             decode step at position p (node by node, synchronized), kept
+ *             apart from the timed runs so it does not slow them; each op
+ *             type's time is its least over the r forwards
+ * Token ids come from a fixed LCG over the vocabulary: no tokenizer. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "diffrt.h"
+#include "drt_graph.h"
+#include "drt_peak.h"
+
+#define MAX_BACKENDS 8
+#define MAX_REPS 1000
+
+static const char *BENCH_USAGE =
+    "usage: diffrt bench --model DIR --backend LIST [options]\n"
+    "\n"
+    "  Prefill (pp) and decode (tg) tokens per second of the model on each backend\n"
+    "  of LIST (comma-separated: cpu, ref, opencl, vulkan, cuda), as mean +- sd of\n"
+    "  -r repetitions after a warm-up; the time per op type of one prefill and one\n"
+    "  decode step (run node by node, synchronized); and decode and prefill as a\n"
+    "  fraction of the roofline against the backend's peaks measured on it\n"
+    "  (streaming bandwidth, GEMM FLOP/s: best of 5 runs). A fraction above 1.0\n"
+    "  means the peak was under-measured and is flagged so.\n"
+    "\n"
+    "  -p N                 prompt tokens per prefill, 0 = no pp test (default 512)\n"
+    "  -n N                 tokens per decode run, 0 = no tg test (default 128)\n"
+    "  -r N                 repetitions (default 5)\n"
+    "  --device B=SEL,...   device of backend B: index or name substring\n"
+    "                       (default: DIFFRT_DEVICE, else the backend's first GPU)\n"
+    "  --threads N          CPU threads for cpu (default: DIFFRT_THREADS, else the\n"
+    "                       physical cores)\n"
+    "  --peak-gbps X        use X GB/s (e.g. the datasheet's) as every backend's\n"
+    "  --peak-gflops X      bandwidth / GEMM peak instead of measuring them\n"
+    "  --json FILE          also write the results as JSON (docs/bench-json.md)\n"
+    "  --csv | --md         print CSV or a markdown table instead of the text table\n"
+    "\n"
+    "  Progress goes to stderr, results to stdout. Exit status 1 when a backend\n"
+    "  failed or is unavailable (the others are still reported), 2 on bad arguments.\n";
+
+/* ---- small helpers ---------------------------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int parse_pos_double(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v > 0) || !isfinite(v)) return 0;
+    *out = v;
+    return 1;
+}
+
+/* The diffrt version for the record. After the i13-conform merge this
+ * returns the generated drt_version() (with the commit); today the CLI's. */
+static const char *bench_version(void) {
+    return "0.1.0";
+}
+
+typedef struct {
+    int n;
+    double mean, sd;
+    double *v; /* tok/s of each repetition */
+} stat;
+
+static void stat_finish(stat *s) {
+    double sum = 0, sq = 0;
+    for (int i = 0; i < s->n; i++)
+        sum += s->v[i];
+    s->mean = s->n ? sum / s->n : 0;
+    for (int i = 0; i < s->n; i++)
+        sq += (s->v[i] - s->mean) * (s->v[i] - s->mean);
+    s->sd = s->n > 1 ? sqrt(sq / (s->n - 1)) : 0;
+}
+
+/* ---- the host ---------------------------------------------------------------- */
+
+typedef struct {
+    char hostname[256];
+    char os[256];
+    char cpu[256];
+    int logical_cpus;
+    double load[3];
+} host_info;
+
+static void host_describe(host_info *h) {
+    memset(h, 0, sizeof *h);
+    if (gethostname(h->hostname, sizeof h->hostname - 1) != 0)
+        snprintf(h->hostname, sizeof h->hostname, "unknown");
+    struct utsname u;
+    if (uname(&u) == 0) snprintf(h->os, sizeof h->os, "%s %s %s", u.sysname, u.release, u.machine);
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *c = strchr(line, ':');
+        if (!c || (strncmp(line, "model name", 10) != 0 && strncmp(line, "Model", 5) != 0))
+            continue;
+        c++;
+        while (*c == ' ' || *c == '\t')
+            c++;
+        c[strcspn(c, "\n")] = 0;
+        snprintf(h->cpu, sizeof h->cpu, "%s", c);
+        break;
+    }
+    if (f) fclose(f);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    h->logical_cpus = n > 0 ? (int)n : 0;
+    f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf %lf %lf", &h->load[0], &h->load[1], &h->load[2]) != 3)
+            h->load[0] = h->load[1] = h->load[2] = -1;
+        fclose(f);
+    } else {
+        h->load[0] = h->load[1] = h->load[2] = -1;
+    }
+}
+
+/* ---- napkin math for the roofline (ops.c's conventions) ------------------------ */
+
+/* Elements of the 2-D weights one layer multiplies by (q, k, v, o, the V2
+ * lambda projection, gate, up, down), from the model's shapes as
+ * model/builder.c uses them. */
+static double layer_matrix_elems(const drt_model_info *I) {
+    double D = I->dim, H = I->n_heads, G = I->n_kv_groups, dk = I->dk, dv = I->dv;
+    double qmaps = I->arch == DRT_ARCH_TRANSFORMER ? 1 : 2;
+    double q = H * qmaps * dk * D, k = G * I->kv_m * dk * D, v = G * dv * D, o = D * H * dv;
+    double lam = I->arch == DRT_ARCH_DIFF_V2 ? H * D : 0;
+    return q + k + v + o + lam + 3.0 * I->ffn * D;
+}
+
+/* The parameters the shapes above account for (every matrix, the embedding
+ * table, the LM head when it is not tied); the norm vectors are left out,
+ * so this is a little under drt_model_info.n_params: the check that the
+ * napkin math sees the model's weights. */
+static double napkin_params(const drt_model_info *I) {
+    double VD = (double)I->vocab * I->dim;
+    return I->n_layers * layer_matrix_elems(I) + VD + (I->tied_embeddings ? 0 : VD);
+}
+
+/* Bytes one decode step at position pos reads, the decode roofline's
+ * numerator: every 2-D weight once (the layers' matrices and the LM head,
+ * all of it, tied or not), of the embedding table only the token's row,
+ * and the K and V cache of every layer up to pos + 1 rows (f32, as
+ * model/session.c allocates it). Norm vectors, activations and the logits
+ * are left out: under 1% of the total on real models. A decode run of n
+ * tokens from position 0 is charged at its mean position (n - 1) / 2. */
+static double decode_bytes_per_token(const drt_model_info *I, double pos) {
+    double w = (double)drt_dtype_size(I->weight_dtype);
+    double weights = (I->n_layers * layer_matrix_elems(I) + (double)I->vocab * I->dim + I->dim) * w;
+    double kv_row = (double)I->n_kv_groups * ((double)I->kv_m * I->dk + I->dv) * 4.0;
+    return weights + (double)I->n_layers * (pos + 1) * kv_row;
+}
+
+/* FLOPs of one prefill of T tokens from position 0, the prefill roofline's
+ * numerator: 2 per weight element per token for the layers' matrices, the
+ * LM head for the last token only (a prefill computes the last logits),
+ * and attention over the T (T + 1) / 2 causal (query, key) pairs of every
+ * head, per pair 2 q.k dots and one weighted v for diff models, one of each
+ * for the transformer (ops.c's flops_diff_attn / flops_attn). */
+static double prefill_flops(const drt_model_info *I, double T) {
+    double pairs = T * (T + 1) / 2.0;
+    double per_pair =
+        I->arch == DRT_ARCH_TRANSFORMER ? 2.0 * I->dk + 2.0 * I->dv : 4.0 * I->dk + 2.0 * I->dv;
+    return 2.0 * T * I->n_layers * layer_matrix_elems(I) + 2.0 * (double)I->vocab * I->dim +
+           (double)I->n_layers * pairs * I->n_heads * per_pair;
+}
+
+/* ---- one backend's results ------------------------------------------------------ */
+
+typedef struct {
+    double fraction; /* NAN: no peak */
+    int flagged;     /* fraction > 1.0: the peak was under-measured */
+    int in_cache;    /* decode: the bytes per token would fit in a large last-level cache */
+    double peak;     /* GB/s or GFLOP/s */
+    double work;     /* bytes or FLOPs per token */
+} roof;
+
+typedef struct {
+    char name[16];
+    const char *device_sel;
+    int failed;
+    char error[512];
+    /* the device (device_describe) */
+    char device[256];
+    int device_index;
+    const char *vendor, *driver; /* NULL until the device_props interface is merged */
+    drt_peak peak;
+    int peak_given;
+    stat pp, tg;
+    roof decode, prefill;
+    drt_profile prof_pp, prof_tg;
+    int n_fallbacks;
+    char fallbacks[512];
+} bench_backend;
+
+/* What the record says about the device a backend instance runs on. The one
+ * place to change when the backend device_props interface (vendor, driver,
+ * API version: the i13-conform branch) is merged; today the name only. */
+static void device_describe(drt_backend *be, bench_backend *r) {
+    r->device_index = be->device < 0 ? 0 : be->device;
+    r->vendor = r->driver = NULL;
+    if (be->ops->device_name(r->device_index, r->device, sizeof r->device) != DRT_OK)
+        snprintf(r->device, sizeof r->device, "%.15s device %d", r->name, r->device_index);
+}
+
+static roof make_roof(double tok_s, double work, double peak) {
+    roof f = {.fraction = NAN, .peak = peak, .work = work};
+    if (peak > 0 && tok_s > 0) {
+        f.fraction = tok_s * work / (peak * 1e9);
+        f.flagged = f.fraction > 1.0;
+    }
+    return f;
+}
+
+typedef struct {
+    const char *model_dir;
+    long p, n, r, threads;
+    double peak_gbps, peak_gflops; /* > 0: given */
+    int fmt;                       /* 0 text, 1 csv, 2 md */
+    const char *json_path;
+} bench_opts;
+
+static uint64_t g_lcg;
+static int32_t next_token(int vocab) {
+    g_lcg = g_lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (int32_t)((g_lcg >> 33) % (uint64_t)vocab);
+}
+
+/* threads of the host read loop: the cpu backend's, the reference's one */
+static int host_threads(const char *backend, long threads) {
+    if (strcmp(backend, "ref") == 0) return 1;
+    if (threads > 0) return (int)threads;
+    const char *env = getenv("DIFFRT_THREADS");
+    long n;
+    if (env && cli_parse_long(env, 1, 1024, &n)) return (int)n;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* Keeps, per op type, the least time of the profiled forwards so far (one
+ * forward each): a node that was preempted on a shared machine does not
+ * skew the breakdown. */
+static void profile_keep_min(drt_profile *acc, const drt_profile *one) {
+    if (!one->forwards) return;
+    if (!acc->forwards) {
+        *acc = *one;
+        return;
+    }
+    for (int i = 0; i < one->n_ops; i++)
+        if (one->seconds[i] < acc->seconds[i]) acc->seconds[i] = one->seconds[i];
+}
+
+static void progress(const char *be, const char *what) {
+    fprintf(stderr, "bench: %-7s %s\n", be, what);
+}
+
+static int fail_backend(bench_backend *r, const char *what) {
+    r->failed = 1;
+    snprintf(r->error, sizeof r->error, "%s: %s", what, drt_last_error());
+    fprintf(stderr, "diffrt: bench: %s: %s\n", r->name, r->error);
+    return 1;
+}
+
+static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *I,
+                       const int32_t *ids, bench_backend *r) {
+    char line[512];
+    /* peaks, on an instance of the backend's own */
+    drt_backend *be = NULL;
+    if (drt_backend_open_threads(r->name, r->device_sel, (int)o->threads, &be) != DRT_OK)
+        return fail_backend(r, "open");
+    device_describe(be, r);
+    if (o->peak_gbps > 0 || o->peak_gflops > 0) {
+        r->peak_given = 1;
+        r->peak.gbytes_per_s = o->peak_gbps;
+        r->peak.gflops = o->peak_gflops;
+        snprintf(r->peak.bw_probe, sizeof r->peak.bw_probe, "given (--peak-gbps)");
+        snprintf(r->peak.flops_probe, sizeof r->peak.flops_probe, "given (--peak-gflops)");
+    }
+    if (!(o->peak_gbps > 0) || !(o->peak_gflops > 0)) {
+        progress(r->name, "peaks: bandwidth and GEMM microbenchmarks (best of 5)");
+        drt_peak_opts po = {.weight_dtype = I->weight_dtype,
+                            .host_threads = host_threads(r->name, o->threads)};
+        drt_peak pk;
+        if (drt_measure_peak(be, &po, &pk) != DRT_OK) {
+            drt_backend_close(be);
+            return fail_backend(r, "peak");
+        }
+        double gb = r->peak.gbytes_per_s, gf = r->peak.gflops;
+        r->peak = pk;
+        if (o->peak_gbps > 0) {
+            r->peak.gbytes_per_s = gb;
+            snprintf(r->peak.bw_probe, sizeof r->peak.bw_probe, "given (--peak-gbps)");
+        }
+        if (o->peak_gflops > 0) {
+            r->peak.gflops = gf;
+            snprintf(r->peak.flops_probe, sizeof r->peak.flops_probe, "given (--peak-gflops)");
+        }
+    }
+    drt_backend_close(be);
+
+    /* the session: prefill p, then one decode step at p for the profile */
+    int ctx = (int)(o->p + 1 > o->n ? o->p + 1 : o->n);
+    drt_session_opts so = {
+        .backend = r->name, .device = r->device_sel, .max_ctx = ctx, .threads = (int)o->threads};
+    drt_session *s = NULL;
+    float *logits = malloc(sizeof(float) * (size_t)I->vocab);
+    r->pp.v = calloc((size_t)o->r, sizeof(double));
+    r->tg.v = calloc((size_t)o->r, sizeof(double));
+    int rc = 0;
+    if (!logits || !r->pp.v || !r->tg.v) {
+        r->failed = 1;
+        snprintf(r->error, sizeof r->error, "out of memory");
+        rc = 1;
+        goto done;
+    }
+    if (drt_session_create(m, &so, &s) != DRT_OK) {
+        rc = fail_backend(r, "session");
+        goto done;
+    }
+    int P = (int)o->p, N = (int)o->n;
+    progress(r->name, "warm-up");
+    if (P > 0 && drt_session_forward(s, ids, P, logits, 0) != DRT_OK) {
+        rc = fail_backend(r, "warm-up prefill");
+        goto done;
+    }
+    drt_session_reset(s);
+    for (int i = 0; i < (N < 4 ? N : 4); i++)
+        if (drt_session_forward(s, ids + i, 1, logits, 0) != DRT_OK) {
+            rc = fail_backend(r, "warm-up decode");
+            goto done;
+        }
+    if (P > 0) {
+        snprintf(line, sizeof line, "pp%d x %ld", P, o->r);
+        progress(r->name, line);
+        for (int k = 0; k < o->r; k++) {
+            drt_session_reset(s);
+            double t0 = now_s();
+            if (drt_session_forward(s, ids, P, logits, 0) != DRT_OK) {
+                rc = fail_backend(r, "prefill");
+                goto done;
+            }
+            r->pp.v[r->pp.n++] = P / (now_s() - t0);
+        }
+        stat_finish(&r->pp);
+    }
+    if (N > 0) {
+        snprintf(line, sizeof line, "tg%d x %ld", N, o->r);
+        progress(r->name, line);
+        for (int k = 0; k < o->r; k++) {
+            drt_session_reset(s);
+            double t0 = now_s();
+            for (int i = 0; i < N; i++)
+                if (drt_session_forward(s, ids + i, 1, logits, 0) != DRT_OK) {
+                    rc = fail_backend(r, "decode");
+                    goto done;
+                }
+            r->tg.v[r->tg.n++] = N / (now_s() - t0);
+        }
+        stat_finish(&r->tg);
+    }
+    progress(r->name, "per-op profile (node by node, synchronized)");
+    for (int k = 0; k < o->r; k++) {
+        drt_profile a = {0}, d = {0};
+        drt_session_reset(s);
+        if ((P > 0 && drt_session_forward_profiled(s, ids, P, logits, &a) != DRT_OK) ||
+            drt_session_forward_profiled(s, ids, 1, logits, &d) != DRT_OK) {
+            rc = fail_backend(r, "profile");
+            goto done;
+        }
+        profile_keep_min(&r->prof_pp, &a);
+        profile_keep_min(&r->prof_tg, &d);
+    }
+    r->n_fallbacks = drt_session_fallbacks(s, r->fallbacks, sizeof r->fallbacks);
+    r->decode =
+        make_roof(r->tg.mean, decode_bytes_per_token(I, (N - 1) / 2.0), r->peak.gbytes_per_s);
+    /* the peak probes stream from memory; a model whose decode step reads
+     * less than a large last-level cache (128 MiB: AMD's 3D V-cache parts,
+     * GPUs' L2 / Infinity Cache) may be served from the cache instead */
+    r->decode.in_cache = r->decode.work < 128.0 * 1048576;
+    r->prefill = make_roof(r->pp.mean, P > 0 ? prefill_flops(I, P) / P : 0, r->peak.gflops);
+done:
+    free(logits);
+    drt_session_free(s);
+    return rc;
+}
+
+/* ---- output ------------------------------------------------------------------- */
+
+/* "0.35 of 25.1 GB/s", flagged past 1.0, "n/a" without a peak */
+static void roof_str(const roof *f, const char *unit, char *buf, size_t n) {
+    if (isnan(f->fraction))
+        snprintf(buf, n, "n/a (no %s peak)", unit);
+    else
+        snprintf(buf, n, "%.3f of %.1f %s%s%s", f->fraction, f->peak, unit,
+                 f->flagged ? " (" BENCH_ROOF_FLAG ")" : "",
+                 f->in_cache ? " (" BENCH_CACHE_NOTE ")" : "");
+}
+
+typedef struct {
+    int op;
+    double ms;
+} op_ms;
+
+static int by_ms_desc(const void *a, const void *b) {
+    double x = ((const op_ms *)a)->ms, y = ((const op_ms *)b)->ms;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* op types of a profile by time, most first; returns how many ran, and the total ms per forward */
+static int sorted_ops(const drt_profile *p, op_ms *out, double *total_ms) {
+    int k = 0;
+    *total_ms = 0;
+    for (int i = 0; i < p->n_ops; i++) {
+        if (!p->nodes[i]) continue;
+        out[k].op = i;
+        out[k].ms = p->forwards ? p->seconds[i] * 1e3 / p->forwards : 0;
+        *total_ms += out[k].ms;
+        k++;
+    }
+    qsort(out, (size_t)k, sizeof *out, by_ms_desc);
+    return k;
+}
+
+static void csv_field(FILE *f, const char *s) {
+    if (!strpbrk(s, ",\"\n\r")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void print_csv(FILE *f, const bench_opts *o, bench_backend *b, int nb) {
+    fprintf(f, "backend,device,test,n_tokens,repetitions,mean_tok_s,sd_tok_s,roofline_fraction,"
+               "roofline_flag,peak,peak_unit\n");
+    for (int i = 0; i < nb; i++) {
+        for (int t = 0; t < 2; t++) {
+            const stat *st = t ? &b[i].tg : &b[i].pp;
+            const roof *rf = t ? &b[i].decode : &b[i].prefill;
+            long ntok = t ? o->n : o->p;
+            if (!ntok || b[i].failed) continue;
+            csv_field(f, b[i].name);
+            fputc(',', f);
+            csv_field(f, b[i].device);
+            fprintf(f, ",%s%ld,%ld,%ld,%.3f,%.3f,", t ? "tg" : "pp", ntok, ntok, o->r, st->mean,
+                    st->sd);
+            if (isnan(rf->fraction))
+                fprintf(f, ",,");
+            else
+                fprintf(f, "%.4f,%s,", rf->fraction, rf->flagged ? BENCH_ROOF_FLAG : "");
+            fprintf(f, "%.3f,%s\n", rf->peak, t ? "GB/s" : "GFLOP/s");
+        }
+    }
+}
+
+/* markdown: a table cell of arbitrary text */
+static void md_cell(FILE *f, const char *s) {
+    fputc(' ', f);
+    cli_md_escape(f, s);
+    fputs(" |", f);
+}
+
+static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I,
+                        const char *model_name, const host_info *h, bench_backend *b, int nb) {
+    int md = o->fmt == 2;
+    char buf[1024];
+    fprintf(f, md ? "**model** " : "model  ");
+    snprintf(buf, sizeof buf, "%s (%s, %s layout, %.2f M params, %s, %d layers, dim %d)",
+             model_name, I->arch_name, I->layout_name, (double)I->n_params / 1e6,
+             drt_dtype_name(I->weight_dtype), I->n_layers, I->dim);
+    if (md)
+        cli_md_escape(f, buf);
+    else
+        fputs(buf, f);
+    fprintf(f, md ? "  \n**host** " : "\nhost   ");
+    snprintf(buf, sizeof buf, "%.200s, %.200s, %d logical CPUs, load %.2f %.2f %.2f", h->hostname,
+             h->cpu[0] ? h->cpu : "CPU ?", h->logical_cpus, h->load[0], h->load[1], h->load[2]);
+    if (md)
+        cli_md_escape(f, buf);
+    else
+        fputs(buf, f);
+    fprintf(f, "\n\n");
+    /* the text table shows at most 48 code points of a device name (Vulkan's
+     * carries the driver and limits); markdown, CSV and JSON have all of it */
+    char dev[MAX_BACKENDS][256];
+    int wdev = 6;
+    for (int i = 0; i < nb; i++) {
+        cli_ellipsize(b[i].device, md ? 200 : 48, dev[i], sizeof dev[i]);
+        if ((int)strlen(dev[i]) > wdev) wdev = (int)strlen(dev[i]);
+    }
+    if (md)
+        fprintf(f, "| backend | device | test | tok/s | roofline |\n|---|---|---|---:|---|\n");
+    else
+        fprintf(f, "%-8s %-*s %-7s %-22s %s\n", "backend", wdev, "device", "test", "tok/s",
+                "roofline");
+    for (int i = 0; i < nb; i++) {
+        if (b[i].failed) {
+            snprintf(buf, sizeof buf, "error: %s", b[i].error);
+            if (md) {
+                fputc('|', f);
+                md_cell(f, b[i].name);
+                md_cell(f, dev[i]);
+                md_cell(f, "");
+                md_cell(f, "");
+                md_cell(f, buf);
+                fputc('\n', f);
+            } else {
+                fprintf(f, "%-8s %-*s %s\n", b[i].name, wdev, dev[i], buf);
+            }
+            continue;
+        }
+        for (int t = 0; t < 2; t++) {
+            const stat *st = t ? &b[i].tg : &b[i].pp;
+            long ntok = t ? o->n : o->p;
+            if (!ntok) continue;
+            char test[32], tps[64], rf[160];
+            snprintf(test, sizeof test, "%s%ld", t ? "tg" : "pp", ntok);
+            snprintf(tps, sizeof tps, "%.2f \xc2\xb1 %.2f", st->mean, st->sd);
+            roof_str(t ? &b[i].decode : &b[i].prefill, t ? "GB/s" : "GFLOP/s", rf, sizeof rf);
+            if (md) {
+                fputc('|', f);
+                md_cell(f, b[i].name);
+                md_cell(f, dev[i]);
+                md_cell(f, test);
+                md_cell(f, tps);
+                md_cell(f, rf);
+                fputc('\n', f);
+            } else {
+                fprintf(f, "%-8s %-*s %-7s %-23s %s\n", b[i].name, wdev, dev[i], test, tps, rf);
+            }
+        }
+    }
+    fprintf(f, "\n");
+    for (int i = 0; i < nb; i++) {
+        if (b[i].failed) continue;
+        snprintf(buf, sizeof buf, "peaks %s: %.2f GB/s (%s), %.2f GFLOP/s (%s)", b[i].name,
+                 b[i].peak.gbytes_per_s, b[i].peak.bw_probe, b[i].peak.gflops,
+                 b[i].peak.flops_probe);
+        if (md)
+            cli_md_escape(f, buf);
+        else
+            fputs(buf, f);
+        fprintf(f, md ? "  \n" : "\n");
+        if (b[i].n_fallbacks) {
+            snprintf(buf, sizeof buf, "  %s: %d node runs fell back to the CPU reference: %s",
+                     b[i].name, b[i].n_fallbacks, b[i].fallbacks);
+            if (md)
+                cli_md_escape(f, buf);
+            else
+                fputs(buf, f);
+            fprintf(f, md ? "  \n" : "\n");
+        }
+    }
+    for (int i = 0; i < nb; i++) {
+        if (b[i].failed) continue;
+        op_ms a[DRT_PROFILE_MAX_OPS], d[DRT_PROFILE_MAX_OPS];
+        double ta, td;
+        int na = sorted_ops(&b[i].prof_pp, a, &ta), nd = sorted_ops(&b[i].prof_tg, d, &td);
+        fprintf(f, "\n");
+        snprintf(buf, sizeof buf,
+                 "per-op time on %.15s: prefill of %ld tokens %.3f ms, decode step at position %ld "
+                 "%.3f ms",
+                 b[i].name, o->p, ta, o->p, td);
+        if (md) {
+            cli_md_escape(f, buf);
+            fprintf(f, "\n\n| op | prefill ms | prefill %% | decode ms | decode %% "
+                       "|\n|---|---:|---:|---:|---:|\n");
+        } else {
+            fprintf(f, "%s\n  %-13s %12s %8s %12s %8s\n", buf, "op", "prefill ms", "%", "decode ms",
+                    "%");
+        }
+        /* rows in the decode order (the roofline's side), then ops only the prefill ran */
+        for (int k = 0; k < nd + na; k++) {
+            int op = k < nd ? d[k].op : a[k - nd].op;
+            if (k >= nd && b[i].prof_tg.nodes[op]) continue;
+            double pm =
+                b[i].prof_pp.forwards ? b[i].prof_pp.seconds[op] * 1e3 / b[i].prof_pp.forwards : 0;
+            double dm =
+                b[i].prof_tg.forwards ? b[i].prof_tg.seconds[op] * 1e3 / b[i].prof_tg.forwards : 0;
+            const char *name = b[i].prof_tg.op[op] ? b[i].prof_tg.op[op] : b[i].prof_pp.op[op];
+            if (md)
+                fprintf(f, "| %s | %.4f | %.1f | %.4f | %.1f |\n", name, pm,
+                        ta > 0 ? 100 * pm / ta : 0, dm, td > 0 ? 100 * dm / td : 0);
+            else
+                fprintf(f, "  %-13s %12.4f %7.1f%% %12.4f %7.1f%%\n", name, pm,
+                        ta > 0 ? 100 * pm / ta : 0, dm, td > 0 ? 100 * dm / td : 0);
+        }
+    }
+}
+
+/* ---- JSON (docs/bench-json.md) -------------------------------------------------- */
+
+static cJSON *json_stat(const stat *s, long ntok) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "n_tokens", (double)ntok);
+    cJSON_AddNumberToObject(j, "mean_tok_s", s->mean);
+    cJSON_AddNumberToObject(j, "sd_tok_s", s->sd);
+    cJSON *a = cJSON_AddArrayToObject(j, "samples_tok_s");
+    for (int i = 0; i < s->n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(s->v[i]));
+    return j;
+}
+
+static cJSON *json_num_or_null(double v) {
+    return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();
+}
+
+static cJSON *json_roof(const roof *f, const char *work_key, const char *peak_key) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddItemToObject(j, "fraction", json_num_or_null(f->fraction));
+    cJSON_AddItemToObject(j, "flag",
+                          f->flagged ? cJSON_CreateString(BENCH_ROOF_FLAG) : cJSON_CreateNull());
+    cJSON_AddItemToObject(j, "note",
+                          f->in_cache ? cJSON_CreateString(BENCH_CACHE_NOTE) : cJSON_CreateNull());
+    cJSON_AddNumberToObject(j, work_key, f->work);
+    cJSON_AddNumberToObject(j, peak_key, f->peak);
+    return j;
+}
+
+static cJSON *json_profile(const drt_profile *p, long ntok, long pos) {
+    cJSON *j = cJSON_CreateObject();
+    op_ms o[DRT_PROFILE_MAX_OPS];
+    double total;
+    int n = sorted_ops(p, o, &total);
+    cJSON_AddNumberToObject(j, "n_tokens", (double)ntok);
+    cJSON_AddNumberToObject(j, "position", (double)pos);
+    cJSON_AddNumberToObject(j, "forwards", p->forwards);
+    cJSON_AddNumberToObject(j, "total_ms", total);
+    cJSON *a = cJSON_AddArrayToObject(j, "ops");
+    for (int k = 0; k < n; k++) {
+        int i = o[k].op;
+        double fw = p->forwards ? p->forwards : 1;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "op", p->op[i]);
+        cJSON_AddNumberToObject(e, "nodes", p->nodes[i] / fw);
+        cJSON_AddNumberToObject(e, "fallback_nodes", p->fallback[i] / fw);
+        cJSON_AddNumberToObject(e, "ms", o[k].ms);
+        cJSON_AddNumberToObject(e, "percent", total > 0 ? 100 * o[k].ms / total : 0);
+        cJSON_AddNumberToObject(e, "gflop", p->flops[i] / fw * 1e-9);
+        cJSON_AddNumberToObject(e, "mbytes", p->bytes[i] / fw * 1e-6);
+        cJSON_AddItemToArray(a, e);
+    }
+    return j;
+}
+
+static int write_json(const char *path, const bench_opts *o, const drt_model_info *I,
+                      const char *model_name, const host_info *h, bench_backend *b, int nb) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "schema_version", BENCH_SCHEMA_VERSION);
+    cJSON_AddStringToObject(root, "kind", "diffrt-bench");
+    cJSON_AddStringToObject(root, "diffrt_version", bench_version());
+    char when[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cJSON_AddStringToObject(root, "created", when);
+
+    cJSON *jh = cJSON_AddObjectToObject(root, "host");
+    cJSON_AddStringToObject(jh, "hostname", h->hostname);
+    cJSON_AddStringToObject(jh, "os", h->os);
+    cJSON_AddStringToObject(jh, "cpu", h->cpu);
+    cJSON_AddNumberToObject(jh, "logical_cpus", h->logical_cpus);
+    cJSON *jl = cJSON_AddArrayToObject(jh, "load_avg");
+    for (int i = 0; i < 3; i++)
+        cJSON_AddItemToArray(jl, cJSON_CreateNumber(h->load[i]));
+
+    cJSON *js = cJSON_AddObjectToObject(root, "settings");
+    cJSON_AddNumberToObject(js, "n_prompt", (double)o->p);
+    cJSON_AddNumberToObject(js, "n_gen", (double)o->n);
+    cJSON_AddNumberToObject(js, "repetitions", (double)o->r);
+    cJSON_AddNumberToObject(js, "threads", (double)o->threads);
+    cJSON_AddStringToObject(js, "tokens", "LCG over the vocabulary, seed 42");
+
+    cJSON *jm = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(jm, "name", model_name);
+    cJSON_AddStringToObject(jm, "path", o->model_dir);
+    cJSON_AddStringToObject(jm, "architecture", I->arch_name);
+    cJSON_AddStringToObject(jm, "layout", I->layout_name);
+    cJSON_AddNumberToObject(jm, "params", (double)I->n_params);
+    cJSON_AddNumberToObject(jm, "params_napkin", napkin_params(I));
+    cJSON_AddStringToObject(jm, "dtype", drt_dtype_name(I->weight_dtype));
+    cJSON_AddNumberToObject(jm, "layers", I->n_layers);
+    cJSON_AddNumberToObject(jm, "dim", I->dim);
+    cJSON_AddNumberToObject(jm, "ffn", I->ffn);
+    cJSON_AddNumberToObject(jm, "heads", I->n_heads);
+    cJSON_AddNumberToObject(jm, "kv_groups", I->n_kv_groups);
+    cJSON_AddNumberToObject(jm, "vocab", I->vocab);
+
+    cJSON *ja = cJSON_AddArrayToObject(root, "backends");
+    for (int i = 0; i < nb; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "backend", b[i].name);
+        cJSON_AddStringToObject(e, "status", b[i].failed ? "error" : "ok");
+        cJSON_AddItemToObject(e, "error",
+                              b[i].failed ? cJSON_CreateString(b[i].error) : cJSON_CreateNull());
+        cJSON *jd = cJSON_AddObjectToObject(e, "device");
+        cJSON_AddStringToObject(jd, "name", b[i].device);
+        cJSON_AddNumberToObject(jd, "index", b[i].device_index);
+        cJSON_AddItemToObject(jd, "vendor",
+                              b[i].vendor ? cJSON_CreateString(b[i].vendor) : cJSON_CreateNull());
+        cJSON_AddItemToObject(jd, "driver",
+                              b[i].driver ? cJSON_CreateString(b[i].driver) : cJSON_CreateNull());
+        if (b[i].failed) {
+            cJSON_AddItemToArray(ja, e);
+            continue;
+        }
+        cJSON *jp = cJSON_AddObjectToObject(e, "peak");
+        cJSON_AddStringToObject(jp, "source", b[i].peak_given ? "given" : "measured");
+        cJSON_AddNumberToObject(jp, "gbytes_per_s", b[i].peak.gbytes_per_s);
+        cJSON_AddNumberToObject(jp, "gflops", b[i].peak.gflops);
+        cJSON_AddStringToObject(jp, "bandwidth_probe", b[i].peak.bw_probe);
+        cJSON_AddStringToObject(jp, "gemm_probe", b[i].peak.flops_probe);
+        cJSON_AddNumberToObject(jp, "runs", b[i].peak.runs);
+        cJSON *pr = cJSON_AddObjectToObject(jp, "probes");
+        cJSON_AddNumberToObject(pr, "add_gbytes_per_s", b[i].peak.add_gbps);
+        cJSON_AddNumberToObject(pr, "gemv_gbytes_per_s", b[i].peak.gemv_gbps);
+        cJSON_AddNumberToObject(pr, "host_read_gbytes_per_s", b[i].peak.host_gbps);
+        cJSON_AddNumberToObject(pr, "gemm_f32_gflops", b[i].peak.gemm_f32_gflops);
+        cJSON_AddNumberToObject(pr, "gemm_weight_gflops", b[i].peak.gemm_w_gflops);
+        if (o->p) cJSON_AddItemToObject(e, "pp", json_stat(&b[i].pp, o->p));
+        if (o->n) cJSON_AddItemToObject(e, "tg", json_stat(&b[i].tg, o->n));
+        cJSON *jr = cJSON_AddObjectToObject(e, "roofline");
+        if (o->n) {
+            cJSON *d = json_roof(&b[i].decode, "bytes_per_token", "peak_gbytes_per_s");
+            cJSON_AddNumberToObject(d, "mean_position", (o->n - 1) / 2.0);
+            cJSON_AddItemToObject(jr, "decode", d);
+        }
+        if (o->p)
+            cJSON_AddItemToObject(jr, "prefill",
+                                  json_roof(&b[i].prefill, "flops_per_token", "peak_gflops"));
+        cJSON *jf = cJSON_AddObjectToObject(e, "fallbacks");
+        cJSON_AddNumberToObject(jf, "node_runs", b[i].n_fallbacks);
+        cJSON_AddStringToObject(jf, "by_op", b[i].fallbacks);
+        cJSON *jo = cJSON_AddObjectToObject(e, "ops");
+        if (o->p) cJSON_AddItemToObject(jo, "prefill", json_profile(&b[i].prof_pp, o->p, 0));
+        cJSON_AddItemToObject(jo, "decode", json_profile(&b[i].prof_tg, 1, o->p));
+        cJSON_AddItemToArray(ja, e);
+    }
+    char *txt = cJSON_Print(root);
+    cJSON_Delete(root);
+    FILE *f = txt ? fopen(path, "w") : NULL;
+    int ok = f && fputs(txt, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f) != 0) ok = 0;
+    free(txt);
+    if (!ok) {
+        fprintf(stderr, "diffrt: bench: cannot write --json %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- arguments ------------------------------------------------------------------ */
+
+static int known_backend(const char *name) {
+    for (int i = 0; i < drt_backend_count(); i++) {
+        drt_backend_info bi;
+        if (drt_backend_get_info(i, &bi) == DRT_OK && strcmp(bi.name, name) == 0) return 1;
+    }
+    return 0;
+}
+
+/* LIST into b[].name; 0 with a message on a bad list */
+static int parse_backends(const char *list, bench_backend *b, int *nb) {
+    *nb = 0;
+    const char *p = list;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        char name[64];
+        if (len == 0 || len >= sizeof name) {
+            fprintf(
+                stderr,
+                "diffrt: bench: --backend wants a comma-separated list of backends, got \"%s\"\n",
+                list);
+            return 0;
+        }
+        memcpy(name, p, len);
+        name[len] = 0;
+        if (!known_backend(name)) {
+            fprintf(
+                stderr,
+                "diffrt: bench: unknown backend \"%s\" (known: cpu, ref, opencl, vulkan, cuda)\n",
+                name);
+            return 0;
+        }
+        for (int i = 0; i < *nb; i++)
+            if (strcmp(b[i].name, name) == 0) {
+                fprintf(stderr, "diffrt: bench: backend %s named twice in --backend\n", name);
+                return 0;
+            }
+        if (*nb == MAX_BACKENDS) return 0;
+        snprintf(b[(*nb)++].name, sizeof b[0].name, "%.15s", name);
+        if (!p[len]) return 1;
+        p += len + 1;
+    }
+}
+
+/* --device B=SEL,B=SEL: each B must be in the backend list. dup holds the
+ * string (the selectors point into it). */
+static int parse_devices(char *dup, bench_backend *b, int nb) {
+    for (char *save = NULL, *tok = strtok_r(dup, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq || eq == tok || !eq[1]) {
+            fprintf(stderr,
+                    "diffrt: bench: --device wants BACKEND=SEL[,BACKEND=SEL...] (SEL: index or "
+                    "name substring), got \"%s\"\n",
+                    tok);
+            return 0;
+        }
+        *eq = 0;
+        int found = 0;
+        for (int i = 0; i < nb; i++)
+            if (strcmp(b[i].name, tok) == 0) {
+                b[i].device_sel = eq + 1;
+                found = 1;
+            }
+        if (!found) {
+            fprintf(stderr,
+                    "diffrt: bench: --device names backend \"%s\", which is not in --backend\n",
+                    tok);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static const char *base_name(const char *path, char *buf, size_t n) {
+    snprintf(buf, n, "%s", path);
+    size_t len = strlen(buf);
+    while (len > 1 && buf[len - 1] == '/')
+        buf[--len] = 0;
+    const char *s = strrchr(buf, '/');
+    return s ? s + 1 : buf;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_opts o = {.p = 512, .n = 128, .r = 5};
+    const char *backends = NULL, *devices = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(BENCH_USAGE, stdout);
+            return 0;
+        } else if (strcmp(a, "--csv") == 0 || strcmp(a, "--md") == 0) {
+            int fmt = a[2] == 'c' ? 1 : 2;
+            if (o.fmt && o.fmt != fmt) return cli_die("bench: give one of --csv and --md%s", "");
+            o.fmt = fmt;
+            continue;
+        }
+        static const char *takes_value[] = {"--model",     "--backend",    "--device", "--json",
+                                            "-p",          "-n",           "-r",       "--threads",
+                                            "--peak-gbps", "--peak-gflops"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof takes_value / sizeof takes_value[0]; k++)
+            known |= strcmp(a, takes_value[k]) == 0;
+        if (!known) return cli_die("bench: unknown argument \"%s\" (see diffrt bench --help)", a);
+        if (!v) return cli_die("bench: %s needs a value (see diffrt bench --help)", a);
+        if (strcmp(a, "--model") == 0) {
+            o.model_dir = v;
+        } else if (strcmp(a, "--backend") == 0) {
+            backends = v;
+        } else if (strcmp(a, "--device") == 0) {
+            devices = v;
+        } else if (strcmp(a, "--json") == 0) {
+            o.json_path = v;
+        } else if (strcmp(a, "-p") == 0) {
+            if (!cli_parse_long(v, 0, DRT_MAX_CTX - 1, &o.p))
+                return cli_die("bench: -p wants an integer >= 0, got \"%s\"", v);
+        } else if (strcmp(a, "-n") == 0) {
+            if (!cli_parse_long(v, 0, DRT_MAX_CTX, &o.n))
+                return cli_die("bench: -n wants an integer >= 0, got \"%s\"", v);
+        } else if (strcmp(a, "-r") == 0) {
+            if (!cli_parse_long(v, 1, MAX_REPS, &o.r))
+                return cli_die("bench: -r wants an integer in [1, 1000], got \"%s\"", v);
+        } else if (strcmp(a, "--threads") == 0) {
+            if (!cli_parse_long(v, 1, 1024, &o.threads))
+                return cli_die("bench: --threads wants an integer in [1, 1024], got \"%s\"", v);
+        } else if (strcmp(a, "--peak-gbps") == 0) {
+            if (!parse_pos_double(v, &o.peak_gbps))
+                return cli_die("bench: --peak-gbps wants a number > 0, got \"%s\"", v);
+        } else if (strcmp(a, "--peak-gflops") == 0) {
+            if (!parse_pos_double(v, &o.peak_gflops))
+                return cli_die("bench: --peak-gflops wants a number > 0, got \"%s\"", v);
+        }
+        i++;
+    }
+    if (!o.model_dir)
+        return cli_die("bench: --model DIR is required (see diffrt bench --help)%s", "");
+    if (!backends)
+        return cli_die("bench: --backend LIST is required, e.g. --backend cpu,vulkan%s", "");
+    if (!o.p && !o.n) return cli_die("bench: -p 0 and -n 0 leave nothing to measure%s", "");
+    bench_backend b[MAX_BACKENDS];
+    memset(b, 0, sizeof b);
+    int nb = 0;
+    if (!parse_backends(backends, b, &nb)) return 2;
+    char *devdup = devices ? strdup(devices) : NULL;
+    if (devices && (!devdup || !parse_devices(devdup, b, nb))) {
+        free(devdup);
+        return 2;
+    }
+
+    int rc = 0;
+    drt_model *m = NULL;
+    int32_t *ids = NULL;
+    if (drt_model_load(o.model_dir, &m) != DRT_OK) {
+        rc = cli_fail("bench");
+        goto done;
+    }
+    drt_model_info I;
+    drt_model_get_info(m, &I);
+    long need = o.p + 1 > o.n ? o.p + 1 : o.n;
+    if (need > I.max_ctx)
+        fprintf(stderr,
+                "diffrt: bench: warning: %ld positions are past the model's "
+                "max_position_embeddings %d: "
+                "timings hold, the outputs are not meaningful there\n",
+                need, I.max_ctx);
+    long nid = o.p > o.n ? o.p : o.n;
+    ids = malloc(sizeof(int32_t) * (size_t)(nid > 4 ? nid : 4));
+    if (!ids) {
+        rc = cli_fail("bench");
+        goto done;
+    }
+    g_lcg = 42;
+    for (long i = 0; i < (nid > 4 ? nid : 4); i++)
+        ids[i] = next_token(I.vocab);
+    host_info h;
+    host_describe(&h);
+    for (int i = 0; i < nb; i++)
+        rc |= run_backend(&o, m, &I, ids, &b[i]);
+    char nbuf[1024];
+    const char *model_name = base_name(o.model_dir, nbuf, sizeof nbuf);
+    if (o.fmt == 1)
+        print_csv(stdout, &o, b, nb);
+    else
+        print_table(stdout, &o, &I, model_name, &h, b, nb);
+    fflush(stdout);
+    if (o.json_path) rc |= write_json(o.json_path, &o, &I, model_name, &h, b, nb);
+done:
+    for (int i = 0; i < nb; i++) {
+        free(b[i].pp.v);
+        free(b[i].tg.v);
+    }
+    free(ids);
+    free(devdup);
+    drt_model_free(m);
+    return rc;
+}
