@@ -31,6 +31,7 @@
 #include "diffrt.h"
 #include "drt_graph.h"
 #include "drt_peak.h"
+#include "drt_version.h"
 
 #define MAX_BACKENDS 8
 #define MAX_REPS 1000
@@ -78,10 +79,11 @@ static int parse_pos_double(const char *s, double *out) {
     return 1;
 }
 
-/* The diffrt version for the record. After the i13-conform merge this
- * returns the generated drt_version() (with the commit); today the CLI's. */
+/* The diffrt version for the record: "0.1.0 (commit abc1234)". */
 static const char *bench_version(void) {
-    return "0.1.0";
+    static char v[96];
+    snprintf(v, sizeof v, "%s (commit %s)", drt_version(), drt_git_commit());
+    return v;
 }
 
 typedef struct {
@@ -210,7 +212,8 @@ typedef struct {
     /* the device (device_describe) */
     char device[256];
     int device_index;
-    const char *vendor, *driver; /* NULL until the device_props interface is merged */
+    const char *vendor, *driver; /* NULL when the backend does not say (device_props) */
+    drt_device_props props;
     drt_peak peak;
     int peak_given;
     stat pp, tg;
@@ -220,12 +223,16 @@ typedef struct {
     char fallbacks[512];
 } bench_backend;
 
-/* What the record says about the device a backend instance runs on. The one
- * place to change when the backend device_props interface (vendor, driver,
- * API version: the i13-conform branch) is merged; today the name only. */
+/* What the record says about the device a backend instance runs on: its
+ * name, and vendor and driver where the backend's device_props knows them. */
 static void device_describe(drt_backend *be, bench_backend *r) {
     r->device_index = be->device < 0 ? 0 : be->device;
     r->vendor = r->driver = NULL;
+    memset(&r->props, 0, sizeof r->props);
+    if (be->ops->device_props && be->ops->device_props(r->device_index, &r->props) == DRT_OK) {
+        if (r->props.vendor[0]) r->vendor = r->props.vendor;
+        if (r->props.driver[0]) r->driver = r->props.driver;
+    }
     if (be->ops->device_name(r->device_index, r->device, sizeof r->device) != DRT_OK)
         snprintf(r->device, sizeof r->device, "%.15s device %d", r->name, r->device_index);
 }
