@@ -1240,7 +1240,7 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
             if (why[0]) {
                 cc->st = CF_FAIL;
                 cc->fail_type = "error";
-                snprintf(cc->detail, sizeof cc->detail, "%s", why);
+                snprintf(cc->detail, sizeof cc->detail, "%.*s", (int)sizeof cc->detail - 1, why);
                 continue;
             }
             char dev[16];
