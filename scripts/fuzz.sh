@@ -89,6 +89,7 @@ else
   TMP_ROOT=$(mktemp -d)
 fi
 trap 'rm -rf "$TMP_ROOT"' EXIT
+trap 'exit 130' INT TERM
 export DRT_FUZZ_TMPDIR=$TMP_ROOT
 # a UBSan report names its call stack (the build already stops on the first)
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}

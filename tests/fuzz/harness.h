@@ -14,7 +14,8 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* A fresh directory for this process, removed at exit: under
+/* A fresh directory for this process, removed at a normal exit (a crash
+ * leaves it; scripts/fuzz.sh puts them all in one it removes): under
  * $DRT_FUZZ_TMPDIR, else /dev/shm (tmpfs: a file written per input costs
  * little), else $TMPDIR or /tmp. */
 const char *fz_tmpdir(void);
