@@ -573,7 +573,7 @@ static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I,
     fprintf(f, "\n");
     for (int i = 0; i < nb; i++) {
         if (b[i].failed) continue;
-        snprintf(buf, sizeof buf, "peaks %s: %.2f GB/s (%s), %.2f GFLOP/s (%s)", b[i].name,
+        snprintf(buf, sizeof buf, "peaks %.16s: %.2f GB/s (%.96s), %.2f GFLOP/s (%.96s)", b[i].name,
                  b[i].peak.gbytes_per_s, b[i].peak.bw_probe, b[i].peak.gflops,
                  b[i].peak.flops_probe);
         if (md)
@@ -582,7 +582,7 @@ static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I,
             fputs(buf, f);
         fprintf(f, md ? "  \n" : "\n");
         if (b[i].n_fallbacks) {
-            snprintf(buf, sizeof buf, "  %s: %d node runs fell back to the CPU reference: %s",
+            snprintf(buf, sizeof buf, "  %.16s: %d node runs fell back to the CPU reference: %.900s",
                      b[i].name, b[i].n_fallbacks, b[i].fallbacks);
             if (md)
                 cli_md_escape(f, buf);
