@@ -37,21 +37,8 @@ static int run(const char *args) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static cJSON *load_json(const char *path) {
-    char *s = slurp(path);
+    char *s = drt_test_read_file(path);
     cJSON *j = s ? cJSON_Parse(s) : NULL;
     free(s);
     return j;
@@ -234,7 +221,7 @@ static void checker_self_test(void) {
 }
 
 static void check_svg(const char *path) {
-    char *s = slurp(path);
+    char *s = drt_test_read_file(path);
     DRT_CHECK(s != NULL, "%s was not written", path);
     if (!s) return;
     const char *why = xml_check(s, "svg");
@@ -404,7 +391,7 @@ static void forced_flags(const char *F, const char *dir) {
     DRT_CHECK(rc == 0, "diffrt %s: exit %d:\n%s", args, rc, g_out);
     char path[1024];
     snprintf(path, sizeof path, "%s/report.md", dir);
-    char *md = slurp(path);
+    char *md = drt_test_read_file(path);
     DRT_CHECK(md && unflagged_fractions(md, &nf) == 0 && nf == 2,
               "report.md: %d flagged (want 2), or unflagged:\n%s", nf, md ? md : "(none)");
     free(md);
@@ -416,7 +403,7 @@ static void report_ok(const char *A, const char *F, const char *dir) {
     int rc = run(args);
     DRT_CHECK(rc == 0 && strstr(g_out, "report.md"), "diffrt %s: exit %d:\n%s", args, rc, g_out);
     snprintf(path, sizeof path, "%s/report.md", dir);
-    char *md = slurp(path);
+    char *md = drt_test_read_file(path);
     DRT_CHECK(md && strstr(md, "## 1. diff-v2-tiny") && strstr(md, "## 2. diff-v2-tiny") &&
                   strstr(md, "| ref |") && strstr(md, "| cpu |") &&
                   strstr(md, "tokens_per_s-2.svg") && strstr(md, "MATMUL"),
@@ -457,12 +444,12 @@ static void hostile_names(const char *A, const char *dir) {
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, svgs[i]);
         check_svg(path);
-        char *s = slurp(path);
+        char *s = drt_test_read_file(path);
         DRT_CHECK(s && !strstr(s, "<script"), "%s: markup from a device name went through", path);
         free(s);
     }
     snprintf(path, sizeof path, "%s/report.md", dir);
-    char *md = slurp(path);
+    char *md = drt_test_read_file(path);
     /* every table row keeps its 9 cells: the | in names are escaped */
     int rows = 0;
     for (char *l = md; l && *l;) {

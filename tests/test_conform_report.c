@@ -29,19 +29,6 @@ static int run(const char *cmd, char *out, size_t n) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 /* ---- a small XML well-formedness check ---------------------------------------------------- */
 
 typedef struct {
@@ -285,7 +272,7 @@ static void cli_reports(void) {
              DRT_CLI_PATH, ops, DRT_TMP_DIR, xml, json);
     int rc = run(cmd, out, sizeof out);
     DRT_CHECK(rc == 0, "conform exited %d:\n%s", rc, out);
-    char *doc = slurp(xml);
+    char *doc = drt_test_read_file(xml);
     xml_stats s = {0};
     DRT_CHECK(doc && xml_check(doc, &s), "%s is not well-formed: %s", xml, s.err);
     int want = (n_cases + 1) * n_be;
@@ -302,7 +289,7 @@ static void cli_reports(void) {
     DRT_CHECK(doc && strstr(doc, "a&amp;b&lt;c&gt;&quot;d&apos;"),
               "the model name is not escaped in %s", xml);
     free(doc);
-    char *js = slurp(json);
+    char *js = drt_test_read_file(json);
     cJSON *root = js ? cJSON_Parse(js) : NULL;
     free(js);
     check_json(root, want, json);
@@ -405,7 +392,7 @@ static void broken_backend(int required) {
     drt_conform_result r;
     DRT_CHECK(drt_conform_run(&o, &r) == DRT_OK, "conform: %s", drt_last_error());
     int n_add = 0, n_rope = 0;
-    char *js = slurp(json);
+    char *js = drt_test_read_file(json);
     cJSON *root = js ? cJSON_Parse(js) : NULL, *c;
     free(js);
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(root, "cases")) {
@@ -436,7 +423,7 @@ static void broken_backend(int required) {
               "required_missing (required %d): %d entries, %s", required, cJSON_GetArraySize(miss),
               why ? why : "-");
     cJSON_Delete(root);
-    char *doc = slurp(xml);
+    char *doc = drt_test_read_file(xml);
     xml_stats s = {0};
     DRT_CHECK(doc && xml_check(doc, &s), "%s is not well-formed: %s", xml, s.err);
     int n_add_be = n_add / 2, n_rope_be = n_rope / 2;

@@ -90,24 +90,37 @@ void fz_write_file(const char *path, const void *data, size_t n) {
     FZ_CHECK(close(fd) == 0, "cannot close %s: %s", path, strerror(errno));
 }
 
-void fz_copy_file(const char *from, const char *to) {
-    FILE *fp = fopen(from, "rb");
-    FZ_CHECK(fp, "cannot open %s: %s (set DRT_FIXTURES_DIR?)", from, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
+/* The whole file at path in an exact-size buffer (a read past it is caught
+ * by ASan); *n gets its size. Aborts on failure. */
+uint8_t *fz_read_file(const char *path, size_t *n) {
+    FILE *fp = fopen(path, "rb");
+    FZ_CHECK(fp, "cannot open %s: %s (set DRT_FIXTURES_DIR?)", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    uint8_t *buf = malloc(cap);
     FZ_CHECK(buf, "out of memory");
     for (;;) {
-        if (n == cap) {
+        if (len == cap) {
             cap *= 2;
             buf = realloc(buf, cap);
             FZ_CHECK(buf, "out of memory");
         }
-        size_t got = fread(buf + n, 1, cap - n, fp);
+        size_t got = fread(buf + len, 1, cap - len, fp);
         if (got == 0) break;
-        n += got;
+        len += got;
     }
-    FZ_CHECK(!ferror(fp), "cannot read %s", from);
+    FZ_CHECK(!ferror(fp), "cannot read %s", path);
     fclose(fp);
+    uint8_t *out = malloc(len ? len : 1);
+    FZ_CHECK(out, "out of memory");
+    if (len) memcpy(out, buf, len);
+    free(buf);
+    *n = len;
+    return out;
+}
+
+void fz_copy_file(const char *from, const char *to) {
+    size_t n;
+    uint8_t *buf = fz_read_file(from, &n);
     fz_write_file(to, buf, n);
     free(buf);
 }

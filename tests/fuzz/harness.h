@@ -30,6 +30,8 @@ const char *fz_join(char *buf, size_t n, const char *dir, const char *name);
 void fz_write_file(const char *path, const void *data, size_t n);
 /* Copies a file; aborts on failure. */
 void fz_copy_file(const char *from, const char *to);
+/* the whole file in an exact-size buffer (free() it); aborts on failure */
+uint8_t *fz_read_file(const char *path, size_t *n);
 /* Reads every byte (so a bad pointer or length faults here, under ASan or
  * as a SEGV past a mapping). */
 void fz_touch(const void *p, size_t n);

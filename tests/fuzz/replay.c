@@ -21,28 +21,8 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 static void run_file(const char *path) {
-    FILE *fp = fopen(path, "rb");
-    FZ_CHECK(fp, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    uint8_t *buf = malloc(cap);
-    FZ_CHECK(buf, "out of memory");
-    for (;;) {
-        if (n == cap) {
-            cap *= 2;
-            buf = realloc(buf, cap);
-            FZ_CHECK(buf, "out of memory");
-        }
-        size_t got = fread(buf + n, 1, cap - n, fp);
-        if (got == 0) break;
-        n += got;
-    }
-    FZ_CHECK(!ferror(fp), "cannot read %s", path);
-    fclose(fp);
-    /* an exact-size copy, so a read past the input is caught by ASan */
-    uint8_t *in = malloc(n ? n : 1);
-    FZ_CHECK(in, "out of memory");
-    if (n) memcpy(in, buf, n);
-    free(buf);
+    size_t n;
+    uint8_t *in = fz_read_file(path, &n);
     fprintf(stderr, "replay: %s (%zu bytes)\n", path, n);
     LLVMFuzzerTestOneInput(in, n);
     free(in);

@@ -1,4 +1,5 @@
 #include "drt_test.h"
+#include "safetensors.h"
 
 #include <math.h>
 
@@ -58,4 +59,9 @@ int drt_test_summary(const char *name) {
     int passed = drt_test_checks - drt_test_failures;
     printf("%s: %d passed, %d failed\n", name, passed, drt_test_failures);
     return drt_test_failures ? 1 : 0;
+}
+
+char *drt_test_read_file(const char *path) {
+    char *s = NULL;
+    return drt_read_text_file(path, &s, NULL) == DRT_OK ? s : NULL;
 }

@@ -42,4 +42,8 @@ extern int drt_test_checks;
 /* Prints "N passed, N failed" and returns the process exit code. */
 int drt_test_summary(const char *name);
 
+/* The whole file as a NUL-terminated string (drt_read_text_file), or NULL;
+ * free() it. */
+char *drt_test_read_file(const char *path);
+
 #endif
