@@ -36,6 +36,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         fz_join(src, sizeof src, fz_fixtures_dir(), fixtures[i]);
         fz_join(from, sizeof from, src, "model.safetensors");
         fz_join(to, sizeof to, g_dir[i], "model.safetensors");
+        FZ_CHECK(access(from, R_OK) == 0, "cannot read %s (set DRT_FIXTURES_DIR?)", from);
         /* a link where it can (a crashed run leaves its scratch behind) */
         if (from[0] != '/' || symlink(from, to) != 0) fz_copy_file(from, to);
         fz_join(g_cfg[i], sizeof g_cfg[i], g_dir[i], "config.json");
