@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_graph.h"
 #include "drt_peak.h"
 #include "drt_version.h"

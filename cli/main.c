@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_conform.h"
 #include "drt_version.h"
 #include "text.h"

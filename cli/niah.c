@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "niah.h"
 #include "safetensors.h" /* drt_read_text_file */
 

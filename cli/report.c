@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "safetensors.h" /* drt_read_text_file */
 
 static const char *REPORT_USAGE =

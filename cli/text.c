@@ -71,16 +71,6 @@ drt_status cli_read_prompt(const char *prompt, const char *prompt_file, char **t
     return s;
 }
 
-/* The tokenizer's end-of-text token, for a config without eos_token_id. */
-static int32_t tokenizer_eos(const drt_tokenizer *t) {
-    static const char *names[] = {"<|end_of_text|>", "<|endoftext|>", "</s>"};
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        int32_t id = drt_tokenizer_token_to_id(t, names[i]);
-        if (id >= 0 && drt_tokenizer_is_special(t, id)) return id;
-    }
-    return -1;
-}
-
 drt_status cli_text_begin(cli_text *ct, const char *model_dir, const char *prompt,
                           const char *prompt_file, int model_vocab, int model_eos, FILE *out,
                           int32_t **ids, int *n_ids) {
@@ -141,7 +131,7 @@ drt_status cli_text_begin(cli_text *ct, const char *model_dir, const char *promp
     }
     ct->tok = tok;
     ct->out = out;
-    ct->eos = model_eos >= 0 ? model_eos : tokenizer_eos(tok);
+    ct->eos = model_eos >= 0 ? model_eos : drt_tokenizer_eos_id(tok);
     ct->at_line_start = 1;
     drt_tokenizer_stream_init(&ct->st);
     return DRT_OK;

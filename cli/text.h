@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "tokenizer.h"
+#include "diffrt/tokenizer.h"
 
 typedef struct {
     drt_tokenizer *tok;

@@ -23,7 +23,7 @@ endif()
 set(DIFFRT_CPU_ISA_OBJECTS "")
 foreach(isa ${_cpu_isas})
   add_library(diffrt_cpu_${isa} OBJECT ${_cpu_kernel_src})
-  target_include_directories(diffrt_cpu_${isa} PRIVATE ${CMAKE_SOURCE_DIR}/runtime ${CMAKE_SOURCE_DIR}/backends/cpu)
+  target_include_directories(diffrt_cpu_${isa} PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/runtime ${CMAKE_SOURCE_DIR}/backends/cpu)
   target_compile_definitions(diffrt_cpu_${isa} PRIVATE DRT_ISA=${isa} DRT_ISA_${isa}=1)
   # -O3 for the kernels in every build type but Debug (unrolled micro-kernels)
   target_compile_options(diffrt_cpu_${isa} PRIVATE ${_cpu_flags_${isa}} ${DIFFRT_WARN}

@@ -15,7 +15,7 @@
 
 #include <stdatomic.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "safetensors.h"
 
 typedef struct {

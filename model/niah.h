@@ -6,8 +6,8 @@
 
 #include <stdint.h>
 
-#include "diffrt.h"
-#include "tokenizer.h"
+#include "diffrt/diffrt.h"
+#include "diffrt/tokenizer.h"
 
 #define DRT_NIAH_MAX_NEW_TOKENS 12
 

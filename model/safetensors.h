@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 
 typedef struct {
     char *name;

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_error.h"
 
 typedef struct {

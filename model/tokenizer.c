@@ -15,7 +15,7 @@
  *     entries skipped), BPE::tokenize_with_cache for ignore_merges;
  *   - decode: ByteLevel decoder (a token whose characters are not all in the
  *     byte alphabet is taken as raw UTF-8), String::from_utf8_lossy. */
-#include "tokenizer.h"
+#include "diffrt/tokenizer.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -1142,6 +1142,15 @@ int drt_tokenizer_is_special(const drt_tokenizer *t, int32_t id) {
 
 int32_t drt_tokenizer_bos_id(const drt_tokenizer *t) {
     return t && t->n_pre ? t->pre_ids[0] : -1;
+}
+
+int32_t drt_tokenizer_eos_id(const drt_tokenizer *t) {
+    static const char *const names[] = {"<|end_of_text|>", "<|endoftext|>", "</s>"};
+    for (size_t i = 0; t && i < sizeof names / sizeof *names; i++) {
+        int32_t id = drt_tokenizer_token_to_id(t, names[i]);
+        if (id >= 0 && drt_tokenizer_is_special(t, id)) return id;
+    }
+    return -1;
 }
 
 /* ---- encoding -------------------------------------------------------------------- */

@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 
 typedef struct {
     const char *backends;   /* comma list; NULL/"" = every compiled-in/registered backend */

@@ -2,7 +2,7 @@
 #ifndef DRT_ERROR_H
 #define DRT_ERROR_H
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 
 #if defined(__GNUC__)
 #define DRT_PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 
 #define DRT_MAX_DIMS 4
 #define DRT_MAX_SRC 4

@@ -17,7 +17,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_test.h"
 
 #define MODEL DRT_MODELS_DIR "/diff-v2-tiny"

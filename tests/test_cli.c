@@ -15,7 +15,7 @@
 
 #include "drt_test.h"
 #include "safetensors.h"
-#include "tokenizer.h"
+#include "diffrt/tokenizer.h"
 
 /* runs cmd, captures stdout (and stderr when merged by the caller) */
 static int run(const char *cmd, char *out, size_t n) {

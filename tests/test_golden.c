@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_test.h"
 #include "safetensors.h"
 

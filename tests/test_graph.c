@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "ref_ops.h"
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_graph.h"
 #include "drt_test.h"
 

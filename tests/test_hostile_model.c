@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_checked.h"
 #include "drt_test.h"
 #include "model.h"

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_half.h"
 #include "drt_test.h"
 #include "safetensors.h"

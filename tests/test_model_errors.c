@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_test.h"
 #include "safetensors.h"
 

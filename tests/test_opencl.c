@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_conform.h"
 #include "drt_graph.h"
 #include "drt_half.h"

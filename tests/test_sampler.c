@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_test.h"
 
 static int draw(drt_sampler_opts o, const float *lg, int V) {

@@ -18,7 +18,7 @@
 
 #include "drt_test.h"
 #include "safetensors.h" /* drt_read_text_file */
-#include "tokenizer.h"
+#include "diffrt/tokenizer.h"
 
 /* The CLI's text layer is compiled into this test (the CLI's own objects are
  * not in the library): prompt reading, tokenizer.json next to the model,

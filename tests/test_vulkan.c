@@ -33,7 +33,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_conform.h"
 #include "drt_graph.h"
 #include "drt_test.h"

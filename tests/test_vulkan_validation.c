@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_conform.h"
 #include "drt_graph.h"
 #include "drt_test.h"

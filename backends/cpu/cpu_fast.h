@@ -17,7 +17,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 
 /* ---- the thread pool ----------------------------------------------------- */
 typedef struct cpu_pool cpu_pool;

@@ -24,7 +24,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 
 /* Reads element i of a weight array of dtype t (f32/f16/bf16) as float. */
 float ref_load_weight(const void *w, drt_dtype t, int64_t i);

@@ -34,7 +34,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_half.h"
 #include "safetensors.h"
 

@@ -29,7 +29,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "diffrt.h"
+#include "diffrt/diffrt.h"
 #include "drt_graph.h"
 #include "drt_half.h"
 

@@ -29,7 +29,7 @@
 
 #include "drt_error.h"
 #include "harness.h"
-#include "tokenizer.h"
+#include "diffrt/tokenizer.h"
 
 static const char *const bundled_names[4] = {"gpt2", "llama3", "flags", "bytes256"};
 static const int bundled_round_trip[4] = {1, 1, 0, 1};

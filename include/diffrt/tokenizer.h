@@ -68,6 +68,10 @@ int32_t drt_tokenizer_token_to_id(const drt_tokenizer *t, const char *token);
 int drt_tokenizer_is_special(const drt_tokenizer *t, int32_t id);
 /* The first id the post-processor puts before the text (BOS), or -1. */
 int32_t drt_tokenizer_bos_id(const drt_tokenizer *t);
+/* The end-of-text special token ("<|end_of_text|>", "<|endoftext|>" or "</s>",
+ * the first of these the tokenizer has as a special token), or -1. Generation
+ * stops at it when the model's config.json names no eos_token_id. */
+int32_t drt_tokenizer_eos_id(const drt_tokenizer *t);
 
 /* Incremental decoding for streaming output. Feeding ids one at a time and
  * concatenating every output, then drt_tokenizer_stream_flush, gives exactly
