@@ -31,7 +31,7 @@
 #include "diffrt/diffrt.h"
 #include "drt_graph.h"
 #include "drt_peak.h"
-#include "drt_version.h"
+#include "diffrt/diffrt.h"
 
 #define MAX_BACKENDS 8
 #define MAX_REPS 1000

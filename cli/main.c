@@ -10,7 +10,7 @@
 #include "cli.h"
 #include "diffrt/diffrt.h"
 #include "drt_conform.h"
-#include "drt_version.h"
+#include "diffrt/diffrt.h"
 #include "text.h"
 
 static const char *USAGE =

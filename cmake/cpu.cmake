@@ -3,11 +3,11 @@
 # elementwise) and their table (kernels.c) are compiled once per ISA with that
 # ISA's -m flags and -DDRT_ISA=<name>, so one binary carries every path and
 # picks one at run time from the CPU's features (no -march=native).
-set(DIFFRT_CPU_SRC ${CMAKE_SOURCE_DIR}/backends/cpu/backend.c ${CMAKE_SOURCE_DIR}/backends/cpu/pool.c)
+set(DIFFRT_CPU_SRC ${PROJECT_SOURCE_DIR}/backends/cpu/backend.c ${PROJECT_SOURCE_DIR}/backends/cpu/pool.c)
 set(_cpu_kernel_src
-    ${CMAKE_SOURCE_DIR}/backends/cpu/matmul.c ${CMAKE_SOURCE_DIR}/backends/cpu/attention.c
-    ${CMAKE_SOURCE_DIR}/backends/cpu/norm.c ${CMAKE_SOURCE_DIR}/backends/cpu/elementwise.c
-    ${CMAKE_SOURCE_DIR}/backends/cpu/kernels.c)
+    ${PROJECT_SOURCE_DIR}/backends/cpu/matmul.c ${PROJECT_SOURCE_DIR}/backends/cpu/attention.c
+    ${PROJECT_SOURCE_DIR}/backends/cpu/norm.c ${PROJECT_SOURCE_DIR}/backends/cpu/elementwise.c
+    ${PROJECT_SOURCE_DIR}/backends/cpu/kernels.c)
 
 set(_cpu_isas generic)
 set(_cpu_flags_generic "")
@@ -23,7 +23,7 @@ endif()
 set(DIFFRT_CPU_ISA_OBJECTS "")
 foreach(isa ${_cpu_isas})
   add_library(diffrt_cpu_${isa} OBJECT ${_cpu_kernel_src})
-  target_include_directories(diffrt_cpu_${isa} PRIVATE ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/runtime ${CMAKE_SOURCE_DIR}/backends/cpu)
+  target_include_directories(diffrt_cpu_${isa} PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/runtime ${PROJECT_SOURCE_DIR}/backends/cpu)
   target_compile_definitions(diffrt_cpu_${isa} PRIVATE DRT_ISA=${isa} DRT_ISA_${isa}=1)
   # -O3 for the kernels in every build type but Debug (unrolled micro-kernels)
   target_compile_options(diffrt_cpu_${isa} PRIVATE ${_cpu_flags_${isa}} ${DIFFRT_WARN}

@@ -15,7 +15,7 @@
 if(NOT DIFFRT_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
-  file(GLOB _cu_src CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/backends/cuda/*.cu ${CMAKE_SOURCE_DIR}/backends/cuda/*.c)
+  file(GLOB _cu_src CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/backends/cuda/*.cu ${PROJECT_SOURCE_DIR}/backends/cuda/*.c)
   if(NOT CMAKE_CUDA_COMPILER)
     diffrt_backend_missing(DIFFRT_CUDA "no CUDA compiler (nvcc) found")
   elseif(NOT _cu_src)
@@ -30,7 +30,7 @@ if(NOT DIFFRT_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
-    file(GLOB _cu_kernels CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/backends/cuda/*.cu)
+    file(GLOB _cu_kernels CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/backends/cuda/*.cu)
     # nvcc's own warnings, plus the host compiler's on the host half of each
     # .cu file; errors when DIFFRT_WERROR is on. -lineinfo keeps SASS-to-
     # source mapping for profilers at no run-time cost.
@@ -39,9 +39,7 @@ if(NOT DIFFRT_CUDA STREQUAL "OFF")
       list(APPEND _cu_flags -Werror=all-warnings)
     endif()
     set_source_files_properties(${_cu_kernels} PROPERTIES COMPILE_OPTIONS "${_cu_flags}")
-    list(APPEND DIFFRT_BACKEND_SRC ${_cu_src})
-    list(APPEND DIFFRT_BACKEND_DEFS DIFFRT_HAVE_CUDA=1)
-    list(APPEND DIFFRT_BACKEND_LIBS CUDA::cudart CUDA::cublas)
+    diffrt_add_backend_module(cuda SOURCES ${_cu_src} LIBS CUDA::cudart CUDA::cublas)
     message(STATUS "diffrt: CUDA backend enabled (architectures ${CMAKE_CUDA_ARCHITECTURES})")
 
     # The emulator (backends/cuda/emu) is C++.
@@ -56,30 +54,35 @@ if(NOT DIFFRT_CUDA STREQUAL "OFF")
     #    and fixture model, CUDA-graph replay of decode steps) and
     #    cuda_emu_fast (fast mode against the reduced-precision bound).
     function(diffrt_cuda_deferred_targets)
-      file(GLOB _gpu_bench CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/bench/gpu/*.c)
+      file(GLOB _gpu_bench CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/bench/gpu/*.c)
       foreach(src ${_gpu_bench})
         get_filename_component(name ${src} NAME_WE)
         add_executable(bench_gpu_${name} ${src})
         target_compile_options(bench_gpu_${name} PRIVATE ${DIFFRT_WARN})
-        target_link_libraries(bench_gpu_${name} PRIVATE diffrt CUDA::cudart CUDA::cublas)
+        target_link_libraries(bench_gpu_${name} PRIVATE diffrt_internal CUDA::cudart CUDA::cublas)
+        diffrt_program(bench_gpu_${name})
       endforeach()
 
-      set(_emu ${CMAKE_SOURCE_DIR}/backends/cuda/emu)
+      set(_emu ${PROJECT_SOURCE_DIR}/backends/cuda/emu)
       set(_emu_src "")
-      file(GLOB _kernels CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/backends/cuda/*.cu)
+      file(GLOB _kernels CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/backends/cuda/*.cu)
       foreach(k ${_kernels})
         get_filename_component(n ${k} NAME_WE)
-        set(w ${CMAKE_BINARY_DIR}/cuda_emu/${n}.cc)
+        set(w ${PROJECT_BINARY_DIR}/cuda_emu/${n}.cc)
         file(CONFIGURE OUTPUT ${w} CONTENT "#include \"cuemu.h\"\n#include \"${k}\"\n")
         list(APPEND _emu_src ${w})
       endforeach()
-      file(GLOB _cli_src CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/cli/*.c)
-      add_executable(diffrt_cuda_emu ${_cli_src} ${CMAKE_SOURCE_DIR}/backends/cuda/backend.c ${_emu}/cuemu.cc
-                     ${_emu_src})
-      target_include_directories(diffrt_cuda_emu PRIVATE ${_emu} ${CMAKE_SOURCE_DIR}/backends/cuda
+      file(GLOB _cli_src CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/cli/*.c)
+      # the CUDA backend linked into the program (emu/provide.c hands it to
+      # the registry), not the module
+      add_executable(diffrt_cuda_emu ${_cli_src} ${PROJECT_SOURCE_DIR}/backends/cuda/backend.c ${_emu}/cuemu.cc
+                     ${_emu}/provide.c ${_emu_src})
+      diffrt_program(diffrt_cuda_emu)
+      target_include_directories(diffrt_cuda_emu PRIVATE ${_emu} ${PROJECT_SOURCE_DIR}/backends/cuda
                                  $<TARGET_PROPERTY:diffrt_cli,INCLUDE_DIRECTORIES>)
       target_include_directories(diffrt_cuda_emu SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-      target_compile_definitions(diffrt_cuda_emu PRIVATE $<TARGET_PROPERTY:diffrt_cli,COMPILE_DEFINITIONS>)
+      target_compile_definitions(diffrt_cuda_emu PRIVATE $<TARGET_PROPERTY:diffrt_cli,COMPILE_DEFINITIONS>
+                                 DRT_MODULE_VERSION="${PROJECT_VERSION}")
       # type punning through reinterpret_cast is the CUDA idiom for fragments
       set(_emu_cxx -O2 -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas)
       if(DIFFRT_WERROR)
@@ -93,12 +96,12 @@ if(NOT DIFFRT_CUDA STREQUAL "OFF")
       target_link_libraries(diffrt_cuda_emu PRIVATE $<TARGET_PROPERTY:diffrt_cli,LINK_LIBRARIES>)
       add_test(NAME cuda_emu_conform
                COMMAND diffrt_cuda_emu conform --backend cpu,cuda --require cpu,cuda
-                       --models ${CMAKE_SOURCE_DIR}/tests/fixtures --json ${CMAKE_BINARY_DIR}/cuda_emu/conform.json)
+                       --models ${PROJECT_SOURCE_DIR}/tests/fixtures --json ${PROJECT_BINARY_DIR}/cuda_emu/conform.json)
       add_test(NAME cuda_emu_fast
                COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:diffrt_cuda_emu>
-                       -DFIXTURES=${CMAKE_SOURCE_DIR}/tests/fixtures -DOUT=${CMAKE_BINARY_DIR}/cuda_emu/fast.json
+                       -DFIXTURES=${PROJECT_SOURCE_DIR}/tests/fixtures -DOUT=${PROJECT_BINARY_DIR}/cuda_emu/fast.json
                        -P ${_emu}/check_fast.cmake)
     endfunction()
-    cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL diffrt_cuda_deferred_targets)
+    cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL diffrt_cuda_deferred_targets)
   endif()
 endif()

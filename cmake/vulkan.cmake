@@ -5,7 +5,7 @@
 if(NOT DIFFRT_VULKAN STREQUAL "OFF")
   find_path(VULKAN_HEADER_DIR vulkan/vulkan.h)
   find_program(GLSLC_EXECUTABLE glslc)
-  file(GLOB _vk_src CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/backends/vulkan/*.c)
+  file(GLOB _vk_src CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/backends/vulkan/*.c)
   if(NOT VULKAN_HEADER_DIR)
     diffrt_backend_missing(DIFFRT_VULKAN "Vulkan headers not found (Debian: libvulkan-dev)")
   elseif(NOT GLSLC_EXECUTABLE)
@@ -14,7 +14,7 @@ if(NOT DIFFRT_VULKAN STREQUAL "OFF")
     diffrt_backend_missing(DIFFRT_VULKAN "backends/vulkan has no sources yet")
   else()
     find_package(Threads REQUIRED)
-    include(${CMAKE_SOURCE_DIR}/cmake/vulkan_shaders.cmake)
+    include(${PROJECT_SOURCE_DIR}/cmake/vulkan_shaders.cmake)
     # One SPIR-V module per (source, defines). Only what cannot be a
     # specialization constant is a define: the weight dtype of a binding
     # (f16 storage needs a capability the device may lack) and whether the
@@ -46,11 +46,10 @@ if(NOT DIFFRT_VULKAN STREQUAL "OFF")
       "elementwise|elementwise.comp|"
       "kv_write|kv_write.comp|"
       "permute|permute.comp|")
-    set(_vk_gen ${CMAKE_BINARY_DIR}/generated/vulkan_shaders.c)
-    diffrt_vk_shaders(${_vk_gen} ${CMAKE_SOURCE_DIR}/shaders ${_vk_variants})
-    list(APPEND DIFFRT_BACKEND_SRC ${_vk_src} ${_vk_gen})
-    list(APPEND DIFFRT_BACKEND_DEFS DIFFRT_HAVE_VULKAN=1)
-    list(APPEND DIFFRT_BACKEND_LIBS Threads::Threads)
+    set(_vk_gen ${PROJECT_BINARY_DIR}/generated/vulkan_shaders.c)
+    diffrt_vk_shaders(${_vk_gen} ${PROJECT_SOURCE_DIR}/shaders ${_vk_variants})
+    diffrt_add_backend_module(vulkan SOURCES ${_vk_src} ${_vk_gen} LIBS Threads::Threads ${CMAKE_DL_LIBS}
+                              INCLUDES ${VULKAN_HEADER_DIR})
     string(APPEND DIFFRT_CONFORM_REQUIRE_DEFAULT ",vulkan")
     message(STATUS "diffrt: Vulkan backend enabled (glslc: ${GLSLC_EXECUTABLE})")
   endif()

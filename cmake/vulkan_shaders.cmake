@@ -35,7 +35,7 @@ endif()
 set(DIFFRT_VK_SHADERS_SCRIPT ${CMAKE_CURRENT_LIST_FILE})
 
 function(diffrt_vk_shaders out_c shader_dir)
-  set(spv_dir ${CMAKE_BINARY_DIR}/generated/spirv)
+  set(spv_dir ${PROJECT_BINARY_DIR}/generated/spirv)
   file(MAKE_DIRECTORY ${spv_dir})
   # every shader includes the shared .glsl files: any change rebuilds all
   file(GLOB includes CONFIGURE_DEPENDS ${shader_dir}/*.glsl)

@@ -153,15 +153,6 @@ drt_status drt_op_check_exec(const drt_tensor *node, const drt_exec *ex);
 /* ---- backends ---------------------------------------------------------- */
 typedef struct drt_backend drt_backend;
 
-/* What a backend knows of one device, for reports (conform --json/--junit).
- * An empty string means unknown. */
-typedef struct {
-    char name[256];       /* "NVIDIA H100 80GB HBM3", "llvmpipe (LLVM 15.0.6, 256 bits)" */
-    char vendor[64];      /* "NVIDIA", "Mesa", "The pocl project", "GenuineIntel" */
-    char driver[128];     /* driver name and version as the API reports it */
-    char api_version[64]; /* "OpenCL 3.0", "Vulkan 1.3.230", "CUDA runtime 12.4" */
-    char type[16];        /* "GPU", "CPU", "accelerator", "other" */
-} drt_device_props;
 
 /* The host CPU's model and vendor ("" when the OS does not say), for the
  * CPU backends' device_props and for reports. */
@@ -192,7 +183,8 @@ typedef struct drt_backend_ops {
      * precision mode (DESIGN.md section 6): 1e-8 for f32 paths, at most 5e-4
      * for a declared reduced-precision mode. NULL means 1e-8 everywhere. */
     double (*nmse_bound)(drt_backend *be, const drt_tensor *t);
-    /* optional: what is known of device dev (unknown fields left ""); NULL:
+    /* optional: what is known of device dev (the caller zeroed *out and set
+     * fp16 = bf16 = -1; unknown fields stay so); NULL:
      * only device_name is known */
     drt_status (*device_props)(int dev, drt_device_props *out);
     /* optional: the name of the precision mode in force on this instance

@@ -130,7 +130,7 @@ static double max_abs_logit(const float *q, const float *k, int T, int S, int H,
     return mx;
 }
 
-/* ---- ref_load_weight --------------------------------------------------- */
+/* ---- drt_ref_load_weight --------------------------------------------------- */
 
 static void test_load_weight(void) {
     static const struct {
@@ -152,12 +152,12 @@ static void test_load_weight(void) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         /* element 1 of a 3-element array, so the index is honoured */
         uint16_t w[3] = {0xffff, cases[c].bits, 0xffff};
-        float got = ref_load_weight(w, cases[c].t, 1);
+        float got = drt_ref_load_weight(w, cases[c].t, 1);
         DRT_CHECK(got == cases[c].want, "%s: got %.9g, expected %.9g", cases[c].name, got,
                   cases[c].want);
     }
     const float wf[3] = {0.1f, -7.25f, 3.0f};
-    DRT_CHECK(ref_load_weight(wf, DRT_F32, 1) == -7.25f, "load_weight f32 index 1");
+    DRT_CHECK(drt_ref_load_weight(wf, DRT_F32, 1) == -7.25f, "load_weight f32 index 1");
 }
 
 /* ---- EMBED -------------------------------------------------------------- */
@@ -183,7 +183,7 @@ static void test_embed(void) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         float out[8];
         drt_fill_nan(out, 8);
-        ref_embed(out, ids, 4, cases[c].e, cases[c].t, 3, 2);
+        drt_ref_embed(out, ids, 4, cases[c].e, cases[c].t, 3, 2);
         expect_near(cases[c].name, out, want, 8, 0);
     }
 }
@@ -213,7 +213,7 @@ static void test_rmsnorm(void) {
         const int n = cases[c].T * cases[c].C;
         float y[8];
         drt_fill_nan(y, n);
-        ref_rmsnorm(y, cases[c].x, cases[c].T, cases[c].C, cases[c].has_w ? cases[c].w : NULL,
+        drt_ref_rmsnorm(y, cases[c].x, cases[c].T, cases[c].C, cases[c].has_w ? cases[c].w : NULL,
                     cases[c].eps);
         expect_near(cases[c].name, y, cases[c].want, n, 1e-7);
     }
@@ -247,7 +247,7 @@ static void test_groupnorm(void) {
         const int n = cases[c].T * cases[c].H * cases[c].dv;
         float y[8];
         drt_fill_nan(y, n);
-        ref_groupnorm(y, cases[c].x, cases[c].T, cases[c].H, cases[c].dv,
+        drt_ref_groupnorm(y, cases[c].x, cases[c].T, cases[c].H, cases[c].dv,
                       cases[c].has_w ? cases[c].w : NULL, cases[c].eps, cases[c].scale);
         expect_near(cases[c].name, y, cases[c].want, n, 1e-7);
     }
@@ -304,7 +304,7 @@ static void test_matmul_hand(void) {
         float y[8];
         const void *w = cases[c].wt == DRT_F32 ? (const void *)cases[c].wf : cases[c].wh;
         drt_fill_nan(y, n);
-        ref_matmul(y, cases[c].x, w, cases[c].wt, cases[c].B, cases[c].Bw, cases[c].T, cases[c].N,
+        drt_ref_matmul(y, cases[c].x, w, cases[c].wt, cases[c].B, cases[c].Bw, cases[c].T, cases[c].N,
                    cases[c].K, cases[c].trans_w, cases[c].scale);
         expect_near(cases[c].name, y, cases[c].want, n, 0);
     }
@@ -358,7 +358,7 @@ static void test_matmul_random(void) {
                     ref[(b * T + t) * N + n] = (float)(acc * 0.75);
                 }
         drt_fill_nan(y, (int64_t)B * T * N);
-        ref_matmul(y, x, cases[c].wt == DRT_F32 ? (const void *)wf : wh, cases[c].wt, B, Bw, T, N,
+        drt_ref_matmul(y, x, cases[c].wt == DRT_F32 ? (const void *)wf : wh, cases[c].wt, B, Bw, T, N,
                    K, tw, 0.75f);
         expect_nmse(name, "vs double loop", y, ref, (int64_t)B * T * N, 1e-14);
         free(x), free(wf), free(y), free(ref), free(wh);
@@ -395,7 +395,7 @@ static void test_rope_hand(void) {
         const int n = cases[c].T * cases[c].Hn * cases[c].d;
         float y[16];
         drt_fill_nan(y, n);
-        ref_rope(y, cases[c].x, cases[c].T, cases[c].Hn, cases[c].d, cases[c].p0,
+        drt_ref_rope(y, cases[c].x, cases[c].T, cases[c].Hn, cases[c].d, cases[c].p0,
                  cases[c].inv_freq);
         expect_near(cases[c].name, y, cases[c].want, n, cases[c].tol);
     }
@@ -465,8 +465,8 @@ static void test_rope_interleaved(void) {
         permute_even_odd(kp, k, T * Hk, d);
         drt_fill_nan(qh, nq);
         drt_fill_nan(kh, nk);
-        ref_rope(qh, qp, T, Hq, d, p0, inv);
-        ref_rope(kh, kp, T, Hk, d, p0, inv);
+        drt_ref_rope(qh, qp, T, Hq, d, p0, inv);
+        drt_ref_rope(kh, kp, T, Hk, d, p0, inv);
         expect_near(name, qh, qip, nq, 1e-6);
         expect_near(name, kh, kip, nk, 1e-6);
         /* attention only sees q.k, which both orders must agree on */
@@ -499,7 +499,7 @@ static void test_pointwise(void) {
         const float want[6] = {0, 1.6479184330021646f, -LN3, 9.999999979388463f, 0, -1000};
         float y[6];
         drt_fill_nan(y, 6);
-        ref_swiglu(y, g, u, 6);
+        drt_ref_swiglu(y, g, u, 6);
         expect_near("swiglu n=6", y, want, 6, 1e-7);
     }
     {
@@ -507,7 +507,7 @@ static void test_pointwise(void) {
         const float want[6] = {0.5f, 0.75f, 0.25f, 1, 0, 1};
         float y[6];
         drt_fill_nan(y, 6);
-        ref_sigmoid(y, x, 6);
+        drt_ref_sigmoid(y, x, 6);
         expect_near("sigmoid n=6", y, want, 6, 1e-7);
     }
     {
@@ -516,7 +516,7 @@ static void test_pointwise(void) {
         const float want[4] = {1.5f, 0, 0, 1e8f};
         float y[4];
         drt_fill_nan(y, 4);
-        ref_add(y, a, b, 4);
+        drt_ref_add(y, a, b, 4);
         expect_near("add n=4", y, want, 4, 0);
     }
 }
@@ -546,7 +546,7 @@ static void test_kv_write(void) {
             want[i] = s >= 0 && s < cases[c].T ? src[s * row + i % row] : -9.0f;
             cache[i] = -9.0f;
         }
-        ref_kv_write(cache, src, cases[c].T, row, cases[c].p0);
+        drt_ref_kv_write(cache, src, cases[c].T, row, cases[c].p0);
         expect_near(cases[c].name, cache, want, n, 0);
     }
 }
@@ -578,7 +578,7 @@ static void test_permute_hand(void) {
         float x[8], y[8];
         for (int64_t i = 0; i < n; i++) x[i] = (float)i;
         drt_fill_nan(y, n);
-        ref_permute(y, x, ne, cases[c].perm);
+        drt_ref_permute(y, x, ne, cases[c].perm);
         expect_near(cases[c].name, y, cases[c].want, n, 0);
     }
 }
@@ -599,7 +599,7 @@ static void test_permute_all(void) {
                         perm[1] == perm[2] || perm[1] == perm[3] || perm[2] == perm[3])
                         continue;
                     drt_fill_nan(y, n);
-                    ref_permute(y, x, ne, perm);
+                    drt_ref_permute(y, x, ne, perm);
                     int bad = -1;
                     for (int o = 0; o < n && bad < 0; o++) {
                         /* unravel o over the output shape, scatter into j */
@@ -629,7 +629,7 @@ static void test_dual_softmax_hand(void) {
         const float want[4] = {0.5f, 0, -0.125f, 0.625f};
         float a[4];
         drt_fill_nan(a, 4);
-        ref_dual_softmax(a, s1, s2, 1, 2, 2, 0.5f, NULL);
+        drt_ref_dual_softmax(a, s1, s2, 1, 2, 2, 0.5f, NULL);
         expect_near("dual_softmax H=1 T=2 S=2 lambda=0.5", a, want, 4, 1e-7);
     }
     /* H=1 T=1 S=3 (p0=2), lambda_th = 0.25 overrides the scalar 99:
@@ -641,7 +641,7 @@ static void test_dual_softmax_hand(void) {
         const float want[3] = {0.1f, 0.55f, 0.1f};
         float a[3];
         drt_fill_nan(a, 3);
-        ref_dual_softmax(a, s1, s2, 1, 1, 3, 99.0f, lam);
+        drt_ref_dual_softmax(a, s1, s2, 1, 1, 3, 99.0f, lam);
         expect_near("dual_softmax H=1 T=1 S=3 lambda_th=0.25", a, want, 3, 1e-7);
     }
 }
@@ -688,7 +688,7 @@ static void test_dual_softmax_random(void) {
         const float *lam_th = cases[c].per_token ? lam : NULL;
         drt_fill_nan(a, n);
         /* the scalar must be ignored when lambda_th is given */
-        ref_dual_softmax(a, s1, s2, H, T, S, lam_th ? 123.0f : cases[c].lambda, lam_th);
+        drt_ref_dual_softmax(a, s1, s2, H, T, S, lam_th ? 123.0f : cases[c].lambda, lam_th);
 
         int masked_ok = 1, sums_ok = 1;
         for (int h = 0; h < H; h++)
@@ -736,15 +736,15 @@ static void decomposed_diff_attn(float *o, const float *q, const float *k, const
     const int swap02[4] = {2, 1, 0, 3}, swap12[4] = {0, 2, 1, 3};
     const int64_t qne[4] = {T, H, 2, dk}, kne[4] = {S, G, m, dk}, vne[4] = {1, S, G, dv};
     const int64_t one[4] = {1, H, T, dv};
-    ref_permute(qp, q, qne, swap02);
-    ref_permute(kp, k, kne, swap02);
-    ref_permute(vp, v, vne, swap12);
+    drt_ref_permute(qp, q, qne, swap02);
+    drt_ref_permute(kp, k, kne, swap02);
+    drt_ref_permute(vp, v, vne, swap12);
     const float s = 1.0f / sqrtf((float)dk);
-    ref_matmul(s1, qp, kp, DRT_F32, H, G, T, S, dk, 0, s);
-    ref_matmul(s2, qp + H * T * dk, kp + (m - 1) * G * S * dk, DRT_F32, H, G, T, S, dk, 0, s);
-    ref_dual_softmax(a, s1, s2, H, T, S, lambda, lambda_th);
-    ref_matmul(op, a, vp, DRT_F32, H, G, T, dv, S, 1, 1.0f);
-    ref_permute(o, op, one, swap12);
+    drt_ref_matmul(s1, qp, kp, DRT_F32, H, G, T, S, dk, 0, s);
+    drt_ref_matmul(s2, qp + H * T * dk, kp + (m - 1) * G * S * dk, DRT_F32, H, G, T, S, dk, 0, s);
+    drt_ref_dual_softmax(a, s1, s2, H, T, S, lambda, lambda_th);
+    drt_ref_matmul(op, a, vp, DRT_F32, H, G, T, dv, S, 1, 1.0f);
+    drt_ref_permute(o, op, one, swap12);
     free(qp), free(kp), free(vp), free(s1), free(s2), free(a), free(op);
 }
 
@@ -760,15 +760,15 @@ static void test_diff_attn_hand(void) {
     const float want[2] = {4, 9};
     float o[2];
     drt_fill_nan(o, 2);
-    ref_diff_attn(o, q_m1, k_m1, v, 2, 2, 1, 1, 1, 1, 1, 0.5f, NULL);
+    drt_ref_diff_attn(o, q_m1, k_m1, v, 2, 2, 1, 1, 1, 1, 1, 0.5f, NULL);
     expect_near("diff_attn T=2 S=2 H=1 G=1 m=1 dk=1 dv=1 lambda=0.5", o, want, 2, 1e-6);
     drt_fill_nan(o, 2);
-    ref_diff_attn(o, q_m2, k_m2, v, 2, 2, 1, 1, 2, 1, 1, 0.5f, NULL);
+    drt_ref_diff_attn(o, q_m2, k_m2, v, 2, 2, 1, 1, 2, 1, 1, 0.5f, NULL);
     expect_near("diff_attn T=2 S=2 H=1 G=1 m=2 dk=1 dv=1 lambda=0.5", o, want, 2, 1e-6);
     /* ATTN, same keys: query 0 -> 8; query 1 -> 8/4 + 16*3/4 = 14 */
     const float qa[2] = {LN3, LN3}, want_a[2] = {8, 14};
     drt_fill_nan(o, 2);
-    ref_attn(o, qa, k_m1, v, 2, 2, 1, 1, 1, 1);
+    drt_ref_attn(o, qa, k_m1, v, 2, 2, 1, 1, 1, 1);
     expect_near("attn T=2 S=2 H=1 G=1 dk=1 dv=1", o, want_a, 2, 1e-6);
 }
 
@@ -815,7 +815,7 @@ static void test_diff_attn_decomposed(void) {
         const float *lam_th = cases[c].per_token ? lam : NULL;
         const float lam_s1 = lam_th ? 123.0f : cases[c].lambda; /* ignored with lambda_th */
         drt_fill_nan(o, no);
-        ref_diff_attn(o, q, k, v, T, S, H, G, m, dk, dv, lam_s1, lam_th);
+        drt_ref_diff_attn(o, q, k, v, T, S, H, G, m, dk, dv, lam_s1, lam_th);
         decomposed_diff_attn(od, q, k, v, T, S, H, G, m, dk, dv, lam_s1, lam_th);
         naive_diff_attn(ref, q, k, v, T, S, H, G, m, dk, dv, lam_s1, lam_th);
         DRT_CHECK(drt_all_finite(o, no), "%s: non-finite output", name);
@@ -856,8 +856,8 @@ static void test_attn(void) {
             memcpy(qd + th * 2 * dk, q + th * dk, sizeof(float) * dk);
         drt_fill_nan(o, no);
         drt_fill_nan(od, no);
-        ref_attn(o, q, k, v, T, S, H, G, dk, dv);
-        ref_diff_attn(od, qd, k, v, T, S, H, G, 1, dk, dv, 0.0f, NULL);
+        drt_ref_attn(o, q, k, v, T, S, H, G, dk, dv);
+        drt_ref_diff_attn(od, qd, k, v, T, S, H, G, 1, dk, dv, 0.0f, NULL);
         DRT_CHECK(drt_all_finite(o, no), "%s: non-finite output", name);
         expect_nmse(name, "attn vs diff_attn lambda=0", o, od, no, 1e-14);
         free(q), free(qd), free(k), free(v), free(o), free(od);
@@ -916,7 +916,7 @@ static void test_attn_large_logits(void) {
                   name, reach, cases[c].min_logit);
 
         drt_fill_nan(o, no);
-        ref_diff_attn(o, q, k, v, T, S, H, G, m, dk, dv, cases[c].lambda, NULL);
+        drt_ref_diff_attn(o, q, k, v, T, S, H, G, m, dk, dv, cases[c].lambda, NULL);
         naive_diff_attn(ref, q, k, v, T, S, H, G, m, dk, dv, cases[c].lambda, NULL);
         DRT_CHECK(drt_all_finite(o, no), "%s: diff_attn output not finite", name);
         expect_nmse(name, "diff_attn vs double", o, ref, no, 1e-12);
@@ -932,7 +932,7 @@ static void test_attn_large_logits(void) {
             for (int th = 0; th < T * H; th++)
                 memcpy(qa + th * dk, q + th * 2 * dk, sizeof(float) * dk);
             drt_fill_nan(o, no);
-            ref_attn(o, qa, k, v, T, S, H, G, dk, dv);
+            drt_ref_attn(o, qa, k, v, T, S, H, G, dk, dv);
             naive_diff_attn(ref, q, k, v, T, S, H, G, 1, dk, dv, 0.0f, NULL);
             DRT_CHECK(drt_all_finite(o, no), "%s: attn output not finite", name);
             expect_nmse(name, "attn vs double", o, ref, no, 1e-12);

@@ -1,5 +1,5 @@
 /* Fast CPU DIFF_ATTN and ATTN (DESIGN.md section 3), compiled once per ISA.
- * Reference: backends/ref/attention.c (ref_diff_attn, ref_attn). Both
+ * Reference: backends/ref/attention.c (drt_ref_diff_attn, drt_ref_attn). Both
  * softmaxes are online; no (T,S) matrix is ever formed.
  *
  * A "row" below is one (query, map) pair: DIFF_ATTN has maps = 2 (A1 with

@@ -215,7 +215,7 @@ typedef struct {
     int perm[4];
 } permute_args;
 
-/* as ref_permute, for output rows [lo, hi) of axis 0 */
+/* as drt_ref_permute, for output rows [lo, hi) of axis 0 */
 static void permute_task(void *args, int ith, int nth) {
     const permute_args *a = args;
     const int64_t *ne = a->ne;

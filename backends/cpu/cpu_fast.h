@@ -44,7 +44,7 @@ static inline void cpu_split(int64_t n, int64_t align, int ith, int nth, int64_t
 /* ---- kernel arguments ------------------------------------------------------ */
 
 /* MATMUL: y (B,T,N) = scale * x (B,T,K) w^T, w (Bw,N,K) or (Bw,K,N) when
- * trans_w, dtype wt; batch b of x reads batch b*Bw/B of w (ref_matmul). */
+ * trans_w, dtype wt; batch b of x reads batch b*Bw/B of w (drt_ref_matmul). */
 typedef struct {
     float *y;
     const float *x;
@@ -59,8 +59,8 @@ typedef struct {
     atomic_int next_task;  /* GEMM: dynamic task counter, zeroed by the caller */
 } cpu_mm_args;
 
-/* DIFF_ATTN (maps = 2) and ATTN (maps = 1), shapes as in ref_diff_attn /
- * ref_attn: o (T,H,dv); q (T,H,maps,dk); k (S_cap,G,m,dk) (m = 1 for ATTN);
+/* DIFF_ATTN (maps = 2) and ATTN (maps = 1), shapes as in drt_ref_diff_attn /
+ * drt_ref_attn: o (T,H,dv); q (T,H,maps,dk); k (S_cap,G,m,dk) (m = 1 for ATTN);
  * v (S_cap,G,dv); lambda_th (T,H) or NULL. */
 typedef struct {
     float *o;

@@ -1,5 +1,5 @@
 /* CUDA: DUAL_SOFTMAX, DIFF_ATTN and ATTN (DESIGN.md section 3). Reference:
- * backends/ref/attention.c (ref_dual_softmax, ref_diff_attn, ref_attn).
+ * backends/ref/attention.c (drt_ref_dual_softmax, drt_ref_diff_attn, drt_ref_attn).
  *
  * DIFF_ATTN, per diff-head h (kv group g = h*G/H), query t at position p0+t,
  * keys j <= p0+t, s = 1/sqrt(dk):

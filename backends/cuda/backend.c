@@ -34,6 +34,7 @@
 
 #include "cuda_ops.h"
 #include "drt_error.h"
+#include "drt_module.h"
 #include "drt_graph.h"
 
 #define MIN_CC_MAJOR 8 /* kernels are built for sm_80 and sm_90a */
@@ -597,3 +598,6 @@ const drt_backend_ops drt_cuda_backend_ops = {
     .device_props = cuda_device_props,
     .precision = cuda_precision,
 };
+
+/* the module entry point: libdiffrt-cuda.so (runtime/drt_module.h) */
+DRT_DEFINE_BACKEND_MODULE(drt_cuda_backend_ops)

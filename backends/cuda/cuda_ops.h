@@ -73,7 +73,7 @@ drt_status cu_sigmoid(cu_ctx *c, float *y, const float *x, int64_t n);
 drt_status cu_add(cu_ctx *c, float *y, const float *a, const float *b, int64_t n);
 /* cache is (S_cap,row); src is (T,row); rows *d_p0 .. *d_p0+T-1 */
 drt_status cu_kv_write(cu_ctx *c, float *cache, const float *src, int T, int64_t row);
-/* x has shape ne[0..3]; y = x permuted, y dim a = x dim perm[a] (ref_permute) */
+/* x has shape ne[0..3]; y = x permuted, y dim a = x dim perm[a] (drt_ref_permute) */
 drt_status cu_permute(cu_ctx *c, float *y, const float *x, const int64_t ne[4], const int perm[4]);
 
 /* ---- norm.cu ---------------------------------------------------------------- */
@@ -86,7 +86,7 @@ drt_status cu_norm_rows(cu_ctx *c, float *y, const float *x, int64_t rows, int C
 /* ---- matmul.cu ---------------------------------------------------------------- */
 
 /* y (B,T,N) = scale * x (B,T,K) w^T; w is (Bw,N,K), or (Bw,K,N) when trans_w,
- * of dtype wt; batch b of x uses batch b*Bw/B of w (ref_matmul). */
+ * of dtype wt; batch b of x uses batch b*Bw/B of w (drt_ref_matmul). */
 drt_status cu_matmul(cu_ctx *c, float *y, const float *x, const void *w, drt_dtype wt, int B, int Bw,
                      int T, int N, int K, int trans_w, float scale);
 /* bytes of c->scratch cu_matmul needs for these arguments */

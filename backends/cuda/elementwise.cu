@@ -45,7 +45,7 @@ extern "C" drt_status cu_embed(cu_ctx *c, float *out, const int32_t *ids, int T,
 /* ---- ROPE --------------------------------------------------------------------------- */
 
 /* y, x are (T,Hn,d); inv_freq is (d/2); token t at position *p0 + t.
- * One thread per rotate_half pair (i, i+d/2). As in ref_rope the angle and
+ * One thread per rotate_half pair (i, i+d/2). As in drt_ref_rope the angle and
  * its sine/cosine are in double: pos*inv_freq reaches ~1e3 rad at long
  * positions, where an f32 angle would be off by ~1e-4.
  * Napkin math: reads and writes 2*T*Hn*d floats (+ inv_freq). */
@@ -145,7 +145,7 @@ extern "C" drt_status cu_kv_write(cu_ctx *c, float *cache, const float *src, int
 
 /* y has shape yn[0..3] and is written in order; element (i0,i1,i2,i3) of y
  * is x[i0*gs[0] + i1*gs[1] + i2*gs[2] + i3*gs[3]] (gs: x's strides, permuted;
- * see ref_permute). Writes are coalesced, reads are gathered.
+ * see drt_ref_permute). Writes are coalesced, reads are gathered.
  * Napkin math: 2n floats moved. */
 struct perm_args {
     int64_t yn[4], gs[4];

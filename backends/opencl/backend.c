@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "drt_error.h"
+#include "drt_module.h"
 #include "ocl.h"
 
 const char *ocl_err_str(cl_int e) {
@@ -656,3 +657,6 @@ const drt_backend_ops drt_opencl_backend_ops = {
     .compute = ocl_compute,
     .synchronize = ocl_synchronize,
 };
+
+/* the module entry point: libdiffrt-opencl.so (runtime/drt_module.h) */
+DRT_DEFINE_BACKEND_MODULE(drt_opencl_backend_ops)

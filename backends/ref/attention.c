@@ -41,7 +41,7 @@ static void fill_nan(float *o, int64_t n) {
  * a[h,t,j] = softmax_j(s1[h,t,:])[j] - lambda * softmax_j(s2[h,t,:])[j] for
  * j <= p0+t, and exactly 0 for the masked j > p0+t (a later matmul with V
  * then needs no mask of its own). Each row sums to 1 - lambda. */
-void ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int T, int S, float lambda,
+void drt_ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int T, int S, float lambda,
                       const float *lambda_th) {
     const int p0 = S - T;
     double *e1 = malloc(sizeof(double) * 2 * (size_t)S); /* (2,S): both rows' exps */
@@ -74,7 +74,7 @@ void ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int T, 
  *   A2 = softmax_j(s * q[t,h,1] . k[j,g,m-1])   (m = 1: both maps share k)
  *   o[t,h] = sum_j (A1[j] - lambda * A2[j]) v[j,g]
  * Napkin math, causal: ~T*H*(p0+T/2)*(4*dk + 2*dv) flops. */
-void ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
+void drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
                    int G, int m, int dk, int dv, float lambda, const float *lambda_th) {
     const int p0 = S - T;
     const double s = 1.0 / sqrt((double)dk);
@@ -116,7 +116,7 @@ void ref_diff_attn(float *o, const float *q, const float *k, const float *v, int
 /* o is (T,H,dv); q is (T,H,dk); k is (S,G,dk); v is (S,G,dv); head h reads
  * kv group floor(h*G/H); scale 1/sqrt(dk); same causal mask as above.
  * Napkin math, causal: ~T*H*(p0+T/2)*(2*dk + 2*dv) flops. */
-void ref_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
+void drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
               int dk, int dv) {
     const int p0 = S - T;
     const double s = 1.0 / sqrt((double)dk);

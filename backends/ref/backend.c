@@ -26,52 +26,52 @@ drt_status drt_ref_run_node(const drt_tensor *t, void *dst, void *const *srcs, c
                 return drt_set_error(DRT_ERR_INVALID_ARG,
                                      "EMBED: token id %d at position %lld is outside [0, %d)",
                                      ids[i], (long long)i, V);
-        ref_embed(y, ids, (int)a->ne[0], srcs[1], b->type, V, (int)b->ne[1]);
+        drt_ref_embed(y, ids, (int)a->ne[0], srcs[1], b->type, V, (int)b->ne[1]);
         return DRT_OK;
     }
     case DRT_OP_RMSNORM:
-        ref_rmsnorm(y, x0, (int)rows_of(a), (int)a->ne[a->nd - 1], x1, t->fp[0]);
+        drt_ref_rmsnorm(y, x0, (int)rows_of(a), (int)a->ne[a->nd - 1], x1, t->fp[0]);
         return DRT_OK;
     case DRT_OP_MATMUL: {
         int B = a->nd == 3 ? (int)a->ne[0] : 1, Bw = b->nd == 3 ? (int)b->ne[0] : 1;
         int T = (int)a->ne[a->nd - 2], K = (int)a->ne[a->nd - 1];
         int N = (int)t->ne[t->nd - 1];
-        ref_matmul(y, x0, srcs[1], b->type, B, Bw, T, N, K, t->ip[0], t->fp[0]);
+        drt_ref_matmul(y, x0, srcs[1], b->type, B, Bw, T, N, K, t->ip[0], t->fp[0]);
         return DRT_OK;
     }
     case DRT_OP_ROPE:
-        ref_rope(y, x0, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], p0, x1);
+        drt_ref_rope(y, x0, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], p0, x1);
         return DRT_OK;
     case DRT_OP_DUAL_SOFTMAX:
-        ref_dual_softmax(y, x0, x1, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], t->fp[0], srcs[2]);
+        drt_ref_dual_softmax(y, x0, x1, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], t->fp[0], srcs[2]);
         return DRT_OK;
     case DRT_OP_DIFF_ATTN: {
         int T = (int)a->ne[0];
-        ref_diff_attn(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)b->ne[2],
+        drt_ref_diff_attn(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)b->ne[2],
                       (int)a->ne[3], (int)t->src[2]->ne[2], t->fp[0], srcs[3]);
         return DRT_OK;
     }
     case DRT_OP_ATTN: {
         int T = (int)a->ne[0];
-        ref_attn(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)a->ne[2],
+        drt_ref_attn(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)a->ne[2],
                  (int)t->src[2]->ne[2]);
         return DRT_OK;
     }
     case DRT_OP_GROUPNORM:
-        ref_groupnorm(y, x0, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], x1, t->fp[0], t->fp[1]);
+        drt_ref_groupnorm(y, x0, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], x1, t->fp[0], t->fp[1]);
         return DRT_OK;
-    case DRT_OP_SWIGLU: ref_swiglu(y, x0, x1, drt_nelem(t)); return DRT_OK;
-    case DRT_OP_SIGMOID: ref_sigmoid(y, x0, drt_nelem(t)); return DRT_OK;
-    case DRT_OP_ADD: ref_add(y, x0, x1, drt_nelem(t)); return DRT_OK;
+    case DRT_OP_SWIGLU: drt_ref_swiglu(y, x0, x1, drt_nelem(t)); return DRT_OK;
+    case DRT_OP_SIGMOID: drt_ref_sigmoid(y, x0, drt_nelem(t)); return DRT_OK;
+    case DRT_OP_ADD: drt_ref_add(y, x0, x1, drt_nelem(t)); return DRT_OK;
     case DRT_OP_KV_WRITE:
         /* dst aliases the cache (srcs[1]) */
-        ref_kv_write(y, x0, (int)a->ne[0], drt_nelem(a) / (a->ne[0] ? a->ne[0] : 1), p0);
+        drt_ref_kv_write(y, x0, (int)a->ne[0], drt_nelem(a) / (a->ne[0] ? a->ne[0] : 1), p0);
         return DRT_OK;
     case DRT_OP_PERMUTE: {
         int64_t ne[4];
         int perm[4];
         drt_permute_4d(t, ne, perm); /* padded at the front to 4 dims */
-        ref_permute(y, x0, ne, perm);
+        drt_ref_permute(y, x0, ne, perm);
         return DRT_OK;
     }
     case DRT_OP_NONE:

@@ -8,11 +8,11 @@
 
 /* out is (T,D); ids is (T), each in [0,V) (checked by the op table, so no
  * read here can go out of bounds); E is (V,D) of dtype et. */
-void ref_embed(float *out, const int32_t *ids, int T, const void *E, drt_dtype et, int V, int D) {
+void drt_ref_embed(float *out, const int32_t *ids, int T, const void *E, drt_dtype et, int V, int D) {
     (void)V;
     for (int t = 0; t < T; t++) {
         const int64_t row = (int64_t)ids[t] * D;
-        for (int d = 0; d < D; d++) out[(int64_t)t * D + d] = ref_load_weight(E, et, row + d);
+        for (int d = 0; d < D; d++) out[(int64_t)t * D + d] = drt_ref_load_weight(E, et, row + d);
     }
 }
 
@@ -22,7 +22,7 @@ void ref_embed(float *out, const int32_t *ids, int T, const void *E, drt_dtype e
  * Both inputs of a pair are read before either output is written, so y == x
  * works. The angle is formed in double: pos*inv_freq reaches ~1e3 at long
  * positions, where an f32 product would be off by ~1e-4 radians. */
-void ref_rope(float *y, const float *x, int T, int Hn, int d, int p0, const float *inv_freq) {
+void drt_ref_rope(float *y, const float *x, int T, int Hn, int d, int p0, const float *inv_freq) {
     const int half = d / 2;
     for (int t = 0; t < T; t++) {
         const double pos = (double)(p0 + t);
@@ -41,7 +41,7 @@ void ref_rope(float *y, const float *x, int T, int Hn, int d, int p0, const floa
 
 /* y, g, u are (n): y = g / (1 + exp(-g)) * u. For g << 0, exp(-g) is +inf in
  * double and the quotient is -0, never NaN. */
-void ref_swiglu(float *y, const float *g, const float *u, int64_t n) {
+void drt_ref_swiglu(float *y, const float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const double gi = g[i];
         y[i] = (float)(gi / (1.0 + exp(-gi)) * (double)u[i]);
@@ -49,18 +49,18 @@ void ref_swiglu(float *y, const float *g, const float *u, int64_t n) {
 }
 
 /* y, x are (n) */
-void ref_sigmoid(float *y, const float *x, int64_t n) {
+void drt_ref_sigmoid(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = (float)(1.0 / (1.0 + exp(-(double)x[i])));
 }
 
 /* y, a, b are (n); one f32 add is already correctly rounded */
-void ref_add(float *y, const float *a, const float *b, int64_t n) {
+void drt_ref_add(float *y, const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
 /* cache is (S_cap,row); src is (T,row). Rows are contiguous in both, so the
  * T new rows land as one block at row p0. */
-void ref_kv_write(float *cache, const float *src, int T, int64_t row, int p0) {
+void drt_ref_kv_write(float *cache, const float *src, int T, int64_t row, int p0) {
     memcpy(cache + (int64_t)p0 * row, src, (size_t)((int64_t)T * row) * sizeof(float));
 }
 
@@ -68,7 +68,7 @@ void ref_kv_write(float *cache, const float *src, int T, int64_t row, int p0) {
  * (ne[perm[0]], ne[perm[1]], ne[perm[2]], ne[perm[3]]).
  * Output axis a walks input axis perm[a], so its step through x is
  * gs[a] = xs[perm[a]]; y is written in order, x is gathered. */
-void ref_permute(float *y, const float *x, const int64_t ne[4], const int perm[4]) {
+void drt_ref_permute(float *y, const float *x, const int64_t ne[4], const int perm[4]) {
     const int64_t xs[4] = {ne[1] * ne[2] * ne[3], ne[2] * ne[3], ne[3], 1};
     const int64_t yn[4] = {ne[perm[0]], ne[perm[1]], ne[perm[2]], ne[perm[3]]};
     const int64_t gs[4] = {xs[perm[0]], xs[perm[1]], xs[perm[2]], xs[perm[3]]};

@@ -7,7 +7,7 @@
 
 /* w is a flat array of dtype t; only f32/f16/bf16 are weight dtypes (the op
  * table never hands an i32 tensor to a weight slot). */
-float ref_load_weight(const void *w, drt_dtype t, int64_t i) {
+float drt_ref_load_weight(const void *w, drt_dtype t, int64_t i) {
     switch (t) {
     case DRT_F16: return drt_f16_to_f32(((const uint16_t *)w)[i]);
     case DRT_BF16: return drt_bf16_to_f32(((const uint16_t *)w)[i]);
@@ -23,7 +23,7 @@ float ref_load_weight(const void *w, drt_dtype t, int64_t i) {
  *      (Bw,K,N) when trans_w == 1 (e.g. V in A.V: column n is strided by N).
  * Batch b of x reads batch floor(b*Bw/B) of w, so G kv groups serve H heads.
  * Napkin math: 2*B*T*N*K flops; reads B*T*K + Bw*N*K, writes B*T*N elements. */
-void ref_matmul(float *y, const float *x, const void *w, drt_dtype wt, int B, int Bw, int T, int N,
+void drt_ref_matmul(float *y, const float *x, const void *w, drt_dtype wt, int B, int Bw, int T, int N,
                 int K, int trans_w, float scale) {
     /* element (n,k) of one weight batch sits at n*n_stride + k*k_stride */
     const int64_t n_stride = trans_w ? 1 : K;
@@ -43,14 +43,14 @@ void ref_matmul(float *y, const float *x, const void *w, drt_dtype wt, int B, in
         for (int n = 0; n < N; n++) {
             const int64_t wn = wb + n * n_stride;
             if (whole)
-                for (int k = 0; k < K; k++) row[k] = ref_load_weight(w, wt, wn + k * k_stride);
+                for (int k = 0; k < K; k++) row[k] = drt_ref_load_weight(w, wt, wn + k * k_stride);
             for (int t = 0; t < T; t++) {
                 const float *xt = xb + (int64_t)t * K;
                 double acc = 0.0;
                 for (int k0 = 0; k0 < K; k0 += ROW_CHUNK) {
                     const int kn = K - k0 < ROW_CHUNK ? K - k0 : ROW_CHUNK;
                     if (!whole)
-                        for (int k = 0; k < kn; k++) row[k] = ref_load_weight(w, wt, wn + (k0 + k) * k_stride);
+                        for (int k = 0; k < kn; k++) row[k] = drt_ref_load_weight(w, wt, wn + (k0 + k) * k_stride);
                     for (int k = 0; k < kn; k++) acc += (double)xt[k0 + k] * (double)row[k];
                 }
                 /* scale is applied once, in double, so y is rounded only once */

@@ -7,7 +7,7 @@
 
 /* x, y are (T,C); w is (C) or NULL.
  * Napkin math: 4*T*C flops; reads T*C (+C), writes T*C floats. */
-void ref_rmsnorm(float *y, const float *x, int T, int C, const float *w, float eps) {
+void drt_ref_rmsnorm(float *y, const float *x, int T, int C, const float *w, float eps) {
     for (int t = 0; t < T; t++) {
         const float *xt = x + (int64_t)t * C;
         float *yt = y + (int64_t)t * C;
@@ -24,9 +24,9 @@ void ref_rmsnorm(float *y, const float *x, int T, int C, const float *w, float e
 
 /* x, y are (T,H,dv); w is (dv) or NULL. Each (t,h) row of dv is one head's
  * attention output, normalised on its own; scale is (1 - lambda_init) in V1.
- * Written out rather than calling ref_rmsnorm so that the extra scale does not
+ * Written out rather than calling drt_ref_rmsnorm so that the extra scale does not
  * round the output a second time. */
-void ref_groupnorm(float *y, const float *x, int T, int H, int dv, const float *w, float eps,
+void drt_ref_groupnorm(float *y, const float *x, int T, int H, int dv, const float *w, float eps,
                    float scale) {
     const int64_t rows = (int64_t)T * H;
     for (int64_t r = 0; r < rows; r++) {

@@ -12,61 +12,61 @@
 #include "diffrt/diffrt.h"
 
 /* Reads element i of a weight array of dtype t (f32/f16/bf16) as float. */
-float ref_load_weight(const void *w, drt_dtype t, int64_t i);
+float drt_ref_load_weight(const void *w, drt_dtype t, int64_t i);
 
 /* out is (T,D); ids is (T) with every id in [0,V); E is (V,D) of dtype et */
-void ref_embed(float *out, const int32_t *ids, int T, const void *E, drt_dtype et, int V, int D);
+void drt_ref_embed(float *out, const int32_t *ids, int T, const void *E, drt_dtype et, int V, int D);
 
 /* y, x are (T,C); w is (C) or NULL (no weight); y = x / sqrt(mean(x^2)+eps) * w */
-void ref_rmsnorm(float *y, const float *x, int T, int C, const float *w, float eps);
+void drt_ref_rmsnorm(float *y, const float *x, int T, int C, const float *w, float eps);
 
 /* Batched Y = scale * X W^T.
  * x is (B,T,K); y is (B,T,N);
  * w is (Bw,N,K) when trans_w == 0, (Bw,K,N) when trans_w == 1, dtype wt;
  * batch b of x uses batch floor(b*Bw/B) of w (B is a multiple of Bw). */
-void ref_matmul(float *y, const float *x, const void *w, drt_dtype wt, int B, int Bw, int T, int N,
+void drt_ref_matmul(float *y, const float *x, const void *w, drt_dtype wt, int B, int Bw, int T, int N,
                 int K, int trans_w, float scale);
 
 /* y, x are (T,Hn,d), d even; token t is at position p0+t; inv_freq is (d/2).
  * rotate_half ("NeoX"): for i < d/2, with a = pos*inv_freq[i],
  *   y[i]       = x[i] cos a - x[i+d/2] sin a
  *   y[i+d/2]   = x[i+d/2] cos a + x[i] sin a */
-void ref_rope(float *y, const float *x, int T, int Hn, int d, int p0, const float *inv_freq);
+void drt_ref_rope(float *y, const float *x, int T, int Hn, int d, int p0, const float *inv_freq);
 
 /* a, s1, s2 are (H,T,S), S >= T, mask offset p0 = S - T: query t sees keys j <= p0+t.
  * a = softmax(s1 + M) - lambda * softmax(s2 + M); masked entries of a are 0.
  * lambda_th is (T,H) (per token and head, V2) or NULL, then the scalar lambda is used. */
-void ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int T, int S, float lambda,
+void drt_ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int T, int S, float lambda,
                       const float *lambda_th);
 
 /* Fused differential attention, DESIGN section 3.
  * o is (T,H,dv); q is (T,H,2,dk); k is (S,G,m,dk) with m in {1,2}; v is (S,G,dv).
  * p0 = S - T; diff-head h uses kv group g = floor(h*G/H); scale 1/sqrt(dk).
  * lambda_th is (T,H) or NULL (then scalar lambda). */
-void ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
+void drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
                    int G, int m, int dk, int dv, float lambda, const float *lambda_th);
 
 /* Standard causal attention. o is (T,H,dv); q is (T,H,dk); k is (S,G,dk); v is (S,G,dv). */
-void ref_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
+void drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
               int dk, int dv);
 
 /* y, x are (T,H,dv); per (t,h): RMSNORM over dv with eps, times w (dv, or NULL), times scale. */
-void ref_groupnorm(float *y, const float *x, int T, int H, int dv, const float *w, float eps,
+void drt_ref_groupnorm(float *y, const float *x, int T, int H, int dv, const float *w, float eps,
                    float scale);
 
 /* y, g, u are (n): y = silu(g) * u */
-void ref_swiglu(float *y, const float *g, const float *u, int64_t n);
+void drt_ref_swiglu(float *y, const float *g, const float *u, int64_t n);
 /* y, x are (n) */
-void ref_sigmoid(float *y, const float *x, int64_t n);
+void drt_ref_sigmoid(float *y, const float *x, int64_t n);
 /* y, a, b are (n) */
-void ref_add(float *y, const float *a, const float *b, int64_t n);
+void drt_ref_add(float *y, const float *a, const float *b, int64_t n);
 
 /* cache is (S_cap, row) floats; src is (T, row); writes rows p0..p0+T-1. */
-void ref_kv_write(float *cache, const float *src, int T, int64_t row, int p0);
+void drt_ref_kv_write(float *cache, const float *src, int T, int64_t row, int p0);
 
 /* General 4-d permuted copy. x has shape ne[0..3] (row-major, ne[3] fastest);
  * y has shape ne[perm[0]], ne[perm[1]], ne[perm[2]], ne[perm[3]] and
  * y[i0,i1,i2,i3] = x[j] where j[perm[a]] = i_a. */
-void ref_permute(float *y, const float *x, const int64_t ne[4], const int perm[4]);
+void drt_ref_permute(float *y, const float *x, const int64_t ne[4], const int perm[4]);
 
 #endif

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "drt_error.h"
+#include "drt_module.h"
 #include "drt_vulkan.h"
 #include "vk_internal.h"
 
@@ -1246,3 +1247,6 @@ const drt_backend_ops drt_vulkan_backend_ops = {
     .compute = vk_compute,
     .synchronize = vk_synchronize,
 };
+
+/* the module entry point: libdiffrt-vulkan.so (runtime/drt_module.h) */
+DRT_DEFINE_BACKEND_MODULE(drt_vulkan_backend_ops)

@@ -33,6 +33,6 @@ typedef struct {
 } drt_vk_counters;
 
 /* Process-wide, cumulative over every Vulkan backend instance. */
-void drt_vk_get_counters(drt_vk_counters *out);
+__attribute__((visibility("default"))) void drt_vk_get_counters(drt_vk_counters *out);
 
 #endif

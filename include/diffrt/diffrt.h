@@ -39,20 +39,51 @@ const char *drt_last_error(void);
 const char *drt_dtype_name(drt_dtype t);
 size_t drt_dtype_size(drt_dtype t);
 
+/* The version of the library (CMake's project VERSION, "0.1.0") and the short
+ * git commit it was built from ("unknown" outside a git checkout). */
+const char *drt_version(void);
+const char *drt_git_commit(void);
+
 /* ---- backends -------------------------------------------------------- */
 
+/* cpu and ref are built into the library. opencl, vulkan and cuda are
+ * modules, libdiffrt-<name>.so, opened the first time the backend is listed
+ * or opened, from (in order) the directory of libdiffrt.so (or of the
+ * program it is linked into), each directory of DIFFRT_BACKEND_PATH
+ * (':'-separated), then the installation's library directory. A missing
+ * module, or one whose vendor library (libOpenCL, libcudart, ...) is missing,
+ * makes that backend unavailable with the reason; nothing else fails. */
 typedef struct {
     const char *name;     /* "cpu", "ref", "opencl", "vulkan", "cuda" */
-    int compiled_in;      /* built into this binary */
+    int compiled_in;      /* this build made it (built in, or as a module), or its module was found */
     int available;        /* usable on this machine now */
     const char *reason;   /* why not, when !available */
     int device_count;
+    int builtin;          /* part of the library itself (cpu, ref) */
+    const char *module;   /* the module file it was loaded from; NULL when built in or not loaded */
 } drt_backend_info;
 
+/* What a backend knows of one of its devices. Strings are "" and numbers 0
+ * when unknown; fp16 and bf16 are 1 (native arithmetic in that type), 0 (no)
+ * or -1 (unknown). */
+typedef struct {
+    char name[256];       /* "NVIDIA H100 80GB HBM3", "llvmpipe (LLVM 15.0.6, 256 bits)" */
+    char vendor[64];      /* "NVIDIA", "Mesa", "The pocl project", "GenuineIntel" */
+    char driver[128];     /* driver name and version as the API reports it */
+    char api_version[64]; /* "OpenCL 3.0", "Vulkan 1.3.230", "CUDA runtime 12.4" */
+    char type[16];        /* "GPU", "CPU", "accelerator", "other" */
+    uint64_t memory_bytes; /* device memory; host RAM for CPU devices */
+    int subgroup_size;    /* lanes of a subgroup / warp / SIMD register of f32 */
+    int fp16, bf16;
+} drt_device_props;
+
+/* Backends are indexed 0 .. drt_backend_count() - 1 in a fixed order (cpu,
+ * ref, opencl, vulkan, cuda). Listing one opens its module and probes it. */
 int drt_backend_count(void);
 drt_status drt_backend_get_info(int index, drt_backend_info *out);
 /* name of device `dev` (0 .. device_count - 1) of backend `index` */
 drt_status drt_backend_device_name(int index, int dev, char *buf, size_t n);
+drt_status drt_backend_device_props(int index, int dev, drt_device_props *out);
 
 /* ---- models ---------------------------------------------------------- */
 

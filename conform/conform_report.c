@@ -10,7 +10,7 @@
 
 #include "conform_report.h"
 #include "drt_error.h"
-#include "drt_version.h"
+#include "diffrt/diffrt.h"
 
 const char *const CF_STATUS_NAME[CF_N_STATUS] = {"pass", "fail", "unsupported", "unavailable"};
 
