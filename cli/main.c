@@ -103,7 +103,11 @@ static const char *USAGE =
     "  diffrt report FILE... --out DIR\n"
     "      merges bench --json files from any machines into DIR/report.md and SVG charts\n"
     "\n"
-    "  diffrt --help | --version\n";
+    "  diffrt --help\n"
+    "  diffrt --version\n"
+    "      the version, the git commit, and each backend: built in, its module\n"
+    "      (libdiffrt-<name>.so, from the library's directory or DIFFRT_BACKEND_PATH),\n"
+    "      or why it is unavailable\n";
 
 void cli_usage(FILE *f) { fputs(USAGE, f); }
 
@@ -205,6 +209,32 @@ static int fallback_check(const char *dir, const char *backend) {
     return rc;
 }
 
+/* diffrt --version: what this build is and what each backend is here. */
+static int cmd_version(void) {
+    printf("diffrt %s (commit %s)\n", drt_version(), drt_git_commit());
+    for (int b = 0; b < drt_backend_count(); b++) {
+        drt_backend_info bi;
+        if (drt_backend_get_info(b, &bi) != DRT_OK) continue;
+        char where[1100];
+        if (bi.builtin)
+            snprintf(where, sizeof where, "built in");
+        else if (bi.module)
+            snprintf(where, sizeof where, "module %.1000s", bi.module);
+        else if (bi.compiled_in)
+            snprintf(where, sizeof where, "compiled, module not loaded");
+        else {
+            printf("  %-7s %s\n", bi.name, bi.reason); /* "not compiled into this build (...)" */
+            continue;
+        }
+        if (bi.available)
+            printf("  %-7s %s; available, %d device%s\n", bi.name, where, bi.device_count,
+                   bi.device_count == 1 ? "" : "s");
+        else
+            printf("  %-7s %s; unavailable: %s\n", bi.name, where, bi.reason);
+    }
+    return 0;
+}
+
 static int cmd_info(int argc, char **argv) {
     const char *model = NULL, *backend = NULL;
     for (int i = 0; i < argc; i++) {
@@ -234,6 +264,15 @@ static int cmd_info(int argc, char **argv) {
         for (int d = 0; d < bi.device_count; d++) {
             char name[256];
             if (drt_backend_device_name(b, d, name, sizeof name) == DRT_OK) printf("          [%d] %s\n", d, name);
+            drt_device_props p;
+            if (drt_backend_device_props(b, d, &p) != DRT_OK) continue;
+            static const char *yn[] = {"unknown", "no", "yes"};
+            char mem[32] = "unknown";
+            if (p.memory_bytes) snprintf(mem, sizeof mem, "%.1f GiB", p.memory_bytes / 1073741824.0);
+            char sg[16] = "unknown";
+            if (p.subgroup_size) snprintf(sg, sizeof sg, "%d", p.subgroup_size);
+            printf("              type %s, memory %s, subgroup %s, fp16 %s, bf16 %s\n",
+                   p.type[0] ? p.type : "unknown", mem, sg, yn[p.fp16 + 1], yn[p.bf16 + 1]);
         }
     }
     if (model) {
@@ -545,10 +584,7 @@ int main(int argc, char **argv) {
         fputs(USAGE, stdout);
         return 0;
     }
-    if (strcmp(cmd, "--version") == 0) {
-        printf("diffrt %s (commit %s)\n", drt_version(), drt_git_commit());
-        return 0;
-    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) return cmd_version();
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "conform") == 0) return cmd_conform(argc - 2, argv + 2);

@@ -68,7 +68,8 @@ static void core_dir(char *dir, size_t n) {
     char *slash = strrchr(path, '/');
     if (!slash) return;
     *slash = 0;
-    snprintf(dir, n, "%s", path[0] ? path : "/");
+    char real[PATH_MAX];
+    snprintf(dir, n, "%s", realpath(path[0] ? path : "/", real) ? real : path[0] ? path : "/");
 }
 
 /* Opens dir/libdiffrt-<name>.so when it exists. 1: loaded into e; 0: no such

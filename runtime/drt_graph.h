@@ -157,6 +157,9 @@ typedef struct drt_backend drt_backend;
 /* The host CPU's model and vendor ("" when the OS does not say), for the
  * CPU backends' device_props and for reports. */
 void drt_host_cpu(char *model, size_t model_n, char *vendor, size_t vendor_n);
+/* The host CPU as a device: name, vendor, type "CPU", memory, SIMD lanes,
+ * native f16/bf16 arithmetic (the cpu and ref backends' device_props). */
+void drt_host_cpu_props(drt_device_props *out);
 
 typedef struct drt_backend_ops {
     const char *name;

@@ -3,6 +3,10 @@
  * empty strings). */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 
 #include "drt_graph.h"
 
@@ -51,4 +55,28 @@ void drt_host_cpu(char *model, size_t model_n, char *vendor, size_t vendor_n) {
     }
     fclose(f);
     if (!vendor[0] && impl[0]) snprintf(vendor, vendor_n, "%s", arm_implementer(impl));
+}
+
+/* The host CPU as a device (cpu and ref backends): name and vendor from
+ * /proc/cpuinfo, physical memory, f32 lanes of its widest vector unit, and
+ * whether it computes in f16 / bf16 natively (x86: AVX512-FP16 /
+ * AVX512-BF16; arm64: the FP16 / BF16 extensions). */
+void drt_host_cpu_props(drt_device_props *out) {
+    drt_host_cpu(out->name, sizeof out->name, out->vendor, sizeof out->vendor);
+    snprintf(out->type, sizeof out->type, "CPU");
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    out->memory_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    out->subgroup_size = __builtin_cpu_supports("avx512f") ? 16 : __builtin_cpu_supports("avx") ? 8 : 4;
+    out->fp16 = __builtin_cpu_supports("avx512fp16") ? 1 : 0;
+    out->bf16 = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
+#elif defined(__aarch64__) && defined(__linux__)
+    unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+    out->subgroup_size = 4;
+    out->fp16 = (hw & (1UL << 10)) ? 1 : 0; /* HWCAP_ASIMDHP */
+    out->bf16 = (hw2 & (1UL << 14)) ? 1 : 0; /* HWCAP2_BF16 */
+#else
+    out->subgroup_size = 1;
+#endif
 }

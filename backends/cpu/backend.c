@@ -407,9 +407,7 @@ static drt_status cpu_device_name(int dev, char *buf, size_t n) {
 
 /* the host CPU itself; the kernel set and threads are in device_name */
 static drt_status cpu_device_props(int dev, drt_device_props *out) {
-    memset(out, 0, sizeof *out);
-    drt_host_cpu(out->name, sizeof out->name, out->vendor, sizeof out->vendor);
-    snprintf(out->type, sizeof out->type, "CPU");
+    drt_host_cpu_props(out);
     return DRT_OK;
 }
 

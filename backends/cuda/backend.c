@@ -154,6 +154,10 @@ static drt_status cuda_device_props(int dev, drt_device_props *out) {
     if (cudaRuntimeGetVersion(&rt) == cudaSuccess && rt > 0)
         snprintf(out->api_version, sizeof out->api_version, "CUDA runtime %d.%d, sm_%d%d", rt / 1000,
                  rt % 1000 / 10, p.major, p.minor);
+    out->memory_bytes = (uint64_t)p.totalGlobalMem;
+    out->subgroup_size = p.warpSize;
+    out->fp16 = p.major * 10 + p.minor >= 53; /* half arithmetic from sm_53 */
+    out->bf16 = p.major >= 8;                 /* bf16 tensor cores and arithmetic from sm_80 */
     (void)cudaGetLastError();
     return DRT_OK;
 }

@@ -177,6 +177,33 @@ static drt_status ocl_device_props(int dev, drt_device_props *out) {
              : ty & CL_DEVICE_TYPE_CPU         ? "CPU"
              : ty & CL_DEVICE_TYPE_ACCELERATOR ? "accelerator"
                                                : "other");
+    cl_ulong mem = 0;
+    if (clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL) == CL_SUCCESS)
+        out->memory_bytes = mem;
+    /* OpenCL 1.2 has no device-wide subgroup size: the vendors' queries
+     * (NVIDIA warp, AMD wavefront, Intel's list of sizes: the largest) */
+    cl_uint w = 0;
+    size_t sizes[8], nb = 0;
+    if (clGetDeviceInfo(d, 0x4003 /* CL_DEVICE_WARP_SIZE_NV */, sizeof w, &w, NULL) == CL_SUCCESS && w)
+        out->subgroup_size = (int)w;
+    else if (clGetDeviceInfo(d, 0x4043 /* CL_DEVICE_WAVEFRONT_WIDTH_AMD */, sizeof w, &w, NULL) ==
+                 CL_SUCCESS && w)
+        out->subgroup_size = (int)w;
+    else if (clGetDeviceInfo(d, 0x4108 /* CL_DEVICE_SUB_GROUP_SIZES_INTEL */, sizeof sizes, sizes,
+                             &nb) == CL_SUCCESS)
+        for (size_t i = 0; i < nb / sizeof sizes[0] && i < 8; i++)
+            if ((int)sizes[i] > out->subgroup_size) out->subgroup_size = (int)sizes[i];
+    size_t ne = 0;
+    out->fp16 = -1;
+    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &ne) == CL_SUCCESS && ne > 0) {
+        char *ext = malloc(ne + 1);
+        if (ext && clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, ne, ext, NULL) == CL_SUCCESS) {
+            ext[ne] = 0;
+            out->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
+        }
+        free(ext);
+    }
+    out->bf16 = 0; /* OpenCL C has no bf16 arithmetic */
     return DRT_OK;
 }
 

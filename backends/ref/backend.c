@@ -94,9 +94,7 @@ static drt_status ref_device_name(int dev, char *buf, size_t n) {
 }
 
 static drt_status ref_device_props(int dev, drt_device_props *out) {
-    memset(out, 0, sizeof *out);
-    drt_host_cpu(out->name, sizeof out->name, out->vendor, sizeof out->vendor);
-    snprintf(out->type, sizeof out->type, "CPU");
+    drt_host_cpu_props(out);
     return DRT_OK;
 }
 

@@ -368,7 +368,20 @@ static void props_of(const dev_info *d, drt_device_props *o) {
     uint32_t a = d->p.apiVersion;
     snprintf(o->api_version, sizeof o->api_version, "Vulkan %u.%u.%u", VK_API_VERSION_MAJOR(a),
              VK_API_VERSION_MINOR(a), VK_API_VERSION_PATCH(a));
-    snprintf(o->type, sizeof o->type, "%s", type_name(d->p.deviceType));
+    snprintf(o->type, sizeof o->type, "%s",
+             d->p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? "CPU"
+             : d->p.deviceType == VK_PHYSICAL_DEVICE_TYPE_OTHER ? "other"
+                                                                : "GPU");
+    /* device-local heaps (all heaps when none is device-local: a CPU device) */
+    uint64_t local = 0, all = 0;
+    for (uint32_t i = 0; i < d->mem.memoryHeapCount; i++) {
+        all += d->mem.memoryHeaps[i].size;
+        if (d->mem.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) local += d->mem.memoryHeaps[i].size;
+    }
+    o->memory_bytes = local ? local : all;
+    o->subgroup_size = (int)d->sg.subgroupSize;
+    o->fp16 = d->have_drv ? (d->f16i8.shaderFloat16 ? 1 : 0) : -1;
+    o->bf16 = 0; /* the shaders have no bf16 arithmetic path (VK_KHR_shader_bfloat16 is not used) */
 }
 
 static void probe_once(void) {

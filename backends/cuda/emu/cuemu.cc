@@ -409,6 +409,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     p->minor = 0;
     p->multiProcessorCount = env_int("CUEMU_SMS", 16);
     p->totalGlobalMem = (size_t)4 << 30;
+    p->warpSize = 32;
     return cudaSuccess;
 }
 
