@@ -1,0 +1,46 @@
+"""diffrt: run DIFF Transformer models from Python.
+
+A thin ctypes layer over libdiffrt.so (the C API in include/diffrt/): set
+DIFFRT_LIBRARY to the library's path, or install it where the dynamic linker
+finds it. numpy is required.
+
+    import diffrt
+    with diffrt.Model("models/diff-v1-tiny") as m:
+        g = m.generate("The cold doctor", n=16)
+        print(g.text)
+"""
+
+from ._lib import DRT_MAX_CTX, Error, LibraryNotFound, Status, library_path
+from .model import (
+    BackendInfo,
+    Device,
+    Generation,
+    Model,
+    ModelInfo,
+    Sampler,
+    Session,
+    backends,
+    git_commit,
+    version,
+)
+from .tokenizer import StreamDecoder, Tokenizer
+
+__all__ = [
+    "DRT_MAX_CTX",
+    "BackendInfo",
+    "Device",
+    "Error",
+    "Generation",
+    "LibraryNotFound",
+    "Model",
+    "ModelInfo",
+    "Sampler",
+    "Session",
+    "Status",
+    "StreamDecoder",
+    "Tokenizer",
+    "backends",
+    "git_commit",
+    "library_path",
+    "version",
+]

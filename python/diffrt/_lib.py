@@ -1,0 +1,342 @@
+"""Loading libdiffrt.so and declaring its C API with ctypes.
+
+Everything here mirrors include/diffrt/diffrt.h and include/diffrt/tokenizer.h:
+the structs field for field, and argtypes/restype for every function the
+package calls. The library is loaded on first use (so ``import diffrt`` works
+without it), from the environment variable DIFFRT_LIBRARY when set, else
+wherever the dynamic linker finds ``libdiffrt.so``.
+"""
+
+import ctypes
+import ctypes.util
+import enum
+import os
+import threading
+
+from ctypes import (
+    POINTER,
+    Structure,
+    c_char,
+    c_char_p,
+    c_float,
+    c_int,
+    c_int32,
+    c_int64,
+    c_size_t,
+    c_ubyte,
+    c_uint64,
+    c_void_p,
+)
+
+# ---- the C API's types ----------------------------------------------------
+
+
+class Status(enum.IntEnum):
+    """drt_status."""
+
+    OK = 0
+    INVALID_ARG = 1
+    IO = 2
+    FORMAT = 3
+    UNSUPPORTED = 4
+    UNAVAILABLE = 5
+    OOM = 6
+    BACKEND = 7
+    NUMERIC = 8
+
+
+DRT_MAX_CTX = 1 << 24
+
+c_enum = c_int  # C enums are int-sized on every ABI diffrt targets
+
+
+class BackendInfoC(Structure):
+    _fields_ = [
+        ("name", c_char_p),
+        ("compiled_in", c_int),
+        ("available", c_int),
+        ("reason", c_char_p),
+        ("device_count", c_int),
+        ("builtin", c_int),
+        ("module", c_char_p),
+    ]
+
+
+class DevicePropsC(Structure):
+    _fields_ = [
+        ("name", c_char * 256),
+        ("vendor", c_char * 64),
+        ("driver", c_char * 128),
+        ("api_version", c_char * 64),
+        ("type", c_char * 16),
+        ("memory_bytes", c_uint64),
+        ("subgroup_size", c_int),
+        ("fp16", c_int),
+        ("bf16", c_int),
+    ]
+
+
+class ModelInfoC(Structure):
+    _fields_ = [
+        ("arch", c_enum),
+        ("layout", c_enum),
+        ("arch_name", c_char_p),
+        ("layout_name", c_char_p),
+        ("weight_dtype", c_enum),
+        ("n_params", c_int64),
+        ("vocab", c_int),
+        ("dim", c_int),
+        ("ffn", c_int),
+        ("n_layers", c_int),
+        ("n_heads", c_int),
+        ("n_kv_groups", c_int),
+        ("kv_m", c_int),
+        ("dk", c_int),
+        ("dv", c_int),
+        ("max_ctx", c_int),
+        ("tied_embeddings", c_int),
+        ("rope_scaling", c_char_p),
+        ("bos_id", c_int),
+        ("eos_id", c_int),
+        ("lambda_", POINTER(c_float)),
+        ("lambda_init", POINTER(c_float)),
+    ]
+
+
+class SessionOptsC(Structure):
+    _fields_ = [
+        ("backend", c_char_p),
+        ("device", c_char_p),
+        ("max_ctx", c_int),
+        ("threads", c_int),
+        ("check_finite", c_int),
+    ]
+
+
+class SamplerOptsC(Structure):
+    _fields_ = [
+        ("temperature", c_float),
+        ("top_k", c_int),
+        ("top_p", c_float),
+        ("seed", c_uint64),
+    ]
+
+
+class TokenizerStreamC(Structure):
+    _fields_ = [
+        ("pending", c_ubyte * 8),
+        ("n_pending", c_int),
+        ("n_tokens", c_int),
+    ]
+
+
+# name: (restype, argtypes). Opaque handles (drt_model *, ...) are c_void_p;
+# buffers the caller owns (ids, logits) are passed as addresses (c_void_p).
+_PROTOTYPES = {
+    "drt_version": (c_char_p, []),
+    "drt_git_commit": (c_char_p, []),
+    "drt_status_str": (c_char_p, [c_enum]),
+    "drt_last_error": (c_char_p, []),
+    "drt_dtype_name": (c_char_p, [c_enum]),
+    # backends
+    "drt_backend_count": (c_int, []),
+    "drt_backend_get_info": (c_enum, [c_int, POINTER(BackendInfoC)]),
+    "drt_backend_device_name": (c_enum, [c_int, c_int, c_char_p, c_size_t]),
+    "drt_backend_device_props": (c_enum, [c_int, c_int, POINTER(DevicePropsC)]),
+    # models
+    "drt_model_load": (c_enum, [c_char_p, POINTER(c_void_p)]),
+    "drt_model_free": (None, [c_void_p]),
+    "drt_model_get_info": (c_enum, [c_void_p, POINTER(ModelInfoC)]),
+    # sessions
+    "drt_session_create": (c_enum, [c_void_p, POINTER(SessionOptsC), POINTER(c_void_p)]),
+    "drt_session_free": (None, [c_void_p]),
+    "drt_session_forward": (c_enum, [c_void_p, c_void_p, c_int, c_void_p, c_int]),
+    "drt_session_reset": (None, [c_void_p]),
+    "drt_session_pos": (c_int, [c_void_p]),
+    "drt_session_fallbacks": (c_int, [c_void_p, c_char_p, c_size_t]),
+    "drt_session_last_attention": (c_enum, [c_void_p, c_void_p]),
+    # sampling
+    "drt_sampler_create": (c_enum, [POINTER(SamplerOptsC), c_int, POINTER(c_void_p)]),
+    "drt_sampler_free": (None, [c_void_p]),
+    "drt_sampler_sample": (c_int, [c_void_p, c_void_p]),
+    # tokenizer
+    "drt_tokenizer_load": (c_enum, [c_char_p, POINTER(c_void_p)]),
+    "drt_tokenizer_load_json": (c_enum, [c_char_p, c_size_t, c_char_p, POINTER(c_void_p)]),
+    "drt_tokenizer_free": (None, [c_void_p]),
+    "drt_tokenizer_vocab_size": (c_int, [c_void_p]),
+    "drt_tokenizer_encode": (
+        c_enum,
+        [c_void_p, c_char_p, c_size_t, c_int, POINTER(POINTER(c_int32)), POINTER(c_int)],
+    ),
+    "drt_tokenizer_decode": (
+        c_enum,
+        [c_void_p, c_void_p, c_int, c_int, POINTER(c_void_p), POINTER(c_size_t)],
+    ),
+    "drt_tokenizer_id_to_token": (c_char_p, [c_void_p, c_int32]),
+    "drt_tokenizer_token_to_id": (c_int32, [c_void_p, c_char_p]),
+    "drt_tokenizer_is_special": (c_int, [c_void_p, c_int32]),
+    "drt_tokenizer_bos_id": (c_int32, [c_void_p]),
+    "drt_tokenizer_eos_id": (c_int32, [c_void_p]),
+    "drt_tokenizer_stream_init": (None, [POINTER(TokenizerStreamC)]),
+    "drt_tokenizer_stream_push": (
+        c_enum,
+        [
+            c_void_p,
+            POINTER(TokenizerStreamC),
+            c_int32,
+            c_int,
+            POINTER(c_void_p),
+            POINTER(c_size_t),
+            POINTER(c_size_t),
+        ],
+    ),
+    "drt_tokenizer_stream_flush": (
+        c_enum,
+        [
+            c_void_p,
+            POINTER(TokenizerStreamC),
+            POINTER(c_void_p),
+            POINTER(c_size_t),
+            POINTER(c_size_t),
+        ],
+    ),
+}
+
+
+# ---- errors -----------------------------------------------------------------
+
+
+class Error(RuntimeError):
+    """A diffrt call failed.
+
+    ``status`` is the drt_status (a :class:`Status`), ``status_name`` its
+    drt_status_str() ("invalid argument", "i/o error", ...), ``message`` the
+    library's drt_last_error() text. ``str(err)`` is "status_name: message".
+    """
+
+    def __init__(self, status, message, status_name=None):
+        try:
+            status = Status(status)
+        except ValueError:
+            status = int(status)
+        if status_name is None:
+            status_name = status_str(status)
+        self.status = status
+        self.status_name = status_name
+        self.message = message
+        super().__init__(f"{status_name}: {message}")
+
+
+Error.__module__ = "diffrt"
+
+
+class LibraryNotFound(OSError):
+    """libdiffrt.so could not be found or loaded."""
+
+
+LibraryNotFound.__module__ = "diffrt"
+Status.__module__ = "diffrt"
+
+
+def status_str(status):
+    return lib().drt_status_str(int(status)).decode("utf-8", "replace")
+
+
+def last_error():
+    msg = lib().drt_last_error()
+    return msg.decode("utf-8", "replace") if msg else ""
+
+
+def error(status, message=None):
+    """The Error for a failed call (message: drt_last_error() unless given)."""
+    return Error(status, last_error() if message is None else message)
+
+
+def check(status):
+    """Raises Error when a drt_status is not DRT_OK."""
+    if status != 0:
+        raise error(status)
+
+
+# ---- loading ------------------------------------------------------------------
+
+_lock = threading.Lock()
+_lib = None
+_path = None
+_free = None
+
+
+def _candidates():
+    env = os.environ.get("DIFFRT_LIBRARY")
+    if env:
+        return [env]
+    found = ctypes.util.find_library("diffrt")
+    # then plain dlopen: LD_LIBRARY_PATH and ld.so.cache
+    return ([found] if found else []) + ["libdiffrt.so"]
+
+
+def _load():
+    global _lib, _path, _free
+    env = os.environ.get("DIFFRT_LIBRARY")
+    handle = None
+    errors = []
+    for name in _candidates():
+        try:
+            handle = ctypes.CDLL(name)
+            break
+        except OSError as e:
+            errors.append(str(e))
+    if handle is None:
+        if env:
+            raise LibraryNotFound(f"diffrt: cannot load DIFFRT_LIBRARY={env}: {errors[-1]}")
+        raise LibraryNotFound(
+            "diffrt: libdiffrt.so not found: set DIFFRT_LIBRARY to its path "
+            "(e.g. DIFFRT_LIBRARY=/path/to/build/libdiffrt.so)"
+        )
+    for fname, (restype, argtypes) in _PROTOTYPES.items():
+        try:
+            fn = getattr(handle, fname)
+        except AttributeError:
+            raise LibraryNotFound(
+                f"diffrt: {handle._name} does not export {fname}: not a libdiffrt.so "
+                "of this version (point DIFFRT_LIBRARY at a matching build)"
+            ) from None
+        fn.restype = restype
+        fn.argtypes = argtypes
+    # memory the library malloc'd (encode's ids, decode's text, stream
+    # buffers) goes back through the C library's free
+    libc_name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(libc_name) if libc_name else ctypes.CDLL(None)
+    free = libc.free
+    free.restype = None
+    free.argtypes = [c_void_p]
+    _path = handle._name
+    _free = free
+    _lib = handle
+
+
+def lib():
+    """The loaded library (loads it on first use)."""
+    if _lib is None:
+        with _lock:
+            if _lib is None:
+                _load()
+    return _lib
+
+
+def library_path():
+    """The path (or name) libdiffrt was loaded from."""
+    lib()
+    return _path
+
+
+def free(ptr):
+    """libc free() for memory the library malloc'd."""
+    lib()
+    if ptr:
+        _free(ptr)
+
+
+def cstr(b):
+    """A C string (bytes or None) from the library as str."""
+    return None if b is None else b.decode("utf-8", "replace")

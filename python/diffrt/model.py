@@ -1,0 +1,503 @@
+"""Models, sessions, samplers and generation over the diffrt C API."""
+
+import os
+import warnings
+from ctypes import byref, c_void_p, create_string_buffer
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from . import _lib
+from ._ids import as_ids
+from ._lib import Error, Status
+from .tokenizer import Tokenizer
+
+# ---- library-wide ----------------------------------------------------------
+
+
+def version():
+    """The library's version string (drt_version), e.g. "0.1.0"."""
+    return _lib.cstr(_lib.lib().drt_version())
+
+
+def git_commit():
+    """The short git commit the library was built from (drt_git_commit)."""
+    return _lib.cstr(_lib.lib().drt_git_commit())
+
+
+def _tri(v):
+    return None if v < 0 else bool(v)
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of a backend (drt_device_props); "" and 0 when unknown."""
+
+    name: str
+    description: str  # drt_backend_device_name: what `diffrt info` lists
+    vendor: str
+    driver: str
+    api_version: str
+    type: str  # "GPU", "CPU", "accelerator", "other"
+    memory_bytes: int
+    subgroup_size: int
+    fp16: Optional[bool]  # native fp16 arithmetic; None when unknown
+    bf16: Optional[bool]
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """One backend (drt_backend_info) and its devices."""
+
+    name: str
+    compiled_in: bool  # this build made it (built in or a module), or its module was found
+    available: bool  # usable on this machine now
+    reason: Optional[str]  # why not, when not available
+    device_count: int
+    builtin: bool  # part of the library itself (cpu, ref)
+    module: Optional[str]  # the module file it was loaded from
+    devices: Tuple[Device, ...]
+
+
+def backends():
+    """Every backend the library knows (cpu, ref, opencl, vulkan, cuda):
+    compiled in or not, available or why not, and the devices it found."""
+    L = _lib.lib()
+    out = []
+    for b in range(L.drt_backend_count()):
+        bi = _lib.BackendInfoC()
+        _lib.check(L.drt_backend_get_info(b, byref(bi)))
+        devices = []
+        if bi.available:
+            for d in range(bi.device_count):
+                p = _lib.DevicePropsC()
+                _lib.check(L.drt_backend_device_props(b, d, byref(p)))
+                desc = create_string_buffer(1024)
+                _lib.check(L.drt_backend_device_name(b, d, desc, len(desc)))
+                dec = lambda x: x.decode("utf-8", "replace")  # noqa: E731
+                devices.append(Device(name=dec(p.name), description=dec(desc.value), vendor=dec(p.vendor), driver=dec(p.driver),
+                                      api_version=dec(p.api_version), type=dec(p.type),
+                                      memory_bytes=p.memory_bytes, subgroup_size=p.subgroup_size,
+                                      fp16=_tri(p.fp16), bf16=_tri(p.bf16)))
+        out.append(
+            BackendInfo(
+                name=_lib.cstr(bi.name),
+                compiled_in=bool(bi.compiled_in),
+                available=bool(bi.available),
+                reason=_lib.cstr(bi.reason) or None,
+                device_count=bi.device_count,
+                builtin=bool(bi.builtin),
+                module=_lib.cstr(bi.module),
+                devices=tuple(devices),
+            )
+        )
+    return out
+
+
+# ---- models ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """drt_model_info, copied out of the model (valid after it is closed)."""
+
+    arch: str  # "transformer", "diff_v1", "diff_v2" (arch_name)
+    layout: str  # layout_name
+    weight_dtype: str  # "f32", "f16", "bf16"
+    n_params: int
+    vocab: int
+    dim: int
+    ffn: int
+    n_layers: int
+    n_heads: int
+    n_kv_groups: int
+    kv_m: int
+    dk: int
+    dv: int
+    max_ctx: int  # max_position_embeddings
+    tied_embeddings: bool
+    rope_scaling: str
+    bos_id: Optional[int]  # None when the config has none
+    eos_id: Optional[int]
+    lambda_: Optional[Tuple[float, ...]]  # V1: per layer; None otherwise
+    lambda_init: Optional[Tuple[float, ...]]
+
+
+def _info_from_c(I):
+    L = _lib.lib()
+    per_layer = lambda p: tuple(p[i] for i in range(I.n_layers)) if p else None  # noqa: E731
+    return ModelInfo(
+        arch=_lib.cstr(I.arch_name),
+        layout=_lib.cstr(I.layout_name),
+        weight_dtype=_lib.cstr(L.drt_dtype_name(I.weight_dtype)),
+        n_params=I.n_params,
+        vocab=I.vocab,
+        dim=I.dim,
+        ffn=I.ffn,
+        n_layers=I.n_layers,
+        n_heads=I.n_heads,
+        n_kv_groups=I.n_kv_groups,
+        kv_m=I.kv_m,
+        dk=I.dk,
+        dv=I.dv,
+        max_ctx=I.max_ctx,
+        tied_embeddings=bool(I.tied_embeddings),
+        rope_scaling=_lib.cstr(I.rope_scaling),
+        bos_id=I.bos_id if I.bos_id >= 0 else None,
+        eos_id=I.eos_id if I.eos_id >= 0 else None,
+        lambda_=per_layer(I.lambda_),
+        lambda_init=per_layer(I.lambda_init),
+    )
+
+
+@dataclass
+class Generation:
+    """What generate() produced: ``ids`` as `diffrt run --tokens` prints them
+    (the eos id last when generation stopped there), ``text`` as `diffrt run
+    --prompt` prints it without the final newline the CLI adds (special
+    tokens, eos included, are not in it; None for an ids prompt),
+    ``prompt_ids`` the ids that were prefilled, ``stopped`` whether it ended
+    at eos."""
+
+    ids: List[int]
+    text: Optional[str]
+    prompt_ids: List[int]
+    stopped: bool
+
+
+class Model:
+    """A checkpoint directory (config.json + safetensors) loaded by diffrt.
+
+    Sessions made from it keep it alive in C: closing the Model while
+    sessions are open is allowed."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._h = None
+        self._tokenizer = None
+        h = c_void_p()
+        _lib.check(_lib.lib().drt_model_load(os.fsencode(self.path), byref(h)))
+        self._h = h
+        I = _lib.ModelInfoC()
+        _lib.check(_lib.lib().drt_model_get_info(h, byref(I)))
+        self.info = _info_from_c(I)
+
+    def close(self):
+        h, self._h = self._h, None
+        if h:
+            _lib.lib().drt_model_free(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        if not self._h:
+            raise ValueError("operation on a closed Model")
+        return self._h
+
+    def __repr__(self):
+        return f"<diffrt.Model {self.path} {self.info.arch} {'closed' if not self._h else 'open'}>"
+
+    @property
+    def vocab(self):
+        return self.info.vocab
+
+    @property
+    def tokenizer(self):
+        """The model directory's tokenizer.json (loaded on first use)."""
+        if self._tokenizer is None:
+            self._tokenizer = Tokenizer(os.path.join(self.path, "tokenizer.json"))
+        return self._tokenizer
+
+    def session(self, backend="cpu", device=None, ctx=0, threads=0, check_finite=False):
+        return Session(self, backend=backend, device=device, ctx=ctx, threads=threads,
+                       check_finite=check_finite)
+
+    def generate(self, prompt, n=16, *, backend="cpu", device=None, ctx=0, threads=0,
+                 temperature=0.0, top_k=0, top_p=1.0, seed=0, stop=True, on_text=None,
+                 check_finite=False):
+        """Does what `diffrt run` does, with the same defaults.
+
+        ``prompt`` is text (str or UTF-8 bytes: encoded with the model's
+        tokenizer.json, special tokens added; stops at the config's eos, else
+        the tokenizer's; the text is returned and passed piece by piece to
+        ``on_text`` as it completes) or a sequence of ids (`run --tokens`:
+        stops at the config's eos only; no text). The context ``ctx`` 0 is the
+        CLI's default: min(max_position_embeddings, 4096), or prompt + n when
+        that needs more and fits max_position_embeddings; a prompt + n that
+        does not fit is an Error before any work. ``stop=False`` is --no-stop.
+        """
+        n = _check_n(n)
+        if ctx < 0 or ctx > _lib.DRT_MAX_CTX:
+            raise ValueError(f"ctx wants an integer in [0, {_lib.DRT_MAX_CTX}], got {ctx}")
+        ids, eos, tok = self._prompt(prompt)
+        ctx = _choose_ctx(len(ids), n, self.info.max_ctx, ctx)
+        with Session(self, backend=backend, device=device, ctx=ctx, threads=threads,
+                     check_finite=check_finite) as s:
+            with Sampler(self.info.vocab, temperature=temperature, top_k=top_k, top_p=top_p,
+                         seed=seed) as smp:
+                return s._generate(ids, n, smp, eos, stop, tok, on_text)
+
+    def _prompt(self, prompt):
+        """(ids, eos, tokenizer or None) as cmd_run prepares them."""
+        info = self.info
+        if isinstance(prompt, (str, bytes, bytearray)):
+            tok = self.tokenizer
+            ids = tok.encode(prompt, add_special=True)
+            if not ids:
+                raise Error(Status.INVALID_ARG,
+                            f"the prompt is empty and {tok.path} adds no BOS token: nothing to start from")
+            for i in ids:
+                if i >= info.vocab:
+                    name = tok.id_to_token(i)
+                    raise Error(Status.FORMAT,
+                                f"{tok.path}: prompt token {i} (\"{(name or '?')[:40]}\") is outside the "
+                                f"model's vocabulary of {info.vocab}: is this the model's tokenizer?")
+            eos = info.eos_id if info.eos_id is not None else tok.eos_id
+            return ids, eos, tok
+        ids = [int(i) for i in as_ids(prompt)]
+        if not ids:
+            raise Error(Status.INVALID_ARG, "the prompt has no tokens: nothing to start from")
+        return ids, info.eos_id, None
+
+
+def _check_n(n):
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 or n > (1 << 20):
+        raise ValueError(f"n wants an integer in [0, {1 << 20}], got {n!r}")
+    return int(n)
+
+
+def _choose_ctx(T, n, max_pos, ctx):
+    """cmd_run's context rule."""
+    need = T + n
+    if not ctx:
+        dflt = min(max_pos, 4096)
+        ctx = dflt if need <= dflt else need if need <= max_pos else max_pos
+        if need > ctx:
+            raise Error(Status.INVALID_ARG,
+                        f"prompt ({T} tokens) + n {n} exceeds the context {ctx} "
+                        "(max_position_embeddings); pass ctx=N to raise it")
+    elif need > ctx:
+        raise Error(Status.INVALID_ARG,
+                    f"prompt ({T} tokens) + n {n} exceeds ctx {ctx}; pass a larger ctx")
+    elif ctx > max_pos:
+        warnings.warn(f"diffrt: ctx {ctx} is past the model's max_position_embeddings {max_pos}: "
+                      f"positions from {max_pos} on were never trained and the output there may degrade",
+                      RuntimeWarning, stacklevel=3)
+    return ctx
+
+
+# ---- sessions ----------------------------------------------------------------
+
+
+class Session:
+    """A model placed on a backend with its KV cache (drt_session).
+
+    ``backend``: "cpu" (fast CPU), "ref" (reference), "opencl", "vulkan",
+    "cuda"; ``device``: None for the backend's default, else an index or a
+    name substring; ``ctx`` 0: max_position_embeddings capped at 4096;
+    ``threads`` 0: DIFFRT_THREADS, else the physical cores."""
+
+    def __init__(self, model, backend="cpu", device=None, ctx=0, threads=0, check_finite=False):
+        self._h = None
+        self.model = model
+        self.backend = backend or "cpu"
+        self.vocab = model.info.vocab
+        if device is not None and not isinstance(device, str):
+            device = str(int(device))
+        opts = _lib.SessionOptsC(
+            backend=self.backend.encode("utf-8"),
+            device=None if device is None else device.encode("utf-8"),
+            max_ctx=int(ctx),
+            threads=int(threads),
+            check_finite=int(bool(check_finite)),
+        )
+        h = c_void_p()
+        _lib.check(_lib.lib().drt_session_create(model._handle(), byref(opts), byref(h)))
+        self._h = h
+        # what drt_session_create chose (the API has no getter for it)
+        self.ctx = int(ctx) if ctx else min(model.info.max_ctx, 4096)
+
+    def close(self):
+        h, self._h = self._h, None
+        if h:
+            _lib.lib().drt_session_free(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        if not self._h:
+            raise ValueError("operation on a closed Session")
+        return self._h
+
+    def __repr__(self):
+        return f"<diffrt.Session {self.backend} pos {self.pos if self._h else 'closed'}/{self.ctx}>"
+
+    @property
+    def pos(self):
+        """Positions held in the KV cache (tokens run since the last reset)."""
+        return _lib.lib().drt_session_pos(self._handle())
+
+    def reset(self):
+        """Empties the KV cache: the next forward starts at position 0."""
+        _lib.lib().drt_session_reset(self._handle())
+
+    def forward(self, ids, all_logits=False, out=None):
+        """Runs ``ids`` at the current position; returns the logits as float32,
+        shape [vocab] (the last token's) or [len(ids), vocab] (all_logits).
+        ``out``: an array of that shape and dtype to write into instead.
+        Non-finite logits raise Error (Status.NUMERIC) with ``.logits`` set."""
+        arr = as_ids(ids)
+        T = len(arr)
+        shape = (T, self.vocab) if all_logits else (self.vocab,)
+        if out is None:
+            out = np.empty(shape, dtype=np.float32)
+        elif (not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != shape
+              or not out.flags.c_contiguous or not out.flags.writeable):
+            raise ValueError(f"out must be a writeable C-contiguous float32 array of shape {shape}")
+        st = _lib.lib().drt_session_forward(self._handle(), arr.ctypes.data, T, out.ctypes.data,
+                                            int(bool(all_logits)))
+        if st:
+            err = _lib.error(st)
+            if st == Status.NUMERIC:
+                err.logits = out
+            raise err
+        return out
+
+    def fallbacks(self):
+        """Node runs that fell back to the CPU reference: {op name: count}."""
+        L = _lib.lib()
+        buf = create_string_buffer(4096)
+        L.drt_session_fallbacks(self._handle(), buf, len(buf))
+        out = {}
+        for pair in buf.value.decode("utf-8", "replace").split():
+            op, _, count = pair.partition("=")
+            out[op] = int(count)
+        return out
+
+    def last_attention(self):
+        """The last token's attention over positions 0..pos-1 of the last
+        forward, averaged over layers and heads (float32 [pos])."""
+        w = np.empty(self.pos, dtype=np.float32)
+        _lib.check(_lib.lib().drt_session_last_attention(self._handle(), w.ctypes.data))
+        return w
+
+    def generate(self, prompt, n=16, *, temperature=0.0, top_k=0, top_p=1.0, seed=0, stop=True,
+                 on_text=None):
+        """Model.generate on this session, from its current position (a new
+        or reset session is what `diffrt run` does). The prompt + n must fit
+        the session's context."""
+        n = _check_n(n)
+        ids, eos, tok = self.model._prompt(prompt)
+        need = self.pos + len(ids) + n
+        if need > self.ctx:
+            raise Error(Status.INVALID_ARG,
+                        f"position {self.pos} + prompt ({len(ids)} tokens) + n {n} exceeds the "
+                        f"session's context {self.ctx}")
+        with Sampler(self.vocab, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed) as smp:
+            return self._generate(ids, n, smp, eos, stop, tok, on_text)
+
+    def _generate(self, ids, n, sampler, eos, stop, tok, on_text):
+        """cmd_run's loop: prefill the whole prompt, then sample; stop at eos
+        (unless not stop); forward each kept token; at most n tokens."""
+        logits = self.forward(ids)
+        stream = tok.stream(skip_special=True) if tok is not None else None
+        pieces = []
+
+        def emit(piece):
+            if piece:
+                pieces.append(piece)
+                if on_text is not None:
+                    on_text(piece)
+
+        out, stopped = [], False
+        try:
+            for i in range(n):
+                t = sampler.sample(logits)
+                stop_now = stop and eos is not None and t == eos
+                if stream is not None and not stop_now:
+                    emit(stream.push(t))
+                out.append(t)
+                if stop_now:
+                    stopped = True
+                    break
+                if i + 1 == n:
+                    break
+                self.forward([t], out=logits)
+            if stream is not None:
+                emit(stream.flush())
+        finally:
+            if stream is not None:
+                stream.close()
+        return Generation(ids=out, text="".join(pieces) if tok is not None else None,
+                          prompt_ids=list(ids), stopped=stopped)
+
+
+# ---- sampling ----------------------------------------------------------------
+
+
+class Sampler:
+    """drt_sampler: temperature 0 is greedy; top_k 0 and top_p 1 are off."""
+
+    def __init__(self, vocab, temperature=0.0, top_k=0, top_p=1.0, seed=0):
+        self._h = None
+        if not 0 <= int(seed) < (1 << 64):
+            raise ValueError(f"seed wants an integer in [0, 2**64), got {seed}")
+        self.vocab = int(vocab)
+        opts = _lib.SamplerOptsC(temperature=float(temperature), top_k=int(top_k),
+                                 top_p=float(top_p), seed=int(seed))
+        h = c_void_p()
+        _lib.check(_lib.lib().drt_sampler_create(byref(opts), self.vocab, byref(h)))
+        self._h = h
+
+    def close(self):
+        h, self._h = self._h, None
+        if h:
+            _lib.lib().drt_sampler_free(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def sample(self, logits):
+        """The id drawn from ``logits`` (float32 [vocab]; converted if not).
+        Logits unfit to sample (NaN, +Inf, all -Inf) raise Error (Status.NUMERIC)."""
+        if not self._h:
+            raise ValueError("operation on a closed Sampler")
+        a = np.ascontiguousarray(logits, dtype=np.float32)
+        if a.shape != (self.vocab,):
+            raise ValueError(f"logits must have shape ({self.vocab},), got {a.shape}")
+        t = _lib.lib().drt_sampler_sample(self._h, a.ctypes.data)
+        if t < 0:
+            # drt_sampler_sample returns no status; with a sampler and logits
+            # given, the only failure is logits that are not a distribution
+            raise _lib.error(Status.NUMERIC)
+        return t

@@ -1,0 +1,203 @@
+"""Byte-level BPE tokenizers (tokenizer.json) over drt_tokenizer_*."""
+
+import ctypes
+import os
+from ctypes import POINTER, byref, c_int, c_int32, c_size_t, c_void_p
+
+from . import _lib
+from ._ids import as_ids
+
+
+def _utf8(b):
+    # the library's output is UTF-8 (invalid input bytes become U+FFFD in C)
+    return b.decode("utf-8")
+
+
+class Tokenizer:
+    """A tokenizer.json loaded by diffrt.
+
+    ``Tokenizer(path)`` takes the file, or a model directory holding
+    ``tokenizer.json``. Encoding and decoding match Hugging Face `tokenizers`.
+    """
+
+    def __init__(self, path):
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            path = os.path.join(path, "tokenizer.json")
+        self.path = path
+        self._h = None
+        h = c_void_p()
+        _lib.check(_lib.lib().drt_tokenizer_load(os.fsencode(path), byref(h)))
+        self._h = h
+
+    @classmethod
+    def from_json(cls, json, name="tokenizer.json"):
+        """A tokenizer from the text of a tokenizer.json (str or bytes);
+        ``name`` is what error messages call it."""
+        if isinstance(json, str):
+            json = json.encode("utf-8")
+        self = cls.__new__(cls)
+        self.path = None
+        self._h = None
+        h = c_void_p()
+        _lib.check(
+            _lib.lib().drt_tokenizer_load_json(json, len(json), name.encode("utf-8"), byref(h))
+        )
+        self._h = h
+        return self
+
+    # -- lifetime
+    def close(self):
+        h, self._h = self._h, None
+        if h:
+            _lib.lib().drt_tokenizer_free(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        if not self._h:
+            raise ValueError("operation on a closed Tokenizer")
+        return self._h
+
+    def __repr__(self):
+        state = "closed" if not self._h else f"vocab {self.vocab_size}"
+        return f"<diffrt.Tokenizer {self.path or '(from json)'} {state}>"
+
+    # -- queries
+    @property
+    def vocab_size(self):
+        """One more than the largest token id (model vocab and added tokens)."""
+        return _lib.lib().drt_tokenizer_vocab_size(self._handle())
+
+    def __len__(self):
+        return self.vocab_size
+
+    @property
+    def bos_id(self):
+        """The id the post-processor puts before the text, or None."""
+        v = _lib.lib().drt_tokenizer_bos_id(self._handle())
+        return None if v < 0 else v
+
+    @property
+    def eos_id(self):
+        """The end-of-text special token (<|end_of_text|>, <|endoftext|>, </s>), or None."""
+        v = _lib.lib().drt_tokenizer_eos_id(self._handle())
+        return None if v < 0 else v
+
+    def id_to_token(self, id):
+        """The token's string as stored in tokenizer.json, or None."""
+        s = _lib.lib().drt_tokenizer_id_to_token(self._handle(), int(id))
+        return None if s is None else _utf8(s)
+
+    def token_to_id(self, token):
+        """The id of a token string, or None."""
+        v = _lib.lib().drt_tokenizer_token_to_id(self._handle(), token.encode("utf-8"))
+        return None if v < 0 else v
+
+    def is_special(self, id):
+        """True when the id is an added token marked special."""
+        return bool(_lib.lib().drt_tokenizer_is_special(self._handle(), int(id)))
+
+    # -- encode / decode
+    def encode(self, text, add_special=True):
+        """Token ids of ``text`` (str, or UTF-8 bytes) as a list of ints; with
+        add_special the post-processor's tokens (e.g. BOS) are added."""
+        if isinstance(text, str):
+            text = text.encode("utf-8")
+        elif not isinstance(text, (bytes, bytearray, memoryview)):
+            raise TypeError(f"encode wants str or bytes, not {type(text).__name__}")
+        text = bytes(text)
+        ids = POINTER(c_int32)()
+        n = c_int()
+        L = _lib.lib()
+        _lib.check(L.drt_tokenizer_encode(self._handle(), text, len(text), int(bool(add_special)), byref(ids), byref(n)))
+        try:
+            return ids[: n.value]
+        finally:
+            _lib.free(ctypes.cast(ids, c_void_p))
+
+    def decode(self, ids, skip_special=False):
+        """The text of ``ids``; skip_special drops special tokens. Ids that
+        name no token are skipped, as Hugging Face does."""
+        arr = as_ids(ids)
+        text = c_void_p()
+        n = c_size_t()
+        L = _lib.lib()
+        _lib.check(
+            L.drt_tokenizer_decode(self._handle(), arr.ctypes.data, len(arr), int(bool(skip_special)), byref(text), byref(n))
+        )
+        try:
+            return _utf8(ctypes.string_at(text, n.value))
+        finally:
+            _lib.free(text)
+
+    def stream(self, skip_special=False):
+        """An incremental decoder: push ids one by one, then flush; the
+        pieces joined equal decode() of the whole sequence."""
+        return StreamDecoder(self, skip_special)
+
+
+class StreamDecoder:
+    """drt_tokenizer_stream: ``push(id)`` returns the text completed by that
+    id (whole UTF-8 characters only, possibly ""), ``flush()`` what is still
+    pending (an incomplete character at the end becomes U+FFFD)."""
+
+    def __init__(self, tokenizer, skip_special=False):
+        self.tokenizer = tokenizer  # keeps it alive
+        self.skip_special = bool(skip_special)
+        self._st = _lib.TokenizerStreamC()
+        self._buf = c_void_p()
+        self._len = c_size_t(0)
+        self._cap = c_size_t(0)
+        _lib.lib().drt_tokenizer_stream_init(byref(self._st))
+
+    def _take(self):
+        out = _utf8(ctypes.string_at(self._buf, self._len.value)) if self._len.value else ""
+        self._len.value = 0  # the buffer is reused; pending bytes live in the stream state
+        return out
+
+    def push(self, id):
+        L = _lib.lib()
+        _lib.check(
+            L.drt_tokenizer_stream_push(
+                self.tokenizer._handle(), byref(self._st), int(id), int(self.skip_special),
+                byref(self._buf), byref(self._len), byref(self._cap),
+            )
+        )
+        return self._take()
+
+    def flush(self):
+        L = _lib.lib()
+        _lib.check(
+            L.drt_tokenizer_stream_flush(
+                self.tokenizer._handle(), byref(self._st), byref(self._buf), byref(self._len), byref(self._cap)
+            )
+        )
+        return self._take()
+
+    def close(self):
+        buf, self._buf = self._buf, c_void_p()
+        if buf:
+            _lib.free(buf)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,509 @@
+"""Tests of the diffrt Python package against the library and the CLI.
+
+    DIFFRT_LIBRARY=build/libdiffrt.so DIFFRT_CLI=build/diffrt \
+        python3 python/tests/test_diffrt.py -v
+
+Both variables are required: without them (or with paths that do not work)
+every test fails; none is skipped. Uses the bundled models in models/.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import unittest
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import numpy as np  # noqa: E402
+
+import diffrt  # noqa: E402
+
+MODELS_DIR = os.path.join(ROOT, "models")
+MODELS = ["diff-v1-tiny", "diff-v2-tiny", "transformer-tiny"]
+PROMPT_FILE = os.path.join(MODELS_DIR, "diff-v1-tiny", "prompt.txt")
+SHORT_PROMPT = "The cold doctor"
+SAMPLED = dict(temperature=0.8, top_k=20, top_p=0.9, seed=7)
+
+LIB = os.environ.get("DIFFRT_LIBRARY")
+CLI = os.environ.get("DIFFRT_CLI")
+
+
+def setUpModule():
+    problems = []
+    if not LIB:
+        problems.append("DIFFRT_LIBRARY is not set (the path of the libdiffrt.so under test)")
+    elif not os.path.isfile(LIB):
+        problems.append(f"DIFFRT_LIBRARY={LIB} is not a file")
+    if not CLI:
+        problems.append("DIFFRT_CLI is not set (the path of the diffrt executable)")
+    elif not (os.path.isfile(CLI) and os.access(CLI, os.X_OK)):
+        problems.append(f"DIFFRT_CLI={CLI} is not an executable file")
+    for m in MODELS:
+        if not os.path.isfile(os.path.join(MODELS_DIR, m, "model.safetensors")):
+            problems.append(f"{MODELS_DIR}/{m}/model.safetensors is missing")
+    if problems:
+        raise RuntimeError("test_diffrt cannot run: " + "; ".join(problems))
+    diffrt.version()  # loads the library, or fails with a one-line reason
+
+
+def cli(*args, check=True):
+    """Runs the diffrt executable; returns (returncode, stdout str, stderr str)."""
+    p = subprocess.run([CLI, *map(str, args)], capture_output=True, timeout=60)
+    out, err = p.stdout.decode("utf-8"), p.stderr.decode("utf-8", "replace")
+    if check and p.returncode != 0:
+        raise AssertionError(f"diffrt {' '.join(map(str, args))} exited {p.returncode}: {err.strip()}")
+    return p.returncode, out, err
+
+
+def cli_sampler_args(kw):
+    out = []
+    if "temperature" in kw:
+        out += ["--temp", repr(kw["temperature"])]
+    if "top_k" in kw:
+        out += ["--top-k", kw["top_k"]]
+    if "top_p" in kw:
+        out += ["--top-p", repr(kw["top_p"])]
+    if "seed" in kw:
+        out += ["--seed", kw["seed"]]
+    return out
+
+
+def read_prompt():
+    with open(PROMPT_FILE, "rb") as f:
+        return f.read().decode("utf-8")
+
+
+def model_path(name):
+    return os.path.join(MODELS_DIR, name)
+
+
+def nmse(a, b):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return float(np.sum((a - b) ** 2) / max(np.sum(b**2), 1e-30))
+
+
+class TestLibrary(unittest.TestCase):
+    def test_loaded_from_env(self):
+        self.assertEqual(os.path.realpath(diffrt.library_path()), os.path.realpath(LIB))
+
+    def test_version_matches_cli(self):
+        v = diffrt.version()
+        self.assertIsInstance(v, str)
+        self.assertTrue(v)
+        _, out, _ = cli("--version")
+        lines = out.splitlines()
+        self.assertEqual(lines[0], f"diffrt {v} (commit {diffrt.git_commit()})")
+        # then a line per backend: built in, its module, or why not
+        bs = diffrt.backends()
+        self.assertEqual(len(lines), 1 + len(bs), out)
+        for b, line in zip(bs, lines[1:]):
+            with self.subTest(backend=b.name):
+                name, _, rest = line.strip().partition(" ")
+                rest = rest.strip()
+                self.assertEqual(name, b.name)
+                if b.builtin:
+                    self.assertTrue(rest.startswith("built in;"), line)
+                elif b.module:
+                    path = rest[len("module "):].split(";")[0]
+                    self.assertEqual(os.path.realpath(path), os.path.realpath(b.module))
+                elif not b.compiled_in:
+                    self.assertEqual(rest, b.reason)
+                if b.compiled_in:
+                    self.assertTrue(rest.endswith(f"available, {b.device_count} device"
+                                                  f"{'' if b.device_count == 1 else 's'}")
+                                    if b.available else rest.endswith(f"unavailable: {b.reason}"), line)
+
+    def test_backends_match_cli_info(self):
+        bs = diffrt.backends()
+        by_name = {b.name: b for b in bs}
+        for name in ("cpu", "ref"):
+            self.assertIn(name, by_name)
+            b = by_name[name]
+            self.assertTrue(b.compiled_in and b.available and b.builtin, b)
+            self.assertIsNone(b.module)
+            self.assertGreaterEqual(b.device_count, 1)
+        for b in bs:
+            self.assertIsInstance(b.name, str)
+            self.assertEqual(len(b.devices), b.device_count if b.available else 0, b)
+            if not b.available:
+                self.assertTrue(b.reason, f"{b.name}: unavailable without a reason")
+            for d in b.devices:
+                self.assertTrue(d.name and d.description, d)
+                self.assertIn(d.fp16, (None, False, True))
+        # `diffrt info` lists the same backends, states and device names
+        _, out, _ = cli("info")
+        listed, current, props_lines = {}, None, 0
+        yn = {None: "unknown", False: "no", True: "yes"}
+        for line in out.splitlines():
+            m = re.match(r"  (\w+)\s+(available, (\d+) device|unavailable: |)", line)
+            d = re.match(r"\s+\[(\d+)\] (.*)$", line)
+            p = re.match(r"\s+type (.*), memory (.*), subgroup (.*), fp16 (\w+), bf16 (\w+)$", line)
+            if d and current:
+                listed[current][2].append(d.group(2))
+            elif p and current:  # the props line of the last device listed
+                dev = by_name[current].devices[len(listed[current][2]) - 1]
+                mem = f"{dev.memory_bytes / 1073741824.0:.1f} GiB" if dev.memory_bytes else "unknown"
+                self.assertEqual(p.groups(), (dev.type or "unknown", mem, str(dev.subgroup_size or "unknown"),
+                                              yn[dev.fp16], yn[dev.bf16]), line)
+                props_lines += 1
+            elif m:
+                current = m.group(1)
+                listed[current] = [
+                    "available" if m.group(2).startswith("available") else
+                    "unavailable" if m.group(2) else "not compiled",
+                    int(m.group(3)) if m.group(3) else 0,
+                    [],
+                ]
+        self.assertEqual(list(listed), [b.name for b in bs])
+        for b in bs:
+            state = "available" if b.available else "unavailable" if b.compiled_in else "not compiled"
+            self.assertEqual(listed[b.name], [state, b.device_count if b.available else 0,
+                                              [d.description for d in b.devices]], b.name)
+        self.assertEqual(props_lines, sum(len(b.devices) for b in bs))
+
+    def test_error_is_runtime_error_with_message(self):
+        with self.assertRaises(diffrt.Error) as cm:
+            diffrt.Model(os.path.join(MODELS_DIR, "no-such-model"))
+        e = cm.exception
+        self.assertIsInstance(e, RuntimeError)
+        self.assertEqual(e.status, diffrt.Status.IO)
+        self.assertEqual(e.status_name, "i/o error")
+        self.assertIn("no-such-model", e.message)
+        self.assertEqual(str(e), f"{e.status_name}: {e.message}")
+
+
+class TestModel(unittest.TestCase):
+    """Model info, sessions, logits, sampling and errors."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.models = {m: diffrt.Model(model_path(m)) for m in MODELS}
+
+    @classmethod
+    def tearDownClass(cls):
+        for m in cls.models.values():
+            m.close()
+
+    def test_info_matches_cli_and_config(self):
+        for name, m in self.models.items():
+            with self.subTest(model=name):
+                I = m.info
+                _, out, _ = cli("info", "--model", model_path(name))
+                field = lambda key: re.search(rf"^  {key}\s+(.*)$", out, re.M).group(1)  # noqa: E731
+                self.assertEqual(field("architecture"), I.arch)
+                self.assertEqual(field("layout"), I.layout)
+                self.assertEqual(field("parameters").split()[0], str(I.n_params))
+                self.assertEqual(field("weight dtype"), I.weight_dtype)
+                self.assertEqual(field("vocab"), str(I.vocab))
+                self.assertEqual(field("width D"), f"{I.dim} (ffn {I.ffn})")
+                self.assertEqual(field("layers"), str(I.n_layers))
+                if I.arch == "transformer":
+                    self.assertEqual(field("heads"), f"{I.n_heads} (dk {I.dk}, dv {I.dv})")
+                else:
+                    self.assertEqual(field("diff-heads"),
+                                     f"{I.n_heads} (dk {I.dk}, dv {I.dv}, keys per group {I.kv_m})")
+                self.assertEqual(field("kv groups"), str(I.n_kv_groups))
+                self.assertEqual(field("max positions"), f"{I.max_ctx}, rope scaling {I.rope_scaling}")
+                self.assertEqual(field("tied embeddings"), "yes" if I.tied_embeddings else "no")
+                if I.lambda_ is not None:
+                    self.assertEqual(field("lambda"), " ".join(f"{x:.4f}" for x in I.lambda_))
+                    self.assertEqual(field("lambda_init"), " ".join(f"{x:.4f}" for x in I.lambda_init))
+                    self.assertEqual(len(I.lambda_), I.n_layers)
+                else:
+                    self.assertIsNone(I.lambda_init)
+                with open(os.path.join(model_path(name), "config.json")) as f:
+                    cfg = json.load(f)
+                self.assertEqual(I.vocab, cfg["vocab_size"])
+                self.assertEqual(I.max_ctx, cfg["max_position_embeddings"])
+                self.assertEqual(I.bos_id, cfg.get("bos_token_id"))
+                self.assertEqual(I.eos_id, cfg.get("eos_token_id"))
+
+    def test_logits(self):
+        for name, m in self.models.items():
+            with self.subTest(model=name):
+                ids = m.tokenizer.encode(SHORT_PROMPT)
+                V = m.info.vocab
+                with diffrt.Session(m) as s:
+                    self.assertEqual(s.pos, 0)
+                    last = s.forward(ids)
+                    self.assertIsInstance(last, np.ndarray)
+                    self.assertEqual(last.dtype, np.float32)
+                    self.assertEqual(last.shape, (V,))
+                    self.assertTrue(np.all(np.isfinite(last)))
+                    self.assertEqual(s.pos, len(ids))
+                    step = s.forward([int(np.argmax(last))])
+                    self.assertEqual(step.shape, (V,))
+                    self.assertEqual(s.pos, len(ids) + 1)
+                    s.reset()
+                    self.assertEqual(s.pos, 0)
+                    full = s.forward(ids, all_logits=True)
+                    self.assertEqual(full.dtype, np.float32)
+                    self.assertEqual(full.shape, (len(ids), V))
+                    np.testing.assert_allclose(full[-1], last, rtol=1e-4, atol=1e-4)
+                    s.reset()
+                    buf = np.zeros(V, dtype=np.float32)
+                    self.assertIs(s.forward(ids, out=buf), buf)
+                    np.testing.assert_allclose(buf, last, rtol=1e-4, atol=1e-4)
+                    with self.assertRaises(ValueError):
+                        s.forward([5], out=np.zeros(V, dtype=np.float64))
+                    # the greedy sampler picks the largest logit
+                    with diffrt.Sampler(V) as smp:
+                        self.assertEqual(smp.sample(last), int(np.argmax(last)))
+
+    def test_ref_and_cpu_agree(self):
+        for name, m in self.models.items():
+            with self.subTest(model=name):
+                ids = m.tokenizer.encode(read_prompt())[:64]
+                got = {}
+                for backend in ("ref", "cpu"):
+                    with m.session(backend=backend) as s:
+                        pre = s.forward(ids, all_logits=True)
+                        dec = s.forward([int(np.argmax(pre[-1]))])
+                        got[backend] = (pre, dec)
+                for a, b in zip(got["cpu"], got["ref"]):
+                    self.assertLessEqual(nmse(a, b), 1e-6)
+                    np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)
+
+    def test_session_outlives_model(self):
+        m = diffrt.Model(model_path("diff-v1-tiny"))
+        s = diffrt.Session(m, backend="ref", ctx=16)
+        m.close()
+        with self.assertRaises(ValueError):
+            m.session()
+        self.assertEqual(s.ctx, 16)
+        self.assertEqual(s.forward([0, 5, 6]).shape, (m.info.vocab,))
+        s.close()
+        with self.assertRaises(ValueError):
+            s.pos
+
+    def test_sampler(self):
+        V = 897
+        rng = np.random.default_rng(1)
+        logits = rng.standard_normal(V).astype(np.float32)
+        draws = []
+        for _ in range(2):
+            with diffrt.Sampler(V, **SAMPLED) as smp:
+                draws.append([smp.sample(logits) for _ in range(20)])
+        self.assertEqual(draws[0], draws[1])
+        self.assertTrue(all(0 <= t < V for t in draws[0]))
+        self.assertGreater(len(set(draws[0])), 1)
+        with diffrt.Sampler(V) as smp:
+            self.assertEqual(smp.sample(logits.astype(np.float64)), int(np.argmax(logits)))
+            bad = logits.copy()
+            bad[3] = np.nan
+            with self.assertRaises(diffrt.Error) as cm:
+                smp.sample(bad)
+            self.assertEqual(cm.exception.status, diffrt.Status.NUMERIC)
+            self.assertIn("NaN", cm.exception.message)
+            with self.assertRaises(ValueError):
+                smp.sample(logits[:-1])
+        for kw in (dict(temperature=-1.0), dict(top_p=0.0), dict(top_k=-1)):
+            with self.subTest(**kw), self.assertRaises(diffrt.Error) as cm:
+                diffrt.Sampler(V, **kw)
+            self.assertEqual(cm.exception.status, diffrt.Status.INVALID_ARG)
+            self.assertTrue(cm.exception.message)
+
+    def test_errors(self):
+        m = self.models["diff-v1-tiny"]
+        with self.assertRaises(diffrt.Error) as cm:
+            diffrt.Session(m, backend="no-such-backend")
+        self.assertEqual(cm.exception.status, diffrt.Status.INVALID_ARG)
+        self.assertIn("no-such-backend", cm.exception.message)
+        with self.assertRaises(diffrt.Error) as cm:
+            diffrt.Session(m, ctx=-1)
+        self.assertTrue(cm.exception.message)
+        with m.session(backend="ref", ctx=8) as s:
+            for ids in ([m.info.vocab], [-1], []):
+                with self.subTest(ids=ids), self.assertRaises(diffrt.Error) as cm:
+                    s.forward(ids)
+                self.assertEqual(cm.exception.status, diffrt.Status.INVALID_ARG)
+                self.assertTrue(cm.exception.message)
+            with self.assertRaises(diffrt.Error) as cm:
+                s.forward(list(range(9)))  # past ctx 8
+            self.assertIn("exceed", cm.exception.message)
+            self.assertEqual(s.pos, 0)
+        with self.assertRaises(diffrt.Error) as cm:
+            diffrt.Tokenizer(os.path.join(MODELS_DIR, "no-such-model"))
+        self.assertIn("no-such-model", cm.exception.message)
+        with self.assertRaises(diffrt.Error) as cm:
+            m.tokenizer.encode(b"bad \xff utf-8")
+        self.assertEqual(cm.exception.status, diffrt.Status.INVALID_ARG)
+        with self.assertRaises(diffrt.Error) as cm:
+            diffrt.Tokenizer.from_json("{not json", name="broken.json")
+        self.assertIn("broken.json", cm.exception.message)
+
+
+class TestTokenizer(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tok = diffrt.Tokenizer(model_path("diff-v1-tiny"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tok.close()
+
+    def test_properties(self):
+        t = self.tok
+        self.assertEqual(t.vocab_size, 897)
+        self.assertEqual(len(t), t.vocab_size)
+        with open(os.path.join(model_path("diff-v1-tiny"), "config.json")) as f:
+            cfg = json.load(f)
+        self.assertEqual(t.bos_id, cfg["bos_token_id"])
+        self.assertEqual(t.encode("x")[0], t.bos_id)
+        self.assertNotEqual(t.encode("x", add_special=False)[:1], [t.bos_id])
+        self.assertTrue(t.is_special(t.bos_id))
+        self.assertEqual(t.token_to_id(t.id_to_token(t.bos_id)), t.bos_id)
+        self.assertIsNone(t.id_to_token(10**6))
+        self.assertIsNone(t.token_to_id("no such token \u2603"))
+        eos = t.eos_id
+        self.assertTrue(eos is None or t.is_special(eos))
+
+    def test_round_trip(self):
+        t = self.tok
+        for text in (read_prompt(), "na\u00efve caf\u00e9 \u2014 \u65e5\u672c\u8a9e \U0001f642 ok", ""):
+            with self.subTest(text=text[:20]):
+                ids = t.encode(text, add_special=False)
+                self.assertTrue(all(isinstance(i, int) for i in ids))
+                self.assertEqual(t.decode(ids), text)
+                self.assertEqual(t.decode(t.encode(text), skip_special=True), text)
+                self.assertEqual(t.decode(np.array(ids, dtype=np.int64)), text)
+        with open(os.path.join(model_path("diff-v1-tiny"), "tokenizer.json"), "rb") as f:
+            mem = diffrt.Tokenizer.from_json(f.read())
+        self.assertEqual(mem.encode(read_prompt()), t.encode(read_prompt()))
+
+    def test_stream_equals_decode(self):
+        t = self.tok
+        rng = np.random.default_rng(3)
+        seqs = {
+            "prompt": t.encode(read_prompt()),
+            "multibyte": t.encode("\u65e5\u672c\u8a9e \U0001f642\U0001f642 caf\u00e9 \u2014 end"),
+            "random": [int(x) for x in rng.integers(0, t.vocab_size, 300)],
+            "high ids": [int(x) for x in rng.integers(t.vocab_size - 200, t.vocab_size, 200)],
+            "with specials": [t.bos_id] + t.encode("a b", add_special=False) + [t.bos_id],
+            "unknown id": [5, 10**6, 6],
+            "empty": [],
+        }
+        for name, ids in seqs.items():
+            for skip in (False, True):
+                with self.subTest(seq=name, skip_special=skip):
+                    with t.stream(skip_special=skip) as st:
+                        pieces = [st.push(i) for i in ids]
+                        pieces.append(st.flush())
+                    self.assertTrue(all(isinstance(p, str) for p in pieces))
+                    self.assertEqual("".join(pieces), t.decode(ids, skip_special=skip))
+        # a character split across tokens comes out whole, with its last byte
+        ids = t.encode("\U0001f642", add_special=False)
+        if len(ids) > 1:
+            with t.stream() as st:
+                self.assertEqual([st.push(i) for i in ids][-1], "\U0001f642")
+
+
+class TestGenerateMatchesCli(unittest.TestCase):
+    """Model.generate reproduces `diffrt run` token for token and byte for byte."""
+
+    # (label, prompt: "file" or text, n, Python kwargs, extra CLI args)
+    CASES = [
+        ("file greedy", "file", 9, {}, []),
+        ("file sampled", "file", 9, SAMPLED, []),
+        ("file no-stop", "file", 9, dict(stop=False), ["--no-stop"]),  # eos mid-text
+        ("file ctx 200", "file", 12, dict(ctx=200), ["--ctx", 200]),
+        ("short greedy", SHORT_PROMPT, 40, {}, []),
+        ("short sampled", SHORT_PROMPT, 40, SAMPLED, []),
+        ("short no-stop", SHORT_PROMPT, 40, dict(stop=False), ["--no-stop"]),
+        ("short sampled no-stop", SHORT_PROMPT, 30, dict(SAMPLED, stop=False), ["--no-stop"]),
+        ("short ref backend", SHORT_PROMPT, 12, dict(backend="ref"), ["--backend", "ref"]),
+        ("default n", SHORT_PROMPT, None, {}, []),
+    ]
+
+    def run_case(self, m, name, label, prompt, n, kw, extra):
+        text = read_prompt() if prompt == "file" else prompt
+        n_args = {} if n is None else {"n": n}
+        n_cli = [] if n is None else ["-n", n]
+        sampler_cli = cli_sampler_args(kw)
+        pieces = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            g = m.generate(text, on_text=pieces.append, **n_args, **kw)
+        past = kw.get("ctx", 0) > m.info.max_ctx
+        self.assertEqual(any(issubclass(w.category, RuntimeWarning) for w in caught), past)
+        self.assertLessEqual(len(g.ids), 16 if n is None else n)
+        self.assertEqual(g.prompt_ids, m.tokenizer.encode(text))
+        self.assertEqual("".join(pieces), g.text)
+        self.assertEqual(g.stopped, bool(g.ids) and g.ids[-1] == m.info.eos_id and kw.get("stop", True))
+        if not kw.get("stop", True):
+            self.assertEqual(len(g.ids), 16 if n is None else n)
+
+        # ids: `diffrt run --tokens <Python's prompt ids>`
+        _, out, _ = cli("run", "--model", model_path(name), "--tokens", ",".join(map(str, g.prompt_ids)),
+                        *n_cli, *sampler_cli, *extra)
+        self.assertTrue(out.endswith("\n"), repr(out))
+        cli_ids = [int(x) for x in out.strip().split(",")] if out.strip() else []
+        self.assertEqual(g.ids, cli_ids)
+        # the same through Python's ids path
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # ctx past max positions, seen above
+            gi = m.generate(g.prompt_ids, **n_args, **kw)
+        self.assertEqual(gi.ids, cli_ids)
+        self.assertIsNone(gi.text)
+
+        # text: `diffrt run --prompt-file F` / `--prompt TEXT`
+        src = ["--prompt-file", PROMPT_FILE] if prompt == "file" else ["--prompt", text]
+        _, out, _ = cli("run", "--model", model_path(name), *src, *n_cli, *sampler_cli, *extra)
+        want = g.text + ("\n" if g.text and not g.text.endswith("\n") else "")
+        self.assertEqual(out, want)
+        # and the text is the decode of the ids, eos and special tokens left out
+        ids = g.ids[:-1] if g.stopped else g.ids
+        self.assertEqual(g.text, m.tokenizer.decode(ids, skip_special=True))
+        return g
+
+    def test_generate_matches_cli(self):
+        stopped = 0
+        for name in MODELS:
+            with diffrt.Model(model_path(name)) as m:
+                for label, prompt, n, kw, extra in self.CASES:
+                    with self.subTest(model=name, case=label):
+                        g = self.run_case(m, name, label, prompt, n, kw, extra)
+                        stopped += g.stopped
+        self.assertGreater(stopped, 0, "no case stopped at eos: the eos path went untested")
+
+    def test_session_generate(self):
+        with diffrt.Model(model_path("diff-v2-tiny")) as m:
+            g = m.generate(SHORT_PROMPT, n=20, **SAMPLED)
+            with m.session() as s:
+                self.assertEqual(s.generate(SHORT_PROMPT, n=20, **SAMPLED), g)
+                # like the CLI, the last token is sampled but never run
+                self.assertEqual(s.pos, len(g.prompt_ids) + len(g.ids) - 1)
+                s.reset()
+                self.assertEqual(s.generate(SHORT_PROMPT, n=20, **SAMPLED), g)
+                s.reset()
+                self.assertEqual(s.generate(SHORT_PROMPT, n=0).ids, [])
+                self.assertEqual(s.pos, len(g.prompt_ids))  # the prompt is prefilled even so
+
+    def test_context_rule(self):
+        name = "diff-v1-tiny"
+        with diffrt.Model(model_path(name)) as m:
+            T = len(m.tokenizer.encode(read_prompt()))
+            n = m.info.max_ctx - T + 1  # one past what fits
+            with self.assertRaises(diffrt.Error) as cm:
+                m.generate(read_prompt(), n=n)
+            self.assertEqual(cm.exception.status, diffrt.Status.INVALID_ARG)
+            self.assertIn("exceeds the context", cm.exception.message)
+            rc, out, err = cli("run", "--model", model_path(name), "--prompt-file", PROMPT_FILE, "-n", n,
+                               check=False)
+            self.assertEqual((rc, out), (2, ""))
+            self.assertIn("exceeds the context", err)
+            # it fits exactly
+            self.assertLessEqual(len(m.generate(read_prompt(), n=n - 1, stop=False).ids), n - 1)
+            with self.assertRaises(diffrt.Error):
+                m.generate(read_prompt(), n=4, ctx=T + 3)
+            with self.assertRaises(diffrt.Error):
+                m.generate("", n=4) if m.tokenizer.bos_id is None else m.generate([], n=4)
+
+
+if __name__ == "__main__":
+    unittest.main()
