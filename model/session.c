@@ -356,6 +356,8 @@ int drt_session_pos(const drt_session *s) {
     return s ? s->pos : -1;
 }
 
+int drt_session_ctx(const drt_session *s) { return s ? s->max_ctx : -1; }
+
 size_t drt_session_activation_bytes(const drt_session *s, size_t *unplanned) {
     if (!s) {
         if (unplanned) *unplanned = 0;

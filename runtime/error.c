@@ -1,5 +1,6 @@
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "drt_error.h"
 
@@ -39,3 +40,5 @@ size_t drt_dtype_size(drt_dtype t) {
     static const size_t sizes[DRT_DTYPE_COUNT] = {4, 2, 2, 4};
     return (unsigned)t < DRT_DTYPE_COUNT ? sizes[t] : 0;
 }
+
+void drt_free(void *p) { free(p); }

@@ -35,6 +35,11 @@ typedef enum {
 } drt_dtype;
 
 const char *drt_status_str(drt_status s);
+/* Frees memory the library allocated for the caller (drt_tokenizer_encode's
+ * ids, drt_tokenizer_decode's text, streaming buffers): the same free() the
+ * library uses, for callers whose C runtime may differ (language bindings).
+ * NULL: nothing. */
+void drt_free(void *p);
 const char *drt_last_error(void);
 const char *drt_dtype_name(drt_dtype t);
 size_t drt_dtype_size(drt_dtype t);
@@ -162,6 +167,7 @@ void drt_session_free(drt_session *s); /* NULL: nothing */
 drt_status drt_session_forward(drt_session *s, const int32_t *ids, int T, float *logits, int all_logits);
 void drt_session_reset(drt_session *s);    /* NULL: nothing */
 int drt_session_pos(const drt_session *s); /* -1 for NULL */
+int drt_session_ctx(const drt_session *s); /* positions it holds (max_ctx as decided); -1 for NULL */
 /* Count of nodes that ran on the CPU reference instead of the session's
  * backend, per op name, since the session was created. Returns the total;
  * when lines != NULL writes "OP=count" pairs separated by spaces. */

@@ -146,6 +146,8 @@ _PROTOTYPES = {
     # models
     "drt_model_load": (c_enum, [c_char_p, POINTER(c_void_p)]),
     "drt_model_free": (None, [c_void_p]),
+    "drt_free": (None, [c_void_p]),
+    "drt_session_ctx": (c_int, [c_void_p]),
     "drt_model_get_info": (c_enum, [c_void_p, POINTER(ModelInfoC)]),
     # sessions
     "drt_session_create": (c_enum, [c_void_p, POINTER(SessionOptsC), POINTER(c_void_p)]),
@@ -304,12 +306,8 @@ def _load():
         fn.restype = restype
         fn.argtypes = argtypes
     # memory the library malloc'd (encode's ids, decode's text, stream
-    # buffers) goes back through the C library's free
-    libc_name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(libc_name) if libc_name else ctypes.CDLL(None)
-    free = libc.free
-    free.restype = None
-    free.argtypes = [c_void_p]
+    # buffers) goes back through the library's own drt_free
+    free = handle.drt_free
     _path = handle._name
     _free = free
     _lib = handle
@@ -331,7 +329,7 @@ def library_path():
 
 
 def free(ptr):
-    """libc free() for memory the library malloc'd."""
+    """drt_free() for memory the library malloc'd."""
     lib()
     if ptr:
         _free(ptr)

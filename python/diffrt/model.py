@@ -325,8 +325,8 @@ class Session:
         h = c_void_p()
         _lib.check(_lib.lib().drt_session_create(model._handle(), byref(opts), byref(h)))
         self._h = h
-        # what drt_session_create chose (the API has no getter for it)
-        self.ctx = int(ctx) if ctx else min(model.info.max_ctx, 4096)
+        # the context drt_session_create decided
+        self.ctx = int(_lib.lib().drt_session_ctx(self._h))
 
     def close(self):
         h, self._h = self._h, None
