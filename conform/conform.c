@@ -1051,8 +1051,8 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
                         peak_bw[k], pk.bw_probe, peak_fl[k], pk.flops_probe, pk.runs);
         }
         if (out && st == DRT_OK)
-            fprintf(out, "%-13s %-8s %-58s %10s %10s %9s %7s %7s\n", "op", "backend", "shape", "median ms", "GFLOP/s",
-                    "GB/s", "%FLOP", "%BW");
+            fprintf(out, "%-13s %-8s %-58s %10s %10s %9s %7s %7s  %s\n", "op", "backend", "shape", "median ms", "GFLOP/s",
+                    "GB/s", "%FLOP", "%BW", "kernel (when the backend names it)");
         for (int i = 0; i < N_PERF && st == DRT_OK && !no_ops; i++) {
             const ccase *c = &PERF_CASES[i];
             if (o->ops && *o->ops && !in_list(o->ops, drt_op_name(c->op))) continue;
@@ -1080,14 +1080,22 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
                     by += info->bytes(b.g->nodes[q], &ex);
                 }
                 double gf = fl / med * 1e-9, gb = by / med * 1e-9;
+                /* the kernel variants the backend says it ran, in node order */
+                char kv[160] = "";
+                size_t kvn = 0;
+                for (int q = 0; q < b.g->n_nodes && run.be[k].be->ops->kernel_variant; q++) {
+                    const char *v = run.be[k].be->ops->kernel_variant(run.be[k].be, b.g->nodes[q]);
+                    if (v && kvn < sizeof kv)
+                        kvn += (size_t)snprintf(kv + kvn, sizeof kv - kvn, "%s%.60s", kvn ? " + " : "", v);
+                }
                 double pf = peak_fl[k] > 0 ? 100 * gf / peak_fl[k] : 0, pb = peak_bw[k] > 0 ? 100 * gb / peak_bw[k] : 0;
                 char tf[16], tb[16];
                 pct_txt(pf, tf, sizeof tf);
                 pct_txt(pb, tb, sizeof tb);
                 any_over |= pf > 100 || pb > 100;
                 if (out)
-                    fprintf(out, "%-13s %-8s %-58s %10.3f %10.2f %9.2f %7s %7s\n", drt_op_name(c->op),
-                            run.be[k].name, b.desc, med * 1e3, gf, gb, tf, tb);
+                    fprintf(out, "%-13s %-8s %-58s %10.3f %10.2f %9.2f %7s %7s%s%s\n", drt_op_name(c->op),
+                            run.be[k].name, b.desc, med * 1e3, gf, gb, tf, tb, kv[0] ? "  " : "", kv);
                 cJSON *j = cJSON_CreateObject();
                 cJSON_AddStringToObject(j, "kind", "perf");
                 cJSON_AddStringToObject(j, "op", drt_op_name(c->op));
@@ -1105,6 +1113,7 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
                 cJSON_AddItemToObject(j, "fraction_of_peak_bw",
                                       pb > 0 && pb <= 100 ? cJSON_CreateNumber(pb / 100) : cJSON_CreateNull());
                 cJSON_AddBoolToObject(j, "above_peak", pf > 100 || pb > 100);
+                if (kv[0]) cJSON_AddStringToObject(j, "kernel", kv);
                 cJSON_AddItemToArray(run.perf, j);
                 drt_graph_free(b.g);
             }

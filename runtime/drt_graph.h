@@ -194,6 +194,10 @@ typedef struct drt_backend_ops {
      * ("f32", or a declared reduced mode such as "bf16", "fast"); NULL: the
      * backend has f32 paths only */
     const char *(*precision)(drt_backend *be);
+    /* optional: the name of the kernel variant this instance runs for node
+     * (e.g. "gemm 64x64/4x4 vec4", "gemv split-k"), which conform --perf
+     * prints beside each timing; a static string; NULL: not told */
+    const char *(*kernel_variant)(drt_backend *be, const drt_tensor *node);
 } drt_backend_ops;
 
 struct drt_backend {
