@@ -1,5 +1,5 @@
 /* The conformance harness: ONE table of op cases, run on every selected
- * backend against the CPU reference (DESIGN.md section 6).
+ * backend against the CPU reference (docs/design.md section 6).
  *
  * A case builds a one-node graph on each backend from the same seeded inputs
  * (weights rounded to their dtype first, so every backend sees the same
@@ -50,7 +50,7 @@ typedef struct {
 #define F16 DRT_F16
 #define BF16 DRT_BF16
 
-/* Shapes follow DESIGN.md section 6: T=1 (decode), sizes that are not
+/* Shapes follow docs/design.md section 6: T=1 (decode), sizes that are not
  * multiples of any tile, GQA (G < H), p0 > 0, logits of +-300 and more,
  * dk in {64,128}, dv in {64,128,256}. Attention caches get 3 spare rows past
  * S = p0 + T filled with NaN: a kernel that reads past S fails. */
@@ -153,7 +153,7 @@ static const ccase CASES[] = {
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 
-/* Perf shapes: what issue 3 and DESIGN section 7 ask to be measured. */
+/* Perf shapes: what issue 3 and docs/design.md section 7 ask to be measured. */
 static const ccase PERF_CASES[] = {
     {DRT_OP_MATMUL, {1, 1, 1024, 1024, 1024, 0}, F32, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 1, 1024, 4096, 0}, F32, 0, 1, 0, 1},
@@ -1164,7 +1164,7 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
             drt_status s2 = run_case(bk->be, c, seed, &res, &n2, &sup, NULL, 0, 0, &bb);
             cc->time_s = cf_now() - t0;
             /* the bound the backend declares for this node in its precision
-             * mode; DESIGN section 6: none may be looser than 5e-4 */
+             * mode; docs/design.md section 6: none may be looser than 5e-4 */
             double bound = CF_F32_NMSE;
             if (bb.node && bk->be->ops->nmse_bound) bound = bk->be->ops->nmse_bound(bk->be, bb.node);
             if (!(bound <= CF_REDUCED_NMSE)) bound = CF_REDUCED_NMSE;

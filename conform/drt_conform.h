@@ -1,4 +1,4 @@
-/* The conformance harness (DESIGN.md section 6): every op case on every
+/* The conformance harness (docs/design.md section 6): every op case on every
  * selected backend against the CPU reference, whole models, and (with perf)
  * timings from the op table's napkin math. */
 #ifndef DRT_CONFORM_H

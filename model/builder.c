@@ -1,4 +1,4 @@
-/* Graph builders for the three architectures (DESIGN.md section 4):
+/* Graph builders for the three architectures (docs/design.md section 4):
  *   X = EMBED(ids)
  *   per layer:  Y = X + Attn(RMSNORM(X));  X = Y + W2(SWIGLU(Wg Y', Wu Y')), Y' = RMSNORM(Y)
  *   logits = LM_HEAD(RMSNORM(X))

@@ -1,4 +1,4 @@
-/* config.json + safetensors -> drt_model, for the four layouts of DESIGN.md
+/* config.json + safetensors -> drt_model, for the four layouts of docs/design.md
  * section 4. Every mismatch is one line naming the file, field or tensor.
  *
  * A model directory is untrusted input. Every number read from config.json is

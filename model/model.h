@@ -1,5 +1,5 @@
 /* Internal model representation: every checkpoint layout is mapped onto this
- * one layout at load time (DESIGN.md section 4), so graph builders and
+ * one layout at load time (docs/design.md section 4), so graph builders and
  * kernels never branch on where a model came from.
  *
  * Internal layout, per layer:

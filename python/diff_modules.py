@@ -7,7 +7,7 @@ so that token-by-token decoding can be checked against a full prefill.
 
 Which equations each part follows
 ---------------------------------
-Decoder (both layouts, DESIGN.md section 4):
+Decoder (both layouts, docs/design.md section 4):
     h   = x + Attn(RMSNorm_1(x))
     out = h + down( silu(gate(RMSNorm_2(h))) * up(RMSNorm_2(h)) )
   then a final RMSNorm and the LM head (the embedding matrix when tied).

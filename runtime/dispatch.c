@@ -1,7 +1,7 @@
 /* The dispatcher: binds a graph to a backend once (allocation, routing,
  * host mirrors for fallbacks) and then runs it with no allocation.
  *
- * Activation memory is planned once per graph (DESIGN.md section 5): every
+ * Activation memory is planned once per graph (docs/design.md section 5): every
  * intermediate (a node's result that is not a weight, input, output or
  * cache, and not a view) lives from the node that writes it to the last node
  * that reads it or a view of it, and gets a 256-byte aligned offset inside
@@ -16,7 +16,7 @@
  * A node the backend does not support runs on the CPU reference: its inputs
  * are downloaded into host mirrors, the reference computes, the result is
  * uploaded back. Every such node is counted per op, so a fallback is never
- * silent (DESIGN.md section 5). Mirrors are per tensor and refreshed from
+ * silent (docs/design.md section 5). Mirrors are per tensor and refreshed from
  * the device before every fallback node that reads them, so a tensor whose
  * arena bytes were reused in between is read as it is now, when it is live. */
 #include <math.h>

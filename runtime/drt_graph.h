@@ -1,4 +1,4 @@
-/* The graph IR (DESIGN.md section 2), the op table (section 3) and the
+/* The graph IR (docs/design.md section 2), the op table (section 3) and the
  * backend interface (section 5). Internal to the library. */
 #ifndef DRT_GRAPH_H
 #define DRT_GRAPH_H
@@ -183,7 +183,7 @@ typedef struct drt_backend_ops {
     drt_status (*compute)(drt_backend *be, drt_tensor *const *nodes, int n, const drt_exec *ex);
     drt_status (*synchronize)(drt_backend *be);
     /* optional: the NMSE bound node t meets on this instance in its current
-     * precision mode (DESIGN.md section 6): 1e-8 for f32 paths, at most 5e-4
+     * precision mode (docs/design.md section 6): 1e-8 for f32 paths, at most 5e-4
      * for a declared reduced-precision mode. NULL means 1e-8 everywhere. */
     double (*nmse_bound)(drt_backend *be, const drt_tensor *t);
     /* optional: what is known of device dev (the caller zeroed *out and set

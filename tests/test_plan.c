@@ -1,4 +1,4 @@
-/* Activation planning (runtime/dispatch.c, DESIGN.md section 5): a plan puts
+/* Activation planning (runtime/dispatch.c, docs/design.md section 5): a plan puts
  * every intermediate (a node result with no DRT_TF_* flag, not a view) in
  * one arena where tensors whose lifetimes do not overlap share storage.
  *

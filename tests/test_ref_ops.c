@@ -69,7 +69,7 @@ static void naive_softmax(double *p, const float *s, int n) {
 }
 
 /* o is (T,H,dv); q is (T,H,2,dk); k is (S,G,m,dk); v is (S,G,dv). The
- * definition of DESIGN.md section 3, one (t,h) at a time, in double. */
+ * definition of docs/design.md section 3, one (t,h) at a time, in double. */
 static void naive_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S,
                           int H, int G, int m, int dk, int dv, float lambda,
                           const float *lambda_th) {
@@ -403,7 +403,7 @@ static void test_rope_hand(void) {
 
 /* x, y are (T,Hn,d): GPT-J interleaved RoPE, pairs (2i, 2i+1), angle
  * (p0+t)*inv_freq[i]. Only the test needs it: the loader turns it into
- * rotate_half by permuting rows (DESIGN.md section 4). */
+ * rotate_half by permuting rows (docs/design.md section 4). */
 static void rope_interleaved(float *y, const float *x, int T, int Hn, int d, int p0,
                              const float *inv_freq) {
     for (int t = 0; t < T; t++)

@@ -6,7 +6,7 @@
  *   - devices: the description `diffrt info` prints, selection by index and
  *     by name substring, a clear error for a name that matches nothing;
  *   - the whole conformance table (every op case and every fixture model,
- *     DESIGN.md section 6) through drt_conform_run with cpu and vulkan both
+ *     docs/design.md section 6) through drt_conform_run with cpu and vulkan both
  *     required: any failure, unsupported case or CPU fallback fails; then
  *     the op table again with the workgroup shapes chosen for GPUs
  *     (DIFFRT_VK_TUNE=gpu: 64x64 GEMM tiles of 256 threads, 256-wide

@@ -1,4 +1,4 @@
-/* Fast CPU DIFF_ATTN and ATTN (DESIGN.md section 3), compiled once per ISA.
+/* Fast CPU DIFF_ATTN and ATTN (docs/design.md section 3), compiled once per ISA.
  * Reference: backends/ref/attention.c (drt_ref_diff_attn, drt_ref_attn). Both
  * softmaxes are online; no (T,S) matrix is ever formed.
  *

@@ -157,7 +157,7 @@ static drt_status pick_isa(const cpu_kernels **out) {
 
 /* DIFFRT_CPU_PRECISION: "f32" (default; every op within 1e-8 of the
  * reference) or "bf16" (prefill MATMULs round x and w to bf16 and use
- * AVX512-BF16 dot products, a declared reduced-precision mode, DESIGN.md
+ * AVX512-BF16 dot products, a declared reduced-precision mode, docs/design.md
  * section 6; needs the avx512 kernels on a CPU with AVX512-BF16) */
 static drt_status pick_precision(const cpu_kernels *k, int *bf16) {
     const char *p = getenv("DIFFRT_CPU_PRECISION");
@@ -495,7 +495,7 @@ static drt_status cpu_compute(drt_backend *be, drt_tensor *const *nodes, int n, 
 
 static drt_status cpu_sync(drt_backend *be) { return DRT_OK; }
 
-/* DESIGN.md section 6: 1e-8 everywhere in the f32 mode; the bf16 mode
+/* docs/design.md section 6: 1e-8 everywhere in the f32 mode; the bf16 mode
  * declares 5e-4 for MATMUL */
 static double cpu_nmse_bound(drt_backend *be, const drt_tensor *t) {
     const cpu_ctx *c = be->ctx;

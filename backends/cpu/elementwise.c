@@ -1,4 +1,4 @@
-/* Fast CPU EMBED, ROPE, SWIGLU, SIGMOID, ADD and DUAL_SOFTMAX (DESIGN.md
+/* Fast CPU EMBED, ROPE, SWIGLU, SIGMOID, ADD and DUAL_SOFTMAX (docs/design.md
  * section 3), compiled once per ISA. Reference: backends/ref/elementwise.c
  * and attention.c. Threads split elements or rows; exp is vexp (simd.h).
  * Napkin math: each reads its inputs and writes its output once. */

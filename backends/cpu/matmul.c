@@ -1,4 +1,4 @@
-/* Fast CPU MATMUL (DESIGN.md section 3), compiled once per ISA (cpu_fast.h).
+/* Fast CPU MATMUL (docs/design.md section 3), compiled once per ISA (cpu_fast.h).
  * Reference: backends/ref/matmul.c. y (B,T,N) = scale * x (B,T,K) w^T, w of
  * dtype f32/f16/bf16 read in place (nn.Linear layout (N,K), or (K,N) when
  * trans_w), accumulated in f32.

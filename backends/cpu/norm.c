@@ -1,4 +1,4 @@
-/* Fast CPU RMSNORM and GROUPNORM (DESIGN.md section 3), compiled once per
+/* Fast CPU RMSNORM and GROUPNORM (docs/design.md section 3), compiled once per
  * ISA. Reference: backends/ref/norm.c. Threads split the rows; each row's
  * sum of squares is a vector reduction in f32.
  * Napkin math: 4 flops per element; reads x (and w), writes y. */

@@ -1,4 +1,4 @@
-/* CUDA: DUAL_SOFTMAX, DIFF_ATTN and ATTN (DESIGN.md section 3). Reference:
+/* CUDA: DUAL_SOFTMAX, DIFF_ATTN and ATTN (docs/design.md section 3). Reference:
  * backends/ref/attention.c (drt_ref_dual_softmax, drt_ref_diff_attn, drt_ref_attn).
  *
  * DIFF_ATTN, per diff-head h (kv group g = h*G/H), query t at position p0+t,

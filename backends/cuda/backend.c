@@ -1,4 +1,4 @@
-/* The CUDA backend (DESIGN.md section 5): devices, device buffers, node
+/* The CUDA backend (docs/design.md section 5): devices, device buffers, node
  * dispatch onto the kernels of cuda_ops.h, and CUDA-graph replay.
  *
  * Memory: every buffer is cudaMalloc'd device memory (never managed memory);
@@ -572,7 +572,7 @@ static drt_status cuda_sync(drt_backend *be) {
     return DRT_OK;
 }
 
-/* DESIGN.md section 6: f32 mode meets 1e-8 everywhere; fast mode declares
+/* docs/design.md section 6: f32 mode meets 1e-8 everywhere; fast mode declares
  * 5e-4 for the nodes it runs with reduced-precision inputs (cuda_ops.h). */
 static double cuda_nmse_bound(drt_backend *be, const drt_tensor *t) {
     const cu_ctx *c = &((cuda_state *)be->ctx)->k;

@@ -1,4 +1,4 @@
-/* The CUDA backend's kernels as C-callable launchers (DESIGN.md sections 3, 5).
+/* The CUDA backend's kernels as C-callable launchers (docs/design.md sections 3, 5).
  *
  * backend.c (C) owns the device, the stream, buffers, the CUDA-graph cache and
  * the mapping from graph nodes to these launchers; the .cu files (one per op
@@ -38,7 +38,7 @@ extern "C" {
  *     accumulation: ATTN/DIFF_ATTN prefill (T > 1) rounds q, k, v and the
  *     softmax weights to f16; MATMUL with f16/bf16 weights and T > 8 rounds
  *     the activations to the weight's dtype; MATMUL with f32 weights uses
- *     TF32. Declared reduced-precision mode: bound NMSE <= 5e-4 (DESIGN 6). */
+ *     TF32. Declared reduced-precision mode: bound NMSE <= 5e-4 (docs/design.md section 6). */
 typedef enum { CU_PREC_F32 = 0, CU_PREC_FAST = 1 } cu_precision;
 
 typedef struct {

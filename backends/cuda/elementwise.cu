@@ -1,4 +1,4 @@
-/* CUDA: EMBED, ROPE, SWIGLU, SIGMOID, ADD, KV_WRITE, PERMUTE (DESIGN.md
+/* CUDA: EMBED, ROPE, SWIGLU, SIGMOID, ADD, KV_WRITE, PERMUTE (docs/design.md
  * section 3). Reference: backends/ref/elementwise.c. All of these are
  * memory-bound one-pass kernels: grid-stride loops, consecutive threads on
  * consecutive elements, so every warp access is coalesced. Napkin math is

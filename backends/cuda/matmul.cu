@@ -1,4 +1,4 @@
-/* CUDA: MATMUL (DESIGN.md section 3). Reference: backends/ref/matmul.c.
+/* CUDA: MATMUL (docs/design.md section 3). Reference: backends/ref/matmul.c.
  *
  *   y (B,T,N) = scale * x (B,T,K) . w^T,  w (Bw,N,K) [trans_w: (Bw,K,N)],
  *   batch b of x uses batch b*Bw/B of w.

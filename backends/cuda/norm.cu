@@ -1,4 +1,4 @@
-/* CUDA: RMSNORM and GROUPNORM (DESIGN.md section 3). Reference:
+/* CUDA: RMSNORM and GROUPNORM (docs/design.md section 3). Reference:
  * backends/ref/norm.c. Both are "normalise each row by its RMS": RMSNORM
  * over C = D for each of T rows; GROUPNORM over dv for each of T*H heads,
  * with the extra scale (1 - lambda_init). One kernel serves both.

@@ -1,4 +1,4 @@
-/* OpenCL kernels: DUAL_SOFTMAX, DIFF_ATTN and ATTN (DESIGN.md section 3;
+/* OpenCL kernels: DUAL_SOFTMAX, DIFF_ATTN and ATTN (docs/design.md section 3;
  * reference in backends/cpu/attention.c). Causal mask with offset p0 = S - T:
  * query t sits at position p0+t and sees keys j <= p0+t. Every softmax
  * subtracts a (running) maximum, so logits of +-300 and more stay finite.

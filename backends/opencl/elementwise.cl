@@ -1,5 +1,5 @@
 /* OpenCL kernels: EMBED, ROPE, SWIGLU, SIGMOID, ADD, the copy behind
- * KV_WRITE, and PERMUTE (DESIGN.md section 3). The plain reference for each is
+ * KV_WRITE, and PERMUTE (docs/design.md section 3). The plain reference for each is
  * in backends/cpu/elementwise.c; shapes below use its names.
  *
  * Every tensor comes as (base pointer, element offset): views share their

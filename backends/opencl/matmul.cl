@@ -1,4 +1,4 @@
-/* OpenCL kernels: MATMUL (DESIGN.md section 3; reference in backends/cpu/matmul.c).
+/* OpenCL kernels: MATMUL (docs/design.md section 3; reference in backends/cpu/matmul.c).
  *
  *   y = scale * x w^T, batched:
  *   x is (B,T,K) f32, y is (B,T,N) f32,

@@ -1,4 +1,4 @@
-/* OpenCL kernels: RMSNORM and GROUPNORM (DESIGN.md section 3; reference in
+/* OpenCL kernels: RMSNORM and GROUPNORM (docs/design.md section 3; reference in
  * backends/cpu/norm.c). Both are one kernel: per row of C elements,
  *   y = x * scale / sqrt(mean(x^2) + eps) * w
  * with scale = 1 for RMSNORM, (1 - lambda_init) for GROUPNORM (whose rows are

@@ -1,4 +1,4 @@
-/* CPU reference: DUAL_SOFTMAX, DIFF_ATTN and ATTN (DESIGN.md section 3).
+/* CPU reference: DUAL_SOFTMAX, DIFF_ATTN and ATTN (docs/design.md section 3).
  * Logits, softmax numerators and denominators and the weighted sums over V are
  * all kept in double; each output element is rounded to f32 once. Causal mask
  * with offset p0 = S - T: query t sits at position p0+t and sees keys

@@ -1,5 +1,5 @@
 /* CPU reference: EMBED, ROPE, SWIGLU, SIGMOID, ADD, KV_WRITE and the
- * permuted copy used by the decomposed attention path (DESIGN.md section 3).
+ * permuted copy used by the decomposed attention path (docs/design.md section 3).
  * Transcendentals are evaluated in double so each output is rounded once. */
 #include <math.h>
 #include <string.h>

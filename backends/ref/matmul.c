@@ -1,4 +1,4 @@
-/* CPU reference: MATMUL (DESIGN.md section 3) and the weight-dtype reader it
+/* CPU reference: MATMUL (docs/design.md section 3) and the weight-dtype reader it
  * shares with EMBED. Plain loops; every dot product is accumulated in double
  * so that this file can be the oracle for f32 GPU kernels (NMSE <= 1e-8). */
 #include "ref_ops.h"

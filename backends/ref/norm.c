@@ -1,4 +1,4 @@
-/* CPU reference: RMSNORM and GROUPNORM (DESIGN.md section 3).
+/* CPU reference: RMSNORM and GROUPNORM (docs/design.md section 3).
  * The sum of squares is accumulated in double and the whole row is scaled in
  * double, so each output is rounded to f32 exactly once. */
 #include <math.h>

@@ -1,4 +1,4 @@
-/* The CPU reference kernels, one plain function per op (DESIGN.md section 3).
+/* The CPU reference kernels, one plain function per op (docs/design.md section 3).
  * Arrays are flat and row-major; every shape is written next to its pointer.
  * Activations are f32; weights (W of MATMUL, E of EMBED) may be f32/f16/bf16.
  * Every reduction (dot products, sums of squares, softmax denominators and
@@ -39,7 +39,7 @@ void drt_ref_rope(float *y, const float *x, int T, int Hn, int d, int p0, const 
 void drt_ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int T, int S, float lambda,
                       const float *lambda_th);
 
-/* Fused differential attention, DESIGN section 3.
+/* Fused differential attention, docs/design.md section 3.
  * o is (T,H,dv); q is (T,H,2,dk); k is (S,G,m,dk) with m in {1,2}; v is (S,G,dv).
  * p0 = S - T; diff-head h uses kv group g = floor(h*G/H); scale 1/sqrt(dk).
  * lambda_th is (T,H) or NULL (then scalar lambda). */

@@ -1,5 +1,5 @@
 /* bench_gpu_ops: the kernel measurements of issue 6 on one GPU, side by side
- * in one process (DESIGN.md section 7: ratios measured in one run).
+ * in one process (docs/design.md section 7: ratios measured in one run).
  *
  *   MATMUL 4096^3 with bf16 weights:
  *     cuBLAS's own peak: cublasGemmEx bf16 x bf16 -> bf16 and -> f32

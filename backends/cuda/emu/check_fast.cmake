@@ -1,6 +1,6 @@
 # ctest cuda_emu_fast: the CUDA backend in fast mode (DIFFRT_CUDA_PRECISION=fast,
 # see backends/cuda/cuda_ops.h) on cuemu, against the reduced-precision bound
-# of DESIGN.md section 6: every op case NMSE <= 5e-4 (conform itself applies
+# of docs/design.md section 6: every op case NMSE <= 5e-4 (conform itself applies
 # the f32 bound 1e-8, which fast mode is not meant to meet, so its exit status
 # is ignored and the JSON is checked here: its "cases", docs/conform-json.md).
 #   cmake -DEXE=diffrt_cuda_emu -DFIXTURES=tests/fixtures -DOUT=fast.json -P check_fast.cmake
