@@ -1,4 +1,4 @@
-/* The public API (runtime/diffrt.h) at its edges:
+/* The public API (include/diffrt/diffrt.h) at its edges:
  *   - every entry point called with NULL pointers and counts out of range
  *     returns DRT_ERR_INVALID_ARG with a one-line message (or, for the few
  *     without a status, the documented value), and nothing crashes;
