@@ -103,6 +103,10 @@ static const char *USAGE =
     "  diffrt report FILE... --out DIR\n"
     "      merges bench --json files from any machines into DIR/report.md and SVG charts\n"
     "\n"
+    "  diffrt quantize --model DIR --type q8_0|q4_0 --out DIR2 [--force]\n"
+    "      DIR with its projection weights in 8-bit or 4-bit blocks (docs/quantization.md),\n"
+    "      written to DIR2 with config.json and tokenizer.json; runs like any model\n"
+    "\n"
     "  diffrt --help\n"
     "  diffrt --version\n"
     "      the version, the git commit, and each backend: built in, its module\n"
@@ -591,5 +595,6 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "niah") == 0) return cmd_niah(argc - 2, argv + 2);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
     if (strcmp(cmd, "report") == 0) return cmd_report(argc - 2, argv + 2);
+    if (strcmp(cmd, "quantize") == 0) return cmd_quantize(argc - 2, argv + 2);
     return cli_die("unknown command \"%s\" (see diffrt --help)", cmd);
 }

@@ -30,6 +30,7 @@
 #include "drt_graph.h"
 #include "drt_peak.h"
 #include "drt_half.h"
+#include "drt_quant.h"
 #include "safetensors.h"
 
 /* ---- the case table --------------------------------------------------------- */
@@ -49,6 +50,8 @@ typedef struct {
 #define F32 DRT_F32
 #define F16 DRT_F16
 #define BF16 DRT_BF16
+#define Q8 DRT_Q8_0
+#define Q4 DRT_Q4_0
 
 /* Shapes follow docs/design.md section 6: T=1 (decode), sizes that are not
  * multiples of any tile, GQA (G < H), p0 > 0, logits of +-300 and more,
@@ -84,6 +87,16 @@ static const ccase CASES[] = {
      * (the cpu backend's packed GEMM: KC 256, MC up to 128, NR up to 32) */
     {DRT_OP_MATMUL, {1, 1, 150, 520, 97, 0}, BF16, 0, 1, 0, 0.5f},
     {DRT_OP_MATMUL, {1, 1, 70, 700, 300, 0}, F16, 0, 1, 0, 1},
+    /* q8_0 / q4_0 weights (K a multiple of 32): GEMV rows, GEMM with a K tail
+     * past one packed block, odd N, batches sharing weights, a scale */
+    {DRT_OP_MATMUL, {1, 1, 1, 1024, 37, 0}, Q8, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 1, 1024, 37, 0}, Q4, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 5, 96, 130, 0}, Q8, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 9, 96, 130, 0}, Q4, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 70, 320, 67, 0}, Q8, 0, 1, 0, 0.5f},
+    {DRT_OP_MATMUL, {1, 1, 70, 320, 67, 0}, Q4, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {4, 2, 7, 64, 33, 0}, Q8, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {2, 1, 3, 64, 33, 0}, Q4, 0, 1, 0, 2},
     {DRT_OP_MATMUL, {2, 1, 9, 300, 130, 1}, F32, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 8, 1000, 77, 0}, F32, 0, 1, 0, 1},
     /* ROPE {T, Hn, d}; inv_freq of theta 10000 */
@@ -380,6 +393,18 @@ static drt_status fill_inputs(built *b, uint64_t seed) {
             if (t->type == DRT_F16) ((uint16_t *)h)[j] = drt_f32_to_f16(f);
             else if (t->type == DRT_BF16) ((uint16_t *)h)[j] = drt_f32_to_bf16(f);
             else ((float *)h)[j] = f;
+        }
+        /* block formats: the f32 values quantized (rows are contiguous, K a
+         * multiple of 32); every backend then reads the same blocks */
+        if (drt_dtype_block(t->type) > 1) {
+            void *q = malloc(drt_nbytes(t) + 1);
+            if (!q) {
+                free(h);
+                return drt_set_error(DRT_ERR_OOM, "out of memory");
+            }
+            drt_quantize_row((const float *)h, t->type, q, n);
+            free(h);
+            h = q;
         }
         int64_t row = t->ne[0] ? n / t->ne[0] : 0;
         if (b->kind[i] == IN_KV_DST) {

@@ -362,11 +362,13 @@ static drt_status load_as_is(ld_t *L, drt_host_weight *w, const char *name, int6
     w->nd = n1 ? 2 : 1;
     w->ne[0] = n0;
     w->ne[1] = n1;
-    if ((uintptr_t)t->data % drt_dtype_size(t->dtype) == 0) {
+    /* block formats are read a byte at a time: any address will do */
+    size_t align = drt_dtype_block(t->dtype) > 1 ? 1 : drt_dtype_size(t->dtype);
+    if ((uintptr_t)t->data % align == 0) {
         w->data = t->data;
         return DRT_OK;
     }
-    void *d = malloc(t->nbytes); /* nbytes == n0 * n1 * dtype size: the header was checked */
+    void *d = malloc(t->nbytes); /* nbytes == the bytes of n0 x n1 of dtype: the header was checked */
     if (!d) return drt_set_error(DRT_ERR_OOM, "%s: out of memory copying misaligned tensor \"%s\"",
                                  L->st_name, name);
     memcpy(d, t->data, t->nbytes);
@@ -400,7 +402,9 @@ static drt_status load_rows(ld_t *L, drt_host_weight *w, const char *name, int64
     if (s != DRT_OK || L->dry) return s;
     size_t rb, bytes;
     char *d = NULL;
-    if (drt_bytes_ok(cols, drt_dtype_size(t->dtype), &rb) && drt_bytes_ok(rows, rb, &bytes))
+    /* a row of a block format is cols / 32 blocks (the reader made cols a
+     * multiple of 32) */
+    if (drt_bytes_ok(cols / drt_dtype_block(t->dtype), drt_dtype_size(t->dtype), &rb) && drt_bytes_ok(rows, rb, &bytes))
         d = malloc(bytes);
     if (!d) return drt_set_error(DRT_ERR_OOM, "out of memory");
     for (int64_t r = 0; r < rows; r++) memcpy(d + rb * (size_t)r, (const char *)t->data + rb * (size_t)map[r], rb);
@@ -613,6 +617,11 @@ static drt_status load_globals(ld_t *L) {
     drt_model *m = L->m;
     drt_model_info *I = &m->info;
     drt_status s = load_as_is(L, &m->embed, "model.embed_tokens.weight", I->vocab, I->dim);
+    if (s == DRT_OK && !L->dry && drt_dtype_block(m->embed.type) > 1)
+        s = drt_set_error(DRT_ERR_UNSUPPORTED,
+                          "%s: tensor \"model.embed_tokens.weight\" is %s: the embedding must be f32, f16 or "
+                          "bf16 (diffrt quantize keeps it f16)",
+                          L->st_name, drt_dtype_name(m->embed.type));
     if (s == DRT_OK) s = load_f32_vec(L, &m->final_norm, "model.norm.weight", I->dim);
     if (s != DRT_OK) return s;
     if (!I->tied_embeddings) s = load_as_is(L, &m->lm_head, "lm_head.weight", I->vocab, I->dim);
@@ -800,7 +809,7 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
     for (int f = 0; s == DRT_OK && f < m->st.n_files; f++)
         for (int i = 0; s == DRT_OK && i < m->st.files[f].n_tensors; i++) {
             const drt_st_tensor *t = &m->st.files[f].tensors[i];
-            int64_t n = (int64_t)(t->nbytes / drt_dtype_size(t->dtype));
+            int64_t n = (int64_t)(t->nbytes / drt_dtype_size(t->dtype)) * drt_dtype_block(t->dtype);
             if (!drt_add_ok(I->n_params, n, &I->n_params))
                 s = drt_set_error(DRT_ERR_FORMAT, "%s: parameter count overflows int64", dir);
         }
@@ -808,7 +817,8 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
         drt_model_free(m);
         return s;
     }
-    I->weight_dtype = m->embed.type;
+    /* the matmul weights' dtype (a quantized model keeps its embedding f16) */
+    I->weight_dtype = I->n_layers > 0 && m->layers[0].wq.data ? m->layers[0].wq.type : m->embed.type;
     I->lambda = I->arch == DRT_ARCH_DIFF_V1 ? m->lambda_v : NULL;
     I->lambda_init = I->arch == DRT_ARCH_DIFF_V1 ? m->lambda_init_v : NULL;
     *out = m;

@@ -33,11 +33,35 @@
 #define ST_MAX_HEADER ((uint64_t)100000000)
 /* integers above 2^53 cannot be represented exactly by cJSON's double */
 #define ST_MAX_JSON_INT 9007199254740992.0
+#define DRT_QBLOCK 32 /* weights per q8_0 / q4_0 block */
 #define TEXT_FILE_MAX ((size_t)64 << 20)
 
-/* safetensors spelling of each drt_dtype, in enum order */
-static const char *const st_dtype_names[DRT_DTYPE_COUNT] = {"F32", "F16", "BF16", "I32"};
-_Static_assert(DRT_DTYPE_COUNT == 4, "add the new dtype to st_dtype_names");
+/* safetensors spelling of each drt_dtype, in enum order: the block formats
+ * are stored as U8 (bytes) of shape [rows, blocks, block bytes], the format
+ * named in __metadata__ (docs/quantization.md) */
+static const char *const st_dtype_names[DRT_DTYPE_COUNT] = {"F32", "F16", "BF16", "I32", "U8", "U8"};
+_Static_assert(DRT_DTYPE_COUNT == 6, "add the new dtype to st_dtype_names");
+#define ST_N_PLAIN 4 /* the dtypes stored under their own name */
+
+/* __metadata__ key naming the block format of a U8 tensor */
+#define ST_QUANT_KEY "diffrt.dtype."
+
+/* The block format __metadata__ names for tensor `name`: DRT_Q8_0,
+ * DRT_Q4_0, -1 when none, -2 when it names something else (*what). */
+static int quant_of(const cJSON *meta, const char *name, const char **what) {
+    if (!cJSON_IsObject(meta)) return -1;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, meta) {
+        if (strncmp(e->string, ST_QUANT_KEY, strlen(ST_QUANT_KEY)) != 0 ||
+            strcmp(e->string + strlen(ST_QUANT_KEY), name) != 0)
+            continue;
+        *what = cJSON_IsString(e) && e->valuestring ? e->valuestring : "(not a string)";
+        if (strcmp(*what, "q8_0") == 0) return DRT_Q8_0;
+        if (strcmp(*what, "q4_0") == 0) return DRT_Q4_0;
+        return -2;
+    }
+    return -1;
+}
 
 /* Copies s for use inside a one-line message: control bytes become '?',
  * long strings are cut with "...". Names come from untrusted files. */
@@ -148,7 +172,7 @@ static int cmp_tensor_name(const void *a, const void *b) {
 
 /* One header entry -> *t (name not set) and its span. data_size is the
  * number of bytes after the header. */
-static drt_status parse_entry(const char *path, const char *name, const cJSON *e,
+static drt_status parse_entry(const char *path, const char *name, const cJSON *e, const cJSON *meta,
                               uint64_t data_size, drt_st_tensor *t, st_span *sp) {
     char nb[160], vb[64];
     const char *nm = shown(name, nb, sizeof nb);
@@ -164,12 +188,30 @@ static drt_status parse_entry(const char *path, const char *name, const cJSON *e
         return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": \"dtype\" is not a string", path,
                              nm);
     int dtype = -1;
-    for (int i = 0; i < DRT_DTYPE_COUNT; i++)
+    for (int i = 0; i < ST_N_PLAIN; i++)
         if (strcmp(dt->valuestring, st_dtype_names[i]) == 0) dtype = i;
+    /* U8: bytes of a block format, which __metadata__ must name */
+    int quant = 0;
+    if (dtype < 0 && strcmp(dt->valuestring, "U8") == 0) {
+        const char *what = NULL;
+        int q = quant_of(meta, name, &what);
+        if (q == -1)
+            return drt_set_error(DRT_ERR_UNSUPPORTED,
+                                 "%s: tensor \"%s\": dtype U8 without a block format in __metadata__ "
+                                 "(\"" ST_QUANT_KEY "%s\": \"q8_0\" or \"q4_0\")",
+                                 path, nm, nm);
+        if (q == -2)
+            return drt_set_error(DRT_ERR_UNSUPPORTED,
+                                 "%s: tensor \"%s\": __metadata__ names block format \"%s\" (expected "
+                                 "q8_0 or q4_0)",
+                                 path, nm, shown(what, vb, sizeof vb));
+        dtype = q;
+        quant = 1;
+    }
     if (dtype < 0)
         return drt_set_error(DRT_ERR_UNSUPPORTED,
                              "%s: tensor \"%s\": dtype \"%s\" not supported (expected F32, F16, "
-                             "BF16 or I32)",
+                             "BF16, I32, or U8 with a block format)",
                              path, nm, shown(dt->valuestring, vb, sizeof vb));
     t->dtype = (drt_dtype)dtype;
 
@@ -186,8 +228,9 @@ static drt_status parse_entry(const char *path, const char *name, const cJSON *e
                              "%s: tensor \"%s\": shape has %d dims, at most 4 supported", path, nm,
                              ndim);
     t->ndim = ndim;
-    /* product of the dims times the dtype size, with overflow detection */
-    uint64_t nbytes = drt_dtype_size(t->dtype);
+    /* product of the dims times the dtype size, with overflow detection
+     * (a block format's shape is in bytes) */
+    uint64_t nbytes = quant ? 1 : drt_dtype_size(t->dtype);
     int overflow = 0, k = 0;
     const cJSON *d;
     cJSON_ArrayForEach(d, sh) {
@@ -249,6 +292,17 @@ static drt_status parse_entry(const char *path, const char *name, const cJSON *e
                              "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
                              "] hold %" PRIu64 " bytes, shape %s of %s needs %" PRIu64,
                              path, nm, b, en, en - b, shp, st_dtype_names[t->dtype], nbytes);
+    }
+    if (quant) {
+        /* [rows, blocks, block bytes] -> the logical (rows, blocks * 32) */
+        if (ndim != 3 || (uint64_t)t->shape[2] != drt_dtype_size(t->dtype))
+            return drt_set_error(DRT_ERR_FORMAT,
+                                 "%s: tensor \"%s\": a %s tensor is U8 of shape [rows, blocks, %zu], "
+                                 "got %d dims",
+                                 path, nm, drt_dtype_name(t->dtype), drt_dtype_size(t->dtype), ndim);
+        t->ndim = 2;
+        t->shape[1] *= DRT_QBLOCK;
+        t->shape[2] = 0;
     }
     t->nbytes = (size_t)nbytes;
     sp->begin = b;
@@ -318,7 +372,8 @@ static drt_status parse_header(drt_st_file *f) {
     cJSON_ArrayForEach(e, root) {
         if (strcmp(e->string, "__metadata__") == 0) continue;
         drt_st_tensor *t = &f->tensors[f->n_tensors];
-        st = parse_entry(path, e->string, e, data_size, t, &spans[f->n_tensors]);
+        st = parse_entry(path, e->string, e, cJSON_GetObjectItemCaseSensitive(root, "__metadata__"),
+                         data_size, t, &spans[f->n_tensors]);
         if (st != DRT_OK) goto done;
         t->name = str_dup(e->string);
         if (!t->name) {
@@ -737,6 +792,14 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n) {
         st = drt_set_error(DRT_ERR_OOM, "%s: out of memory", path);
         goto done;
     }
+    /* __metadata__ first (the reference writer's order), when a block
+     * format needs it */
+    for (int i = 0; i < n; i++)
+        if (drt_dtype_block(t[i].dtype) > 1 && !cJSON_GetObjectItemCaseSensitive(root, "__metadata__") &&
+            !cJSON_AddObjectToObject(root, "__metadata__")) {
+            st = drt_set_error(DRT_ERR_OOM, "%s: out of memory", path);
+            goto done;
+        }
     uint64_t pos = 0;
     for (int i = 0; i < n; i++) {
         const drt_st_write_tensor *w = &t[i];
@@ -761,19 +824,34 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n) {
                                path, nm, w->ndim);
             goto done;
         }
-        uint64_t nbytes = drt_dtype_size(w->dtype);
+        const int quant = drt_dtype_block(w->dtype) > 1;
+        if (quant && (w->ndim != 2 || w->shape[1] % DRT_QBLOCK != 0)) {
+            st = drt_set_error(DRT_ERR_INVALID_ARG,
+                               "%s: tensor \"%s\": a %s tensor must be (rows, K) with K a multiple of 32",
+                               path, nm, drt_dtype_name(w->dtype));
+            goto done;
+        }
+        /* a block format is written as U8 [rows, blocks, block bytes] */
+        int64_t shp[4] = {w->shape[0], w->shape[1], w->shape[2], w->shape[3]};
+        int ndim = w->ndim;
+        if (quant) {
+            shp[1] = w->shape[1] / DRT_QBLOCK;
+            shp[2] = (int64_t)drt_dtype_size(w->dtype);
+            ndim = 3;
+        }
+        uint64_t nbytes = quant ? 1 : drt_dtype_size(w->dtype);
         /* an empty tensor never overflows, wherever its 0 dim is (the
          * reader's rule: it accepts [2^53, 2^53, 0]) */
         int zero = 0;
-        for (int k = 0; k < w->ndim; k++) zero |= w->shape[k] == 0;
-        for (int k = 0; k < w->ndim; k++) {
-            if (w->shape[k] < 0 || (double)w->shape[k] > ST_MAX_JSON_INT) {
+        for (int k = 0; k < ndim; k++) zero |= shp[k] == 0;
+        for (int k = 0; k < ndim; k++) {
+            if (shp[k] < 0 || (double)shp[k] > ST_MAX_JSON_INT) {
                 st = drt_set_error(DRT_ERR_INVALID_ARG,
                                    "%s: tensor \"%s\": shape[%d] = %" PRId64 " out of range", path,
-                                   nm, k, w->shape[k]);
+                                   nm, k, shp[k]);
                 goto done;
             }
-            uint64_t v = (uint64_t)w->shape[k];
+            uint64_t v = (uint64_t)shp[k];
             if (zero)
                 continue;
             if (nbytes > UINT64_MAX / v) {
@@ -799,8 +877,14 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n) {
         int ok = e && cJSON_AddStringToObject(e, "dtype", st_dtype_names[w->dtype]) &&
                  (shape = cJSON_AddArrayToObject(e, "shape")) &&
                  (off = cJSON_AddArrayToObject(e, "data_offsets"));
-        for (int k = 0; ok && k < w->ndim; k++)
-            ok = cJSON_AddItemToArray(shape, json_u64((uint64_t)w->shape[k]));
+        for (int k = 0; ok && k < ndim; k++)
+            ok = cJSON_AddItemToArray(shape, json_u64((uint64_t)shp[k]));
+        if (ok && quant) {
+            cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+            char key[600];
+            snprintf(key, sizeof key, ST_QUANT_KEY "%.500s", w->name);
+            ok = meta && cJSON_AddStringToObject(meta, key, drt_dtype_name(w->dtype));
+        }
         if (ok) ok = cJSON_AddItemToArray(off, json_u64(pos));
         if (ok) ok = cJSON_AddItemToArray(off, json_u64(pos + nbytes));
         if (!ok) {

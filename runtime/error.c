@@ -32,13 +32,22 @@ const char *drt_status_str(drt_status s) {
 }
 
 const char *drt_dtype_name(drt_dtype t) {
-    static const char *names[DRT_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32"};
+    static const char *names[DRT_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32", "q8_0", "q4_0"};
     return (unsigned)t < DRT_DTYPE_COUNT ? names[t] : "?";
 }
 
 size_t drt_dtype_size(drt_dtype t) {
-    static const size_t sizes[DRT_DTYPE_COUNT] = {4, 2, 2, 4};
+    static const size_t sizes[DRT_DTYPE_COUNT] = {4, 2, 2, 4, 34, 18};
     return (unsigned)t < DRT_DTYPE_COUNT ? sizes[t] : 0;
+}
+
+int drt_dtype_block(drt_dtype t) {
+    return t == DRT_Q8_0 || t == DRT_Q4_0 ? 32 : (unsigned)t < DRT_DTYPE_COUNT ? 1 : 0;
+}
+
+size_t drt_row_bytes(drt_dtype t, int64_t n) {
+    int bl = drt_dtype_block(t);
+    return bl > 0 && n > 0 ? (size_t)(n / bl) * drt_dtype_size(t) : 0;
 }
 
 void drt_free(void *p) { free(p); }

@@ -14,7 +14,7 @@ int64_t drt_nelem(const drt_tensor *t) {
     return n;
 }
 
-size_t drt_nbytes(const drt_tensor *t) { return (size_t)drt_nelem(t) * drt_dtype_size(t->type); }
+size_t drt_nbytes(const drt_tensor *t) { return drt_row_bytes(t->type, drt_nelem(t)); }
 
 void *drt_host_ptr(const drt_tensor *t) {
     if (!t->buf || !t->buf->host) return NULL;

@@ -68,8 +68,13 @@ static bool check_matmul(const drt_tensor *t, char *err, size_t n) {
     const drt_tensor *x = t->src[0], *w = t->src[1];
     SHAPEBUF;
     if (!need_f32(x, "x", err, n)) return false;
-    if (!is_weight_type(w->type)) return WHY("w must be f32/f16/bf16, got %s", drt_dtype_name(w->type));
+    int quant = w->type == DRT_Q8_0 || w->type == DRT_Q4_0;
+    if (!is_weight_type(w->type) && !quant)
+        return WHY("w must be f32/f16/bf16/q8_0/q4_0, got %s", drt_dtype_name(w->type));
     if (x->nd < 2 || x->nd > 3) return WHY("x must be (T,K) or (B,T,K), got %s", SHAPE(x));
+    if (quant && (t->ip[0] || w->ne[w->nd - 1] % 32))
+        return WHY("%s weights must be (N,K) rows with K a multiple of 32, not transposed; got %s%s",
+                   drt_dtype_name(w->type), SHAPE(w), t->ip[0] ? " (transposed)" : "");
     if (w->nd < 2 || w->nd > 3) return WHY("w must be (N,K) or (Bw,N,K), got %s", SHAPE(w));
     int64_t B = x->nd == 3 ? x->ne[0] : 1, Bw = w->nd == 3 ? w->ne[0] : 1;
     int64_t K = x->ne[x->nd - 1];

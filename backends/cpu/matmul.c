@@ -52,10 +52,12 @@ VINL void gemv_rows(float *y, const float *x, const void *w, drt_dtype dt, int64
         /* the bytes 16 rows ahead: rows of a few KB are too short for the
          * hardware prefetcher to reach full speed by itself (measured on the
          * 134M model's decode: 4 rows ahead +10%, 8-16 rows ahead +20%) */
-        const int64_t es = dt == DRT_F32 ? 4 : 2;
-        const char *ahead = (const char *)w + (n + 16) * K * es;
+        /* bytes per weight times VL (block formats: a block of 32 is
+         * drt_dtype_size bytes) */
+        const int64_t rowb = wbytes(dt, K);
+        const char *ahead = (const char *)w + (n + 16) * rowb;
         for (; k + VL <= K; k += VL) {
-            for (int i = 0; i < 4; i++) __builtin_prefetch(ahead + (i * K + k) * es, 0, 3);
+            for (int i = 0; i < 4; i++) __builtin_prefetch(ahead + i * rowb + wbytes(dt, k), 0, 3);
             vf w0 = vload_w(w, (n + 0) * K + k, dt), w1 = vload_w(w, (n + 1) * K + k, dt);
             vf w2 = vload_w(w, (n + 2) * K + k, dt), w3 = vload_w(w, (n + 3) * K + k, dt);
             for (int t = 0; t < TT; t++) {
@@ -89,7 +91,7 @@ VINL void gemv_range(const cpu_mm_args *a, int64_t lo, int64_t hi, drt_dtype dt,
         int64_t n4 = hi - c < 4 ? hi - c : 4;
         if (N - n < n4) n4 = N - n;
         const int64_t bw = (int64_t)b * a->Bw / a->B;
-        const void *wb = (const char *)a->w + bw * (int64_t)N * K * (int64_t)drt_dtype_size(dt);
+        const void *wb = (const char *)a->w + bw * wbytes(dt, (int64_t)N * K);
         gemv_rows(a->y + (int64_t)b * a->T * N, a->x + (int64_t)b * a->T * K, wb, dt, n, (int)n4, TT, N, K, a->scale);
         c += n4;
     }
@@ -117,6 +119,10 @@ static void gemv(const cpu_mm_args *a, int ith, int nth) {
         GEMV_DT(DRT_F16)
     } else if (a->wt == DRT_BF16) {
         GEMV_DT(DRT_BF16)
+    } else if (a->wt == DRT_Q8_0) {
+        GEMV_DT(DRT_Q8_0)
+    } else if (a->wt == DRT_Q4_0) {
+        GEMV_DT(DRT_Q4_0)
     } else {
         GEMV_DT(DRT_F32)
     }
@@ -323,7 +329,7 @@ static void pack_all_x(const cpu_mm_args *a, int ith, int nth) {
 static void gemm_task(const cpu_mm_args *a, float *bp, int b, int64_t nblk, drt_dtype dt) {
     const int N = a->N, K = a->K, T = a->T;
     const int64_t bw = (int64_t)b * a->Bw / a->B;
-    const void *wb = (const char *)a->w + bw * (int64_t)N * K * (int64_t)drt_dtype_size(dt);
+    const void *wb = (const char *)a->w + bw * wbytes(dt, (int64_t)N * K);
     float *yb = a->y + (int64_t)b * T * N;
     const int64_t n_first = nblk * NB * NR, ns = slivers(T);
     int np = 0;
@@ -370,6 +376,8 @@ static void gemm(cpu_mm_args *a, int ith) {
         const int b = (int)(t / nblks);
         if (a->wt == DRT_F16) gemm_task(a, a->scratch[ith], b, t % nblks, DRT_F16);
         else if (a->wt == DRT_BF16) gemm_task(a, a->scratch[ith], b, t % nblks, DRT_BF16);
+        else if (a->wt == DRT_Q8_0) gemm_task(a, a->scratch[ith], b, t % nblks, DRT_Q8_0);
+        else if (a->wt == DRT_Q4_0) gemm_task(a, a->scratch[ith], b, t % nblks, DRT_Q4_0);
         else gemm_task(a, a->scratch[ith], b, t % nblks, DRT_F32);
     }
 }

@@ -6,6 +6,8 @@
  *   vhsum/vhmax horizontal sum / max
  *   vsel_le(j,pos,x,fill)  per lane: j <= pos ? x : fill
  *   vload_f16/vload_bf16  VL half-precision weights widened to f32
+ *   vload_q8/vload_q4     VL quantized values of one q8_0 / q4_0 block as f32
+ *               (q, and q - 8), from element j of the block (j a multiple of VL)
  *   vexp        e^x, relative error ~2e-7 (Cephes expf polynomial), x <= 88; NaN -> NaN
  * Internal to backends/cpu; only the per-ISA kernel files include it. */
 #ifndef DRT_CPU_SIMD_H
@@ -15,6 +17,7 @@
 #include <stdint.h>
 
 #include "drt_half.h"
+#include "drt_quant.h"
 
 #define VINL static inline __attribute__((always_inline))
 
@@ -174,13 +177,67 @@ VINL vf vexp(vf x) {
     return vldexp(p, n);
 }
 
+/* ---- q8_0 / q4_0 blocks (drt_quant.h): qs are the block's value bytes ---- */
+#if defined(DRT_ISA_avx512)
+VINL vf vload_q8(const int8_t *q, int j) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + j))));
+}
+VINL vf vload_q4(const uint8_t *qs, int j) { /* j is 0 (low nibbles) or 16 (high) */
+    __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    if (j) b = _mm_srli_epi16(b, 4);
+    b = _mm_and_si128(b, _mm_set1_epi8(15));
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(b), _mm512_set1_epi32(8)));
+}
+#elif defined(DRT_ISA_avx2)
+VINL vf vload_q8(const int8_t *q, int j) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + j))));
+}
+VINL vf vload_q4(const uint8_t *qs, int j) {
+    __m128i b = _mm_loadl_epi64((const __m128i *)(qs + (j & 15)));
+    if (j >= 16) b = _mm_srli_epi16(b, 4);
+    b = _mm_and_si128(b, _mm_set1_epi8(15));
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(b), _mm256_set1_epi32(8)));
+}
+#else
+VINL vf vload_q8(const int8_t *q, int j) {
+    float f[VL];
+    for (int l = 0; l < VL; l++) f[l] = (float)q[j + l];
+    return vload(f);
+}
+VINL vf vload_q4(const uint8_t *qs, int j) {
+    float f[VL];
+    for (int l = 0; l < VL; l++) {
+        int e = j + l;
+        f[l] = (float)((e < 16 ? qs[e] & 15 : qs[e - 16] >> 4) - 8);
+    }
+    return vload(f);
+}
+#endif
+
+/* bytes of n weights of dtype dt (n a multiple of the block; dt a constant) */
+VINL int64_t wbytes(drt_dtype dt, int64_t n) {
+    return dt == DRT_Q8_0 ? n / DRT_QK * 34 : dt == DRT_Q4_0 ? n / DRT_QK * 18 : dt == DRT_F32 ? n * 4 : n * 2;
+}
+
+/* VL weights from element i (a multiple of VL) of a q8_0 / q4_0 array:
+ * d * q of its block */
+VINL vf vload_qblock(const void *w, int64_t i, drt_dtype dt) {
+    const unsigned char *b = (const unsigned char *)w + wbytes(dt, i - i % DRT_QK);
+    const vf d = vset1(drt_f16_to_f32((uint16_t)(b[0] | b[1] << 8)));
+    const int j = (int)(i % DRT_QK);
+    return vmul(d, dt == DRT_Q8_0 ? vload_q8((const int8_t *)b + 2, j) : vload_q4(b + 2, j));
+}
+
 /* weights of dtype DT (compile-time constant in every caller) */
 VINL vf vload_w(const void *w, int64_t i, drt_dtype dt) {
+    if (dt == DRT_Q8_0 || dt == DRT_Q4_0) return vload_qblock(w, i, dt);
     if (dt == DRT_F16) return vload_f16((const uint16_t *)w + i);
     if (dt == DRT_BF16) return vload_bf16((const uint16_t *)w + i);
     return vload((const float *)w + i);
 }
 VINL float load_w1(const void *w, int64_t i, drt_dtype dt) {
+    if (dt == DRT_Q8_0) return drt_q8_0_get(w, i);
+    if (dt == DRT_Q4_0) return drt_q4_0_get(w, i);
     if (dt == DRT_F16) return drt_f16_to_f32(((const uint16_t *)w)[i]);
     if (dt == DRT_BF16) return drt_bf16_to_f32(((const uint16_t *)w)[i]);
     return ((const float *)w)[i];

@@ -132,6 +132,74 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+/* ---- q8_0 / q4_0 weights (runtime/drt_quant.h, docs/quantization.md) ----------------- */
+
+/* an f16 bit pattern as float, exactly (subnormals included) */
+__device__ __forceinline__ float f16_bits_to_float(unsigned h) {
+    const unsigned s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        const float f = (float)m * 5.9604644775390625e-8f; /* m * 2^-24 */
+        return s ? -f : f;
+    }
+    if (e == 31) return __int_as_float((int)(s | 0x7f800000u | (m << 13)));
+    return __int_as_float((int)(s | ((e + 112u) << 23) | (m << 13)));
+}
+
+/* element i of a q8_0 (q4 = 0) / q4_0 (q4 = 1) array: d * q of its block */
+__device__ __forceinline__ float q_get(const unsigned char *w, int64_t i, int q4) {
+    const unsigned char *b = w + (i >> 5) * (q4 ? 18 : 34);
+    const float d = f16_bits_to_float((unsigned)b[0] | (unsigned)b[1] << 8);
+    const int j = (int)(i & 31);
+    if (!q4) return d * (float)(signed char)b[2 + j];
+    const int q = j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4);
+    return d * (float)(q - 8);
+}
+
+/* out[i] = w[off + i] dequantized, i < n */
+__global__ void widen_q_kernel(float *out, const unsigned char *w, int64_t off, int64_t n, int q4) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = q_get(w, off + i, q4);
+}
+
+/* y (T,N) = scale * x (T,K) w^T, w (N,K) in blocks, T <= GEMV_MAX_T. One warp
+ * per output column n; lane l takes blocks l, l+32, ...: its block's 34 /
+ * 18 bytes are read once. Napkin math: N*K/32*(34|18) bytes of weights. */
+__global__ void __launch_bounds__(256)
+    gemv_q_kernel(float *y, const float *x, const unsigned char *w, int T, int N, int K, float scale, int q4) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int n = blockIdx.x * 8 + warp;
+    if (n >= N) return;
+    const int nb = K >> 5, bs = q4 ? 18 : 34;
+    const unsigned char *wr = w + (int64_t)n * nb * bs;
+    float acc[GEMV_MAX_T];
+#pragma unroll
+    for (int t = 0; t < GEMV_MAX_T; t++) acc[t] = 0.0f;
+    for (int blk = lane; blk < nb; blk += 32) {
+        const unsigned char *b = wr + (int64_t)blk * bs;
+        const float d = f16_bits_to_float((unsigned)b[0] | (unsigned)b[1] << 8);
+        float part[GEMV_MAX_T];
+#pragma unroll
+        for (int t = 0; t < GEMV_MAX_T; t++) part[t] = 0.0f;
+        for (int j = 0; j < 32; j++) {
+            const float q = q4 ? (float)((j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4)) - 8)
+                               : (float)(signed char)b[2 + j];
+#pragma unroll
+            for (int t = 0; t < GEMV_MAX_T; t++)
+                if (t < T) part[t] = fmaf(__ldg(x + (int64_t)t * K + blk * 32 + j), q, part[t]);
+        }
+#pragma unroll
+        for (int t = 0; t < GEMV_MAX_T; t++) acc[t] = fmaf(d, part[t], acc[t]);
+    }
+#pragma unroll
+    for (int t = 0; t < GEMV_MAX_T; t++) {
+        if (t < T) {
+            const float s = cu_warp_sum(acc[t]);
+            if (lane == 0) y[(int64_t)t * N + n] = scale * s;
+        }
+    }
+}
+
 /* ---- launchers ------------------------------------------------------------------------- */
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
@@ -139,6 +207,8 @@ static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 static int use_gemv(drt_dtype wt, int B, int Bw, int T, int trans_w) {
     return wt != DRT_F32 && B == 1 && Bw == 1 && !trans_w && T <= GEMV_MAX_T;
 }
+
+static int is_quant(drt_dtype wt) { return wt == DRT_Q8_0 || wt == DRT_Q4_0; }
 
 /* rows of one weight batch widened per chunk (f32 mode, lowp weights) */
 static int64_t widen_rows(int N, int K, int trans_w) {
@@ -151,7 +221,7 @@ static int64_t widen_rows(int N, int K, int trans_w) {
 extern "C" size_t cu_matmul_scratch(const cu_ctx *c, drt_dtype wt, int B, int Bw, int T, int N,
                                     int K, int trans_w) {
     if (wt == DRT_F32 || use_gemv(wt, B, Bw, T, trans_w)) return 0;
-    if (c->prec == CU_PREC_FAST) return (size_t)B * T * K * 2;
+    if (c->prec == CU_PREC_FAST && !is_quant(wt)) return (size_t)B * T * K * 2;
     return (size_t)widen_rows(N, K, trans_w) * K * 4;
 }
 
@@ -201,12 +271,20 @@ extern "C" drt_status cu_matmul(cu_ctx *c, float *y, const float *x, const void 
                                                  (const float *)w, lda, sA, x, K, sB, &zero, y, N, sC, Bw),
                        "sgemm");
     }
-    const int bf = wt == DRT_BF16;
-    if (use_gemv(wt, B, Bw, T, trans_w))
+    const int bf = wt == DRT_BF16, q4 = wt == DRT_Q4_0;
+    if (use_gemv(wt, B, Bw, T, trans_w)) {
+        if (is_quant(wt)) {
+            CU_LAUNCH(gemv_q_kernel, (unsigned)((N + 7) / 8), 256, 0, c->stream)(y, x, (const unsigned char *)w, T, N,
+                                                                              K, scale, q4);
+            return cu_launched("MATMUL (gemv, block weights)");
+        }
         return bf ? launch_gemv<__nv_bfloat16>(c, y, x, w, T, N, K, scale)
                   : launch_gemv<__half>(c, y, x, w, T, N, K, scale);
+    }
 
-    if (c->prec == CU_PREC_FAST) {
+    /* block weights: widened to f32 chunk by chunk below in either mode (the
+     * f32 bound holds for them) */
+    if (c->prec == CU_PREC_FAST && !is_quant(wt)) {
         const int64_t nx = (int64_t)B * T * K;
         drt_status s = bf ? launch_narrow<__nv_bfloat16>(c, c->scratch, x, nx)
                           : launch_narrow<__half>(c, c->scratch, x, nx);
@@ -229,8 +307,16 @@ extern "C" drt_status cu_matmul(cu_ctx *c, float *y, const float *x, const void 
         for (int64_t n0 = 0; n0 < N; n0 += chunk) {
             const int rows = (int)(N - n0 < chunk ? N - n0 : chunk);
             const int64_t off = (int64_t)bw * sA + n0 * K; /* trans_w: n0 = 0, rows = N */
-            drt_status s = bf ? launch_widen<__nv_bfloat16>(c, wf, w, off, (int64_t)rows * K)
-                              : launch_widen<__half>(c, wf, w, off, (int64_t)rows * K);
+            drt_status s;
+            if (is_quant(wt)) {
+                const int64_t n = (int64_t)rows * K;
+                CU_LAUNCH(widen_q_kernel, cu_grid_for(c, n, 256), 256, 0, c->stream)(wf, (const unsigned char *)w, off,
+                                                                                  n, q4);
+                s = cu_launched("MATMUL (dequantize weights)");
+            } else {
+                s = bf ? launch_widen<__nv_bfloat16>(c, wf, w, off, (int64_t)rows * K)
+                       : launch_widen<__half>(c, wf, w, off, (int64_t)rows * K);
+            }
             if (s != DRT_OK) return s;
             s = blas_ok(cublasSgemm(c->blas, opA, CUBLAS_OP_N, rows, n_cols, K, &scale, wf,
                                     trans_w ? N : K, xb, K, &zero, yb + n0, N),

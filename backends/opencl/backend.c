@@ -581,6 +581,8 @@ static bool tensor_ok(drt_backend *be, const drt_tensor *t) {
 }
 
 static bool ocl_supports(drt_backend *be, const drt_tensor *t) {
+    /* q8_0 / q4_0 weights: no kernels here yet; the CPU reference runs them */
+    if (t->op == DRT_OP_MATMUL && drt_dtype_block(t->src[1]->type) > 1) return false;
     ocl_ctx *x = ocl_of(be);
     for (int i = 0; i < DRT_MAX_SRC; i++)
         if (!tensor_ok(be, t->src[i])) return false;

@@ -1,16 +1,21 @@
 /* CPU reference: MATMUL (docs/design.md section 3) and the weight-dtype reader it
  * shares with EMBED. Plain loops; every dot product is accumulated in double
  * so that this file can be the oracle for f32 GPU kernels (NMSE <= 1e-8). */
+#include "drt_quant.h"
 #include "ref_ops.h"
 
 #include "drt_half.h"
 
-/* w is a flat array of dtype t; only f32/f16/bf16 are weight dtypes (the op
- * table never hands an i32 tensor to a weight slot). */
+/* w is a flat array of dtype t; f32/f16/bf16 and the block formats q8_0 /
+ * q4_0 (dequantized exactly, drt_quant.h) are weight dtypes (the op table
+ * never hands an i32 tensor to a weight slot, nor a block format to a slot
+ * whose rows are not contiguous). */
 float drt_ref_load_weight(const void *w, drt_dtype t, int64_t i) {
     switch (t) {
     case DRT_F16: return drt_f16_to_f32(((const uint16_t *)w)[i]);
     case DRT_BF16: return drt_bf16_to_f32(((const uint16_t *)w)[i]);
+    case DRT_Q8_0: return drt_q8_0_get(w, i);
+    case DRT_Q4_0: return drt_q4_0_get(w, i);
     default: return ((const float *)w)[i];
     }
 }

@@ -1171,6 +1171,8 @@ static drt_status vk_download(drt_backend *be, const drt_buffer *b, size_t off, 
 }
 
 static bool vk_supports(drt_backend *be, const drt_tensor *t) {
+    /* q8_0 / q4_0 weights: no kernels here yet; the CPU reference runs them */
+    if (t->op == DRT_OP_MATMUL && drt_dtype_block(t->src[1]->type) > 1) return false;
     const vk_ctx *c = be->ctx;
     const VkDeviceSize max_range = c->props.limits.maxStorageBufferRange;
     const drt_tensor *all[1 + DRT_MAX_SRC] = {t, t->src[0], t->src[1], t->src[2], t->src[3]};

@@ -31,6 +31,8 @@ typedef enum {
     DRT_F16,
     DRT_BF16,
     DRT_I32,
+    DRT_Q8_0, /* blocks of 32 weights: f16 scale d, 32 int8 q; w = d*q (docs/quantization.md) */
+    DRT_Q4_0, /* blocks of 32 weights: f16 scale d, 16 bytes of 4-bit q; w = d*(q-8) */
     DRT_DTYPE_COUNT
 } drt_dtype;
 
@@ -42,7 +44,13 @@ const char *drt_status_str(drt_status s);
 void drt_free(void *p);
 const char *drt_last_error(void);
 const char *drt_dtype_name(drt_dtype t);
+/* Bytes of one block of the dtype, and elements per block: 1 element for
+ * f32/f16/bf16/i32 (4, 2, 2, 4 bytes); 32 for the quantized block formats
+ * (q8_0: 34 bytes, q4_0: 18 bytes). 0 for an unknown dtype. */
 size_t drt_dtype_size(drt_dtype t);
+int drt_dtype_block(drt_dtype t);
+/* Bytes of n elements of dtype t (n a multiple of its block): n / block * size. */
+size_t drt_row_bytes(drt_dtype t, int64_t n);
 
 /* The version of the library (CMake's project VERSION, "0.1.0") and the short
  * git commit it was built from ("unknown" outside a git checkout). */

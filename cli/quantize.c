@@ -1,0 +1,220 @@
+/* diffrt quantize: a model directory with its projection weights in q8_0 or
+ * q4_0 (docs/quantization.md).
+ *
+ * Every 2-D "*.weight" tensor but the token embedding whose rows are a
+ * multiple of 32 long is quantized row by row (drt_quantize_row); the rest
+ * (embedding, norms, lambdas, any row length not a multiple of 32) is
+ * copied as it is. The output model.safetensors holds the blocks as U8
+ * [rows, blocks, block bytes] with the format in __metadata__; config.json
+ * and tokenizer.json are copied. The file is written under a temporary name
+ * and renamed, and the result is loaded back before the command succeeds. */
+#define _DEFAULT_SOURCE /* realpath */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "diffrt/diffrt.h"
+#include "drt_half.h"
+#include "drt_quant.h"
+#include "safetensors.h"
+
+static const char USAGE_Q[] =
+    "usage: diffrt quantize --model DIR --type q8_0|q4_0 --out DIR2 [--force]\n"
+    "  writes DIR2/model.safetensors with DIR's projection weights quantized\n"
+    "  (2-D *.weight tensors but the embedding, rows a multiple of 32), everything\n"
+    "  else as stored, and copies config.json and tokenizer.json; DIR2 is created,\n"
+    "  and its files are replaced only with --force\n";
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Is tensor t one diffrt quantize converts? */
+static int quantizable(const drt_st_tensor *t) {
+    return t->ndim == 2 && ends_with(t->name, ".weight") && !strstr(t->name, "embed_tokens") &&
+           (t->dtype == DRT_F32 || t->dtype == DRT_F16 || t->dtype == DRT_BF16) && t->shape[1] > 0 &&
+           t->shape[1] % DRT_QK == 0;
+}
+
+/* Element i of t as f32 (the mapping promises no alignment: memcpy). */
+static float elem(const drt_st_tensor *t, int64_t i) {
+    const char *p = t->data;
+    if (t->dtype == DRT_F32) {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    return t->dtype == DRT_F16 ? drt_f16_to_f32(h) : drt_bf16_to_f32(h);
+}
+
+/* Copies DIR/name to OUT/name (a small text file); a missing optional file is fine. */
+static int copy_file(const char *dir, const char *out, const char *name, int required) {
+    char src[PATH_MAX], dst[PATH_MAX];
+    snprintf(src, sizeof src, "%s/%s", dir, name);
+    snprintf(dst, sizeof dst, "%s/%s", out, name);
+    struct stat sb;
+    if (!required && stat(src, &sb) != 0 && errno == ENOENT) return 0;
+    char *text = NULL;
+    size_t len = 0;
+    if (drt_read_text_file(src, &text, &len) != DRT_OK) return cli_fail("quantize");
+    FILE *f = fopen(dst, "wb");
+    int ok = f && fwrite(text, 1, len, f) == len;
+    if (f && fclose(f) != 0) ok = 0;
+    free(text);
+    if (!ok) {
+        fprintf(stderr, "diffrt: quantize: cannot write %s: %s\n", dst, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+int cmd_quantize(int argc, char **argv) {
+    const char *model = NULL, *type = NULL, *out = NULL;
+    int force = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(USAGE_Q, stdout);
+            return 0;
+        } else if (strcmp(a, "--force") == 0) {
+            force = 1;
+            continue;
+        } else if (!v) {
+            return cli_die("quantize: %s needs a value (see diffrt quantize --help)", a);
+        } else if (strcmp(a, "--model") == 0) {
+            model = v;
+        } else if (strcmp(a, "--type") == 0) {
+            type = v;
+        } else if (strcmp(a, "--out") == 0) {
+            out = v;
+        } else {
+            return cli_die("quantize: unknown argument \"%s\" (see diffrt quantize --help)", a);
+        }
+        i++;
+    }
+    if (!model || !type || !out) return cli_die("quantize: --model DIR, --type q8_0|q4_0 and --out DIR2 are required%s", "");
+    drt_dtype qt = strcmp(type, "q8_0") == 0 ? DRT_Q8_0 : strcmp(type, "q4_0") == 0 ? DRT_Q4_0 : DRT_DTYPE_COUNT;
+    if (qt == DRT_DTYPE_COUNT) return cli_die("quantize: --type must be q8_0 or q4_0, got \"%s\"", type);
+
+    /* the source must be a model diffrt runs */
+    drt_model *m = NULL;
+    if (drt_model_load(model, &m) != DRT_OK) return cli_fail("quantize");
+    drt_model_free(m);
+
+    char rin[PATH_MAX], rout[PATH_MAX];
+    if (!realpath(model, rin)) return cli_die("quantize: cannot resolve --model %s", model);
+    struct stat sb;
+    if (stat(out, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode)) return cli_die("quantize: --out %s exists and is not a directory", out);
+        if (realpath(out, rout) && strcmp(rin, rout) == 0)
+            return cli_die("quantize: --out %s is the model directory itself", out);
+        char probe[PATH_MAX];
+        snprintf(probe, sizeof probe, "%s/model.safetensors", out);
+        if (!force && stat(probe, &sb) == 0)
+            return cli_die("quantize: %s already exists; pass --force to replace it", probe);
+    } else if (mkdir(out, 0777) != 0) {
+        fprintf(stderr, "diffrt: quantize: cannot create %s: %s\n", out, strerror(errno));
+        return 1;
+    }
+
+    drt_st_set set;
+    if (drt_st_set_open_dir(model, &set) != DRT_OK) return cli_fail("quantize");
+    int n = set.n_names, rc = 1, nq = 0;
+    drt_st_write_tensor *w = calloc((size_t)(n > 0 ? n : 1), sizeof *w);
+    void **owned = calloc((size_t)(n > 0 ? n : 1), sizeof *owned);
+    float *row = NULL;
+    size_t row_cap = 0;
+    uint64_t bytes_in = 0, bytes_out = 0;
+    char tmp[PATH_MAX], final[PATH_MAX];
+    snprintf(final, sizeof final, "%s/model.safetensors", out);
+    snprintf(tmp, sizeof tmp, "%s/.model.safetensors.tmp", out);
+    if (!w || !owned) {
+        fprintf(stderr, "diffrt: quantize: out of memory\n");
+        goto done;
+    }
+    const int tty = isatty(2);
+    for (int i = 0; i < n; i++) {
+        const drt_st_tensor *t = set.by_name[i];
+        w[i] = (drt_st_write_tensor){.name = t->name, .dtype = t->dtype, .ndim = t->ndim, .data = t->data};
+        for (int k = 0; k < 4; k++) w[i].shape[k] = t->shape[k];
+        bytes_in += t->nbytes;
+        if (!quantizable(t)) {
+            bytes_out += t->nbytes;
+            continue;
+        }
+        int64_t rows = t->shape[0], cols = t->shape[1];
+        size_t qb = drt_row_bytes(qt, cols) * (size_t)rows;
+        void *q = malloc(qb ? qb : 1);
+        if ((size_t)cols > row_cap) {
+            free(row);
+            row_cap = (size_t)cols;
+            row = malloc(row_cap * sizeof *row);
+        }
+        if (!q || !row) {
+            free(q);
+            fprintf(stderr, "diffrt: quantize: out of memory for %s\n", t->name);
+            goto done;
+        }
+        owned[i] = q;
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t c = 0; c < cols; c++) {
+                row[c] = elem(t, r * cols + c);
+                if (!isfinite(row[c])) {
+                    fprintf(stderr, "diffrt: quantize: %s: tensor \"%s\" holds a non-finite value at [%lld, %lld]\n",
+                            model, t->name, (long long)r, (long long)c);
+                    goto done;
+                }
+            }
+            drt_quantize_row(row, qt, (char *)q + drt_row_bytes(qt, cols) * (size_t)r, cols);
+        }
+        w[i].dtype = qt;
+        w[i].data = q;
+        bytes_out += qb;
+        nq++;
+        /* progress: one updated line on a terminal, else a line per tenth */
+        if (tty)
+            fprintf(stderr, "\rquantize: %d/%d tensors, %.60s (%lld x %lld) -> %s\033[K", i + 1, n, t->name,
+                    (long long)rows, (long long)cols, type);
+        else if ((i + 1) * 10 / n != i * 10 / n)
+            fprintf(stderr, "quantize: %d/%d tensors\n", i + 1, n);
+    }
+    if (tty) fprintf(stderr, "\n");
+    if (drt_st_write(tmp, w, n) != DRT_OK) {
+        cli_fail("quantize");
+        goto done;
+    }
+    if (rename(tmp, final) != 0) {
+        fprintf(stderr, "diffrt: quantize: cannot rename %s to %s: %s\n", tmp, final, strerror(errno));
+        remove(tmp);
+        goto done;
+    }
+    /* a sharded source leaves no index behind in the output */
+    char idx[PATH_MAX];
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", out);
+    remove(idx);
+    if (copy_file(model, out, "config.json", 1) || copy_file(model, out, "tokenizer.json", 0)) goto done;
+    if (drt_model_load(out, &m) != DRT_OK) {
+        cli_fail("quantize: the written model does not load");
+        goto done;
+    }
+    drt_model_free(m);
+    fprintf(stderr, "quantize: %d of %d tensors to %s; %.2f MiB -> %.2f MiB; wrote %s\n", nq, n, type,
+            bytes_in / 1048576.0, bytes_out / 1048576.0, final);
+    rc = 0;
+done:
+    for (int i = 0; owned && i < n; i++) free(owned[i]);
+    free(owned);
+    free(w);
+    free(row);
+    drt_st_set_close(&set);
+    return rc;
+}
