@@ -29,7 +29,8 @@ static const char *USAGE =
     "      stdin) and the generated text is streamed to stdout as it is produced\n"
     "\n"
     "run options:\n"
-    "  -n N              tokens to generate (default 16)\n"
+    "  -n N              tokens to generate (default: up to 16, fewer when the\n"
+    "                    context ends sooner; an explicit N must fit)\n"
     "  --backend B       cpu | ref | opencl | vulkan | cuda (default cpu: the fast CPU\n"
     "                    backend; ref is the plain reference every backend is checked against)\n"
     "  --threads N       CPU threads for cpu (default: DIFFRT_THREADS, else the physical\n"
@@ -333,6 +334,7 @@ static int cmd_run(int argc, char **argv) {
     const char *model = NULL, *tokens = NULL, *backend = "cpu", *device = NULL;
     const char *text = NULL, *text_file = NULL;
     long n_gen = 16, ctx = 0, top_k = 0, seed = 0, threads = 0;
+    int n_given = 0; /* -n on the command line; else at most 16, fewer where the context ends */
     double temp = 0, top_p = 1;
     int verbose = 0, stop_at_eos = 1;
     for (int i = 0; i < argc; i++) {
@@ -362,6 +364,7 @@ static int cmd_run(int argc, char **argv) {
             device = v;
         } else if (strcmp(a, "-n") == 0) {
             if (!cli_parse_long(v, 0, 1 << 20, &n_gen)) return cli_die("run: -n wants an integer >= 0, got \"%s\"", v);
+            n_given = 1;
         } else if (strcmp(a, "--ctx") == 0) {
             if (!cli_parse_long(v, 1, DRT_MAX_CTX, &ctx)) {
                 fprintf(stderr, "diffrt: run: --ctx wants an integer in [1, %d], got \"%s\"\n",
@@ -417,7 +420,12 @@ static int cmd_run(int argc, char **argv) {
      * prompt + -n needs (at least 4096 when the model has them), never past
      * max_position_embeddings; a prompt that does not fit is an error here,
      * not a prefill of positions the model never saw. */
-    long need = (long)T + n_gen, max_pos = I.max_ctx;
+    long max_pos = I.max_ctx;
+    if (!n_given) { /* the default -n: up to 16 tokens, as many as the context has room for */
+        long room = (ctx ? ctx : max_pos) - T;
+        if (room > 0 && room < n_gen) n_gen = room;
+    }
+    long need = (long)T + n_gen;
     if (!ctx) {
         long dflt = max_pos < 4096 ? max_pos : 4096;
         ctx = need <= dflt ? dflt : need <= max_pos ? need : max_pos;

@@ -223,7 +223,7 @@ class Model:
         return Session(self, backend=backend, device=device, ctx=ctx, threads=threads,
                        check_finite=check_finite)
 
-    def generate(self, prompt, n=16, *, backend="cpu", device=None, ctx=0, threads=0,
+    def generate(self, prompt, n=None, *, backend="cpu", device=None, ctx=0, threads=0,
                  temperature=0.0, top_k=0, top_p=1.0, seed=0, stop=True, on_text=None,
                  check_finite=False):
         """Does what `diffrt run` does, with the same defaults.
@@ -236,11 +236,16 @@ class Model:
         CLI's default: min(max_position_embeddings, 4096), or prompt + n when
         that needs more and fits max_position_embeddings; a prompt + n that
         does not fit is an Error before any work. ``stop=False`` is --no-stop.
+        ``n`` None is the CLI's default -n: up to 16 tokens, fewer when the
+        context (``ctx``, else max_position_embeddings) ends sooner.
         """
-        n = _check_n(n)
         if ctx < 0 or ctx > _lib.DRT_MAX_CTX:
             raise ValueError(f"ctx wants an integer in [0, {_lib.DRT_MAX_CTX}], got {ctx}")
         ids, eos, tok = self._prompt(prompt)
+        if n is None:
+            room = (ctx or self.info.max_ctx) - len(ids)
+            n = room if 0 < room < 16 else 16
+        n = _check_n(n)
         ctx = _choose_ctx(len(ids), n, self.info.max_ctx, ctx)
         with Session(self, backend=backend, device=device, ctx=ctx, threads=threads,
                      check_finite=check_finite) as s:
@@ -402,13 +407,16 @@ class Session:
         _lib.check(_lib.lib().drt_session_last_attention(self._handle(), w.ctypes.data))
         return w
 
-    def generate(self, prompt, n=16, *, temperature=0.0, top_k=0, top_p=1.0, seed=0, stop=True,
+    def generate(self, prompt, n=None, *, temperature=0.0, top_k=0, top_p=1.0, seed=0, stop=True,
                  on_text=None):
         """Model.generate on this session, from its current position (a new
         or reset session is what `diffrt run` does). The prompt + n must fit
-        the session's context."""
-        n = _check_n(n)
+        the session's context; n None: up to 16, as many as fit."""
         ids, eos, tok = self.model._prompt(prompt)
+        if n is None:
+            room = self.ctx - self.pos - len(ids)
+            n = room if 0 < room < 16 else 16
+        n = _check_n(n)
         need = self.pos + len(ids) + n
         if need > self.ctx:
             raise Error(Status.INVALID_ARG,

@@ -418,6 +418,9 @@ class TestGenerateMatchesCli(unittest.TestCase):
         ("short sampled no-stop", SHORT_PROMPT, 30, dict(SAMPLED, stop=False), ["--no-stop"]),
         ("short ref backend", SHORT_PROMPT, 12, dict(backend="ref"), ["--backend", "ref"]),
         ("default n", SHORT_PROMPT, None, {}, []),
+        # the README's main command: 183 prompt tokens, context 192, default -n
+        # (16 would not fit: it generates up to the 9 that do)
+        ("file default n", "file", None, {}, []),
     ]
 
     def run_case(self, m, name, label, prompt, n, kw, extra):
