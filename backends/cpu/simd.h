@@ -214,6 +214,15 @@ VINL vf vload_q4(const uint8_t *qs, int j) {
 }
 #endif
 
+/* an f16 scale as float: F16C where the kernel set has it */
+VINL float vh2f(uint16_t h) {
+#if defined(DRT_ISA_avx512) || defined(DRT_ISA_avx2)
+    return _cvtsh_ss(h);
+#else
+    return drt_f16_to_f32(h);
+#endif
+}
+
 /* bytes of n weights of dtype dt (n a multiple of the block; dt a constant) */
 VINL int64_t wbytes(drt_dtype dt, int64_t n) {
     return dt == DRT_Q8_0 ? n / DRT_QK * 34 : dt == DRT_Q4_0 ? n / DRT_QK * 18 : dt == DRT_F32 ? n * 4 : n * 2;
@@ -223,7 +232,7 @@ VINL int64_t wbytes(drt_dtype dt, int64_t n) {
  * d * q of its block */
 VINL vf vload_qblock(const void *w, int64_t i, drt_dtype dt) {
     const unsigned char *b = (const unsigned char *)w + wbytes(dt, i - i % DRT_QK);
-    const vf d = vset1(drt_f16_to_f32((uint16_t)(b[0] | b[1] << 8)));
+    const vf d = vset1(vh2f((uint16_t)(b[0] | b[1] << 8)));
     const int j = (int)(i % DRT_QK);
     return vmul(d, dt == DRT_Q8_0 ? vload_q8((const int8_t *)b + 2, j) : vload_q4(b + 2, j));
 }

@@ -178,18 +178,15 @@ __global__ void __launch_bounds__(256)
     for (int blk = lane; blk < nb; blk += 32) {
         const unsigned char *b = wr + (int64_t)blk * bs;
         const float d = f16_bits_to_float((unsigned)b[0] | (unsigned)b[1] << 8);
-        float part[GEMV_MAX_T];
-#pragma unroll
-        for (int t = 0; t < GEMV_MAX_T; t++) part[t] = 0.0f;
+        /* the weight d*q, then one FMA per x row (no per-block partial sums:
+         * T <= 8 of them would spill) */
         for (int j = 0; j < 32; j++) {
-            const float q = q4 ? (float)((j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4)) - 8)
-                               : (float)(signed char)b[2 + j];
+            const float wq = d * (q4 ? (float)((j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4)) - 8)
+                                     : (float)(signed char)b[2 + j]);
 #pragma unroll
             for (int t = 0; t < GEMV_MAX_T; t++)
-                if (t < T) part[t] = fmaf(__ldg(x + (int64_t)t * K + blk * 32 + j), q, part[t]);
+                if (t < T) acc[t] = fmaf(__ldg(x + (int64_t)t * K + blk * 32 + j), wq, acc[t]);
         }
-#pragma unroll
-        for (int t = 0; t < GEMV_MAX_T; t++) acc[t] = fmaf(d, part[t], acc[t]);
     }
 #pragma unroll
     for (int t = 0; t < GEMV_MAX_T; t++) {
