@@ -258,6 +258,15 @@ static const header_case header_cases[] = {
     {"bad_dtype_foo",       "{\"w\":" T("\"FOO\"", "[1]", "[0,4]") "}", 0, 4, DRT_ERR_UNSUPPORTED, {"\"w\"", "\"FOO\""}, 0},
     {"bad_dtype_lowercase", "{\"w\":" T("\"f32\"", "[1]", "[0,4]") "}", 0, 4, DRT_ERR_UNSUPPORTED, {"\"w\"", "\"f32\""}, 0},
     {"bad_dtype_number",    "{\"w\":" T("32",      "[1]", "[0,4]") "}", 0, 4, DRT_ERR_FORMAT, {"\"w\"", "\"dtype\" is not a string"}, 0},
+    /* block formats: U8 [rows, blocks, block bytes] named in __metadata__ (docs/quantization.md) */
+    {"ok_q8_0", "{\"__metadata__\":{\"diffrt.dtype.w\":\"q8_0\"},\"w\":" T("\"U8\"", "[2,1,34]", "[0,68]") "}", 0, 68, DRT_OK, {0}, 1},
+    {"ok_q4_0", "{\"__metadata__\":{\"diffrt.dtype.w\":\"q4_0\"},\"w\":" T("\"U8\"", "[3,2,18]", "[0,108]") "}", 0, 108, DRT_OK, {0}, 1},
+    {"bad_u8_no_metadata", "{\"w\":" T("\"U8\"", "[2,1,34]", "[0,68]") "}", 0, 68, DRT_ERR_UNSUPPORTED, {"\"w\"", "U8 without a block format"}, 0},
+    {"bad_u8_other_tensor", "{\"__metadata__\":{\"diffrt.dtype.v\":\"q8_0\"},\"w\":" T("\"U8\"", "[2,1,34]", "[0,68]") "}", 0, 68, DRT_ERR_UNSUPPORTED, {"\"w\"", "U8 without a block format"}, 0},
+    {"bad_u8_format", "{\"__metadata__\":{\"diffrt.dtype.w\":\"q5_1\"},\"w\":" T("\"U8\"", "[2,1,34]", "[0,68]") "}", 0, 68, DRT_ERR_UNSUPPORTED, {"\"w\"", "block format \"q5_1\""}, 0},
+    {"bad_q8_block_bytes", "{\"__metadata__\":{\"diffrt.dtype.w\":\"q8_0\"},\"w\":" T("\"U8\"", "[2,1,18]", "[0,36]") "}", 0, 36, DRT_ERR_FORMAT, {"\"w\"", "shape [rows, blocks, 34]"}, 0},
+    {"bad_q4_two_dims", "{\"__metadata__\":{\"diffrt.dtype.w\":\"q4_0\"},\"w\":" T("\"U8\"", "[2,18]", "[0,36]") "}", 0, 36, DRT_ERR_FORMAT, {"\"w\"", "got 2 dims"}, 0},
+    {"bad_q8_nbytes", "{\"__metadata__\":{\"diffrt.dtype.w\":\"q8_0\"},\"w\":" T("\"U8\"", "[2,1,34]", "[0,60]") "}", 0, 68, DRT_ERR_FORMAT, {"\"w\"", "needs 68"}, 0},
     /* missing fields */
     {"bad_missing_dtype",   "{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}",   0, 4, DRT_ERR_FORMAT, {"\"w\"", "missing field \"dtype\""}, 0},
     {"bad_missing_shape",   "{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", 0, 4, DRT_ERR_FORMAT, {"\"w\"", "missing field \"shape\""}, 0},
