@@ -239,10 +239,12 @@ static const struct {
     [OCL_K_ATTN_Q4] = {"attn_q4", OCL_P_ATTENTION},
     [OCL_K_ATTN_Q8] = {"attn_q8", OCL_P_ATTENTION},
     [OCL_K_ATTN_COMBINE] = {"attn_combine", OCL_P_ATTENTION},
+    [OCL_K_MATMUL_Q8_0] = {"matmul_q8_0", OCL_P_MATMUL_Q},
+    [OCL_K_MATMUL_Q4_0] = {"matmul_q4_0", OCL_P_MATMUL_Q},
 };
 
 static const char *const ocl_prog_files[OCL_P_COUNT] = {"elementwise.cl", "norm.cl", "matmul.cl",
-                                                        "attention.cl"};
+                                                        "attention.cl", "matmul_q.cl"};
 
 static void ocl_shutdown(drt_backend *be) {
     ocl_ctx *x = ocl_of(be);
@@ -269,9 +271,10 @@ static drt_status fail(drt_backend *be, drt_status s) {
 /* Builds program p; on failure the message carries the compiler's log. */
 static drt_status build_program(ocl_ctx *x, ocl_prog p, const char *opts) {
     const char *src[OCL_P_COUNT] = {drt_ocl_src_elementwise, drt_ocl_src_norm, drt_ocl_src_matmul,
-                                    drt_ocl_src_attention};
+                                    drt_ocl_src_attention, drt_ocl_src_matmul_q};
     const size_t len[OCL_P_COUNT] = {drt_ocl_src_elementwise_len, drt_ocl_src_norm_len,
-                                     drt_ocl_src_matmul_len, drt_ocl_src_attention_len};
+                                     drt_ocl_src_matmul_len, drt_ocl_src_attention_len,
+                                     drt_ocl_src_matmul_q_len};
     cl_int e;
     x->prog[p] = clCreateProgramWithSource(x->ctx, 1, &src[p], &len[p], &e);
     if (e != CL_SUCCESS)
@@ -573,7 +576,8 @@ size_t ocl_row_wg(const ocl_ctx *x, int64_t n) {
  * another backend, once allocated, is refused too. */
 static bool tensor_ok(drt_backend *be, const drt_tensor *t) {
     if (!t) return true;
-    size_t es = drt_dtype_size(t->type);
+    /* elements aligned to their size (block formats are read bytewise) */
+    size_t es = drt_dtype_block(t->type) > 1 ? 1 : drt_dtype_size(t->type);
     if (!es) return false;
     if (t->buf ? (t->buf->be != be || t->offs % es) : (t->view_src && t->view_offs % es))
         return false;
@@ -581,8 +585,6 @@ static bool tensor_ok(drt_backend *be, const drt_tensor *t) {
 }
 
 static bool ocl_supports(drt_backend *be, const drt_tensor *t) {
-    /* q8_0 / q4_0 weights: no kernels here yet; the CPU reference runs them */
-    if (t->op == DRT_OP_MATMUL && drt_dtype_block(t->src[1]->type) > 1) return false;
     ocl_ctx *x = ocl_of(be);
     for (int i = 0; i < DRT_MAX_SRC; i++)
         if (!tensor_ok(be, t->src[i])) return false;

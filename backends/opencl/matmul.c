@@ -51,6 +51,7 @@ drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t) {
     int trans_w = t->ip[0];
     float scale = t->fp[0];
     if ((int64_t)B * T * N == 0) return DRT_OK;
+    if (drt_dtype_block(w->type) > 1) return ocl_matmul_q(x, t);
 #ifdef DIFFRT_HAVE_CLBLAST
     if (x->gemm == OCL_GEMM_CLBLAST && w->type == DRT_F32)
         return clblast_matmul(x, t, B, Bw, T, N, K, trans_w, scale);
@@ -87,4 +88,26 @@ void ocl_matmul_shutdown(ocl_ctx *x) {
 #else
     (void)x;
 #endif
+}
+
+/* q8_0 / q4_0 weights (matmul_q.cl): one work-group of 32 items per output */
+drt_status ocl_matmul_q(ocl_ctx *x, const drt_tensor *t) {
+    const drt_tensor *a = t->src[0], *w = t->src[1];
+    int B = a->nd == 3 ? (int)a->ne[0] : 1, Bw = w->nd == 3 ? (int)w->ne[0] : 1;
+    int T = (int)a->ne[a->nd - 2], K = (int)a->ne[a->nd - 1];
+    int N = (int)t->ne[t->nd - 1];
+    ocl_call c;
+    ocl_begin(&c, x, w->type == DRT_Q8_0 ? OCL_K_MATMUL_Q8_0 : OCL_K_MATMUL_Q4_0);
+    ocl_arg_tensor(&c, t);
+    ocl_arg_tensor(&c, a);
+    ocl_arg_mem(&c, ocl_mem(w));
+    ocl_arg_ulong(&c, w->offs); /* bytes: blocks have no element size */
+    ocl_arg_int(&c, B);
+    ocl_arg_int(&c, Bw);
+    ocl_arg_int(&c, T);
+    ocl_arg_int(&c, N);
+    ocl_arg_int(&c, K);
+    ocl_arg_float(&c, t->fp[0]);
+    size_t g[3] = {(size_t)N * 32, (size_t)T, (size_t)B}, l[3] = {32, 1, 1};
+    return ocl_run(&c, 3, g, l);
 }

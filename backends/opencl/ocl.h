@@ -16,12 +16,12 @@
 
 /* the embedded .cl sources (generated opencl_kernels.c) */
 extern const char drt_ocl_src_elementwise[], drt_ocl_src_norm[], drt_ocl_src_matmul[],
-    drt_ocl_src_attention[];
+    drt_ocl_src_attention[], drt_ocl_src_matmul_q[];
 extern const unsigned long drt_ocl_src_elementwise_len, drt_ocl_src_norm_len,
-    drt_ocl_src_matmul_len, drt_ocl_src_attention_len;
+    drt_ocl_src_matmul_len, drt_ocl_src_attention_len, drt_ocl_src_matmul_q_len;
 
 /* one program per op family, built once at init */
-typedef enum { OCL_P_ELEMENTWISE, OCL_P_NORM, OCL_P_MATMUL, OCL_P_ATTENTION, OCL_P_COUNT } ocl_prog;
+typedef enum { OCL_P_ELEMENTWISE, OCL_P_NORM, OCL_P_MATMUL, OCL_P_ATTENTION, OCL_P_MATMUL_Q, OCL_P_COUNT } ocl_prog;
 
 /* every kernel, created once at init; ocl_kernel_names (backend.c) in the same order */
 typedef enum {
@@ -51,6 +51,8 @@ typedef enum {
     OCL_K_ATTN_Q4,
     OCL_K_ATTN_Q8,
     OCL_K_ATTN_COMBINE,
+    OCL_K_MATMUL_Q8_0, /* matmul_q.cl: q8_0 / q4_0 weights */
+    OCL_K_MATMUL_Q4_0,
     OCL_K_COUNT
 } ocl_kernel_id;
 
@@ -136,6 +138,8 @@ static inline cl_mem ocl_mem(const drt_tensor *t) {
 static inline size_t ocl_elem_off(const drt_tensor *t) {
     return t->offs / drt_dtype_size(t->type);
 }
+/* MATMUL with q8_0 / q4_0 weights (matmul_q.cl) */
+drt_status ocl_matmul_q(ocl_ctx *x, const drt_tensor *t);
 
 /* ---- the op families: each runs one node (all checks done in supports) --- */
 drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t);

@@ -819,7 +819,9 @@ drt_status vk_scratch(vk_ctx *c, size_t bytes, const drt_tensor **out) {
 }
 
 uint32_t vk_eoff(const drt_tensor *t) {
-    return (uint32_t)(t->offs % VK_BIND_ALIGN / drt_dtype_size(t->type));
+    /* block formats (q8_0, q4_0): the offset in bytes */
+    size_t es = drt_dtype_block(t->type) > 1 ? 1 : drt_dtype_size(t->type);
+    return (uint32_t)(t->offs % VK_BIND_ALIGN / es);
 }
 
 vk_shader vk_sg_variant(const vk_ctx *c, vk_shader sh) {
@@ -1171,8 +1173,6 @@ static drt_status vk_download(drt_backend *be, const drt_buffer *b, size_t off, 
 }
 
 static bool vk_supports(drt_backend *be, const drt_tensor *t) {
-    /* q8_0 / q4_0 weights: no kernels here yet; the CPU reference runs them */
-    if (t->op == DRT_OP_MATMUL && drt_dtype_block(t->src[1]->type) > 1) return false;
     const vk_ctx *c = be->ctx;
     const VkDeviceSize max_range = c->props.limits.maxStorageBufferRange;
     const drt_tensor *all[1 + DRT_MAX_SRC] = {t, t->src[0], t->src[1], t->src[2], t->src[3]};

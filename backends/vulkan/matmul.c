@@ -39,6 +39,7 @@ static vk_shader weight_variant(const vk_ctx *c, drt_dtype wt, vk_shader f32, vk
 /* y (B,T,N) = scale * x (B,T,K) w^T; w (Bw,N,K) or (Bw,K,N) when t->ip[0] */
 drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     (void)ex;
+    if (drt_dtype_block(t->src[1]->type) > 1) return vk_matmul_q(c, t);
     const drt_tensor *a = t->src[0], *w = t->src[1];
     uint32_t B = a->nd == 3 ? (uint32_t)a->ne[0] : 1, Bw = w->nd == 3 ? (uint32_t)w->ne[0] : 1;
     uint32_t T = (uint32_t)a->ne[a->nd - 2], K = (uint32_t)a->ne[a->nd - 1];

@@ -48,7 +48,9 @@ extern const int drt_vk_spirv_count;
     X(ROPE, "rope")                                                                                \
     X(ELEMENTWISE, "elementwise")                                                                  \
     X(KV_WRITE, "kv_write")                                                                        \
-    X(PERMUTE, "permute")
+    X(PERMUTE, "permute")                                                                          \
+    X(MATMUL_Q8, "matmul_q8")                                                                      \
+    X(MATMUL_Q4, "matmul_q4")
 
 #define VK_SHADER_ENUM(id, name) VK_SH_##id,
 typedef enum { VK_SHADER_LIST(VK_SHADER_ENUM) VK_N_SHADERS } vk_shader;
@@ -186,6 +188,8 @@ void vk_grid_2d(uint64_t n, uint32_t *gx, uint32_t *gy);
 
 /* ---- op families: each records one node (ex: runtime state) --------------- */
 drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
+/* MATMUL with q8_0 / q4_0 weights (matmul_q.c, shaders/matmul_q.comp) */
+drt_status vk_matmul_q(vk_ctx *c, const drt_tensor *t);
 drt_status vk_embed(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 drt_status vk_dual_softmax(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
