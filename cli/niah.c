@@ -117,6 +117,7 @@ out:
 
 int cmd_niah(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *device = NULL, *json = NULL, *compare = NULL;
+    const char *logits_vs = NULL; /* a reference model whose last-token logits each prompt is compared with */
     int needles = 1, queries = 1, samples = 40, attention = 0, no_fallback = 0, threads = 0;
     double min_accuracy = -1, min_agree = 0.99;
     int ctxs[MAX_LIST], n_ctx = 0, depths[MAX_LIST] = {0, 25, 50, 75, 100}, n_depth = 5;
@@ -148,6 +149,8 @@ int cmd_niah(int argc, char **argv) {
             json = v;
         } else if (strcmp(a, "--compare") == 0) {
             compare = v;
+        } else if (strcmp(a, "--logits-vs") == 0) {
+            logits_vs = v;
         } else if (strcmp(a, "--min-accuracy") == 0 || strcmp(a, "--min-agree") == 0) {
             int is_acc = strcmp(a, "--min-accuracy") == 0;
             char *end;
@@ -186,10 +189,12 @@ int cmd_niah(int argc, char **argv) {
     if (compare && access(compare, R_OK) != 0) return cli_die("niah: --compare %s: cannot read", compare);
 
     int rc = 1;
-    drt_model *m = NULL;
-    drt_session *s = NULL;
+    drt_model *m = NULL, *rm = NULL;
+    drt_session *s = NULL, *rs = NULL;
     drt_tokenizer *tok = NULL;
-    float *logits = NULL, *attn = NULL;
+    float *logits = NULL, *attn = NULL, *rlogits = NULL;
+    double nmse_sum = 0, nmse_max = 0;
+    int top1_same = 0, n_cmp = 0;
     cJSON *jarr = json || compare ? cJSON_CreateArray() : NULL;
     char tpath[4096];
     snprintf(tpath, sizeof tpath, "%s/tokenizer.json", model);
@@ -215,6 +220,21 @@ int cmd_niah(int argc, char **argv) {
     }
     logits = malloc(sizeof(float) * (size_t)I.vocab);
     attn = malloc(sizeof(float) * (size_t)(max_ctx + DRT_NIAH_MAX_NEW_TOKENS));
+    if (logits_vs) { /* the same prompts through a reference model, on the same backend */
+        drt_model_info RI;
+        if (drt_model_load(logits_vs, &rm) != DRT_OK || drt_session_create(rm, &so, &rs) != DRT_OK) {
+            rc = cli_fail("niah: --logits-vs");
+            goto done;
+        }
+        drt_model_get_info(rm, &RI);
+        if (RI.vocab != I.vocab) {
+            fprintf(stderr, "diffrt: niah: --logits-vs %s has vocab %d, %s has %d: not comparable\n", logits_vs,
+                    RI.vocab, model, I.vocab);
+            rc = 2;
+            goto done;
+        }
+        rlogits = malloc(sizeof(float) * (size_t)I.vocab);
+    }
     int total = n_ctx * n_depth * samples * queries, done_n = 0, tty = isatty(2);
     int correct[MAX_LIST][MAX_LIST] = {{0}};
     double att_ans[MAX_LIST] = {0}, att_noise[MAX_LIST] = {0};
@@ -236,7 +256,32 @@ int cmd_niah(int argc, char **argv) {
                     int ng = 0;
                     drt_session_reset(s);
                     drt_status st = drt_session_forward(s, p[r].ids, p[r].n_ids, logits, 0);
-                    double ans = 0, noise = 0;
+                    double ans = 0, noise = 0, nmse = 0;
+                    int same = 0;
+                    if (st == DRT_OK && rs) {
+                        /* the prompt's last-token logits against the reference model's */
+                        drt_session_reset(rs);
+                        if (drt_session_forward(rs, p[r].ids, p[r].n_ids, rlogits, 0) != DRT_OK) {
+                            for (int q = 0; q < queries; q++) drt_niah_prompt_free(&p[q]);
+                            rc = cli_fail("niah: --logits-vs");
+                            goto done;
+                        }
+                        double num = 0, den = 0;
+                        int a1 = 0, a2 = 0;
+                        for (int v = 0; v < I.vocab; v++) {
+                            double e = (double)logits[v] - rlogits[v];
+                            num += e * e;
+                            den += (double)rlogits[v] * rlogits[v];
+                            if (logits[v] > logits[a1]) a1 = v;
+                            if (rlogits[v] > rlogits[a2]) a2 = v;
+                        }
+                        nmse = den > 0 ? num / den : num;
+                        same = a1 == a2;
+                        nmse_sum += nmse;
+                        nmse_max = nmse > nmse_max ? nmse : nmse_max;
+                        top1_same += same;
+                        n_cmp++;
+                    }
                     if (st == DRT_OK && attention) {
                         st = drt_session_last_attention(s, attn);
                         for (int j = 0; j < p[r].question_start; j++) {
@@ -278,6 +323,10 @@ int cmd_niah(int argc, char **argv) {
                         cJSON_AddStringToObject(o, "predicted", pred);
                         cJSON_AddBoolToObject(o, "correct", ok);
                         cJSON_AddItemToObject(o, "generated_ids", cJSON_CreateIntArray(gen, ng));
+                        if (rs) {
+                            cJSON_AddNumberToObject(o, "logits_nmse", nmse);
+                            cJSON_AddBoolToObject(o, "top1_agree", same);
+                        }
                         if (attention) {
                             cJSON_AddNumberToObject(o, "attn_answer", ans);
                             cJSON_AddNumberToObject(o, "attn_noise", noise);
@@ -323,6 +372,10 @@ int cmd_niah(int argc, char **argv) {
         }
         printf("all      %-12.4f %-12.4f\n", ta / tc, tn / tc);
     }
+    if (rs && n_cmp)
+        printf("\nlogits of the prompt's last token vs %s: NMSE mean %.3g, max %.3g; top-1 agreement %.3f "
+               "(%d/%d)\n",
+               logits_vs, nmse_sum / n_cmp, nmse_max, (double)top1_same / n_cmp, top1_same, n_cmp);
     if (json) {
         /* the shape of python/niah/eval.py's output: {"summary": {...}, "samples": [...]} */
         cJSON *root = cJSON_CreateObject(), *sm = cJSON_AddObjectToObject(root, "summary");
@@ -336,6 +389,12 @@ int cmd_niah(int argc, char **argv) {
         cJSON_AddNumberToObject(sm, "seed", (double)seed);
         cJSON_AddNumberToObject(sm, "n_prompts", total);
         cJSON_AddNumberToObject(sm, "accuracy", (double)all / total);
+        if (rs && n_cmp) {
+            cJSON_AddStringToObject(sm, "logits_vs", logits_vs);
+            cJSON_AddNumberToObject(sm, "logits_nmse_mean", nmse_sum / n_cmp);
+            cJSON_AddNumberToObject(sm, "logits_nmse_max", nmse_max);
+            cJSON_AddNumberToObject(sm, "top1_agreement", (double)top1_same / n_cmp);
+        }
         cJSON_AddItemReferenceToObject(root, "samples", jarr);
         char *txt = cJSON_Print(root);
         cJSON_Delete(root);
@@ -371,9 +430,12 @@ int cmd_niah(int argc, char **argv) {
 done:
     cJSON_Delete(jarr);
     free(logits);
+    free(rlogits);
     free(attn);
     drt_tokenizer_free(tok);
     drt_session_free(s);
+    drt_session_free(rs);
     drt_model_free(m);
+    drt_model_free(rm);
     return rc;
 }
