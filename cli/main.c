@@ -85,6 +85,7 @@ static const char *USAGE =
     "              [--depths 0,25,50,75,100] [--samples K] [--seed S] [--backend B]\n"
     "              [--device D] [--threads N] [--attention] [--json FILE] [--compare FILE]\n"
     "              [--min-accuracy X] [--min-agree X] [--no-fallback] [--logits-vs DIR2]\n"
+    "              [--attn-bits B]\n"
     "      multi-needle retrieval (docs/niah_spec.md): accuracy per depth x context\n"
     "      length; --attention adds the mean attention of the final query token to\n"
     "      the answer needle and to the rest of the context (for diff models the\n"
@@ -98,6 +99,8 @@ static const char *USAGE =
     "      --logits-vs DIR2 also runs every prompt through the model in DIR2 (e.g. the\n"
     "      f16 model a quantized DIR was made from) and prints the NMSE of the last\n"
     "      token's logits and how often their top-1 token agrees\n"
+    "      --attn-bits B (--backend ref only): every row of attention logits quantized to\n"
+    "      B bits (symmetric, per-row absmax) before its softmax, as in the paper's Fig. 8\n"
     "\n"
     "  diffrt bench --model DIR --backend LIST [--device B=SEL,...] [-p 512] [-n 128]\n"
     "               [-r 5] [--threads N] [--json FILE] [--csv | --md]\n"
@@ -110,6 +113,11 @@ static const char *USAGE =
     "  diffrt quantize --model DIR --type q8_0|q4_0 --out DIR2 [--force]\n"
     "      DIR with its projection weights in 8-bit or 4-bit blocks (docs/quantization.md),\n"
     "      written to DIR2 with config.json and tokenizer.json; runs like any model\n"
+    "\n"
+    "  diffrt analyze --model DIR [--samples K] [--depths ...] [--seed S] [--ctx L] [--json F]\n"
+    "      the paper's Table 5 over the NIAH prompts, on the reference backend: top-1,\n"
+    "      top-10 and median |value| of the attention logits (both maps of a DIFF head)\n"
+    "      and of the hidden states (diffrt analyze --help)\n"
     "\n"
     "  diffrt --help\n"
     "  diffrt --version\n"
@@ -607,5 +615,6 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
     if (strcmp(cmd, "report") == 0) return cmd_report(argc - 2, argv + 2);
     if (strcmp(cmd, "quantize") == 0) return cmd_quantize(argc - 2, argv + 2);
+    if (strcmp(cmd, "analyze") == 0) return cmd_analyze(argc - 2, argv + 2);
     return cli_die("unknown command \"%s\" (see diffrt --help)", cmd);
 }

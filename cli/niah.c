@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "diffrt/diffrt.h"
 #include "niah.h"
+#include "ref_ops.h"
 #include "safetensors.h" /* drt_read_text_file */
 
 #define MAX_LIST 32
@@ -118,6 +119,7 @@ out:
 int cmd_niah(int argc, char **argv) {
     const char *model = NULL, *backend = "cpu", *device = NULL, *json = NULL, *compare = NULL;
     const char *logits_vs = NULL; /* a reference model whose last-token logits each prompt is compared with */
+    int attn_bits = 0;            /* > 0: the reference path's attention logits quantized (ref_ops.h) */
     int needles = 1, queries = 1, samples = 40, attention = 0, no_fallback = 0, threads = 0;
     double min_accuracy = -1, min_agree = 0.99;
     int ctxs[MAX_LIST], n_ctx = 0, depths[MAX_LIST] = {0, 25, 50, 75, 100}, n_depth = 5;
@@ -151,6 +153,9 @@ int cmd_niah(int argc, char **argv) {
             compare = v;
         } else if (strcmp(a, "--logits-vs") == 0) {
             logits_vs = v;
+        } else if (strcmp(a, "--attn-bits") == 0) {
+            if (!cli_parse_long(v, 2, 24, &n)) return cli_die("niah: --attn-bits wants 2..24, got \"%s\"", v);
+            attn_bits = (int)n;
         } else if (strcmp(a, "--min-accuracy") == 0 || strcmp(a, "--min-agree") == 0) {
             int is_acc = strcmp(a, "--min-accuracy") == 0;
             char *end;
@@ -186,6 +191,9 @@ int cmd_niah(int argc, char **argv) {
     }
     if (!model) return cli_die("niah: --model DIR is required%s", "");
     if (queries > needles) return cli_die("niah: --queries must not exceed --needles%s", "");
+    if (attn_bits && strcmp(backend, "ref") != 0)
+        return cli_die("niah: --attn-bits quantizes the reference path's attention logits: it needs --backend ref, "
+                       "not %s", backend);
     if (compare && access(compare, R_OK) != 0) return cli_die("niah: --compare %s: cannot read", compare);
 
     int rc = 1;
@@ -243,6 +251,12 @@ int cmd_niah(int argc, char **argv) {
     for (int c = 0; c < n_ctx; c++) fprintf(stderr, "%s%d", c ? "," : " ", ctxs[c]);
     fprintf(stderr, ", N=%d R=%d, %d samples per depth, seed %llu)\n", needles, queries, samples, seed);
     double t0 = now_s();
+    if (attn_bits) {
+        drt_ref_analysis hooks = {.attn_bits = attn_bits};
+        drt_ref_set_analysis(&hooks);
+        fprintf(stderr, "niah: attention logits quantized to %d bits (symmetric, per-row absmax) before softmax\n",
+                attn_bits);
+    }
     for (int c = 0; c < n_ctx; c++)
         for (int d = 0; d < n_depth; d++)
             for (int k = 0; k < samples; k++) {
@@ -341,6 +355,7 @@ int cmd_niah(int argc, char **argv) {
                 }
                 for (int q = 0; q < queries; q++) drt_niah_prompt_free(&p[q]);
             }
+    drt_ref_set_analysis(NULL);
     if (tty) fprintf(stderr, "\n");
 
     printf("multi-needle retrieval accuracy (N=%d, R=%d, %d samples x %d queries per cell, seed %llu)\n", needles,
@@ -389,6 +404,7 @@ int cmd_niah(int argc, char **argv) {
         cJSON_AddNumberToObject(sm, "seed", (double)seed);
         cJSON_AddNumberToObject(sm, "n_prompts", total);
         cJSON_AddNumberToObject(sm, "accuracy", (double)all / total);
+        if (attn_bits) cJSON_AddNumberToObject(sm, "attn_bits", attn_bits);
         if (rs && n_cmp) {
             cJSON_AddStringToObject(sm, "logits_vs", logits_vs);
             cJSON_AddNumberToObject(sm, "logits_nmse_mean", nmse_sum / n_cmp);
@@ -428,6 +444,7 @@ int cmd_niah(int argc, char **argv) {
         if (crc > rc) rc = crc;
     }
 done:
+    drt_ref_set_analysis(NULL);
     cJSON_Delete(jarr);
     free(logits);
     free(rlogits);

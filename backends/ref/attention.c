@@ -5,6 +5,7 @@
  * j <= p0+t, i.e. the first p0+t+1 of the S keys. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ref_ops.h"
 
@@ -28,6 +29,31 @@ static double exp_row(double *l, int n) {
         sum += l[j];
     }
     return sum;
+}
+
+/* ---- analysis hooks (ref_ops.h) --------------------------------------------- */
+
+static drt_ref_analysis g_analysis;
+
+void drt_ref_set_analysis(const drt_ref_analysis *a) {
+    if (a)
+        g_analysis = *a;
+    else
+        memset(&g_analysis, 0, sizeof g_analysis);
+}
+
+const drt_ref_analysis *drt_ref_get_analysis(void) { return &g_analysis; }
+
+/* One row of n logits before its softmax: handed to the logit hook, then
+ * quantized symmetric per-row absmax to attn_bits when that is set. */
+static void analyse_row(double *l, int n, int map) {
+    if (g_analysis.logit_row) g_analysis.logit_row(g_analysis.ctx, l, n, map);
+    if (g_analysis.attn_bits <= 0) return;
+    double m = 0;
+    for (int j = 0; j < n; j++) m = fabs(l[j]) > m ? fabs(l[j]) : m;
+    if (!(m > 0)) return;
+    const double L = ldexp(1.0, g_analysis.attn_bits - 1) - 1;
+    for (int j = 0; j < n; j++) l[j] = round(l[j] / m * L) * m / L;
 }
 
 /* These functions return void, so when their scratch row cannot be
@@ -97,6 +123,8 @@ void drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v,
                 l1[j] = s * dot(q1, k1, dk);
                 l2[j] = s * dot(q2, k2, dk);
             }
+            analyse_row(l1, n, 0);
+            analyse_row(l2, n, 1);
             const double sum1 = exp_row(l1, n);
             const double sum2 = exp_row(l2, n);
             const double lam = lambda_th ? lambda_th[(int64_t)t * H + h] : lambda;
@@ -133,6 +161,7 @@ void drt_ref_attn(float *o, const float *q, const float *k, const float *v, int 
             const int64_t g = (int64_t)h * G / H;
             const float *qt = q + ((int64_t)t * H + h) * dk;
             for (int j = 0; j < n; j++) l[j] = s * dot(qt, k + ((int64_t)j * G + g) * dk, dk);
+            analyse_row(l, n, 0);
             const double sum = exp_row(l, n);
             for (int e = 0; e < dv; e++) acc[e] = 0.0;
             for (int j = 0; j < n; j++) {

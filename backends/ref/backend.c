@@ -140,6 +140,8 @@ static drt_status ref_compute(drt_backend *be, drt_tensor *const *nodes, int n, 
             if (t->src[j]) srcs[j] = drt_host_ptr(t->src[j]);
         drt_status s = drt_ref_run_node(t, drt_host_ptr(t), srcs, ex);
         if (s != DRT_OK) return s;
+        const drt_ref_analysis *an = drt_ref_get_analysis();
+        if (an->node_done) an->node_done(an->ctx, t, drt_host_ptr(t));
     }
     return DRT_OK;
 }

@@ -1,0 +1,277 @@
+/* diffrt analyze: activation statistics of a model over the NIAH prompts, as
+ * in the DIFF Transformer paper's Table 5 (arXiv 2410.05258): the largest and
+ * the median magnitudes of the attention logits (q.k/sqrt(dk), both maps of
+ * every DIFF head) and of the hidden states (each layer's output, the
+ * residual stream after its MLP).
+ *
+ * The prompts are `diffrt niah`'s (docs/niah_spec.md: one needle, one query,
+ * the given depths and samples, seed), prefilled on the reference backend,
+ * whose analysis hooks (backends/ref/ref_ops.h) see every logit row and every
+ * node output. Per quantity: top-1 and top-10 (the 10th largest) |value|,
+ * exact; the median |value| from a histogram of 1000 bins per decade
+ * (relative error below 0.12%). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+#include "diffrt/diffrt.h"
+#include "diffrt/tokenizer.h"
+#include "drt_graph.h"
+#include "niah.h"
+#include "ref_ops.h"
+
+#define TOPK 10
+#define DECADES 24 /* |x| in [1e-12, 1e12) */
+#define PER_DECADE 1000
+#define NBINS (DECADES * PER_DECADE)
+
+typedef struct {
+    double top[TOPK]; /* descending */
+    uint64_t n, zeros, below, above;
+    uint64_t *bins;
+} mag_stats;
+
+static void stats_add(mag_stats *s, double x) {
+    double a = fabs(x);
+    s->n++;
+    if (a > s->top[TOPK - 1]) { /* insert into the descending top list */
+        int i = TOPK - 1;
+        while (i > 0 && s->top[i - 1] < a) {
+            s->top[i] = s->top[i - 1];
+            i--;
+        }
+        s->top[i] = a;
+    }
+    if (a == 0) {
+        s->zeros++;
+        return;
+    }
+    double b = (log10(a) + DECADES / 2) * PER_DECADE;
+    if (b < 0)
+        s->below++;
+    else if (b >= NBINS)
+        s->above++;
+    else
+        s->bins[(int)b]++;
+}
+
+/* the median |value|: the centre of the histogram bin holding it */
+static double stats_median(const mag_stats *s) {
+    if (!s->n) return 0;
+    uint64_t half = (s->n + 1) / 2, c = s->zeros + s->below;
+    if (c >= half) return 0;
+    for (int i = 0; i < NBINS; i++) {
+        c += s->bins[i];
+        if (c >= half) return pow(10, (i + 0.5) / PER_DECADE - DECADES / 2);
+    }
+    return s->top[0];
+}
+
+typedef struct {
+    mag_stats logits[2]; /* map 0 (the only one for ATTN), map 1 (DIFF's second) */
+    mag_stats hidden;
+} analysis;
+
+static void on_logits(void *ctx, const double *l, int n, int map) {
+    analysis *a = ctx;
+    for (int j = 0; j < n; j++) stats_add(&a->logits[map & 1], l[j]);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static void on_node(void *ctx, const drt_tensor *t, const void *out) {
+    analysis *a = ctx;
+    if (!out || t->type != DRT_F32 || !ends_with(t->name, ".mlp_residual")) return;
+    const float *x = out;
+    for (int64_t i = 0, n = drt_nelem(t); i < n; i++) stats_add(&a->hidden, x[i]);
+}
+
+static void print_row(const char *what, const mag_stats *s) {
+    printf("%-28s %12.4g %12.4g %12.4g %14llu\n", what, s->top[0], s->top[TOPK - 1], stats_median(s),
+           (unsigned long long)s->n);
+}
+
+static cJSON *stats_json(const mag_stats *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "top1", s->top[0]);
+    cJSON_AddNumberToObject(o, "top10", s->top[TOPK - 1]);
+    cJSON_AddNumberToObject(o, "median", stats_median(s));
+    cJSON_AddNumberToObject(o, "count", (double)s->n);
+    return o;
+}
+
+static const char USAGE_A[] =
+    "usage: diffrt analyze --model DIR [--samples K] [--depths 0,25,50,75,100] [--seed S]\n"
+    "                      [--ctx L] [--json FILE]\n"
+    "  the paper's Table 5 quantities over diffrt niah's prompts (one needle; K\n"
+    "  samples per depth, default 40; ctx default the model's max positions, at\n"
+    "  most 4096), prefilled on the reference backend: top-1, top-10 and median\n"
+    "  |value| of the attention logits (q.k/sqrt(dk); both maps of a DIFF head)\n"
+    "  and of the hidden states (every layer's output)\n";
+
+int cmd_analyze(int argc, char **argv) {
+    const char *model = NULL, *json = NULL;
+    long samples = 40, seed = 0, ctx = 0;
+    int depths[16] = {0, 25, 50, 75, 100}, n_depth = 5;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(USAGE_A, stdout);
+            return 0;
+        } else if (!v) {
+            return cli_die("analyze: %s needs a value (see diffrt analyze --help)", a);
+        } else if (strcmp(a, "--model") == 0) {
+            model = v;
+        } else if (strcmp(a, "--json") == 0) {
+            json = v;
+        } else if (strcmp(a, "--samples") == 0) {
+            if (!cli_parse_long(v, 1, 100000, &samples)) return cli_die("analyze: --samples wants 1..100000, got \"%s\"", v);
+        } else if (strcmp(a, "--seed") == 0) {
+            if (!cli_parse_long(v, 0, 1L << 40, &seed)) return cli_die("analyze: --seed wants an integer >= 0, got \"%s\"", v);
+        } else if (strcmp(a, "--ctx") == 0) {
+            if (!cli_parse_long(v, 16, 1 << 20, &ctx)) return cli_die("analyze: --ctx wants 16..1048576, got \"%s\"", v);
+        } else if (strcmp(a, "--depths") == 0) {
+            n_depth = 0;
+            for (const char *p = v; *p && n_depth < 16;) {
+                char *end;
+                long d = strtol(p, &end, 10);
+                if (end == p || d < 0 || d > 100 || (*end && *end != ',')) return cli_die("analyze: --depths wants percents 0..100, got \"%s\"", v);
+                depths[n_depth++] = (int)d;
+                p = *end ? end + 1 : end;
+            }
+        } else {
+            return cli_die("analyze: unknown argument \"%s\" (see diffrt analyze --help)", a);
+        }
+        i++;
+    }
+    if (!model) return cli_die("analyze: --model DIR is required%s", "");
+
+    int rc = 1;
+    drt_model *m = NULL;
+    drt_session *s = NULL;
+    drt_tokenizer *tok = NULL;
+    float *logits = NULL;
+    analysis an;
+    memset(&an, 0, sizeof an);
+    mag_stats *all[3] = {&an.logits[0], &an.logits[1], &an.hidden};
+    for (int i = 0; i < 3; i++) {
+        all[i]->bins = calloc(NBINS, sizeof(uint64_t));
+        if (!all[i]->bins) {
+            fprintf(stderr, "diffrt: analyze: out of memory\n");
+            goto done;
+        }
+    }
+    char tpath[4096];
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", model);
+    if (drt_model_load(model, &m) != DRT_OK || drt_tokenizer_load(tpath, &tok) != DRT_OK) {
+        rc = cli_fail("analyze");
+        goto done;
+    }
+    drt_model_info I;
+    drt_model_get_info(m, &I);
+    if (!ctx) ctx = I.max_ctx < 4096 ? I.max_ctx : 4096;
+    drt_session_opts so = {.backend = "ref", .max_ctx = (int)ctx};
+    if (drt_session_create(m, &so, &s) != DRT_OK) {
+        rc = cli_fail("analyze");
+        goto done;
+    }
+    logits = malloc(sizeof(float) * (size_t)I.vocab);
+    if (!logits) goto done;
+    drt_ref_analysis hooks = {.logit_row = on_logits, .node_done = on_node, .ctx = &an};
+    drt_ref_set_analysis(&hooks);
+    int total = n_depth * (int)samples, done_n = 0, tty = isatty(2);
+    fprintf(stderr, "analyze: %s (%s): %d prompts of ctx %ld on ref\n", model, I.arch_name, total, ctx);
+    for (int d = 0; d < n_depth; d++)
+        for (int k = 0; k < samples; k++) {
+            drt_niah_prompt p;
+            drt_status st = drt_niah_make(tok, (uint64_t)seed, (int)ctx, 1, 1, depths[d], k, &p);
+            if (st == DRT_OK) {
+                drt_session_reset(s);
+                st = drt_session_forward(s, p.ids, p.n_ids, logits, 0);
+                drt_niah_prompt_free(&p);
+            }
+            if (st != DRT_OK) {
+                drt_ref_set_analysis(NULL);
+                rc = cli_fail("analyze");
+                goto done;
+            }
+            done_n++;
+            if (tty || done_n == total || done_n % (total / 10 > 0 ? total / 10 : 1) == 0)
+                fprintf(stderr, "%sanalyze: %d/%d prompts%s", tty ? "\r" : "", done_n, total, tty ? "" : "\n");
+        }
+    drt_ref_set_analysis(NULL);
+    if (tty) fprintf(stderr, "\n");
+
+    const int diff = I.arch != DRT_ARCH_TRANSFORMER;
+    mag_stats both = an.logits[0];
+    if (diff) { /* the two maps pooled */
+        both.bins = calloc(NBINS, sizeof(uint64_t));
+        if (!both.bins) goto done;
+        for (int i = 0; i < NBINS; i++) both.bins[i] = an.logits[0].bins[i] + an.logits[1].bins[i];
+        both.n += an.logits[1].n;
+        both.zeros += an.logits[1].zeros;
+        both.below += an.logits[1].below;
+        both.above += an.logits[1].above;
+        double merged[2 * TOPK];
+        memcpy(merged, an.logits[0].top, sizeof an.logits[0].top);
+        memcpy(merged + TOPK, an.logits[1].top, sizeof an.logits[1].top);
+        for (int i = 0; i < 2 * TOPK; i++) /* descending selection of the 10 largest */
+            for (int j = i + 1; j < 2 * TOPK; j++)
+                if (merged[j] > merged[i]) {
+                    double t = merged[i];
+                    merged[i] = merged[j];
+                    merged[j] = t;
+                }
+        memcpy(both.top, merged, sizeof both.top);
+    }
+    printf("activation statistics, %s (%s), %d NIAH prompts (ctx %ld, seed %ld), reference backend\n", model,
+           I.arch_name, total, ctx, seed);
+    printf("%-28s %12s %12s %12s %14s\n", "activation", "top-1 |x|", "top-10 |x|", "median |x|", "values");
+    print_row(diff ? "attention logits (both maps)" : "attention logits", &both);
+    if (diff) {
+        print_row("  map 1 (q1.k1)", &an.logits[0]);
+        print_row("  map 2 (q2.k2)", &an.logits[1]);
+    }
+    print_row("hidden states", &an.hidden);
+    rc = 0;
+    if (json) {
+        cJSON *root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "model", model);
+        cJSON_AddStringToObject(root, "arch", I.arch_name);
+        cJSON_AddNumberToObject(root, "prompts", total);
+        cJSON_AddNumberToObject(root, "ctx", (double)ctx);
+        cJSON_AddNumberToObject(root, "seed", (double)seed);
+        cJSON_AddItemToObject(root, "attention_logits", stats_json(&both));
+        if (diff) {
+            cJSON_AddItemToObject(root, "attention_logits_map1", stats_json(&an.logits[0]));
+            cJSON_AddItemToObject(root, "attention_logits_map2", stats_json(&an.logits[1]));
+        }
+        cJSON_AddItemToObject(root, "hidden_states", stats_json(&an.hidden));
+        char *txt = cJSON_Print(root);
+        cJSON_Delete(root);
+        FILE *f = txt ? fopen(json, "w") : NULL;
+        if (!f || fputs(txt, f) < 0) {
+            fprintf(stderr, "diffrt: analyze: %s: cannot write\n", json);
+            rc = 1;
+        }
+        if (f) fclose(f);
+        free(txt);
+    }
+    if (diff) free(both.bins);
+done:
+    for (int i = 0; i < 3; i++) free(all[i]->bins);
+    free(logits);
+    drt_session_free(s);
+    drt_model_free(m);
+    drt_tokenizer_free(tok);
+    return rc;
+}
