@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "drt_quant.h"
 #include "ref_ops.h"
 #include "drt_half.h"
 #include "drt_test.h"
@@ -942,8 +943,109 @@ static void test_attn_large_logits(void) {
     }
 }
 
+/* The analysis hooks (ref_ops.h): with attn_bits set, ATTN's logits are
+ * quantized per row before the softmax, exactly as written here by hand; the
+ * logit hook sees each row before the quantization; q8_0 / q4_0 elements as
+ * docs/quantization.md defines them. */
+static double logit_sum;
+static int logit_rows;
+static void count_logits(void *ctx, const double *l, int n, int map) {
+    (void)ctx;
+    (void)map;
+    logit_rows++;
+    for (int j = 0; j < n; j++) logit_sum += l[j];
+}
+
+static void test_analysis_hooks(void) {
+    enum { T = 3, S = 3, DK = 4, DV = 2 };
+    const float q[T * DK] = {1, -2, 0.5f, 3, -1, 0.25f, 2, 1, 0.5f, 0.5f, -0.5f, 2};
+    const float k[S * DK] = {0.3f, 1, -1, 0.7f, 2, -0.5f, 0.1f, 1, -1.5f, 0.2f, 0.9f, -0.3f};
+    const float v[S * DV] = {1, 2, -3, 0.5f, 4, -1};
+    for (int bits = 2; bits <= 8; bits += 3) {
+        drt_ref_analysis a = {.attn_bits = bits, .logit_row = count_logits};
+        logit_sum = 0;
+        logit_rows = 0;
+        drt_ref_set_analysis(&a);
+        float o[T * DV];
+        drt_ref_attn(o, q, k, v, T, S, 1, 1, DK, DV);
+        drt_ref_set_analysis(NULL);
+        double want_sum = 0;
+        for (int t = 0; t < T; t++) {
+            double l[S], m = 0, L = ldexp(1.0, bits - 1) - 1, mx = -1e300, den = 0, acc[DV] = {0};
+            for (int j = 0; j <= t; j++) {
+                l[j] = 0;
+                for (int d = 0; d < DK; d++) l[j] += (double)q[t * DK + d] * k[j * DK + d];
+                l[j] *= 0.5; /* 1/sqrt(4) */
+                want_sum += l[j];
+                m = fabs(l[j]) > m ? fabs(l[j]) : m;
+            }
+            for (int j = 0; j <= t; j++) {
+                l[j] = round(l[j] / m * L) * m / L;
+                mx = l[j] > mx ? l[j] : mx;
+            }
+            for (int j = 0; j <= t; j++) den += exp(l[j] - mx);
+            for (int j = 0; j <= t; j++)
+                for (int e = 0; e < DV; e++) acc[e] += exp(l[j] - mx) / den * v[j * DV + e];
+            for (int e = 0; e < DV; e++)
+                DRT_CHECK(fabs(o[t * DV + e] - acc[e]) <= 1e-6 * (1 + fabs(acc[e])),
+                          "attn_bits %d: o[%d,%d] = %.9g, expected %.9g (quantized logits by hand)", bits, t, e,
+                          o[t * DV + e], acc[e]);
+        }
+        DRT_CHECK(logit_rows == T, "logit hook: %d rows, expected %d", logit_rows, T);
+        DRT_CHECK(fabs(logit_sum - want_sum) <= 1e-9 * (1 + fabs(want_sum)),
+                  "logit hook: rows sum to %.12g, expected the unquantized %.12g", logit_sum, want_sum);
+    }
+    /* the hooks are off again: the plain result differs from the 2-bit one */
+    float plain[T * DV], two[T * DV];
+    drt_ref_attn(plain, q, k, v, T, S, 1, 1, DK, DV);
+    drt_ref_analysis a2 = {.attn_bits = 2};
+    drt_ref_set_analysis(&a2);
+    drt_ref_attn(two, q, k, v, T, S, 1, 1, DK, DV);
+    drt_ref_set_analysis(NULL);
+    int differ = 0;
+    for (int i = 0; i < T * DV; i++) differ |= plain[i] != two[i];
+    DRT_CHECK(differ, "attn_bits 2 changed nothing: the hook is not applied");
+}
+
+/* q8_0 / q4_0: hand-made blocks read back element by element (drt_quant.h),
+ * and quantize -> dequantize within half a step of the input */
+static void test_quant_blocks(void) {
+    unsigned char b8[34] = {0x00, 0x3c}; /* d = 1.0 (f16 0x3c00) */
+    for (int j = 0; j < 32; j++) b8[2 + j] = (unsigned char)(int8_t)(j - 16);
+    unsigned char b4[18] = {0x00, 0x40}; /* d = 2.0 */
+    for (int j = 0; j < 16; j++) b4[2 + j] = (unsigned char)(j | (15 - j) << 4);
+    for (int j = 0; j < 32; j++) {
+        DRT_CHECK(drt_ref_load_weight(b8, DRT_Q8_0, j) == (float)(j - 16), "q8_0 element %d", j);
+        int qv = j < 16 ? j : 15 - (j - 16);
+        DRT_CHECK(drt_ref_load_weight(b4, DRT_Q4_0, j) == 2.0f * (float)(qv - 8), "q4_0 element %d: %g", j,
+                  drt_ref_load_weight(b4, DRT_Q4_0, j));
+    }
+    float x[64], y[64];
+    unsigned char blk[4 * 34];
+    uint64_t s = 99;
+    for (int i = 0; i < 64; i++) x[i] = (float)((int64_t)((s = s * 6364136223846793005ull + 1) >> 33) % 2001 - 1000) / 137.0f;
+    for (int f = 0; f < 2; f++) {
+        drt_dtype t = f ? DRT_Q4_0 : DRT_Q8_0;
+        drt_quantize_row(x, t, blk, 64);
+        drt_dequantize_row(blk, t, y, 64);
+        for (int b = 0; b < 2; b++) {
+            float amax = 0;
+            for (int j = 0; j < 32; j++) amax = fabsf(x[b * 32 + j]) > amax ? fabsf(x[b * 32 + j]) : amax;
+            /* half a step, plus the scale's f16 rounding over the whole range;
+             * q4_0's 16 levels reach -8d = m but only 7d = -7/8 m on the
+             * other side: values there are clipped by up to a whole step */
+            double step = f ? amax / 8.0 : amax / 127.0, tol = step * (f ? 1.0 : 0.5) + amax * 1.0 / 1024;
+            for (int j = 0; j < 32; j++)
+                DRT_CHECK(fabs((double)y[b * 32 + j] - x[b * 32 + j]) <= tol, "%s block %d element %d: %g -> %g",
+                          drt_dtype_name(t), b, j, x[b * 32 + j], y[b * 32 + j]);
+        }
+    }
+}
+
 int main(void) {
     test_load_weight();
+    test_analysis_hooks();
+    test_quant_blocks();
     test_embed();
     test_rmsnorm();
     test_groupnorm();
