@@ -366,19 +366,24 @@ inline float ahsum(avf v) {
 inline avf tree_sum(const avf *s) {
 #if ATT_VL == 16
     float16 x[8], y[4], z[2];
+    #pragma unroll
     for (int i = 0; i < 8; i++)
         x[i] = (float16)(s[2 * i].lo + s[2 * i].hi, s[2 * i + 1].lo + s[2 * i + 1].hi);
+    #pragma unroll
     for (int i = 0; i < 4; i++)
         y[i] = (float16)(x[2 * i].s012389ab + x[2 * i].s4567cdef,
                          x[2 * i + 1].s012389ab + x[2 * i + 1].s4567cdef);
+    #pragma unroll
     for (int i = 0; i < 2; i++)
         z[i] = (float16)(y[2 * i].s014589cd + y[2 * i].s2367abef,
                          y[2 * i + 1].s014589cd + y[2 * i + 1].s2367abef);
     return (float16)(z[0].even + z[0].odd, z[1].even + z[1].odd);
 #else
     float8 x[4], y[2];
+    #pragma unroll
     for (int i = 0; i < 4; i++)
         x[i] = (float8)(s[2 * i].lo + s[2 * i].hi, s[2 * i + 1].lo + s[2 * i + 1].hi);
+    #pragma unroll
     for (int i = 0; i < 2; i++)
         y[i] = (float8)(x[2 * i].s0145 + x[2 * i].s2367, x[2 * i + 1].s0145 + x[2 * i + 1].s2367);
     return (float8)(y[0].even + y[0].odd, y[1].even + y[1].odd);
@@ -397,6 +402,7 @@ inline void flash_body(__global float *o, __global const float *q, __global cons
     __global float *qt = scr + ((size_t)g * get_global_size(0) + ib) * nq * (dk + dv) * ATT_VL;
     __global float *ot = qt + (size_t)nq * dk * ATT_VL;
     float posf[ATT_VL];
+    #pragma unroll
     for (int i = 0; i < ATT_VL; i++) {
         const int rw = r0 + min(i, nr - 1), t = rw / Hg, h = g * Hg + rw % Hg;
         posf[i] = (float)(p0 + t);
@@ -410,30 +416,38 @@ inline void flash_body(__global float *o, __global const float *q, __global cons
     const int kend = p0 + (r0 + nr - 1) / Hg + 1; /* keys the last row sees */
     const int kw = m * dk, mo = m == 2 ? dk : 0;
     avf mx[2], l[2];
+    #pragma unroll
     for (int mp = 0; mp < 2; mp++) {
         mx[mp] = (avf)(-INFINITY);
         l[mp] = (avf)(0.0f);
     }
     for (int j0 = 0; j0 < kend; j0 += ATT_FKB) {
         __global const float *kr[ATT_FKB], *vr[ATT_FKB];
+        #pragma unroll
         for (int j = 0; j < ATT_FKB; j++) {
             const int key = min(j0 + j, kend - 1); /* past kend: a real row, masked */
             kr[j] = k + ((size_t)key * G + g) * kw;
             vr[j] = v + ((size_t)key * G + g) * dv;
         }
         avf p[2][ATT_FKB];
+        #pragma unroll
         for (int mp = 0; mp < nq; mp++)
+            #pragma unroll
             for (int j = 0; j < ATT_FKB; j++)
                 p[mp][j] = (avf)(0.0f);
         for (int d = 0; d < dk; d++)
+            #pragma unroll
             for (int mp = 0; mp < nq; mp++) {
                 const avf qv = avload(mp * dk + d, qt);
+                #pragma unroll
                 for (int j = 0; j < ATT_FKB; j++)
                     p[mp][j] = fma(qv, (avf)(kr[j][d + mp * mo]), p[mp][j]);
             }
         avf corr[2];
+        #pragma unroll
         for (int mp = 0; mp < nq; mp++) {
             avf nm = mx[mp];
+            #pragma unroll
             for (int j = 0; j < ATT_FKB; j++) {
                 p[mp][j] = select((avf)(-INFINITY), p[mp][j], islessequal((avf)(j0 + j), pos));
                 nm = fmax(nm, p[mp][j]);
@@ -442,6 +456,7 @@ inline void flash_body(__global float *o, __global const float *q, __global cons
             corr[mp] = exp(mx[mp] - nm);
             mx[mp] = nm;
             avf sum = (avf)(0.0f);
+            #pragma unroll
             for (int j = 0; j < ATT_FKB; j++) {
                 p[mp][j] = exp(p[mp][j] - nm); /* masked: exp(-inf) = 0 */
                 sum += p[mp][j];
@@ -450,13 +465,17 @@ inline void flash_body(__global float *o, __global const float *q, __global cons
         }
         for (int e = 0; e < dv; e++) {
             avf acc[2];
+            #pragma unroll
             for (int mp = 0; mp < nq; mp++)
                 acc[mp] = avload(mp * dv + e, ot) * corr[mp];
+            #pragma unroll
             for (int j = 0; j < ATT_FKB; j++) {
                 const avf ve = (avf)(vr[j][e]);
+                #pragma unroll
                 for (int mp = 0; mp < nq; mp++)
                     acc[mp] = fma(p[mp][j], ve, acc[mp]);
             }
+            #pragma unroll
             for (int mp = 0; mp < nq; mp++)
                 avstore(acc[mp], mp * dv + e, ot);
         }
@@ -491,6 +510,7 @@ inline void decode_body(__global float *o, __global const float *q, __global con
     const int nvk = dk / ATT_VL, nvv = dv / ATT_VL, kw = m * dk, mo = (m - 1) * dk;
     avf qv[2][ATT_DK_MAX / ATT_VL], acc[2][ATT_DV_MAX / ATT_VL];
     __global const float *qr = q + (size_t)r * nq * dk;
+    #pragma unroll
     for (int mp = 0; mp < nq; mp++) {
         for (int c = 0; c < nvk; c++)
             qv[mp][c] = avload(c, qr + mp * dk) * scale;
@@ -501,8 +521,10 @@ inline void decode_body(__global float *o, __global const float *q, __global con
     for (int j0 = jbeg; j0 < jend; j0 += ATT_VL) {
         const int nk = min(ATT_VL, jend - j0);
         avf pv[2];
+        #pragma unroll
         for (int mp = 0; mp < nq; mp++) {
             avf s[ATT_VL];
+            #pragma unroll
             for (int j = 0; j < ATT_VL; j++) {
                 __global const float *kr =
                     k + ((size_t)(j0 + min(j, nk - 1)) * G + g) * kw + mp * mo;
@@ -515,8 +537,10 @@ inline void decode_body(__global float *o, __global const float *q, __global con
         }
         float cr[2];
         avf lane;
+        #pragma unroll
         for (int j = 0; j < ATT_VL; j++)
             ((float *)&lane)[j] = (float)j;
+        #pragma unroll
         for (int mp = 0; mp < nq; mp++) {
             const avf lg = select((avf)(-INFINITY), pv[mp], isless(lane, (avf)((float)nk)));
             const float nm = fmax(mx[mp], ahmax(lg));
@@ -530,6 +554,7 @@ inline void decode_body(__global float *o, __global const float *q, __global con
         if (nq == 2) avstore(pv[1], 0, p2);
         for (int c = 0; c < nvv; c++) {
             avf a1 = acc[0][c] * cr[0], a2 = nq == 2 ? acc[1][c] * cr[1] : (avf)(0.0f);
+            #pragma unroll
             for (int j = 0; j < ATT_VL; j++) {
                 const avf ve = avload(c, v + ((size_t)(j0 + min(j, nk - 1)) * G + g) * dv);
                 a1 = fma((avf)(p1[j]), ve, a1);
@@ -542,6 +567,7 @@ inline void decode_body(__global float *o, __global const float *q, __global con
     if (nsplit > 1) {
         /* part is (nsplit, T*H, nq, 2 + dv), as attention_body writes it */
         __global float *p = part + ((size_t)split * T * H + r) * nq * (2 + dv);
+        #pragma unroll
         for (int mp = 0; mp < nq; mp++) {
             __global float *pm = p + mp * (2 + dv);
             pm[0] = mx[mp];

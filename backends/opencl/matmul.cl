@@ -264,37 +264,51 @@ inline void dot_body(__global float *y, __global const float *x, __global const 
     y += (size_t)b * T * N;
     __global const float *xr[RB_MAX];
     size_t wr[RB_MAX];
+    #pragma unroll
     for (int r = 0; r < MR; r++)
         xr[r] = x + (size_t)min(m0 + r, T - 1) * K;
+    #pragma unroll
     for (int c = 0; c < NR; c++)
         wr[c] = wb + (size_t)min(n0 + c, N - 1) * K;
     vfloat acc[RB_MAX][RB_MAX];
+    #pragma unroll
     for (int r = 0; r < MR; r++)
+        #pragma unroll
         for (int c = 0; c < NR; c++)
             acc[r][c] = (vfloat)(0.0f);
     int k = 0;
     for (; k + RB_V <= K; k += RB_V) {
         vfloat a[RB_MAX], bv[RB_MAX];
+        #pragma unroll
         for (int r = 0; r < MR; r++)
             a[r] = vload_f(0, xr[r] + k);
+        #pragma unroll
         for (int c = 0; c < NR; c++)
             bv[c] = load_wv(w, wr[c] + k, wt);
+        #pragma unroll
         for (int r = 0; r < MR; r++)
+            #pragma unroll
             for (int c = 0; c < NR; c++)
                 acc[r][c] = fma(a[r], bv[c], acc[r][c]);
     }
     float s[RB_MAX][RB_MAX];
+    #pragma unroll
     for (int r = 0; r < MR; r++)
+        #pragma unroll
         for (int c = 0; c < NR; c++)
             s[r][c] = hsum(acc[r][c]);
     for (; k < K; k++)
+        #pragma unroll
         for (int r = 0; r < MR; r++) {
             const float a = xr[r][k];
+            #pragma unroll
             for (int c = 0; c < NR; c++)
                 s[r][c] = fma(a, load_w(w, wr[c] + k, wt), s[r][c]);
         }
+    #pragma unroll
     for (int r = 0; r < MR; r++) {
         if (m0 + r >= T) break;
+        #pragma unroll
         for (int c = 0; c < NR; c++)
             if (n0 + c < N) y[(size_t)(m0 + r) * N + n0 + c] = scale * s[r][c];
     }
@@ -315,25 +329,33 @@ inline void outer_body(__global float *y, __global const float *x, __global cons
     x += (size_t)b * T * K;
     y += (size_t)b * T * N + n0;
     __global const float *xr[RB_MAX];
+    #pragma unroll
     for (int r = 0; r < MR; r++)
         xr[r] = x + (size_t)min(m0 + r, T - 1) * K;
     if (n0 + NC <= N) {
         vfloat acc[RB_MAX][4];
+        #pragma unroll
         for (int r = 0; r < MR; r++)
+            #pragma unroll
             for (int c = 0; c < OV; c++)
                 acc[r][c] = (vfloat)(0.0f);
         for (int k = 0; k < K; k++) {
             vfloat bv[4];
+            #pragma unroll
             for (int c = 0; c < OV; c++)
                 bv[c] = load_wv(w, wb + (size_t)k * N + c * RB_V, wt);
+            #pragma unroll
             for (int r = 0; r < MR; r++) {
                 const vfloat a = (vfloat)(xr[r][k]);
+                #pragma unroll
                 for (int c = 0; c < OV; c++)
                     acc[r][c] = fma(a, bv[c], acc[r][c]);
             }
         }
+        #pragma unroll
         for (int r = 0; r < MR; r++) {
             if (m0 + r >= T) break;
+            #pragma unroll
             for (int c = 0; c < OV; c++)
                 vstore_f(scale * acc[r][c], 0, y + (size_t)(m0 + r) * N + c * RB_V);
         }
@@ -342,13 +364,16 @@ inline void outer_body(__global float *y, __global const float *x, __global cons
     /* the last, partial column block: one column at a time */
     for (int c = 0; c < N - n0; c++) {
         float s[RB_MAX];
+        #pragma unroll
         for (int r = 0; r < MR; r++)
             s[r] = 0.0f;
         for (int k = 0; k < K; k++) {
             const float wv = load_w(w, wb + (size_t)k * N + c, wt);
+            #pragma unroll
             for (int r = 0; r < MR; r++)
                 s[r] = fma(xr[r][k], wv, s[r]);
         }
+        #pragma unroll
         for (int r = 0; r < MR; r++)
             if (m0 + r < T) y[(size_t)(m0 + r) * N + c] = scale * s[r];
     }
