@@ -1,6 +1,9 @@
 /* OpenCL host side of DUAL_SOFTMAX, DIFF_ATTN and ATTN (kernels in
  * attention.cl); shapes as in drt_ref_run_node. DIFF_ATTN and ATTN read
- * S = p0 + T rows of the cache and size their local-memory tiles from dk, dv. */
+ * S = p0 + T rows of the cache and size their local-memory tiles from dk, dv.
+ * On CPU-class devices (att_vl > 0) they run the barrier-free kernels
+ * instead: flash (rows of a kv group in vector lanes) for prefill, decode
+ * (a row per work-item, split-K) for a few rows per group; see pick_path. */
 #include <math.h>
 
 #include "drt_error.h"
@@ -121,15 +124,28 @@ static att_path pick_path(const ocl_ctx *x, int T, int H, int G, int dk, int dv)
     return ATT_LOCAL;
 }
 
-/* flash: arguments up to scale are set; one item per VL rows of a group */
+/* flash: arguments up to scale are set; one item per VL rows of a group,
+ * launched in chunks of items whose scratch stays within FLASH_SCRATCH
+ * (and never fewer than 4 work-items per compute unit per launch) */
+#define FLASH_SCRATCH ((size_t)16 << 20)
 static drt_status launch_flash(ocl_call *c, ocl_ctx *x, int nq, int dk, int dv, int T, int H,
                                int G) {
     size_t nb = (size_t)(T * (H / G) + x->att_vl - 1) / (size_t)x->att_vl;
-    drt_status s = ensure_part(x, nb * G * nq * (size_t)(dk + dv) * x->att_vl * sizeof(float));
+    size_t per = (size_t)G * nq * (size_t)(dk + dv) * x->att_vl * sizeof(float);
+    size_t cn = FLASH_SCRATCH / per, least = (4 * (size_t)x->cu + G - 1) / G;
+    if (cn < least) cn = least;
+    if (cn > nb) cn = nb;
+    drt_status s = ensure_part(x, cn * per);
     if (s != DRT_OK) return s;
-    ocl_arg_mem(c, x->part);
-    size_t g[2] = {nb, (size_t)G}, l[2] = {1, 1};
-    return ocl_run(c, 2, g, l);
+    cl_uint ia = c->n; /* ib0, then scr */
+    for (size_t ib0 = 0; ib0 < nb && s == DRT_OK; ib0 += cn) {
+        c->n = ia;
+        ocl_arg_int(c, (int)ib0);
+        ocl_arg_mem(c, x->part);
+        size_t g[2] = {nb - ib0 < cn ? nb - ib0 : cn, (size_t)G}, l[2] = {1, 1};
+        s = ocl_run(c, 2, g, l);
+    }
+    return s;
 }
 
 /* decode: arguments up to scale are set; one item per (split, row) */

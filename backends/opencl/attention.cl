@@ -316,7 +316,9 @@ ATTENTION_KERNELS(8)
  * mask, the running max, exp, sums and rescaling all lane-wise (the online
  * softmax bookkeeping of all VL rows in parallel, no horizontal work), then
  * ot (nq, dv, VL) += p_j * v[j][e] with each V element broadcast once for both
- * maps. Global (ceil(T*Hg/VL), G); scratch (that many, nq*(dk+dv)*VL) floats.
+ * maps. Global (items, G) from item ib0 on (the host launches the
+ * ceil(T*Hg/VL) items of a group in chunks so that the scratch, (items, G,
+ * nq*(dk+dv)*VL) floats, stays bounded for long prompts).
  *
  * decode (few rows per group): a work-item owns one row (t, h) and one key
  * range (split-K, as attention_body: part/attn_combine when nsplit > 1); q and
@@ -393,13 +395,14 @@ inline avf tree_sum(const avf *s) {
 inline void flash_body(__global float *o, __global const float *q, __global const float *k,
                        __global const float *v, __global const float *lam, int has_lam,
                        float lambda, int T, int H, int G, int m, int dk, int dv, int p0,
-                       float scale, __global float *scr, const int nq) {
-    const int ib = get_global_id(0), g = get_global_id(1);
+                       float scale, int ib0, __global float *scr, const int nq) {
+    const int ib = ib0 + get_global_id(0), g = get_global_id(1);
     const int Hg = H / G, nrows = T * Hg;
     const int r0 = ib * ATT_VL;
     if (r0 >= nrows || g >= G) return;
     const int nr = min(ATT_VL, nrows - r0);
-    __global float *qt = scr + ((size_t)g * get_global_size(0) + ib) * nq * (dk + dv) * ATT_VL;
+    __global float *qt =
+        scr + ((size_t)g * get_global_size(0) + get_global_id(0)) * nq * (dk + dv) * ATT_VL;
     __global float *ot = qt + (size_t)nq * dk * ATT_VL;
     float posf[ATT_VL];
     #pragma unroll
@@ -592,15 +595,16 @@ __kernel void diff_attn_flash(__global float *o, ulong oo, __global const float 
                               __global const float *k, ulong ko, __global const float *v, ulong vo,
                               __global const float *lam, ulong lo, int has_lam, float lambda,
                               int T, int H, int G, int m, int dk, int dv, int p0, float scale,
-                              __global float *scr) {
+                              int ib0, __global float *scr) {
     flash_body(o + oo, q + qo, k + ko, v + vo, lam + lo, has_lam, lambda, T, H, G, m, dk, dv, p0,
-               scale, scr, 2);
+               scale, ib0, scr, 2);
 }
 __kernel void attn_flash(__global float *o, ulong oo, __global const float *q, ulong qo,
                          __global const float *k, ulong ko, __global const float *v, ulong vo,
-                         int T, int H, int G, int dk, int dv, int p0, float scale,
+                         int T, int H, int G, int dk, int dv, int p0, float scale, int ib0,
                          __global float *scr) {
-    flash_body(o + oo, q + qo, k + ko, v + vo, v, 0, 0.0f, T, H, G, 1, dk, dv, p0, scale, scr, 1);
+    flash_body(o + oo, q + qo, k + ko, v + vo, v, 0, 0.0f, T, H, G, 1, dk, dv, p0, scale, ib0, scr,
+               1);
 }
 __kernel void diff_attn_decode(__global float *o, ulong oo, __global const float *q, ulong qo,
                                __global const float *k, ulong ko, __global const float *v,

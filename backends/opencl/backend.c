@@ -6,8 +6,12 @@
  * (its kernels carry their arguments).
  *
  * Settings, read at init:
- *   DIFFRT_OPENCL_GEMM=tiled|clblast  MATMUL with f32 weights through the own
- *       kernels (default) or CLBlast's SGEMM (builds that found CLBlast)
+ *   DIFFRT_OPENCL_GEMM=tiled|local|regs|clblast  MATMUL through the own
+ *       kernels (default "tiled": the variant table of matmul.c, register
+ *       blocks on CPU-class devices, local-memory tiles elsewhere), forced to
+ *       local-memory tiles ("local", which also keeps attention on its
+ *       local-memory kernels) or register blocks ("regs"), or, for f32
+ *       weights, CLBlast's SGEMM (builds that found CLBlast)
  *   DIFFRT_OPENCL_ATTN_SPLIT=N        attention keys per split-S work-group
  *       (0 or unset: automatic, split only when compute units would idle)
  *   DIFFRT_OPENCL_BUILD_OPTIONS=...   appended to every program's build options
@@ -441,9 +445,15 @@ static drt_status ocl_init(drt_backend *be, int device) {
         x->mm_vec_ok &= x->kwg[i] >= OCL_MV_WG;
     for (int i = OCL_K_MATMUL_F32; i <= OCL_K_MATMUL_BF16; i++)
         x->mm_tiled_ok &= x->kwg[i] >= OCL_MM_TW * OCL_MM_TW;
-    /* register blocks: any work-group size; 8 items (PoCL's preferred
-     * multiple on CPUs) is one task of the device's thread pool */
-    x->rb_wg = 8;
+    /* register blocks: any work-group size; the kernel's preferred multiple
+     * (8 on PoCL's CPU device: one task of its thread pool runs 8 tiles),
+     * at most 64, within what every variant can run */
+    size_t pm = 0;
+    clGetKernelWorkGroupInfo(x->k[OCL_K_DOT_F32], x->dev, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE,
+                             sizeof pm, &pm, NULL);
+    x->rb_wg = 1;
+    while (x->rb_wg * 2 <= pm && x->rb_wg < 64)
+        x->rb_wg *= 2;
     for (int i = OCL_K_GEMV_F32; i <= OCL_K_OUTER_BF16; i++)
         while (x->rb_wg > 1 && x->kwg[i] < x->rb_wg)
             x->rb_wg /= 2;

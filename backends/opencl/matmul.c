@@ -1,12 +1,20 @@
 /* OpenCL host side of MATMUL (kernels in matmul.cl): y = scale * x w^T,
  * x (B,T,K) or (T,K), w (Bw,N,K) or (N,K) [trans_w: (Bw,K,N)], as in
- * drt_ref_run_node. Paths:
- *   T == 1, trans_w == 0  -> matvec_<dtype> (decode: bound by reading w once)
- *   otherwise             -> matmul_<dtype> (64x64 tiles in local memory)
+ * drt_ref_run_node. Variants (ocl_matmul_variant, the table; conform --perf
+ * prints the one a node ran through the backend's kernel_variant op):
+ *   GPUs and other devices, local memory:
+ *     T == 1, trans_w == 0  -> matvec_<dtype> (decode: bound by reading w once)
+ *     otherwise             -> matmul_<dtype> (64x64 tiles in local memory)
+ *   CPU-class devices (PoCL, ...), register blocks (matmul.cl section 3), no
+ *   local memory or barriers (measured on PoCL: 13 -> ~50-90 GFLOP/s at
+ *   1024^3 against the local tiles' ~3-4, CLBlast's ~4):
+ *     trans_w               -> outer_<dtype>  (4 rows x 2 vectors of columns)
+ *     T == 1                -> gemv_<dtype>   (1 x 8 dot products)
+ *     T <= 3                -> dot_skinny_<dtype> (2 x 8)
+ *     otherwise             -> dot_<dtype>    (4 x 4)
+ *     (for 16-lane vectors; rb_pick sizes them from the native float width)
  *   f32 weights with DIFFRT_OPENCL_GEMM=clblast -> CLBlastSgemm (when built
- *   with CLBlast), one strided-batched call or one call per batch.
- * On CPU-class devices the register-blocked variants (matmul.cl section 3)
- * replace the first two: see ocl_matmul_variant. */
+ *   with CLBlast), one strided-batched call or one call per batch. */
 #include <stdio.h>
 
 #include "drt_error.h"
