@@ -113,15 +113,19 @@ static drt_status combine(ocl_ctx *x, const drt_tensor *o, const drt_tensor *lam
 
 /* The kernel family for an attention node: the local-memory kernels
  * (attention_body), or on CPU-class devices (att_vl > 0) flash with rows in
- * vector lanes when a kv group has more than 4 rows, else decode (one row
- * per work-item, dk and dv whole vectors). */
+ * vector lanes when a kv group has more than 4 rows and its work-items (VL
+ * rows each) cover the compute units, else decode (one row per work-item,
+ * split-K; dk and dv whole vectors): a decode step under MQA/GQA (T = 1,
+ * H/G rows in one flash item) runs H items, split further when S is long. */
 typedef enum { ATT_LOCAL, ATT_FLASH, ATT_DECODE } att_path;
 
 static att_path pick_path(const ocl_ctx *x, int T, int H, int G, int dk, int dv) {
     if (!x->att_vl) return ATT_LOCAL;
-    if (T * (H / G) > 4) return ATT_FLASH;
-    if (dk % x->att_vl == 0 && dv % x->att_vl == 0 && dk <= 256) return ATT_DECODE;
-    return ATT_LOCAL;
+    int rows = T * (H / G), items = (rows + x->att_vl - 1) / x->att_vl * G;
+    int dec_ok = dk % x->att_vl == 0 && dv % x->att_vl == 0 && dk <= 256;
+    if (rows > 4 && ((cl_uint)items >= x->cu || !dec_ok)) return ATT_FLASH;
+    if (dec_ok) return ATT_DECODE;
+    return rows > 4 ? ATT_FLASH : ATT_LOCAL;
 }
 
 /* flash: arguments up to scale are set; one item per VL rows of a group,
