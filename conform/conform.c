@@ -163,6 +163,26 @@ static const ccase CASES[] = {
     {DRT_OP_PERMUTE, {4, 2, 3, 4, 5, 3, 2, 1, 0}, F32, 0, 1, 0, 0},
     {DRT_OP_PERMUTE, {3, 5, 4, 9, 0, 1, 0, 2, 0}, F32, 0, 1, 0, 0},
     {DRT_OP_PERMUTE, {2, 37, 129, 0, 0, 1, 0, 0, 0}, F32, 0, 1, 0, 0},
+    /* OpenCL register-blocked MATMUL variants (issue 16): skinny T = 2, 3
+     * with K and N past whole vectors/blocks; a GEMV whose K is all tail;
+     * outer (trans_w) with whole 32-column blocks only, rows past a block */
+    {DRT_OP_MATMUL, {1, 1, 2, 37, 19, 0}, F32, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 3, 100, 33, 0}, BF16, 0, 1, 0, 0.5f},
+    {DRT_OP_MATMUL, {1, 1, 1, 7, 9, 0}, F32, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {2, 2, 6, 40, 64, 1}, F32, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 5, 33, 96, 1}, F16, 0, 1, 0, 1},
+    /* OpenCL CPU attention: flash with GQA rows crossing a lane block, m = 1,
+     * dk/dv not whole vectors; decode with rows at different t (T = 2), one
+     * partial key block, large logits, and dv off the vector width (the
+     * local-memory kernel) */
+    {DRT_OP_DIFF_ATTN, {9, 4, 2, 2, 64, 128}, F32, 7, 1, 0, 0.6f},
+    {DRT_OP_DIFF_ATTN, {11, 2, 2, 1, 32, 48}, F32, 5, 300, V_LAMBDA_TH, 0},
+    {DRT_OP_DIFF_ATTN, {2, 4, 2, 2, 64, 128}, F32, 50, 1, 0, 0.4f},
+    {DRT_OP_DIFF_ATTN, {1, 2, 1, 2, 32, 32}, F32, 3, 1, 0, 0.5f},
+    {DRT_OP_DIFF_ATTN, {1, 2, 2, 2, 64, 64}, F32, 40, 300, V_LAMBDA_TH, 0},
+    {DRT_OP_DIFF_ATTN, {1, 4, 4, 2, 64, 40}, F32, 30, 1, 0, 0.3f},
+    {DRT_OP_ATTN, {6, 4, 1, 32, 32}, F32, 10, 1, 0, 0},
+    {DRT_OP_ATTN, {2, 2, 1, 16, 16}, F32, 9, 300, 0, 0},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 

@@ -1,6 +1,9 @@
 /* OpenCL host side of DUAL_SOFTMAX, DIFF_ATTN and ATTN (kernels in
  * attention.cl); shapes as in drt_ref_run_node. DIFF_ATTN and ATTN read
- * S = p0 + T rows of the cache and size their local-memory tiles from dk, dv. */
+ * S = p0 + T rows of the cache and size their local-memory tiles from dk, dv.
+ * On CPU-class devices (att_vl > 0) they run the barrier-free kernels
+ * instead: flash (rows of a kv group in vector lanes) for prefill, decode
+ * (a row per work-item, split-K) for a few rows per group; see pick_path. */
 #include <math.h>
 
 #include "drt_error.h"
@@ -89,6 +92,85 @@ static drt_status ensure_part(ocl_ctx *x, size_t bytes) {
     return DRT_OK;
 }
 
+/* merges nsplit partial results in part into o (attn_combine) */
+static drt_status combine(ocl_ctx *x, const drt_tensor *o, const drt_tensor *lam, float lambda,
+                          int nq, int dv, int T, int H, int nsplit) {
+    ocl_call cc;
+    ocl_begin(&cc, x, OCL_K_ATTN_COMBINE);
+    ocl_arg_tensor(&cc, o);
+    ocl_arg_mem(&cc, x->part);
+    ocl_arg_tensor(&cc, lam ? lam : o); /* unread when has_lam = 0 */
+    ocl_arg_int(&cc, lam != NULL);
+    ocl_arg_float(&cc, lambda);
+    ocl_arg_int(&cc, T * H);
+    ocl_arg_int(&cc, H);
+    ocl_arg_int(&cc, dv);
+    ocl_arg_int(&cc, nq);
+    ocl_arg_int(&cc, nsplit);
+    size_t g2[2] = {(size_t)dv, (size_t)T * H}, l2[2] = {64, 1};
+    return ocl_run(&cc, 2, g2, l2);
+}
+
+/* The kernel family for an attention node: the local-memory kernels
+ * (attention_body), or on CPU-class devices (att_vl > 0) flash with rows in
+ * vector lanes when a kv group has more than 4 rows and its work-items (VL
+ * rows each) cover the compute units, else decode (one row per work-item,
+ * split-K; dk and dv whole vectors): a decode step under MQA/GQA (T = 1,
+ * H/G rows in one flash item) runs H items, split further when S is long. */
+typedef enum { ATT_LOCAL, ATT_FLASH, ATT_DECODE } att_path;
+
+static att_path pick_path(const ocl_ctx *x, int T, int H, int G, int dk, int dv) {
+    if (!x->att_vl) return ATT_LOCAL;
+    int rows = T * (H / G), items = (rows + x->att_vl - 1) / x->att_vl * G;
+    int dec_ok = dk % x->att_vl == 0 && dv % x->att_vl == 0 && dk <= 256;
+    if (rows > 4 && ((cl_uint)items >= x->cu || !dec_ok)) return ATT_FLASH;
+    if (dec_ok) return ATT_DECODE;
+    return rows > 4 ? ATT_FLASH : ATT_LOCAL;
+}
+
+/* flash: arguments up to scale are set; one item per VL rows of a group,
+ * launched in chunks of items whose scratch stays within FLASH_SCRATCH
+ * (and never fewer than 4 work-items per compute unit per launch) */
+#define FLASH_SCRATCH ((size_t)16 << 20)
+static drt_status launch_flash(ocl_call *c, ocl_ctx *x, int nq, int dk, int dv, int T, int H,
+                               int G) {
+    size_t nb = (size_t)(T * (H / G) + x->att_vl - 1) / (size_t)x->att_vl;
+    size_t per = (size_t)G * nq * (size_t)(dk + dv) * x->att_vl * sizeof(float);
+    size_t cn = FLASH_SCRATCH / per, least = (4 * (size_t)x->cu + G - 1) / G;
+    if (cn < least) cn = least;
+    if (cn > nb) cn = nb;
+    drt_status s = ensure_part(x, cn * per);
+    if (s != DRT_OK) return s;
+    cl_uint ia = c->n; /* ib0, then scr */
+    for (size_t ib0 = 0; ib0 < nb && s == DRT_OK; ib0 += cn) {
+        c->n = ia;
+        ocl_arg_int(c, (int)ib0);
+        ocl_arg_mem(c, x->part);
+        size_t g[2] = {nb - ib0 < cn ? nb - ib0 : cn, (size_t)G}, l[2] = {1, 1};
+        s = ocl_run(c, 2, g, l);
+    }
+    return s;
+}
+
+/* decode: arguments up to scale are set; one item per (split, row) */
+static drt_status launch_decode(ocl_call *c, ocl_ctx *x, const drt_tensor *o,
+                                const drt_tensor *lam, float lambda, int nq, int dv, int T, int H,
+                                int p0) {
+    int S = p0 + T;
+    int klen = split_len(x, S, T * H);
+    int nsplit = (S + klen - 1) / klen;
+    if (nsplit > 1) {
+        drt_status s = ensure_part(x, (size_t)nsplit * T * H * nq * (2 + dv) * sizeof(float));
+        if (s != DRT_OK) return s;
+    }
+    ocl_arg_int(c, klen);
+    ocl_arg_mem(c, nsplit > 1 ? x->part : ocl_mem(o));
+    size_t g[2] = {(size_t)nsplit, (size_t)T * H}, l[2] = {1, 1};
+    drt_status s = ocl_run(c, 2, g, l);
+    if (s != DRT_OK || nsplit == 1) return s;
+    return combine(x, o, lam, lambda, nq, dv, T, H, nsplit);
+}
+
 /* Completes the arguments of an attention kernel (klen, part, the four local
  * tiles) and launches ATT_NT x bq work-groups, nsplit along dimension 0;
  * then merges the splits into o when there are several. lam is NULL for
@@ -113,20 +195,7 @@ static drt_status launch(ocl_call *c, ocl_ctx *x, const drt_tensor *o, const drt
     size_t l[3] = {(size_t)x->att_nt, (size_t)bq, 1};
     drt_status s = ocl_run(c, 3, g, l);
     if (s != DRT_OK || nsplit == 1) return s;
-    ocl_call cc;
-    ocl_begin(&cc, x, OCL_K_ATTN_COMBINE);
-    ocl_arg_tensor(&cc, o);
-    ocl_arg_mem(&cc, x->part);
-    ocl_arg_tensor(&cc, lam ? lam : o); /* unread when has_lam = 0 */
-    ocl_arg_int(&cc, lam != NULL);
-    ocl_arg_float(&cc, lambda);
-    ocl_arg_int(&cc, T * H);
-    ocl_arg_int(&cc, H);
-    ocl_arg_int(&cc, dv);
-    ocl_arg_int(&cc, nq);
-    ocl_arg_int(&cc, nsplit);
-    size_t g2[2] = {(size_t)dv, (size_t)T * H}, l2[2] = {64, 1};
-    return ocl_run(&cc, 2, g2, l2);
+    return combine(x, o, lam, lambda, nq, dv, T, H, nsplit);
 }
 
 /* q (T,H,2,dk), k (S_cap,G,m,dk), v (S_cap,G,dv), lambda fp[0] or
@@ -136,8 +205,12 @@ drt_status ocl_diff_attn(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) {
     int T = (int)q->ne[0], H = (int)q->ne[1], dk = (int)q->ne[3];
     int G = (int)k->ne[1], m = (int)k->ne[2], dv = (int)v->ne[2];
     int lb = rows_log2(x, T, H, G);
+    att_path path = pick_path(x, T, H, G, dk, dv);
     ocl_call c;
-    ocl_begin(&c, x, (ocl_kernel_id)(OCL_K_DIFF_ATTN_Q1 + lb));
+    ocl_begin(&c, x,
+              path == ATT_FLASH    ? OCL_K_DIFF_ATTN_FLASH
+              : path == ATT_DECODE ? OCL_K_DIFF_ATTN_DECODE
+                                   : (ocl_kernel_id)(OCL_K_DIFF_ATTN_Q1 + lb));
     ocl_arg_tensor(&c, t);
     ocl_arg_tensor(&c, q);
     ocl_arg_tensor(&c, k);
@@ -153,6 +226,8 @@ drt_status ocl_diff_attn(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) {
     ocl_arg_int(&c, dv);
     ocl_arg_int(&c, ex->p0);
     ocl_arg_float(&c, (float)(1.0 / sqrt((double)dk)));
+    if (path == ATT_FLASH) return launch_flash(&c, x, 2, dk, dv, T, H, G);
+    if (path == ATT_DECODE) return launch_decode(&c, x, t, lam, t->fp[0], 2, dv, T, H, ex->p0);
     return launch(&c, x, t, lam, t->fp[0], 2, m, dk, dv, T, H, G, ex->p0, 1 << lb);
 }
 
@@ -162,8 +237,12 @@ drt_status ocl_attn(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) {
     int T = (int)q->ne[0], H = (int)q->ne[1], dk = (int)q->ne[2];
     int G = (int)k->ne[1], dv = (int)v->ne[2];
     int lb = rows_log2(x, T, H, G);
+    att_path path = pick_path(x, T, H, G, dk, dv);
     ocl_call c;
-    ocl_begin(&c, x, (ocl_kernel_id)(OCL_K_ATTN_Q1 + lb));
+    ocl_begin(&c, x,
+              path == ATT_FLASH    ? OCL_K_ATTN_FLASH
+              : path == ATT_DECODE ? OCL_K_ATTN_DECODE
+                                   : (ocl_kernel_id)(OCL_K_ATTN_Q1 + lb));
     ocl_arg_tensor(&c, t);
     ocl_arg_tensor(&c, q);
     ocl_arg_tensor(&c, k);
@@ -175,5 +254,27 @@ drt_status ocl_attn(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) {
     ocl_arg_int(&c, dv);
     ocl_arg_int(&c, ex->p0);
     ocl_arg_float(&c, (float)(1.0 / sqrt((double)dk)));
+    if (path == ATT_FLASH) return launch_flash(&c, x, 1, dk, dv, T, H, G);
+    if (path == ATT_DECODE) return launch_decode(&c, x, t, NULL, 0.0f, 1, dv, T, H, ex->p0);
     return launch(&c, x, t, NULL, 0.0f, 1, 1, dk, dv, T, H, G, ex->p0, 1 << lb);
+}
+
+const char *ocl_attn_variant(const ocl_ctx *x, const drt_tensor *t) {
+    static const char *const names[2][4] = {
+        {"attn local q1", "attn local q2", "attn local q4", "attn local q8"},
+        {"diff_attn local q1", "diff_attn local q2", "diff_attn local q4", "diff_attn local q8"}};
+    static const char *const flash[2][2] = {{"attn flash rows-in-lanes v8", "attn flash rows-in-lanes v16"},
+                                            {"diff_attn flash rows-in-lanes v8",
+                                             "diff_attn flash rows-in-lanes v16"}};
+    static const char *const dec[2][2] = {{"attn decode row/item split-k v8", "attn decode row/item split-k v16"},
+                                          {"diff_attn decode row/item split-k v8",
+                                           "diff_attn decode row/item split-k v16"}};
+    const drt_tensor *q = t->src[0], *k = t->src[1];
+    int diff = t->op == DRT_OP_DIFF_ATTN;
+    int T = (int)q->ne[0], H = (int)q->ne[1], G = (int)k->ne[1];
+    int dk = (int)q->ne[q->nd - 1], dv = (int)t->src[2]->ne[2];
+    att_path p = pick_path(x, T, H, G, dk, dv);
+    if (p == ATT_FLASH) return flash[diff][x->att_vl == 16];
+    if (p == ATT_DECODE) return dec[diff][x->att_vl == 16];
+    return names[diff][rows_log2(x, T, H, G)];
 }

@@ -301,3 +301,323 @@ ATTENTION_KERNELS(1)
 ATTENTION_KERNELS(2)
 ATTENTION_KERNELS(4)
 ATTENTION_KERNELS(8)
+
+/* ---- DIFF_ATTN and ATTN on CPU-class devices: queries in vector lanes ------
+ * The loop structure of backends/cpu/attention.c, in explicit ATT_VL-wide
+ * vectors (ATT_VL = the device's native float width, 8 or 16), with no local
+ * memory and no barriers: one work-item per work-group, each a task of the
+ * device's thread pool (PoCL runs a barrier-free single item as plain code).
+ *
+ * flash (prefill): a work-item owns ATT_VL rows of one kv group g (rows
+ * t-major as above: under GQA the heads of a group share every K/V row);
+ * lane i is row r0+i. Its queries are transposed once into qt (nq, dk, VL)
+ * (pre-scaled) in the scratch buffer. Per block of ATT_FKB keys: the logits of
+ * both maps as VL-lane vectors (one K element broadcast per fma), the causal
+ * mask, the running max, exp, sums and rescaling all lane-wise (the online
+ * softmax bookkeeping of all VL rows in parallel, no horizontal work), then
+ * ot (nq, dv, VL) += p_j * v[j][e] with each V element broadcast once for both
+ * maps. Global (items, G) from item ib0 on (the host launches the
+ * ceil(T*Hg/VL) items of a group in chunks so that the scratch, (items, G,
+ * nq*(dk+dv)*VL) floats, stays bounded for long prompts).
+ *
+ * decode (few rows per group): a work-item owns one row (t, h) and one key
+ * range (split-K, as attention_body: part/attn_combine when nsplit > 1); q and
+ * the dv accumulators of both maps sit in registers (dk, dv multiples of
+ * VL). Per block of VL keys: the VL dot products per map are reduced into one
+ * vector (lane = key) by a transposing tree of adds, then max/exp/sum on that
+ * vector, and acc += p_j * v[j] (VL columns per fma). Global (nsplit, T*H). */
+
+#ifndef ATT_VL
+#define ATT_VL 16
+#endif
+#if ATT_VL == 16
+#define avf float16
+#define avload vload16
+#define avstore vstore16
+#else
+#define avf float8
+#define avload vload8
+#define avstore vstore8
+#endif
+#define ATT_FKB 8 /* keys per flash block: nq*FKB logit vectors in registers */
+#define ATT_DK_MAX 256
+
+inline float ahmax(avf v) {
+#if ATT_VL == 16
+    float8 a = fmax(v.lo, v.hi);
+    float4 b = fmax(a.lo, a.hi);
+#else
+    float4 b = fmax(v.lo, v.hi);
+#endif
+    float2 c = fmax(b.lo, b.hi);
+    return fmax(c.x, c.y);
+}
+
+inline float ahsum(avf v) {
+#if ATT_VL == 16
+    float8 a = v.lo + v.hi;
+    float4 b = a.lo + a.hi;
+#else
+    float4 b = v.lo + v.hi;
+#endif
+    float2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+
+/* s[j] holds VL partial sums of key j's dot product; returns lane j = sum s[j] */
+inline avf tree_sum(const avf *s) {
+#if ATT_VL == 16
+    float16 x[8], y[4], z[2];
+    #pragma unroll
+    for (int i = 0; i < 8; i++)
+        x[i] = (float16)(s[2 * i].lo + s[2 * i].hi, s[2 * i + 1].lo + s[2 * i + 1].hi);
+    #pragma unroll
+    for (int i = 0; i < 4; i++)
+        y[i] = (float16)(x[2 * i].s012389ab + x[2 * i].s4567cdef,
+                         x[2 * i + 1].s012389ab + x[2 * i + 1].s4567cdef);
+    #pragma unroll
+    for (int i = 0; i < 2; i++)
+        z[i] = (float16)(y[2 * i].s014589cd + y[2 * i].s2367abef,
+                         y[2 * i + 1].s014589cd + y[2 * i + 1].s2367abef);
+    return (float16)(z[0].even + z[0].odd, z[1].even + z[1].odd);
+#else
+    float8 x[4], y[2];
+    #pragma unroll
+    for (int i = 0; i < 4; i++)
+        x[i] = (float8)(s[2 * i].lo + s[2 * i].hi, s[2 * i + 1].lo + s[2 * i + 1].hi);
+    #pragma unroll
+    for (int i = 0; i < 2; i++)
+        y[i] = (float8)(x[2 * i].s0145 + x[2 * i].s2367, x[2 * i + 1].s0145 + x[2 * i + 1].s2367);
+    return (float8)(y[0].even + y[0].odd, y[1].even + y[1].odd);
+#endif
+}
+
+inline void flash_body(__global float *o, __global const float *q, __global const float *k,
+                       __global const float *v, __global const float *lam, int has_lam,
+                       float lambda, int T, int H, int G, int m, int dk, int dv, int p0,
+                       float scale, int ib0, __global float *scr, const int nq) {
+    const int ib = ib0 + get_global_id(0), g = get_global_id(1);
+    const int Hg = H / G, nrows = T * Hg;
+    const int r0 = ib * ATT_VL;
+    if (r0 >= nrows || g >= G) return;
+    const int nr = min(ATT_VL, nrows - r0);
+    __global float *qt =
+        scr + ((size_t)g * get_global_size(0) + get_global_id(0)) * nq * (dk + dv) * ATT_VL;
+    __global float *ot = qt + (size_t)nq * dk * ATT_VL;
+    float posf[ATT_VL];
+    #pragma unroll
+    for (int i = 0; i < ATT_VL; i++) {
+        const int rw = r0 + min(i, nr - 1), t = rw / Hg, h = g * Hg + rw % Hg;
+        posf[i] = (float)(p0 + t);
+        __global const float *qr = q + ((size_t)t * H + h) * nq * dk;
+        for (int c = 0; c < nq * dk; c++)
+            qt[c * ATT_VL + i] = qr[c] * scale;
+    }
+    for (int i = 0; i < nq * dv; i++)
+        avstore((avf)(0.0f), i, ot);
+    const avf pos = avload(0, posf);
+    const int kend = p0 + (r0 + nr - 1) / Hg + 1; /* keys the last row sees */
+    const int kw = m * dk, mo = m == 2 ? dk : 0;
+    avf mx[2], l[2];
+    #pragma unroll
+    for (int mp = 0; mp < 2; mp++) {
+        mx[mp] = (avf)(-INFINITY);
+        l[mp] = (avf)(0.0f);
+    }
+    for (int j0 = 0; j0 < kend; j0 += ATT_FKB) {
+        __global const float *kr[ATT_FKB], *vr[ATT_FKB];
+        #pragma unroll
+        for (int j = 0; j < ATT_FKB; j++) {
+            const int key = min(j0 + j, kend - 1); /* past kend: a real row, masked */
+            kr[j] = k + ((size_t)key * G + g) * kw;
+            vr[j] = v + ((size_t)key * G + g) * dv;
+        }
+        avf p[2][ATT_FKB];
+        #pragma unroll
+        for (int mp = 0; mp < nq; mp++)
+            #pragma unroll
+            for (int j = 0; j < ATT_FKB; j++)
+                p[mp][j] = (avf)(0.0f);
+        for (int d = 0; d < dk; d++)
+            #pragma unroll
+            for (int mp = 0; mp < nq; mp++) {
+                const avf qv = avload(mp * dk + d, qt);
+                #pragma unroll
+                for (int j = 0; j < ATT_FKB; j++)
+                    p[mp][j] = fma(qv, (avf)(kr[j][d + mp * mo]), p[mp][j]);
+            }
+        avf corr[2];
+        #pragma unroll
+        for (int mp = 0; mp < nq; mp++) {
+            avf nm = mx[mp];
+            #pragma unroll
+            for (int j = 0; j < ATT_FKB; j++) {
+                p[mp][j] = select((avf)(-INFINITY), p[mp][j], islessequal((avf)(j0 + j), pos));
+                nm = fmax(nm, p[mp][j]);
+            }
+            /* every lane sees key 0, so nm is finite from the first block on */
+            corr[mp] = exp(mx[mp] - nm);
+            mx[mp] = nm;
+            avf sum = (avf)(0.0f);
+            #pragma unroll
+            for (int j = 0; j < ATT_FKB; j++) {
+                p[mp][j] = exp(p[mp][j] - nm); /* masked: exp(-inf) = 0 */
+                sum += p[mp][j];
+            }
+            l[mp] = fma(l[mp], corr[mp], sum);
+        }
+        for (int e = 0; e < dv; e++) {
+            avf acc[2];
+            #pragma unroll
+            for (int mp = 0; mp < nq; mp++)
+                acc[mp] = avload(mp * dv + e, ot) * corr[mp];
+            #pragma unroll
+            for (int j = 0; j < ATT_FKB; j++) {
+                const avf ve = (avf)(vr[j][e]);
+                #pragma unroll
+                for (int mp = 0; mp < nq; mp++)
+                    acc[mp] = fma(p[mp][j], ve, acc[mp]);
+            }
+            #pragma unroll
+            for (int mp = 0; mp < nq; mp++)
+                avstore(acc[mp], mp * dv + e, ot);
+        }
+    }
+    float l0[ATT_VL], l1[ATT_VL];
+    avstore(l[0], 0, l0);
+    avstore(l[1], 0, l1);
+    for (int i = 0; i < nr; i++) {
+        const int rw = r0 + i, t = rw / Hg, h = g * Hg + rw % Hg;
+        const size_t r = (size_t)t * H + h;
+        __global float *orow = o + r * dv;
+        if (nq == 1) {
+            const float inv = 1.0f / l0[i];
+            for (int e = 0; e < dv; e++)
+                orow[e] = ot[e * ATT_VL + i] * inv;
+        } else {
+            const float lm = has_lam ? lam[r] : lambda;
+            for (int e = 0; e < dv; e++)
+                orow[e] = ot[e * ATT_VL + i] / l0[i] - lm * (ot[(dv + e) * ATT_VL + i] / l1[i]);
+        }
+    }
+}
+
+inline void decode_body(__global float *o, __global const float *q, __global const float *k,
+                        __global const float *v, __global const float *lam, int has_lam,
+                        float lambda, int T, int H, int G, int m, int dk, int dv, int p0,
+                        float scale, int klen, __global float *part, const int nq) {
+    const int split = get_global_id(0), nsplit = get_global_size(0), r = get_global_id(1);
+    if (r >= T * H) return;
+    const int t = r / H, h = r % H, g = h / (H / G);
+    const int jbeg = split * klen, jend = min(p0 + t + 1, jbeg + klen);
+    const int nvk = dk / ATT_VL, nvv = dv / ATT_VL, kw = m * dk, mo = (m - 1) * dk;
+    avf qv[2][ATT_DK_MAX / ATT_VL], acc[2][ATT_DV_MAX / ATT_VL];
+    __global const float *qr = q + (size_t)r * nq * dk;
+    #pragma unroll
+    for (int mp = 0; mp < nq; mp++) {
+        for (int c = 0; c < nvk; c++)
+            qv[mp][c] = avload(c, qr + mp * dk) * scale;
+        for (int c = 0; c < nvv; c++)
+            acc[mp][c] = (avf)(0.0f);
+    }
+    float mx[2] = {-INFINITY, -INFINITY}, z[2] = {0.0f, 0.0f};
+    for (int j0 = jbeg; j0 < jend; j0 += ATT_VL) {
+        const int nk = min(ATT_VL, jend - j0);
+        avf pv[2];
+        #pragma unroll
+        for (int mp = 0; mp < nq; mp++) {
+            avf s[ATT_VL];
+            #pragma unroll
+            for (int j = 0; j < ATT_VL; j++) {
+                __global const float *kr =
+                    k + ((size_t)(j0 + min(j, nk - 1)) * G + g) * kw + mp * mo;
+                avf a = (avf)(0.0f);
+                for (int c = 0; c < nvk; c++)
+                    a = fma(qv[mp][c], avload(c, kr), a);
+                s[j] = a;
+            }
+            pv[mp] = tree_sum(s);
+        }
+        float cr[2];
+        avf lane;
+        #pragma unroll
+        for (int j = 0; j < ATT_VL; j++)
+            ((float *)&lane)[j] = (float)j;
+        #pragma unroll
+        for (int mp = 0; mp < nq; mp++) {
+            const avf lg = select((avf)(-INFINITY), pv[mp], isless(lane, (avf)((float)nk)));
+            const float nm = fmax(mx[mp], ahmax(lg));
+            cr[mp] = exp(mx[mp] - nm); /* 0 on the first block: mx = -inf, nm finite */
+            mx[mp] = nm;
+            pv[mp] = exp(lg - nm);
+            z[mp] = z[mp] * cr[mp] + ahsum(pv[mp]);
+        }
+        float p1[ATT_VL], p2[ATT_VL];
+        avstore(pv[0], 0, p1);
+        if (nq == 2) avstore(pv[1], 0, p2);
+        for (int c = 0; c < nvv; c++) {
+            avf a1 = acc[0][c] * cr[0], a2 = nq == 2 ? acc[1][c] * cr[1] : (avf)(0.0f);
+            #pragma unroll
+            for (int j = 0; j < ATT_VL; j++) {
+                const avf ve = avload(c, v + ((size_t)(j0 + min(j, nk - 1)) * G + g) * dv);
+                a1 = fma((avf)(p1[j]), ve, a1);
+                if (nq == 2) a2 = fma((avf)(p2[j]), ve, a2);
+            }
+            acc[0][c] = a1;
+            if (nq == 2) acc[1][c] = a2;
+        }
+    }
+    if (nsplit > 1) {
+        /* part is (nsplit, T*H, nq, 2 + dv), as attention_body writes it */
+        __global float *p = part + ((size_t)split * T * H + r) * nq * (2 + dv);
+        #pragma unroll
+        for (int mp = 0; mp < nq; mp++) {
+            __global float *pm = p + mp * (2 + dv);
+            pm[0] = mx[mp];
+            pm[1] = z[mp];
+            for (int c = 0; c < nvv; c++)
+                avstore(acc[mp][c], c, pm + 2);
+        }
+        return;
+    }
+    __global float *orow = o + (size_t)r * dv;
+    if (nq == 1) {
+        for (int c = 0; c < nvv; c++)
+            avstore(acc[0][c] / z[0], c, orow);
+    } else {
+        const float lm = has_lam ? lam[r] : lambda;
+        for (int c = 0; c < nvv; c++)
+            avstore(acc[0][c] / z[0] - lm * (acc[1][c] / z[1]), c, orow);
+    }
+}
+
+__kernel void diff_attn_flash(__global float *o, ulong oo, __global const float *q, ulong qo,
+                              __global const float *k, ulong ko, __global const float *v, ulong vo,
+                              __global const float *lam, ulong lo, int has_lam, float lambda,
+                              int T, int H, int G, int m, int dk, int dv, int p0, float scale,
+                              int ib0, __global float *scr) {
+    flash_body(o + oo, q + qo, k + ko, v + vo, lam + lo, has_lam, lambda, T, H, G, m, dk, dv, p0,
+               scale, ib0, scr, 2);
+}
+__kernel void attn_flash(__global float *o, ulong oo, __global const float *q, ulong qo,
+                         __global const float *k, ulong ko, __global const float *v, ulong vo,
+                         int T, int H, int G, int dk, int dv, int p0, float scale, int ib0,
+                         __global float *scr) {
+    flash_body(o + oo, q + qo, k + ko, v + vo, v, 0, 0.0f, T, H, G, 1, dk, dv, p0, scale, ib0, scr,
+               1);
+}
+__kernel void diff_attn_decode(__global float *o, ulong oo, __global const float *q, ulong qo,
+                               __global const float *k, ulong ko, __global const float *v,
+                               ulong vo, __global const float *lam, ulong lo, int has_lam,
+                               float lambda, int T, int H, int G, int m, int dk, int dv, int p0,
+                               float scale, int klen, __global float *part) {
+    decode_body(o + oo, q + qo, k + ko, v + vo, lam + lo, has_lam, lambda, T, H, G, m, dk, dv, p0,
+                scale, klen, part, 2);
+}
+__kernel void attn_decode(__global float *o, ulong oo, __global const float *q, ulong qo,
+                          __global const float *k, ulong ko, __global const float *v, ulong vo,
+                          int T, int H, int G, int dk, int dv, int p0, float scale, int klen,
+                          __global float *part) {
+    decode_body(o + oo, q + qo, k + ko, v + vo, v, 0, 0.0f, T, H, G, 1, dk, dv, p0, scale, klen,
+                part, 1);
+}

@@ -6,8 +6,12 @@
  * (its kernels carry their arguments).
  *
  * Settings, read at init:
- *   DIFFRT_OPENCL_GEMM=tiled|clblast  MATMUL with f32 weights through the own
- *       kernels (default) or CLBlast's SGEMM (builds that found CLBlast)
+ *   DIFFRT_OPENCL_GEMM=tiled|local|regs|clblast  MATMUL through the own
+ *       kernels (default "tiled": the variant table of matmul.c, register
+ *       blocks on CPU-class devices, local-memory tiles elsewhere), forced to
+ *       local-memory tiles ("local", which also keeps attention on its
+ *       local-memory kernels) or register blocks ("regs"), or, for f32
+ *       weights, CLBlast's SGEMM (builds that found CLBlast)
  *   DIFFRT_OPENCL_ATTN_SPLIT=N        attention keys per split-S work-group
  *       (0 or unset: automatic, split only when compute units would idle)
  *   DIFFRT_OPENCL_BUILD_OPTIONS=...   appended to every program's build options
@@ -239,6 +243,22 @@ static const struct {
     [OCL_K_ATTN_Q4] = {"attn_q4", OCL_P_ATTENTION},
     [OCL_K_ATTN_Q8] = {"attn_q8", OCL_P_ATTENTION},
     [OCL_K_ATTN_COMBINE] = {"attn_combine", OCL_P_ATTENTION},
+    [OCL_K_GEMV_F32] = {"gemv_f32", OCL_P_MATMUL},
+    [OCL_K_GEMV_F16] = {"gemv_f16", OCL_P_MATMUL},
+    [OCL_K_GEMV_BF16] = {"gemv_bf16", OCL_P_MATMUL},
+    [OCL_K_DOT_SKINNY_F32] = {"dot_skinny_f32", OCL_P_MATMUL},
+    [OCL_K_DOT_SKINNY_F16] = {"dot_skinny_f16", OCL_P_MATMUL},
+    [OCL_K_DOT_SKINNY_BF16] = {"dot_skinny_bf16", OCL_P_MATMUL},
+    [OCL_K_DOT_F32] = {"dot_f32", OCL_P_MATMUL},
+    [OCL_K_DOT_F16] = {"dot_f16", OCL_P_MATMUL},
+    [OCL_K_DOT_BF16] = {"dot_bf16", OCL_P_MATMUL},
+    [OCL_K_OUTER_F32] = {"outer_f32", OCL_P_MATMUL},
+    [OCL_K_OUTER_F16] = {"outer_f16", OCL_P_MATMUL},
+    [OCL_K_OUTER_BF16] = {"outer_bf16", OCL_P_MATMUL},
+    [OCL_K_DIFF_ATTN_FLASH] = {"diff_attn_flash", OCL_P_ATTENTION},
+    [OCL_K_ATTN_FLASH] = {"attn_flash", OCL_P_ATTENTION},
+    [OCL_K_DIFF_ATTN_DECODE] = {"diff_attn_decode", OCL_P_ATTENTION},
+    [OCL_K_ATTN_DECODE] = {"attn_decode", OCL_P_ATTENTION},
     [OCL_K_MATMUL_Q8_0] = {"matmul_q8_0", OCL_P_MATMUL_Q},
     [OCL_K_MATMUL_Q4_0] = {"matmul_q4_0", OCL_P_MATMUL_Q},
 };
@@ -340,6 +360,10 @@ static drt_status ocl_init(drt_backend *be, int device) {
     const char *gemm = getenv("DIFFRT_OPENCL_GEMM");
     if (!gemm || !*gemm || strcmp(gemm, "tiled") == 0) {
         x->gemm = OCL_GEMM_TILED;
+    } else if (strcmp(gemm, "local") == 0) {
+        x->gemm = OCL_GEMM_LOCAL;
+    } else if (strcmp(gemm, "regs") == 0) {
+        x->gemm = OCL_GEMM_REGS;
     } else if (strcmp(gemm, "clblast") == 0) {
 #ifdef DIFFRT_HAVE_CLBLAST
         x->gemm = OCL_GEMM_CLBLAST;
@@ -350,7 +374,8 @@ static drt_status ocl_init(drt_backend *be, int device) {
 #endif
     } else {
         return fail(be, drt_set_error(DRT_ERR_INVALID_ARG,
-                                      "opencl: DIFFRT_OPENCL_GEMM=%s: expected tiled or clblast",
+                                      "opencl: DIFFRT_OPENCL_GEMM=%s: expected tiled, local, regs "
+                                      "or clblast",
                                       gemm));
     }
 
@@ -379,6 +404,19 @@ static drt_status ocl_init(drt_backend *be, int device) {
         x->split_keys = (int)v;
     }
     pick_attention_tiles(x);
+    /* MATMUL: register blocks on CPU-class devices (PoCL, Intel CPU), whose
+     * caches stage operands better than local memory and barriers do */
+    cl_device_type dty = 0;
+    clGetDeviceInfo(x->dev, CL_DEVICE_TYPE, sizeof dty, &dty, NULL);
+    x->mm_regs = x->gemm == OCL_GEMM_REGS || (x->gemm != OCL_GEMM_LOCAL && !(dty & CL_DEVICE_TYPE_GPU) &&
+                                              (dty & CL_DEVICE_TYPE_CPU));
+    cl_uint nvw = 0;
+    clGetDeviceInfo(x->dev, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof nvw, &nvw, NULL);
+    x->rb_v = (int)nvw;
+    /* attention with queries in vector lanes: CPU-class devices with 8 or 16
+     * float lanes (the same choice as MATMUL's: DIFFRT_OPENCL_GEMM=local
+     * keeps the local-memory kernels for both) */
+    x->att_vl = x->mm_regs && nvw >= 8 ? (nvw >= 16 ? 16 : 8) : 0;
 
     /* f32 kernels are checked at NMSE <= 1e-8: no -cl-fast-relaxed-math, no
      * -cl-mad-enable, no native_* functions */
@@ -388,8 +426,9 @@ static drt_status ocl_init(drt_backend *be, int device) {
         int o = snprintf(opts, sizeof opts, "-cl-std=CL1.2");
         if (p == OCL_P_ATTENTION)
             o += snprintf(opts + o, sizeof opts - (size_t)o,
-                          " -DATT_BK=%d -DATT_NT=%d -DATT_DV_MAX=%d", x->att_bk, x->att_nt,
-                          x->att_dv_max);
+                          " -DATT_BK=%d -DATT_NT=%d -DATT_DV_MAX=%d -DATT_VL=%d", x->att_bk,
+                          x->att_nt, x->att_dv_max, x->att_vl ? x->att_vl : 16);
+        if (p == OCL_P_MATMUL) o += ocl_matmul_options(x, opts + o, sizeof opts - (size_t)o);
         if (extra && *extra) snprintf(opts + o, sizeof opts - (size_t)o, " %s", extra);
         drt_status s = build_program(x, (ocl_prog)p, opts);
         if (s != DRT_OK) return fail(be, s);
@@ -409,6 +448,18 @@ static drt_status ocl_init(drt_backend *be, int device) {
         x->mm_vec_ok &= x->kwg[i] >= OCL_MV_WG;
     for (int i = OCL_K_MATMUL_F32; i <= OCL_K_MATMUL_BF16; i++)
         x->mm_tiled_ok &= x->kwg[i] >= OCL_MM_TW * OCL_MM_TW;
+    /* register blocks: any work-group size; the kernel's preferred multiple
+     * (8 on PoCL's CPU device: one task of its thread pool runs 8 tiles),
+     * at most 64, within what every variant can run */
+    size_t pm = 0;
+    clGetKernelWorkGroupInfo(x->k[OCL_K_DOT_F32], x->dev, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE,
+                             sizeof pm, &pm, NULL);
+    x->rb_wg = 1;
+    while (x->rb_wg * 2 <= pm && x->rb_wg < 64)
+        x->rb_wg *= 2;
+    for (int i = OCL_K_GEMV_F32; i <= OCL_K_OUTER_BF16; i++)
+        while (x->rb_wg > 1 && x->kwg[i] < x->rb_wg)
+            x->rb_wg /= 2;
     /* attention: the most rows per work-group that both kernels can run */
     x->att_bq_max = 0;
     for (int i = 0, bq = 1; bq <= OCL_ATT_BQ_MAX; i++, bq *= 2) {
@@ -592,9 +643,11 @@ static bool ocl_supports(drt_backend *be, const drt_tensor *t) {
     switch (t->op) {
     case DRT_OP_MATMUL: {
         const drt_tensor *a = t->src[0];
+        if (drt_dtype_block(t->src[1]->type) > 1) return true; /* matmul_q.cl */
 #ifdef DIFFRT_HAVE_CLBLAST
         if (x->gemm == OCL_GEMM_CLBLAST && t->src[1]->type == DRT_F32) return true;
 #endif
+        if (x->mm_regs) return true;
         return ocl_matmul_uses_matvec(a->ne[a->nd - 2], t->ip[0]) ? x->mm_vec_ok : x->mm_tiled_ok;
     }
     case DRT_OP_DIFF_ATTN:
@@ -673,6 +726,19 @@ static drt_status ocl_synchronize(drt_backend *be) {
                          flag[0] - 1, x->embed_vocab);
 }
 
+static const char *ocl_kernel_variant(drt_backend *be, const drt_tensor *t) {
+    ocl_ctx *x = ocl_of(be);
+    switch (t->op) {
+    case DRT_OP_MATMUL:
+        if (drt_dtype_block(t->src[1]->type) > 1)
+            return t->src[1]->type == DRT_Q8_0 ? "q8_0 blocks, work-group per output" : "q4_0 blocks, work-group per output";
+        return x->mm_name[ocl_matmul_variant(x, t)];
+    case DRT_OP_DIFF_ATTN:
+    case DRT_OP_ATTN: return ocl_attn_variant(x, t);
+    default: return NULL;
+    }
+}
+
 const drt_backend_ops drt_opencl_backend_ops = {
     .name = "opencl",
     .probe = ocl_probe,
@@ -687,6 +753,7 @@ const drt_backend_ops drt_opencl_backend_ops = {
     .supports = ocl_supports,
     .compute = ocl_compute,
     .synchronize = ocl_synchronize,
+    .kernel_variant = ocl_kernel_variant,
 };
 
 /* the module entry point: libdiffrt-opencl.so (runtime/drt_module.h) */

@@ -1,10 +1,22 @@
 /* OpenCL host side of MATMUL (kernels in matmul.cl): y = scale * x w^T,
  * x (B,T,K) or (T,K), w (Bw,N,K) or (N,K) [trans_w: (Bw,K,N)], as in
- * drt_ref_run_node. Paths:
- *   T == 1, trans_w == 0  -> matvec_<dtype> (decode: bound by reading w once)
- *   otherwise             -> matmul_<dtype> (64x64 tiles in local memory)
+ * drt_ref_run_node. Variants (ocl_matmul_variant, the table; conform --perf
+ * prints the one a node ran through the backend's kernel_variant op):
+ *   GPUs and other devices, local memory:
+ *     T == 1, trans_w == 0  -> matvec_<dtype> (decode: bound by reading w once)
+ *     otherwise             -> matmul_<dtype> (64x64 tiles in local memory)
+ *   CPU-class devices (PoCL, ...), register blocks (matmul.cl section 3), no
+ *   local memory or barriers (measured on PoCL: 13 -> ~50-90 GFLOP/s at
+ *   1024^3 against the local tiles' ~3-4, CLBlast's ~4):
+ *     trans_w               -> outer_<dtype>  (4 rows x 2 vectors of columns)
+ *     T == 1                -> gemv_<dtype>   (1 x 8 dot products)
+ *     T <= 3                -> dot_skinny_<dtype> (2 x 8)
+ *     otherwise             -> dot_<dtype>    (4 x 4)
+ *     (for 16-lane vectors; rb_pick sizes them from the native float width)
  *   f32 weights with DIFFRT_OPENCL_GEMM=clblast -> CLBlastSgemm (when built
  *   with CLBlast), one strided-batched call or one call per batch. */
+#include <stdio.h>
+
 #include "drt_error.h"
 #include "ocl.h"
 
@@ -43,6 +55,58 @@ static drt_status clblast_matmul(ocl_ctx *x, const drt_tensor *t, int B, int Bw,
 }
 #endif
 
+/* The register blocks of the register-blocked variants, from the device's
+ * native float vector width (the registers they need: MR*NR + MR + NR
+ * vectors for dot, MR*OV + OV + 1 for outer; 32 vector registers with
+ * AVX-512, 16 with AVX2) */
+typedef struct {
+    int v, gemv_nr, skinny_nr, mr, nr, omr, ov, sw;
+} rb_shape;
+
+static rb_shape rb_pick(int v) {
+    if (v >= 16) return (rb_shape){16, 8, 8, 4, 4, 4, 2, 16};
+    if (v >= 8) return (rb_shape){8, 8, 4, 2, 4, 4, 2, 16};
+    return (rb_shape){4, 8, 4, 2, 4, 4, 2, 16};
+}
+
+int ocl_matmul_options(ocl_ctx *x, char *buf, size_t n) {
+    rb_shape r = rb_pick(x->rb_v);
+    x->rb_v = r.v;
+    snprintf(x->mm_name[OCL_MM_MATVEC], sizeof x->mm_name[0], "matvec local-reduce %dx%d",
+             OCL_MV_NR, OCL_MV_WG);
+    snprintf(x->mm_name[OCL_MM_TILED], sizeof x->mm_name[0], "tiled local %dx%d/4x4",
+             OCL_MM_TM, OCL_MM_TN);
+    snprintf(x->mm_name[OCL_MM_GEMV], sizeof x->mm_name[0], "gemv regs 1x%d v%d", r.gemv_nr, r.v);
+    snprintf(x->mm_name[OCL_MM_SKINNY], sizeof x->mm_name[0], "dot regs 2x%d v%d", r.skinny_nr,
+             r.v);
+    snprintf(x->mm_name[OCL_MM_DOT], sizeof x->mm_name[0], "dot regs %dx%d v%d", r.mr, r.nr, r.v);
+    snprintf(x->mm_name[OCL_MM_OUTER], sizeof x->mm_name[0], "outer regs %dx%d v%d", r.omr,
+             r.ov * r.v, r.v);
+    snprintf(x->mm_name[OCL_MM_CLBLAST], sizeof x->mm_name[0], "clblast sgemm");
+    return snprintf(buf, n,
+                    " -DRB_V=%d -DRB_GEMV_NR=%d -DRB_SKINNY_NR=%d -DRB_MR=%d -DRB_NR=%d -DRB_OMR=%d "
+                    "-DRB_OV=%d -DRB_SW=%d",
+                    r.v, r.gemv_nr, r.skinny_nr, r.mr, r.nr, r.omr, r.ov, r.sw);
+}
+
+/* The variant table: CLBlast when asked for (f32 weights); register blocks on
+ * CPU-class devices (or DIFFRT_OPENCL_GEMM=regs) by shape class: trans_w ->
+ * outer, T == 1 -> gemv, T <= 3 -> skinny, else dot; local-memory tiles
+ * elsewhere (T == 1 -> matvec, else tiled). */
+ocl_mm_variant ocl_matmul_variant(const ocl_ctx *x, const drt_tensor *t) {
+    const drt_tensor *a = t->src[0], *w = t->src[1];
+    int64_t T = a->ne[a->nd - 2];
+    int trans_w = t->ip[0];
+    if (x->gemm == OCL_GEMM_CLBLAST && w->type == DRT_F32) return OCL_MM_CLBLAST;
+    if (x->mm_regs) {
+        if (trans_w) return OCL_MM_OUTER;
+        if (T == 1) return OCL_MM_GEMV;
+        if (T <= 3) return OCL_MM_SKINNY;
+        return OCL_MM_DOT;
+    }
+    return ocl_matmul_uses_matvec(T, trans_w) ? OCL_MM_MATVEC : OCL_MM_TILED;
+}
+
 drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t) {
     const drt_tensor *a = t->src[0], *w = t->src[1];
     int B = a->nd == 3 ? (int)a->ne[0] : 1, Bw = w->nd == 3 ? (int)w->ne[0] : 1;
@@ -52,14 +116,18 @@ drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t) {
     float scale = t->fp[0];
     if ((int64_t)B * T * N == 0) return DRT_OK;
     if (drt_dtype_block(w->type) > 1) return ocl_matmul_q(x, t);
+    ocl_mm_variant var = ocl_matmul_variant(x, t);
 #ifdef DIFFRT_HAVE_CLBLAST
-    if (x->gemm == OCL_GEMM_CLBLAST && w->type == DRT_F32)
-        return clblast_matmul(x, t, B, Bw, T, N, K, trans_w, scale);
+    if (var == OCL_MM_CLBLAST) return clblast_matmul(x, t, B, Bw, T, N, K, trans_w, scale);
 #endif
     int wt = w->type == DRT_F16 ? 1 : w->type == DRT_BF16 ? 2 : 0;
-    int vec = ocl_matmul_uses_matvec(T, trans_w);
+    static const ocl_kernel_id base[OCL_MM_COUNT] = {
+        [OCL_MM_MATVEC] = OCL_K_MATVEC_F32, [OCL_MM_TILED] = OCL_K_MATMUL_F32,
+        [OCL_MM_GEMV] = OCL_K_GEMV_F32,     [OCL_MM_SKINNY] = OCL_K_DOT_SKINNY_F32,
+        [OCL_MM_DOT] = OCL_K_DOT_F32,       [OCL_MM_OUTER] = OCL_K_OUTER_F32,
+    };
     ocl_call c;
-    ocl_begin(&c, x, (ocl_kernel_id)((vec ? OCL_K_MATVEC_F32 : OCL_K_MATMUL_F32) + wt));
+    ocl_begin(&c, x, (ocl_kernel_id)(base[var] + wt));
     ocl_arg_tensor(&c, t);
     ocl_arg_tensor(&c, a);
     ocl_arg_tensor(&c, w);
@@ -68,17 +136,32 @@ drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t) {
     ocl_arg_int(&c, T);
     ocl_arg_int(&c, N);
     ocl_arg_int(&c, K);
-    if (!vec) ocl_arg_int(&c, trans_w);
+    if (var == OCL_MM_TILED) ocl_arg_int(&c, trans_w);
     ocl_arg_float(&c, scale);
-    if (vec) {
+    if (var == OCL_MM_MATVEC) {
         size_t g[2] = {(size_t)(N + OCL_MV_NR - 1) / OCL_MV_NR * OCL_MV_WG, (size_t)B * T};
         size_t l[2] = {OCL_MV_WG, 1};
         return ocl_run(&c, 2, g, l);
     }
-    size_t g[3] = {(size_t)(N + OCL_MM_TN - 1) / OCL_MM_TN * OCL_MM_TW,
-                   (size_t)(T + OCL_MM_TM - 1) / OCL_MM_TM * OCL_MM_TW, (size_t)B};
-    size_t l[3] = {OCL_MM_TW, OCL_MM_TW, 1};
-    return ocl_run(&c, 3, g, l);
+    if (var == OCL_MM_TILED) {
+        size_t g[3] = {(size_t)(N + OCL_MM_TN - 1) / OCL_MM_TN * OCL_MM_TW,
+                       (size_t)(T + OCL_MM_TM - 1) / OCL_MM_TM * OCL_MM_TW, (size_t)B};
+        size_t l[3] = {OCL_MM_TW, OCL_MM_TW, 1};
+        return ocl_run(&c, 3, g, l);
+    }
+    /* register blocks: one item per MR x NR tile, a 1-d range per batch */
+    rb_shape r = rb_pick(x->rb_v);
+    int mr = var == OCL_MM_GEMV ? 1 : var == OCL_MM_SKINNY ? 2 : var == OCL_MM_DOT ? r.mr : r.omr;
+    int nr = var == OCL_MM_GEMV     ? r.gemv_nr
+             : var == OCL_MM_SKINNY ? r.skinny_nr
+             : var == OCL_MM_DOT    ? r.nr
+                                    : r.ov * r.v;
+    size_t tiles = (size_t)((T + mr - 1) / mr) * (size_t)((N + nr - 1) / nr);
+    size_t wg = x->rb_wg;
+    while (wg > 1 && wg / 2 >= tiles) /* small launches: do not round up past the work */
+        wg /= 2;
+    size_t g[2] = {tiles, (size_t)B}, l[2] = {wg, 1};
+    return ocl_run(&c, 2, g, l);
 }
 
 void ocl_matmul_shutdown(ocl_ctx *x) {

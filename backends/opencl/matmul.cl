@@ -151,3 +151,245 @@ inline void tiled_body(__global float *y, __global const float *x, __global cons
 TILED(matmul_f32, WT_F32)
 TILED(matmul_f16, WT_F16)
 TILED(matmul_bf16, WT_BF16)
+
+/* ---- 3. register-blocked (CPU-class devices) --------------------------------
+ * No local memory and no barriers: each work-item owns an MR x NR block of y
+ * in registers and streams its operands straight from global memory (the
+ * caches do the staging). On PoCL's CPU device a barrier-free kernel runs
+ * each work-item as a plain loop iteration, and the explicit RB_V-wide
+ * vectors (RB_V = the device's native float vector width, -DRB_V by the
+ * host: 16 on AVX-512) become SIMD registers directly.
+ *   dot   (trans_w == 0, w (N,K)): K is contiguous in both x and w, so each of
+ *         the MR x NR outputs keeps an RB_V-wide partial sum along K; one
+ *         horizontal sum at the end. Per step: MR + NR vector loads, MR*NR
+ *         fmas. MR = 1 is the GEMV (decode) variant.
+ *   outer (trans_w == 1, w (K,N)): each item owns MR rows x OV*RB_V columns;
+ *         per k: OV vector loads of w's row k, MR broadcasts of x, MR*OV fmas
+ *         (the BLAS micro-kernel). Partial column blocks take a scalar path.
+ * Tiles are walked in bands (RB_SW column tiles wide) so that a band of w
+ * stays in L2 while every row block of x passes it once.
+ * Accumulation is f32 with fma (more accurate than separate mul+add). */
+
+#ifndef RB_V
+#define RB_V 8
+#endif
+#if RB_V == 16
+#define vfloat float16
+#define vload_f vload16
+#define vstore_f vstore16
+#define vload_h vload_half16
+#define vconv_u convert_uint16
+#define as_vfloat as_float16
+#elif RB_V == 8
+#define vfloat float8
+#define vload_f vload8
+#define vstore_f vstore8
+#define vload_h vload_half8
+#define vconv_u convert_uint8
+#define as_vfloat as_float8
+#else
+#define vfloat float4
+#define vload_f vload4
+#define vstore_f vstore4
+#define vload_h vload_half4
+#define vconv_u convert_uint4
+#define as_vfloat as_float4
+#endif
+#ifndef RB_SW
+#define RB_SW 16
+#endif
+/* the variants' register blocks (the host may set them from the device) */
+#ifndef RB_GEMV_NR
+#define RB_GEMV_NR 8
+#endif
+#ifndef RB_SKINNY_NR
+#define RB_SKINNY_NR 8
+#endif
+#ifndef RB_MR
+#define RB_MR 4
+#endif
+#ifndef RB_NR
+#define RB_NR 4
+#endif
+#ifndef RB_OMR
+#define RB_OMR 4
+#endif
+#ifndef RB_OV
+#define RB_OV 2
+#endif
+
+/* RB_V consecutive weights from element i (any alignment) as floats */
+inline vfloat load_wv(__global const uchar *w, size_t i, const int wt) {
+    if (wt == WT_F16) return vload_h(0, (__global const half *)w + i);
+    if (wt == WT_BF16) return as_vfloat(vconv_u(vload_f(0, (__global const ushort *)w + i)) << 16);
+    return vload_f(0, (__global const float *)w + i);
+}
+
+inline float hsum(vfloat v) {
+#if RB_V == 16
+    float8 a = v.lo + v.hi;
+    float4 b = a.lo + a.hi;
+#elif RB_V == 8
+    float4 b = v.lo + v.hi;
+#else
+    float4 b = v;
+#endif
+    float2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+
+/* tile (mb, nb) of a 1-d launch over all tiles of one batch, in bands of
+ * RB_SW column tiles (the last band may be narrower) */
+inline void band_tile(int i, int nMt, int nNt, int *mb, int *nb) {
+    const int band = i / (RB_SW * nMt), r = i - band * RB_SW * nMt;
+    const int bw = min(RB_SW, nNt - band * RB_SW);
+    *mb = r / bw;
+    *nb = band * RB_SW + r % bw;
+}
+
+#define RB_MAX 8
+
+/* Global (ceil(T/MR)*ceil(N/NR), B), any local size. */
+inline void dot_body(__global float *y, __global const float *x, __global const uchar *w,
+                     size_t wo, int B, int Bw, int T, int N, int K, float scale, const int wt,
+                     const int MR, const int NR) {
+    const int nMt = (T + MR - 1) / MR, nNt = (N + NR - 1) / NR;
+    const int i = get_global_id(0), b = get_global_id(1);
+    if (i >= nMt * nNt) return;
+    int mb, nb;
+    band_tile(i, nMt, nNt, &mb, &nb);
+    const int m0 = mb * MR, n0 = nb * NR;
+    const size_t wb = wo + (size_t)((long)b * Bw / B) * N * K;
+    x += (size_t)b * T * K;
+    y += (size_t)b * T * N;
+    __global const float *xr[RB_MAX];
+    size_t wr[RB_MAX];
+    #pragma unroll
+    for (int r = 0; r < MR; r++)
+        xr[r] = x + (size_t)min(m0 + r, T - 1) * K;
+    #pragma unroll
+    for (int c = 0; c < NR; c++)
+        wr[c] = wb + (size_t)min(n0 + c, N - 1) * K;
+    vfloat acc[RB_MAX][RB_MAX];
+    #pragma unroll
+    for (int r = 0; r < MR; r++)
+        #pragma unroll
+        for (int c = 0; c < NR; c++)
+            acc[r][c] = (vfloat)(0.0f);
+    int k = 0;
+    for (; k + RB_V <= K; k += RB_V) {
+        vfloat a[RB_MAX], bv[RB_MAX];
+        #pragma unroll
+        for (int r = 0; r < MR; r++)
+            a[r] = vload_f(0, xr[r] + k);
+        #pragma unroll
+        for (int c = 0; c < NR; c++)
+            bv[c] = load_wv(w, wr[c] + k, wt);
+        #pragma unroll
+        for (int r = 0; r < MR; r++)
+            #pragma unroll
+            for (int c = 0; c < NR; c++)
+                acc[r][c] = fma(a[r], bv[c], acc[r][c]);
+    }
+    float s[RB_MAX][RB_MAX];
+    #pragma unroll
+    for (int r = 0; r < MR; r++)
+        #pragma unroll
+        for (int c = 0; c < NR; c++)
+            s[r][c] = hsum(acc[r][c]);
+    for (; k < K; k++)
+        #pragma unroll
+        for (int r = 0; r < MR; r++) {
+            const float a = xr[r][k];
+            #pragma unroll
+            for (int c = 0; c < NR; c++)
+                s[r][c] = fma(a, load_w(w, wr[c] + k, wt), s[r][c]);
+        }
+    #pragma unroll
+    for (int r = 0; r < MR; r++) {
+        if (m0 + r >= T) break;
+        #pragma unroll
+        for (int c = 0; c < NR; c++)
+            if (n0 + c < N) y[(size_t)(m0 + r) * N + n0 + c] = scale * s[r][c];
+    }
+}
+
+/* Global (ceil(T/MR)*ceil(N/(OV*RB_V)), B), any local size. */
+inline void outer_body(__global float *y, __global const float *x, __global const uchar *w,
+                       size_t wo, int B, int Bw, int T, int N, int K, float scale, const int wt,
+                       const int MR, const int OV) {
+    const int NC = OV * RB_V;
+    const int nMt = (T + MR - 1) / MR, nNt = (N + NC - 1) / NC;
+    const int i = get_global_id(0), b = get_global_id(1);
+    if (i >= nMt * nNt) return;
+    int mb, nb;
+    band_tile(i, nMt, nNt, &mb, &nb);
+    const int m0 = mb * MR, n0 = nb * NC;
+    const size_t wb = wo + (size_t)((long)b * Bw / B) * N * K + n0;
+    x += (size_t)b * T * K;
+    y += (size_t)b * T * N + n0;
+    __global const float *xr[RB_MAX];
+    #pragma unroll
+    for (int r = 0; r < MR; r++)
+        xr[r] = x + (size_t)min(m0 + r, T - 1) * K;
+    if (n0 + NC <= N) {
+        vfloat acc[RB_MAX][4];
+        #pragma unroll
+        for (int r = 0; r < MR; r++)
+            #pragma unroll
+            for (int c = 0; c < OV; c++)
+                acc[r][c] = (vfloat)(0.0f);
+        for (int k = 0; k < K; k++) {
+            vfloat bv[4];
+            #pragma unroll
+            for (int c = 0; c < OV; c++)
+                bv[c] = load_wv(w, wb + (size_t)k * N + c * RB_V, wt);
+            #pragma unroll
+            for (int r = 0; r < MR; r++) {
+                const vfloat a = (vfloat)(xr[r][k]);
+                #pragma unroll
+                for (int c = 0; c < OV; c++)
+                    acc[r][c] = fma(a, bv[c], acc[r][c]);
+            }
+        }
+        #pragma unroll
+        for (int r = 0; r < MR; r++) {
+            if (m0 + r >= T) break;
+            #pragma unroll
+            for (int c = 0; c < OV; c++)
+                vstore_f(scale * acc[r][c], 0, y + (size_t)(m0 + r) * N + c * RB_V);
+        }
+        return;
+    }
+    /* the last, partial column block: one column at a time */
+    for (int c = 0; c < N - n0; c++) {
+        float s[RB_MAX];
+        #pragma unroll
+        for (int r = 0; r < MR; r++)
+            s[r] = 0.0f;
+        for (int k = 0; k < K; k++) {
+            const float wv = load_w(w, wb + (size_t)k * N + c, wt);
+            #pragma unroll
+            for (int r = 0; r < MR; r++)
+                s[r] = fma(xr[r][k], wv, s[r]);
+        }
+        #pragma unroll
+        for (int r = 0; r < MR; r++)
+            if (m0 + r < T) y[(size_t)(m0 + r) * N + c] = scale * s[r];
+    }
+}
+
+#define RB_KERNEL(name, body, wt, MR, NR)                                                          \
+    __kernel void name(__global float *y, ulong yo, __global const float *x, ulong xo,             \
+                       __global const uchar *w, ulong wo, int B, int Bw, int T, int N, int K,      \
+                       float scale) {                                                              \
+        body(y + yo, x + xo, w, wo, B, Bw, T, N, K, scale, wt, MR, NR);                            \
+    }
+#define RB_KERNELS(wt, sfx)                                                                        \
+    RB_KERNEL(gemv_##sfx, dot_body, wt, 1, RB_GEMV_NR)                                             \
+    RB_KERNEL(dot_skinny_##sfx, dot_body, wt, 2, RB_SKINNY_NR)                                     \
+    RB_KERNEL(dot_##sfx, dot_body, wt, RB_MR, RB_NR)                                               \
+    RB_KERNEL(outer_##sfx, outer_body, wt, RB_OMR, RB_OV)
+RB_KERNELS(WT_F32, f32)
+RB_KERNELS(WT_F16, f16)
+RB_KERNELS(WT_BF16, bf16)

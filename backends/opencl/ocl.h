@@ -51,13 +51,45 @@ typedef enum {
     OCL_K_ATTN_Q4,
     OCL_K_ATTN_Q8,
     OCL_K_ATTN_COMBINE,
+    /* register-blocked MATMUL (matmul.cl section 3): variant x 3 + dtype */
+    OCL_K_GEMV_F32,
+    OCL_K_GEMV_F16,
+    OCL_K_GEMV_BF16,
+    OCL_K_DOT_SKINNY_F32,
+    OCL_K_DOT_SKINNY_F16,
+    OCL_K_DOT_SKINNY_BF16,
+    OCL_K_DOT_F32,
+    OCL_K_DOT_F16,
+    OCL_K_DOT_BF16,
+    OCL_K_OUTER_F32,
+    OCL_K_OUTER_F16,
+    OCL_K_OUTER_BF16,
+    /* attention on CPU-class devices (attention.cl, last section) */
+    OCL_K_DIFF_ATTN_FLASH,
+    OCL_K_ATTN_FLASH,
+    OCL_K_DIFF_ATTN_DECODE,
+    OCL_K_ATTN_DECODE,
     OCL_K_MATMUL_Q8_0, /* matmul_q.cl: q8_0 / q4_0 weights */
     OCL_K_MATMUL_Q4_0,
     OCL_K_COUNT
 } ocl_kernel_id;
 
-/* MATMUL path for f32 weights (f16/bf16 always use the own kernels) */
-typedef enum { OCL_GEMM_TILED = 0, OCL_GEMM_CLBLAST } ocl_gemm;
+/* DIFFRT_OPENCL_GEMM: the own kernels chosen by the table in matmul.c
+ * (default, "tiled"), forced to local-memory tiles ("local") or to register
+ * blocks ("regs"), or CLBlast for f32 weights ("clblast") */
+typedef enum { OCL_GEMM_TILED = 0, OCL_GEMM_LOCAL, OCL_GEMM_REGS, OCL_GEMM_CLBLAST } ocl_gemm;
+
+/* the MATMUL variants (ocl_matmul_variant) */
+typedef enum {
+    OCL_MM_MATVEC, /* local memory: T == 1 reduction over K */
+    OCL_MM_TILED,  /* local memory: 64x64 tiles */
+    OCL_MM_GEMV,   /* registers: 1 x RB_GEMV_NR dot products */
+    OCL_MM_SKINNY, /* registers: 2 x RB_SKINNY_NR dot products */
+    OCL_MM_DOT,    /* registers: RB_MR x RB_NR dot products */
+    OCL_MM_OUTER,  /* registers: RB_OMR x RB_OV*RB_V outer products (trans_w) */
+    OCL_MM_CLBLAST,
+    OCL_MM_COUNT
+} ocl_mm_variant;
 
 /* work-group shapes fixed in the .cl files (reqd_work_group_size) */
 #define OCL_MV_WG 64
@@ -94,6 +126,11 @@ typedef struct {
     int embed_vocab;            /* its V, for the message */
     ocl_gemm gemm;
     int clblast_used;
+    int mm_regs;               /* the register-blocked variants are the default */
+    int rb_v;                  /* their vector width (RB_V) */
+    size_t rb_wg;              /* their work-group size */
+    char mm_name[OCL_MM_COUNT][48]; /* kernel_variant strings */
+    int att_vl;                     /* lanes of the CPU attention kernels (0: not used) */
     char name[256];
 } ocl_ctx;
 
@@ -143,6 +180,10 @@ drt_status ocl_matmul_q(ocl_ctx *x, const drt_tensor *t);
 
 /* ---- the op families: each runs one node (all checks done in supports) --- */
 drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t);
+/* the variant ocl_matmul runs for node t */
+ocl_mm_variant ocl_matmul_variant(const ocl_ctx *x, const drt_tensor *t);
+/* the build options of matmul.cl and the variant names (at init) */
+int ocl_matmul_options(ocl_ctx *x, char *buf, size_t n);
 /* the path MATMUL takes for T rows per batch: matvec (else tiled) */
 static inline bool ocl_matmul_uses_matvec(int64_t T, int trans_w) {
     return T == 1 && !trans_w;
@@ -154,6 +195,8 @@ drt_status ocl_diff_attn(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex);
 drt_status ocl_attn(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex);
 /* local memory one attention launch needs for this node (bytes) */
 size_t ocl_attn_local_bytes(const ocl_ctx *x, const drt_tensor *t);
+/* the name of the attention kernel ocl_diff_attn / ocl_attn run for node t */
+const char *ocl_attn_variant(const ocl_ctx *x, const drt_tensor *t);
 
 drt_status ocl_rmsnorm(ocl_ctx *x, const drt_tensor *t);
 drt_status ocl_groupnorm(ocl_ctx *x, const drt_tensor *t);
