@@ -18,7 +18,7 @@
  * lane, shared memory is ordinary memory reached lane by lane, and a
  * barrier is a coroutine switch): no shared memory, no barriers. A
  * workgroup of WG lanes computes TM rows x (WG*TN) columns (grid: x =
- * N/(WG*TN), y = T/TM, z = B); lane l owns columns n0 + l + j*WG, j < TN,
+ * T/TM, y = N/(WG*TN), z = B); lane l owns columns n0 + l + j*WG, j < TN,
  * for all TM rows. The rows depend on the workgroup only, so every x load
  * is uniform (one scalar load for all lanes); W is read 4 k at a time per
  * column (two packed words for f16/bf16). Each W value feeds TM FMAs and
@@ -103,7 +103,10 @@ void main_shared() {
 
 void main_reg() {
     const uint lane = gl_LocalInvocationIndex;
-    const uint m0 = gl_WorkGroupID.y * TM, n0 = gl_WorkGroupID.x * (WG * TN), b = gl_WorkGroupID.z;
+    /* grid x walks the rows: consecutive workgroups (which lavapipe hands to
+     * its threads in order) reuse the same W columns from cache while x
+     * streams past them */
+    const uint m0 = gl_WorkGroupID.x * TM, n0 = gl_WorkGroupID.y * (WG * TN), b = gl_WorkGroupID.z;
     const uint bw = b * pc.Bw / pc.B;
     const uint K = pc.K;
     /* x rows (uniform), clamped into range */

@@ -166,8 +166,10 @@ drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         p.kind == MM_REG && !trans && K % 4 == 0 && vk_eoff(a) % 4 == 0 && vk_eoff(w) % 4 == 0;
     matmul_pc pc = {vk_eoff(a), vk_eoff(w),    vk_eoff(t),    B,     Bw,      T, N,
                     K,          trans ? 1 : K, trans ? N : 1, trans, t->fp[0]};
-    return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, (N + p.bn - 1) / p.bn,
-                       (T + p.bm - 1) / p.bm, B);
+    uint32_t gn = (N + p.bn - 1) / p.bn, gm = (T + p.bm - 1) / p.bm;
+    /* reg: grid x walks the rows (shaders/matmul.comp) */
+    if (p.kind == MM_REG) return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, gm, gn, B);
+    return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, gn, gm, B);
 }
 
 /* y (T,D) = E (V,D) rows ids (T) */
