@@ -183,6 +183,21 @@ static const ccase CASES[] = {
     {DRT_OP_DIFF_ATTN, {1, 4, 4, 2, 64, 40}, F32, 30, 1, 0, 0.3f},
     {DRT_OP_ATTN, {6, 4, 1, 32, 32}, F32, 10, 1, 0, 0},
     {DRT_OP_ATTN, {2, 2, 1, 16, 16}, F32, 9, 300, 0, 0},
+    /* MATMUL edges of the Vulkan kernel variants (backends/vulkan/matmul.c):
+     * T = 5..8 just past GEMV (register tiles of 8 rows, rows past T not
+     * written); K a multiple of 4 (whole-vec4 loads of x and W, two packed
+     * words for f16/bf16) and not (K % 4 == 2: packed words per pair; odd K:
+     * element by element); N not a multiple of the 32-column tile; batches
+     * with Bw < B, transposed too */
+    {DRT_OP_MATMUL, {1, 1, 5, 64, 33, 0}, F32, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 6, 132, 70, 0}, BF16, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 8, 130, 45, 0}, F16, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 7, 131, 31, 0}, BF16, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 9, 128, 96, 0}, F16, 0, 1, 0, 0.5f},
+    {DRT_OP_MATMUL, {4, 2, 13, 64, 40, 0}, BF16, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {6, 2, 5, 36, 33, 0}, F32, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {4, 2, 11, 68, 37, 1}, F32, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 33, 256, 130, 1}, F16, 0, 1, 0, 1},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 

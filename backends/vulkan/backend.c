@@ -1261,6 +1261,7 @@ const drt_backend_ops drt_vulkan_backend_ops = {
     .supports = vk_supports,
     .compute = vk_compute,
     .synchronize = vk_synchronize,
+    .kernel_variant = vk_kernel_variant,
 };
 
 /* the module entry point: libdiffrt-vulkan.so (runtime/drt_module.h) */

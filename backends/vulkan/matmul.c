@@ -3,6 +3,9 @@
  * dtype f32/f16/bf16 (shaders/weights.glsl). CPU reference:
  * backends/ref/matmul.c and elementwise.c; node dims -> kernel arguments as
  * in backends/ref/backend.c (drt_ref_run_node). */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "drt_error.h"
 #include "vk_internal.h"
 
@@ -36,43 +39,140 @@ static vk_shader weight_variant(const vk_ctx *c, drt_dtype wt, vk_shader f32, vk
     return u16;
 }
 
+/* The kernel MATMUL node t runs, by shape class:
+ *   gemv   T <= MATVEC_MAX_T, W not transposed: matvec.comp;
+ *   reg    CPU devices: matmul.comp with REG (register tiles, no shared
+ *          memory): TM rows x WG*TN columns per workgroup of WG lanes, TM
+ *          shrunk for skinny T so that few rows are computed twice;
+ *   shared GPUs: matmul.comp tiled through shared memory, 64x64 tiles of
+ *          4x4 per thread (256 threads), 32x32 where 256 are not allowed.
+ * Tile sizes come from the device's limits (the subgroup size is the lane
+ * count of a CPU device's SIMD registers; workgroup invocations and shared
+ * memory bound the GPU tile). */
+typedef struct {
+    enum { MM_GEMV, MM_REG, MM_SHARED } kind;
+    uint32_t wg, bm, bn, bk, tm, tn;
+} mm_plan;
+
+static uint32_t env_u32(const char *name, uint32_t def) {
+    const char *s = getenv(name);
+    return s && *s ? (uint32_t)strtoul(s, NULL, 10) : def;
+}
+
+static mm_plan plan_of(const vk_ctx *c, uint32_t T, uint32_t trans) {
+    mm_plan p = {0};
+    if (!trans && T <= MATVEC_MAX_T) {
+        p.kind = MM_GEMV;
+        p.wg = vk_wg(c, 128, 64);
+        return p;
+    }
+    if (c->tune_cpu) {
+        p.kind = MM_REG;
+        /* one SIMD register of lanes per row of the tile, at least 4 */
+        uint32_t sg = c->subgroup_size >= 4 && c->subgroup_size <= 64 ? c->subgroup_size : 8;
+        p.wg = vk_wg(c, sg, sg);
+        /* 8x4 per lane: measured best of 4..16 x 1..8 on lavapipe (the
+         * (TM + TN) loads per 4*TM*TN FMAs dominate; larger tiles spill).
+         * DIFFRT_VK_MM_TM / _TN / _WG (lanes multiplier) override, for tuning */
+        p.tn = env_u32("DIFFRT_VK_MM_TN", 4);
+        p.tm = env_u32("DIFFRT_VK_MM_TM", 8);
+        uint32_t wmul = env_u32("DIFFRT_VK_MM_WG", 1);
+        if (p.tm < 1 || p.tm > 32) p.tm = 8;
+        if (p.tn < 1 || p.tn > 16) p.tn = 4;
+        if (wmul < 1 || wmul > 64) wmul = 1;
+        if (p.tm * p.tn > 64) p.tm = 8, p.tn = 4; /* the compiler unrolls every FMA */
+        p.wg = vk_wg(c, p.wg * wmul, p.wg * wmul);
+        /* skinny T: the smallest power of two >= T, so rows past T (read
+         * clamped, computed, not written) stay few */
+        while (p.tm > 4 && p.tm / 2 >= T)
+            p.tm /= 2;
+        p.bm = p.tm;
+        p.bn = p.wg * p.tn;
+        p.bk = 1;
+        return p;
+    }
+    p.kind = MM_SHARED;
+    p.bm = vk_wg(c, 256, 64) >= 256 ? 64 : 32;
+    p.bn = p.bm;
+    p.bk = 16;
+    p.tm = 4;
+    p.tn = 4;
+    /* As + Bs must fit the device's shared memory */
+    while ((p.bm + p.bn) * p.bk * 4 > c->props.limits.maxComputeSharedMemorySize && p.bk > 1)
+        p.bk /= 2;
+    p.wg = (p.bm / p.tm) * (p.bn / p.tn);
+    return p;
+}
+
+static void node_dims(const drt_tensor *t, uint32_t *B, uint32_t *Bw, uint32_t *T, uint32_t *K,
+                      uint32_t *N, uint32_t *trans) {
+    const drt_tensor *a = t->src[0], *w = t->src[1];
+    *B = a->nd == 3 ? (uint32_t)a->ne[0] : 1;
+    *Bw = w->nd == 3 ? (uint32_t)w->ne[0] : 1;
+    *T = (uint32_t)a->ne[a->nd - 2];
+    *K = (uint32_t)a->ne[a->nd - 1];
+    *N = (uint32_t)t->ne[t->nd - 1];
+    *trans = t->ip[0] != 0;
+}
+
+/* "gemv wg64", "reg 16x16 (8 lanes x 16x2)", "shared 64x64x16 (4x4)" */
+const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t) {
+    static _Thread_local char buf[8][64];
+    static _Thread_local int next;
+    if (t->op != DRT_OP_MATMUL) return NULL;
+    if (drt_dtype_block(t->src[1]->type) > 1)
+        return t->src[1]->type == DRT_Q8_0 ? "q8_0 blocks, invocation per output" : "q4_0 blocks, invocation per output";
+    uint32_t B, Bw, T, K, N, trans;
+    node_dims(t, &B, &Bw, &T, &K, &N, &trans);
+    mm_plan p = plan_of(c, T, trans);
+    char *s = buf[next++ & 7];
+    if (p.kind == MM_GEMV)
+        snprintf(s, sizeof buf[0], "gemv wg%u", p.wg);
+    else if (p.kind == MM_REG)
+        snprintf(s, sizeof buf[0], "reg %ux%u (%u lanes x %ux%u)", p.bm, p.bn, p.wg, p.tm, p.tn);
+    else
+        snprintf(s, sizeof buf[0], "shared %ux%ux%u (%ux%u)", p.bm, p.bn, p.bk, p.tm, p.tn);
+    return s;
+}
+
 /* y (B,T,N) = scale * x (B,T,K) w^T; w (Bw,N,K) or (Bw,K,N) when t->ip[0] */
 drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     (void)ex;
     if (drt_dtype_block(t->src[1]->type) > 1) return vk_matmul_q(c, t);
     const drt_tensor *a = t->src[0], *w = t->src[1];
-    uint32_t B = a->nd == 3 ? (uint32_t)a->ne[0] : 1, Bw = w->nd == 3 ? (uint32_t)w->ne[0] : 1;
-    uint32_t T = (uint32_t)a->ne[a->nd - 2], K = (uint32_t)a->ne[a->nd - 1];
-    uint32_t N = (uint32_t)t->ne[t->nd - 1];
-    uint32_t trans = t->ip[0] != 0;
+    uint32_t B, Bw, T, K, N, trans;
+    node_dims(t, &B, &Bw, &T, &K, &N, &trans);
+    mm_plan p = plan_of(c, T, trans);
     vk_binds b = {.src = {a, w}, .dst = t};
     uint32_t spec[10] = {0};
+    spec[0] = p.wg;
     spec[1] = c->use_sg;
-    if (!trans && T <= MATVEC_MAX_T) {
+    if (p.kind == MM_GEMV) {
         vk_shader sh = weight_variant(c, w->type, VK_SH_MATVEC_F32, VK_SH_MATVEC_F16,
                                       VK_SH_MATVEC_U16, &spec[9]);
         /* the *_NOSG module follows each one */
         sh = vk_sg_variant(c, sh);
-        spec[0] = vk_wg(c, 128, 64);
         matvec_pc pc = {vk_eoff(a), vk_eoff(w), vk_eoff(t), B, Bw, T, N, K, t->fp[0]};
         return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, (N + 3) / 4, T, B);
     }
     vk_shader sh =
         weight_variant(c, w->type, VK_SH_MATMUL_F32, VK_SH_MATMUL_F16, VK_SH_MATMUL_U16, &spec[9]);
-    /* BM, BN, BK, TM, TN: 64x64 tiles of 4x4 per thread (256 threads) on
-     * GPUs, 32x32 (64 threads) on CPU devices, where fewer, longer
-     * invocations win, and where 256 invocations are not allowed */
-    uint32_t bm = vk_wg(c, 256, 64) >= 256 ? 64 : 32, bn = bm, bk = 16, tm = 4, tn = 4;
-    spec[0] = (bm / tm) * (bn / tn);
-    spec[2] = bm;
-    spec[3] = bn;
-    spec[4] = bk;
-    spec[5] = tm;
-    spec[6] = tn;
+    /* the register kernel reads f16 as packed words: two weights per load */
+    if (p.kind == MM_REG && w->type == DRT_F16) sh = VK_SH_MATMUL_U16;
+    spec[2] = p.bm;
+    spec[3] = p.bn;
+    spec[4] = p.bk;
+    spec[5] = p.tm;
+    spec[6] = p.tn;
+    spec[7] = p.kind == MM_REG;
+    spec[8] =
+        p.kind == MM_REG && !trans && K % 4 == 0 && vk_eoff(a) % 4 == 0 && vk_eoff(w) % 4 == 0;
     matmul_pc pc = {vk_eoff(a), vk_eoff(w),    vk_eoff(t),    B,     Bw,      T, N,
                     K,          trans ? 1 : K, trans ? N : 1, trans, t->fp[0]};
-    return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, (N + bn - 1) / bn, (T + bm - 1) / bm,
-                       B);
+    uint32_t gn = (N + p.bn - 1) / p.bn, gm = (T + p.bm - 1) / p.bm;
+    /* reg: grid x walks the rows (shaders/matmul.comp) */
+    if (p.kind == MM_REG) return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, gm, gn, B);
+    return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, gn, gm, B);
 }
 
 /* y (T,D) = E (V,D) rows ids (T) */
@@ -90,4 +190,9 @@ drt_status vk_embed(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     uint64_t groups = ((uint64_t)T * D + spec[0] - 1) / spec[0];
     return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc,
                        groups < 65535 ? (uint32_t)groups : 65535, 1, 1);
+}
+
+/* drt_backend_ops.kernel_variant: MATMUL nodes only so far (NULL: not told) */
+const char *vk_kernel_variant(drt_backend *be, const drt_tensor *t) {
+    return t->op == DRT_OP_MATMUL ? vk_matmul_variant(be->ctx, t) : NULL;
 }

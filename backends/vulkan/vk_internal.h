@@ -190,6 +190,10 @@ void vk_grid_2d(uint64_t n, uint32_t *gx, uint32_t *gy);
 drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 /* MATMUL with q8_0 / q4_0 weights (matmul_q.c, shaders/matmul_q.comp) */
 drt_status vk_matmul_q(vk_ctx *c, const drt_tensor *t);
+/* the MATMUL kernel variant and tile node t runs (a static string) */
+const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t);
+/* drt_backend_ops.kernel_variant (matmul.c) */
+const char *vk_kernel_variant(drt_backend *be, const drt_tensor *t);
 drt_status vk_embed(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 drt_status vk_dual_softmax(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
