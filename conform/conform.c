@@ -150,6 +150,10 @@ static const ccase CASES[] = {
     {DRT_OP_PERMUTE, {4, 2, 3, 4, 5, 3, 2, 1, 0}, F32, 0, 1, 0, 0},
     {DRT_OP_PERMUTE, {3, 5, 4, 9, 0, 1, 0, 2, 0}, F32, 0, 1, 0, 0},
     {DRT_OP_PERMUTE, {2, 37, 129, 0, 0, 1, 0, 0, 0}, F32, 0, 1, 0, 0},
+    /* PERMUTE with the inner axis contiguous on both sides in 4s (vectorised
+     * copies) and an outer axis the thread walks (n0 > 1) */
+    {DRT_OP_PERMUTE, {4, 3, 5, 2, 8, 2, 1, 0, 3}, F32, 0, 1, 0, 0},
+    {DRT_OP_PERMUTE, {4, 6, 3, 70, 12, 1, 2, 0, 3}, F32, 0, 1, 0, 0},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 
