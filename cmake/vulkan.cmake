@@ -45,7 +45,8 @@ if(NOT DIFFRT_VULKAN STREQUAL "OFF")
       "rope|rope.comp|"
       "elementwise|elementwise.comp|"
       "kv_write|kv_write.comp|"
-      "permute|permute.comp|")
+      "permute|permute.comp|"
+      "attention_rows|attention_rows.comp|")
     set(_vk_gen ${PROJECT_BINARY_DIR}/generated/vulkan_shaders.c)
     diffrt_vk_shaders(${_vk_gen} ${PROJECT_SOURCE_DIR}/shaders ${_vk_variants})
     diffrt_add_backend_module(vulkan SOURCES ${_vk_src} ${_vk_gen} LIBS Threads::Threads ${CMAKE_DL_LIBS}
