@@ -1,13 +1,13 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-/* Fused causal attention for a few query rows (decode) on CPU devices:
+/* Fused causal attention on CPU devices (prefill and decode):
  * DIFF_ATTN (MAPS = 2) and ATTN (MAPS = 1), the semantics of
  * shaders/attention.comp (q (T,H,MAPS,DK), k (S_cap,G,km,DK), v (S_cap,G,DV),
  * o (T,H,DV); CPU reference backends/cpu/attention.c).
  *
- * One invocation per query row r = t*H + h (grid x), no shared memory and
+ * One invocation per query row (t, h) (grid x: h*T + t), no shared memory and
  * no barrier: a workgroup barrier is a coroutine switch per SIMD group on
- * llvmpipe and dominated the tiled kernel's decode time. Each invocation
+ * llvmpipe and dominated the tiled kernel's time. Each invocation
  * keeps its q row and both accumulators in registers and walks its keys
  * one by one with the online softmax (rescaling only when the running max
  * grows). The keys are split over the grid's z (SPLIT): split z walks
@@ -37,9 +37,12 @@ layout(push_constant) uniform PC {
 } pc;
 
 void main() {
-    const uint row = gl_GlobalInvocationID.x;
-    if (row >= pc.T * pc.H) return;
-    const uint t = row / pc.H, h = row % pc.H, g = h / (pc.H / pc.G);
+    /* neighbouring invocations take neighbouring positions of one head:
+     * a SIMD group then reads the same key and value rows */
+    const uint x = gl_GlobalInvocationID.x;
+    if (x >= pc.T * pc.H) return;
+    const uint h = x / pc.T, t = x - h * pc.T, g = h / (pc.H / pc.G);
+    const uint row = t * pc.H + h;
     uint jbeg = 0, jend = pc.p0 + t + 1; /* causal: keys [0, p0 + t] */
     if (SPLIT) {
         jbeg = gl_WorkGroupID.z * pc.chunk;

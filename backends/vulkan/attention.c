@@ -1,5 +1,7 @@
-/* Vulkan: DIFF_ATTN and ATTN (shaders/attention.comp, fused, no S x S
- * matrix) and DUAL_SOFTMAX (shaders/dual_softmax.comp, the decomposed
+/* Vulkan: DIFF_ATTN and ATTN, fused, no S x S matrix (on CPU devices
+ * shaders/attention_rows.comp, one invocation per query row; elsewhere, or
+ * for heads too large for its registers, shaders/attention.comp, tiled),
+ * split keys merged by shaders/attention_combine.comp; and DUAL_SOFTMAX (shaders/dual_softmax.comp, the decomposed
  * path). CPU reference: backends/ref/attention.c; node dims -> kernel
  * arguments as in backends/ref/backend.c. */
 #include <math.h>
@@ -86,12 +88,14 @@ bool vk_attention_supported(const vk_ctx *c, const drt_tensor *t) {
            d.G <= c->props.limits.maxComputeWorkGroupCount[1];
 }
 
-/* The one-invocation-per-row kernel (shaders/attention_rows.comp): a few
- * query rows (decode) on a CPU device, where the tiled kernel's workgroup
- * barriers cost more than its shared tiles save; its q row and two
- * accumulators live in registers, so DK and DV are bounded. */
+/* The one-invocation-per-row kernel (shaders/attention_rows.comp) on CPU
+ * devices, prefill and decode: there the tiled kernel's workgroup barriers
+ * (coroutine switches on llvmpipe) cost more than its shared tiles save,
+ * and a SIMD group of neighbouring positions of one head reads the same
+ * key and value rows anyway. Its q row and two accumulators live in
+ * registers, so DK and DV are bounded; larger heads take the tiled kernel. */
 static bool use_rows(const vk_ctx *c, const attn_dims *d) {
-    return c->tune_cpu && d->T <= 4 && d->maps * d->dk <= 256 && d->dv <= 256;
+    return c->tune_cpu && d->maps * d->dk <= 256 && d->dv <= 256;
 }
 
 /* rows kernel workgroup: the rows (T*H) rounded up to a power of two, 8..64 */
