@@ -198,6 +198,10 @@ static const ccase CASES[] = {
     {DRT_OP_MATMUL, {6, 2, 5, 36, 33, 0}, F32, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {4, 2, 11, 68, 37, 1}, F32, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 33, 256, 130, 1}, F16, 0, 1, 0, 1},
+    /* PERMUTE with the inner axis contiguous on both sides in 4s (vectorised
+     * copies) and an outer axis the thread walks (n0 > 1) */
+    {DRT_OP_PERMUTE, {4, 3, 5, 2, 8, 2, 1, 0, 3}, F32, 0, 1, 0, 0},
+    {DRT_OP_PERMUTE, {4, 6, 3, 70, 12, 1, 2, 0, 3}, F32, 0, 1, 0, 0},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 

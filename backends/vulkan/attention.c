@@ -1,5 +1,7 @@
-/* Vulkan: DIFF_ATTN and ATTN (shaders/attention.comp, fused, no S x S
- * matrix) and DUAL_SOFTMAX (shaders/dual_softmax.comp, the decomposed
+/* Vulkan: DIFF_ATTN and ATTN, fused, no S x S matrix (on CPU devices
+ * shaders/attention_rows.comp, one invocation per query row; elsewhere, or
+ * for heads too large for its registers, shaders/attention.comp, tiled),
+ * split keys merged by shaders/attention_combine.comp; and DUAL_SOFTMAX (shaders/dual_softmax.comp, the decomposed
  * path). CPU reference: backends/ref/attention.c; node dims -> kernel
  * arguments as in backends/ref/backend.c. */
 #include <math.h>
@@ -86,6 +88,24 @@ bool vk_attention_supported(const vk_ctx *c, const drt_tensor *t) {
            d.G <= c->props.limits.maxComputeWorkGroupCount[1];
 }
 
+/* The one-invocation-per-row kernel (shaders/attention_rows.comp) on CPU
+ * devices, prefill and decode: there the tiled kernel's workgroup barriers
+ * (coroutine switches on llvmpipe) cost more than its shared tiles save,
+ * and a SIMD group of neighbouring positions of one head reads the same
+ * key and value rows anyway. Its q row and two accumulators live in
+ * registers, so DK and DV are bounded; larger heads take the tiled kernel. */
+static bool use_rows(const vk_ctx *c, const attn_dims *d) {
+    return c->tune_cpu && d->maps * d->dk <= 256 && d->dv <= 256;
+}
+
+/* rows kernel workgroup: the rows (T*H) rounded up to a power of two, 8..64 */
+static uint32_t rows_wg(const vk_ctx *c, const attn_dims *d) {
+    uint32_t w = 8, rows = d->T * d->H;
+    while (w < rows && w < 64)
+        w *= 2;
+    return vk_wg(c, w, w);
+}
+
 /* Key splits for S keys when the grid has only wgs workgroups: enough to
  * give the device ~target workgroups, at least 64 keys each (two tiles of
  * 32); 1 = no split. */
@@ -94,6 +114,37 @@ static uint32_t split_count(const vk_ctx *c, uint64_t wgs, uint32_t S) {
     uint64_t n = target / (wgs ? wgs : 1), by_keys = (S + 63) / 64;
     if (n > by_keys) n = by_keys;
     return n < 2 ? 1 : (uint32_t)n;
+}
+
+void vk_attention_prepare(vk_ctx *c, const drt_tensor *t) {
+    attn_dims d = dims_of(t);
+    /* this node's T (both split variants: decode splits once the cache is
+     * long enough), then a prefill long enough for the largest tiles */
+    const uint32_t Ts[2] = {d.T, 1024};
+    VkPipeline p;
+    for (int i = 0; i < 2; i++) {
+        d.T = Ts[i];
+        for (uint32_t split = 0; split < (i == 0 ? 2u : 1u); split++) {
+            if (use_rows(c, &d)) {
+                uint32_t spec[6] = {rows_wg(c, &d), c->use_sg, d.maps, d.dk, d.dv, split};
+                (void)vk_pipeline(c, VK_SH_ATTENTION_ROWS, spec, 6, &p);
+                continue;
+            }
+            uint32_t br, bc;
+            if (!pick_tiles(c, &d, &br, &bc)) continue;
+            uint32_t spec[8] = {ATTN_WG, c->use_sg, d.maps, d.dk, d.dv, br, bc, split};
+            (void)vk_pipeline(c, VK_SH_ATTENTION, spec, 8, &p);
+        }
+    }
+}
+
+const char *vk_attention_variant(vk_ctx *c, const drt_tensor *t) {
+    (void)c;
+    attn_dims d = dims_of(t);
+    bool rows = use_rows(c, &d);
+    /* the split decision depends on the position: name the kernel only */
+    return rows ? "attention_rows (one invocation per query row)"
+                : "attention (tiled, BR rows x BC keys)";
 }
 
 /* o (T,H,dv) from q (T,H,maps,dk), k (S_cap,G,km,dk), v (S_cap,G,dv); S = p0 + T.
@@ -107,14 +158,25 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
                              "vulkan: %s dk=%u dv=%u does not fit in shared memory",
                              drt_op_name(t->op), d.dk, d.dv);
     const drt_tensor *l = t->op == DRT_OP_DIFF_ATTN ? t->src[3] : NULL;
-    const uint32_t gx = (d.T * (d.H / d.G) + br - 1) / br;
+    const bool rows = use_rows(c, &d);
+    const uint32_t rwg = rows ? rows_wg(c, &d) : 0;
+    const uint32_t gx = rows ? (d.T * d.H + rwg - 1) / rwg : (d.T * (d.H / d.G) + br - 1) / br;
+    const uint32_t gy = rows ? 1 : d.G;
     const uint32_t S = (uint32_t)ex->p0 + d.T, S_cap = (uint32_t)t->src[1]->ne[0];
-    uint32_t nsplit = split_count(c, (uint64_t)gx * d.G, S), chunk = 0;
+    const uint32_t step = rows ? 1 : bc; /* a split's keys: a multiple of this */
+    uint32_t nsplit = split_count(c, (uint64_t)gx * gy, S), chunk = 0;
     if (nsplit > 1) {
-        chunk = ((S + nsplit - 1) / nsplit + bc - 1) / bc * bc;
+        chunk = ((S + nsplit - 1) / nsplit + step - 1) / step * step;
         nsplit = (S + chunk - 1) / chunk;
     }
     uint32_t spec[8] = {ATTN_WG, c->use_sg, d.maps, d.dk, d.dv, br, bc, nsplit > 1};
+    const vk_shader sh = rows ? VK_SH_ATTENTION_ROWS : VK_SH_ATTENTION;
+    int nspec = 8;
+    if (rows) {
+        spec[0] = rwg;
+        spec[5] = nsplit > 1;
+        nspec = 6;
+    }
     attn_pc pc = {vk_eoff(t->src[0]),
                   vk_eoff(t->src[1]),
                   vk_eoff(t->src[2]),
@@ -131,18 +193,18 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
                   chunk};
     vk_binds b = {.src = {t->src[0], t->src[1], t->src[2], l}, .dst = t};
     if (nsplit <= 1)
-        return vk_dispatch(c, VK_SH_ATTENTION, spec, 8, &b, &pc, sizeof pc, gx, d.G, 1);
+        return vk_dispatch(c, sh, spec, nspec, &b, &pc, sizeof pc, gx, gy, 1);
 
     /* sized for the most splits this node can ever take (S = S_cap), so a
      * growing cache never reallocates it */
-    const uint32_t nmax = split_count(c, (uint64_t)gx * d.G, S_cap);
+    const uint32_t nmax = split_count(c, (uint64_t)gx * gy, S_cap);
     const size_t part = (size_t)d.T * d.H * d.maps * (d.dv + 2) * sizeof(float);
     const drt_tensor *scratch;
     drt_status s = vk_scratch(c, (size_t)(nmax > nsplit ? nmax : nsplit) * part, &scratch);
     if (s != DRT_OK) return s;
     b.dst = scratch;
     pc.o_o = 0;
-    s = vk_dispatch(c, VK_SH_ATTENTION, spec, 8, &b, &pc, sizeof pc, gx, d.G, nsplit);
+    s = vk_dispatch(c, sh, spec, nspec, &b, &pc, sizeof pc, gx, gy, nsplit);
     if (s != DRT_OK) return s;
     const uint32_t wg = vk_wg(c, 256, 64);
     uint32_t cspec[3] = {wg, c->use_sg, d.maps};

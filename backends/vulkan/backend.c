@@ -606,8 +606,7 @@ static drt_status transfer(vk_ctx *c, const vk_buf *b, size_t off, void *host, s
 
 /* ---- pipelines ------------------------------------------------------------------ */
 
-static drt_status get_pipeline(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec,
-                               VkPipeline *out) {
+drt_status vk_pipeline(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec, VkPipeline *out) {
     for (int i = 0; i < c->n_pipes; i++) {
         vk_pipe *p = &c->pipes[i];
         if (p->shader == (int)sh && p->nspec == nspec &&
@@ -918,7 +917,7 @@ drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec,
                              lim->maxComputeWorkGroupCount[0], lim->maxComputeWorkGroupCount[1],
                              lim->maxComputeWorkGroupCount[2]);
     VkPipeline pipe = VK_NULL_HANDLE;
-    drt_status s = get_pipeline(c, sh, spec, nspec, &pipe);
+    drt_status s = vk_pipeline(c, sh, spec, nspec, &pipe);
     if (s != DRT_OK) return s;
     const vk_buf *bufs[5] = {buf_of(c, b->src[0]), buf_of(c, b->src[1]), buf_of(c, b->src[2]),
                              buf_of(c, b->src[3]), buf_of(c, b->dst)};
@@ -1119,6 +1118,29 @@ static drt_status init_device(vk_ctx *c, int device) {
     return s;
 }
 
+/* The pipelines whose specialization does not depend on a node's shape,
+ * created with the device so that no forward pass creates them: the
+ * row-wise ops (norm, dual softmax), the elementwise ops in both widths,
+ * the KV copy, ROPE and the split-key merge for one and two maps. Shape
+ * classes (attention tiles) are created when a plan asks whether the
+ * backend supports its nodes (vk_supports -> vk_attention_prepare). A
+ * failure here is not fatal: vk_dispatch creates what is missing. */
+static void prewarm(vk_ctx *c) {
+    VkPipeline p;
+    const uint32_t wg = vk_wg(c, 256, 256), rw = vk_wg(c, 256, 64), sg = c->use_sg;
+    for (uint32_t op = 0; op < 3; op++)
+        for (uint32_t v4 = 0; v4 < 2; v4++)
+            (void)vk_pipeline(c, VK_SH_ELEMENTWISE, (const uint32_t[]){wg, sg, op, v4}, 4, &p);
+    for (uint32_t v4 = 0; v4 < 2; v4++)
+        (void)vk_pipeline(c, VK_SH_KV_WRITE, (const uint32_t[]){wg, sg, v4}, 3, &p);
+    (void)vk_pipeline(c, VK_SH_ROPE, (const uint32_t[]){wg, sg}, 2, &p);
+    (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_NORM), (const uint32_t[]){rw, sg}, 2, &p);
+    (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_DUAL_SOFTMAX), (const uint32_t[]){rw, sg}, 2, &p);
+    for (uint32_t maps = 1; maps <= 2; maps++)
+        (void)vk_pipeline(c, VK_SH_ATTENTION_COMBINE,
+                          (const uint32_t[]){vk_wg(c, 256, 64), sg, maps}, 3, &p);
+}
+
 static drt_status vk_init(drt_backend *be, int device) {
     vk_ctx *c = calloc(1, sizeof *c);
     if (!c) return drt_set_error(DRT_ERR_OOM, "out of memory");
@@ -1134,6 +1156,7 @@ static drt_status vk_init(drt_backend *be, int device) {
         return drt_set_error(s, "%s", msg);
     }
     be->device = c->device_index; /* the device actually chosen */
+    prewarm(c);
     return DRT_OK;
 }
 
@@ -1188,7 +1211,12 @@ static bool vk_supports(drt_backend *be, const drt_tensor *t) {
     }
     switch (t->op) {
     case DRT_OP_DIFF_ATTN:
-    case DRT_OP_ATTN: return vk_attention_supported(c, t);
+    case DRT_OP_ATTN:
+        if (!vk_attention_supported(c, t)) return false;
+        /* a plan is being made (session creation for decode): its shape
+         * class's pipelines now rather than in the first forward */
+        vk_attention_prepare(be->ctx, t);
+        return true;
     case DRT_OP_EMBED:
     case DRT_OP_RMSNORM:
     case DRT_OP_MATMUL:

@@ -50,7 +50,8 @@ extern const int drt_vk_spirv_count;
     X(KV_WRITE, "kv_write")                                                                        \
     X(PERMUTE, "permute")                                                                          \
     X(MATMUL_Q8, "matmul_q8")                                                                      \
-    X(MATMUL_Q4, "matmul_q4")
+    X(MATMUL_Q4, "matmul_q4")                                                                      \
+    X(ATTENTION_ROWS, "attention_rows")
 
 #define VK_SHADER_ENUM(id, name) VK_SH_##id,
 typedef enum { VK_SHADER_LIST(VK_SHADER_ENUM) VK_N_SHADERS } vk_shader;
@@ -173,6 +174,10 @@ typedef struct {
 drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec, const vk_binds *b,
                        const void *pc, uint32_t pcn, uint32_t gx, uint32_t gy, uint32_t gz);
 
+/* the pipeline of shader sh specialized with spec[0..nspec): created (through
+ * the pipeline cache) the first time, then looked up */
+drt_status vk_pipeline(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec, VkPipeline *out);
+
 /* element offset of t inside its binding, which starts at t->offs rounded
  * down to VK_BIND_ALIGN: what the shaders add to their indices */
 uint32_t vk_eoff(const drt_tensor *t);
@@ -198,6 +203,12 @@ drt_status vk_embed(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 drt_status vk_dual_softmax(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 bool vk_attention_supported(const vk_ctx *c, const drt_tensor *t);
+/* the attention kernel t runs: "rows" or "tiles", "+split" when its keys
+ * are split (at the position it was last recorded or prepared for) */
+const char *vk_attention_variant(vk_ctx *c, const drt_tensor *t);
+/* creates the attention pipelines t's shape class will use (its own T with
+ * and without split keys, and the tiles of a long prefill); errors ignored */
+void vk_attention_prepare(vk_ctx *c, const drt_tensor *t);
 drt_status vk_norm(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 
