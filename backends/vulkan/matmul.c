@@ -192,7 +192,7 @@ drt_status vk_embed(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
                        groups < 65535 ? (uint32_t)groups : 65535, 1, 1);
 }
 
-/* drt_backend_ops.kernel_variant: MATMUL nodes only so far (NULL: not told) */
+/* drt_backend_ops.kernel_variant: MATMUL and attention nodes (NULL: not told) */
 const char *vk_kernel_variant(drt_backend *be, const drt_tensor *t) {
     if (t->op == DRT_OP_DIFF_ATTN || t->op == DRT_OP_ATTN) return vk_attention_variant(be->ctx, t);
     return t->op == DRT_OP_MATMUL ? vk_matmul_variant(be->ctx, t) : NULL;
