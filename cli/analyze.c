@@ -83,14 +83,9 @@ static void on_logits(void *ctx, const double *l, int n, int map) {
     for (int j = 0; j < n; j++) stats_add(&a->logits[map & 1], l[j]);
 }
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 static void on_node(void *ctx, const drt_tensor *t, const void *out) {
     analysis *a = ctx;
-    if (!out || t->type != DRT_F32 || !ends_with(t->name, ".mlp_residual")) return;
+    if (!out || t->type != DRT_F32 || !cli_ends_with(t->name, ".mlp_residual")) return;
     const float *x = out;
     for (int64_t i = 0, n = drt_nelem(t); i < n; i++) stats_add(&a->hidden, x[i]);
 }
@@ -140,14 +135,8 @@ int cmd_analyze(int argc, char **argv) {
         } else if (strcmp(a, "--ctx") == 0) {
             if (!cli_parse_long(v, 16, 1 << 20, &ctx)) return cli_die("analyze: --ctx wants 16..1048576, got \"%s\"", v);
         } else if (strcmp(a, "--depths") == 0) {
-            n_depth = 0;
-            for (const char *p = v; *p && n_depth < 16;) {
-                char *end;
-                long d = strtol(p, &end, 10);
-                if (end == p || d < 0 || d > 100 || (*end && *end != ',')) return cli_die("analyze: --depths wants percents 0..100, got \"%s\"", v);
-                depths[n_depth++] = (int)d;
-                p = *end ? end + 1 : end;
-            }
+            if (!cli_parse_list(v, 0, 100, depths, 16, &n_depth))
+                return cli_die("analyze: --depths wants percents 0..100, got \"%s\"", v);
         } else {
             return cli_die("analyze: unknown argument \"%s\" (see diffrt analyze --help)", a);
         }

@@ -10,6 +10,10 @@ int cli_die(const char *fmt, const char *arg);
 /* prints "diffrt: <what>: <drt_last_error()>", returns 1 */
 int cli_fail(const char *what);
 int cli_parse_long(const char *s, long lo, long hi, long *out);
+/* "a,b,c": 1 to max integers in [lo, hi] into out[], their count in *n; 0 on
+ * anything else (an empty item, a trailing comma, too many) */
+int cli_parse_list(const char *s, int lo, int hi, int *out, int max, int *n);
+int cli_ends_with(const char *s, const char *suffix);
 
 int cmd_niah(int argc, char **argv);
 int cmd_bench(int argc, char **argv);  /* cli/bench.c */

@@ -154,6 +154,25 @@ int cli_parse_long(const char *s, long lo, long hi, long *out) {
     return 1;
 }
 
+int cli_parse_list(const char *s, int lo, int hi, int *out, int max, int *n) {
+    *n = 0;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || errno || v < lo || v > hi || (*end && *end != ',') || *n == max) return 0;
+        out[(*n)++] = (int)v;
+        s = *end ? end + 1 : end;
+        if (*end == ',' && !*s) return 0;
+    }
+    return *n > 0;
+}
+
+int cli_ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
 static int parse_double(const char *s, double *out) {
     char *end;
     errno = 0;

@@ -17,20 +17,6 @@
 
 #define MAX_LIST 32
 
-static int parse_list(const char *s, int lo, int hi, int *out, int *n) {
-    *n = 0;
-    while (*s) {
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (end == s || errno || v < lo || v > hi || (*end && *end != ',') || *n == MAX_LIST) return 0;
-        out[(*n)++] = (int)v;
-        s = *end ? end + 1 : end;
-        if (*end == ',' && !*s) return 0;
-    }
-    return *n > 0;
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -181,9 +167,9 @@ int cmd_niah(int argc, char **argv) {
             seed = strtoull(v, &end, 10);
             if (errno || end == v || *end || v[0] == '-') return cli_die("niah: --seed wants an integer >= 0, got \"%s\"", v);
         } else if (strcmp(a, "--ctx") == 0) {
-            if (!parse_list(v, 1, 1 << 20, ctxs, &n_ctx)) return cli_die("niah: --ctx wants comma-separated lengths, got \"%s\"", v);
+            if (!cli_parse_list(v, 1, 1 << 20, ctxs, MAX_LIST, &n_ctx)) return cli_die("niah: --ctx wants comma-separated lengths, got \"%s\"", v);
         } else if (strcmp(a, "--depths") == 0) {
-            if (!parse_list(v, 0, 100, depths, &n_depth)) return cli_die("niah: --depths wants comma-separated percents 0..100, got \"%s\"", v);
+            if (!cli_parse_list(v, 0, 100, depths, MAX_LIST, &n_depth)) return cli_die("niah: --depths wants comma-separated percents 0..100, got \"%s\"", v);
         } else {
             return cli_die("niah: unknown argument \"%s\" (see diffrt --help)", a);
         }

@@ -20,7 +20,6 @@
 
 #include "cli.h"
 #include "diffrt/diffrt.h"
-#include "drt_half.h"
 #include "drt_quant.h"
 #include "safetensors.h"
 
@@ -31,29 +30,11 @@ static const char USAGE_Q[] =
     "  else as stored, and copies config.json and tokenizer.json; DIR2 is created,\n"
     "  and its files are replaced only with --force\n";
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 /* Is tensor t one diffrt quantize converts? */
 static int quantizable(const drt_st_tensor *t) {
-    return t->ndim == 2 && ends_with(t->name, ".weight") && !strstr(t->name, "embed_tokens") &&
+    return t->ndim == 2 && cli_ends_with(t->name, ".weight") && !strstr(t->name, "embed_tokens") &&
            (t->dtype == DRT_F32 || t->dtype == DRT_F16 || t->dtype == DRT_BF16) && t->shape[1] > 0 &&
            t->shape[1] % DRT_QK == 0;
-}
-
-/* Element i of t as f32 (the mapping promises no alignment: memcpy). */
-static float elem(const drt_st_tensor *t, int64_t i) {
-    const char *p = t->data;
-    if (t->dtype == DRT_F32) {
-        float f;
-        memcpy(&f, p + 4 * i, 4);
-        return f;
-    }
-    uint16_t h;
-    memcpy(&h, p + 2 * i, 2);
-    return t->dtype == DRT_F16 ? drt_f16_to_f32(h) : drt_bf16_to_f32(h);
 }
 
 /* Copies DIR/name to OUT/name (a small text file); a missing optional file is fine. */
@@ -167,7 +148,7 @@ int cmd_quantize(int argc, char **argv) {
         owned[i] = q;
         for (int64_t r = 0; r < rows; r++) {
             for (int64_t c = 0; c < cols; c++) {
-                row[c] = elem(t, r * cols + c);
+                row[c] = drt_st_elem_f32(t, r * cols + c);
                 if (!isfinite(row[c])) {
                     fprintf(stderr, "diffrt: quantize: %s: tensor \"%s\" holds a non-finite value at [%lld, %lld]\n",
                             model, t->name, (long long)r, (long long)c);

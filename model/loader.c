@@ -332,21 +332,6 @@ static drt_status get_tensor(ld_t *L, const char *name, int nd, int64_t n0, int6
     return DRT_OK;
 }
 
-/* Element i as f32. The mapping promises no alignment (the header length
- * decides where the data starts), so elements are read with memcpy, never
- * through a typed pointer. */
-static float elem_f32(const drt_st_tensor *t, int64_t i) {
-    const char *p = t->data;
-    if (t->dtype == DRT_F16 || t->dtype == DRT_BF16) {
-        uint16_t h;
-        memcpy(&h, p + 2 * i, 2);
-        return t->dtype == DRT_F16 ? drt_f16_to_f32(h) : drt_bf16_to_f32(h);
-    }
-    float f;
-    memcpy(&f, p + 4 * i, 4);
-    return f;
-}
-
 /* As stored. Aligned data (every checkpoint a normal writer makes) is used in
  * place: the weight points into the mapping and the CPU backend reads it
  * there. Data not aligned for its dtype (a header length that puts the data
@@ -363,8 +348,7 @@ static drt_status load_as_is(ld_t *L, drt_host_weight *w, const char *name, int6
     w->ne[0] = n0;
     w->ne[1] = n1;
     /* block formats are read a byte at a time: any address will do */
-    size_t align = drt_dtype_block(t->dtype) > 1 ? 1 : drt_dtype_size(t->dtype);
-    if ((uintptr_t)t->data % align == 0) {
+    if ((uintptr_t)t->data % drt_dtype_align(t->dtype) == 0) {
         w->data = t->data;
         return DRT_OK;
     }
@@ -385,7 +369,7 @@ static drt_status load_f32_vec(ld_t *L, drt_host_weight *w, const char *name, in
     size_t bytes;
     float *d = drt_bytes_ok(n0, sizeof(float), &bytes) ? malloc(bytes) : NULL;
     if (!d) return drt_set_error(DRT_ERR_OOM, "out of memory");
-    for (int64_t i = 0; i < n0; i++) d[i] = elem_f32(t, i);
+    for (int64_t i = 0; i < n0; i++) d[i] = drt_st_elem_f32(t, i);
     snprintf(w->name, sizeof w->name, "%s", name);
     w->type = DRT_F32;
     w->nd = 1;
@@ -434,7 +418,7 @@ static int64_t deinterleave(int64_t i, int64_t d) { return i < d / 2 ? 2 * i : 2
  * lambda that is not finite. */
 static float dot_exp(const drt_st_tensor *a, const drt_st_tensor *b, int64_t n) {
     double acc = 0;
-    for (int64_t i = 0; i < n; i++) acc += (double)elem_f32(a, i) * (double)elem_f32(b, i);
+    for (int64_t i = 0; i < n; i++) acc += (double)drt_st_elem_f32(a, i) * (double)drt_st_elem_f32(b, i);
     if (isnan(acc)) return NAN;
     if (acc > FLT_MAX) return INFINITY;
     if (acc < -FLT_MAX) return 0.0f;

@@ -28,6 +28,7 @@
 
 #include "drt_checked.h"
 #include "drt_error.h"
+#include "drt_half.h"
 
 /* same cap as the reference implementation (MAX_HEADER_SIZE) */
 #define ST_MAX_HEADER ((uint64_t)100000000)
@@ -1001,4 +1002,16 @@ void drt_st_release(const drt_st_tensor *t) {
     uintptr_t a = (uintptr_t)t->data, e = a + t->nbytes;
     uintptr_t lo = (a + (uintptr_t)page - 1) & ~((uintptr_t)page - 1), hi = e & ~((uintptr_t)page - 1);
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+float drt_st_elem_f32(const drt_st_tensor *t, int64_t i) {
+    const char *p = t->data;
+    if (t->dtype == DRT_F16 || t->dtype == DRT_BF16) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        return t->dtype == DRT_F16 ? drt_f16_to_f32(h) : drt_bf16_to_f32(h);
+    }
+    float f;
+    memcpy(&f, p + 4 * i, 4);
+    return f;
 }

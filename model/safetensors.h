@@ -43,6 +43,10 @@ drt_status drt_st_open(const char *path, drt_st_file *out);
 void drt_st_close(drt_st_file *f);
 /* NULL when absent. */
 const drt_st_tensor *drt_st_find(const drt_st_file *f, const char *name);
+/* Element i of an f32 / f16 / bf16 tensor as f32. The mapping promises no
+ * alignment (the header length decides where the data starts), so elements
+ * are read with memcpy, never through a typed pointer. */
+float drt_st_elem_f32(const drt_st_tensor *t, int64_t i);
 /* Tells the kernel the mapped pages that lie wholly inside t's data will not
  * be read again (the loader copied them into another layout), so they leave
  * the resident set; reading them later would still work (they come back from

@@ -266,43 +266,41 @@ drt_status drt_backend_get_info(int index, drt_backend_info *out) {
     return DRT_OK;
 }
 
-drt_status drt_backend_device_name(int index, int dev, char *buf, size_t n) {
+/* The ops of backend `index` when device `dev` exists on it, else the error. */
+static drt_status device_ops(int index, int dev, const drt_backend_ops **out) {
     const drt_backend_ops *ops = index >= 0 && index < N_REGISTRY ? entry_ops(&g_registry[index]) : NULL;
     if (!ops)
         return drt_set_error(DRT_ERR_INVALID_ARG, "backend index %d is not available code", index);
+    int ndev = 0;
+    char why[256] = "";
+    if (ops->probe(&ndev, why, sizeof why) != DRT_OK) ndev = 0;
+    if (dev < 0 || dev >= ndev)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "%s: device %d out of range (%d devices)",
+                             ops->name, dev, ndev);
+    *out = ops;
+    return DRT_OK;
+}
+
+drt_status drt_backend_device_name(int index, int dev, char *buf, size_t n) {
     if (!buf || n == 0)
         return drt_set_error(DRT_ERR_INVALID_ARG,
                              "drt_backend_device_name: no buffer (buf %s, n %zu)",
                              buf ? "set" : "NULL", n);
     buf[0] = 0;
-    int ndev = 0;
-    char why[256] = "";
-    if (ops->probe(&ndev, why, sizeof why) != DRT_OK) ndev = 0;
-    if (dev < 0 || dev >= ndev)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "%s: device %d out of range (%d devices)",
-                             ops->name, dev, ndev);
-    return ops->device_name(dev, buf, n);
+    const drt_backend_ops *ops;
+    drt_status s = device_ops(index, dev, &ops);
+    return s != DRT_OK ? s : ops->device_name(dev, buf, n);
 }
 
 drt_status drt_backend_device_props(int index, int dev, drt_device_props *out) {
-    const drt_backend_ops *ops = index >= 0 && index < N_REGISTRY ? entry_ops(&g_registry[index]) : NULL;
-    if (!ops)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "backend index %d is not available code", index);
     if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_backend_device_props: out is NULL");
     memset(out, 0, sizeof *out);
     out->fp16 = out->bf16 = -1;
-    int ndev = 0;
-    char why[256] = "";
-    if (ops->probe(&ndev, why, sizeof why) != DRT_OK) ndev = 0;
-    if (dev < 0 || dev >= ndev)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "%s: device %d out of range (%d devices)",
-                             ops->name, dev, ndev);
-    if (ops->device_props) {
-        drt_status s = ops->device_props(dev, out);
-        if (s != DRT_OK) return s;
-    }
-    if (!out->name[0]) return ops->device_name(dev, out->name, sizeof out->name);
-    return DRT_OK;
+    const drt_backend_ops *ops;
+    drt_status s = device_ops(index, dev, &ops);
+    if (s == DRT_OK && ops->device_props) s = ops->device_props(dev, out);
+    if (s == DRT_OK && !out->name[0]) s = ops->device_name(dev, out->name, sizeof out->name);
+    return s;
 }
 
 /* ---- instances -------------------------------------------------------- */

@@ -628,7 +628,7 @@ size_t ocl_row_wg(const ocl_ctx *x, int64_t n) {
 static bool tensor_ok(drt_backend *be, const drt_tensor *t) {
     if (!t) return true;
     /* elements aligned to their size (block formats are read bytewise) */
-    size_t es = drt_dtype_block(t->type) > 1 ? 1 : drt_dtype_size(t->type);
+    size_t es = drt_dtype_align(t->type);
     if (!es) return false;
     if (t->buf ? (t->buf->be != be || t->offs % es) : (t->view_src && t->view_offs % es))
         return false;

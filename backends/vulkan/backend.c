@@ -819,8 +819,7 @@ drt_status vk_scratch(vk_ctx *c, size_t bytes, const drt_tensor **out) {
 
 uint32_t vk_eoff(const drt_tensor *t) {
     /* block formats (q8_0, q4_0): the offset in bytes */
-    size_t es = drt_dtype_block(t->type) > 1 ? 1 : drt_dtype_size(t->type);
-    return (uint32_t)(t->offs % VK_BIND_ALIGN / es);
+    return (uint32_t)(t->offs % VK_BIND_ALIGN / drt_dtype_align(t->type));
 }
 
 vk_shader vk_sg_variant(const vk_ctx *c, vk_shader sh) {

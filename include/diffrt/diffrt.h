@@ -51,6 +51,9 @@ size_t drt_dtype_size(drt_dtype t);
 int drt_dtype_block(drt_dtype t);
 /* Bytes of n elements of dtype t (n a multiple of its block): n / block * size. */
 size_t drt_row_bytes(drt_dtype t, int64_t n);
+/* The alignment data of dtype t needs: its size, 1 for the block formats
+ * (read bytewise). 0 for an unknown dtype. */
+size_t drt_dtype_align(drt_dtype t);
 
 /* The version of the library (CMake's project VERSION, "0.1.0") and the short
  * git commit it was built from ("unknown" outside a git checkout). */
