@@ -338,3 +338,34 @@ def free(ptr):
 def cstr(b):
     """A C string (bytes or None) from the library as str."""
     return None if b is None else b.decode("utf-8", "replace")
+
+
+class Handle:
+    """A library object a Python object owns: freed by close(), at the end of
+    a with block, or when the Python object is collected. Subclasses name
+    their drt_*_free function and set self._h once the object exists."""
+
+    _free_fn = None  # e.g. "drt_model_free"
+    _h = None
+
+    def close(self):
+        h, self._h = self._h, None
+        if h:
+            getattr(lib(), self._free_fn)(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle(self):
+        if not self._h:
+            raise ValueError(f"operation on a closed {type(self).__name__}")
+        return self._h

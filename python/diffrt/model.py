@@ -104,7 +104,7 @@ class ModelInfo:
 
     arch: str  # "transformer", "diff_v1", "diff_v2" (arch_name)
     layout: str  # layout_name
-    weight_dtype: str  # "f32", "f16", "bf16"
+    weight_dtype: str  # "f32", "f16", "bf16", "q8_0", "q4_0"
     n_params: int
     vocab: int
     dim: int
@@ -166,11 +166,13 @@ class Generation:
     stopped: bool
 
 
-class Model:
+class Model(_lib.Handle):
     """A checkpoint directory (config.json + safetensors) loaded by diffrt.
 
     Sessions made from it keep it alive in C: closing the Model while
     sessions are open is allowed."""
+
+    _free_fn = "drt_model_free"
 
     def __init__(self, path):
         self.path = os.fspath(path)
@@ -183,27 +185,6 @@ class Model:
         _lib.check(_lib.lib().drt_model_get_info(h, byref(I)))
         self.info = _info_from_c(I)
 
-    def close(self):
-        h, self._h = self._h, None
-        if h:
-            _lib.lib().drt_model_free(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def _handle(self):
-        if not self._h:
-            raise ValueError("operation on a closed Model")
-        return self._h
 
     def __repr__(self):
         return f"<diffrt.Model {self.path} {self.info.arch} {'closed' if not self._h else 'open'}>"
@@ -305,13 +286,15 @@ def _choose_ctx(T, n, max_pos, ctx):
 # ---- sessions ----------------------------------------------------------------
 
 
-class Session:
+class Session(_lib.Handle):
     """A model placed on a backend with its KV cache (drt_session).
 
     ``backend``: "cpu" (fast CPU), "ref" (reference), "opencl", "vulkan",
     "cuda"; ``device``: None for the backend's default, else an index or a
     name substring; ``ctx`` 0: max_position_embeddings capped at 4096;
     ``threads`` 0: DIFFRT_THREADS, else the physical cores."""
+
+    _free_fn = "drt_session_free"
 
     def __init__(self, model, backend="cpu", device=None, ctx=0, threads=0, check_finite=False):
         self._h = None
@@ -333,27 +316,6 @@ class Session:
         # the context drt_session_create decided
         self.ctx = int(_lib.lib().drt_session_ctx(self._h))
 
-    def close(self):
-        h, self._h = self._h, None
-        if h:
-            _lib.lib().drt_session_free(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def _handle(self):
-        if not self._h:
-            raise ValueError("operation on a closed Session")
-        return self._h
 
     def __repr__(self):
         return f"<diffrt.Session {self.backend} pos {self.pos if self._h else 'closed'}/{self.ctx}>"
@@ -464,8 +426,10 @@ class Session:
 # ---- sampling ----------------------------------------------------------------
 
 
-class Sampler:
+class Sampler(_lib.Handle):
     """drt_sampler: temperature 0 is greedy; top_k 0 and top_p 1 are off."""
+
+    _free_fn = "drt_sampler_free"
 
     def __init__(self, vocab, temperature=0.0, top_k=0, top_p=1.0, seed=0):
         self._h = None
@@ -478,22 +442,6 @@ class Sampler:
         _lib.check(_lib.lib().drt_sampler_create(byref(opts), self.vocab, byref(h)))
         self._h = h
 
-    def close(self):
-        h, self._h = self._h, None
-        if h:
-            _lib.lib().drt_sampler_free(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def sample(self, logits):
         """The id drawn from ``logits`` (float32 [vocab]; converted if not).

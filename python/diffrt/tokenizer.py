@@ -13,12 +13,14 @@ def _utf8(b):
     return b.decode("utf-8")
 
 
-class Tokenizer:
+class Tokenizer(_lib.Handle):
     """A tokenizer.json loaded by diffrt.
 
     ``Tokenizer(path)`` takes the file, or a model directory holding
     ``tokenizer.json``. Encoding and decoding match Hugging Face `tokenizers`.
     """
+
+    _free_fn = "drt_tokenizer_free"
 
     def __init__(self, path):
         path = os.fspath(path)
@@ -45,29 +47,6 @@ class Tokenizer:
         )
         self._h = h
         return self
-
-    # -- lifetime
-    def close(self):
-        h, self._h = self._h, None
-        if h:
-            _lib.lib().drt_tokenizer_free(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def _handle(self):
-        if not self._h:
-            raise ValueError("operation on a closed Tokenizer")
-        return self._h
 
     def __repr__(self):
         state = "closed" if not self._h else f"vocab {self.vocab_size}"
