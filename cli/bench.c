@@ -174,8 +174,11 @@ static double napkin_params(const drt_model_info *I) {
  * are left out: under 1% of the total on real models. A decode run of n
  * tokens from position 0 is charged at its mean position (n - 1) / 2. */
 static double decode_bytes_per_token(const drt_model_info *I, double pos) {
-    double w = (double)drt_dtype_size(I->weight_dtype);
-    double weights = (I->n_layers * layer_matrix_elems(I) + (double)I->vocab * I->dim + I->dim) * w;
+    /* bytes per element: a block format's block size over its values */
+    double w = (double)drt_dtype_size(I->weight_dtype) / drt_dtype_block(I->weight_dtype);
+    double e = (double)drt_dtype_size(I->embed_dtype) / drt_dtype_block(I->embed_dtype);
+    double head = (double)I->vocab * I->dim * (I->tied_embeddings ? e : w);
+    double weights = I->n_layers * layer_matrix_elems(I) * w + head + I->dim * e;
     double kv_row = (double)I->n_kv_groups * ((double)I->kv_m * I->dk + I->dv) * 4.0;
     return weights + (double)I->n_layers * (pos + 1) * kv_row;
 }

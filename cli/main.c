@@ -195,6 +195,7 @@ static void print_model(const char *dir) {
     printf("  layout          %s\n", I.layout_name);
     printf("  parameters      %lld (%.2f M)\n", (long long)I.n_params, (double)I.n_params / 1e6);
     printf("  weight dtype    %s\n", drt_dtype_name(I.weight_dtype));
+    printf("  embedding dtype %s\n", drt_dtype_name(I.embed_dtype));
     printf("  vocab           %d\n", I.vocab);
     printf("  width D         %d (ffn %d)\n", I.dim, I.ffn);
     printf("  layers          %d\n", I.n_layers);

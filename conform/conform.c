@@ -97,6 +97,13 @@ static const ccase CASES[] = {
     {DRT_OP_MATMUL, {1, 1, 70, 320, 67, 0}, Q4, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {4, 2, 7, 64, 33, 0}, Q8, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {2, 1, 3, 64, 33, 0}, Q4, 0, 1, 0, 2},
+    /* the cpu backend's bf16-dot GEMV works on block pairs: an odd block
+     * count (a lone last block), one block, T = 8, batches with their own w */
+    {DRT_OP_MATMUL, {1, 1, 3, 96, 37, 0}, Q4, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 2, 32, 5, 0}, Q8, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 2, 32, 5, 0}, Q4, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {2, 2, 8, 160, 9, 0}, Q4, 0, 1, 0, 0.25f},
+    {DRT_OP_MATMUL, {3, 3, 4, 224, 6, 0}, Q8, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {2, 1, 9, 300, 130, 1}, F32, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 8, 1000, 77, 0}, F32, 0, 1, 0, 1},
     /* ROPE {T, Hn, d}; inv_freq of theta 10000 */
@@ -217,6 +224,11 @@ static const ccase PERF_CASES[] = {
     {DRT_OP_MATMUL, {1, 1, 1, 768, 2048, 0}, F16, 0, 1, 0, 1},
     /* decode GEMV streaming a 128 MiB f16 weight from memory (past any cache) */
     {DRT_OP_MATMUL, {1, 1, 1, 4096, 16384, 0}, F16, 0, 1, 0, 1},
+    /* the same rows as q8_0 / q4_0, and the 134M model's MLP decode */
+    {DRT_OP_MATMUL, {1, 1, 1, 4096, 16384, 0}, Q8, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 1, 4096, 16384, 0}, Q4, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 1, 768, 2048, 0}, Q8, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 1, 768, 2048, 0}, Q4, 0, 1, 0, 1},
     {DRT_OP_DIFF_ATTN, {1024, 8, 8, 2, 64, 128}, F32, 0, 1, 0, 0.5f},
     {DRT_OP_DIFF_ATTN, {1024, 8, 8, 2, 64, 128}, F32, 0, 1, V_DECOMPOSED, 0.5f},
     {DRT_OP_DIFF_ATTN, {1, 8, 8, 2, 64, 128}, F32, 1023, 1, 0, 0.5f},

@@ -803,6 +803,7 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
     }
     /* the matmul weights' dtype (a quantized model keeps its embedding f16) */
     I->weight_dtype = I->n_layers > 0 && m->layers[0].wq.data ? m->layers[0].wq.type : m->embed.type;
+    I->embed_dtype = m->embed.type;
     I->lambda = I->arch == DRT_ARCH_DIFF_V1 ? m->lambda_v : NULL;
     I->lambda_init = I->arch == DRT_ARCH_DIFF_V1 ? m->lambda_init_v : NULL;
     *out = m;

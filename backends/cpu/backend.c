@@ -35,6 +35,7 @@ typedef struct {
     const cpu_kernels *k;
     int nth;
     int bf16; /* DIFFRT_CPU_PRECISION=bf16: prefill GEMMs on bf16 dot products */
+    int qdot; /* q8_0/q4_0 GEMVs on bf16 dot products (pick_qdot) */
     float **scratch; /* per thread */
     int64_t scratch_floats;
     float *shared; /* ensure_shared() */
@@ -174,6 +175,25 @@ static drt_status pick_precision(const cpu_kernels *k, int *bf16) {
 #endif
     return drt_set_error(DRT_ERR_UNAVAILABLE, "DIFFRT_CPU_PRECISION=bf16 needs the avx512 kernels on a CPU with AVX512-BF16 (%s kernels in use%s)",
                          k->isa, k->vlen == 16 ? ", no avx512bf16" : "");
+}
+
+/* The q8_0/q4_0 GEMV on bf16 dot products (matmul.c gemv_qdot): with the
+ * avx512 kernels on a CPU with AVX512-BF16 and AVX512-VBMI, unless
+ * DIFFRT_CPU_QDOT=0 (the block kernel every ISA has; conform covers both).
+ * It meets the f32 bound: this is a faster kernel, not a precision mode. */
+static drt_status pick_qdot(const cpu_kernels *k, int *qdot) {
+    const char *p = getenv("DIFFRT_CPU_QDOT");
+    *qdot = 0;
+    if (p && *p && strcmp(p, "0") != 0 && strcmp(p, "1") != 0)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "DIFFRT_CPU_QDOT: expected 0 or 1, got \"%.40s\"", p);
+    if (p && strcmp(p, "0") == 0) return DRT_OK;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    *qdot = k == &cpu_kernels_avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
+#else
+    (void)k;
+#endif
+    return DRT_OK;
 }
 
 /* ---- scratch ------------------------------------------------------------------ */
@@ -333,6 +353,7 @@ static drt_status run_node(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
             .scale = t->fp[0],
         };
         m.bf16 = c->bf16 && !m.trans_w;
+        m.qdot = c->qdot;
         drt_status s = ensure_scratch(c, c->k->mm_scratch_floats(&m));
         if (s == DRT_OK) s = ensure_shared(c, c->k->mm_xpack_floats(&m));
         if (s != DRT_OK) return s;
@@ -395,13 +416,15 @@ static drt_status cpu_probe(int *n, char *why, size_t wn) {
 }
 
 static drt_status cpu_device_name(int dev, char *buf, size_t n) {
-    int nth = 0, bf16 = 0;
+    int nth = 0, bf16 = 0, qdot = 0;
     const cpu_kernels *k = NULL;
-    if (pick_threads(0, &nth) != DRT_OK || pick_isa(&k) != DRT_OK || pick_precision(k, &bf16) != DRT_OK) {
+    if (pick_threads(0, &nth) != DRT_OK || pick_isa(&k) != DRT_OK || pick_precision(k, &bf16) != DRT_OK ||
+        pick_qdot(k, &qdot) != DRT_OK) {
         snprintf(buf, n, "host CPU (%s)", drt_last_error());
         return DRT_OK;
     }
-    snprintf(buf, n, "host CPU (%d threads, %s kernels, %s)", nth, k->isa, bf16 ? "bf16 prefill GEMM" : "f32");
+    snprintf(buf, n, "host CPU (%d threads, %s kernels, %s%s)", nth, k->isa, bf16 ? "bf16 prefill GEMM" : "f32",
+             qdot ? ", q8/q4 bf16-dot GEMV" : "");
     return DRT_OK;
 }
 
@@ -426,16 +449,18 @@ static drt_status cpu_init(drt_backend *be, int dev) {
     be->device = 0;
     int nth = 0;
     const cpu_kernels *k = NULL;
-    int bf16 = 0;
+    int bf16 = 0, qdot = 0;
     drt_status s = pick_threads(be->threads, &nth);
     if (s == DRT_OK) s = pick_isa(&k);
     if (s == DRT_OK) s = pick_precision(k, &bf16);
+    if (s == DRT_OK) s = pick_qdot(k, &qdot);
     if (s != DRT_OK) return s;
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c) return drt_set_error(DRT_ERR_OOM, "out of memory");
     be->ctx = c;
     c->k = k;
     c->bf16 = bf16;
+    c->qdot = qdot;
     c->nth = nth;
     c->scratch = calloc((size_t)nth, sizeof *c->scratch);
     c->pool = c->scratch ? cpu_pool_new(nth) : NULL;

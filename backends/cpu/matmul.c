@@ -119,6 +119,186 @@ VINL void gemv_rows_q(float *y, const float *x, const void *w, drt_dtype dt, int
         for (int t = 0; t < TT; t++) y[(int64_t)t * N + n + i] = scale * vhsum(acc[i][t]);
 }
 
+/* the bf16-dot GEMV below (avx512 only; cpu_mm_args.qdot is 0 elsewhere) */
+enum { QX = 80 }; /* floats of prepared x per row and block pair: xh0 xh1 xl0 xl1 (32 bf16 each), -corr (16 f32) */
+
+static int64_t qdot_pairs(int K) { return (K / DRT_QK + 1) / 2; }
+
+#if defined(DRT_ISA_avx512)
+/* ---- q8_0 / q4_0 GEMV on bf16 dot products (CPUs with AVX512-BF16 and VBMI) --
+ * The block kernel above widens every weight to f32 and is bound by that
+ * widening, not by memory. Here a pair of blocks (64 weights) becomes two
+ * vectors of 32 bf16 values, exactly:
+ *  - q4_0: a nibble n as the bf16 1 + n/16 (bits 0x3F80 | n << 3): one byte
+ *    permute for the pair, then a shift and a ternary-logic op per vector;
+ *  - q8_0: the bytes through f32 (|q| <= 128 is exact in bf16).
+ * x is split once per call into bf16 hi + lo parts (x - hi - lo is under
+ * 2^-16 |x|) laid out to match, so VDPBF16PS computes the block dot in f32
+ * within the f32 bound. For q4_0, x is scaled by 16 so the dot is
+ * sum (16 + n) x; the 24 sum x that the bias adds (q = n - 8) is removed by
+ * starting each pair's sum at -1.5 sum(16 x) of the lane (QX below).
+ * Lanes 0-7 of a pair's sum belong to its first block, 8-15 to its second,
+ * so one vector of the two f16 scales finishes the pair with one FMA.
+ * Only these functions carry the target attributes; the backend sets
+ * cpu_mm_args.qdot only on a CPU that has both (DIFFRT_CPU_QDOT=0: off). */
+#define QDOT_ATTR __attribute__((target("avx512bf16,avx512vbmi")))
+#define QDOT_FN static inline __attribute__((always_inline, target("avx512bf16,avx512vbmi")))
+
+/* v rounded to bf16 (16 values), and that rounding's f32 value */
+QDOT_FN __m256i qdot_bf16(__m512 v, __m512 *back) {
+    const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+    *back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return h;
+}
+
+/* rows 0..T of one batch of x (K values each) -> xq, per row and block pair
+ * QX floats: word m of xh0 / xl0 pairs with value m of the first block's
+ * first half (m < 16) or of the second block's (m >= 16); xh1 / xl1 the
+ * same for the halves' second 16 values. A missing second block is zero. */
+QDOT_FN void qdot_prep_x(float *xq, const float *x, int K, int T, int q4) {
+    const int nb = K / DRT_QK;
+    const int64_t np = qdot_pairs(K);
+    const __m512 mul = _mm512_set1_ps(q4 ? 16.0f : 1.0f), neg = _mm512_set1_ps(-1.5f);
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int t = 0; t < T; t++)
+        for (int64_t g = 0; g < np; g++) {
+            const float *xr = x + (int64_t)t * K + g * 2 * DRT_QK;
+            const int two = 2 * g + 1 < nb;
+            __m256i h[4], l[4];
+            __m512 s[4];
+            for (int i = 0; i < 4; i++) {
+                __m512 hf, lf;
+                const __m512 v = i < 2 || two ? _mm512_mul_ps(mul, _mm512_loadu_ps(xr + 16 * i)) : _mm512_setzero_ps();
+                h[i] = qdot_bf16(v, &hf);
+                l[i] = qdot_bf16(_mm512_sub_ps(v, hf), &lf);
+                s[i] = _mm512_add_ps(hf, lf);
+            }
+            float *o = xq + ((int64_t)t * np + g) * QX;
+            _mm512_storeu_si512(o, _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[2], 1));
+            _mm512_storeu_si512(o + 16, _mm512_inserti64x4(_mm512_castsi256_si512(h[1]), h[3], 1));
+            _mm512_storeu_si512(o + 32, _mm512_inserti64x4(_mm512_castsi256_si512(l[0]), l[2], 1));
+            _mm512_storeu_si512(o + 48, _mm512_inserti64x4(_mm512_castsi256_si512(l[1]), l[3], 1));
+            __m512 c = _mm512_setzero_ps();
+            if (q4) {
+                /* lane j: the four values its words cover, in either half */
+                const __m512 ta = _mm512_add_ps(s[0], s[1]), tb = _mm512_add_ps(s[2], s[3]);
+                c = _mm512_mul_ps(neg, _mm512_add_ps(_mm512_permutex2var_ps(ta, even, tb),
+                                                     _mm512_permutex2var_ps(ta, odd, tb)));
+            }
+            _mm512_storeu_ps(o + 64, c);
+        }
+}
+
+/* the pair of blocks at b (two = 0: only the first exists) as two vectors
+ * of bf16 weights (w0: each block's values 0..15, w1: 16..31) and the f32
+ * scale of each lane */
+QDOT_FN void qdot_q4_pair(const unsigned char *b, int two, __m512i *w0, __m512i *w1, __m512 *d) {
+    static const uint8_t qidx[64] = {2,  0, 3,  0, 4,  0, 5,  0, 6,  0, 7,  0, 8,  0, 9,  0, 10, 0, 11, 0, 12, 0,
+                                     13, 0, 14, 0, 15, 0, 16, 0, 17, 0, 20, 0, 21, 0, 22, 0, 23, 0, 24, 0, 25, 0,
+                                     26, 0, 27, 0, 28, 0, 29, 0, 30, 0, 31, 0, 32, 0, 33, 0, 34, 0, 35, 0};
+    static const uint16_t didx[32] = {0, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9, 9};
+    /* masked: the bytes past the pair are never touched (the end of a mapping) */
+    const __m512i raw = _mm512_maskz_loadu_epi8(two ? 0xFFFFFFFFFull : 0x3FFFFull, b);
+    /* value byte m of the pair zero-extended into word m */
+    const __m512i z = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, _mm512_loadu_si512(qidx), raw);
+    const __m512i m = _mm512_set1_epi16(0x78), one = _mm512_set1_epi16(0x3F80);
+    *w0 = _mm512_ternarylogic_epi32(_mm512_slli_epi16(z, 3), m, one, 0xEA); /* (a & b) | c */
+    *w1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(z, 1), m, one, 0xEA);
+    *d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(didx), raw)));
+}
+
+QDOT_FN __m512 qdot_q8_half(const unsigned char *q) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
+}
+
+QDOT_FN void qdot_q8_pair(const unsigned char *b, int two, __m512i *w0, __m512i *w1, __m512 *d) {
+    const __m512 z = _mm512_setzero_ps();
+    const __m512 a0 = qdot_q8_half(b + 2), a1 = qdot_q8_half(b + 18);
+    const __m512 b0 = two ? qdot_q8_half(b + 36) : z, b1 = two ? qdot_q8_half(b + 52) : z;
+    *w0 = (__m512i)_mm512_cvtne2ps_pbh(b0, a0);
+    *w1 = (__m512i)_mm512_cvtne2ps_pbh(b1, a1);
+    const short da = (short)(b[0] | b[1] << 8), db = two ? (short)(b[34] | b[35] << 8) : 0;
+    *d = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(db), _mm_set1_epi16(da)));
+}
+
+/* y[t*N + n + i] for i < n4 (1..4), t < TT: weight rows n.. dotted with the
+ * prepared x rows (qdot_prep_x). TT and q4 are constants after inlining. */
+QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, int q4, int64_t n, int n4, int TT, int N, int K,
+                       float scale) {
+    const int nb = K / DRT_QK;
+    const int64_t np = qdot_pairs(K), bs = q4 ? 18 : 34, rowb = nb * bs;
+    __m512 acc[4][GEMV_T];
+    for (int i = 0; i < 4; i++)
+        for (int t = 0; t < TT; t++) acc[i][t] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < np; g++) {
+        const int two = 2 * g + 1 < nb;
+        for (int i = 0; i < n4; i++) {
+            const unsigned char *b = (const unsigned char *)w + (n + i) * rowb + g * 2 * bs;
+            __builtin_prefetch(b + 16 * rowb, 0, 3); /* as gemv_rows: 16 rows ahead */
+            __m512i w0, w1;
+            __m512 d;
+            if (q4) qdot_q4_pair(b, two, &w0, &w1, &d);
+            else qdot_q8_pair(b, two, &w0, &w1, &d);
+            for (int t = 0; t < TT; t++) {
+                const float *xp = xq + ((int64_t)t * np + g) * QX;
+                __m512 s = _mm512_loadu_ps(xp + 64);
+                s = _mm512_dpbf16_ps(s, (__m512bh)w0, (__m512bh)_mm512_loadu_si512(xp));
+                s = _mm512_dpbf16_ps(s, (__m512bh)w0, (__m512bh)_mm512_loadu_si512(xp + 32));
+                s = _mm512_dpbf16_ps(s, (__m512bh)w1, (__m512bh)_mm512_loadu_si512(xp + 16));
+                s = _mm512_dpbf16_ps(s, (__m512bh)w1, (__m512bh)_mm512_loadu_si512(xp + 48));
+                acc[i][t] = _mm512_fmadd_ps(s, d, acc[i][t]);
+            }
+        }
+    }
+    for (int i = 0; i < n4; i++)
+        for (int t = 0; t < TT; t++) y[(int64_t)t * N + n + i] = scale * _mm512_reduce_add_ps(acc[i][t]);
+}
+
+#define QDOT_TT(q4)                                                                  \
+    switch (a->T) {                                                                  \
+    case 1: qdot_rows(yb, xq, wb, q4, n, (int)n4, 1, N, K, a->scale); break;         \
+    case 2: qdot_rows(yb, xq, wb, q4, n, (int)n4, 2, N, K, a->scale); break;         \
+    case 3: qdot_rows(yb, xq, wb, q4, n, (int)n4, 3, N, K, a->scale); break;         \
+    case 4: qdot_rows(yb, xq, wb, q4, n, (int)n4, 4, N, K, a->scale); break;         \
+    case 5: qdot_rows(yb, xq, wb, q4, n, (int)n4, 5, N, K, a->scale); break;         \
+    case 6: qdot_rows(yb, xq, wb, q4, n, (int)n4, 6, N, K, a->scale); break;         \
+    case 7: qdot_rows(yb, xq, wb, q4, n, (int)n4, 7, N, K, a->scale); break;         \
+    default: qdot_rows(yb, xq, wb, q4, n, (int)n4, 8, N, K, a->scale); break;        \
+    }
+
+/* The GEMV's split (contiguous column ranges); each thread prepares the x
+ * rows of the batches its range touches in its own scratch. */
+QDOT_ATTR static void gemv_qdot(const cpu_mm_args *a, int ith, int nth) {
+    const int N = a->N, K = a->K;
+    int64_t lo, hi;
+    cpu_split((int64_t)a->B * N, 4, ith, nth, &lo, &hi);
+    float *xq = a->scratch[ith];
+    int prepared = -1;
+    for (int64_t c = lo; c < hi;) {
+        const int b = (int)(c / N);
+        const int64_t n = c % N;
+        int64_t n4 = hi - c < 4 ? hi - c : 4;
+        if (N - n < n4) n4 = N - n;
+        if (b != prepared) {
+            qdot_prep_x(xq, a->x + (int64_t)b * a->T * K, K, a->T, a->wt == DRT_Q4_0);
+            prepared = b;
+        }
+        const int64_t bw = (int64_t)b * a->Bw / a->B;
+        const void *wb = (const char *)a->w + bw * wbytes(a->wt, (int64_t)N * K);
+        float *yb = a->y + (int64_t)b * a->T * N;
+        if (a->wt == DRT_Q4_0) {
+            QDOT_TT(1)
+        } else {
+            QDOT_TT(0)
+        }
+        c += n4;
+    }
+}
+#endif
+
+static int use_qdot(const cpu_mm_args *a) { return a->qdot && (a->wt == DRT_Q8_0 || a->wt == DRT_Q4_0); }
+
 VINL void gemv_range(const cpu_mm_args *a, int64_t lo, int64_t hi, drt_dtype dt, int TT) {
     const int N = a->N, K = a->K;
     for (int64_t c = lo; c < hi;) {
@@ -154,6 +334,12 @@ VINL void gemv_range(const cpu_mm_args *a, int64_t lo, int64_t hi, drt_dtype dt,
  * streams one linear range of weight rows, which the prefetchers follow
  * best (chunks handed out from a shared counter measured slower). */
 static void gemv(const cpu_mm_args *a, int ith, int nth) {
+#if defined(DRT_ISA_avx512)
+    if (use_qdot(a)) {
+        gemv_qdot(a, ith, nth);
+        return;
+    }
+#endif
     int64_t lo, hi;
     cpu_split((int64_t)a->B * a->N, 4, ith, nth, &lo, &hi);
     if (a->wt == DRT_F16) {
@@ -440,8 +626,12 @@ void KFN(cpu_matmul)(void *args, int ith, int nth) {
     else gemm(a, ith);
 }
 
-/* per-thread scratch: NB packed weight panels */
-int64_t KFN(cpu_mm_scratch_floats)(const cpu_mm_args *a) { return use_gemv(a) ? 0 : (int64_t)NB * KC * NR; }
+/* per-thread scratch: NB packed weight panels, or the GEMV's prepared x on
+ * the bf16-dot path */
+int64_t KFN(cpu_mm_scratch_floats)(const cpu_mm_args *a) {
+    if (use_gemv(a)) return use_qdot(a) ? (int64_t)a->T * qdot_pairs(a->K) * QX : 0;
+    return (int64_t)NB * KC * NR;
+}
 
 /* shared: packed x (0 when the GEMV path runs, or K == 0) */
 int64_t KFN(cpu_mm_xpack_floats)(const cpu_mm_args *a) {

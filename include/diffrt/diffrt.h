@@ -134,6 +134,7 @@ typedef struct {
     int bos_id, eos_id;     /* -1 when absent */
     const float *lambda;    /* [n_layers] V1 lambda; NULL otherwise */
     const float *lambda_init; /* [n_layers] V1 lambda_init; NULL otherwise */
+    drt_dtype embed_dtype;  /* the token embedding's dtype (the LM head's too when tied) */
 } drt_model_info;
 
 /* Lifetime: drt_model_load hands the caller one reference to the model, and

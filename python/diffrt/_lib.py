@@ -100,6 +100,7 @@ class ModelInfoC(Structure):
         ("eos_id", c_int),
         ("lambda_", POINTER(c_float)),
         ("lambda_init", POINTER(c_float)),
+        ("embed_dtype", c_enum),
     ]
 
 

@@ -122,6 +122,7 @@ class ModelInfo:
     eos_id: Optional[int]
     lambda_: Optional[Tuple[float, ...]]  # V1: per layer; None otherwise
     lambda_init: Optional[Tuple[float, ...]]
+    embed_dtype: str  # the token embedding's (the LM head's too when tied)
 
 
 def _info_from_c(I):
@@ -148,6 +149,7 @@ def _info_from_c(I):
         eos_id=I.eos_id if I.eos_id >= 0 else None,
         lambda_=per_layer(I.lambda_),
         lambda_init=per_layer(I.lambda_init),
+        embed_dtype=_lib.cstr(L.drt_dtype_name(I.embed_dtype)),
     )
 
 

@@ -199,6 +199,7 @@ class TestModel(unittest.TestCase):
                 self.assertEqual(field("layout"), I.layout)
                 self.assertEqual(field("parameters").split()[0], str(I.n_params))
                 self.assertEqual(field("weight dtype"), I.weight_dtype)
+                self.assertEqual(field("embedding dtype"), I.embed_dtype)
                 self.assertEqual(field("vocab"), str(I.vocab))
                 self.assertEqual(field("width D"), f"{I.dim} (ffn {I.ffn})")
                 self.assertEqual(field("layers"), str(I.n_layers))
