@@ -261,6 +261,10 @@ static const struct {
     [OCL_K_ATTN_DECODE] = {"attn_decode", OCL_P_ATTENTION},
     [OCL_K_MATMUL_Q8_0] = {"matmul_q8_0", OCL_P_MATMUL_Q},
     [OCL_K_MATMUL_Q4_0] = {"matmul_q4_0", OCL_P_MATMUL_Q},
+    [OCL_K_GEMV_Q8_0] = {"gemv_q8_0", OCL_P_MATMUL_Q},
+    [OCL_K_GEMV_Q4_0] = {"gemv_q4_0", OCL_P_MATMUL_Q},
+    [OCL_K_DOT_Q8_0] = {"dot_q8_0", OCL_P_MATMUL_Q},
+    [OCL_K_DOT_Q4_0] = {"dot_q4_0", OCL_P_MATMUL_Q},
 };
 
 static const char *const ocl_prog_files[OCL_P_COUNT] = {"elementwise.cl", "norm.cl", "matmul.cl",
@@ -458,6 +462,9 @@ static drt_status ocl_init(drt_backend *be, int device) {
     while (x->rb_wg * 2 <= pm && x->rb_wg < 64)
         x->rb_wg *= 2;
     for (int i = OCL_K_GEMV_F32; i <= OCL_K_OUTER_BF16; i++)
+        while (x->rb_wg > 1 && x->kwg[i] < x->rb_wg)
+            x->rb_wg /= 2;
+    for (int i = OCL_K_GEMV_Q8_0; i <= OCL_K_DOT_Q4_0; i++)
         while (x->rb_wg > 1 && x->kwg[i] < x->rb_wg)
             x->rb_wg /= 2;
     /* attention: the most rows per work-group that both kernels can run */
@@ -730,8 +737,12 @@ static const char *ocl_kernel_variant(drt_backend *be, const drt_tensor *t) {
     ocl_ctx *x = ocl_of(be);
     switch (t->op) {
     case DRT_OP_MATMUL:
-        if (drt_dtype_block(t->src[1]->type) > 1)
-            return t->src[1]->type == DRT_Q8_0 ? "q8_0 blocks, work-group per output" : "q4_0 blocks, work-group per output";
+        if (drt_dtype_block(t->src[1]->type) > 1) {
+            const int q8 = t->src[1]->type == DRT_Q8_0, T = (int)t->src[0]->ne[t->src[0]->nd - 2];
+            if (!x->mm_regs) return q8 ? "q8_0 blocks, work-group per output" : "q4_0 blocks, work-group per output";
+            if (T == 1) return q8 ? "q8_0 gemv regs 1x4 v16" : "q4_0 gemv regs 1x4 v16";
+            return q8 ? "q8_0 dot regs 4x4 v16" : "q4_0 dot regs 4x4 v16";
+        }
         return x->mm_name[ocl_matmul_variant(x, t)];
     case DRT_OP_DIFF_ATTN:
     case DRT_OP_ATTN: return ocl_attn_variant(x, t);

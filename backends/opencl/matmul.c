@@ -173,14 +173,19 @@ void ocl_matmul_shutdown(ocl_ctx *x) {
 #endif
 }
 
-/* q8_0 / q4_0 weights (matmul_q.cl): one work-group of 32 items per output */
+/* q8_0 / q4_0 weights (matmul_q.cl): register blocks on CPU-class devices
+ * (1 x 4 for T == 1, else 4 x 4), else one work-group of 32 items per output */
 drt_status ocl_matmul_q(ocl_ctx *x, const drt_tensor *t) {
     const drt_tensor *a = t->src[0], *w = t->src[1];
     int B = a->nd == 3 ? (int)a->ne[0] : 1, Bw = w->nd == 3 ? (int)w->ne[0] : 1;
     int T = (int)a->ne[a->nd - 2], K = (int)a->ne[a->nd - 1];
     int N = (int)t->ne[t->nd - 1];
+    const int q8 = w->type == DRT_Q8_0, mr = T == 1 ? 1 : 4, nr = 4;
+    ocl_kernel_id k = !x->mm_regs ? (q8 ? OCL_K_MATMUL_Q8_0 : OCL_K_MATMUL_Q4_0)
+                      : T == 1    ? (q8 ? OCL_K_GEMV_Q8_0 : OCL_K_GEMV_Q4_0)
+                                  : (q8 ? OCL_K_DOT_Q8_0 : OCL_K_DOT_Q4_0);
     ocl_call c;
-    ocl_begin(&c, x, w->type == DRT_Q8_0 ? OCL_K_MATMUL_Q8_0 : OCL_K_MATMUL_Q4_0);
+    ocl_begin(&c, x, k);
     ocl_arg_tensor(&c, t);
     ocl_arg_tensor(&c, a);
     ocl_arg_mem(&c, ocl_mem(w));
@@ -191,6 +196,13 @@ drt_status ocl_matmul_q(ocl_ctx *x, const drt_tensor *t) {
     ocl_arg_int(&c, N);
     ocl_arg_int(&c, K);
     ocl_arg_float(&c, t->fp[0]);
+    if (x->mm_regs) {
+        size_t tiles = (size_t)((T + mr - 1) / mr) * (size_t)((N + nr - 1) / nr), wg = x->rb_wg;
+        while (wg > 1 && wg / 2 >= tiles) /* small launches: do not round up past the work */
+            wg /= 2;
+        size_t g[2] = {tiles, (size_t)B}, l[2] = {wg, 1};
+        return ocl_run(&c, 2, g, l);
+    }
     size_t g[3] = {(size_t)N * 32, (size_t)T, (size_t)B}, l[3] = {32, 1, 1};
     return ocl_run(&c, 3, g, l);
 }

@@ -6,10 +6,17 @@
  *   (K % 32 == 0, never transposed); batch b of x reads batch b*Bw/B of w.
  *   w is bytes: wo is its byte offset in the buffer.
  *
- * One work-group of QWG items per output (b, t, n): item i takes blocks i,
- * i+QWG, ..., reads the block's f16 scale once and sums its 32 values times
- * x in f32, then scales; a tree reduction in local memory ends it. Napkin
- * math: N*K/32*(34|18) bytes of weights per row of x. */
+ * Two layouts of the work (the host picks by device class, as matmul.c):
+ *  - GPUs: one work-group of QWG items per output (b, t, n): item i takes
+ *    blocks i, i+QWG, ..., reads the block's f16 scale once and sums its 32
+ *    values times x in f32, then scales; a tree reduction in local memory
+ *    ends it;
+ *  - CPU-class devices (register blocks): one item per tile of QMR rows of x
+ *    times QNR weight rows; per block it widens each weight row's 32 values
+ *    into two float16 vectors once and uses them for every x row, summing
+ *    d * (x . q) per lane; one horizontal sum per output at the end. No
+ *    local memory, no barriers (PoCL runs those as loops over the items).
+ * Napkin math: N*K/32*(34|18) bytes of weights per row of x. */
 
 #define QWG 32
 
@@ -51,3 +58,67 @@ inline float f16_from_bytes(uchar lo, uchar hi) {
 /* q8_0: q = the signed byte 2 + j; q4_0: nibble j of bytes 2..17, minus 8 */
 MATMUL_Q(matmul_q8_0, 34, (char)p[2 + j])
 MATMUL_Q(matmul_q4_0, 18, (j < 16 ? (int)(p[2 + j] & 15) : (int)(p[2 + j - 16] >> 4)) - 8)
+
+/* ---- register blocks (CPU-class devices) ---------------------------------------- */
+
+/* values 16h .. 16h+15 of the block at p as floats */
+inline float16 q8_vals(__global const uchar *p, int h) {
+    return convert_float16(vload16(0, (__global const char *)p + 2 + 16 * h));
+}
+inline float16 q4_vals(__global const uchar *p, int h) {
+    const uchar16 b = vload16(0, p + 2);
+    return convert_float16(h ? b >> (uchar16)(4) : b & (uchar16)(15)) - 8.0f;
+}
+
+inline float hsum16(float16 v) {
+    float8 a = v.lo + v.hi;
+    float4 b = a.lo + a.hi;
+    float2 c = b.lo + b.hi;
+    return c.x + c.y;
+}
+
+/* Global (ceil(T/MR) * ceil(N/NR), B), any local size; consecutive items
+ * take consecutive weight rows, so a work-group streams one stretch of w. */
+#define QRB_KERNEL(NAME, BS, VALS, MR, NR)                                                          \
+    __kernel void NAME(__global float *y, ulong yo, __global const float *x, ulong xo,              \
+                       __global const uchar *w, ulong wo, int B, int Bw, int T, int N, int K,       \
+                       float scale) {                                                               \
+        const int nNt = (N + NR - 1) / NR, nMt = (T + MR - 1) / MR;                                 \
+        const int i = get_global_id(0), b = get_global_id(1);                                       \
+        if (i >= nMt * nNt) return;                                                                 \
+        const int m0 = i / nNt * MR, n0 = i % nNt * NR, nb = K / 32;                                \
+        const int bw = (int)((long)b * Bw / B);                                                     \
+        __global const uchar *wr[NR];                                                               \
+        __global const float *xr[MR];                                                               \
+        _Pragma("unroll") for (int c = 0; c < NR; c++)                                              \
+            wr[c] = w + wo + ((long)bw * N + min(n0 + c, N - 1)) * nb * BS;                         \
+        _Pragma("unroll") for (int r = 0; r < MR; r++)                                              \
+            xr[r] = x + xo + ((long)b * T + min(m0 + r, T - 1)) * K;                                \
+        float16 acc[MR][NR];                                                                        \
+        _Pragma("unroll") for (int r = 0; r < MR; r++)                                              \
+            _Pragma("unroll") for (int c = 0; c < NR; c++) acc[r][c] = (float16)(0.0f);             \
+        for (int blk = 0; blk < nb; blk++) {                                                        \
+            float16 x0[MR], x1[MR];                                                                 \
+            _Pragma("unroll") for (int r = 0; r < MR; r++) {                                        \
+                x0[r] = vload16(0, xr[r] + blk * 32);                                               \
+                x1[r] = vload16(0, xr[r] + blk * 32 + 16);                                          \
+            }                                                                                       \
+            _Pragma("unroll") for (int c = 0; c < NR; c++) {                                        \
+                __global const uchar *p = wr[c] + (long)blk * BS;                                   \
+                const float16 d = (float16)(f16_from_bytes(p[0], p[1]));                            \
+                const float16 w0 = VALS(p, 0), w1 = VALS(p, 1);                                     \
+                _Pragma("unroll") for (int r = 0; r < MR; r++)                                      \
+                    acc[r][c] = fma(d, fma(x0[r], w0, x1[r] * w1), acc[r][c]);                      \
+            }                                                                                       \
+        }                                                                                           \
+        _Pragma("unroll") for (int r = 0; r < MR; r++)                                              \
+            _Pragma("unroll") for (int c = 0; c < NR; c++)                                          \
+                if (m0 + r < T && n0 + c < N)                                                       \
+                    y[yo + ((long)b * T + m0 + r) * N + n0 + c] = scale * hsum16(acc[r][c]);        \
+    }
+
+/* T == 1 (decode): one x row, 4 weight rows; otherwise 4 x 4 */
+QRB_KERNEL(gemv_q8_0, 34, q8_vals, 1, 4)
+QRB_KERNEL(gemv_q4_0, 18, q4_vals, 1, 4)
+QRB_KERNEL(dot_q8_0, 34, q8_vals, 4, 4)
+QRB_KERNEL(dot_q4_0, 18, q4_vals, 4, 4)

@@ -71,6 +71,10 @@ typedef enum {
     OCL_K_ATTN_DECODE,
     OCL_K_MATMUL_Q8_0, /* matmul_q.cl: q8_0 / q4_0 weights */
     OCL_K_MATMUL_Q4_0,
+    OCL_K_GEMV_Q8_0, /* matmul_q.cl, register blocks (CPU-class devices) */
+    OCL_K_GEMV_Q4_0,
+    OCL_K_DOT_Q8_0,
+    OCL_K_DOT_Q4_0,
     OCL_K_COUNT
 } ocl_kernel_id;
 
