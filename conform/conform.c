@@ -97,13 +97,18 @@ static const ccase CASES[] = {
     {DRT_OP_MATMUL, {1, 1, 70, 320, 67, 0}, Q4, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {4, 2, 7, 64, 33, 0}, Q8, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {2, 1, 3, 64, 33, 0}, Q4, 0, 1, 0, 2},
-    /* the cpu backend's bf16-dot GEMV works on block pairs: an odd block
-     * count (a lone last block), one block, T = 8, batches with their own w */
+    /* the cpu backend's bf16-dot GEMV works on block pairs (q8_0) and
+     * quads (q4_0): an odd block count (a lone last block), one block,
+     * T = 8, batches with their own w */
     {DRT_OP_MATMUL, {1, 1, 3, 96, 37, 0}, Q4, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 2, 32, 5, 0}, Q8, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 2, 32, 5, 0}, Q4, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {2, 2, 8, 160, 9, 0}, Q4, 0, 1, 0, 0.25f},
     {DRT_OP_MATMUL, {3, 3, 4, 224, 6, 0}, Q8, 0, 1, 0, 1},
+    /* q4_0 there goes four blocks at a time, then pairs: a quad and a pair
+     * and a lone block, a quad and a pair */
+    {DRT_OP_MATMUL, {1, 1, 1, 224, 7, 0}, Q4, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 4, 192, 11, 0}, Q4, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {2, 1, 9, 300, 130, 1}, F32, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 8, 1000, 77, 0}, F32, 0, 1, 0, 1},
     /* ROPE {T, Hn, d}; inv_freq of theta 10000 */

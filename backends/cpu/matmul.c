@@ -119,26 +119,35 @@ VINL void gemv_rows_q(float *y, const float *x, const void *w, drt_dtype dt, int
         for (int t = 0; t < TT; t++) y[(int64_t)t * N + n + i] = scale * vhsum(acc[i][t]);
 }
 
-/* the bf16-dot GEMV below (avx512 only; cpu_mm_args.qdot is 0 elsewhere) */
-enum { QX = 80 }; /* floats of prepared x per row and block pair: xh0 xh1 xl0 xl1 (32 bf16 each), -corr (16 f32) */
+/* The bf16-dot GEMV below (avx512 only; cpu_mm_args.qdot is 0 elsewhere)
+ * reads x prepared per row: q4_0 quads of blocks (QX4 floats each) while
+ * four blocks remain, then block pairs (QX floats each; q8_0 only pairs). */
+enum { QX = 80, QX4 = 144 };
 
-static int64_t qdot_pairs(int K) { return (K / DRT_QK + 1) / 2; }
+static int qdot_quads(int K, int q4) { return q4 ? K / DRT_QK / 4 : 0; }
+static int qdot_pairs(int K, int q4) { return (K / DRT_QK - 4 * qdot_quads(K, q4) + 1) / 2; }
+static int64_t qdot_row_floats(int K, int q4) {
+    return (int64_t)qdot_quads(K, q4) * QX4 + (int64_t)qdot_pairs(K, q4) * QX;
+}
 
 #if defined(DRT_ISA_avx512)
 /* ---- q8_0 / q4_0 GEMV on bf16 dot products (CPUs with AVX512-BF16 and VBMI) --
  * The block kernel above widens every weight to f32 and is bound by that
- * widening, not by memory. Here a pair of blocks (64 weights) becomes two
- * vectors of 32 bf16 values, exactly:
- *  - q4_0: a nibble n as the bf16 1 + n/16 (bits 0x3F80 | n << 3): one byte
- *    permute for the pair, then a shift and a ternary-logic op per vector;
- *  - q8_0: the bytes through f32 (|q| <= 128 is exact in bf16).
+ * widening, not by memory. Here the weights become vectors of 32 bf16
+ * values, exactly:
+ *  - q4_0: a nibble n as the bf16 1 + n/16 (bits 0x3F80 | n << 3). Four
+ *    blocks (72 bytes, two loads) take one byte permute, then a shift and a
+ *    ternary-logic op per vector of 32 nibbles; a last pair of blocks takes
+ *    a zero-extending byte permute and two of each;
+ *  - q8_0: a pair of blocks through f32 (|q| <= 128 is exact in bf16).
  * x is split once per call into bf16 hi + lo parts (x - hi - lo is under
- * 2^-16 |x|) laid out to match, so VDPBF16PS computes the block dot in f32
- * within the f32 bound. For q4_0, x is scaled by 16 so the dot is
- * sum (16 + n) x; the 24 sum x that the bias adds (q = n - 8) is removed by
- * starting each pair's sum at -1.5 sum(16 x) of the lane (QX below).
- * Lanes 0-7 of a pair's sum belong to its first block, 8-15 to its second,
- * so one vector of the two f16 scales finishes the pair with one FMA.
+ * 2^-16 |x|) laid out to match the weights' words, so VDPBF16PS computes
+ * the block dots in f32 within the f32 bound. For q4_0, x is scaled by 16
+ * so the dot is sum (16 + n) x; the 24 sum x that the bias adds (q = n - 8)
+ * is removed by starting each sum at -1.5 sum(16 x) of the lane.
+ * Each f32 lane of a sum belongs to one block (lanes 4j..4j+3 to block j of
+ * a quad, 8j..8j+7 of a pair), so one vector of the f16 scales finishes a
+ * quad or a pair with one FMA.
  * Only these functions carry the target attributes; the backend sets
  * cpu_mm_args.qdot only on a CPU that has both (DIFFRT_CPU_QDOT=0: off). */
 #define QDOT_ATTR __attribute__((target("avx512bf16,avx512vbmi")))
@@ -151,43 +160,113 @@ QDOT_FN __m256i qdot_bf16(__m512 v, __m512 *back) {
     return h;
 }
 
-/* rows 0..T of one batch of x (K values each) -> xq, per row and block pair
- * QX floats: word m of xh0 / xl0 pairs with value m of the first block's
- * first half (m < 16) or of the second block's (m >= 16); xh1 / xl1 the
- * same for the halves' second 16 values. A missing second block is zero. */
-QDOT_FN void qdot_prep_x(float *xq, const float *x, int K, int T, int q4) {
-    const int nb = K / DRT_QK;
-    const int64_t np = qdot_pairs(K);
-    const __m512 mul = _mm512_set1_ps(q4 ? 16.0f : 1.0f), neg = _mm512_set1_ps(-1.5f);
+QDOT_FN __m512i qdot_cat(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+/* lane j of the result: a[2j] + a[2j+1] for j < 8, b[2j-16] + b[2j-15] after */
+QDOT_FN __m512 qdot_pairsum(__m512 a, __m512 b) {
     const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    for (int t = 0; t < T; t++)
-        for (int64_t g = 0; g < np; g++) {
-            const float *xr = x + (int64_t)t * K + g * 2 * DRT_QK;
-            const int two = 2 * g + 1 < nb;
-            __m256i h[4], l[4];
-            __m512 s[4];
-            for (int i = 0; i < 4; i++) {
-                __m512 hf, lf;
-                const __m512 v = i < 2 || two ? _mm512_mul_ps(mul, _mm512_loadu_ps(xr + 16 * i)) : _mm512_setzero_ps();
-                h[i] = qdot_bf16(v, &hf);
-                l[i] = qdot_bf16(_mm512_sub_ps(v, hf), &lf);
-                s[i] = _mm512_add_ps(hf, lf);
-            }
-            float *o = xq + ((int64_t)t * np + g) * QX;
-            _mm512_storeu_si512(o, _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[2], 1));
-            _mm512_storeu_si512(o + 16, _mm512_inserti64x4(_mm512_castsi256_si512(h[1]), h[3], 1));
-            _mm512_storeu_si512(o + 32, _mm512_inserti64x4(_mm512_castsi256_si512(l[0]), l[2], 1));
-            _mm512_storeu_si512(o + 48, _mm512_inserti64x4(_mm512_castsi256_si512(l[1]), l[3], 1));
-            __m512 c = _mm512_setzero_ps();
-            if (q4) {
-                /* lane j: the four values its words cover, in either half */
-                const __m512 ta = _mm512_add_ps(s[0], s[1]), tb = _mm512_add_ps(s[2], s[3]);
-                c = _mm512_mul_ps(neg, _mm512_add_ps(_mm512_permutex2var_ps(ta, even, tb),
-                                                     _mm512_permutex2var_ps(ta, odd, tb)));
-            }
-            _mm512_storeu_ps(o + 64, c);
+    return _mm512_add_ps(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b));
+}
+
+/* 16 x values split: bf16 hi and lo (h, l), and hi + lo as f32 (s) */
+QDOT_FN void qdot_split(__m512 v, __m256i *h, __m256i *l, __m512 *s) {
+    __m512 hf, lf;
+    *h = qdot_bf16(v, &hf);
+    *l = qdot_bf16(_mm512_sub_ps(v, hf), &lf);
+    *s = _mm512_add_ps(hf, lf);
+}
+
+/* A q4_0 quad of x (128 values, scaled by 16) -> QX4 floats: xh[e], xl[e]
+ * for e = 0..3, then -corr. Word m of vector e pairs with value
+ * 2 (m % 8) + (0, 16, 1, 17)[e] of block m / 8. */
+QDOT_FN void qdot_prep_quad(float *o, const float *xr) {
+    const __m512 mul = _mm512_set1_ps(16.0f);
+    /* word selectors over two blocks' 32-word vectors (second one: +32) */
+    static const uint16_t ia[32] = {0,  2,  4,  6,  8,  10, 12, 14, 32, 34, 36, 38, 40, 42, 44, 46,
+                                    16, 18, 20, 22, 24, 26, 28, 30, 48, 50, 52, 54, 56, 58, 60, 62};
+    const __m512i sa = _mm512_loadu_si512(ia), sb = _mm512_add_epi16(sa, _mm512_set1_epi16(1));
+    __m512i H[4], L[4];
+    __m512 S[4];
+    for (int j = 0; j < 4; j++) {
+        __m256i h0, h1, l0, l1;
+        __m512 s0, s1;
+        qdot_split(_mm512_mul_ps(mul, _mm512_loadu_ps(xr + 32 * j)), &h0, &l0, &s0);
+        qdot_split(_mm512_mul_ps(mul, _mm512_loadu_ps(xr + 32 * j + 16)), &h1, &l1, &s1);
+        H[j] = qdot_cat(h0, h1); /* word k: value k of block j */
+        L[j] = qdot_cat(l0, l1);
+        S[j] = _mm512_add_ps(s0, s1); /* lane i: values i and i + 16 */
+    }
+    for (int part = 0; part < 2; part++) {
+        const __m512i *V = part ? L : H;
+        /* 0-7 block a even values < 16, 8-15 block b, 16-31 the same >= 16 */
+        const __m512i a01 = _mm512_permutex2var_epi16(V[0], sa, V[1]), a23 = _mm512_permutex2var_epi16(V[2], sa, V[3]);
+        const __m512i b01 = _mm512_permutex2var_epi16(V[0], sb, V[1]), b23 = _mm512_permutex2var_epi16(V[2], sb, V[3]);
+        float *d = o + part * 64;
+        _mm512_storeu_si512(d, _mm512_shuffle_i64x2(a01, a23, 0x44));      /* e0: 2q     */
+        _mm512_storeu_si512(d + 16, _mm512_shuffle_i64x2(a01, a23, 0xEE)); /* e1: 2q + 16 */
+        _mm512_storeu_si512(d + 32, _mm512_shuffle_i64x2(b01, b23, 0x44)); /* e2: 2q + 1  */
+        _mm512_storeu_si512(d + 48, _mm512_shuffle_i64x2(b01, b23, 0xEE)); /* e3: 2q + 17 */
+    }
+    /* lane 4j + q: values 4q..4q+3 and 16+4q..16+4q+3 of block j */
+    const __m512 u = qdot_pairsum(qdot_pairsum(S[0], S[1]), qdot_pairsum(S[2], S[3]));
+    _mm512_storeu_ps(o + 128, _mm512_mul_ps(_mm512_set1_ps(-1.5f), u));
+}
+
+/* A pair of blocks of x (64 values; two = 0: the first only, the second is
+ * zero) -> QX floats: xh0 xh1 xl0 xl1, then -corr (q4_0) or zero. Word m of
+ * xh0 / xl0 pairs with value m of the first block's first half (m < 16) or
+ * of the second block's (m >= 16); xh1 / xl1 the same for values 16..31. */
+QDOT_FN void qdot_prep_pair(float *o, const float *xr, int two, int q4) {
+    const __m512 mul = _mm512_set1_ps(q4 ? 16.0f : 1.0f);
+    __m256i h[4], l[4];
+    __m512 s[4];
+    for (int i = 0; i < 4; i++) {
+        const __m512 v = i < 2 || two ? _mm512_mul_ps(mul, _mm512_loadu_ps(xr + 16 * i)) : _mm512_setzero_ps();
+        qdot_split(v, &h[i], &l[i], &s[i]);
+    }
+    _mm512_storeu_si512(o, qdot_cat(h[0], h[2]));
+    _mm512_storeu_si512(o + 16, qdot_cat(h[1], h[3]));
+    _mm512_storeu_si512(o + 32, qdot_cat(l[0], l[2]));
+    _mm512_storeu_si512(o + 48, qdot_cat(l[1], l[3]));
+    /* lane j: the four values its words cover, in either half */
+    const __m512 c = qdot_pairsum(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]));
+    _mm512_storeu_ps(o + 64, q4 ? _mm512_mul_ps(_mm512_set1_ps(-1.5f), c) : _mm512_setzero_ps());
+}
+
+/* rows 0..T of one batch of x (K values each) -> xq, qdot_row_floats each */
+QDOT_FN void qdot_prep_x(float *xq, const float *x, int K, int T, int q4) {
+    const int nb = K / DRT_QK, nq = qdot_quads(K, q4), np = qdot_pairs(K, q4);
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (int64_t)t * K;
+        float *o = xq + t * qdot_row_floats(K, q4);
+        for (int g = 0; g < nq; g++, o += QX4) qdot_prep_quad(o, xr + g * 4 * DRT_QK);
+        for (int g = 0; g < np; g++, o += QX) {
+            const int b0 = 4 * nq + 2 * g;
+            qdot_prep_pair(o, xr + b0 * DRT_QK, b0 + 1 < nb, q4);
         }
+    }
+}
+
+/* the q4_0 quad at b (72 bytes) as four vectors of bf16 weights (w[e], as
+ * qdot_prep_quad's x) and the f32 scale of each lane */
+QDOT_FN void qdot_q4_quad(const unsigned char *b, __m512i w[4], __m512 *d) {
+    /* value byte c of block j: quad byte 18 j + 2 + c; block 3's from the
+     * second load (which starts at byte 8): index 64 + 48 + c */
+    static const uint8_t qidx[64] = {
+        2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 20,  21,  22,  23,  24,  25,
+        26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 38, 39, 40, 41, 42, 43, 44,  45,  46,  47,  48,  49,
+        50, 51, 52, 53, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127};
+    static const uint16_t didx[32] = {0, 0, 0, 0, 9, 9, 9, 9, 18, 18, 18, 18, 27, 27, 27, 27};
+    const __m512i lo = _mm512_loadu_si512(b), hi = _mm512_loadu_si512(b + 8);
+    const __m512i p = _mm512_permutex2var_epi8(lo, _mm512_loadu_si512(qidx), hi);
+    const __m512i m = _mm512_set1_epi16(0x78), one = _mm512_set1_epi16(0x3F80);
+    /* nibble e of each word to bits 3..6, then | 0x3F80: (a & b) | c */
+    w[0] = _mm512_ternarylogic_epi32(_mm512_slli_epi16(p, 3), m, one, 0xEA);
+    w[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(p, 1), m, one, 0xEA);
+    w[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(p, 5), m, one, 0xEA);
+    w[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(p, 9), m, one, 0xEA);
+    *d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(didx), lo)));
 }
 
 /* the pair of blocks at b (two = 0: only the first exists) as two vectors
@@ -203,7 +282,7 @@ QDOT_FN void qdot_q4_pair(const unsigned char *b, int two, __m512i *w0, __m512i 
     /* value byte m of the pair zero-extended into word m */
     const __m512i z = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, _mm512_loadu_si512(qidx), raw);
     const __m512i m = _mm512_set1_epi16(0x78), one = _mm512_set1_epi16(0x3F80);
-    *w0 = _mm512_ternarylogic_epi32(_mm512_slli_epi16(z, 3), m, one, 0xEA); /* (a & b) | c */
+    *w0 = _mm512_ternarylogic_epi32(_mm512_slli_epi16(z, 3), m, one, 0xEA);
     *w1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(z, 1), m, one, 0xEA);
     *d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(didx), raw)));
 }
@@ -222,31 +301,48 @@ QDOT_FN void qdot_q8_pair(const unsigned char *b, int two, __m512i *w0, __m512i 
     *d = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(db), _mm_set1_epi16(da)));
 }
 
+QDOT_FN __m512 qdot_dp(__m512 s, __m512i w, const float *x) {
+    return _mm512_dpbf16_ps(s, (__m512bh)w, (__m512bh)_mm512_loadu_si512(x));
+}
+
 /* y[t*N + n + i] for i < n4 (1..4), t < TT: weight rows n.. dotted with the
  * prepared x rows (qdot_prep_x). TT and q4 are constants after inlining. */
 QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, int q4, int64_t n, int n4, int TT, int N, int K,
                        float scale) {
-    const int nb = K / DRT_QK;
-    const int64_t np = qdot_pairs(K), bs = q4 ? 18 : 34, rowb = nb * bs;
+    const int nb = K / DRT_QK, nq = qdot_quads(K, q4), np = qdot_pairs(K, q4);
+    const int64_t bs = q4 ? 18 : 34, rowb = nb * bs, xrow = qdot_row_floats(K, q4);
     __m512 acc[4][GEMV_T];
     for (int i = 0; i < 4; i++)
         for (int t = 0; t < TT; t++) acc[i][t] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < np; g++) {
-        const int two = 2 * g + 1 < nb;
+    for (int g = 0; g < nq; g++)
         for (int i = 0; i < n4; i++) {
-            const unsigned char *b = (const unsigned char *)w + (n + i) * rowb + g * 2 * bs;
+            const unsigned char *b = (const unsigned char *)w + (n + i) * rowb + g * 4 * bs;
             __builtin_prefetch(b + 16 * rowb, 0, 3); /* as gemv_rows: 16 rows ahead */
+            __builtin_prefetch(b + 16 * rowb + 64, 0, 3);
+            __m512i wq[4];
+            __m512 d;
+            qdot_q4_quad(b, wq, &d);
+            for (int t = 0; t < TT; t++) {
+                const float *xp = xq + t * xrow + (int64_t)g * QX4;
+                __m512 s = _mm512_loadu_ps(xp + 128);
+                for (int e = 0; e < 4; e++) s = qdot_dp(qdot_dp(s, wq[e], xp + 16 * e), wq[e], xp + 64 + 16 * e);
+                acc[i][t] = _mm512_fmadd_ps(s, d, acc[i][t]);
+            }
+        }
+    for (int g = 0; g < np; g++) {
+        const int b0 = 4 * nq + 2 * g, two = b0 + 1 < nb;
+        for (int i = 0; i < n4; i++) {
+            const unsigned char *b = (const unsigned char *)w + (n + i) * rowb + b0 * bs;
+            __builtin_prefetch(b + 16 * rowb, 0, 3);
             __m512i w0, w1;
             __m512 d;
             if (q4) qdot_q4_pair(b, two, &w0, &w1, &d);
             else qdot_q8_pair(b, two, &w0, &w1, &d);
             for (int t = 0; t < TT; t++) {
-                const float *xp = xq + ((int64_t)t * np + g) * QX;
+                const float *xp = xq + t * xrow + (int64_t)nq * QX4 + (int64_t)g * QX;
                 __m512 s = _mm512_loadu_ps(xp + 64);
-                s = _mm512_dpbf16_ps(s, (__m512bh)w0, (__m512bh)_mm512_loadu_si512(xp));
-                s = _mm512_dpbf16_ps(s, (__m512bh)w0, (__m512bh)_mm512_loadu_si512(xp + 32));
-                s = _mm512_dpbf16_ps(s, (__m512bh)w1, (__m512bh)_mm512_loadu_si512(xp + 16));
-                s = _mm512_dpbf16_ps(s, (__m512bh)w1, (__m512bh)_mm512_loadu_si512(xp + 48));
+                s = qdot_dp(qdot_dp(s, w0, xp), w0, xp + 32);
+                s = qdot_dp(qdot_dp(s, w1, xp + 16), w1, xp + 48);
                 acc[i][t] = _mm512_fmadd_ps(s, d, acc[i][t]);
             }
         }
@@ -629,7 +725,7 @@ void KFN(cpu_matmul)(void *args, int ith, int nth) {
 /* per-thread scratch: NB packed weight panels, or the GEMV's prepared x on
  * the bf16-dot path */
 int64_t KFN(cpu_mm_scratch_floats)(const cpu_mm_args *a) {
-    if (use_gemv(a)) return use_qdot(a) ? (int64_t)a->T * qdot_pairs(a->K) * QX : 0;
+    if (use_gemv(a)) return use_qdot(a) ? (int64_t)a->T * qdot_row_floats(a->K, a->wt == DRT_Q4_0) : 0;
     return (int64_t)NB * KC * NR;
 }
 
