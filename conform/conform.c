@@ -97,8 +97,8 @@ static const ccase CASES[] = {
     {DRT_OP_MATMUL, {1, 1, 70, 320, 67, 0}, Q4, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {4, 2, 7, 64, 33, 0}, Q8, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {2, 1, 3, 64, 33, 0}, Q4, 0, 1, 0, 2},
-    /* the cpu backend's bf16-dot GEMV works on block pairs (q8_0) and
-     * quads (q4_0): an odd block count (a lone last block), one block,
+    /* GEMV edge cases (the cpu backend's bf16-dot q4_0 GEMV works on block
+     * quads and pairs): an odd block count (a lone last block), one block,
      * T = 8, batches with their own w */
     {DRT_OP_MATMUL, {1, 1, 3, 96, 37, 0}, Q4, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 2, 32, 5, 0}, Q8, 0, 1, 0, 1},

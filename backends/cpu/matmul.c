@@ -119,31 +119,30 @@ VINL void gemv_rows_q(float *y, const float *x, const void *w, drt_dtype dt, int
         for (int t = 0; t < TT; t++) y[(int64_t)t * N + n + i] = scale * vhsum(acc[i][t]);
 }
 
-/* The bf16-dot GEMV below (avx512 only; cpu_mm_args.qdot is 0 elsewhere)
- * reads x prepared per row: q4_0 quads of blocks (QX4 floats each) while
- * four blocks remain, then block pairs (QX floats each; q8_0 only pairs). */
+/* The bf16-dot q4_0 GEMV below (avx512 only; cpu_mm_args.qdot is 0
+ * elsewhere) reads x prepared per row: quads of blocks (QX4 floats each)
+ * while four blocks remain, then block pairs (QX floats each). */
 enum { QX = 80, QX4 = 144 };
 
-static int qdot_quads(int K, int q4) { return q4 ? K / DRT_QK / 4 : 0; }
-static int qdot_pairs(int K, int q4) { return (K / DRT_QK - 4 * qdot_quads(K, q4) + 1) / 2; }
-static int64_t qdot_row_floats(int K, int q4) {
-    return (int64_t)qdot_quads(K, q4) * QX4 + (int64_t)qdot_pairs(K, q4) * QX;
-}
+static int qdot_quads(int K) { return K / DRT_QK / 4; }
+static int qdot_pairs(int K) { return (K / DRT_QK - 4 * qdot_quads(K) + 1) / 2; }
+static int64_t qdot_row_floats(int K) { return (int64_t)qdot_quads(K) * QX4 + (int64_t)qdot_pairs(K) * QX; }
 
 #if defined(DRT_ISA_avx512)
-/* ---- q8_0 / q4_0 GEMV on bf16 dot products (CPUs with AVX512-BF16 and VBMI) --
+/* ---- q4_0 GEMV on bf16 dot products (CPUs with AVX512-BF16 and VBMI) -------
  * The block kernel above widens every weight to f32 and is bound by that
- * widening, not by memory. Here the weights become vectors of 32 bf16
- * values, exactly:
- *  - q4_0: a nibble n as the bf16 1 + n/16 (bits 0x3F80 | n << 3). Four
- *    blocks (72 bytes, two loads) take one byte permute, then a shift and a
- *    ternary-logic op per vector of 32 nibbles; a last pair of blocks takes
- *    a zero-extending byte permute and two of each;
- *  - q8_0: a pair of blocks through f32 (|q| <= 128 is exact in bf16).
+ * widening, not by memory (1 thread, cache-resident 768 x 2048: 15 G
+ * weights/s, against 24 for f16). Here a nibble n becomes the bf16 1 + n/16
+ * (bits 0x3F80 | n << 3), exactly: four blocks (72 bytes, two loads) take
+ * one byte permute, then a shift and a ternary-logic op per vector of 32
+ * nibbles; a last pair of blocks takes a zero-extending byte permute and two
+ * of each (27 G weights/s on the same shape). q8_0 stays on the block
+ * kernel: its bytes need a real conversion, and the same scheme measured
+ * slower there (16 against 19 G weights/s).
  * x is split once per call into bf16 hi + lo parts (x - hi - lo is under
  * 2^-16 |x|) laid out to match the weights' words, so VDPBF16PS computes
- * the block dots in f32 within the f32 bound. For q4_0, x is scaled by 16
- * so the dot is sum (16 + n) x; the 24 sum x that the bias adds (q = n - 8)
+ * the block dots in f32 within the f32 bound. x is scaled by 16 so the
+ * dot is sum (16 + n) x; the 24 sum x that the bias adds (q = n - 8)
  * is removed by starting each sum at -1.5 sum(16 x) of the lane.
  * Each f32 lane of a sum belongs to one block (lanes 4j..4j+3 to block j of
  * a quad, 8j..8j+7 of a pair), so one vector of the f16 scales finishes a
@@ -213,12 +212,12 @@ QDOT_FN void qdot_prep_quad(float *o, const float *xr) {
     _mm512_storeu_ps(o + 128, _mm512_mul_ps(_mm512_set1_ps(-1.5f), u));
 }
 
-/* A pair of blocks of x (64 values; two = 0: the first only, the second is
- * zero) -> QX floats: xh0 xh1 xl0 xl1, then -corr (q4_0) or zero. Word m of
+/* A pair of blocks of x (64 values, scaled by 16; two = 0: the first only,
+ * the second is zero) -> QX floats: xh0 xh1 xl0 xl1, then -corr. Word m of
  * xh0 / xl0 pairs with value m of the first block's first half (m < 16) or
  * of the second block's (m >= 16); xh1 / xl1 the same for values 16..31. */
-QDOT_FN void qdot_prep_pair(float *o, const float *xr, int two, int q4) {
-    const __m512 mul = _mm512_set1_ps(q4 ? 16.0f : 1.0f);
+QDOT_FN void qdot_prep_pair(float *o, const float *xr, int two) {
+    const __m512 mul = _mm512_set1_ps(16.0f);
     __m256i h[4], l[4];
     __m512 s[4];
     for (int i = 0; i < 4; i++) {
@@ -231,19 +230,19 @@ QDOT_FN void qdot_prep_pair(float *o, const float *xr, int two, int q4) {
     _mm512_storeu_si512(o + 48, qdot_cat(l[1], l[3]));
     /* lane j: the four values its words cover, in either half */
     const __m512 c = qdot_pairsum(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3]));
-    _mm512_storeu_ps(o + 64, q4 ? _mm512_mul_ps(_mm512_set1_ps(-1.5f), c) : _mm512_setzero_ps());
+    _mm512_storeu_ps(o + 64, _mm512_mul_ps(_mm512_set1_ps(-1.5f), c));
 }
 
 /* rows 0..T of one batch of x (K values each) -> xq, qdot_row_floats each */
-QDOT_FN void qdot_prep_x(float *xq, const float *x, int K, int T, int q4) {
-    const int nb = K / DRT_QK, nq = qdot_quads(K, q4), np = qdot_pairs(K, q4);
+QDOT_FN void qdot_prep_x(float *xq, const float *x, int K, int T) {
+    const int nb = K / DRT_QK, nq = qdot_quads(K), np = qdot_pairs(K);
     for (int t = 0; t < T; t++) {
         const float *xr = x + (int64_t)t * K;
-        float *o = xq + t * qdot_row_floats(K, q4);
+        float *o = xq + t * qdot_row_floats(K);
         for (int g = 0; g < nq; g++, o += QX4) qdot_prep_quad(o, xr + g * 4 * DRT_QK);
         for (int g = 0; g < np; g++, o += QX) {
             const int b0 = 4 * nq + 2 * g;
-            qdot_prep_pair(o, xr + b0 * DRT_QK, b0 + 1 < nb, q4);
+            qdot_prep_pair(o, xr + b0 * DRT_QK, b0 + 1 < nb);
         }
     }
 }
@@ -287,30 +286,16 @@ QDOT_FN void qdot_q4_pair(const unsigned char *b, int two, __m512i *w0, __m512i 
     *d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(didx), raw)));
 }
 
-QDOT_FN __m512 qdot_q8_half(const unsigned char *q) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
-}
-
-QDOT_FN void qdot_q8_pair(const unsigned char *b, int two, __m512i *w0, __m512i *w1, __m512 *d) {
-    const __m512 z = _mm512_setzero_ps();
-    const __m512 a0 = qdot_q8_half(b + 2), a1 = qdot_q8_half(b + 18);
-    const __m512 b0 = two ? qdot_q8_half(b + 36) : z, b1 = two ? qdot_q8_half(b + 52) : z;
-    *w0 = (__m512i)_mm512_cvtne2ps_pbh(b0, a0);
-    *w1 = (__m512i)_mm512_cvtne2ps_pbh(b1, a1);
-    const short da = (short)(b[0] | b[1] << 8), db = two ? (short)(b[34] | b[35] << 8) : 0;
-    *d = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(db), _mm_set1_epi16(da)));
-}
-
 QDOT_FN __m512 qdot_dp(__m512 s, __m512i w, const float *x) {
     return _mm512_dpbf16_ps(s, (__m512bh)w, (__m512bh)_mm512_loadu_si512(x));
 }
 
-/* y[t*N + n + i] for i < n4 (1..4), t < TT: weight rows n.. dotted with the
- * prepared x rows (qdot_prep_x). TT and q4 are constants after inlining. */
-QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, int q4, int64_t n, int n4, int TT, int N, int K,
+/* y[t*N + n + i] for i < n4 (1..4), t < TT: q4_0 weight rows n.. dotted
+ * with the prepared x rows (qdot_prep_x). TT is a constant after inlining. */
+QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, int64_t n, int n4, int TT, int N, int K,
                        float scale) {
-    const int nb = K / DRT_QK, nq = qdot_quads(K, q4), np = qdot_pairs(K, q4);
-    const int64_t bs = q4 ? 18 : 34, rowb = nb * bs, xrow = qdot_row_floats(K, q4);
+    const int nb = K / DRT_QK, nq = qdot_quads(K), np = qdot_pairs(K);
+    const int64_t bs = 18, rowb = nb * bs, xrow = qdot_row_floats(K);
     __m512 acc[4][GEMV_T];
     for (int i = 0; i < 4; i++)
         for (int t = 0; t < TT; t++) acc[i][t] = _mm512_setzero_ps();
@@ -336,8 +321,7 @@ QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, int q4, int64_t
             __builtin_prefetch(b + 16 * rowb, 0, 3);
             __m512i w0, w1;
             __m512 d;
-            if (q4) qdot_q4_pair(b, two, &w0, &w1, &d);
-            else qdot_q8_pair(b, two, &w0, &w1, &d);
+            qdot_q4_pair(b, two, &w0, &w1, &d);
             for (int t = 0; t < TT; t++) {
                 const float *xp = xq + t * xrow + (int64_t)nq * QX4 + (int64_t)g * QX;
                 __m512 s = _mm512_loadu_ps(xp + 64);
@@ -350,18 +334,6 @@ QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, int q4, int64_t
     for (int i = 0; i < n4; i++)
         for (int t = 0; t < TT; t++) y[(int64_t)t * N + n + i] = scale * _mm512_reduce_add_ps(acc[i][t]);
 }
-
-#define QDOT_TT(q4)                                                                  \
-    switch (a->T) {                                                                  \
-    case 1: qdot_rows(yb, xq, wb, q4, n, (int)n4, 1, N, K, a->scale); break;         \
-    case 2: qdot_rows(yb, xq, wb, q4, n, (int)n4, 2, N, K, a->scale); break;         \
-    case 3: qdot_rows(yb, xq, wb, q4, n, (int)n4, 3, N, K, a->scale); break;         \
-    case 4: qdot_rows(yb, xq, wb, q4, n, (int)n4, 4, N, K, a->scale); break;         \
-    case 5: qdot_rows(yb, xq, wb, q4, n, (int)n4, 5, N, K, a->scale); break;         \
-    case 6: qdot_rows(yb, xq, wb, q4, n, (int)n4, 6, N, K, a->scale); break;         \
-    case 7: qdot_rows(yb, xq, wb, q4, n, (int)n4, 7, N, K, a->scale); break;         \
-    default: qdot_rows(yb, xq, wb, q4, n, (int)n4, 8, N, K, a->scale); break;        \
-    }
 
 /* The GEMV's split (contiguous column ranges); each thread prepares the x
  * rows of the batches its range touches in its own scratch. */
@@ -377,23 +349,28 @@ QDOT_ATTR static void gemv_qdot(const cpu_mm_args *a, int ith, int nth) {
         int64_t n4 = hi - c < 4 ? hi - c : 4;
         if (N - n < n4) n4 = N - n;
         if (b != prepared) {
-            qdot_prep_x(xq, a->x + (int64_t)b * a->T * K, K, a->T, a->wt == DRT_Q4_0);
+            qdot_prep_x(xq, a->x + (int64_t)b * a->T * K, K, a->T);
             prepared = b;
         }
         const int64_t bw = (int64_t)b * a->Bw / a->B;
         const void *wb = (const char *)a->w + bw * wbytes(a->wt, (int64_t)N * K);
         float *yb = a->y + (int64_t)b * a->T * N;
-        if (a->wt == DRT_Q4_0) {
-            QDOT_TT(1)
-        } else {
-            QDOT_TT(0)
+        switch (a->T) {
+        case 1: qdot_rows(yb, xq, wb, n, (int)n4, 1, N, K, a->scale); break;
+        case 2: qdot_rows(yb, xq, wb, n, (int)n4, 2, N, K, a->scale); break;
+        case 3: qdot_rows(yb, xq, wb, n, (int)n4, 3, N, K, a->scale); break;
+        case 4: qdot_rows(yb, xq, wb, n, (int)n4, 4, N, K, a->scale); break;
+        case 5: qdot_rows(yb, xq, wb, n, (int)n4, 5, N, K, a->scale); break;
+        case 6: qdot_rows(yb, xq, wb, n, (int)n4, 6, N, K, a->scale); break;
+        case 7: qdot_rows(yb, xq, wb, n, (int)n4, 7, N, K, a->scale); break;
+        default: qdot_rows(yb, xq, wb, n, (int)n4, 8, N, K, a->scale); break;
         }
         c += n4;
     }
 }
 #endif
 
-static int use_qdot(const cpu_mm_args *a) { return a->qdot && (a->wt == DRT_Q8_0 || a->wt == DRT_Q4_0); }
+static int use_qdot(const cpu_mm_args *a) { return a->qdot && a->wt == DRT_Q4_0; }
 
 VINL void gemv_range(const cpu_mm_args *a, int64_t lo, int64_t hi, drt_dtype dt, int TT) {
     const int N = a->N, K = a->K;
@@ -725,7 +702,7 @@ void KFN(cpu_matmul)(void *args, int ith, int nth) {
 /* per-thread scratch: NB packed weight panels, or the GEMV's prepared x on
  * the bf16-dot path */
 int64_t KFN(cpu_mm_scratch_floats)(const cpu_mm_args *a) {
-    if (use_gemv(a)) return use_qdot(a) ? (int64_t)a->T * qdot_row_floats(a->K, a->wt == DRT_Q4_0) : 0;
+    if (use_gemv(a)) return use_qdot(a) ? (int64_t)a->T * qdot_row_floats(a->K) : 0;
     return (int64_t)NB * KC * NR;
 }
 
