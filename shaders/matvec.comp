@@ -5,17 +5,25 @@
  * x is (B,T,K) f32; W is (Bw,N,K); y is (B,T,N) f32.
  * CPU reference: backends/cpu/matmul.c (cpu_matmul).
  *
- * One workgroup computes 4 consecutive n of one row t (grid: x = N/4, y = T,
- * z = B): its WG threads stride over K (consecutive threads read consecutive
- * weights: coalesced), then one workgroup reduction of the four partial
- * sums (subgroup ops, or shared memory without them).
+ * A workgroup computes 4 consecutive n of one row t at a time (grid: x
+ * blocks of 4 n, y = T, z = B), striding over the blocks of N when the
+ * grid has fewer than N/4 (CPU devices: few workgroups of one subgroup
+ * each, see backends/vulkan/matmul.c): its WG threads stride over K
+ * (consecutive threads read consecutive weights: coalesced), then one
+ * workgroup reduction of the four partial sums (subgroup ops, or shared
+ * memory without them).
+ * VEC4 (K and the x and W offsets multiples of 4): x and W are read 4
+ * elements per load (load_w4a: for packed f16 two 32-bit words).
  * Napkin math: 2*T*N*K flops; reads the N*K weights once per row t: for
  * T = 1 this is bandwidth bound at N*K*sizeof(w) bytes. */
 #define WANT_REDUCE
 #include "common.glsl"
 #include "weights.glsl"
 
+layout(constant_id = 2) const bool VEC4 = false;
+
 layout(binding = 0) readonly buffer Xbuf { float x[]; };
+layout(binding = 0) readonly buffer Xbuf4 { vec4 x4[]; };
 layout(binding = 4) writeonly buffer Ybuf { float y[]; };
 
 layout(push_constant) uniform PC {
@@ -26,19 +34,32 @@ layout(push_constant) uniform PC {
 
 void main() {
     const uint tid = gl_LocalInvocationIndex;
-    const uint n0 = gl_WorkGroupID.x * 4, t = gl_WorkGroupID.y, b = gl_WorkGroupID.z;
+    const uint t = gl_WorkGroupID.y, b = gl_WorkGroupID.z;
     const uint bw = b * pc.Bw / pc.B;
     const uint xr = pc.o_x + (b * pc.T + t) * pc.K;
     const uint wb = pc.o_w + bw * pc.N * pc.K;
-    /* rows past N re-read row N-1 (in bounds) and are not written */
-    uvec4 wr;
-    for (uint r = 0; r < 4; r++) wr[r] = wb + min(n0 + r, pc.N - 1) * pc.K;
+    /* uniform in the workgroup: every thread reaches the reductions */
+    for (uint n0 = gl_WorkGroupID.x * 4; n0 < pc.N; n0 += gl_NumWorkGroups.x * 4) {
+        /* rows past N re-read row N-1 (in bounds) and are not written */
+        uvec4 wr;
+        for (uint r = 0; r < 4; r++) wr[r] = wb + min(n0 + r, pc.N - 1) * pc.K;
 
-    vec4 acc = vec4(0.0);
-    for (uint k = tid; k < pc.K; k += WG) {
-        float xv = x[xr + k];
-        acc += xv * vec4(load_w(wr.x + k), load_w(wr.y + k), load_w(wr.z + k), load_w(wr.w + k));
+        vec4 acc = vec4(0.0);
+        if (VEC4) {
+            const uint x4r = xr / 4;
+            const uvec4 w4r = wr / 4;
+            for (uint k = tid; k < pc.K / 4; k += WG) {
+                vec4 xv = x4[x4r + k];
+                acc += vec4(dot(xv, load_w4a(w4r.x + k)), dot(xv, load_w4a(w4r.y + k)),
+                            dot(xv, load_w4a(w4r.z + k)), dot(xv, load_w4a(w4r.w + k)));
+            }
+        } else {
+            for (uint k = tid; k < pc.K; k += WG) {
+                float xv = x[xr + k];
+                acc += xv * vec4(load_w(wr.x + k), load_w(wr.y + k), load_w(wr.z + k), load_w(wr.w + k));
+            }
+        }
+        acc = wg_sum(acc);
+        if (tid < 4 && n0 + tid < pc.N) y[pc.o_y + (b * pc.T + t) * pc.N + n0 + tid] = pc.scale * acc[tid];
     }
-    acc = wg_sum(acc);
-    if (tid < 4 && n0 + tid < pc.N) y[pc.o_y + (b * pc.T + t) * pc.N + n0 + tid] = pc.scale * acc[tid];
 }

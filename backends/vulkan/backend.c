@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "drt_error.h"
 #include "drt_module.h"
@@ -837,6 +838,10 @@ uint32_t vk_wg(const vk_ctx *c, uint32_t want_gpu, uint32_t want_cpu) {
     return w;
 }
 
+uint32_t vk_cpu_lanes(const vk_ctx *c) {
+    return c->subgroup_size >= 4 && c->subgroup_size <= 64 ? c->subgroup_size : 8;
+}
+
 void vk_grid_2d(uint64_t n, uint32_t *gx, uint32_t *gy) {
     if (n <= 65535) {
         *gx = n ? (uint32_t)n : 1;
@@ -1037,6 +1042,9 @@ static drt_status init_device(vk_ctx *c, int device) {
                   : tune && strcmp(tune, "cpu") == 0
                       ? true
                       : d.p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    c->n_cpus = ncpu > 0 && ncpu < 4096 ? (uint32_t)ncpu : 1;
 
     uint32_t nq = 0;
     c->f.vkGetPhysicalDeviceQueueFamilyProperties(c->pd, &nq, NULL);

@@ -116,6 +116,7 @@ typedef struct vk_ctx {
     bool use_sg;   /* subgroup arithmetic in compute shaders (and not disabled) */
     bool use_f16;  /* storageBuffer16BitAccess (and not disabled) */
     bool tune_cpu; /* workgroup sizes for a CPU device (DIFFRT_VK_TUNE overrides) */
+    uint32_t n_cpus; /* online CPUs: the threads a CPU device (lavapipe) runs workgroups on */
 
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
@@ -188,6 +189,10 @@ vk_shader vk_sg_variant(const vk_ctx *c, vk_shader sh);
 /* a workgroup size: want_gpu, or want_cpu on CPU devices (fewer, longer
  * invocations win there), halved until the device allows it */
 uint32_t vk_wg(const vk_ctx *c, uint32_t want_gpu, uint32_t want_cpu);
+/* one subgroup's lanes (a SIMD register on a CPU device): the workgroup
+ * size that costs least on llvmpipe, which runs every subgroup of a
+ * workgroup as a coroutine with a frame allocated per workgroup */
+uint32_t vk_cpu_lanes(const vk_ctx *c);
 /* a grid for n rows of work: x <= 65535 (every device's minimum), y the rest */
 void vk_grid_2d(uint64_t n, uint32_t *gx, uint32_t *gy);
 
