@@ -842,6 +842,12 @@ uint32_t vk_cpu_lanes(const vk_ctx *c) {
     return c->subgroup_size >= 4 && c->subgroup_size <= 64 ? c->subgroup_size : 8;
 }
 
+uint32_t vk_groups(const vk_ctx *c, uint64_t n, uint32_t wg) {
+    uint64_t g = (n + wg - 1) / wg, cap = 65535;
+    if (c->tune_cpu) cap = 4 * (uint64_t)c->n_cpus;
+    return g == 0 ? 1 : g < cap ? (uint32_t)g : (uint32_t)cap;
+}
+
 void vk_grid_2d(uint64_t n, uint32_t *gx, uint32_t *gy) {
     if (n <= 65535) {
         *gx = n ? (uint32_t)n : 1;
@@ -1134,7 +1140,7 @@ static drt_status init_device(vk_ctx *c, int device) {
  * failure here is not fatal: vk_dispatch creates what is missing. */
 static void prewarm(vk_ctx *c) {
     VkPipeline p;
-    const uint32_t wg = vk_wg(c, 256, 256), rw = vk_wg(c, 256, 64), sg = c->use_sg;
+    const uint32_t wg = vk_wg(c, 256, vk_cpu_lanes(c)), rw = wg, sg = c->use_sg;
     for (uint32_t op = 0; op < 3; op++)
         for (uint32_t v4 = 0; v4 < 2; v4++)
             (void)vk_pipeline(c, VK_SH_ELEMENTWISE, (const uint32_t[]){wg, sg, op, v4}, 4, &p);

@@ -29,15 +29,10 @@ static uint32_t pow2_at_least(uint64_t n, uint32_t cap) {
     return p;
 }
 
-/* grid-stride ops: enough workgroups of wg to cover n once, at most 65535 */
-static uint32_t groups_for(uint64_t n, uint32_t wg) {
-    uint64_t g = (n + wg - 1) / wg;
-    return g < 65535 ? (uint32_t)g : 65535;
-}
 
 drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *a = t->src[0], *b = t->src[1];
-    const uint32_t wg = vk_wg(c, 256, 256);
+    const uint32_t wg = vk_wg(c, 256, vk_cpu_lanes(c));
     uint32_t spec[3] = {wg, c->use_sg, 0};
     switch (t->op) {
     case DRT_OP_ADD:
@@ -57,7 +52,7 @@ drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         }
         vk_binds bd = {.src = {a, b}, .dst = t};
         return vk_dispatch(c, VK_SH_ELEMENTWISE, spec4, 4, &bd, &pc, sizeof pc,
-                           groups_for(pc.n, wg), 1, 1);
+                           vk_groups(c, pc.n, wg), 1, 1);
     }
     case DRT_OP_ROPE: {
         /* x (T,Hn,d), inv_freq (d/2); positions p0 .. p0+T-1 */
@@ -70,7 +65,7 @@ drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         rope_pc pc = {vk_eoff(a), vk_eoff(b), vk_eoff(t), T, Hn, half, (uint32_t)ex->p0};
         vk_binds bd = {.src = {a, b}, .dst = t};
         return vk_dispatch(c, VK_SH_ROPE, spec, 2, &bd, &pc, sizeof pc,
-                           groups_for((uint64_t)T * Hn * half, wg), 1, 1);
+                           vk_groups(c, (uint64_t)T * Hn * half, wg), 1, 1);
     }
     case DRT_OP_KV_WRITE: {
         /* src (T, row...) -> rows p0.. of the cache; t is a view of the cache */
@@ -86,7 +81,7 @@ drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
             pc.o_dst /= 4;
             pc.n /= 4;
         }
-        return vk_dispatch(c, VK_SH_KV_WRITE, spec, 3, &bd, &pc, sizeof pc, groups_for(pc.n, wg), 1,
+        return vk_dispatch(c, VK_SH_KV_WRITE, spec, 3, &bd, &pc, sizeof pc, vk_groups(c, pc.n, wg), 1,
                            1);
     }
     case DRT_OP_PERMUTE: {

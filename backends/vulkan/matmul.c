@@ -188,15 +188,14 @@ drt_status vk_embed(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *ids = t->src[0], *E = t->src[1];
     uint32_t T = (uint32_t)ids->ne[0], V = (uint32_t)E->ne[0], D = (uint32_t)E->ne[1];
     uint32_t spec[10] = {0};
-    spec[0] = vk_wg(c, 256, 64);
+    spec[0] = vk_wg(c, 256, vk_cpu_lanes(c));
     spec[1] = c->use_sg;
     vk_shader sh =
         weight_variant(c, E->type, VK_SH_EMBED_F32, VK_SH_EMBED_F16, VK_SH_EMBED_U16, &spec[9]);
     embed_pc pc = {vk_eoff(ids), vk_eoff(E), vk_eoff(t), T, V, D};
     vk_binds b = {.src = {ids, E}, .dst = t, .status = true};
-    uint64_t groups = ((uint64_t)T * D + spec[0] - 1) / spec[0];
-    return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc,
-                       groups < 65535 ? (uint32_t)groups : 65535, 1, 1);
+    return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, vk_groups(c, (uint64_t)T * D, spec[0]),
+                       1, 1);
 }
 
 /* drt_backend_ops.kernel_variant: MATMUL and attention nodes (NULL: not told) */

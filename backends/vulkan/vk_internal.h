@@ -193,6 +193,10 @@ uint32_t vk_wg(const vk_ctx *c, uint32_t want_gpu, uint32_t want_cpu);
  * size that costs least on llvmpipe, which runs every subgroup of a
  * workgroup as a coroutine with a frame allocated per workgroup */
 uint32_t vk_cpu_lanes(const vk_ctx *c);
+/* the workgroups of a grid-stride dispatch over n items: enough to cover
+ * them once, at most 65535, and on CPU devices at most a few per core
+ * (each workgroup costs a coroutine start on llvmpipe) */
+uint32_t vk_groups(const vk_ctx *c, uint64_t n, uint32_t wg);
 /* a grid for n rows of work: x <= 65535 (every device's minimum), y the rest */
 void vk_grid_2d(uint64_t n, uint32_t *gx, uint32_t *gy);
 
