@@ -202,6 +202,13 @@ static const ccase CASES[] = {
      * copies) and an outer axis the thread walks (n0 > 1) */
     {DRT_OP_PERMUTE, {4, 3, 5, 2, 8, 2, 1, 0, 3}, F32, 0, 1, 0, 0},
     {DRT_OP_PERMUTE, {4, 6, 3, 70, 12, 1, 2, 0, 3}, F32, 0, 1, 0, 0},
+    /* PERMUTE keeping the inner axes (Vulkan: copy regions from 64 bytes):
+     * runs of 16, runs of 3*20 merged across a size-1 axis, an identity
+     * (one region), two kept axes with an outer pair swapped */
+    {DRT_OP_PERMUTE, {4, 5, 3, 7, 16, 2, 1, 0, 3}, F32, 0, 1, 0, 0},
+    {DRT_OP_PERMUTE, {4, 4, 1, 3, 20, 1, 0, 2, 3}, F32, 0, 1, 0, 0},
+    {DRT_OP_PERMUTE, {3, 6, 5, 33, 0, 0, 1, 2, 0}, F32, 0, 1, 0, 0},
+    {DRT_OP_PERMUTE, {4, 7, 3, 2, 17, 1, 0, 2, 3}, F32, 0, 1, 0, 0},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -230,6 +237,10 @@ static const ccase PERF_CASES[] = {
     {DRT_OP_ADD, {512, 4096}, F32, 0, 1, 0, 0},
     {DRT_OP_GROUPNORM, {512, 16, 256}, F32, 0, 1, 0, 0},
     {DRT_OP_PERMUTE, {4, 512, 16, 2, 128, 2, 1, 0, 3}, F32, 0, 1, 0, 0},
+    /* the same bytes with 64-byte runs, and as one copy (KV_WRITE of 512
+     * rows of 16x2x128 into a cache at p0 = 256): a copy's yardstick */
+    {DRT_OP_PERMUTE, {4, 512, 128, 2, 16, 2, 1, 0, 3}, F32, 0, 1, 0, 0},
+    {DRT_OP_KV_WRITE, {512, 1024, 16, 2, 128}, F32, 256, 1, 0, 0},
 };
 #define N_PERF ((int)(sizeof PERF_CASES / sizeof PERF_CASES[0]))
 

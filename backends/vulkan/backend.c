@@ -544,8 +544,10 @@ static drt_status flush(vk_ctx *c) {
     if (!c->recording) return DRT_OK;
     c->recording = false;
     c->n_pend_w = c->n_pend_r = 0;
-    /* shader writes -> the host (status buffer) and later transfers */
-    global_barrier(c, c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+    /* shader and copy writes -> the host (status buffer) and later transfers */
+    global_barrier(c, c->cmd,
+                   VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                   VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                    VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                    VK_ACCESS_HOST_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT |
                        VK_ACCESS_TRANSFER_WRITE_BIT);
@@ -896,25 +898,57 @@ static void add_use(vk_use *list, int *n, const vk_range *r, VkBuffer buf) {
 }
 
 /* A barrier covering every range written since the last one: those writes
- * become visible to later shader reads and writes (and later writes wait
- * for earlier reads). */
+ * (by shaders or by copies) become visible to later shader and copy reads
+ * and writes (and later writes wait for earlier reads). */
 static void barrier(vk_ctx *c) {
     VkBufferMemoryBarrier bm[VK_MAX_PENDING];
     for (int i = 0; i < c->n_pend_w; i++)
         bm[i] = (VkBufferMemoryBarrier){.sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
-                                        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-                                        .dstAccessMask =
-                                            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+                                        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT |
+                                                         VK_ACCESS_TRANSFER_WRITE_BIT,
+                                        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT |
+                                                         VK_ACCESS_SHADER_WRITE_BIT |
+                                                         VK_ACCESS_TRANSFER_READ_BIT |
+                                                         VK_ACCESS_TRANSFER_WRITE_BIT,
                                         .srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
                                         .dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
                                         .buffer = c->pend_w[i].buf,
                                         .offset = c->pend_w[i].r.off,
                                         .size = c->pend_w[i].r.size};
-    c->f.vkCmdPipelineBarrier(c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                              VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 0, NULL,
-                              (uint32_t)c->n_pend_w, bm, 0, NULL);
+    const VkPipelineStageFlags st =
+        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    c->f.vkCmdPipelineBarrier(c->cmd, st, st, 0, 0, NULL, (uint32_t)c->n_pend_w, bm, 0, NULL);
     c->n_pend_w = c->n_pend_r = 0;
     g_count.barriers++;
+}
+
+/* Hazards of a command reading rd[0..nr) and writing wr[0..nw) against the
+ * commands recorded since the last barrier (read-after-write,
+ * write-after-write, write-after-read): a barrier first when there is one;
+ * then the ranges join the pending lists. */
+static void track(vk_ctx *c, const vk_range *rd, const VkBuffer *rbuf, int nr, const vk_range *wr,
+                  const VkBuffer *wbuf, int nw) {
+    bool dep = c->n_pend_w + nw > VK_MAX_PENDING || c->n_pend_r + nr > VK_MAX_PENDING;
+    for (int i = 0; i < nw && !dep; i++)
+        dep = pending(c->pend_w, c->n_pend_w, &wr[i]) || pending(c->pend_r, c->n_pend_r, &wr[i]);
+    for (int i = 0; i < nr && !dep; i++)
+        dep = pending(c->pend_w, c->n_pend_w, &rd[i]);
+    if (dep) barrier(c);
+    for (int i = 0; i < nr; i++)
+        add_use(c->pend_r, &c->n_pend_r, &rd[i], rbuf[i]);
+    for (int i = 0; i < nw; i++)
+        add_use(c->pend_w, &c->n_pend_w, &wr[i], wbuf[i]);
+}
+
+drt_status vk_copy(vk_ctx *c, const drt_tensor *src, const drt_tensor *dst, const VkBufferCopy *reg,
+                   uint32_t n) {
+    if (n == 0) return DRT_OK;
+    const vk_buf *sb = buf_of(c, src), *db = buf_of(c, dst);
+    const vk_range rr = range_of(c, src), wr = range_of(c, dst);
+    track(c, &rr, &sb->buf, 1, &wr, &db->buf, 1);
+    c->f.vkCmdCopyBuffer(c->cmd, sb->buf, db->buf, n, reg);
+    g_count.copies++;
+    return DRT_OK;
 }
 
 drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec, const vk_binds *b,
@@ -937,22 +971,19 @@ drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec,
     s = get_set(c, bufs, key, &set);
     if (s != DRT_OK) return s;
 
-    /* hazards against the dispatches recorded since the last barrier:
-     * read-after-write, write-after-write, write-after-read */
+    /* hazards against the commands recorded since the last barrier */
     const vk_range st = {c->status.id, 0, c->status.size};
-    const vk_range *wr[2] = {&key[4], b->status ? &st : NULL}; /* written */
+    const vk_range wr[2] = {key[4], st}; /* written: the output, maybe the status */
     const VkBuffer wbuf[2] = {bufs[4]->buf, c->status.buf};
-    bool dep = c->n_pend_w + 2 > VK_MAX_PENDING || c->n_pend_r + 4 > VK_MAX_PENDING;
-    for (int i = 0; i < 2 && !dep; i++)
-        dep = wr[i] &&
-              (pending(c->pend_w, c->n_pend_w, wr[i]) || pending(c->pend_r, c->n_pend_r, wr[i]));
-    for (int i = 0; i < 4 && !dep; i++)
-        dep = b->src[i] && pending(c->pend_w, c->n_pend_w, &key[i]);
-    if (dep) barrier(c);
+    vk_range rd[4];
+    VkBuffer rbuf[4];
+    int nr = 0;
     for (int i = 0; i < 4; i++)
-        if (b->src[i]) add_use(c->pend_r, &c->n_pend_r, &key[i], bufs[i]->buf);
-    for (int i = 0; i < 2; i++)
-        if (wr[i]) add_use(c->pend_w, &c->n_pend_w, wr[i], wbuf[i]);
+        if (b->src[i]) {
+            rd[nr] = key[i];
+            rbuf[nr++] = bufs[i]->buf;
+        }
+    track(c, rd, rbuf, nr, wr, wbuf, b->status ? 2 : 1);
 
     c->f.vkCmdBindPipeline(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
     c->f.vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->layout, 0, 1, &set, 0,
@@ -1043,6 +1074,7 @@ static drt_status init_device(vk_ctx *c, int device) {
     c->subgroup_size = d.sg.subgroupSize;
     c->use_sg = subgroup_arith(&d) && !env_off("DIFFRT_VK_SUBGROUP");
     c->use_f16 = d.s16.storageBuffer16BitAccess && !env_off("DIFFRT_VK_FP16");
+    c->use_copy = !env_off("DIFFRT_VK_COPY");
     const char *tune = getenv("DIFFRT_VK_TUNE");
     c->tune_cpu = tune && strcmp(tune, "gpu") == 0 ? false
                   : tune && strcmp(tune, "cpu") == 0
@@ -1266,10 +1298,12 @@ static drt_status vk_compute(drt_backend *be, drt_tensor *const *nodes, int n, c
         c->recording = true;
         c->n_pend_w = c->n_pend_r = 0;
         c->status_map[0] = 0;
-        /* uploads (transfer writes) before this pass are visible to its shaders */
+        /* uploads (transfer writes) before this pass are visible to its
+         * shaders and copies */
         global_barrier(c, c->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
-                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                       VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
     }
     for (int i = 0; i < n; i++) {
         drt_status s = record_node(c, nodes[i], ex);

@@ -116,6 +116,7 @@ typedef struct vk_ctx {
     bool use_sg;   /* subgroup arithmetic in compute shaders (and not disabled) */
     bool use_f16;  /* storageBuffer16BitAccess (and not disabled) */
     bool tune_cpu; /* workgroup sizes for a CPU device (DIFFRT_VK_TUNE overrides) */
+    bool use_copy;   /* KV_WRITE, PERMUTE through vkCmdCopyBuffer where they are copies */
     uint32_t n_cpus; /* online CPUs: the threads a CPU device (lavapipe) runs workgroups on */
 
     VkDescriptorSetLayout dsl;
@@ -174,6 +175,12 @@ typedef struct {
  * needed, never again. */
 drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec, const vk_binds *b,
                        const void *pc, uint32_t pcn, uint32_t gx, uint32_t gy, uint32_t gz);
+
+/* Records vkCmdCopyBuffer of regions reg[0..n) (byte offsets in the
+ * buffers themselves) from src's buffer to dst's, ordered against the
+ * other commands of the pass as a dispatch is, by src's and dst's ranges. */
+drt_status vk_copy(vk_ctx *c, const drt_tensor *src, const drt_tensor *dst, const VkBufferCopy *reg,
+                   uint32_t n);
 
 /* the pipeline of shader sh specialized with spec[0..nspec): created (through
  * the pipeline cache) the first time, then looked up */
