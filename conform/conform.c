@@ -198,6 +198,13 @@ static const ccase CASES[] = {
     {DRT_OP_MATMUL, {6, 2, 5, 36, 33, 0}, F32, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {4, 2, 11, 68, 37, 1}, F32, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 33, 256, 130, 1}, F16, 0, 1, 0, 1},
+    /* GEMVs with K in 16s (Vulkan on CPU devices: 16 packed f16/bf16
+     * weights per step as 64-bit loads), more 4-row blocks than workgroups,
+     * batched with a shared weight, T up to the GEMV's 4 */
+    {DRT_OP_MATMUL, {1, 1, 1, 1024, 37, 0}, F16, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 2, 128, 70, 0}, BF16, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {3, 1, 1, 256, 33, 0}, F16, 0, 1, 0, 0.5f},
+    {DRT_OP_MATMUL, {1, 1, 4, 48, 130, 0}, F16, 0, 1, 0, 1},
     /* PERMUTE with the inner axis contiguous on both sides in 4s (vectorised
      * copies) and an outer axis the thread walks (n0 > 1) */
     {DRT_OP_PERMUTE, {4, 3, 5, 2, 8, 2, 1, 0, 3}, F32, 0, 1, 0, 0},
@@ -222,6 +229,9 @@ static const ccase PERF_CASES[] = {
     /* the 134M DiffLlama's MLP, prefill and decode (bench/run_cpu.sh) */
     {DRT_OP_MATMUL, {1, 1, 512, 768, 2048, 0}, F16, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 1, 768, 2048, 0}, F16, 0, 1, 0, 1},
+    /* diff-v1-tiny's decode GEMVs (dim 128, MLP 384): per-dispatch costs */
+    {DRT_OP_MATMUL, {1, 1, 1, 128, 384, 0}, F16, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 1, 384, 128, 0}, F16, 0, 1, 0, 1},
     /* decode GEMV streaming a 128 MiB f16 weight from memory (past any cache) */
     {DRT_OP_MATMUL, {1, 1, 1, 4096, 16384, 0}, F16, 0, 1, 0, 1},
     {DRT_OP_DIFF_ATTN, {1024, 8, 8, 2, 64, 128}, F32, 0, 1, 0, 0.5f},

@@ -12,18 +12,38 @@
  * (consecutive threads read consecutive weights: coalesced), then one
  * workgroup reduction of the four partial sums (subgroup ops, or shared
  * memory without them).
- * VEC4 (K and the x and W offsets multiples of 4): x and W are read 4
+ * VEC = 1 (K and the x and W offsets multiples of 4): x and W are read 4
  * elements per load (load_w4a: for packed f16 two 32-bit words).
+ * VEC = 2 (module LOAD_I64, packed f16/bf16 only; K and the W offset
+ * multiples of 16, the x offset of 8): 16 weights per thread and step, as
+ * 64-bit words: llvmpipe loads a storage buffer lane by lane and component
+ * by component, so fewer, wider components move more bytes per step.
  * Napkin math: 2*T*N*K flops; reads the N*K weights once per row t: for
  * T = 1 this is bandwidth bound at N*K*sizeof(w) bytes. */
 #define WANT_REDUCE
 #include "common.glsl"
 #include "weights.glsl"
+#ifdef LOAD_I64
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#endif
 
-layout(constant_id = 2) const bool VEC4 = false;
+layout(constant_id = 2) const uint VEC = 0;
 
 layout(binding = 0) readonly buffer Xbuf { float x[]; };
 layout(binding = 0) readonly buffer Xbuf4 { vec4 x4[]; };
+#ifdef LOAD_I64
+layout(binding = 0) readonly buffer Xbuf8 { u64vec4 x8[]; };   /* 8 f32 */
+layout(binding = 1) readonly buffer Wbuf16 { u64vec4 w16[]; }; /* 16 f16 or bf16 */
+
+vec4 f32x4(uint64_t a, uint64_t b) {
+    return vec4(uintBitsToFloat(unpackUint2x32(a)), uintBitsToFloat(unpackUint2x32(b)));
+}
+/* the 16 weights in w against x16[0..3] */
+float dot16(const vec4 x16[4], u64vec4 w) {
+    return dot(x16[0], unpack_w4(unpackUint2x32(w.x))) + dot(x16[1], unpack_w4(unpackUint2x32(w.y))) +
+           dot(x16[2], unpack_w4(unpackUint2x32(w.z))) + dot(x16[3], unpack_w4(unpackUint2x32(w.w)));
+}
+#endif
 layout(binding = 4) writeonly buffer Ybuf { float y[]; };
 
 layout(push_constant) uniform PC {
@@ -45,7 +65,19 @@ void main() {
         for (uint r = 0; r < 4; r++) wr[r] = wb + min(n0 + r, pc.N - 1) * pc.K;
 
         vec4 acc = vec4(0.0);
-        if (VEC4) {
+#ifdef LOAD_I64
+        if (VEC == 2) {
+            const uint x8r = xr / 8;
+            const uvec4 w16r = wr / 16;
+            for (uint k = tid; k < pc.K / 16; k += WG) {
+                u64vec4 xa = x8[x8r + 2 * k], xb = x8[x8r + 2 * k + 1];
+                const vec4 x16[4] = {f32x4(xa.x, xa.y), f32x4(xa.z, xa.w), f32x4(xb.x, xb.y), f32x4(xb.z, xb.w)};
+                acc += vec4(dot16(x16, w16[w16r.x + k]), dot16(x16, w16[w16r.y + k]),
+                            dot16(x16, w16[w16r.z + k]), dot16(x16, w16[w16r.w + k]));
+            }
+        } else
+#endif
+        if (VEC == 1) {
             const uint x4r = xr / 4;
             const uvec4 w4r = wr / 4;
             for (uint k = tid; k < pc.K / 4; k += WG) {

@@ -1103,10 +1103,15 @@ static drt_status init_device(vk_ctx *c, int device) {
     VkPhysicalDevice16BitStorageFeatures s16 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
         .storageBuffer16BitAccess = c->use_f16};
+    VkPhysicalDeviceFeatures2 feat = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    c->f.vkGetPhysicalDeviceFeatures2(c->pd, &feat);
+    c->use_i64 = feat.features.shaderInt64 && c->use_sg && !env_off("DIFFRT_VK_INT64");
+    VkPhysicalDeviceFeatures want = {.shaderInt64 = c->use_i64};
     VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                              .pNext = &s16,
                              .queueCreateInfoCount = 1,
-                             .pQueueCreateInfos = &qi};
+                             .pQueueCreateInfos = &qi,
+                             .pEnabledFeatures = &want};
     r = c->f.vkCreateDevice(c->pd, &di, NULL, &c->dev);
     if (r != VK_SUCCESS) {
         c->dev = VK_NULL_HANDLE;

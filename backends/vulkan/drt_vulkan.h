@@ -11,6 +11,8 @@
  *                           device has subgroup arithmetic
  *   DIFFRT_VK_FP16=0        f16 weights read as packed 32-bit words even where
  *                           the device has 16-bit storage
+ *   DIFFRT_VK_INT64=0       the CPU-device GEMV reads packed f16/bf16 in 32-bit
+ *                           words even where the device has shaderInt64
  *   DIFFRT_VK_COPY=0        KV_WRITE and PERMUTE through their shaders even
  *                           where they are plain copies (vkCmdCopyBuffer)
  *   DIFFRT_VK_TUNE=gpu|cpu  workgroup sizes and tiles chosen as for a GPU / a

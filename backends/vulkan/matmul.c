@@ -155,6 +155,12 @@ drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         sh = vk_sg_variant(c, sh);
         matvec_pc pc = {vk_eoff(a), vk_eoff(w), vk_eoff(t), B, Bw, T, N, K, t->fp[0]};
         spec[2] = K % 4 == 0 && pc.o_x % 4 == 0 && pc.o_w % 4 == 0;
+        /* CPU devices, packed f16/bf16: 16 weights per step in 64-bit words */
+        if (c->tune_cpu && c->use_i64 && sh == VK_SH_MATVEC_U16 && K % 16 == 0 &&
+            pc.o_x % 8 == 0 && pc.o_w % 16 == 0) {
+            sh = VK_SH_MATVEC_U16_I64;
+            spec[2] = 2;
+        }
         /* CPU devices: two workgroups per core, each striding over N
          * (measured on lavapipe, 2 cores, diff-v1-tiny decode: 4 groups
          * beat 2, 16 and one per 4 rows) */

@@ -51,7 +51,8 @@ extern const int drt_vk_spirv_count;
     X(PERMUTE, "permute")                                                                          \
     X(MATMUL_Q8, "matmul_q8")                                                                      \
     X(MATMUL_Q4, "matmul_q4")                                                                      \
-    X(ATTENTION_ROWS, "attention_rows")
+    X(ATTENTION_ROWS, "attention_rows")                                                            \
+    X(MATVEC_U16_I64, "matvec_u16_i64")
 
 #define VK_SHADER_ENUM(id, name) VK_SH_##id,
 typedef enum { VK_SHADER_LIST(VK_SHADER_ENUM) VK_N_SHADERS } vk_shader;
@@ -116,6 +117,7 @@ typedef struct vk_ctx {
     bool use_sg;   /* subgroup arithmetic in compute shaders (and not disabled) */
     bool use_f16;  /* storageBuffer16BitAccess (and not disabled) */
     bool tune_cpu; /* workgroup sizes for a CPU device (DIFFRT_VK_TUNE overrides) */
+    bool use_i64;    /* shaderInt64: 32-byte loads in the CPU GEMV (and not disabled) */
     bool use_copy;   /* KV_WRITE, PERMUTE through vkCmdCopyBuffer where they are copies */
     uint32_t n_cpus; /* online CPUs: the threads a CPU device (lavapipe) runs workgroups on */
 
