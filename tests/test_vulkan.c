@@ -373,6 +373,15 @@ static void test_steady_state(void) {
     if (s) {
         float *logits = malloc(sizeof(float) * (size_t)I.vocab * 4);
         int32_t prompt[4] = {1, 17, 42, 99}, tok = 5;
+        /* the decode plan's pipelines were made with the session: a first
+         * one-token step compiles nothing */
+        drt_vk_counters w0, w1;
+        vk_counters(&w0);
+        DRT_CHECK(drt_session_forward(s, &tok, 1, logits, 0) == DRT_OK, "first step: %s", drt_last_error());
+        vk_counters(&w1);
+        DRT_CHECK(w1.pipelines == w0.pipelines, "the first decode step created %lld pipelines",
+                  (long long)(w1.pipelines - w0.pipelines));
+        drt_session_reset(s);
         DRT_CHECK(drt_session_forward(s, prompt, 4, logits, 1) == DRT_OK, "prefill: %s", drt_last_error());
         DRT_CHECK(drt_session_forward(s, &tok, 1, logits, 0) == DRT_OK, "decode: %s", drt_last_error());
         drt_vk_counters c0, c1;

@@ -1267,9 +1267,11 @@ static bool vk_supports(drt_backend *be, const drt_tensor *t) {
          * class's pipelines now rather than in the first forward */
         vk_attention_prepare(be->ctx, t);
         return true;
-    case DRT_OP_EMBED:
-    case DRT_OP_RMSNORM:
     case DRT_OP_MATMUL:
+        vk_matmul_prepare(be->ctx, t); /* its pipeline now, not in the first forward */
+        return true;
+    case DRT_OP_EMBED: vk_embed_prepare(be->ctx, t); return true;
+    case DRT_OP_RMSNORM:
     case DRT_OP_ROPE:
     case DRT_OP_DUAL_SOFTMAX:
     case DRT_OP_GROUPNORM:

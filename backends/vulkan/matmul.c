@@ -5,6 +5,7 @@
  * in backends/ref/backend.c (drt_ref_run_node). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "drt_error.h"
 #include "vk_internal.h"
@@ -135,6 +136,62 @@ const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t) {
     return s;
 }
 
+/* The module and specialization MATMUL node t runs, given the element
+ * offsets of x and w inside their bindings (the vector paths need them
+ * aligned). */
+static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo_x, uint32_t eo_w,
+                               mm_plan *p, uint32_t spec[10]) {
+    const drt_tensor *w = t->src[1];
+    uint32_t B, Bw, T, K, N, trans;
+    node_dims(t, &B, &Bw, &T, &K, &N, &trans);
+    *p = plan_of(c, T, trans);
+    memset(spec, 0, sizeof(uint32_t) * 10);
+    spec[0] = p->wg;
+    spec[1] = c->use_sg;
+    if (p->kind == MM_GEMV) {
+        vk_shader sh = weight_variant(c, w->type, VK_SH_MATVEC_F32, VK_SH_MATVEC_F16,
+                                      VK_SH_MATVEC_U16, &spec[9]);
+        if (c->tune_cpu && w->type == DRT_F16) sh = VK_SH_MATVEC_U16; /* 2 weights per load */
+        /* the *_NOSG module follows each one */
+        sh = vk_sg_variant(c, sh);
+        spec[2] = K % 4 == 0 && eo_x % 4 == 0 && eo_w % 4 == 0;
+        /* CPU devices, packed f16/bf16: 16 weights per step in 64-bit words */
+        if (c->tune_cpu && c->use_i64 && sh == VK_SH_MATVEC_U16 && K % 16 == 0 && eo_x % 8 == 0 &&
+            eo_w % 16 == 0) {
+            sh = VK_SH_MATVEC_U16_I64;
+            spec[2] = 2;
+        }
+        return sh;
+    }
+    vk_shader sh =
+        weight_variant(c, w->type, VK_SH_MATMUL_F32, VK_SH_MATMUL_F16, VK_SH_MATMUL_U16, &spec[9]);
+    /* the register kernel reads f16 as packed words: two weights per load */
+    if (p->kind == MM_REG && w->type == DRT_F16) sh = VK_SH_MATMUL_U16;
+    spec[2] = p->bm;
+    spec[3] = p->bn;
+    spec[4] = p->bk;
+    spec[5] = p->tm;
+    spec[6] = p->tn;
+    spec[7] = p->kind == MM_REG;
+    spec[8] = p->kind == MM_REG && !trans && K % 4 == 0 && eo_x % 4 == 0 && eo_w % 4 == 0;
+    return sh;
+}
+
+/* element offset of a tensor whose place may not be decided yet: the
+ * runtime's arena puts intermediates at multiples of VK_BIND_ALIGN */
+static uint32_t eoff_guess(const drt_tensor *t) {
+    return t->buf ? vk_eoff(t) : 0;
+}
+
+void vk_matmul_prepare(vk_ctx *c, const drt_tensor *t) {
+    if (drt_dtype_block(t->src[1]->type) > 1) return;
+    mm_plan p;
+    uint32_t spec[10];
+    VkPipeline pipe;
+    vk_shader sh = matmul_select(c, t, eoff_guess(t->src[0]), eoff_guess(t->src[1]), &p, spec);
+    (void)vk_pipeline(c, sh, spec, 10, &pipe);
+}
+
 /* y (B,T,N) = scale * x (B,T,K) w^T; w (Bw,N,K) or (Bw,K,N) when t->ip[0] */
 drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     (void)ex;
@@ -142,25 +199,12 @@ drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *a = t->src[0], *w = t->src[1];
     uint32_t B, Bw, T, K, N, trans;
     node_dims(t, &B, &Bw, &T, &K, &N, &trans);
-    mm_plan p = plan_of(c, T, trans);
+    mm_plan p;
+    uint32_t spec[10];
+    vk_shader sh = matmul_select(c, t, vk_eoff(a), vk_eoff(w), &p, spec);
     vk_binds b = {.src = {a, w}, .dst = t};
-    uint32_t spec[10] = {0};
-    spec[0] = p.wg;
-    spec[1] = c->use_sg;
     if (p.kind == MM_GEMV) {
-        vk_shader sh = weight_variant(c, w->type, VK_SH_MATVEC_F32, VK_SH_MATVEC_F16,
-                                      VK_SH_MATVEC_U16, &spec[9]);
-        /* the *_NOSG module follows each one */
-        if (c->tune_cpu && w->type == DRT_F16) sh = VK_SH_MATVEC_U16; /* 2 weights per load */
-        sh = vk_sg_variant(c, sh);
         matvec_pc pc = {vk_eoff(a), vk_eoff(w), vk_eoff(t), B, Bw, T, N, K, t->fp[0]};
-        spec[2] = K % 4 == 0 && pc.o_x % 4 == 0 && pc.o_w % 4 == 0;
-        /* CPU devices, packed f16/bf16: 16 weights per step in 64-bit words */
-        if (c->tune_cpu && c->use_i64 && sh == VK_SH_MATVEC_U16 && K % 16 == 0 &&
-            pc.o_x % 8 == 0 && pc.o_w % 16 == 0) {
-            sh = VK_SH_MATVEC_U16_I64;
-            spec[2] = 2;
-        }
         /* CPU devices: two workgroups per core, each striding over N
          * (measured on lavapipe, 2 cores, diff-v1-tiny decode: 4 groups
          * beat 2, 16 and one per 4 rows) */
@@ -168,18 +212,6 @@ drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         if (c->tune_cpu && gx > 2 * c->n_cpus) gx = 2 * c->n_cpus;
         return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, gx, T, B);
     }
-    vk_shader sh =
-        weight_variant(c, w->type, VK_SH_MATMUL_F32, VK_SH_MATMUL_F16, VK_SH_MATMUL_U16, &spec[9]);
-    /* the register kernel reads f16 as packed words: two weights per load */
-    if (p.kind == MM_REG && w->type == DRT_F16) sh = VK_SH_MATMUL_U16;
-    spec[2] = p.bm;
-    spec[3] = p.bn;
-    spec[4] = p.bk;
-    spec[5] = p.tm;
-    spec[6] = p.tn;
-    spec[7] = p.kind == MM_REG;
-    spec[8] =
-        p.kind == MM_REG && !trans && K % 4 == 0 && vk_eoff(a) % 4 == 0 && vk_eoff(w) % 4 == 0;
     matmul_pc pc = {vk_eoff(a), vk_eoff(w),    vk_eoff(t),    B,     Bw,      T, N,
                     K,          trans ? 1 : K, trans ? N : 1, trans, t->fp[0]};
     uint32_t gn = (N + p.bn - 1) / p.bn, gm = (T + p.bm - 1) / p.bm;
@@ -188,16 +220,28 @@ drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, gn, gm, B);
 }
 
+static vk_shader embed_select(const vk_ctx *c, const drt_tensor *t, uint32_t spec[10]) {
+    memset(spec, 0, sizeof(uint32_t) * 10);
+    spec[0] = vk_wg(c, 256, vk_cpu_lanes(c));
+    spec[1] = c->use_sg;
+    return weight_variant(c, t->src[1]->type, VK_SH_EMBED_F32, VK_SH_EMBED_F16, VK_SH_EMBED_U16,
+                          &spec[9]);
+}
+
+void vk_embed_prepare(vk_ctx *c, const drt_tensor *t) {
+    uint32_t spec[10];
+    VkPipeline pipe;
+    vk_shader sh = embed_select(c, t, spec);
+    (void)vk_pipeline(c, sh, spec, 10, &pipe);
+}
+
 /* y (T,D) = E (V,D) rows ids (T) */
 drt_status vk_embed(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     (void)ex;
     const drt_tensor *ids = t->src[0], *E = t->src[1];
     uint32_t T = (uint32_t)ids->ne[0], V = (uint32_t)E->ne[0], D = (uint32_t)E->ne[1];
-    uint32_t spec[10] = {0};
-    spec[0] = vk_wg(c, 256, vk_cpu_lanes(c));
-    spec[1] = c->use_sg;
-    vk_shader sh =
-        weight_variant(c, E->type, VK_SH_EMBED_F32, VK_SH_EMBED_F16, VK_SH_EMBED_U16, &spec[9]);
+    uint32_t spec[10];
+    vk_shader sh = embed_select(c, t, spec);
     embed_pc pc = {vk_eoff(ids), vk_eoff(E), vk_eoff(t), T, V, D};
     vk_binds b = {.src = {ids, E}, .dst = t, .status = true};
     return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, vk_groups(c, (uint64_t)T * D, spec[0]),

@@ -218,6 +218,10 @@ const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t);
 /* drt_backend_ops.kernel_variant (matmul.c) */
 const char *vk_kernel_variant(drt_backend *be, const drt_tensor *t);
 drt_status vk_embed(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
+/* create the pipelines node t will run (plan time, so that no forward
+ * pass compiles one); errors ignored: vk_dispatch creates what is missing */
+void vk_matmul_prepare(vk_ctx *c, const drt_tensor *t);
+void vk_embed_prepare(vk_ctx *c, const drt_tensor *t);
 drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 drt_status vk_dual_softmax(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 bool vk_attention_supported(const vk_ctx *c, const drt_tensor *t);
