@@ -155,7 +155,8 @@ static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo
         /* the *_NOSG module follows each one */
         sh = vk_sg_variant(c, sh);
         spec[2] = K % 4 == 0 && eo_x % 4 == 0 && eo_w % 4 == 0;
-        /* CPU devices, packed f16/bf16: 16 weights per step in 64-bit words */
+        /* CPU devices, packed f16/bf16: a row per thread, 16 weights per
+         * step in 64-bit words */
         if (c->tune_cpu && c->use_i64 && sh == VK_SH_MATVEC_U16 && K % 16 == 0 && eo_x % 8 == 0 &&
             eo_w % 16 == 0) {
             sh = VK_SH_MATVEC_U16_I64;
@@ -208,7 +209,7 @@ drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         /* CPU devices: two workgroups per core, each striding over N
          * (measured on lavapipe, 2 cores, diff-v1-tiny decode: 4 groups
          * beat 2, 16 and one per 4 rows) */
-        uint32_t gx = (N + 3) / 4;
+        uint32_t gx = spec[2] == 2 ? (N + p.wg - 1) / p.wg : (N + 3) / 4; /* N once */
         if (c->tune_cpu && gx > 2 * c->n_cpus) gx = 2 * c->n_cpus;
         return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, gx, T, B);
     }
