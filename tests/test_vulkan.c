@@ -502,6 +502,11 @@ int main(void) {
     unsetenv("DIFFRT_VK_TUNE");
     unsetenv("DIFFRT_VK_SUBGROUP");
     unsetenv("DIFFRT_VK_FP16");
+    /* GEMV weights bound in blocks of rows, as past maxStorageBufferRange
+     * (K=1000 and K=1024 f16/bf16 weights of 37-129 rows: 3-9 blocks) */
+    setenv("DIFFRT_VK_SPLIT_BYTES", "40960", 1);
+    run_conform("op cases with GEMV weights split into 40 KiB bindings (DIFFRT_VK_SPLIT_BYTES=40960)", NULL);
+    unsetenv("DIFFRT_VK_SPLIT_BYTES");
     /* KV_WRITE and PERMUTE through their shaders, not copies */
     setenv("DIFFRT_VK_COPY", "0", 1);
     run_conform("op cases without copies (DIFFRT_VK_COPY=0)", NULL);

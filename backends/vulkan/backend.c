@@ -1075,6 +1075,10 @@ static drt_status init_device(vk_ctx *c, int device) {
     c->use_sg = subgroup_arith(&d) && !env_off("DIFFRT_VK_SUBGROUP");
     c->use_f16 = d.s16.storageBuffer16BitAccess && !env_off("DIFFRT_VK_FP16");
     c->use_copy = !env_off("DIFFRT_VK_COPY");
+    c->split_bytes = d.p.limits.maxStorageBufferRange;
+    const char *sb = getenv("DIFFRT_VK_SPLIT_BYTES");
+    if (sb && *sb && strtoull(sb, NULL, 10) >= 1024 && strtoull(sb, NULL, 10) < c->split_bytes)
+        c->split_bytes = strtoull(sb, NULL, 10);
     const char *tune = getenv("DIFFRT_VK_TUNE");
     c->tune_cpu = tune && strcmp(tune, "gpu") == 0 ? false
                   : tune && strcmp(tune, "cpu") == 0
@@ -1254,8 +1258,9 @@ static bool vk_supports(drt_backend *be, const drt_tensor *t) {
         if (!x) continue;
         /* each tensor's bytes are bound from its offset rounded down to
          * VK_BIND_ALIGN; element offsets and indices are 32-bit */
-        if (drt_nbytes(x) + VK_BIND_ALIGN + 16 > max_range ||
-            drt_nelem(x) >= (int64_t)UINT32_MAX - VK_BIND_ALIGN)
+        if (drt_nelem(x) >= (int64_t)UINT32_MAX - VK_BIND_ALIGN) return false;
+        if (drt_nbytes(x) + VK_BIND_ALIGN + 16 > max_range &&
+            !(x == t->src[1] && vk_matmul_splits(c, t)))
             return false;
         if (x->view_offs % drt_dtype_size(x->type)) return false;
     }

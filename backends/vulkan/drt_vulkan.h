@@ -13,6 +13,8 @@
  *                           the device has 16-bit storage
  *   DIFFRT_VK_INT64=0       the CPU-device GEMV reads packed f16/bf16 in 32-bit
  *                           words even where the device has shaderInt64
+ *   DIFFRT_VK_SPLIT_BYTES=n decode GEMV weights over n bytes bound in blocks of
+ *                           rows (as those past maxStorageBufferRange), for tests
  *   DIFFRT_VK_COPY=0        KV_WRITE and PERMUTE through their shaders even
  *                           where they are plain copies (vkCmdCopyBuffer)
  *   DIFFRT_VK_TUNE=gpu|cpu  workgroup sizes and tiles chosen as for a GPU / a

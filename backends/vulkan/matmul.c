@@ -116,7 +116,12 @@ static void node_dims(const drt_tensor *t, uint32_t *B, uint32_t *Bw, uint32_t *
     *trans = t->ip[0] != 0;
 }
 
-/* "gemv wg64", "reg 16x16 (8 lanes x 16x2)", "shared 64x64x16 (4x4)" */
+static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo_x, uint32_t eo_w,
+                               mm_plan *p, uint32_t spec[10]);
+static uint64_t bind_bytes(const drt_tensor *w);
+
+/* "gemv wg64", "gemv wg8 row/thread i64 (split)", "reg 16x16 (8 lanes x 16x2)",
+ * "shared 64x64x16 (4x4)" */
 const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t) {
     static _Thread_local char buf[8][64];
     static _Thread_local int next;
@@ -127,8 +132,13 @@ const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t) {
     node_dims(t, &B, &Bw, &T, &K, &N, &trans);
     mm_plan p = plan_of(c, T, trans);
     char *s = buf[next++ & 7];
-    if (p.kind == MM_GEMV)
-        snprintf(s, sizeof buf[0], "gemv wg%u", p.wg);
+    if (p.kind == MM_GEMV) {
+        uint32_t spec[10];
+        mm_plan q;
+        matmul_select(c, t, vk_eoff(t->src[0]), vk_eoff(t->src[1]), &q, spec);
+        snprintf(s, sizeof buf[0], "gemv wg%u%s%s", p.wg, spec[2] == 2 ? " row/thread i64" : "",
+                 bind_bytes(t->src[1]) > c->split_bytes && vk_matmul_splits(c, t) ? " (split)" : "");
+    }
     else if (p.kind == MM_REG)
         snprintf(s, sizeof buf[0], "reg %ux%u (%u lanes x %ux%u)", p.bm, p.bn, p.wg, p.tm, p.tn);
     else
@@ -193,11 +203,54 @@ void vk_matmul_prepare(vk_ctx *c, const drt_tensor *t) {
     (void)vk_pipeline(c, sh, spec, 10, &pipe);
 }
 
+/* bytes of w one binding covers, from its offset rounded down (vk_eoff) to
+ * its end rounded up to 16 */
+static uint64_t bind_bytes(const drt_tensor *w) {
+    return w->offs % VK_BIND_ALIGN + drt_nbytes(w) + 16;
+}
+
+bool vk_matmul_splits(const vk_ctx *c, const drt_tensor *t) {
+    if (t->op != DRT_OP_MATMUL || drt_dtype_block(t->src[1]->type) > 1) return false;
+    uint32_t B, Bw, T, K, N, trans;
+    node_dims(t, &B, &Bw, &T, &K, &N, &trans);
+    /* a block of 16 rows must fit one binding */
+    return B == 1 && Bw == 1 && T == 1 && !trans &&
+           16 * (uint64_t)K * drt_dtype_size(t->src[1]->type) + VK_BIND_ALIGN + 16 <= c->split_bytes;
+}
+
+/* A GEMV whose weight is bound in blocks of rows: the node t again for
+ * rows [n0, n0 + nr) of W (a tensor over those bytes) and the same slice of
+ * y (B = T = 1: contiguous), one dispatch each. The blocks are multiples of
+ * 16 rows, so the 64-bit path's alignment holds in every block when it
+ * holds in the first. */
+static drt_status matvec_split(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
+    const drt_tensor *w = t->src[1];
+    const uint64_t K = (uint64_t)w->ne[w->nd - 1], N = (uint64_t)w->ne[w->nd - 2];
+    const uint64_t row = K * drt_dtype_size(w->type);
+    const uint64_t rows = (c->split_bytes - VK_BIND_ALIGN - 16) / row / 16 * 16;
+    if (rows == 0) return drt_set_error(DRT_ERR_UNSUPPORTED, "vulkan: a weight row of %llu bytes "
+                                        "does not fit a binding", (unsigned long long)row);
+    for (uint64_t n0 = 0; n0 < N; n0 += rows) {
+        const uint64_t nr = N - n0 < rows ? N - n0 : rows;
+        drt_tensor wv = *w, yv = *t;
+        wv.nd = 2;
+        wv.ne[0] = (int64_t)nr;
+        wv.ne[1] = (int64_t)K;
+        wv.offs = w->offs + n0 * row;
+        yv.ne[yv.nd - 1] = (int64_t)nr;
+        yv.offs = t->offs + n0 * sizeof(float);
+        yv.src[1] = &wv;
+        drt_status s = vk_matmul(c, &yv, ex);
+        if (s != DRT_OK) return s;
+    }
+    return DRT_OK;
+}
+
 /* y (B,T,N) = scale * x (B,T,K) w^T; w (Bw,N,K) or (Bw,K,N) when t->ip[0] */
 drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
-    (void)ex;
     if (drt_dtype_block(t->src[1]->type) > 1) return vk_matmul_q(c, t);
     const drt_tensor *a = t->src[0], *w = t->src[1];
+    if (bind_bytes(w) > c->split_bytes && vk_matmul_splits(c, t)) return matvec_split(c, t, ex);
     uint32_t B, Bw, T, K, N, trans;
     node_dims(t, &B, &Bw, &T, &K, &N, &trans);
     mm_plan p;

@@ -118,7 +118,10 @@ typedef struct vk_ctx {
     bool use_f16;  /* storageBuffer16BitAccess (and not disabled) */
     bool tune_cpu; /* workgroup sizes for a CPU device (DIFFRT_VK_TUNE overrides) */
     bool use_i64;    /* shaderInt64: 32-byte loads in the CPU GEMV (and not disabled) */
-    bool use_copy;   /* KV_WRITE, PERMUTE through vkCmdCopyBuffer where they are copies */
+    bool use_copy;
+    /* the most bytes one binding covers: maxStorageBufferRange, or less
+     * (DIFFRT_VK_SPLIT_BYTES, tests) for the GEMV weights bound in row blocks */
+    uint64_t split_bytes;   /* KV_WRITE, PERMUTE through vkCmdCopyBuffer where they are copies */
     uint32_t n_cpus; /* online CPUs: the threads a CPU device (lavapipe) runs workgroups on */
 
     VkDescriptorSetLayout dsl;
@@ -221,6 +224,10 @@ drt_status vk_embed(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 /* create the pipelines node t will run (plan time, so that no forward
  * pass compiles one); errors ignored: vk_dispatch creates what is missing */
 void vk_matmul_prepare(vk_ctx *c, const drt_tensor *t);
+/* MATMUL t is a GEMV (B = T = 1) whose weight rows can be bound in blocks
+ * of at most c->split_bytes, one dispatch each (a weight past
+ * maxStorageBufferRange: lavapipe's is 128 MiB) */
+bool vk_matmul_splits(const vk_ctx *c, const drt_tensor *t);
 void vk_embed_prepare(vk_ctx *c, const drt_tensor *t);
 drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 drt_status vk_dual_softmax(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
