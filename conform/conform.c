@@ -237,7 +237,8 @@ static const ccase PERF_CASES[] = {
     {DRT_OP_DIFF_ATTN, {1024, 8, 8, 2, 64, 128}, F32, 0, 1, 0, 0.5f},
     {DRT_OP_DIFF_ATTN, {1024, 8, 8, 2, 64, 128}, F32, 0, 1, V_DECOMPOSED, 0.5f},
     {DRT_OP_DIFF_ATTN, {1, 8, 8, 2, 64, 128}, F32, 1023, 1, 0, 0.5f},
-    {DRT_OP_DIFF_ATTN, {1, 8, 8, 2, 64, 128}, F32, 1023, 1, V_DECOMPOSED, 0.5f}, /* decode, decomposed */
+    {DRT_OP_DIFF_ATTN, {1, 8, 8, 2, 64, 128}, F32, 1023, 1, V_DECOMPOSED, 0.5f}, /* decode,
+                                                                                    decomposed */
     {DRT_OP_ATTN, {1024, 8, 8, 64, 128}, F32, 0, 1, 0, 0},
     {DRT_OP_ATTN, {1, 8, 8, 64, 128}, F32, 1023, 1, 0, 0},
     {DRT_OP_DUAL_SOFTMAX, {8, 1024, 1024}, F32, 0, 1, 0, 0.5f},

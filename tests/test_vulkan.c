@@ -302,9 +302,21 @@ static void test_copies(drt_backend *vk, drt_backend *cpu, bool cpu_device) {
         int64_t copies_cpu, copies_gpu;
         const char *what;
     } C[] = {
-        {{5, 3, 7, 16}, {2, 1, 0, 3}, 1, 0, "PERMUTE (5,3,7,16) perm (2,1,0,3): 105 runs of 64 bytes"},
-        {{5, 3, 7, 15}, {2, 1, 0, 3}, 0, 0, "PERMUTE (5,3,7,15) perm (2,1,0,3): 60-byte runs, shader"},
-        {{4, 1, 3, 32}, {1, 0, 2, 3}, 1, 1, "PERMUTE (4,1,3,32) perm (1,0,2,3): 4 runs merged into 1"},
+        {{5, 3, 7, 16},
+         {2, 1, 0, 3},
+         1,
+         0,
+         "PERMUTE (5,3,7,16) perm (2,1,0,3): 105 runs of 64 bytes"},
+        {{5, 3, 7, 15},
+         {2, 1, 0, 3},
+         0,
+         0,
+         "PERMUTE (5,3,7,15) perm (2,1,0,3): 60-byte runs, shader"},
+        {{4, 1, 3, 32},
+         {1, 0, 2, 3},
+         1,
+         1,
+         "PERMUTE (4,1,3,32) perm (1,0,2,3): 4 runs merged into 1"},
         {{0, 0, 0, 0}, {0, 0, 0, 0}, 1, 1, "KV_WRITE 5 rows of 2x24 into a cache of 12 at p0 = 6"},
     };
     for (int k = 0; k < 4; k++) {
@@ -315,15 +327,18 @@ static void test_copies(drt_backend *vk, drt_backend *cpu, bool cpu_device) {
         for (int i = 0; i < 2; i++) {
             g[i] = drt_graph_new();
             if (k < 3) {
-                in[i][0] = drt_new_tensor_4d(g[i], DRT_F32, C[k].ne[0], C[k].ne[1], C[k].ne[2], C[k].ne[3], "x");
+                in[i][0] = drt_new_tensor_4d(g[i], DRT_F32, C[k].ne[0], C[k].ne[1], C[k].ne[2],
+                                             C[k].ne[3], "x");
                 in[i][1] = NULL;
-                y[i] = drt_permute(g[i], in[i][0], C[k].perm[0], C[k].perm[1], C[k].perm[2], C[k].perm[3]);
+                y[i] = drt_permute(g[i], in[i][0], C[k].perm[0], C[k].perm[1], C[k].perm[2],
+                                   C[k].perm[3]);
             } else {
                 in[i][0] = drt_new_tensor_3d(g[i], DRT_F32, 5, 2, 24, "src");
                 in[i][1] = drt_new_tensor_3d(g[i], DRT_F32, 12, 2, 24, "cache");
                 y[i] = drt_kv_write(g[i], in[i][0], in[i][1]);
             }
-            DRT_CHECK(y[i] && drt_plan_create(g[i], bes[i], &p[i]) == DRT_OK, "plan: %s", drt_last_error());
+            DRT_CHECK(y[i] && drt_plan_create(g[i], bes[i], &p[i]) == DRT_OK, "plan: %s",
+                      drt_last_error());
         }
         const int64_t want = cpu_device ? C[k].copies_cpu : C[k].copies_gpu;
         for (int i = 0; i < 2 && p[0] && p[1]; i++) {
@@ -334,18 +349,21 @@ static void test_copies(drt_backend *vk, drt_backend *cpu, bool cpu_device) {
             drt_vk_counters c0, c1;
             vk_counters(&c0);
             drt_exec ex = {.p0 = 6};
-            DRT_CHECK(drt_plan_run(p[i], &ex) == DRT_OK, "%s: run: %s", C[k].what, drt_last_error());
+            DRT_CHECK(drt_plan_run(p[i], &ex) == DRT_OK, "%s: run: %s", C[k].what,
+                      drt_last_error());
             vk_counters(&c1);
             if (i == 0 && copies)
-                DRT_CHECK(c1.copies - c0.copies == want && c1.dispatches - c0.dispatches == 1 - want,
+                DRT_CHECK(c1.copies - c0.copies == want &&
+                              c1.dispatches - c0.dispatches == 1 - want,
                           "%s: %lld copies and %lld dispatches, expected %lld copies", C[k].what,
-                          (long long)(c1.copies - c0.copies), (long long)(c1.dispatches - c0.dispatches),
-                          (long long)want);
+                          (long long)(c1.copies - c0.copies),
+                          (long long)(c1.dispatches - c0.dispatches), (long long)want);
         }
         if (p[0] && p[1]) {
             float *a = get(y[0]), *b = get(y[1]);
             int64_t n = drt_nelem(y[1]), bad = 0;
-            for (int64_t i = 0; i < n; i++) bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+            for (int64_t i = 0; i < n; i++)
+                bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
             printf("  %s: %s, %lld of %lld elements differ from ref\n", C[k].what,
                    copies && want ? "copies" : "shader", (long long)bad, (long long)n);
             DRT_CHECK(bad == 0, "%s: %lld elements differ", C[k].what, (long long)bad);
@@ -377,7 +395,8 @@ static void test_steady_state(void) {
          * one-token step compiles nothing */
         drt_vk_counters w0, w1;
         vk_counters(&w0);
-        DRT_CHECK(drt_session_forward(s, &tok, 1, logits, 0) == DRT_OK, "first step: %s", drt_last_error());
+        DRT_CHECK(drt_session_forward(s, &tok, 1, logits, 0) == DRT_OK, "first step: %s",
+                  drt_last_error());
         vk_counters(&w1);
         DRT_CHECK(w1.pipelines == w0.pipelines, "the first decode step created %lld pipelines",
                   (long long)(w1.pipelines - w0.pipelines));
@@ -484,7 +503,8 @@ int main(void) {
     test_split_attention(vk, cpu);
     test_embed_error(vk);
     drt_device_props dp;
-    DRT_CHECK(drt_backend_device_props(idx, vk->device, &dp) == DRT_OK, "device props: %s", drt_last_error());
+    DRT_CHECK(drt_backend_device_props(idx, vk->device, &dp) == DRT_OK, "device props: %s",
+              drt_last_error());
     test_copies(vk, cpu, strcmp(dp.type, "CPU") == 0);
     test_steady_state();
     drt_backend_close(vk);
@@ -505,7 +525,9 @@ int main(void) {
     /* GEMV weights bound in blocks of rows, as past maxStorageBufferRange
      * (K=1000 and K=1024 f16/bf16 weights of 37-129 rows: 3-9 blocks) */
     setenv("DIFFRT_VK_SPLIT_BYTES", "40960", 1);
-    run_conform("op cases with GEMV weights split into 40 KiB bindings (DIFFRT_VK_SPLIT_BYTES=40960)", NULL);
+    run_conform(
+        "op cases with GEMV weights split into 40 KiB bindings (DIFFRT_VK_SPLIT_BYTES=40960)",
+        NULL);
     unsetenv("DIFFRT_VK_SPLIT_BYTES");
     /* KV_WRITE and PERMUTE through their shaders, not copies */
     setenv("DIFFRT_VK_COPY", "0", 1);

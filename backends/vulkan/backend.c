@@ -545,8 +545,7 @@ static drt_status flush(vk_ctx *c) {
     c->recording = false;
     c->n_pend_w = c->n_pend_r = 0;
     /* shader and copy writes -> the host (status buffer) and later transfers */
-    global_barrier(c, c->cmd,
-                   VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+    global_barrier(c, c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                    VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                    VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                    VK_ACCESS_HOST_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT |
@@ -903,18 +902,16 @@ static void add_use(vk_use *list, int *n, const vk_range *r, VkBuffer buf) {
 static void barrier(vk_ctx *c) {
     VkBufferMemoryBarrier bm[VK_MAX_PENDING];
     for (int i = 0; i < c->n_pend_w; i++)
-        bm[i] = (VkBufferMemoryBarrier){.sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
-                                        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT |
-                                                         VK_ACCESS_TRANSFER_WRITE_BIT,
-                                        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT |
-                                                         VK_ACCESS_SHADER_WRITE_BIT |
-                                                         VK_ACCESS_TRANSFER_READ_BIT |
-                                                         VK_ACCESS_TRANSFER_WRITE_BIT,
-                                        .srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
-                                        .dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
-                                        .buffer = c->pend_w[i].buf,
-                                        .offset = c->pend_w[i].r.off,
-                                        .size = c->pend_w[i].r.size};
+        bm[i] = (VkBufferMemoryBarrier){
+            .sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
+            .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+            .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                             VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+            .srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
+            .dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
+            .buffer = c->pend_w[i].buf,
+            .offset = c->pend_w[i].r.off,
+            .size = c->pend_w[i].r.size};
     const VkPipelineStageFlags st =
         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
     c->f.vkCmdPipelineBarrier(c->cmd, st, st, 0, 0, NULL, (uint32_t)c->n_pend_w, bm, 0, NULL);

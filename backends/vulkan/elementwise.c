@@ -89,7 +89,6 @@ static uint32_t pow2_at_least(uint64_t n, uint32_t cap) {
     return p;
 }
 
-
 drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *a = t->src[0], *b = t->src[1];
     const uint32_t wg = vk_wg(c, 256, vk_cpu_lanes(c));
@@ -149,8 +148,8 @@ drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
             pc.o_dst /= 4;
             pc.n /= 4;
         }
-        return vk_dispatch(c, VK_SH_KV_WRITE, spec, 3, &bd, &pc, sizeof pc, vk_groups(c, pc.n, wg), 1,
-                           1);
+        return vk_dispatch(c, VK_SH_KV_WRITE, spec, 3, &bd, &pc, sizeof pc, vk_groups(c, pc.n, wg),
+                           1, 1);
     }
     case DRT_OP_PERMUTE: {
         int64_t ne[4];

@@ -137,9 +137,9 @@ const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t) {
         mm_plan q;
         matmul_select(c, t, vk_eoff(t->src[0]), vk_eoff(t->src[1]), &q, spec);
         snprintf(s, sizeof buf[0], "gemv wg%u%s%s", p.wg, spec[2] == 2 ? " row/thread i64" : "",
-                 bind_bytes(t->src[1]) > c->split_bytes && vk_matmul_splits(c, t) ? " (split)" : "");
-    }
-    else if (p.kind == MM_REG)
+                 bind_bytes(t->src[1]) > c->split_bytes && vk_matmul_splits(c, t) ? " (split)"
+                                                                                  : "");
+    } else if (p.kind == MM_REG)
         snprintf(s, sizeof buf[0], "reg %ux%u (%u lanes x %ux%u)", p.bm, p.bn, p.wg, p.tm, p.tn);
     else
         snprintf(s, sizeof buf[0], "shared %ux%ux%u (%ux%u)", p.bm, p.bn, p.bk, p.tm, p.tn);
@@ -215,7 +215,8 @@ bool vk_matmul_splits(const vk_ctx *c, const drt_tensor *t) {
     node_dims(t, &B, &Bw, &T, &K, &N, &trans);
     /* a block of 16 rows must fit one binding */
     return B == 1 && Bw == 1 && T == 1 && !trans &&
-           16 * (uint64_t)K * drt_dtype_size(t->src[1]->type) + VK_BIND_ALIGN + 16 <= c->split_bytes;
+           16 * (uint64_t)K * drt_dtype_size(t->src[1]->type) + VK_BIND_ALIGN + 16 <=
+               c->split_bytes;
 }
 
 /* A GEMV whose weight is bound in blocks of rows: the node t again for
@@ -228,8 +229,11 @@ static drt_status matvec_split(vk_ctx *c, const drt_tensor *t, const drt_exec *e
     const uint64_t K = (uint64_t)w->ne[w->nd - 1], N = (uint64_t)w->ne[w->nd - 2];
     const uint64_t row = K * drt_dtype_size(w->type);
     const uint64_t rows = (c->split_bytes - VK_BIND_ALIGN - 16) / row / 16 * 16;
-    if (rows == 0) return drt_set_error(DRT_ERR_UNSUPPORTED, "vulkan: a weight row of %llu bytes "
-                                        "does not fit a binding", (unsigned long long)row);
+    if (rows == 0)
+        return drt_set_error(DRT_ERR_UNSUPPORTED,
+                             "vulkan: a weight row of %llu bytes "
+                             "does not fit a binding",
+                             (unsigned long long)row);
     for (uint64_t n0 = 0; n0 < N; n0 += rows) {
         const uint64_t nr = N - n0 < rows ? N - n0 : rows;
         drt_tensor wv = *w, yv = *t;
