@@ -1172,24 +1172,27 @@ static drt_status init_device(vk_ctx *c, int device) {
 /* The pipelines whose specialization does not depend on a node's shape,
  * created with the device so that no forward pass creates them: the
  * row-wise ops (norm, dual softmax), the elementwise ops in both widths,
- * the KV copy, ROPE and the split-key merge for one and two maps. Shape
- * classes (attention tiles) are created when a plan asks whether the
- * backend supports its nodes (vk_supports -> vk_attention_prepare). A
- * failure here is not fatal: vk_dispatch creates what is missing. */
+ * the KV copy shader (when KV_WRITE is not a vkCmdCopyBuffer), ROPE and
+ * the split-key merge for one and two maps. Shape classes (attention
+ * tiles, MATMUL, EMBED) are created when a plan asks whether the backend
+ * supports its nodes (vk_supports -> vk_attention_prepare,
+ * vk_matmul_prepare, vk_embed_prepare). A failure here is not fatal:
+ * vk_dispatch creates what is missing. */
 static void prewarm(vk_ctx *c) {
     VkPipeline p;
-    const uint32_t wg = vk_wg(c, 256, vk_cpu_lanes(c)), rw = wg, sg = c->use_sg;
+    /* elementwise.c and norm.c: one subgroup on CPU devices; attention.c
+     * (dual softmax, split-key merge): 64 lanes there */
+    const uint32_t wg = vk_wg(c, 256, vk_cpu_lanes(c)), aw = vk_wg(c, 256, 64), sg = c->use_sg;
     for (uint32_t op = 0; op < 3; op++)
         for (uint32_t v4 = 0; v4 < 2; v4++)
             (void)vk_pipeline(c, VK_SH_ELEMENTWISE, (const uint32_t[]){wg, sg, op, v4}, 4, &p);
-    for (uint32_t v4 = 0; v4 < 2; v4++)
+    for (uint32_t v4 = 0; v4 < 2 && !c->use_copy; v4++) /* else KV_WRITE is a copy */
         (void)vk_pipeline(c, VK_SH_KV_WRITE, (const uint32_t[]){wg, sg, v4}, 3, &p);
     (void)vk_pipeline(c, VK_SH_ROPE, (const uint32_t[]){wg, sg}, 2, &p);
-    (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_NORM), (const uint32_t[]){rw, sg}, 2, &p);
-    (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_DUAL_SOFTMAX), (const uint32_t[]){rw, sg}, 2, &p);
+    (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_NORM), (const uint32_t[]){wg, sg}, 2, &p);
+    (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_DUAL_SOFTMAX), (const uint32_t[]){aw, sg}, 2, &p);
     for (uint32_t maps = 1; maps <= 2; maps++)
-        (void)vk_pipeline(c, VK_SH_ATTENTION_COMBINE,
-                          (const uint32_t[]){vk_wg(c, 256, 64), sg, maps}, 3, &p);
+        (void)vk_pipeline(c, VK_SH_ATTENTION_COMBINE, (const uint32_t[]){aw, sg, maps}, 3, &p);
 }
 
 static drt_status vk_init(drt_backend *be, int device) {
