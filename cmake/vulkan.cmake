@@ -33,6 +33,7 @@ if(NOT DIFFRT_VULKAN STREQUAL "OFF")
       "matvec_f32_nosg|matvec.comp|W_F32,NO_SUBGROUP"
       "matvec_f16_nosg|matvec.comp|W_F16,NO_SUBGROUP"
       "matvec_u16_nosg|matvec.comp|W_U16,NO_SUBGROUP"
+      "matvec_u16_i64|matvec.comp|W_U16,LOAD_I64"
       "embed_f32|embed.comp|W_F32"
       "embed_f16|embed.comp|W_F16"
       "embed_u16|embed.comp|W_U16"

@@ -210,10 +210,24 @@ static const ccase CASES[] = {
     {DRT_OP_MATMUL, {6, 2, 5, 36, 33, 0}, F32, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {4, 2, 11, 68, 37, 1}, F32, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 33, 256, 130, 1}, F16, 0, 1, 0, 1},
+    /* GEMVs with K in 16s (Vulkan on CPU devices: 16 packed f16/bf16
+     * weights per step as 64-bit loads), more 4-row blocks than workgroups,
+     * batched with a shared weight, T up to the GEMV's 4 */
+    {DRT_OP_MATMUL, {1, 1, 1, 1024, 37, 0}, F16, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 2, 128, 70, 0}, BF16, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {3, 1, 1, 256, 33, 0}, F16, 0, 1, 0, 0.5f},
+    {DRT_OP_MATMUL, {1, 1, 4, 48, 130, 0}, F16, 0, 1, 0, 1},
     /* PERMUTE with the inner axis contiguous on both sides in 4s (vectorised
      * copies) and an outer axis the thread walks (n0 > 1) */
     {DRT_OP_PERMUTE, {4, 3, 5, 2, 8, 2, 1, 0, 3}, F32, 0, 1, 0, 0},
     {DRT_OP_PERMUTE, {4, 6, 3, 70, 12, 1, 2, 0, 3}, F32, 0, 1, 0, 0},
+    /* PERMUTE keeping the inner axes (Vulkan: copy regions from 64 bytes):
+     * runs of 16, runs of 3*20 merged across a size-1 axis, an identity
+     * (one region), two kept axes with an outer pair swapped */
+    {DRT_OP_PERMUTE, {4, 5, 3, 7, 16, 2, 1, 0, 3}, F32, 0, 1, 0, 0},
+    {DRT_OP_PERMUTE, {4, 4, 1, 3, 20, 1, 0, 2, 3}, F32, 0, 1, 0, 0},
+    {DRT_OP_PERMUTE, {3, 6, 5, 33, 0, 0, 1, 2, 0}, F32, 0, 1, 0, 0},
+    {DRT_OP_PERMUTE, {4, 7, 3, 2, 17, 1, 0, 2, 3}, F32, 0, 1, 0, 0},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -227,6 +241,9 @@ static const ccase PERF_CASES[] = {
     /* the 134M DiffLlama's MLP, prefill and decode (bench/run_cpu.sh) */
     {DRT_OP_MATMUL, {1, 1, 512, 768, 2048, 0}, F16, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 1, 768, 2048, 0}, F16, 0, 1, 0, 1},
+    /* diff-v1-tiny's decode GEMVs (dim 128, MLP 384): per-dispatch costs */
+    {DRT_OP_MATMUL, {1, 1, 1, 128, 384, 0}, F16, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 1, 384, 128, 0}, F16, 0, 1, 0, 1},
     /* decode GEMV streaming a 128 MiB f16 weight from memory (past any cache) */
     {DRT_OP_MATMUL, {1, 1, 1, 4096, 16384, 0}, F16, 0, 1, 0, 1},
     /* the same rows as q8_0 / q4_0, and the 134M model's MLP decode */
@@ -237,7 +254,8 @@ static const ccase PERF_CASES[] = {
     {DRT_OP_DIFF_ATTN, {1024, 8, 8, 2, 64, 128}, F32, 0, 1, 0, 0.5f},
     {DRT_OP_DIFF_ATTN, {1024, 8, 8, 2, 64, 128}, F32, 0, 1, V_DECOMPOSED, 0.5f},
     {DRT_OP_DIFF_ATTN, {1, 8, 8, 2, 64, 128}, F32, 1023, 1, 0, 0.5f},
-    {DRT_OP_DIFF_ATTN, {1, 8, 8, 2, 64, 128}, F32, 1023, 1, V_DECOMPOSED, 0.5f}, /* decode, decomposed */
+    {DRT_OP_DIFF_ATTN, {1, 8, 8, 2, 64, 128}, F32, 1023, 1, V_DECOMPOSED, 0.5f}, /* decode,
+                                                                                    decomposed */
     {DRT_OP_ATTN, {1024, 8, 8, 64, 128}, F32, 0, 1, 0, 0},
     {DRT_OP_ATTN, {1, 8, 8, 64, 128}, F32, 1023, 1, 0, 0},
     {DRT_OP_DUAL_SOFTMAX, {8, 1024, 1024}, F32, 0, 1, 0, 0.5f},
@@ -247,6 +265,10 @@ static const ccase PERF_CASES[] = {
     {DRT_OP_ADD, {512, 4096}, F32, 0, 1, 0, 0},
     {DRT_OP_GROUPNORM, {512, 16, 256}, F32, 0, 1, 0, 0},
     {DRT_OP_PERMUTE, {4, 512, 16, 2, 128, 2, 1, 0, 3}, F32, 0, 1, 0, 0},
+    /* the same bytes with 64-byte runs, and as one copy (KV_WRITE of 512
+     * rows of 16x2x128 into a cache at p0 = 256): a copy's yardstick */
+    {DRT_OP_PERMUTE, {4, 512, 128, 2, 16, 2, 1, 0, 3}, F32, 0, 1, 0, 0},
+    {DRT_OP_KV_WRITE, {512, 1024, 16, 2, 128}, F32, 256, 1, 0, 0},
 };
 #define N_PERF ((int)(sizeof PERF_CASES / sizeof PERF_CASES[0]))
 

@@ -31,6 +31,19 @@ uint group_index() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroup
 uint grid_stride() { return gl_NumWorkGroups.x * gl_NumWorkGroups.y * WG; }
 uint global_index() { return group_index() * WG + gl_LocalInvocationIndex; }
 
+/* A blocked loop over n items, for few workgroups (CPU devices): workgroup
+ * g takes the items [g*chunk, g*chunk + chunk), chunk = n / groups rounded
+ * up to WG, and its threads stride by WG inside, so each workgroup walks
+ * contiguous memory and the grid may have any number of workgroups:
+ *   for (uint i = block_first(n), e = block_end(n); i < e; i += WG)
+ * (n <= 2^30: a storage buffer range holds no more f32) */
+uint block_chunk(uint n) {
+    const uint g = gl_NumWorkGroups.x * gl_NumWorkGroups.y;
+    return ((n + g - 1) / g + WG - 1) / WG * WG;
+}
+uint block_first(uint n) { return group_index() * block_chunk(n) + gl_LocalInvocationIndex; }
+uint block_end(uint n) { return min(n, (group_index() + 1) * block_chunk(n)); }
+
 const float NEG_BIG = -3.0e38; /* "minus infinity" that stays finite through exp(x - m) */
 
 #ifdef WANT_REDUCE

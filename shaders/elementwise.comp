@@ -6,7 +6,7 @@
  *   2 SWIGLU   y = a / (1 + exp(-a)) * b   (silu(gate) * up)
  * For a << 0, exp(-a) overflows to +inf and y is 0 (or -0), never NaN, as
  * in the reference. CPU reference: backends/cpu/elementwise.c.
- * Grid-stride. VEC4 (n and every offset a multiple of 4): the host passes
+ * Blocked (common.glsl). VEC4 (n and every offset a multiple of 4): the host passes
  * n and the offsets in vec4 units and each step moves 16 bytes per
  * operand. Napkin math: (2 or 3)*n*4 bytes moved. */
 #include "common.glsl"
@@ -33,7 +33,7 @@ vec4 op(vec4 av, vec4 bv) {
 }
 
 void main() {
-    for (uint i = global_index(); i < pc.n; i += grid_stride()) {
+    for (uint i = block_first(pc.n), e = block_end(pc.n); i < e; i += WG) {
         if (VEC4) {
             y4[pc.o_y + i] = op(a4[pc.o_a + i], OP == 1 ? vec4(0.0) : b4[pc.o_b + i]);
         } else {

@@ -5,7 +5,7 @@
  * An id outside [0,V) is never read: its row of y becomes NaN and the first
  * such (id, t) is recorded in the status buffer, which the host checks after
  * the submission and turns into an error.
- * One thread per output element, grid-stride. Napkin math: T*D reads and
+ * One thread per output element, blocked (common.glsl). Napkin math: T*D reads and
  * writes. */
 #include "common.glsl"
 #include "weights.glsl"
@@ -22,7 +22,7 @@ layout(push_constant) uniform PC {
 
 void main() {
     const uint n = pc.T * pc.D;
-    for (uint i = global_index(); i < n; i += grid_stride()) {
+    for (uint i = block_first(n), e = block_end(n); i < e; i += WG) {
         uint t = i / pc.D, d = i % pc.D;
         int id = ids[pc.o_ids + t];
         if (id < 0 || uint(id) >= pc.V) {

@@ -5,7 +5,7 @@
  * p0*row into o_dst. Binding 4 is the node, a view of the cache, so the
  * cache stays on the device and is written where it lives.
  * CPU reference: backends/cpu/elementwise.c (cpu_kv_write).
- * Grid-stride copy; VEC4 (n and both offsets multiples of 4, passed in
+ * Blocked (common.glsl) copy; VEC4 (n and both offsets multiples of 4, passed in
  * vec4 units): 16 bytes per step. Napkin math: 2*n*4 bytes moved. */
 #include "common.glsl"
 
@@ -22,7 +22,7 @@ layout(push_constant) uniform PC {
 } pc;
 
 void main() {
-    for (uint i = global_index(); i < pc.n; i += grid_stride()) {
+    for (uint i = block_first(pc.n), e = block_end(pc.n); i < e; i += WG) {
         if (VEC4) dst4[pc.o_dst + i] = src4[pc.o_src + i];
         else dst[pc.o_dst + i] = src[pc.o_src + i];
     }

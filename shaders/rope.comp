@@ -12,7 +12,7 @@
  * ~1e-4. So: pos * inv_freq = hi + lo exactly (inv_freq split in 8 + 16
  * bits, pos < 2^16), a three-part Cody-Waite reduction by pi/2, and
  * minimax polynomials on [-pi/4, pi/4] (Cephes sinf/cosf), ~1 ulp.
- * One thread per pair, grid-stride. Napkin math: T*Hn*d reads and writes. */
+ * One thread per pair, blocked (common.glsl). Napkin math: T*Hn*d reads and writes. */
 #include "common.glsl"
 
 layout(binding = 0) readonly buffer Xbuf { float x[]; };
@@ -48,7 +48,7 @@ void sincos_exact(uint pos, float f, out float s, out float c) {
 
 void main() {
     const uint n = pc.T * pc.Hn * pc.half_d;
-    for (uint i = global_index(); i < n; i += grid_stride()) {
+    for (uint i = block_first(n), e = block_end(n); i < e; i += WG) {
         uint j = i % pc.half_d, th = i / pc.half_d; /* th = t*Hn + h */
         uint t = th / pc.Hn;
         uint base = th * 2u * pc.half_d + j;

@@ -290,6 +290,93 @@ static void test_embed_error(drt_backend *vk) {
 }
 
 /* A decode step: one compute submission, nothing created. */
+/* KV_WRITE is one copy; PERMUTE keeping runs of 64 bytes or more is copy
+ * regions (on a CPU device; on a GPU only up to 16 regions), a shorter run
+ * goes through the shader; each against the CPU. The counts are not
+ * checked under DIFFRT_VK_COPY=0 (everything is a dispatch then). */
+static void test_copies(drt_backend *vk, drt_backend *cpu, bool cpu_device) {
+    const char *env = getenv("DIFFRT_VK_COPY");
+    const bool copies = !(env && strcmp(env, "0") == 0);
+    static const struct {
+        int ne[4], perm[4];
+        int64_t copies_cpu, copies_gpu;
+        const char *what;
+    } C[] = {
+        {{5, 3, 7, 16},
+         {2, 1, 0, 3},
+         1,
+         0,
+         "PERMUTE (5,3,7,16) perm (2,1,0,3): 105 runs of 64 bytes"},
+        {{5, 3, 7, 15},
+         {2, 1, 0, 3},
+         0,
+         0,
+         "PERMUTE (5,3,7,15) perm (2,1,0,3): 60-byte runs, shader"},
+        {{4, 1, 3, 32},
+         {1, 0, 2, 3},
+         1,
+         1,
+         "PERMUTE (4,1,3,32) perm (1,0,2,3): 4 runs merged into 1"},
+        {{0, 0, 0, 0}, {0, 0, 0, 0}, 1, 1, "KV_WRITE 5 rows of 2x24 into a cache of 12 at p0 = 6"},
+    };
+    for (int k = 0; k < 4; k++) {
+        drt_graph *g[2];
+        drt_tensor *y[2], *in[2][2];
+        drt_plan *p[2] = {0};
+        drt_backend *bes[2] = {vk, cpu};
+        for (int i = 0; i < 2; i++) {
+            g[i] = drt_graph_new();
+            if (k < 3) {
+                in[i][0] = drt_new_tensor_4d(g[i], DRT_F32, C[k].ne[0], C[k].ne[1], C[k].ne[2],
+                                             C[k].ne[3], "x");
+                in[i][1] = NULL;
+                y[i] = drt_permute(g[i], in[i][0], C[k].perm[0], C[k].perm[1], C[k].perm[2],
+                                   C[k].perm[3]);
+            } else {
+                in[i][0] = drt_new_tensor_3d(g[i], DRT_F32, 5, 2, 24, "src");
+                in[i][1] = drt_new_tensor_3d(g[i], DRT_F32, 12, 2, 24, "cache");
+                y[i] = drt_kv_write(g[i], in[i][0], in[i][1]);
+            }
+            DRT_CHECK(y[i] && drt_plan_create(g[i], bes[i], &p[i]) == DRT_OK, "plan: %s",
+                      drt_last_error());
+        }
+        const int64_t want = cpu_device ? C[k].copies_cpu : C[k].copies_gpu;
+        for (int i = 0; i < 2 && p[0] && p[1]; i++) {
+            drt_rng r;
+            drt_rng_seed(&r, 31);
+            for (int j = 0; j < 2; j++)
+                if (in[i][j]) fill(in[i][j], &r, 1);
+            drt_vk_counters c0, c1;
+            vk_counters(&c0);
+            drt_exec ex = {.p0 = 6};
+            DRT_CHECK(drt_plan_run(p[i], &ex) == DRT_OK, "%s: run: %s", C[k].what,
+                      drt_last_error());
+            vk_counters(&c1);
+            if (i == 0 && copies)
+                DRT_CHECK(c1.copies - c0.copies == want &&
+                              c1.dispatches - c0.dispatches == 1 - want,
+                          "%s: %lld copies and %lld dispatches, expected %lld copies", C[k].what,
+                          (long long)(c1.copies - c0.copies),
+                          (long long)(c1.dispatches - c0.dispatches), (long long)want);
+        }
+        if (p[0] && p[1]) {
+            float *a = get(y[0]), *b = get(y[1]);
+            int64_t n = drt_nelem(y[1]), bad = 0;
+            for (int64_t i = 0; i < n; i++)
+                bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+            printf("  %s: %s, %lld of %lld elements differ from ref\n", C[k].what,
+                   copies && want ? "copies" : "shader", (long long)bad, (long long)n);
+            DRT_CHECK(bad == 0, "%s: %lld elements differ", C[k].what, (long long)bad);
+            free(a);
+            free(b);
+        }
+        for (int i = 0; i < 2; i++) {
+            drt_plan_free(p[i]);
+            drt_graph_free(g[i]);
+        }
+    }
+}
+
 static void test_steady_state(void) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/diff_v2", DRT_FIXTURES_DIR);
@@ -304,6 +391,16 @@ static void test_steady_state(void) {
     if (s) {
         float *logits = malloc(sizeof(float) * (size_t)I.vocab * 4);
         int32_t prompt[4] = {1, 17, 42, 99}, tok = 5;
+        /* the decode plan's pipelines were made with the session: a first
+         * one-token step compiles nothing */
+        drt_vk_counters w0, w1;
+        vk_counters(&w0);
+        DRT_CHECK(drt_session_forward(s, &tok, 1, logits, 0) == DRT_OK, "first step: %s",
+                  drt_last_error());
+        vk_counters(&w1);
+        DRT_CHECK(w1.pipelines == w0.pipelines, "the first decode step created %lld pipelines",
+                  (long long)(w1.pipelines - w0.pipelines));
+        drt_session_reset(s);
         DRT_CHECK(drt_session_forward(s, prompt, 4, logits, 1) == DRT_OK, "prefill: %s", drt_last_error());
         DRT_CHECK(drt_session_forward(s, &tok, 1, logits, 0) == DRT_OK, "decode: %s", drt_last_error());
         drt_vk_counters c0, c1;
@@ -405,6 +502,10 @@ int main(void) {
     test_decomposed(vk, cpu, 1, 1);
     test_split_attention(vk, cpu);
     test_embed_error(vk);
+    drt_device_props dp;
+    DRT_CHECK(drt_backend_device_props(idx, vk->device, &dp) == DRT_OK, "device props: %s",
+              drt_last_error());
+    test_copies(vk, cpu, strcmp(dp.type, "CPU") == 0);
     test_steady_state();
     drt_backend_close(vk);
     drt_backend_close(cpu);
@@ -421,6 +522,17 @@ int main(void) {
     unsetenv("DIFFRT_VK_TUNE");
     unsetenv("DIFFRT_VK_SUBGROUP");
     unsetenv("DIFFRT_VK_FP16");
+    /* GEMV weights bound in blocks of rows, as past maxStorageBufferRange
+     * (K=1000 and K=1024 f16/bf16 weights of 37-129 rows: 3-9 blocks) */
+    setenv("DIFFRT_VK_SPLIT_BYTES", "40960", 1);
+    run_conform(
+        "op cases with GEMV weights split into 40 KiB bindings (DIFFRT_VK_SPLIT_BYTES=40960)",
+        NULL);
+    unsetenv("DIFFRT_VK_SPLIT_BYTES");
+    /* KV_WRITE and PERMUTE through their shaders, not copies */
+    setenv("DIFFRT_VK_COPY", "0", 1);
+    run_conform("op cases without copies (DIFFRT_VK_COPY=0)", NULL);
+    unsetenv("DIFFRT_VK_COPY");
     return drt_test_summary("test_vulkan");
 #endif
 }

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "drt_error.h"
 #include "drt_module.h"
@@ -543,8 +544,9 @@ static drt_status flush(vk_ctx *c) {
     if (!c->recording) return DRT_OK;
     c->recording = false;
     c->n_pend_w = c->n_pend_r = 0;
-    /* shader writes -> the host (status buffer) and later transfers */
-    global_barrier(c, c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT,
+    /* shader and copy writes -> the host (status buffer) and later transfers */
+    global_barrier(c, c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                   VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                    VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                    VK_ACCESS_HOST_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT |
                        VK_ACCESS_TRANSFER_WRITE_BIT);
@@ -837,6 +839,16 @@ uint32_t vk_wg(const vk_ctx *c, uint32_t want_gpu, uint32_t want_cpu) {
     return w;
 }
 
+uint32_t vk_cpu_lanes(const vk_ctx *c) {
+    return c->subgroup_size >= 4 && c->subgroup_size <= 64 ? c->subgroup_size : 8;
+}
+
+uint32_t vk_groups(const vk_ctx *c, uint64_t n, uint32_t wg) {
+    uint64_t g = (n + wg - 1) / wg, cap = 65535;
+    if (c->tune_cpu) cap = 4 * (uint64_t)c->n_cpus;
+    return g == 0 ? 1 : g < cap ? (uint32_t)g : (uint32_t)cap;
+}
+
 void vk_grid_2d(uint64_t n, uint32_t *gx, uint32_t *gy) {
     if (n <= 65535) {
         *gx = n ? (uint32_t)n : 1;
@@ -885,25 +897,55 @@ static void add_use(vk_use *list, int *n, const vk_range *r, VkBuffer buf) {
 }
 
 /* A barrier covering every range written since the last one: those writes
- * become visible to later shader reads and writes (and later writes wait
- * for earlier reads). */
+ * (by shaders or by copies) become visible to later shader and copy reads
+ * and writes (and later writes wait for earlier reads). */
 static void barrier(vk_ctx *c) {
     VkBufferMemoryBarrier bm[VK_MAX_PENDING];
     for (int i = 0; i < c->n_pend_w; i++)
-        bm[i] = (VkBufferMemoryBarrier){.sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
-                                        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-                                        .dstAccessMask =
-                                            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
-                                        .srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
-                                        .dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
-                                        .buffer = c->pend_w[i].buf,
-                                        .offset = c->pend_w[i].r.off,
-                                        .size = c->pend_w[i].r.size};
-    c->f.vkCmdPipelineBarrier(c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                              VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 0, NULL,
-                              (uint32_t)c->n_pend_w, bm, 0, NULL);
+        bm[i] = (VkBufferMemoryBarrier){
+            .sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
+            .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+            .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                             VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+            .srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
+            .dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
+            .buffer = c->pend_w[i].buf,
+            .offset = c->pend_w[i].r.off,
+            .size = c->pend_w[i].r.size};
+    const VkPipelineStageFlags st =
+        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+    c->f.vkCmdPipelineBarrier(c->cmd, st, st, 0, 0, NULL, (uint32_t)c->n_pend_w, bm, 0, NULL);
     c->n_pend_w = c->n_pend_r = 0;
     g_count.barriers++;
+}
+
+/* Hazards of a command reading rd[0..nr) and writing wr[0..nw) against the
+ * commands recorded since the last barrier (read-after-write,
+ * write-after-write, write-after-read): a barrier first when there is one;
+ * then the ranges join the pending lists. */
+static void track(vk_ctx *c, const vk_range *rd, const VkBuffer *rbuf, int nr, const vk_range *wr,
+                  const VkBuffer *wbuf, int nw) {
+    bool dep = c->n_pend_w + nw > VK_MAX_PENDING || c->n_pend_r + nr > VK_MAX_PENDING;
+    for (int i = 0; i < nw && !dep; i++)
+        dep = pending(c->pend_w, c->n_pend_w, &wr[i]) || pending(c->pend_r, c->n_pend_r, &wr[i]);
+    for (int i = 0; i < nr && !dep; i++)
+        dep = pending(c->pend_w, c->n_pend_w, &rd[i]);
+    if (dep) barrier(c);
+    for (int i = 0; i < nr; i++)
+        add_use(c->pend_r, &c->n_pend_r, &rd[i], rbuf[i]);
+    for (int i = 0; i < nw; i++)
+        add_use(c->pend_w, &c->n_pend_w, &wr[i], wbuf[i]);
+}
+
+drt_status vk_copy(vk_ctx *c, const drt_tensor *src, const drt_tensor *dst, const VkBufferCopy *reg,
+                   uint32_t n) {
+    if (n == 0) return DRT_OK;
+    const vk_buf *sb = buf_of(c, src), *db = buf_of(c, dst);
+    const vk_range rr = range_of(c, src), wr = range_of(c, dst);
+    track(c, &rr, &sb->buf, 1, &wr, &db->buf, 1);
+    c->f.vkCmdCopyBuffer(c->cmd, sb->buf, db->buf, n, reg);
+    g_count.copies++;
+    return DRT_OK;
 }
 
 drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec, const vk_binds *b,
@@ -926,22 +968,19 @@ drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec,
     s = get_set(c, bufs, key, &set);
     if (s != DRT_OK) return s;
 
-    /* hazards against the dispatches recorded since the last barrier:
-     * read-after-write, write-after-write, write-after-read */
+    /* hazards against the commands recorded since the last barrier */
     const vk_range st = {c->status.id, 0, c->status.size};
-    const vk_range *wr[2] = {&key[4], b->status ? &st : NULL}; /* written */
+    const vk_range wr[2] = {key[4], st}; /* written: the output, maybe the status */
     const VkBuffer wbuf[2] = {bufs[4]->buf, c->status.buf};
-    bool dep = c->n_pend_w + 2 > VK_MAX_PENDING || c->n_pend_r + 4 > VK_MAX_PENDING;
-    for (int i = 0; i < 2 && !dep; i++)
-        dep = wr[i] &&
-              (pending(c->pend_w, c->n_pend_w, wr[i]) || pending(c->pend_r, c->n_pend_r, wr[i]));
-    for (int i = 0; i < 4 && !dep; i++)
-        dep = b->src[i] && pending(c->pend_w, c->n_pend_w, &key[i]);
-    if (dep) barrier(c);
+    vk_range rd[4];
+    VkBuffer rbuf[4];
+    int nr = 0;
     for (int i = 0; i < 4; i++)
-        if (b->src[i]) add_use(c->pend_r, &c->n_pend_r, &key[i], bufs[i]->buf);
-    for (int i = 0; i < 2; i++)
-        if (wr[i]) add_use(c->pend_w, &c->n_pend_w, wr[i], wbuf[i]);
+        if (b->src[i]) {
+            rd[nr] = key[i];
+            rbuf[nr++] = bufs[i]->buf;
+        }
+    track(c, rd, rbuf, nr, wr, wbuf, b->status ? 2 : 1);
 
     c->f.vkCmdBindPipeline(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
     c->f.vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->layout, 0, 1, &set, 0,
@@ -1032,11 +1071,19 @@ static drt_status init_device(vk_ctx *c, int device) {
     c->subgroup_size = d.sg.subgroupSize;
     c->use_sg = subgroup_arith(&d) && !env_off("DIFFRT_VK_SUBGROUP");
     c->use_f16 = d.s16.storageBuffer16BitAccess && !env_off("DIFFRT_VK_FP16");
+    c->use_copy = !env_off("DIFFRT_VK_COPY");
+    c->split_bytes = d.p.limits.maxStorageBufferRange;
+    const char *sb = getenv("DIFFRT_VK_SPLIT_BYTES");
+    if (sb && *sb && strtoull(sb, NULL, 10) >= 1024 && strtoull(sb, NULL, 10) < c->split_bytes)
+        c->split_bytes = strtoull(sb, NULL, 10);
     const char *tune = getenv("DIFFRT_VK_TUNE");
     c->tune_cpu = tune && strcmp(tune, "gpu") == 0 ? false
                   : tune && strcmp(tune, "cpu") == 0
                       ? true
                       : d.p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    c->n_cpus = ncpu > 0 && ncpu < 4096 ? (uint32_t)ncpu : 1;
 
     uint32_t nq = 0;
     c->f.vkGetPhysicalDeviceQueueFamilyProperties(c->pd, &nq, NULL);
@@ -1057,10 +1104,15 @@ static drt_status init_device(vk_ctx *c, int device) {
     VkPhysicalDevice16BitStorageFeatures s16 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
         .storageBuffer16BitAccess = c->use_f16};
+    VkPhysicalDeviceFeatures2 feat = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    c->f.vkGetPhysicalDeviceFeatures2(c->pd, &feat);
+    c->use_i64 = feat.features.shaderInt64 && c->use_sg && !env_off("DIFFRT_VK_INT64");
+    VkPhysicalDeviceFeatures want = {.shaderInt64 = c->use_i64};
     VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                              .pNext = &s16,
                              .queueCreateInfoCount = 1,
-                             .pQueueCreateInfos = &qi};
+                             .pQueueCreateInfos = &qi,
+                             .pEnabledFeatures = &want};
     r = c->f.vkCreateDevice(c->pd, &di, NULL, &c->dev);
     if (r != VK_SUCCESS) {
         c->dev = VK_NULL_HANDLE;
@@ -1120,24 +1172,27 @@ static drt_status init_device(vk_ctx *c, int device) {
 /* The pipelines whose specialization does not depend on a node's shape,
  * created with the device so that no forward pass creates them: the
  * row-wise ops (norm, dual softmax), the elementwise ops in both widths,
- * the KV copy, ROPE and the split-key merge for one and two maps. Shape
- * classes (attention tiles) are created when a plan asks whether the
- * backend supports its nodes (vk_supports -> vk_attention_prepare). A
- * failure here is not fatal: vk_dispatch creates what is missing. */
+ * the KV copy shader (when KV_WRITE is not a vkCmdCopyBuffer), ROPE and
+ * the split-key merge for one and two maps. Shape classes (attention
+ * tiles, MATMUL, EMBED) are created when a plan asks whether the backend
+ * supports its nodes (vk_supports -> vk_attention_prepare,
+ * vk_matmul_prepare, vk_embed_prepare). A failure here is not fatal:
+ * vk_dispatch creates what is missing. */
 static void prewarm(vk_ctx *c) {
     VkPipeline p;
-    const uint32_t wg = vk_wg(c, 256, 256), rw = vk_wg(c, 256, 64), sg = c->use_sg;
+    /* elementwise.c and norm.c: one subgroup on CPU devices; attention.c
+     * (dual softmax, split-key merge): 64 lanes there */
+    const uint32_t wg = vk_wg(c, 256, vk_cpu_lanes(c)), aw = vk_wg(c, 256, 64), sg = c->use_sg;
     for (uint32_t op = 0; op < 3; op++)
         for (uint32_t v4 = 0; v4 < 2; v4++)
             (void)vk_pipeline(c, VK_SH_ELEMENTWISE, (const uint32_t[]){wg, sg, op, v4}, 4, &p);
-    for (uint32_t v4 = 0; v4 < 2; v4++)
+    for (uint32_t v4 = 0; v4 < 2 && !c->use_copy; v4++) /* else KV_WRITE is a copy */
         (void)vk_pipeline(c, VK_SH_KV_WRITE, (const uint32_t[]){wg, sg, v4}, 3, &p);
     (void)vk_pipeline(c, VK_SH_ROPE, (const uint32_t[]){wg, sg}, 2, &p);
-    (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_NORM), (const uint32_t[]){rw, sg}, 2, &p);
-    (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_DUAL_SOFTMAX), (const uint32_t[]){rw, sg}, 2, &p);
+    (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_NORM), (const uint32_t[]){wg, sg}, 2, &p);
+    (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_DUAL_SOFTMAX), (const uint32_t[]){aw, sg}, 2, &p);
     for (uint32_t maps = 1; maps <= 2; maps++)
-        (void)vk_pipeline(c, VK_SH_ATTENTION_COMBINE,
-                          (const uint32_t[]){vk_wg(c, 256, 64), sg, maps}, 3, &p);
+        (void)vk_pipeline(c, VK_SH_ATTENTION_COMBINE, (const uint32_t[]){aw, sg, maps}, 3, &p);
 }
 
 static drt_status vk_init(drt_backend *be, int device) {
@@ -1203,8 +1258,9 @@ static bool vk_supports(drt_backend *be, const drt_tensor *t) {
         if (!x) continue;
         /* each tensor's bytes are bound from its offset rounded down to
          * VK_BIND_ALIGN; element offsets and indices are 32-bit */
-        if (drt_nbytes(x) + VK_BIND_ALIGN + 16 > max_range ||
-            drt_nelem(x) >= (int64_t)UINT32_MAX - VK_BIND_ALIGN)
+        if (drt_nelem(x) >= (int64_t)UINT32_MAX - VK_BIND_ALIGN) return false;
+        if (drt_nbytes(x) + VK_BIND_ALIGN + 16 > max_range &&
+            !(x == t->src[1] && vk_matmul_splits(c, t)))
             return false;
         if (x->view_offs % drt_dtype_size(x->type)) return false;
     }
@@ -1216,9 +1272,11 @@ static bool vk_supports(drt_backend *be, const drt_tensor *t) {
          * class's pipelines now rather than in the first forward */
         vk_attention_prepare(be->ctx, t);
         return true;
-    case DRT_OP_EMBED:
-    case DRT_OP_RMSNORM:
     case DRT_OP_MATMUL:
+        vk_matmul_prepare(be->ctx, t); /* its pipeline now, not in the first forward */
+        return true;
+    case DRT_OP_EMBED: vk_embed_prepare(be->ctx, t); return true;
+    case DRT_OP_RMSNORM:
     case DRT_OP_ROPE:
     case DRT_OP_DUAL_SOFTMAX:
     case DRT_OP_GROUPNORM:
@@ -1252,10 +1310,12 @@ static drt_status vk_compute(drt_backend *be, drt_tensor *const *nodes, int n, c
         c->recording = true;
         c->n_pend_w = c->n_pend_r = 0;
         c->status_map[0] = 0;
-        /* uploads (transfer writes) before this pass are visible to its shaders */
+        /* uploads (transfer writes) before this pass are visible to its
+         * shaders and copies */
         global_barrier(c, c->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
-                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                       VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                       VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
     }
     for (int i = 0; i < n; i++) {
         drt_status s = record_node(c, nodes[i], ex);

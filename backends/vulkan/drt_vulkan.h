@@ -11,6 +11,12 @@
  *                           device has subgroup arithmetic
  *   DIFFRT_VK_FP16=0        f16 weights read as packed 32-bit words even where
  *                           the device has 16-bit storage
+ *   DIFFRT_VK_INT64=0       the CPU-device GEMV reads packed f16/bf16 in 32-bit
+ *                           words even where the device has shaderInt64
+ *   DIFFRT_VK_SPLIT_BYTES=n decode GEMV weights over n bytes bound in blocks of
+ *                           rows (as those past maxStorageBufferRange), for tests
+ *   DIFFRT_VK_COPY=0        KV_WRITE and PERMUTE through their shaders even
+ *                           where they are plain copies (vkCmdCopyBuffer)
  *   DIFFRT_VK_TUNE=gpu|cpu  workgroup sizes and tiles chosen as for a GPU / a
  *                           CPU device, whatever the device is (default: by
  *                           its type), e.g. to run the GPU shapes on lavapipe
@@ -26,6 +32,7 @@ typedef struct {
     int64_t compute_submits;     /* forward-pass command buffers submitted */
     int64_t transfer_submits;    /* staging copies (upload/download) submitted */
     int64_t dispatches;
+    int64_t copies;          /* vkCmdCopyBuffer commands in forward passes (KV_WRITE, PERMUTE) */
     int64_t barriers;        /* pipeline barriers between dispatches */
     int64_t pipelines;       /* compute pipelines created */
     int64_t descriptor_sets; /* descriptor sets written (new or recycled) */

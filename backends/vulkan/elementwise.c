@@ -1,10 +1,25 @@
 /* Vulkan: ADD, SIGMOID, SWIGLU (shaders/elementwise.comp, the op a
  * specialization constant), ROPE (shaders/rope.comp), KV_WRITE
- * (shaders/kv_write.comp) and PERMUTE (shaders/permute.comp).
+ * (vkCmdCopyBuffer, or shaders/kv_write.comp) and PERMUTE (vkCmdCopyBuffer
+ * regions when the permutation keeps the inner axes, else
+ * shaders/permute.comp).
  * CPU reference: backends/ref/elementwise.c; node dims -> kernel arguments
  * as in backends/ref/backend.c. */
+#include <stdlib.h>
+
 #include "drt_error.h"
 #include "vk_internal.h"
+
+/* PERMUTE as copies. A driver walks the regions one by one: lavapipe
+ * spends about 0.14 us on each (Mesa 22.3, 2-core EPYC), so the copies
+ * beat the shader (which moves 1-3 GB/s there) from runs of 64 bytes
+ * (PERMUTE (512,128,2,16) perm (2,1,0,3): 15 ms vs 24 ms; 512-byte runs:
+ * 2.6 ms vs 6.2 ms; one region of the same bytes: 0.34 ms). A GPU's
+ * shader is fast and its driver may run a region per internal dispatch,
+ * so there only a few regions are copies. */
+#define COPY_MIN_RUN_BYTES 64
+#define COPY_MAX_REGIONS (1 << 20)
+#define COPY_MAX_REGIONS_GPU 16
 
 typedef struct {
     uint32_t o_a, o_b, o_y, n;
@@ -22,6 +37,51 @@ typedef struct {
     uint32_t o_x, o_y, n0, n1, n2, n3, g0, g1, g2, g3;
 } permute_pc;
 
+/* PERMUTE of x (ne[0..3], row-major, contiguous) into y, as copies when
+ * the permutation keeps the trailing input axes k..3 in place: each of y's
+ * runs of ne[k]*..*ne[3] elements is contiguous in x too, so it is one
+ * region (runs that follow each other in x as well are merged).
+ * *done = false: not a copy worth making (the caller runs the shader). */
+static drt_status permute_copy(vk_ctx *c, const drt_tensor *t, const int64_t ne[4],
+                               const int perm[4], bool *done) {
+    const drt_tensor *x = t->src[0];
+    const size_t es = sizeof(float);
+    *done = false;
+    int k = 4;
+    uint64_t run = 1;
+    while (k > 0 && perm[k - 1] == k - 1)
+        run *= (uint64_t)ne[--k];
+    const uint64_t n = (uint64_t)drt_nelem(t);
+    if (!c->use_copy || n == 0 || run * es < COPY_MIN_RUN_BYTES ||
+        n / run > (c->tune_cpu ? COPY_MAX_REGIONS : COPY_MAX_REGIONS_GPU))
+        return DRT_OK;
+    const int64_t xs[4] = {ne[1] * ne[2] * ne[3], ne[2] * ne[3], ne[3], 1};
+    /* y's outer axes 0..k-1: sizes and x's strides, padded with 1s */
+    uint64_t on[3] = {1, 1, 1}, og[3] = {0, 0, 0};
+    for (int a = 0; a < k; a++) {
+        on[3 - k + a] = (uint64_t)ne[perm[a]];
+        og[3 - k + a] = (uint64_t)xs[perm[a]];
+    }
+    VkBufferCopy *reg = malloc(sizeof *reg * (size_t)(n / run));
+    if (!reg) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    uint32_t nr = 0;
+    uint64_t yi = 0;
+    for (uint64_t i0 = 0; i0 < on[0]; i0++)
+        for (uint64_t i1 = 0; i1 < on[1]; i1++)
+            for (uint64_t i2 = 0; i2 < on[2]; i2++, yi += run) {
+                VkDeviceSize so = x->offs + (i0 * og[0] + i1 * og[1] + i2 * og[2]) * es;
+                if (nr > 0 && reg[nr - 1].srcOffset + reg[nr - 1].size == so) {
+                    reg[nr - 1].size += run * es; /* y is contiguous: only x decides */
+                    continue;
+                }
+                reg[nr++] = (VkBufferCopy){so, t->offs + yi * es, run * es};
+            }
+    drt_status s = vk_copy(c, x, t, reg, nr);
+    free(reg);
+    *done = s == DRT_OK;
+    return s;
+}
+
 static uint32_t pow2_at_least(uint64_t n, uint32_t cap) {
     uint32_t p = 1;
     while (p < n && p < cap)
@@ -29,15 +89,9 @@ static uint32_t pow2_at_least(uint64_t n, uint32_t cap) {
     return p;
 }
 
-/* grid-stride ops: enough workgroups of wg to cover n once, at most 65535 */
-static uint32_t groups_for(uint64_t n, uint32_t wg) {
-    uint64_t g = (n + wg - 1) / wg;
-    return g < 65535 ? (uint32_t)g : 65535;
-}
-
 drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *a = t->src[0], *b = t->src[1];
-    const uint32_t wg = vk_wg(c, 256, 256);
+    const uint32_t wg = vk_wg(c, 256, vk_cpu_lanes(c));
     uint32_t spec[3] = {wg, c->use_sg, 0};
     switch (t->op) {
     case DRT_OP_ADD:
@@ -57,7 +111,7 @@ drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         }
         vk_binds bd = {.src = {a, b}, .dst = t};
         return vk_dispatch(c, VK_SH_ELEMENTWISE, spec4, 4, &bd, &pc, sizeof pc,
-                           groups_for(pc.n, wg), 1, 1);
+                           vk_groups(c, pc.n, wg), 1, 1);
     }
     case DRT_OP_ROPE: {
         /* x (T,Hn,d), inv_freq (d/2); positions p0 .. p0+T-1 */
@@ -70,7 +124,7 @@ drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         rope_pc pc = {vk_eoff(a), vk_eoff(b), vk_eoff(t), T, Hn, half, (uint32_t)ex->p0};
         vk_binds bd = {.src = {a, b}, .dst = t};
         return vk_dispatch(c, VK_SH_ROPE, spec, 2, &bd, &pc, sizeof pc,
-                           groups_for((uint64_t)T * Hn * half, wg), 1, 1);
+                           vk_groups(c, (uint64_t)T * Hn * half, wg), 1, 1);
     }
     case DRT_OP_KV_WRITE: {
         /* src (T, row...) -> rows p0.. of the cache; t is a view of the cache */
@@ -79,6 +133,14 @@ drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         kv_write_pc pc = {vk_eoff(a), vk_eoff(t) + (uint32_t)(ex->p0 * row), (uint32_t)n};
         vk_binds bd = {.src = {a}, .dst = t};
         if (n == 0) return DRT_OK;
+        if ((uint64_t)(ex->p0 + T) * (uint64_t)row > (uint64_t)drt_nelem(t))
+            return drt_set_error(DRT_ERR_INVALID_ARG, "KV_WRITE: rows %d..%d past the cache's %lld",
+                                 ex->p0, ex->p0 + (int)T - 1, (long long)(drt_nelem(t) / row));
+        if (c->use_copy) { /* both sides contiguous: one region */
+            VkBufferCopy r = {a->offs, t->offs + (VkDeviceSize)ex->p0 * row * sizeof(float),
+                              n * sizeof(float)};
+            return vk_copy(c, a, t, &r, 1);
+        }
         spec[2] = 0;
         if (n % 4 == 0 && pc.o_src % 4 == 0 && pc.o_dst % 4 == 0) {
             spec[2] = 1;
@@ -86,8 +148,8 @@ drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
             pc.o_dst /= 4;
             pc.n /= 4;
         }
-        return vk_dispatch(c, VK_SH_KV_WRITE, spec, 3, &bd, &pc, sizeof pc, groups_for(pc.n, wg), 1,
-                           1);
+        return vk_dispatch(c, VK_SH_KV_WRITE, spec, 3, &bd, &pc, sizeof pc, vk_groups(c, pc.n, wg),
+                           1, 1);
     }
     case DRT_OP_PERMUTE: {
         int64_t ne[4];
@@ -95,6 +157,9 @@ drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         drt_permute_4d(t, ne, perm); /* padded at the front to 4 dims */
         const int64_t xs[4] = {ne[1] * ne[2] * ne[3], ne[2] * ne[3], ne[3], 1};
         if (drt_nelem(t) == 0) return DRT_OK;
+        bool done;
+        drt_status s = permute_copy(c, t, ne, perm, &done);
+        if (s != DRT_OK || done) return s;
         permute_pc pc = {vk_eoff(a),
                          vk_eoff(t),
                          (uint32_t)ne[perm[0]],
@@ -123,11 +188,19 @@ drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         while (wy > 1 && wy > lim->maxComputeWorkGroupSize[1])
             wy /= 2;
         uint32_t pspec[4] = {wx, c->use_sg, wy, v4};
-        uint64_t gx = (pc.n3 + wx - 1) / wx, gy = (pc.n2 + wy - 1) / wy;
+        uint64_t gx = (pc.n3 + wx - 1) / wx, gy = (pc.n2 + wy - 1) / wy, gz = pc.n1;
+        if (c->tune_cpu) {
+            /* few workgroups (a coroutine start each on llvmpipe), 4 per
+             * core; each copies whole inner runs and walks the rest */
+            uint64_t budget = 4 * (uint64_t)c->n_cpus;
+            gx = 1;
+            gy = gy < budget ? gy : budget;
+            gz = gz < budget / gy ? gz : budget / gy > 0 ? budget / gy : 1;
+        }
         vk_binds bd = {.src = {a}, .dst = t};
         return vk_dispatch(c, VK_SH_PERMUTE, pspec, 4, &bd, &pc, sizeof pc,
                            gx < 65535 ? (uint32_t)gx : 65535, gy < 65535 ? (uint32_t)gy : 65535,
-                           pc.n1 < 65535 ? pc.n1 : 65535);
+                           gz < 65535 ? (uint32_t)gz : 65535);
     }
     default:
         return drt_set_error(DRT_ERR_UNSUPPORTED, "vulkan: no kernel for %s", drt_op_name(t->op));

@@ -5,6 +5,7 @@
  * in backends/ref/backend.c (drt_ref_run_node). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "drt_error.h"
 #include "vk_internal.h"
@@ -63,7 +64,7 @@ static mm_plan plan_of(const vk_ctx *c, uint32_t T, uint32_t trans) {
     mm_plan p = {0};
     if (!trans && T <= MATVEC_MAX_T) {
         p.kind = MM_GEMV;
-        p.wg = vk_wg(c, 128, 64);
+        p.wg = vk_wg(c, 128, vk_cpu_lanes(c));
         return p;
     }
     if (c->tune_cpu) {
@@ -115,7 +116,12 @@ static void node_dims(const drt_tensor *t, uint32_t *B, uint32_t *Bw, uint32_t *
     *trans = t->ip[0] != 0;
 }
 
-/* "gemv wg64", "reg 16x16 (8 lanes x 16x2)", "shared 64x64x16 (4x4)" */
+static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo_x, uint32_t eo_w,
+                               mm_plan *p, uint32_t spec[10]);
+static uint64_t bind_bytes(const drt_tensor *w);
+
+/* "gemv wg64", "gemv wg8 row/thread i64 (split)", "reg 16x16 (8 lanes x 16x2)",
+ * "shared 64x64x16 (4x4)" */
 const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t) {
     static _Thread_local char buf[8][64];
     static _Thread_local int next;
@@ -126,47 +132,144 @@ const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t) {
     node_dims(t, &B, &Bw, &T, &K, &N, &trans);
     mm_plan p = plan_of(c, T, trans);
     char *s = buf[next++ & 7];
-    if (p.kind == MM_GEMV)
-        snprintf(s, sizeof buf[0], "gemv wg%u", p.wg);
-    else if (p.kind == MM_REG)
+    if (p.kind == MM_GEMV) {
+        uint32_t spec[10];
+        mm_plan q;
+        matmul_select(c, t, vk_eoff(t->src[0]), vk_eoff(t->src[1]), &q, spec);
+        snprintf(s, sizeof buf[0], "gemv wg%u%s%s", p.wg, spec[2] == 2 ? " row/thread i64" : "",
+                 bind_bytes(t->src[1]) > c->split_bytes && vk_matmul_splits(c, t) ? " (split)"
+                                                                                  : "");
+    } else if (p.kind == MM_REG)
         snprintf(s, sizeof buf[0], "reg %ux%u (%u lanes x %ux%u)", p.bm, p.bn, p.wg, p.tm, p.tn);
     else
         snprintf(s, sizeof buf[0], "shared %ux%ux%u (%ux%u)", p.bm, p.bn, p.bk, p.tm, p.tn);
     return s;
 }
 
-/* y (B,T,N) = scale * x (B,T,K) w^T; w (Bw,N,K) or (Bw,K,N) when t->ip[0] */
-drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
-    (void)ex;
-    if (drt_dtype_block(t->src[1]->type) > 1) return vk_matmul_q(c, t);
-    const drt_tensor *a = t->src[0], *w = t->src[1];
+/* The module and specialization MATMUL node t runs, given the element
+ * offsets of x and w inside their bindings (the vector paths need them
+ * aligned). */
+static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo_x, uint32_t eo_w,
+                               mm_plan *p, uint32_t spec[10]) {
+    const drt_tensor *w = t->src[1];
     uint32_t B, Bw, T, K, N, trans;
     node_dims(t, &B, &Bw, &T, &K, &N, &trans);
-    mm_plan p = plan_of(c, T, trans);
-    vk_binds b = {.src = {a, w}, .dst = t};
-    uint32_t spec[10] = {0};
-    spec[0] = p.wg;
+    *p = plan_of(c, T, trans);
+    memset(spec, 0, sizeof(uint32_t) * 10);
+    spec[0] = p->wg;
     spec[1] = c->use_sg;
-    if (p.kind == MM_GEMV) {
+    if (p->kind == MM_GEMV) {
         vk_shader sh = weight_variant(c, w->type, VK_SH_MATVEC_F32, VK_SH_MATVEC_F16,
                                       VK_SH_MATVEC_U16, &spec[9]);
+        if (c->tune_cpu && w->type == DRT_F16) sh = VK_SH_MATVEC_U16; /* 2 weights per load */
         /* the *_NOSG module follows each one */
         sh = vk_sg_variant(c, sh);
-        matvec_pc pc = {vk_eoff(a), vk_eoff(w), vk_eoff(t), B, Bw, T, N, K, t->fp[0]};
-        return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, (N + 3) / 4, T, B);
+        spec[2] = K % 4 == 0 && eo_x % 4 == 0 && eo_w % 4 == 0;
+        /* CPU devices, packed f16/bf16: a row per thread, 16 weights per
+         * step in 64-bit words */
+        if (c->tune_cpu && c->use_i64 && sh == VK_SH_MATVEC_U16 && K % 16 == 0 && eo_x % 8 == 0 &&
+            eo_w % 16 == 0) {
+            sh = VK_SH_MATVEC_U16_I64;
+            spec[2] = 2;
+        }
+        return sh;
     }
     vk_shader sh =
         weight_variant(c, w->type, VK_SH_MATMUL_F32, VK_SH_MATMUL_F16, VK_SH_MATMUL_U16, &spec[9]);
     /* the register kernel reads f16 as packed words: two weights per load */
-    if (p.kind == MM_REG && w->type == DRT_F16) sh = VK_SH_MATMUL_U16;
-    spec[2] = p.bm;
-    spec[3] = p.bn;
-    spec[4] = p.bk;
-    spec[5] = p.tm;
-    spec[6] = p.tn;
-    spec[7] = p.kind == MM_REG;
-    spec[8] =
-        p.kind == MM_REG && !trans && K % 4 == 0 && vk_eoff(a) % 4 == 0 && vk_eoff(w) % 4 == 0;
+    if (p->kind == MM_REG && w->type == DRT_F16) sh = VK_SH_MATMUL_U16;
+    spec[2] = p->bm;
+    spec[3] = p->bn;
+    spec[4] = p->bk;
+    spec[5] = p->tm;
+    spec[6] = p->tn;
+    spec[7] = p->kind == MM_REG;
+    spec[8] = p->kind == MM_REG && !trans && K % 4 == 0 && eo_x % 4 == 0 && eo_w % 4 == 0;
+    return sh;
+}
+
+/* element offset of a tensor whose place may not be decided yet: the
+ * runtime's arena puts intermediates at multiples of VK_BIND_ALIGN */
+static uint32_t eoff_guess(const drt_tensor *t) {
+    return t->buf ? vk_eoff(t) : 0;
+}
+
+void vk_matmul_prepare(vk_ctx *c, const drt_tensor *t) {
+    if (drt_dtype_block(t->src[1]->type) > 1) return;
+    mm_plan p;
+    uint32_t spec[10];
+    VkPipeline pipe;
+    vk_shader sh = matmul_select(c, t, eoff_guess(t->src[0]), eoff_guess(t->src[1]), &p, spec);
+    (void)vk_pipeline(c, sh, spec, 10, &pipe);
+}
+
+/* bytes of w one binding covers, from its offset rounded down (vk_eoff) to
+ * its end rounded up to 16 */
+static uint64_t bind_bytes(const drt_tensor *w) {
+    return w->offs % VK_BIND_ALIGN + drt_nbytes(w) + 16;
+}
+
+bool vk_matmul_splits(const vk_ctx *c, const drt_tensor *t) {
+    if (t->op != DRT_OP_MATMUL || drt_dtype_block(t->src[1]->type) > 1) return false;
+    uint32_t B, Bw, T, K, N, trans;
+    node_dims(t, &B, &Bw, &T, &K, &N, &trans);
+    /* a block of 16 rows must fit one binding */
+    return B == 1 && Bw == 1 && T == 1 && !trans &&
+           16 * (uint64_t)K * drt_dtype_size(t->src[1]->type) + VK_BIND_ALIGN + 16 <=
+               c->split_bytes;
+}
+
+/* A GEMV whose weight is bound in blocks of rows: the node t again for
+ * rows [n0, n0 + nr) of W (a tensor over those bytes) and the same slice of
+ * y (B = T = 1: contiguous), one dispatch each. The blocks are multiples of
+ * 16 rows, so the 64-bit path's alignment holds in every block when it
+ * holds in the first. */
+static drt_status matvec_split(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
+    const drt_tensor *w = t->src[1];
+    const uint64_t K = (uint64_t)w->ne[w->nd - 1], N = (uint64_t)w->ne[w->nd - 2];
+    const uint64_t row = K * drt_dtype_size(w->type);
+    const uint64_t rows = (c->split_bytes - VK_BIND_ALIGN - 16) / row / 16 * 16;
+    if (rows == 0)
+        return drt_set_error(DRT_ERR_UNSUPPORTED,
+                             "vulkan: a weight row of %llu bytes "
+                             "does not fit a binding",
+                             (unsigned long long)row);
+    for (uint64_t n0 = 0; n0 < N; n0 += rows) {
+        const uint64_t nr = N - n0 < rows ? N - n0 : rows;
+        drt_tensor wv = *w, yv = *t;
+        wv.nd = 2;
+        wv.ne[0] = (int64_t)nr;
+        wv.ne[1] = (int64_t)K;
+        wv.offs = w->offs + n0 * row;
+        yv.ne[yv.nd - 1] = (int64_t)nr;
+        yv.offs = t->offs + n0 * sizeof(float);
+        yv.src[1] = &wv;
+        drt_status s = vk_matmul(c, &yv, ex);
+        if (s != DRT_OK) return s;
+    }
+    return DRT_OK;
+}
+
+/* y (B,T,N) = scale * x (B,T,K) w^T; w (Bw,N,K) or (Bw,K,N) when t->ip[0] */
+drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
+    if (drt_dtype_block(t->src[1]->type) > 1) return vk_matmul_q(c, t);
+    const drt_tensor *a = t->src[0], *w = t->src[1];
+    if (bind_bytes(w) > c->split_bytes && vk_matmul_splits(c, t)) return matvec_split(c, t, ex);
+    uint32_t B, Bw, T, K, N, trans;
+    node_dims(t, &B, &Bw, &T, &K, &N, &trans);
+    mm_plan p;
+    uint32_t spec[10];
+    vk_shader sh = matmul_select(c, t, vk_eoff(a), vk_eoff(w), &p, spec);
+    vk_binds b = {.src = {a, w}, .dst = t};
+    if (p.kind == MM_GEMV) {
+        matvec_pc pc = {vk_eoff(a), vk_eoff(w), vk_eoff(t), B, Bw, T, N, K, t->fp[0]};
+        /* CPU devices: two workgroups per core, each striding over N
+         * (measured on lavapipe, 2 cores, diff-v1-tiny decode: 4 groups
+         * beat 2, 16 and one per 4 rows) */
+        uint32_t gx = spec[2] == 2 ? (N + p.wg - 1) / p.wg : (N + 3) / 4; /* N once */
+        if (c->tune_cpu && gx > 2 * c->n_cpus) gx = 2 * c->n_cpus;
+        return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, gx, T, B);
+    }
     matmul_pc pc = {vk_eoff(a), vk_eoff(w),    vk_eoff(t),    B,     Bw,      T, N,
                     K,          trans ? 1 : K, trans ? N : 1, trans, t->fp[0]};
     uint32_t gn = (N + p.bn - 1) / p.bn, gm = (T + p.bm - 1) / p.bm;
@@ -175,21 +278,32 @@ drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, gn, gm, B);
 }
 
+static vk_shader embed_select(const vk_ctx *c, const drt_tensor *t, uint32_t spec[10]) {
+    memset(spec, 0, sizeof(uint32_t) * 10);
+    spec[0] = vk_wg(c, 256, vk_cpu_lanes(c));
+    spec[1] = c->use_sg;
+    return weight_variant(c, t->src[1]->type, VK_SH_EMBED_F32, VK_SH_EMBED_F16, VK_SH_EMBED_U16,
+                          &spec[9]);
+}
+
+void vk_embed_prepare(vk_ctx *c, const drt_tensor *t) {
+    uint32_t spec[10];
+    VkPipeline pipe;
+    vk_shader sh = embed_select(c, t, spec);
+    (void)vk_pipeline(c, sh, spec, 10, &pipe);
+}
+
 /* y (T,D) = E (V,D) rows ids (T) */
 drt_status vk_embed(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     (void)ex;
     const drt_tensor *ids = t->src[0], *E = t->src[1];
     uint32_t T = (uint32_t)ids->ne[0], V = (uint32_t)E->ne[0], D = (uint32_t)E->ne[1];
-    uint32_t spec[10] = {0};
-    spec[0] = vk_wg(c, 256, 64);
-    spec[1] = c->use_sg;
-    vk_shader sh =
-        weight_variant(c, E->type, VK_SH_EMBED_F32, VK_SH_EMBED_F16, VK_SH_EMBED_U16, &spec[9]);
+    uint32_t spec[10];
+    vk_shader sh = embed_select(c, t, spec);
     embed_pc pc = {vk_eoff(ids), vk_eoff(E), vk_eoff(t), T, V, D};
     vk_binds b = {.src = {ids, E}, .dst = t, .status = true};
-    uint64_t groups = ((uint64_t)T * D + spec[0] - 1) / spec[0];
-    return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc,
-                       groups < 65535 ? (uint32_t)groups : 65535, 1, 1);
+    return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, vk_groups(c, (uint64_t)T * D, spec[0]),
+                       1, 1);
 }
 
 /* drt_backend_ops.kernel_variant: MATMUL and attention nodes (NULL: not told) */

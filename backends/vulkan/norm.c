@@ -17,7 +17,7 @@ drt_status vk_norm(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     uint32_t C = (uint32_t)x->ne[x->nd - 1];
     uint32_t rows = C ? (uint32_t)(drt_nelem(x) / C) : 0;
     float scale = t->op == DRT_OP_GROUPNORM ? t->fp[1] : 1.0f;
-    uint32_t spec[2] = {vk_wg(c, 256, 64), c->use_sg};
+    uint32_t spec[2] = {vk_wg(c, 256, vk_cpu_lanes(c)), c->use_sg};
     norm_pc pc = {vk_eoff(x), w ? vk_eoff(w) : 0, vk_eoff(t), rows, C, w != NULL, t->fp[0], scale};
     vk_binds b = {.src = {x, w}, .dst = t};
     uint32_t gx, gy;

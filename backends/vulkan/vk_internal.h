@@ -51,7 +51,8 @@ extern const int drt_vk_spirv_count;
     X(PERMUTE, "permute")                                                                          \
     X(MATMUL_Q8, "matmul_q8")                                                                      \
     X(MATMUL_Q4, "matmul_q4")                                                                      \
-    X(ATTENTION_ROWS, "attention_rows")
+    X(ATTENTION_ROWS, "attention_rows")                                                            \
+    X(MATVEC_U16_I64, "matvec_u16_i64")
 
 #define VK_SHADER_ENUM(id, name) VK_SH_##id,
 typedef enum { VK_SHADER_LIST(VK_SHADER_ENUM) VK_N_SHADERS } vk_shader;
@@ -116,6 +117,12 @@ typedef struct vk_ctx {
     bool use_sg;   /* subgroup arithmetic in compute shaders (and not disabled) */
     bool use_f16;  /* storageBuffer16BitAccess (and not disabled) */
     bool tune_cpu; /* workgroup sizes for a CPU device (DIFFRT_VK_TUNE overrides) */
+    bool use_i64;  /* shaderInt64: 32-byte loads in the CPU GEMV (and not disabled) */
+    bool use_copy;
+    /* the most bytes one binding covers: maxStorageBufferRange, or less
+     * (DIFFRT_VK_SPLIT_BYTES, tests) for the GEMV weights bound in row blocks */
+    uint64_t split_bytes; /* KV_WRITE, PERMUTE through vkCmdCopyBuffer where they are copies */
+    uint32_t n_cpus;      /* online CPUs: the threads a CPU device (lavapipe) runs workgroups on */
 
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;
@@ -174,6 +181,12 @@ typedef struct {
 drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec, const vk_binds *b,
                        const void *pc, uint32_t pcn, uint32_t gx, uint32_t gy, uint32_t gz);
 
+/* Records vkCmdCopyBuffer of regions reg[0..n) (byte offsets in the
+ * buffers themselves) from src's buffer to dst's, ordered against the
+ * other commands of the pass as a dispatch is, by src's and dst's ranges. */
+drt_status vk_copy(vk_ctx *c, const drt_tensor *src, const drt_tensor *dst, const VkBufferCopy *reg,
+                   uint32_t n);
+
 /* the pipeline of shader sh specialized with spec[0..nspec): created (through
  * the pipeline cache) the first time, then looked up */
 drt_status vk_pipeline(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec, VkPipeline *out);
@@ -188,6 +201,14 @@ vk_shader vk_sg_variant(const vk_ctx *c, vk_shader sh);
 /* a workgroup size: want_gpu, or want_cpu on CPU devices (fewer, longer
  * invocations win there), halved until the device allows it */
 uint32_t vk_wg(const vk_ctx *c, uint32_t want_gpu, uint32_t want_cpu);
+/* one subgroup's lanes (a SIMD register on a CPU device): the workgroup
+ * size that costs least on llvmpipe, which runs every subgroup of a
+ * workgroup as a coroutine with a frame allocated per workgroup */
+uint32_t vk_cpu_lanes(const vk_ctx *c);
+/* the workgroups of a grid-stride dispatch over n items: enough to cover
+ * them once, at most 65535, and on CPU devices at most a few per core
+ * (each workgroup costs a coroutine start on llvmpipe) */
+uint32_t vk_groups(const vk_ctx *c, uint64_t n, uint32_t wg);
 /* a grid for n rows of work: x <= 65535 (every device's minimum), y the rest */
 void vk_grid_2d(uint64_t n, uint32_t *gx, uint32_t *gy);
 
@@ -200,6 +221,14 @@ const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t);
 /* drt_backend_ops.kernel_variant (matmul.c) */
 const char *vk_kernel_variant(drt_backend *be, const drt_tensor *t);
 drt_status vk_embed(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
+/* create the pipelines node t will run (plan time, so that no forward
+ * pass compiles one); errors ignored: vk_dispatch creates what is missing */
+void vk_matmul_prepare(vk_ctx *c, const drt_tensor *t);
+/* MATMUL t is a GEMV (B = T = 1) whose weight rows can be bound in blocks
+ * of at most c->split_bytes, one dispatch each (a weight past
+ * maxStorageBufferRange: lavapipe's is 128 MiB) */
+bool vk_matmul_splits(const vk_ctx *c, const drt_tensor *t);
+void vk_embed_prepare(vk_ctx *c, const drt_tensor *t);
 drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 drt_status vk_dual_softmax(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 bool vk_attention_supported(const vk_ctx *c, const drt_tensor *t);
