@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Issue 17's decode-speed figures, side by side in one run on this machine:
 # the ~134M DiffLlama of python/bench/make_models.py (f16) and its q8_0 and
-# q4_0 copies (diffrt quantize), decoded on the cpu backend (the q8/q4 GEMV
+# q4_0 copies (diffrt quantize), decoded on the cpu backend (the q4_0 GEMV
 # on bf16 dot products where the CPU has them, and the block kernel,
-# DIFFRT_CPU_QDOT=0) and on OpenCL, rounds interleaved:
+# DIFFRT_CPU_QDOT=0; and the checkpoint read into memory, DIFFRT_NO_MMAP=1)
+# and on OpenCL, rounds interleaved:
 #   - read bandwidth (bench_membw) each round: the roofline's denominator;
 #   - `diffrt run` decode tok/s (32-token prompt, 64 new tokens);
 #   - once at the end, `diffrt bench` per model (its own roofline against the
@@ -51,14 +52,18 @@ decode_toks() { sed -n 's/^decode: .*(\([0-9.]*\) tok\/s)/\1/p'; }
             for t in f16 q8_0 q4_0; do
                 m=$M
                 [ "$t" = f16 ] || m="$M-$t"
-                modes="1"
-                [ "$be" = cpu ] && [ "$t" != f16 ] && modes="1 0"
-                for q in $modes; do
-                    v=$(DIFFRT_CPU_QDOT=$q "$D" run --model "$m" --backend "$be" --tokens "$PROMPT" -n 65 --no-stop \
+                # settings side by side: the defaults, then on cpu the
+                # checkpoint read into memory instead of mapped, and for
+                # q4_0 the block kernel instead of the bf16-dot one
+                modes="default"
+                [ "$be" = cpu ] && modes="$modes DIFFRT_NO_MMAP=1"
+                [ "$be" = cpu ] && [ "$t" = q4_0 ] && modes="$modes DIFFRT_CPU_QDOT=0"
+                for mode in $modes; do
+                    e=X_UNUSED=1
+                    [ "$mode" = default ] || e=$mode
+                    v=$(env "$e" "$D" run --model "$m" --backend "$be" --tokens "$PROMPT" -n 65 --no-stop \
                         2>&1 >/dev/null | decode_toks || true)
-                    label=$be
-                    [ "$q" = 0 ] && label="$be (DIFFRT_CPU_QDOT=0)"
-                    echo "decode $label $t ${v:-failed} tok/s"
+                    echo "decode $be $t $mode ${v:-failed} tok/s"
                 done
             done
         done
