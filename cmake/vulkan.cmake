@@ -49,7 +49,8 @@ if(NOT DIFFRT_VULKAN STREQUAL "OFF")
       "permute|permute.comp|"
       "matmul_q8|matmul_q.comp|Q8,NO_SUBGROUP"
       "matmul_q4|matmul_q.comp|Q4,NO_SUBGROUP"
-      "attention_rows|attention_rows.comp|")
+      "attention_rows|attention_rows.comp|"
+      "attention_lanes|attention_lanes.comp|")
     set(_vk_gen ${PROJECT_BINARY_DIR}/generated/vulkan_shaders.c)
     diffrt_vk_shaders(${_vk_gen} ${PROJECT_SOURCE_DIR}/shaders ${_vk_variants})
     diffrt_add_backend_module(vulkan SOURCES ${_vk_src} ${_vk_gen} LIBS Threads::Threads ${CMAKE_DL_LIBS}

@@ -89,11 +89,10 @@ bool vk_attention_supported(const vk_ctx *c, const drt_tensor *t) {
 }
 
 /* The one-invocation-per-row kernel (shaders/attention_rows.comp) on CPU
- * devices, prefill and decode: there the tiled kernel's workgroup barriers
- * (coroutine switches on llvmpipe) cost more than its shared tiles save,
- * and a SIMD group of neighbouring positions of one head reads the same
- * key and value rows anyway. Its q row and two accumulators live in
- * registers, so DK and DV are bounded; larger heads take the tiled kernel. */
+ * devices where the lanes kernel does not apply: there the tiled kernel's
+ * workgroup barriers (coroutine switches on llvmpipe) cost more than its
+ * shared tiles save. Its q row and two accumulators live in registers, so
+ * DK and DV are bounded; larger heads take the tiled kernel. */
 static bool use_rows(const vk_ctx *c, const attn_dims *d) {
     return c->tune_cpu && d->maps * d->dk <= 256 && d->dv <= 256;
 }
@@ -104,6 +103,36 @@ static uint32_t rows_wg(const vk_ctx *c, const attn_dims *d) {
     while (w < rows && w < 64)
         w *= 2;
     return vk_wg(c, w, w);
+}
+
+/* whether the device's compute shaders have subgroupShuffle */
+static bool has_shuffle(const vk_ctx *c) {
+    if (c->props.apiVersion < VK_API_VERSION_1_1) return false;
+    VkPhysicalDeviceSubgroupProperties sg = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+                                      .pNext = &sg};
+    c->f.vkGetPhysicalDeviceProperties2(c->pd, &p2);
+    const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
+    return (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (sg.supportedOperations & need) == need;
+}
+
+/* The lanes kernel (shaders/attention_lanes.comp) on CPU devices: a
+ * workgroup is one subgroup, a lane one query row, keys and values shared
+ * between lanes by subgroup shuffles. Its unrolled loops bound DK and DV
+ * like the rows kernel's registers; vec4 loads need multiples of 4. It
+ * wastes lanes when a kv group has fewer rows than lanes (decode), where
+ * the rows kernel packs the heads instead. */
+static bool use_lanes(const vk_ctx *c, const attn_dims *d) {
+    const uint32_t sg = c->subgroup_size;
+    return c->tune_cpu && sg >= 4 && sg <= 16 && d->maps * d->dk <= 256 && d->dv <= 256 &&
+           d->dk % 4 == 0 && d->dv % 4 == 0 && d->T * (d->H / d->G) >= sg &&
+           vk_wg(c, sg, sg) == sg && has_shuffle(c);
+}
+
+/* the lanes kernel also needs q, k, v at element offsets that are multiples of 4 */
+static bool lanes_aligned(const drt_tensor *t) {
+    return (vk_eoff(t->src[0]) | vk_eoff(t->src[1]) | vk_eoff(t->src[2])) % 4 == 0;
 }
 
 /* Key splits for S keys when the grid has only wgs workgroups: enough to
@@ -125,6 +154,10 @@ void vk_attention_prepare(vk_ctx *c, const drt_tensor *t) {
     for (int i = 0; i < 2; i++) {
         d.T = Ts[i];
         for (uint32_t split = 0; split < (i == 0 ? 2u : 1u); split++) {
+            if (use_lanes(c, &d)) {
+                uint32_t spec[6] = {c->subgroup_size, c->use_sg, d.maps, d.dk, d.dv, split};
+                (void)vk_pipeline(c, VK_SH_ATTENTION_LANES, spec, 6, &p);
+            }
             if (use_rows(c, &d)) {
                 uint32_t spec[6] = {rows_wg(c, &d), c->use_sg, d.maps, d.dk, d.dv, split};
                 (void)vk_pipeline(c, VK_SH_ATTENTION_ROWS, spec, 6, &p);
@@ -141,10 +174,10 @@ void vk_attention_prepare(vk_ctx *c, const drt_tensor *t) {
 const char *vk_attention_variant(vk_ctx *c, const drt_tensor *t) {
     (void)c;
     attn_dims d = dims_of(t);
-    bool rows = use_rows(c, &d);
     /* the split decision depends on the position: name the kernel only */
-    return rows ? "attention_rows (one invocation per query row)"
-                : "attention (tiled, BR rows x BC keys)";
+    if (use_lanes(c, &d) && lanes_aligned(t)) return "attention_lanes (a lane per query row)";
+    return use_rows(c, &d) ? "attention_rows (one invocation per query row)"
+                           : "attention (tiled, BR rows x BC keys)";
 }
 
 /* o (T,H,dv) from q (T,H,maps,dk), k (S_cap,G,km,dk), v (S_cap,G,dv); S = p0 + T.
@@ -158,22 +191,26 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
                              "vulkan: %s dk=%u dv=%u does not fit in shared memory",
                              drt_op_name(t->op), d.dk, d.dv);
     const drt_tensor *l = t->op == DRT_OP_DIFF_ATTN ? t->src[3] : NULL;
-    const bool rows = use_rows(c, &d);
-    const uint32_t rwg = rows ? rows_wg(c, &d) : 0;
-    const uint32_t gx = rows ? (d.T * d.H + rwg - 1) / rwg : (d.T * (d.H / d.G) + br - 1) / br;
+    const bool lanes = use_lanes(c, &d) && lanes_aligned(t);
+    const bool rows = !lanes && use_rows(c, &d);
+    const uint32_t rwg = rows ? rows_wg(c, &d) : 0, lwg = c->subgroup_size;
+    const uint32_t gx = lanes  ? (d.T * (d.H / d.G) + lwg - 1) / lwg
+                        : rows ? (d.T * d.H + rwg - 1) / rwg
+                               : (d.T * (d.H / d.G) + br - 1) / br;
     const uint32_t gy = rows ? 1 : d.G;
     const uint32_t S = (uint32_t)ex->p0 + d.T, S_cap = (uint32_t)t->src[1]->ne[0];
-    const uint32_t step = rows ? 1 : bc; /* a split's keys: a multiple of this */
+    /* a split's keys: a multiple of this */
+    const uint32_t step = lanes ? lwg : rows ? 1 : bc;
     uint32_t nsplit = split_count(c, (uint64_t)gx * gy, S), chunk = 0;
     if (nsplit > 1) {
         chunk = ((S + nsplit - 1) / nsplit + step - 1) / step * step;
         nsplit = (S + chunk - 1) / chunk;
     }
     uint32_t spec[8] = {ATTN_WG, c->use_sg, d.maps, d.dk, d.dv, br, bc, nsplit > 1};
-    const vk_shader sh = rows ? VK_SH_ATTENTION_ROWS : VK_SH_ATTENTION;
+    const vk_shader sh = lanes ? VK_SH_ATTENTION_LANES : rows ? VK_SH_ATTENTION_ROWS : VK_SH_ATTENTION;
     int nspec = 8;
-    if (rows) {
-        spec[0] = rwg;
+    if (rows || lanes) {
+        spec[0] = lanes ? lwg : rwg;
         spec[5] = nsplit > 1;
         nspec = 6;
     }

@@ -52,7 +52,8 @@ extern const int drt_vk_spirv_count;
     X(MATMUL_Q8, "matmul_q8")                                                                      \
     X(MATMUL_Q4, "matmul_q4")                                                                      \
     X(ATTENTION_ROWS, "attention_rows")                                                            \
-    X(MATVEC_U16_I64, "matvec_u16_i64")
+    X(MATVEC_U16_I64, "matvec_u16_i64")                                                            \
+    X(ATTENTION_LANES, "attention_lanes")
 
 #define VK_SHADER_ENUM(id, name) VK_SH_##id,
 typedef enum { VK_SHADER_LIST(VK_SHADER_ENUM) VK_N_SHADERS } vk_shader;
