@@ -16,35 +16,42 @@
  * they stay SSA values (registers and stack spills, never per-lane gathers).
  *
  * A workgroup is one subgroup of WG lanes (WG = the subgroup size) and owns
- * WG query rows of ONE kv group g (grid: x = T*(H/G)/WG, y = G): lane l is
- * row r = row0 + l, r = t*(H/G) + hh, so GQA heads share every key. Its q
- * row, two accumulators acc1/acc2[DV] and online-softmax state (m, l per
- * map) are the lane's own: the softmax bookkeeping of a row never leaves
- * its lane. The keys are walked in tiles of WG keys; per tile:
- *   1. lane l loads key j0 + l (both maps, vec4 by vec4); score s[jj] of
- *      the lane's row against key jj = dot(q, shuffle(k, jj));
- *   2. causal mask per lane (j <= p0 + t), tile max, new running max,
+ * BR = WG*RPL query rows of ONE kv group g (grid: x = T*(H/G)/BR, y = G),
+ * rows r = t*(H/G) + hh, so GQA heads share every key. Lane l owns rows
+ * row0 + i*WG + l, i < RPL: their q rows, accumulators acc[DV] per map and
+ * online-softmax state (m, l per map) are the lane's own, so the softmax
+ * bookkeeping of a row never leaves its lane. The keys are walked in tiles
+ * of WG keys; per tile:
+ *   1. lane l loads key j0 + l (both maps, vec4 by vec4); score of each of
+ *      its rows against key jj = dot(q, shuffle(k, jj));
+ *   2. causal mask per row (j <= p0 + t), tile max, new running max,
  *      rescale alpha = exp(m_old - m), p[jj] = exp(s[jj] - m), l update;
  *   3. lane l loads value row j0 + l, vec4 by vec4; every lane adds
  *      p[jj] * shuffle(v, jj) to its accumulators (rescaled by alpha once).
+ * RPL > 1 makes every loaded and shuffled key feed RPL rows: on lavapipe
+ * at T=S=1024 (dk 64, dv 128, two maps) RPL = 4 took ~60 ms, 1 and 2 ~100;
+ * the price is code size (compile time grows with RPL, ~6 s at 4).
  * Keys past the workgroup's last visible key are clamped to it for loading
  * (never a row past S) and masked out (p = 0).
  * Split keys (SPLIT): workgroup z walks [z*chunk, (z+1)*chunk) and writes
  * its unnormalized state (m, l, acc[DV]) per (split, row, map) in
- * shaders/attention_combine.comp's layout; without SPLIT the row is
+ * shaders/attention_combine.comp's layout; without SPLIT each row is
  * finished here: o = acc1/l1 - lambda * acc2/l2.
  * Needs DK, DV multiples of 4 and q, k, v offsets multiples of 4 (vec4
  * loads); the host checks.
- * Napkin math: per tile, WG*(MAPS*DK + DV) floats loaded for
- * WG*WG*(MAPS*DK + MAPS*DV) multiply-adds. */
+ * Napkin math: per tile, WG*(MAPS*DK + DV) floats loaded (and shuffled)
+ * for BR*WG*MAPS*(DK + DV) multiply-adds. */
 #include "common.glsl"
 
 layout(constant_id = 2) const uint MAPS = 2;
 layout(constant_id = 3) const uint DK = 64;
 layout(constant_id = 4) const uint DV = 128;
 layout(constant_id = 5) const bool SPLIT = false;
+layout(constant_id = 6) const uint RPL = 1; /* query rows per lane */
 
 const uint DK4 = DK / 4, DV4 = DV / 4;
+const uint BC = WG;       /* keys per tile: one per lane */
+const uint BR = WG * RPL; /* query rows per workgroup */
 
 layout(binding = 0) readonly buffer Qbuf { vec4 q4[]; };
 layout(binding = 1) readonly buffer Kbuf { vec4 k4[]; };
@@ -57,7 +64,7 @@ layout(push_constant) uniform PC {
     uint T, p0, H, G, km;
     uint has_l;
     float lambda, scale;
-    uint chunk; /* SPLIT: keys per split, a multiple of WG */
+    uint chunk; /* SPLIT: keys per split, a multiple of BC */
 } pc;
 
 void main() {
@@ -65,107 +72,113 @@ void main() {
     const uint g = gl_WorkGroupID.y;
     const uint HG = pc.H / pc.G;
     const uint R = pc.T * HG; /* query rows of this group */
-    const uint row0 = gl_WorkGroupID.x * WG;
-    const uint rr = min(row0 + lane, R - 1); /* lanes past R redo the last row, unwritten */
-    const uint t = rr / HG, h = g * HG + rr % HG;
-    const uint row = t * pc.H + h;
-    const uint pos = pc.p0 + t; /* this row sees keys [0, pos] */
+    const uint row0 = gl_WorkGroupID.x * BR;
+    /* the lane's rows: r = row0 + i*WG + lane; lanes past R redo the last
+     * row, unwritten. row: (t, h) as t*H + h; pos: it sees keys [0, pos] */
+    uint row[RPL], pos[RPL];
+    [[unroll]] for (uint i = 0; i < RPL; i++) {
+        const uint rr = min(row0 + i * WG + lane, R - 1);
+        const uint t = rr / HG;
+        row[i] = t * pc.H + g * HG + rr % HG;
+        pos[i] = pc.p0 + t;
+    }
     /* the keys this workgroup walks: up to the last any of its rows sees,
      * within its split */
     const uint jbeg = SPLIT ? gl_WorkGroupID.z * pc.chunk : 0;
-    uint kmax = pc.p0 + (min(row0 + WG, R) - 1) / HG;
+    uint kmax = pc.p0 + (min(row0 + BR, R) - 1) / HG;
     if (SPLIT) kmax = min(kmax, jbeg + pc.chunk - 1);
 
-    vec4 qv[MAPS * DK4];
-    [[unroll]] for (uint i = 0; i < MAPS * DK4; i++) qv[i] = q4[pc.o_q / 4 + row * MAPS * DK4 + i];
-    vec4 acc1[DV4], acc2[DV4];
-    [[unroll]] for (uint i = 0; i < DV4; i++) {
-        acc1[i] = vec4(0.0);
-        acc2[i] = vec4(0.0);
+    /* per (row i, map mp): index i*MAPS + mp */
+    vec4 qv[RPL * MAPS * DK4];
+    vec4 acc[RPL * MAPS * DV4];
+    float m[RPL * MAPS], l[RPL * MAPS];
+    [[unroll]] for (uint i = 0; i < RPL; i++)
+        [[unroll]] for (uint c = 0; c < MAPS * DK4; c++)
+            qv[i * MAPS * DK4 + c] = q4[pc.o_q / 4 + row[i] * MAPS * DK4 + c];
+    [[unroll]] for (uint c = 0; c < RPL * MAPS * DV4; c++) acc[c] = vec4(0.0);
+    [[unroll]] for (uint c = 0; c < RPL * MAPS; c++) {
+        m[c] = NEG_BIG;
+        l[c] = 0.0;
     }
-    float m1 = NEG_BIG, m2 = NEG_BIG, l1 = 0.0, l2 = 0.0;
 
-    for (uint j0 = jbeg; j0 <= kmax; j0 += WG) {
+    for (uint j0 = jbeg; j0 <= kmax; j0 += BC) {
         const uint jl = min(j0 + lane, kmax); /* the key this lane loads */
-        /* 1. scores */
-        float s1[WG], s2[WG];
-        [[unroll]] for (uint jj = 0; jj < WG; jj++) {
-            s1[jj] = 0.0;
-            s2[jj] = 0.0;
-        }
+        /* 1. scores: s[(i*MAPS + mp)*BC + jj] of row i, map mp, key j0 + jj */
+        float s[RPL * MAPS * BC];
+        [[unroll]] for (uint c = 0; c < RPL * MAPS * BC; c++) s[c] = 0.0;
         const uint kb = pc.o_k / 4 + (jl * pc.G + g) * pc.km * DK4;
-        [[unroll]] for (uint d = 0; d < DK4; d++) {
-            const vec4 kv = k4[kb + d];
-            [[unroll]] for (uint jj = 0; jj < WG; jj++) s1[jj] += dot(qv[d], subgroupShuffle(kv, jj));
-        }
-        if (MAPS == 2) {
-            const uint kb2 = kb + (pc.km - 1) * DK4; /* map 2's key: its own slot, or the shared one */
+        [[unroll]] for (uint mp = 0; mp < MAPS; mp++) {
+            /* map 2's key: its own slot, or the shared one (km = 1) */
+            const uint kbm = kb + mp * (pc.km - 1) * DK4;
             [[unroll]] for (uint d = 0; d < DK4; d++) {
-                const vec4 kv = k4[kb2 + d];
-                [[unroll]] for (uint jj = 0; jj < WG; jj++)
-                    s2[jj] += dot(qv[DK4 + d], subgroupShuffle(kv, jj));
+                const vec4 kv = k4[kbm + d];
+                [[unroll]] for (uint jj = 0; jj < BC; jj++) {
+                    const vec4 kj = subgroupShuffle(kv, jj);
+                    [[unroll]] for (uint i = 0; i < RPL; i++)
+                        s[(i * MAPS + mp) * BC + jj] += dot(qv[(i * MAPS + mp) * DK4 + d], kj);
+                }
             }
         }
-        /* 2. mask and online softmax, per lane (row) */
-        float t1 = NEG_BIG, t2 = NEG_BIG;
-        [[unroll]] for (uint jj = 0; jj < WG; jj++) {
-            const bool ok = j0 + jj <= pos && j0 + jj <= kmax;
-            s1[jj] = ok ? s1[jj] * pc.scale : NEG_BIG;
-            s2[jj] = ok ? s2[jj] * pc.scale : NEG_BIG;
-            t1 = max(t1, s1[jj]);
-            t2 = max(t2, s2[jj]);
+        /* 2. mask and online softmax, per lane and row: s becomes p */
+        float alpha[RPL * MAPS];
+        [[unroll]] for (uint i = 0; i < RPL; i++) {
+            [[unroll]] for (uint mp = 0; mp < MAPS; mp++) {
+                const uint c = i * MAPS + mp;
+                float mt = NEG_BIG;
+                [[unroll]] for (uint jj = 0; jj < BC; jj++) {
+                    const bool ok = j0 + jj <= pos[i] && j0 + jj <= kmax;
+                    s[c * BC + jj] = ok ? s[c * BC + jj] * pc.scale : NEG_BIG;
+                    mt = max(mt, s[c * BC + jj]);
+                }
+                const float mn = max(m[c], mt);
+                alpha[c] = exp(m[c] - mn);
+                float ls = 0.0;
+                [[unroll]] for (uint jj = 0; jj < BC; jj++) {
+                    const float p = s[c * BC + jj] > NEG_BIG ? exp(s[c * BC + jj] - mn) : 0.0;
+                    s[c * BC + jj] = p;
+                    ls += p;
+                }
+                l[c] = l[c] * alpha[c] + ls;
+                m[c] = mn;
+            }
         }
-        const float n1 = max(m1, t1), n2 = max(m2, t2);
-        const float a1 = exp(m1 - n1), a2 = exp(m2 - n2);
-        float ls1 = 0.0, ls2 = 0.0;
-        [[unroll]] for (uint jj = 0; jj < WG; jj++) {
-            s1[jj] = s1[jj] > NEG_BIG ? exp(s1[jj] - n1) : 0.0;
-            s2[jj] = s2[jj] > NEG_BIG ? exp(s2[jj] - n2) : 0.0;
-            ls1 += s1[jj];
-            ls2 += s2[jj];
-        }
-        l1 = l1 * a1 + ls1;
-        l2 = l2 * a2 + ls2;
-        m1 = n1;
-        m2 = n2;
         /* 3. P V */
         const uint vb = pc.o_v / 4 + (jl * pc.G + g) * DV4;
         [[unroll]] for (uint e = 0; e < DV4; e++) {
             const vec4 vv = v4[vb + e];
-            vec4 x1 = acc1[e] * a1, x2 = acc2[e] * a2;
-            [[unroll]] for (uint jj = 0; jj < WG; jj++) {
+            vec4 x[RPL * MAPS];
+            [[unroll]] for (uint c = 0; c < RPL * MAPS; c++) x[c] = acc[c * DV4 + e] * alpha[c];
+            [[unroll]] for (uint jj = 0; jj < BC; jj++) {
                 const vec4 vj = subgroupShuffle(vv, jj);
-                x1 += s1[jj] * vj;
-                if (MAPS == 2) x2 += s2[jj] * vj;
+                [[unroll]] for (uint c = 0; c < RPL * MAPS; c++) x[c] += s[c * BC + jj] * vj;
             }
-            acc1[e] = x1;
-            acc2[e] = x2;
+            [[unroll]] for (uint c = 0; c < RPL * MAPS; c++) acc[c * DV4 + e] = x[c];
         }
     }
 
-    if (row0 + lane >= R) return;
-    if (SPLIT) {
-        /* partial state [split][t*H + h][map][m, l, acc[DV]], unnormalized */
-        const uint PW = DV + 2;
-        const uint base = (gl_WorkGroupID.z * pc.T * pc.H + row) * MAPS * PW;
-        o[base] = m1;
-        o[base + 1] = l1;
-        [[unroll]] for (uint e = 0; e < DV4; e++)
-            [[unroll]] for (uint c = 0; c < 4; c++) o[base + 2 + 4 * e + c] = acc1[e][c];
-        if (MAPS == 2) {
-            o[base + PW] = m2;
-            o[base + PW + 1] = l2;
-            [[unroll]] for (uint e = 0; e < DV4; e++)
-                [[unroll]] for (uint c = 0; c < 4; c++) o[base + PW + 2 + 4 * e + c] = acc2[e][c];
+    [[unroll]] for (uint i = 0; i < RPL; i++) {
+        if (row0 + i * WG + lane >= R) break;
+        if (SPLIT) {
+            /* partial state [split][t*H + h][map][m, l, acc[DV]], unnormalized */
+            const uint PW = DV + 2;
+            [[unroll]] for (uint mp = 0; mp < MAPS; mp++) {
+                const uint c = i * MAPS + mp;
+                const uint base = ((gl_WorkGroupID.z * pc.T * pc.H + row[i]) * MAPS + mp) * PW;
+                o[base] = m[c];
+                o[base + 1] = l[c];
+                [[unroll]] for (uint e = 0; e < DV4; e++)
+                    [[unroll]] for (uint q = 0; q < 4; q++) o[base + 2 + 4 * e + q] = acc[c * DV4 + e][q];
+            }
+            continue;
         }
-        return;
-    }
-    const float i1 = 1.0 / l1;
-    float i2 = 0.0;
-    if (MAPS == 2) i2 = (pc.has_l != 0 ? lam_th[pc.o_l + row] : pc.lambda) / l2;
-    const uint ob = pc.o_o + row * DV;
-    [[unroll]] for (uint e = 0; e < DV4; e++) {
-        const vec4 r = acc1[e] * i1 - acc2[e] * i2;
-        [[unroll]] for (uint c = 0; c < 4; c++) o[ob + 4 * e + c] = r[c];
+        const float i1 = 1.0 / l[i * MAPS];
+        float i2 = 0.0;
+        if (MAPS == 2) i2 = (pc.has_l != 0 ? lam_th[pc.o_l + row[i]] : pc.lambda) / l[i * MAPS + 1];
+        const uint ob = pc.o_o + row[i] * DV;
+        [[unroll]] for (uint e = 0; e < DV4; e++) {
+            vec4 r = acc[i * MAPS * DV4 + e] * i1;
+            if (MAPS == 2) r -= acc[(i * MAPS + 1) * DV4 + e] * i2;
+            [[unroll]] for (uint q = 0; q < 4; q++) o[ob + 4 * e + q] = r[q];
+        }
     }
 }

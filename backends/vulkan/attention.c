@@ -130,6 +130,14 @@ static bool use_lanes(const vk_ctx *c, const attn_dims *d) {
            vk_wg(c, sg, sg) == sg && has_shuffle(c);
 }
 
+/* the lanes kernel's query rows per lane: 4 when a kv group has that many
+ * rows per workgroup of lanes (measured best on lavapipe, 6 and 8 no
+ * better), fewer for short prompts so that lanes do not redo rows */
+static uint32_t lanes_rpl(const vk_ctx *c, const attn_dims *d) {
+    const uint32_t rows = d->T * (d->H / d->G);
+    return rows >= 4 * c->subgroup_size ? 4 : rows >= 2 * c->subgroup_size ? 2 : 1;
+}
+
 /* the lanes kernel also needs q, k, v at element offsets that are multiples of 4 */
 static bool lanes_aligned(const drt_tensor *t) {
     return (vk_eoff(t->src[0]) | vk_eoff(t->src[1]) | vk_eoff(t->src[2])) % 4 == 0;
@@ -147,6 +155,7 @@ static uint32_t split_count(const vk_ctx *c, uint64_t wgs, uint32_t S) {
 
 void vk_attention_prepare(vk_ctx *c, const drt_tensor *t) {
     attn_dims d = dims_of(t);
+    const uint32_t S_cap = (uint32_t)t->src[1]->ne[0];
     /* this node's T (both split variants: decode splits once the cache is
      * long enough), then a prefill long enough for the largest tiles */
     const uint32_t Ts[2] = {d.T, 1024};
@@ -155,8 +164,14 @@ void vk_attention_prepare(vk_ctx *c, const drt_tensor *t) {
         d.T = Ts[i];
         for (uint32_t split = 0; split < (i == 0 ? 2u : 1u); split++) {
             if (use_lanes(c, &d)) {
-                uint32_t spec[6] = {c->subgroup_size, c->use_sg, d.maps, d.dk, d.dv, split};
-                (void)vk_pipeline(c, VK_SH_ATTENTION_LANES, spec, 6, &p);
+                /* its unrolled code compiles slowly: the split variant
+                 * only where this node can split */
+                const uint32_t rpl = lanes_rpl(c, &d), lbr = c->subgroup_size * rpl;
+                const uint64_t wgs = (uint64_t)(d.T * (d.H / d.G) + lbr - 1) / lbr * d.G;
+                if (split && split_count(c, wgs, S_cap) < 2) continue;
+                uint32_t spec[7] = {c->subgroup_size, c->use_sg, d.maps, d.dk, d.dv, split, rpl};
+                (void)vk_pipeline(c, VK_SH_ATTENTION_LANES, spec, 7, &p);
+                continue;
             }
             if (use_rows(c, &d)) {
                 uint32_t spec[6] = {rows_wg(c, &d), c->use_sg, d.maps, d.dk, d.dv, split};
@@ -194,7 +209,8 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     const bool lanes = use_lanes(c, &d) && lanes_aligned(t);
     const bool rows = !lanes && use_rows(c, &d);
     const uint32_t rwg = rows ? rows_wg(c, &d) : 0, lwg = c->subgroup_size;
-    const uint32_t gx = lanes  ? (d.T * (d.H / d.G) + lwg - 1) / lwg
+    const uint32_t lbr = lanes ? lwg * lanes_rpl(c, &d) : 0; /* lanes: rows per workgroup */
+    const uint32_t gx = lanes  ? (d.T * (d.H / d.G) + lbr - 1) / lbr
                         : rows ? (d.T * d.H + rwg - 1) / rwg
                                : (d.T * (d.H / d.G) + br - 1) / br;
     const uint32_t gy = rows ? 1 : d.G;
@@ -212,7 +228,8 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     if (rows || lanes) {
         spec[0] = lanes ? lwg : rwg;
         spec[5] = nsplit > 1;
-        nspec = 6;
+        spec[6] = lanes ? lanes_rpl(c, &d) : 0;
+        nspec = lanes ? 7 : 6;
     }
     attn_pc pc = {vk_eoff(t->src[0]),
                   vk_eoff(t->src[1]),
