@@ -217,6 +217,16 @@ static const ccase CASES[] = {
     {DRT_OP_MATMUL, {1, 1, 2, 128, 70, 0}, BF16, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {3, 1, 1, 256, 33, 0}, F16, 0, 1, 0, 0.5f},
     {DRT_OP_MATMUL, {1, 1, 4, 48, 130, 0}, F16, 0, 1, 0, 1},
+    /* Vulkan lanes attention (shaders/attention_lanes.comp, CPU devices):
+     * 4 rows per lane with split keys, a partial last row block, GQA of 4,
+     * T != S; 2 rows per lane split with m = 1 and large logits; dk/dv of
+     * 80, 96 and 128 (both maps 256 wide); ATTN split and dv off 64 */
+    {DRT_OP_DIFF_ATTN, {16, 2, 1, 2, 64, 128}, F32, 300, 1, 0, 0.55f},
+    {DRT_OP_DIFF_ATTN, {19, 8, 2, 2, 80, 96}, F32, 13, 1, 0, 0.25f},
+    {DRT_OP_DIFF_ATTN, {20, 2, 2, 1, 96, 80}, F32, 200, 300, V_LAMBDA_TH, 0},
+    {DRT_OP_DIFF_ATTN, {40, 2, 1, 2, 128, 128}, F32, 0, 1, 0, 0.7f},
+    {DRT_OP_ATTN, {8, 4, 1, 64, 64}, F32, 250, 1, 0, 0},
+    {DRT_OP_ATTN, {24, 3, 1, 96, 80}, F32, 17, 300, 0, 0},
     /* PERMUTE with the inner axis contiguous on both sides in 4s (vectorised
      * copies) and an outer axis the thread walks (n0 > 1) */
     {DRT_OP_PERMUTE, {4, 3, 5, 2, 8, 2, 1, 0, 3}, F32, 0, 1, 0, 0},
