@@ -12,7 +12,9 @@
  *     (DIFFRT_VK_TUNE=gpu: 64x64 GEMM tiles of 256 threads, 256-wide
  *     reductions), and once more with shared-memory reductions and packed
  *     f16 weights too (DIFFRT_VK_SUBGROUP=0 DIFFRT_VK_FP16=0), the paths a
- *     device without subgroup arithmetic or 16-bit storage takes;
+ *     device without subgroup arithmetic or 16-bit storage takes; and the
+ *     attention cases with CPU shapes but no subgroup operations (the rows
+ *     kernel where the lanes kernel would run);
  *   - recording: independent dispatches share no barrier, a dependent one
  *     gets one; the decomposed DIFF_ATTN lowering (PERMUTE, views, batched
  *     and transposed MATMUL, DUAL_SOFTMAX) chained in one command buffer
@@ -425,8 +427,9 @@ static void test_steady_state(void) {
     drt_model_free(m);
 }
 
-static void run_conform(const char *what, const char *models) {
-    drt_conform_opts o = {.backends = "cpu,vulkan", .require = "cpu,vulkan", .models_dir = models, .out = stdout};
+static void run_conform(const char *what, const char *models, const char *ops) {
+    drt_conform_opts o = {
+        .backends = "cpu,vulkan", .ops = ops, .require = "cpu,vulkan", .models_dir = models, .out = stdout};
     drt_conform_result r;
     printf("== conformance: %s ==\n", what);
     drt_status s = drt_conform_run(&o, &r);
@@ -510,15 +513,22 @@ int main(void) {
     drt_backend_close(vk);
     drt_backend_close(cpu);
 
-    run_conform("every op case and every fixture model", DRT_FIXTURES_DIR);
+    run_conform("every op case and every fixture model", DRT_FIXTURES_DIR, NULL);
+    /* on a CPU device without subgroup operations, attention prefill takes
+     * the rows kernel instead of the lanes kernel */
+    setenv("DIFFRT_VK_TUNE", "cpu", 1);
+    setenv("DIFFRT_VK_SUBGROUP", "0", 1);
+    run_conform("attention with CPU shapes, no subgroup operations (DIFFRT_VK_TUNE=cpu DIFFRT_VK_SUBGROUP=0)",
+                NULL, "DIFF_ATTN,ATTN");
+    unsetenv("DIFFRT_VK_SUBGROUP");
     /* the shapes chosen for GPUs, then the paths of devices without
      * subgroup arithmetic / 16-bit storage */
     setenv("DIFFRT_VK_TUNE", "gpu", 1);
-    run_conform("op cases with GPU workgroup shapes (DIFFRT_VK_TUNE=gpu)", NULL);
+    run_conform("op cases with GPU workgroup shapes (DIFFRT_VK_TUNE=gpu)", NULL, NULL);
     setenv("DIFFRT_VK_SUBGROUP", "0", 1);
     setenv("DIFFRT_VK_FP16", "0", 1);
     run_conform("op cases, GPU shapes, shared-memory reductions, packed f16 (DIFFRT_VK_SUBGROUP=0 DIFFRT_VK_FP16=0)",
-                NULL);
+                NULL, NULL);
     unsetenv("DIFFRT_VK_TUNE");
     unsetenv("DIFFRT_VK_SUBGROUP");
     unsetenv("DIFFRT_VK_FP16");
@@ -527,11 +537,11 @@ int main(void) {
     setenv("DIFFRT_VK_SPLIT_BYTES", "40960", 1);
     run_conform(
         "op cases with GEMV weights split into 40 KiB bindings (DIFFRT_VK_SPLIT_BYTES=40960)",
-        NULL);
+        NULL, NULL);
     unsetenv("DIFFRT_VK_SPLIT_BYTES");
     /* KV_WRITE and PERMUTE through their shaders, not copies */
     setenv("DIFFRT_VK_COPY", "0", 1);
-    run_conform("op cases without copies (DIFFRT_VK_COPY=0)", NULL);
+    run_conform("op cases without copies (DIFFRT_VK_COPY=0)", NULL, NULL);
     unsetenv("DIFFRT_VK_COPY");
     return drt_test_summary("test_vulkan");
 #endif

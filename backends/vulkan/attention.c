@@ -1,9 +1,12 @@
-/* Vulkan: DIFF_ATTN and ATTN, fused, no S x S matrix (on CPU devices
- * shaders/attention_rows.comp, one invocation per query row; elsewhere, or
- * for heads too large for its registers, shaders/attention.comp, tiled),
- * split keys merged by shaders/attention_combine.comp; and DUAL_SOFTMAX (shaders/dual_softmax.comp, the decomposed
- * path). CPU reference: backends/ref/attention.c; node dims -> kernel
- * arguments as in backends/ref/backend.c. */
+/* Vulkan: DIFF_ATTN and ATTN, fused, no S x S matrix: on CPU devices
+ * shaders/attention_lanes.comp (a lane per query row, keys shared by
+ * subgroup shuffles) where a kv group has a subgroup of rows, else
+ * shaders/attention_rows.comp (one invocation per query row); elsewhere, or
+ * for heads too large for registers, shaders/attention.comp (tiled); split
+ * keys merged by shaders/attention_combine.comp. And DUAL_SOFTMAX
+ * (shaders/dual_softmax.comp, the decomposed path). CPU reference:
+ * backends/ref/attention.c; node dims -> kernel arguments as in
+ * backends/ref/backend.c. */
 #include <math.h>
 
 #include "drt_error.h"
@@ -113,8 +116,10 @@ static bool has_shuffle(const vk_ctx *c) {
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
                                       .pNext = &sg};
     c->f.vkGetPhysicalDeviceProperties2(c->pd, &p2);
-    const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
-    return (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (sg.supportedOperations & need) == need;
+    const VkSubgroupFeatureFlags need =
+        VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
+    return (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+           (sg.supportedOperations & need) == need;
 }
 
 /* The lanes kernel (shaders/attention_lanes.comp) on CPU devices: a
@@ -122,11 +127,12 @@ static bool has_shuffle(const vk_ctx *c) {
  * between lanes by subgroup shuffles. Its unrolled loops bound DK and DV
  * like the rows kernel's registers; vec4 loads need multiples of 4. It
  * wastes lanes when a kv group has fewer rows than lanes (decode), where
- * the rows kernel packs the heads instead. */
+ * the rows kernel packs the heads instead. DIFFRT_VK_SUBGROUP=0 (no
+ * subgroup operations) turns it off. */
 static bool use_lanes(const vk_ctx *c, const attn_dims *d) {
     const uint32_t sg = c->subgroup_size;
-    return c->tune_cpu && sg >= 4 && sg <= 16 && d->maps * d->dk <= 256 && d->dv <= 256 &&
-           d->dk % 4 == 0 && d->dv % 4 == 0 && d->T * (d->H / d->G) >= sg &&
+    return c->tune_cpu && c->use_sg && sg >= 4 && sg <= 16 && d->maps * d->dk <= 256 &&
+           d->dv <= 256 && d->dk % 4 == 0 && d->dv % 4 == 0 && d->T * (d->H / d->G) >= sg &&
            vk_wg(c, sg, sg) == sg && has_shuffle(c);
 }
 
@@ -223,7 +229,9 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         nsplit = (S + chunk - 1) / chunk;
     }
     uint32_t spec[8] = {ATTN_WG, c->use_sg, d.maps, d.dk, d.dv, br, bc, nsplit > 1};
-    const vk_shader sh = lanes ? VK_SH_ATTENTION_LANES : rows ? VK_SH_ATTENTION_ROWS : VK_SH_ATTENTION;
+    const vk_shader sh = lanes  ? VK_SH_ATTENTION_LANES
+                         : rows ? VK_SH_ATTENTION_ROWS
+                                : VK_SH_ATTENTION;
     int nspec = 8;
     if (rows || lanes) {
         spec[0] = lanes ? lwg : rwg;
