@@ -170,11 +170,12 @@ void vk_attention_prepare(vk_ctx *c, const drt_tensor *t) {
         d.T = Ts[i];
         for (uint32_t split = 0; split < (i == 0 ? 2u : 1u); split++) {
             if (use_lanes(c, &d)) {
-                /* its unrolled code compiles slowly: the split variant
-                 * only where this node can split */
+                /* its unrolled code compiles in seconds: only this node's
+                 * T (a longer prefill is another graph, prepared then),
+                 * and the split variant only where this node can split */
                 const uint32_t rpl = lanes_rpl(c, &d), lbr = c->subgroup_size * rpl;
                 const uint64_t wgs = (uint64_t)(d.T * (d.H / d.G) + lbr - 1) / lbr * d.G;
-                if (split && split_count(c, wgs, S_cap) < 2) continue;
+                if (i > 0 || (split && split_count(c, wgs, S_cap) < 2)) continue;
                 uint32_t spec[7] = {c->subgroup_size, c->use_sg, d.maps, d.dk, d.dv, split, rpl};
                 (void)vk_pipeline(c, VK_SH_ATTENTION_LANES, spec, 7, &p);
                 continue;
