@@ -49,6 +49,8 @@ if(NOT DIFFRT_VULKAN STREQUAL "OFF")
       "permute|permute.comp|"
       "matmul_q8|matmul_q.comp|Q8,NO_SUBGROUP"
       "matmul_q4|matmul_q.comp|Q4,NO_SUBGROUP"
+      "matvec_q8|matvec_q.comp|Q8,NO_SUBGROUP"
+      "matvec_q4|matvec_q.comp|Q4,NO_SUBGROUP"
       "attention_rows|attention_rows.comp|"
       "attention_lanes|attention_lanes.comp|")
     set(_vk_gen ${PROJECT_BINARY_DIR}/generated/vulkan_shaders.c)

@@ -109,6 +109,17 @@ static const ccase CASES[] = {
      * and a lone block, a quad and a pair */
     {DRT_OP_MATMUL, {1, 1, 1, 224, 7, 0}, Q4, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 4, 192, 11, 0}, Q4, 0, 1, 0, 1},
+    /* the Vulkan rows kernel for CPU devices (shaders/matvec_q.comp, K %
+     * 128 == 0): one super-block, N below a subgroup, odd N with 2 rows a
+     * lane, a grid that strides over N, batches with their own or shared w */
+    {DRT_OP_MATMUL, {1, 1, 1, 128, 5, 0}, Q8, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 1, 128, 5, 0}, Q4, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 1, 512, 17, 0}, Q8, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 1, 512, 17, 0}, Q4, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 1, 256, 301, 0}, Q8, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 2, 256, 301, 0}, Q4, 0, 1, 0, 0.5f},
+    {DRT_OP_MATMUL, {2, 2, 3, 384, 19, 0}, Q8, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {3, 1, 5, 256, 9, 0}, Q4, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {2, 1, 9, 300, 130, 1}, F32, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 8, 1000, 77, 0}, F32, 0, 1, 0, 1},
     /* ROPE {T, Hn, d}; inv_freq of theta 10000 */

@@ -126,8 +126,7 @@ const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t) {
     static _Thread_local char buf[8][64];
     static _Thread_local int next;
     if (t->op != DRT_OP_MATMUL) return NULL;
-    if (drt_dtype_block(t->src[1]->type) > 1)
-        return t->src[1]->type == DRT_Q8_0 ? "q8_0 blocks, invocation per output" : "q4_0 blocks, invocation per output";
+    if (drt_dtype_block(t->src[1]->type) > 1) return vk_matmul_q_variant(c, t);
     uint32_t B, Bw, T, K, N, trans;
     node_dims(t, &B, &Bw, &T, &K, &N, &trans);
     mm_plan p = plan_of(c, T, trans);

@@ -1,22 +1,80 @@
-/* Vulkan: MATMUL with q8_0 / q4_0 weights (shaders/matmul_q.comp), one
- * invocation per output. CPU reference: backends/ref/matmul.c. */
+/* Vulkan: MATMUL with q8_0 / q4_0 weights. Two kernels:
+ *   rows    CPU devices (shaders/matvec_q.comp): a lane owns R weight rows
+ *           and walks them in 4-block super-blocks read as 64-bit words, no
+ *           reduction; needs shaderInt64, K % 128 == 0, the W byte offset
+ *           % 8 == 0 and the x offset % 4 == 0;
+ *   output  otherwise (shaders/matmul_q.comp): one invocation per output,
+ *           bytewise loads.
+ * CPU reference: backends/ref/matmul.c. */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "drt_error.h"
 #include "vk_internal.h"
 
-/* push constants: the mirror of matmul_q.comp's PC block (o_w in bytes) */
+/* push constants: the mirror of matmul_q.comp's and matvec_q.comp's PC
+ * blocks (o_w in bytes) */
 typedef struct {
     uint32_t o_x, o_w, o_y, B, Bw, T, N, K;
     float scale;
 } matmul_q_pc;
 
+static void node_dims(const drt_tensor *t, uint32_t *B, uint32_t *Bw, uint32_t *T, uint32_t *K,
+                      uint32_t *N) {
+    const drt_tensor *a = t->src[0], *w = t->src[1];
+    *B = a->nd == 3 ? (uint32_t)a->ne[0] : 1;
+    *Bw = w->nd == 3 ? (uint32_t)w->ne[0] : 1;
+    *T = (uint32_t)a->ne[a->nd - 2];
+    *K = (uint32_t)a->ne[a->nd - 1];
+    *N = (uint32_t)t->ne[t->nd - 1];
+}
+
+/* rows per lane of the rows kernel: 2, measured on lavapipe (T=1 K=4096
+ * N=16384: q8_0 50/38/49 ms, q4_0 24/25/37 ms for 1/2/4; DIFFRT_VK_Q_ROWS
+ * overrides, for tuning);
+ * 0: the output kernel. eo_x, o_w: x's element offset, W's byte offset in
+ * their bindings */
+static uint32_t rows_per_lane(const vk_ctx *c, uint32_t K, uint32_t eo_x, uint32_t o_w) {
+    if (!c->tune_cpu || !c->use_i64 || K % 128 != 0 || eo_x % 4 != 0 || o_w % 8 != 0) return 0;
+    const char *s = getenv("DIFFRT_VK_Q_ROWS");
+    uint32_t r = s && *s ? (uint32_t)strtoul(s, NULL, 10) : 2;
+    return r >= 1 && r <= 8 ? r : 2;
+}
+
+/* "q4_0 rows wg8 x2", "q8_0 blocks, invocation per output" */
+const char *vk_matmul_q_variant(const vk_ctx *c, const drt_tensor *t) {
+    static _Thread_local char buf[8][64];
+    static _Thread_local int next;
+    const char *q = t->src[1]->type == DRT_Q8_0 ? "q8_0" : "q4_0";
+    uint32_t B, Bw, T, K, N;
+    node_dims(t, &B, &Bw, &T, &K, &N);
+    uint32_t r = rows_per_lane(c, K, t->src[0]->buf ? vk_eoff(t->src[0]) : 0,
+                               t->src[1]->buf ? vk_eoff(t->src[1]) : 0);
+    char *s = buf[next++ & 7];
+    if (r)
+        snprintf(s, sizeof buf[0], "%s rows wg%u x%u", q, vk_cpu_lanes(c), r);
+    else
+        snprintf(s, sizeof buf[0], "%s blocks, invocation per output", q);
+    return s;
+}
+
 drt_status vk_matmul_q(vk_ctx *c, const drt_tensor *t) {
     const drt_tensor *a = t->src[0], *w = t->src[1];
-    uint32_t B = a->nd == 3 ? (uint32_t)a->ne[0] : 1, Bw = w->nd == 3 ? (uint32_t)w->ne[0] : 1;
-    uint32_t T = (uint32_t)a->ne[a->nd - 2], K = (uint32_t)a->ne[a->nd - 1];
-    uint32_t N = (uint32_t)t->ne[t->nd - 1];
-    uint32_t spec[2] = {vk_wg(c, 64, 64), c->use_sg};
+    uint32_t B, Bw, T, K, N;
+    node_dims(t, &B, &Bw, &T, &K, &N);
+    const bool q8 = w->type == DRT_Q8_0;
     vk_binds b = {.src = {a, w}, .dst = t};
     matmul_q_pc pc = {vk_eoff(a), vk_eoff(w), vk_eoff(t), B, Bw, T, N, K, t->fp[0]};
-    return vk_dispatch(c, w->type == DRT_Q8_0 ? VK_SH_MATMUL_Q8 : VK_SH_MATMUL_Q4, spec, 2, &b, &pc, sizeof pc,
+    uint32_t r = rows_per_lane(c, K, pc.o_x, pc.o_w);
+    if (r) {
+        uint32_t spec[3] = {vk_cpu_lanes(c), 0, r};
+        /* two workgroups per core, each striding over N (as the f16 GEMV) */
+        uint32_t gx = (N + spec[0] * r - 1) / (spec[0] * r);
+        if (gx > 2 * c->n_cpus) gx = 2 * c->n_cpus;
+        return vk_dispatch(c, q8 ? VK_SH_MATVEC_Q8 : VK_SH_MATVEC_Q4, spec, 3, &b, &pc, sizeof pc,
+                           gx, T, B);
+    }
+    uint32_t spec[2] = {vk_wg(c, 64, 64), c->use_sg};
+    return vk_dispatch(c, q8 ? VK_SH_MATMUL_Q8 : VK_SH_MATMUL_Q4, spec, 2, &b, &pc, sizeof pc,
                        (N + spec[0] - 1) / spec[0], T, B);
 }

@@ -53,7 +53,9 @@ extern const int drt_vk_spirv_count;
     X(MATMUL_Q4, "matmul_q4")                                                                      \
     X(ATTENTION_ROWS, "attention_rows")                                                            \
     X(MATVEC_U16_I64, "matvec_u16_i64")                                                            \
-    X(ATTENTION_LANES, "attention_lanes")
+    X(ATTENTION_LANES, "attention_lanes")                                                          \
+    X(MATVEC_Q8, "matvec_q8")                                                                      \
+    X(MATVEC_Q4, "matvec_q4")
 
 #define VK_SHADER_ENUM(id, name) VK_SH_##id,
 typedef enum { VK_SHADER_LIST(VK_SHADER_ENUM) VK_N_SHADERS } vk_shader;
@@ -217,6 +219,7 @@ void vk_grid_2d(uint64_t n, uint32_t *gx, uint32_t *gy);
 drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 /* MATMUL with q8_0 / q4_0 weights (matmul_q.c, shaders/matmul_q.comp) */
 drt_status vk_matmul_q(vk_ctx *c, const drt_tensor *t);
+const char *vk_matmul_q_variant(const vk_ctx *c, const drt_tensor *t);
 /* the MATMUL kernel variant and tile node t runs (a static string) */
 const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t);
 /* drt_backend_ops.kernel_variant (matmul.c) */
