@@ -11,12 +11,13 @@
  * y = T, z = B) and walks them in super-blocks of 4 blocks: 72 (q4_0) or
  * 136 (q8_0) bytes, a whole number of 64-bit words. The host takes this
  * path only when K % 128 == 0, the W byte offset % 8 == 0 and the x offset
- * % 4 == 0, so every super-block starts on a 64-bit word and the blocks
+ * % 8 == 0, so every super-block starts on a 64-bit word and the blocks
  * inside sit at fixed places: blocks 0 and 2 start 4-byte aligned (their
  * values 2 bytes in: a funnel shift by 16), blocks 1 and 3 at 2 mod 4
  * (values 4-byte aligned). llvmpipe loads a storage buffer lane by lane and
  * component by component: 64-bit words move twice the bytes per step of
- * 32-bit ones; x is read as vec4 once per block for the R rows.
+ * 32-bit ones; x is read 8 floats per load (as 4 64-bit words) once per
+ * block for the R rows.
  * Napkin math: N*K/32*(18|34) bytes of weights per row of x. */
 #include "common.glsl"
 
@@ -33,7 +34,7 @@ const uint PW = SW; /* 32-bit words per block pair (= SW: a pair is half a super
 
 layout(constant_id = 2) const uint R = 1; /* rows per lane */
 
-layout(binding = 0) readonly buffer Xbuf4 { vec4 x4[]; };
+layout(binding = 0) readonly buffer Xbuf8 { u64vec4 x8[]; }; /* 8 f32 */
 layout(binding = 1) readonly buffer Wbuf8 { uint64_t w8[]; };
 layout(binding = 4) writeonly buffer Ybuf { float y[]; };
 
@@ -43,6 +44,10 @@ layout(push_constant) uniform PC {
     float scale;
 } pc;
 
+vec4 f32x4(uint64_t a, uint64_t b) {
+    return vec4(uintBitsToFloat(unpackUint2x32(a)), uintBitsToFloat(unpackUint2x32(b)));
+}
+
 /* 4 consecutive values of the block from one 32-bit word of its bytes */
 #if defined(Q8)
 vec4 vals(uint q) { return vec4(ivec4(q << 24, q << 16, q << 8, q) >> 24); }
@@ -51,7 +56,7 @@ vec4 vals(uint q) { return vec4(ivec4(q << 24, q << 16, q << 8, q) >> 24); }
 void main() {
     const uint t = gl_WorkGroupID.y, b = gl_WorkGroupID.z;
     const uint bw = b * pc.Bw / pc.B, ns = pc.K / 128u;
-    const uint x4r = (pc.o_x + (b * pc.T + t) * pc.K) / 4u;
+    const uint x8r = (pc.o_x + (b * pc.T + t) * pc.K) / 8u;
     const uint wb = pc.o_w / 8u + bw * pc.N * ns * SW;
     for (uint n0 = (gl_WorkGroupID.x * WG + gl_LocalInvocationIndex) * R; n0 < pc.N;
          n0 += gl_NumWorkGroups.x * WG * R) {
@@ -70,9 +75,13 @@ void main() {
                     u[r][2 * i + 1] = p.y;
                 }
             for (uint blk = 0; blk < 4u; blk++) {
-                const uint xq = x4r + (s * 4u + blk) * 8u;
+                const uint xq = x8r + (s * 4u + blk) * 4u;
                 vec4 xv[8];
-                for (uint i = 0; i < 8u; i++) xv[i] = x4[xq + i];
+                for (uint i = 0; i < 4u; i++) {
+                    const u64vec4 xw = x8[xq + i];
+                    xv[2u * i] = f32x4(xw.x, xw.y);
+                    xv[2u * i + 1u] = f32x4(xw.z, xw.w);
+                }
                 /* block blk of the super-block: pair blk/2, first or second half */
                 const uint pb = (blk >> 1) * PW;
                 for (uint r = 0; r < R; r++) {
