@@ -2,7 +2,7 @@
  *   rows    CPU devices (shaders/matvec_q.comp): a lane owns R weight rows
  *           and walks them in 4-block super-blocks read as 64-bit words, no
  *           reduction; needs shaderInt64, K % 128 == 0, the W byte offset
- *           % 8 == 0 and the x offset % 8 == 0;
+ *           % 8 == 0 and the x offset % 4 == 0;
  *   output  otherwise (shaders/matmul_q.comp): one invocation per output,
  *           bytewise loads.
  * CPU reference: backends/ref/matmul.c. */
@@ -35,7 +35,7 @@ static void node_dims(const drt_tensor *t, uint32_t *B, uint32_t *Bw, uint32_t *
  * 0: the output kernel. eo_x, o_w: x's element offset, W's byte offset in
  * their bindings */
 static uint32_t rows_per_lane(const vk_ctx *c, uint32_t K, uint32_t eo_x, uint32_t o_w) {
-    if (!c->tune_cpu || !c->use_i64 || K % 128 != 0 || eo_x % 8 != 0 || o_w % 8 != 0) return 0;
+    if (!c->tune_cpu || !c->use_i64 || K % 128 != 0 || eo_x % 4 != 0 || o_w % 8 != 0) return 0;
     const char *s = getenv("DIFFRT_VK_Q_ROWS");
     uint32_t r = s && *s ? (uint32_t)strtoul(s, NULL, 10) : 2;
     return r >= 1 && r <= 8 ? r : 2;
