@@ -7,8 +7,8 @@
  * invocation per output, bytewise loads) is shaders/matmul_q.comp; CPU
  * reference: backends/ref/matmul.c.
  *
- * A lane owns R rows n (grid x over N, striding when the grid is smaller;
- * y = T, z = B) and walks them in super-blocks of 4 blocks: 72 (q4_0) or
+ * A lane owns R rows n times TT rows t (grid x over N, striding when the
+ * grid is smaller; y over T in steps of TT, z = B) and walks them in super-blocks of 4 blocks: 72 (q4_0) or
  * 136 (q8_0) bytes, a whole number of 64-bit words. The host takes this
  * path only when K % 128 == 0, the W byte offset % 8 == 0 and the x offset
  * % 4 == 0, so every super-block starts on a 64-bit word and the blocks
@@ -32,7 +32,8 @@ const uint QW = 4u;
 #endif
 const uint PW = SW; /* 32-bit words per block pair (= SW: a pair is half a super-block) */
 
-layout(constant_id = 2) const uint R = 1; /* rows per lane */
+layout(constant_id = 2) const uint R = 1;  /* rows n per lane */
+layout(constant_id = 3) const uint TT = 1; /* rows t per lane: each unpacked word serves TT rows of x */
 
 layout(binding = 0) readonly buffer Xbuf4 { u64vec2 x2[]; }; /* 4 f32 */
 layout(binding = 1) readonly buffer Wbuf8 { uint64_t w8[]; };
@@ -47,16 +48,17 @@ layout(push_constant) uniform PC {
 vec4 f32x4(u64vec2 a) { return vec4(uintBitsToFloat(unpackUint2x32(a.x)), uintBitsToFloat(unpackUint2x32(a.y))); }
 
 void main() {
-    const uint t = gl_WorkGroupID.y, b = gl_WorkGroupID.z;
+    const uint t0 = gl_WorkGroupID.y * TT, b = gl_WorkGroupID.z;
     const uint bw = b * pc.Bw / pc.B, ns = pc.K / 128u;
-    const uint x2r = (pc.o_x + (b * pc.T + t) * pc.K) / 4u;
+    uint x2r[TT]; /* rows t past T: re-read row T-1, not written */
+    for (uint tt = 0; tt < TT; tt++) x2r[tt] = (pc.o_x + (b * pc.T + min(t0 + tt, pc.T - 1u)) * pc.K) / 4u;
     const uint wb = pc.o_w / 8u + bw * pc.N * ns * SW;
     for (uint n0 = (gl_WorkGroupID.x * WG + gl_LocalInvocationIndex) * R; n0 < pc.N;
          n0 += gl_NumWorkGroups.x * WG * R) {
-        float acc[R];
+        float acc[R][TT];
         uint wr[R];
         for (uint r = 0; r < R; r++) {
-            acc[r] = 0.0;
+            for (uint tt = 0; tt < TT; tt++) acc[r][tt] = 0.0;
             wr[r] = wb + min(n0 + r, pc.N - 1u) * ns * SW; /* rows past N: re-read, not written */
         }
         for (uint s = 0; s < ns; s++) {
@@ -87,36 +89,45 @@ void main() {
                     /* block h of the pair: d in the low (h = 0) or high half
                      * of word h*QW, values 2 bytes in (a funnel shift by
                      * 16) or 4-byte aligned from word QW+1 */
-                    const uint xb = x2r + (s * 4u + p * 2u + h) * 8u;
-                    float sum[R];
-                    for (uint r = 0; r < R; r++) sum[r] = 0.0;
+                    const uint xb = (s * 4u + p * 2u + h) * 8u;
+                    float sum[R][TT];
+                    for (uint r = 0; r < R; r++)
+                        for (uint tt = 0; tt < TT; tt++) sum[r][tt] = 0.0;
 #if defined(Q8)
                     for (uint i = 0; i < QW; i++) {
-                        const vec4 xv = f32x4(x2[xb + i]);
+                        vec4 xv[TT];
+                        for (uint tt = 0; tt < TT; tt++) xv[tt] = f32x4(x2[x2r[tt] + xb + i]);
                         for (uint r = 0; r < R; r++) {
                             const uint q = h == 0u ? (u[r][i] >> 16) | (u[r][i + 1u] << 16) : u[r][QW + 1u + i];
-                            sum[r] += dot(xv, vec4(ivec4(q << 24, q << 16, q << 8, q) >> 24));
+                            const vec4 wv = vec4(ivec4(q << 24, q << 16, q << 8, q) >> 24);
+                            for (uint tt = 0; tt < TT; tt++) sum[r][tt] += dot(xv[tt], wv);
                         }
                     }
 #else
                     /* word i: values 4i..4i+3 in the low nibbles, 16+4i.. in the high */
                     for (uint i = 0; i < QW; i++) {
-                        const vec4 xa = f32x4(x2[xb + i]), xc = f32x4(x2[xb + 4u + i]);
+                        vec4 xa[TT], xc[TT];
+                        for (uint tt = 0; tt < TT; tt++) {
+                            xa[tt] = f32x4(x2[x2r[tt] + xb + i]);
+                            xc[tt] = f32x4(x2[x2r[tt] + xb + 4u + i]);
+                        }
                         for (uint r = 0; r < R; r++) {
                             const uint qw = h == 0u ? (u[r][i] >> 16) | (u[r][i + 1u] << 16) : u[r][QW + 1u + i];
                             const uvec4 q = uvec4(qw, qw >> 8, qw >> 16, qw >> 24);
-                            sum[r] += dot(xa, vec4(q & 15u) - 8.0) + dot(xc, vec4((q >> 4) & 15u) - 8.0);
+                            const vec4 lo = vec4(q & 15u) - 8.0, hi = vec4((q >> 4) & 15u) - 8.0;
+                            for (uint tt = 0; tt < TT; tt++) sum[r][tt] += dot(xa[tt], lo) + dot(xc[tt], hi);
                         }
                     }
 #endif
                     for (uint r = 0; r < R; r++) {
                         const float d = unpackHalf2x16(h == 0u ? u[r][0] : u[r][QW] >> 16).x;
-                        acc[r] = fma(d, sum[r], acc[r]);
+                        for (uint tt = 0; tt < TT; tt++) acc[r][tt] = fma(d, sum[r][tt], acc[r][tt]);
                     }
                 }
             }
         }
-        for (uint r = 0; r < R; r++)
-            if (n0 + r < pc.N) y[pc.o_y + (b * pc.T + t) * pc.N + n0 + r] = pc.scale * acc[r];
+        for (uint tt = 0; tt < TT && t0 + tt < pc.T; tt++)
+            for (uint r = 0; r < R && n0 + r < pc.N; r++)
+                y[pc.o_y + (b * pc.T + t0 + tt) * pc.N + n0 + r] = pc.scale * acc[r][tt];
     }
 }

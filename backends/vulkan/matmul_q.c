@@ -29,6 +29,11 @@ static void node_dims(const drt_tensor *t, uint32_t *B, uint32_t *Bw, uint32_t *
     *N = (uint32_t)t->ne[t->nd - 1];
 }
 
+static uint32_t env_u32(const char *name, uint32_t def) {
+    const char *s = getenv(name);
+    return s && *s ? (uint32_t)strtoul(s, NULL, 10) : def;
+}
+
 /* rows per lane of the rows kernel: 2, measured on lavapipe (T=1 K=4096
  * N=16384: q8_0 50/38/49 ms, q4_0 24/25/37 ms for 1/2/4; DIFFRT_VK_Q_ROWS
  * overrides, for tuning);
@@ -36,8 +41,7 @@ static void node_dims(const drt_tensor *t, uint32_t *B, uint32_t *Bw, uint32_t *
  * their bindings */
 static uint32_t rows_per_lane(const vk_ctx *c, uint32_t K, uint32_t eo_x, uint32_t o_w) {
     if (!c->tune_cpu || !c->use_i64 || K % 128 != 0 || eo_x % 4 != 0 || o_w % 8 != 0) return 0;
-    const char *s = getenv("DIFFRT_VK_Q_ROWS");
-    uint32_t r = s && *s ? (uint32_t)strtoul(s, NULL, 10) : 2;
+    uint32_t r = env_u32("DIFFRT_VK_Q_ROWS", 2);
     return r >= 1 && r <= 8 ? r : 2;
 }
 
@@ -67,12 +71,17 @@ drt_status vk_matmul_q(vk_ctx *c, const drt_tensor *t) {
     matmul_q_pc pc = {vk_eoff(a), vk_eoff(w), vk_eoff(t), B, Bw, T, N, K, t->fp[0]};
     uint32_t r = rows_per_lane(c, K, pc.o_x, pc.o_w);
     if (r) {
-        uint32_t spec[3] = {vk_cpu_lanes(c), 0, r};
+        /* rows t per lane (prefill): each unpacked weight word serves TT
+         * rows of x; DIFFRT_VK_Q_TT overrides, for tuning */
+        uint32_t tt = env_u32("DIFFRT_VK_Q_TT", 4);
+        if (tt < 1 || tt > 8) tt = 4;
+        if (tt > T) tt = T;
+        uint32_t spec[4] = {vk_cpu_lanes(c), 0, r, tt};
         /* two workgroups per core, each striding over N (as the f16 GEMV) */
         uint32_t gx = (N + spec[0] * r - 1) / (spec[0] * r);
         if (gx > 2 * c->n_cpus) gx = 2 * c->n_cpus;
-        return vk_dispatch(c, q8 ? VK_SH_MATVEC_Q8 : VK_SH_MATVEC_Q4, spec, 3, &b, &pc, sizeof pc,
-                           gx, T, B);
+        return vk_dispatch(c, q8 ? VK_SH_MATVEC_Q8 : VK_SH_MATVEC_Q4, spec, 4, &b, &pc, sizeof pc,
+                           gx, (T + tt - 1) / tt, B);
     }
     uint32_t spec[2] = {vk_wg(c, 64, 64), c->use_sg};
     return vk_dispatch(c, q8 ? VK_SH_MATMUL_Q8 : VK_SH_MATMUL_Q4, spec, 2, &b, &pc, sizeof pc,
