@@ -45,7 +45,15 @@ static uint32_t rows_per_lane(const vk_ctx *c, uint32_t K, uint32_t eo_x, uint32
     return r >= 1 && r <= 8 ? r : 2;
 }
 
-/* "q4_0 rows wg8 x2", "q8_0 blocks, invocation per output" */
+/* rows t per lane of the rows kernel (prefill): each unpacked weight word
+ * serves them all; DIFFRT_VK_Q_TT overrides, for tuning */
+static uint32_t rows_t(uint32_t T) {
+    uint32_t tt = env_u32("DIFFRT_VK_Q_TT", 4);
+    if (tt < 1 || tt > 8) tt = 4;
+    return tt > T ? T : tt;
+}
+
+/* "q4_0 rows wg8 x2 t4", "q8_0 blocks, invocation per output" */
 const char *vk_matmul_q_variant(const vk_ctx *c, const drt_tensor *t) {
     static _Thread_local char buf[8][64];
     static _Thread_local int next;
@@ -56,7 +64,7 @@ const char *vk_matmul_q_variant(const vk_ctx *c, const drt_tensor *t) {
                                t->src[1]->buf ? vk_eoff(t->src[1]) : 0);
     char *s = buf[next++ & 7];
     if (r)
-        snprintf(s, sizeof buf[0], "%s rows wg%u x%u", q, vk_cpu_lanes(c), r);
+        snprintf(s, sizeof buf[0], "%s rows wg%u x%u t%u", q, vk_cpu_lanes(c), r, rows_t(T));
     else
         snprintf(s, sizeof buf[0], "%s blocks, invocation per output", q);
     return s;
@@ -71,11 +79,7 @@ drt_status vk_matmul_q(vk_ctx *c, const drt_tensor *t) {
     matmul_q_pc pc = {vk_eoff(a), vk_eoff(w), vk_eoff(t), B, Bw, T, N, K, t->fp[0]};
     uint32_t r = rows_per_lane(c, K, pc.o_x, pc.o_w);
     if (r) {
-        /* rows t per lane (prefill): each unpacked weight word serves TT
-         * rows of x; DIFFRT_VK_Q_TT overrides, for tuning */
-        uint32_t tt = env_u32("DIFFRT_VK_Q_TT", 4);
-        if (tt < 1 || tt > 8) tt = 4;
-        if (tt > T) tt = T;
+        uint32_t tt = rows_t(T);
         uint32_t spec[4] = {vk_cpu_lanes(c), 0, r, tt};
         /* two workgroups per core, each striding over N (as the f16 GEMV) */
         uint32_t gx = (N + spec[0] * r - 1) / (spec[0] * r);
