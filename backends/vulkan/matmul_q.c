@@ -7,7 +7,6 @@
  *           bytewise loads.
  * CPU reference: backends/ref/matmul.c. */
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "drt_error.h"
 #include "vk_internal.h"
@@ -29,29 +28,19 @@ static void node_dims(const drt_tensor *t, uint32_t *B, uint32_t *Bw, uint32_t *
     *N = (uint32_t)t->ne[t->nd - 1];
 }
 
-static uint32_t env_u32(const char *name, uint32_t def) {
-    const char *s = getenv(name);
-    return s && *s ? (uint32_t)strtoul(s, NULL, 10) : def;
-}
-
 /* rows per lane of the rows kernel: 2, measured on lavapipe (T=1 K=4096
- * N=16384: q8_0 50/38/49 ms, q4_0 24/25/37 ms for 1/2/4; DIFFRT_VK_Q_ROWS
- * overrides, for tuning);
+ * N=16384: q8_0 50/38/49 ms, q4_0 24/25/37 ms for 1/2/4 rows);
  * 0: the output kernel. eo_x, o_w: x's element offset, W's byte offset in
  * their bindings */
 static uint32_t rows_per_lane(const vk_ctx *c, uint32_t K, uint32_t eo_x, uint32_t o_w) {
     if (!c->tune_cpu || !c->use_i64 || K % 128 != 0 || eo_x % 4 != 0 || o_w % 8 != 0) return 0;
-    uint32_t r = env_u32("DIFFRT_VK_Q_ROWS", 2);
-    return r >= 1 && r <= 8 ? r : 2;
+    return 2;
 }
 
 /* rows t per lane of the rows kernel (prefill): each unpacked weight word
- * serves them all; DIFFRT_VK_Q_TT overrides, for tuning */
-static uint32_t rows_t(uint32_t T) {
-    uint32_t tt = env_u32("DIFFRT_VK_Q_TT", 4);
-    if (tt < 1 || tt > 8) tt = 4;
-    return tt > T ? T : tt;
-}
+ * serves up to 4 (measured: 1 -> 4 raised the q4_0 134M prefill 18 -> 19
+ * tok/s, q8_0 13 -> 15) */
+static uint32_t rows_t(uint32_t T) { return T < 4 ? T : 4; }
 
 /* "q4_0 rows wg8 x2 t4", "q8_0 blocks, invocation per output" */
 const char *vk_matmul_q_variant(const vk_ctx *c, const drt_tensor *t) {
