@@ -737,12 +737,7 @@ static const char *ocl_kernel_variant(drt_backend *be, const drt_tensor *t) {
     ocl_ctx *x = ocl_of(be);
     switch (t->op) {
     case DRT_OP_MATMUL:
-        if (drt_dtype_block(t->src[1]->type) > 1) {
-            const int q8 = t->src[1]->type == DRT_Q8_0, T = (int)t->src[0]->ne[t->src[0]->nd - 2];
-            if (!x->mm_regs) return q8 ? "q8_0 blocks, work-group per output" : "q4_0 blocks, work-group per output";
-            if (T == 1) return q8 ? "q8_0 gemv regs 1x4 v16" : "q4_0 gemv regs 1x4 v16";
-            return q8 ? "q8_0 dot regs 4x4 v16" : "q4_0 dot regs 4x4 v16";
-        }
+        if (drt_dtype_block(t->src[1]->type) > 1) return ocl_matmul_q_variant(x, t);
         return x->mm_name[ocl_matmul_variant(x, t)];
     case DRT_OP_DIFF_ATTN:
     case DRT_OP_ATTN: return ocl_attn_variant(x, t);

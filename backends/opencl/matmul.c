@@ -107,6 +107,17 @@ ocl_mm_variant ocl_matmul_variant(const ocl_ctx *x, const drt_tensor *t) {
     return ocl_matmul_uses_matvec(T, trans_w) ? OCL_MM_MATVEC : OCL_MM_TILED;
 }
 
+/* Launches a register-block kernel: one item per MR x NR tile of the
+ * (T, N) output, a 1-d range per batch, work-groups of rb_wg items */
+static drt_status rb_run(ocl_ctx *x, ocl_call *c, int B, int T, int N, int mr, int nr) {
+    size_t tiles = (size_t)((T + mr - 1) / mr) * (size_t)((N + nr - 1) / nr);
+    size_t wg = x->rb_wg;
+    while (wg > 1 && wg / 2 >= tiles) /* small launches: do not round up past the work */
+        wg /= 2;
+    size_t g[2] = {tiles, (size_t)B}, l[2] = {wg, 1};
+    return ocl_run(c, 2, g, l);
+}
+
 drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t) {
     const drt_tensor *a = t->src[0], *w = t->src[1];
     int B = a->nd == 3 ? (int)a->ne[0] : 1, Bw = w->nd == 3 ? (int)w->ne[0] : 1;
@@ -156,12 +167,7 @@ drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t) {
              : var == OCL_MM_SKINNY ? r.skinny_nr
              : var == OCL_MM_DOT    ? r.nr
                                     : r.ov * r.v;
-    size_t tiles = (size_t)((T + mr - 1) / mr) * (size_t)((N + nr - 1) / nr);
-    size_t wg = x->rb_wg;
-    while (wg > 1 && wg / 2 >= tiles) /* small launches: do not round up past the work */
-        wg /= 2;
-    size_t g[2] = {tiles, (size_t)B}, l[2] = {wg, 1};
-    return ocl_run(&c, 2, g, l);
+    return rb_run(x, &c, B, T, N, mr, nr);
 }
 
 void ocl_matmul_shutdown(ocl_ctx *x) {
@@ -175,15 +181,30 @@ void ocl_matmul_shutdown(ocl_ctx *x) {
 
 /* q8_0 / q4_0 weights (matmul_q.cl): register blocks on CPU-class devices
  * (1 x 4 for T == 1, else 4 x 4), else one work-group of 32 items per output */
+static ocl_kernel_id matmul_q_kernel(const ocl_ctx *x, const drt_tensor *t) {
+    const int q8 = t->src[1]->type == DRT_Q8_0, T = (int)t->src[0]->ne[t->src[0]->nd - 2];
+    if (!x->mm_regs) return q8 ? OCL_K_MATMUL_Q8_0 : OCL_K_MATMUL_Q4_0;
+    if (T == 1) return q8 ? OCL_K_GEMV_Q8_0 : OCL_K_GEMV_Q4_0;
+    return q8 ? OCL_K_DOT_Q8_0 : OCL_K_DOT_Q4_0;
+}
+
+const char *ocl_matmul_q_variant(const ocl_ctx *x, const drt_tensor *t) {
+    switch (matmul_q_kernel(x, t)) {
+    case OCL_K_GEMV_Q8_0: return "q8_0 gemv regs 1x4 v16";
+    case OCL_K_GEMV_Q4_0: return "q4_0 gemv regs 1x4 v16";
+    case OCL_K_DOT_Q8_0: return "q8_0 dot regs 4x4 v16";
+    case OCL_K_DOT_Q4_0: return "q4_0 dot regs 4x4 v16";
+    case OCL_K_MATMUL_Q8_0: return "q8_0 blocks, work-group per output";
+    default: return "q4_0 blocks, work-group per output";
+    }
+}
+
 drt_status ocl_matmul_q(ocl_ctx *x, const drt_tensor *t) {
     const drt_tensor *a = t->src[0], *w = t->src[1];
     int B = a->nd == 3 ? (int)a->ne[0] : 1, Bw = w->nd == 3 ? (int)w->ne[0] : 1;
     int T = (int)a->ne[a->nd - 2], K = (int)a->ne[a->nd - 1];
     int N = (int)t->ne[t->nd - 1];
-    const int q8 = w->type == DRT_Q8_0, mr = T == 1 ? 1 : 4, nr = 4;
-    ocl_kernel_id k = !x->mm_regs ? (q8 ? OCL_K_MATMUL_Q8_0 : OCL_K_MATMUL_Q4_0)
-                      : T == 1    ? (q8 ? OCL_K_GEMV_Q8_0 : OCL_K_GEMV_Q4_0)
-                                  : (q8 ? OCL_K_DOT_Q8_0 : OCL_K_DOT_Q4_0);
+    const ocl_kernel_id k = matmul_q_kernel(x, t);
     ocl_call c;
     ocl_begin(&c, x, k);
     ocl_arg_tensor(&c, t);
@@ -196,13 +217,8 @@ drt_status ocl_matmul_q(ocl_ctx *x, const drt_tensor *t) {
     ocl_arg_int(&c, N);
     ocl_arg_int(&c, K);
     ocl_arg_float(&c, t->fp[0]);
-    if (x->mm_regs) {
-        size_t tiles = (size_t)((T + mr - 1) / mr) * (size_t)((N + nr - 1) / nr), wg = x->rb_wg;
-        while (wg > 1 && wg / 2 >= tiles) /* small launches: do not round up past the work */
-            wg /= 2;
-        size_t g[2] = {tiles, (size_t)B}, l[2] = {wg, 1};
-        return ocl_run(&c, 2, g, l);
-    }
+    if (k == OCL_K_GEMV_Q8_0 || k == OCL_K_GEMV_Q4_0) return rb_run(x, &c, B, T, N, 1, 4);
+    if (k == OCL_K_DOT_Q8_0 || k == OCL_K_DOT_Q4_0) return rb_run(x, &c, B, T, N, 4, 4);
     size_t g[3] = {(size_t)N * 32, (size_t)T, (size_t)B}, l[3] = {32, 1, 1};
     return ocl_run(&c, 3, g, l);
 }

@@ -181,6 +181,7 @@ static inline size_t ocl_elem_off(const drt_tensor *t) {
 }
 /* MATMUL with q8_0 / q4_0 weights (matmul_q.cl) */
 drt_status ocl_matmul_q(ocl_ctx *x, const drt_tensor *t);
+const char *ocl_matmul_q_variant(const ocl_ctx *x, const drt_tensor *t); /* kernel_variant's name */
 
 /* ---- the op families: each runs one node (all checks done in supports) --- */
 drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t);

@@ -126,7 +126,7 @@ class Tokenizer(_lib.Handle):
         return StreamDecoder(self, skip_special)
 
 
-class StreamDecoder:
+class StreamDecoder(_lib.Handle):
     """drt_tokenizer_stream: ``push(id)`` returns the text completed by that
     id (whole UTF-8 characters only, possibly ""), ``flush()`` what is still
     pending (an incomplete character at the end becomes U+FFFD)."""
@@ -165,18 +165,8 @@ class StreamDecoder:
         return self._take()
 
     def close(self):
+        """Frees the output buffer (Handle: also at the end of a with block
+        and on collection)."""
         buf, self._buf = self._buf, c_void_p()
         if buf:
             _lib.free(buf)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
