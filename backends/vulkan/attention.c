@@ -108,20 +108,6 @@ static uint32_t rows_wg(const vk_ctx *c, const attn_dims *d) {
     return vk_wg(c, w, w);
 }
 
-/* whether the device's compute shaders have subgroupShuffle */
-static bool has_shuffle(const vk_ctx *c) {
-    if (c->props.apiVersion < VK_API_VERSION_1_1) return false;
-    VkPhysicalDeviceSubgroupProperties sg = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
-    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
-                                      .pNext = &sg};
-    c->f.vkGetPhysicalDeviceProperties2(c->pd, &p2);
-    const VkSubgroupFeatureFlags need =
-        VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
-    return (sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
-           (sg.supportedOperations & need) == need;
-}
-
 /* The lanes kernel (shaders/attention_lanes.comp) on CPU devices: a
  * workgroup is one subgroup, a lane one query row, keys and values shared
  * between lanes by subgroup shuffles. Its unrolled loops bound DK and DV
@@ -133,7 +119,7 @@ static bool use_lanes(const vk_ctx *c, const attn_dims *d) {
     const uint32_t sg = c->subgroup_size;
     return c->tune_cpu && c->use_sg && sg >= 4 && sg <= 16 && d->maps * d->dk <= 256 &&
            d->dv <= 256 && d->dk % 4 == 0 && d->dv % 4 == 0 && d->T * (d->H / d->G) >= sg &&
-           vk_wg(c, sg, sg) == sg && has_shuffle(c);
+           vk_wg(c, sg, sg) == sg && c->has_shuffle;
 }
 
 /* the lanes kernel's query rows per lane: 4 when a kv group has that many

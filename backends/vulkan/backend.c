@@ -291,9 +291,9 @@ static void query_device(vk_fns *f, VkPhysicalDevice pd, dev_info *d) {
     f->vkGetPhysicalDeviceFeatures2(pd, &f2);
 }
 
-static bool subgroup_arith(const dev_info *d) {
-    VkSubgroupFeatureFlags need =
-        VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+/* whether compute shaders have the subgroup operations in need */
+static bool subgroup_ops(const dev_info *d, VkSubgroupFeatureFlags need) {
+    need |= VK_SUBGROUP_FEATURE_BASIC_BIT;
     return (d->sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
            (d->sg.supportedOperations & need) == need;
 }
@@ -323,7 +323,7 @@ static void describe(const dev_info *d, char *buf, size_t n) {
                        "int8 %s; heaps %s",
                        d->p.deviceName, type_name(d->p.deviceType), d->p.vendorID, drv,
                        VK_API_VERSION_MAJOR(a), VK_API_VERSION_MINOR(a), VK_API_VERSION_PATCH(a),
-                       d->sg.subgroupSize, subgroup_arith(d) ? "" : " (no arithmetic)",
+                       d->sg.subgroupSize, subgroup_ops(d, VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) ? "" : " (no arithmetic)",
                        d->have_drv && d->f16i8.shaderFloat16 ? "yes" : "no",
                        d->s16.storageBuffer16BitAccess ? "yes" : "no",
                        d->have_drv && d->f16i8.shaderInt8 ? "yes" : "no", heaps);
@@ -1069,7 +1069,8 @@ static drt_status init_device(vk_ctx *c, int device) {
     c->props = d.p;
     c->mem = d.mem;
     c->subgroup_size = d.sg.subgroupSize;
-    c->use_sg = subgroup_arith(&d) && !env_off("DIFFRT_VK_SUBGROUP");
+    c->use_sg = subgroup_ops(&d, VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) && !env_off("DIFFRT_VK_SUBGROUP");
+    c->has_shuffle = subgroup_ops(&d, VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     c->use_f16 = d.s16.storageBuffer16BitAccess && !env_off("DIFFRT_VK_FP16");
     c->use_copy = !env_off("DIFFRT_VK_COPY");
     c->split_bytes = d.p.limits.maxStorageBufferRange;

@@ -118,6 +118,7 @@ typedef struct vk_ctx {
     VkPhysicalDeviceMemoryProperties mem;
     uint32_t subgroup_size;
     bool use_sg;   /* subgroup arithmetic in compute shaders (and not disabled) */
+    bool has_shuffle; /* subgroupShuffle in compute shaders */
     bool use_f16;  /* storageBuffer16BitAccess (and not disabled) */
     bool tune_cpu; /* workgroup sizes for a CPU device (DIFFRT_VK_TUNE overrides) */
     bool use_i64;  /* shaderInt64: 32-byte loads in the CPU GEMV (and not disabled) */
