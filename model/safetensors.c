@@ -425,10 +425,10 @@ done:
  * hardware prefetchers at every page boundary (measured on the 134M f16
  * model, 1 thread: 23-26 ms per token mapped, 15-20 ms read). */
 static drt_status map_file(int fd, size_t size, const char *path, void **out) {
-    const char *e = getenv("DIFFRT_NO_MMAP");
-    if (e && *e && strcmp(e, "0") != 0 && strcmp(e, "1") != 0)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "DIFFRT_NO_MMAP: expected 0 or 1, got \"%.40s\"", e);
-    if (!e || strcmp(e, "1") != 0) {
+    int no_mmap;
+    drt_status st = drt_env_flag("DIFFRT_NO_MMAP", 0, &no_mmap);
+    if (st != DRT_OK) return st;
+    if (!no_mmap) {
         void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED)
             return drt_set_error(DRT_ERR_IO, "%s: cannot mmap %zu bytes: %s", path, size, strerror(errno));
@@ -447,15 +447,15 @@ static drt_status map_file(int fd, size_t size, const char *path, void **out) {
         ssize_t r = pread(fd, (char *)mem + got, size - got, (off_t)got);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
-            drt_status st = drt_set_error(DRT_ERR_IO, "%s: read %zu of %zu bytes: %s", path, got, size,
-                                          r < 0 ? strerror(errno) : "the file shrank while it was read");
+            st = drt_set_error(DRT_ERR_IO, "%s: read %zu of %zu bytes: %s", path, got, size,
+                               r < 0 ? strerror(errno) : "the file shrank while it was read");
             munmap(mem, size);
             return st;
         }
         got += (size_t)r;
     }
     if (mprotect(mem, size, PROT_READ) != 0) {
-        drt_status st = drt_set_error(DRT_ERR_IO, "%s: mprotect: %s", path, strerror(errno));
+        st = drt_set_error(DRT_ERR_IO, "%s: mprotect: %s", path, strerror(errno));
         munmap(mem, size);
         return st;
     }

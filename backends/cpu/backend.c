@@ -182,11 +182,10 @@ static drt_status pick_precision(const cpu_kernels *k, int *bf16) {
  * DIFFRT_CPU_QDOT=0 (the block kernel every ISA has; conform covers both).
  * It meets the f32 bound: this is a faster kernel, not a precision mode. */
 static drt_status pick_qdot(const cpu_kernels *k, int *qdot) {
-    const char *p = getenv("DIFFRT_CPU_QDOT");
+    int want;
+    drt_status s = drt_env_flag("DIFFRT_CPU_QDOT", 1, &want);
     *qdot = 0;
-    if (p && *p && strcmp(p, "0") != 0 && strcmp(p, "1") != 0)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "DIFFRT_CPU_QDOT: expected 0 or 1, got \"%.40s\"", p);
-    if (p && strcmp(p, "0") == 0) return DRT_OK;
+    if (s != DRT_OK || !want) return s;
 #if defined(__x86_64__)
     __builtin_cpu_init();
     *qdot = k == &cpu_kernels_avx512 && __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
