@@ -97,18 +97,22 @@ static const ccase CASES[] = {
     {DRT_OP_MATMUL, {1, 1, 70, 320, 67, 0}, Q4, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {4, 2, 7, 64, 33, 0}, Q8, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {2, 1, 3, 64, 33, 0}, Q4, 0, 1, 0, 2},
-    /* GEMV edge cases (the cpu backend's bf16-dot q4_0 GEMV works on block
-     * quads and pairs): an odd block count (a lone last block), one block,
-     * T = 8, batches with their own w */
+    /* GEMV edge cases (the cpu backend's int8-dot q4_0 GEMV works on quads
+     * of blocks, a last one partial): an odd block count (a lone last
+     * block), one block, T = 8, batches with their own w */
     {DRT_OP_MATMUL, {1, 1, 3, 96, 37, 0}, Q4, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 2, 32, 5, 0}, Q8, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 2, 32, 5, 0}, Q4, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {2, 2, 8, 160, 9, 0}, Q4, 0, 1, 0, 0.25f},
     {DRT_OP_MATMUL, {3, 3, 4, 224, 6, 0}, Q8, 0, 1, 0, 1},
-    /* q4_0 there goes four blocks at a time, then pairs: a quad and a pair
-     * and a lone block, a quad and a pair */
+    /* q4_0 there goes four blocks at a time, then a partial quad: a quad
+     * and three blocks, a quad and two */
     {DRT_OP_MATMUL, {1, 1, 1, 224, 7, 0}, Q4, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 4, 192, 11, 0}, Q4, 0, 1, 0, 1},
+    /* its x levels at extreme magnitudes (blocks under 2^-60 are scaled up
+     * by 2^64 first, so 1 / s stays finite) */
+    {DRT_OP_MATMUL, {1, 1, 2, 224, 7, 0}, Q4, 0, 1e-36f, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 2, 224, 7, 0}, Q4, 0, 1e30f, 0, 1},
     /* the Vulkan rows kernel for CPU devices (shaders/matvec_q.comp, K %
      * 128 == 0): one super-block, N below a subgroup, odd N with 2 rows a
      * lane, a grid that strides over N, batches with their own or shared w */
