@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 17's decode-speed figures, side by side in one run on this machine:
 # the ~134M DiffLlama of python/bench/make_models.py (f16) and its q8_0 and
-# q4_0 copies (diffrt quantize), decoded on the cpu backend (the q4_0 GEMV
-# on int8 dot products where the CPU has them, and the block kernel,
+# q4_0 copies (diffrt quantize), decoded on the cpu backend (the q8_0 and
+# q4_0 GEMVs on int8 dot products where the CPU has them, and the block kernel,
 # DIFFRT_CPU_QDOT=0; and the checkpoint read into memory, DIFFRT_NO_MMAP=1)
 # and on OpenCL, rounds interleaved:
 #   - read bandwidth (bench_membw) each round: the roofline's denominator;
@@ -54,10 +54,10 @@ decode_toks() { sed -n 's/^decode: .*(\([0-9.]*\) tok\/s)/\1/p'; }
                 [ "$t" = f16 ] || m="$M-$t"
                 # settings side by side: the defaults, then on cpu the
                 # checkpoint read into memory instead of mapped, and for
-                # q4_0 the block kernel instead of the int8-dot one
+                # q8_0 / q4_0 the block kernel instead of the int8-dot one
                 modes="default"
                 [ "$be" = cpu ] && modes="$modes DIFFRT_NO_MMAP=1"
-                [ "$be" = cpu ] && [ "$t" = q4_0 ] && modes="$modes DIFFRT_CPU_QDOT=0"
+                [ "$be" = cpu ] && [ "$t" != f16 ] && modes="$modes DIFFRT_CPU_QDOT=0"
                 for mode in $modes; do
                     e=X_UNUSED=1
                     [ "$mode" = default ] || e=$mode

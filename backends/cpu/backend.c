@@ -35,7 +35,7 @@ typedef struct {
     const cpu_kernels *k;
     int nth;
     int bf16; /* DIFFRT_CPU_PRECISION=bf16: prefill GEMMs on bf16 dot products */
-    int qdot; /* q4_0 GEMVs on int8 dot products (pick_qdot) */
+    int qdot; /* q8_0 / q4_0 GEMVs on int8 dot products (pick_qdot) */
     float **scratch; /* per thread */
     int64_t scratch_floats;
     float *shared; /* ensure_shared() */
@@ -177,7 +177,7 @@ static drt_status pick_precision(const cpu_kernels *k, int *bf16) {
                          k->isa, k->vlen == 16 ? ", no avx512bf16" : "");
 }
 
-/* The q4_0 GEMV on int8 dot products (matmul.c gemv_qdot): with the
+/* The q8_0 / q4_0 GEMV on int8 dot products (matmul.c gemv_qdot): with the
  * avx512 kernels on a CPU with AVX512-VNNI and AVX512-VBMI, unless
  * DIFFRT_CPU_QDOT=0 (the block kernel every ISA has; conform covers both).
  * It meets the f32 bound: this is a faster kernel, not a precision mode. */
@@ -423,7 +423,7 @@ static drt_status cpu_device_name(int dev, char *buf, size_t n) {
         return DRT_OK;
     }
     snprintf(buf, n, "host CPU (%d threads, %s kernels, %s%s)", nth, k->isa, bf16 ? "bf16 prefill GEMM" : "f32",
-             qdot ? ", q4_0 int8-dot GEMV" : "");
+             qdot ? ", q8_0/q4_0 int8-dot GEMV" : "");
     return DRT_OK;
 }
 

@@ -53,7 +53,7 @@ typedef struct {
     int B, Bw, T, N, K, trans_w;
     float scale;
     int bf16;              /* GEMM in the bf16 mode (avx512 kernels on an AVX512-BF16 CPU only) */
-    int qdot;              /* q4_0 GEMV on int8 dot products (avx512 kernels on an AVX512-VNNI + VBMI CPU only) */
+    int qdot;              /* q8_0 / q4_0 GEMV on int8 dot products (avx512 kernels on an AVX512-VNNI + VBMI CPU only) */
     float **scratch;       /* per thread, cpu_mm_scratch_floats() each */
     float *xpack;          /* shared, cpu_mm_xpack_floats() */
     int phase;             /* GEMM: 0 packs x, 1 computes (cpu_mm_phases()) */
