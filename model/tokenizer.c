@@ -562,7 +562,7 @@ static drt_status parse_model(ctx *c, const cJSON *model) {
                              "%s: model.dropout is not supported (it makes encoding random); "
                              "expected null",
                              c->name);
-    int byte_fallback;
+    int byte_fallback = 0;
     drt_status st = get_bool(c, model, "byte_fallback", "model.byte_fallback", 0, &byte_fallback);
     if (st) return st;
     if (byte_fallback)
@@ -686,7 +686,7 @@ static drt_status parse_added(ctx *c, const cJSON *added) {
         const char *s = content->valuestring;
         size_t len = strlen(s); /* valid UTF-8, as every string of the file */
         added_tok a = {0};
-        int special, lstrip, rstrip, single_word, normalized;
+        int special = 0, lstrip = 0, rstrip = 0, single_word = 0, normalized = 0;
         drt_status st;
         if ((st = get_bool(c, e, "special", "added_tokens[].special", 0, &special)) ||
             (st = get_bool(c, e, "lstrip", "added_tokens[].lstrip", 0, &lstrip)) ||
@@ -791,7 +791,7 @@ static drt_status parse_pretok(ctx *c, const cJSON *p, int *seen_bytelevel) {
                              c->name, type);
     drt_status st;
     if (strcmp(type, "ByteLevel") == 0) {
-        int use_regex;
+        int use_regex = 0;
         if ((st = get_bool(c, p, "add_prefix_space", "pre_tokenizer.add_prefix_space", 1,
                            &t->bl_prefix_space)) ||
             (st = get_bool(c, p, "use_regex", "pre_tokenizer.use_regex", 1, &use_regex)))
