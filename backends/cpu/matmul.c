@@ -166,14 +166,15 @@ static int64_t qdot_row_floats(int K, drt_dtype wt) {
  * (-8 sum(x~) of the block, a quarter per lane) and one more the weight
  * scales. 14 vector ops per 128 weights, against the bf16-dot kernel's 20
  * that it replaces (x split into bf16 hi + lo, VDPBF16PS twice per value):
- * q4_0 decode of the 134M model, 2 threads, 8 interleaved rounds: median 341
- * against 301 tok/s.
+ * q4_0 decode of the 134M model, 2 threads, interleaved rounds: median 341
+ * against 301 tok/s (8 rounds), 279 against 238 (7 rounds, another sitting).
  * q8_0 the same way, a pair of blocks (68 bytes, two loads) at a time: one
  * byte permute, and an XOR with 0x80 reads each weight as the unsigned
  * w + 128, whose extra 128 sum(x~) per block goes into the bias term. 1
  * thread, cache-resident 768 x 2048: 23.6 G weights/s against the block
- * kernel's 19.3; 134M q8_0 decode, 7 interleaved rounds: median 215 against
- * 197 tok/s. Only these functions carry the target attributes; the
+ * kernel's 19.3. 134M q8_0 decode, 2 threads, 7 interleaved rounds: median
+ * 215 against 197 tok/s in one sitting, 168 against 168 in another (there
+ * memory bound). Only these functions carry the target attributes; the
  * backend sets cpu_mm_args.qdot only on a CPU that has both
  * (DIFFRT_CPU_QDOT=0: off). */
 #define QDOT_FN static inline __attribute__((always_inline, target("avx512vnni,avx512vbmi,avx512bw")))
