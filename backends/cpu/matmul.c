@@ -273,28 +273,41 @@ QDOT_FN void qdot_prep_x(float *xq, const float *x, int K, int T, drt_dtype wt) 
         }
 }
 
+/* A group of nblk blocks at b, bs bytes each, as two 64-byte vectors: a
+ * whole group (per blocks) loads b and b + off; a partial one loads its
+ * blocks masked (nothing past them is touched) and zeros */
+QDOT_FN void qdot_load(const unsigned char *b, int nblk, int per, int bs, int off, __m512i *l, __m512i *h) {
+    if (nblk == per) {
+        *l = _mm512_loadu_si512(b);
+        *h = _mm512_loadu_si512(b + off);
+    } else {
+        *l = _mm512_maskz_loadu_epi8(((__mmask64)1 << (bs * nblk)) - 1, b);
+        *h = _mm512_setzero_si512();
+    }
+}
+
+/* the f16 scales at the words didx of l, as f32 lanes */
+QDOT_FN __m512 qdot_scales(const uint16_t didx[32], __m512i l) {
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(didx), l)));
+}
+
 /* the q4_0 quad at b (nblk blocks; 4: 72 bytes) -> its low and high
  * nibbles as bytes (block j in bytes 16j..16j+15) and each lane's scale */
 QDOT_FN void qdot_q4_quad(const unsigned char *b, int nblk, __m512i *lo, __m512i *hi, __m512 *d) {
+    /* value byte c of block j: byte 18 j + 2 + c; block 3's from the second
+     * load (which starts at byte 8): index 64 + 48 + c */
     static const uint8_t qidx[64] = {
         2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 20,  21,  22,  23,  24,  25,
         26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 38, 39, 40, 41, 42, 43, 44,  45,  46,  47,  48,  49,
         50, 51, 52, 53, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127};
     static const uint16_t didx[32] = {0, 0, 0, 0, 9, 9, 9, 9, 18, 18, 18, 18, 27, 27, 27, 27};
     __m512i l, h;
-    if (nblk == 4) {
-        l = _mm512_loadu_si512(b);
-        h = _mm512_loadu_si512(b + 8);
-    } else {
-        /* masked: no byte past the last block is touched */
-        l = _mm512_maskz_loadu_epi8(((__mmask64)1 << (18 * nblk)) - 1, b);
-        h = _mm512_setzero_si512();
-    }
+    qdot_load(b, nblk, 4, 18, 8, &l, &h);
     const __m512i p = _mm512_permutex2var_epi8(l, _mm512_loadu_si512(qidx), h);
     const __m512i m = _mm512_set1_epi8(0x0F);
     *lo = _mm512_and_si512(p, m);
     *hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), m);
-    *d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(didx), l)));
+    *d = qdot_scales(didx, l);
 }
 
 /* the quad's 16 lane sums for one x row: s/256 (256 sum(n a) + sum(n b)) + bias */
@@ -306,32 +319,6 @@ QDOT_FN __m512 qdot_dot(__m512i lo, __m512i hi, const float *xp) {
     i = _mm512_dpbusd_epi32(i, lo, _mm512_loadu_si512(q + 128));
     i = _mm512_dpbusd_epi32(i, hi, _mm512_loadu_si512(q + 192));
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_loadu_ps(xp + 64), _mm512_loadu_ps(xp + 80));
-}
-
-/* y[t*N + n + i] for i < n4 (1..4), t < TT: q4_0 weight rows n.. dotted
- * with the prepared x rows (qdot_prep_x). TT is a constant after inlining. */
-QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, int64_t n, int n4, int TT, int N, int K,
-                       float scale) {
-    const int nb = K / DRT_QK, nq = qdot_groups(K, DRT_Q4_0), full = nb / 4;
-    const int64_t bs = 18, rowb = nb * bs, xrow = (int64_t)nq * QX;
-    __m512 acc[4][GEMV_T];
-    for (int i = 0; i < 4; i++)
-        for (int t = 0; t < TT; t++) acc[i][t] = _mm512_setzero_ps();
-    for (int g = 0; g < nq; g++) {
-        const int nblk = g < full ? 4 : nb - 4 * g;
-        for (int i = 0; i < n4; i++) {
-            const unsigned char *b = (const unsigned char *)w + (n + i) * rowb + g * 4 * bs;
-            __builtin_prefetch(b + DRT_PF_ROWS * rowb, 0, DRT_PF_LOCALITY);
-            __builtin_prefetch(b + DRT_PF_ROWS * rowb + 64, 0, DRT_PF_LOCALITY);
-            __m512i lo, hi;
-            __m512 d;
-            qdot_q4_quad(b, nblk, &lo, &hi, &d);
-            for (int t = 0; t < TT; t++)
-                acc[i][t] = _mm512_fmadd_ps(qdot_dot(lo, hi, xq + t * xrow + (int64_t)g * QX), d, acc[i][t]);
-        }
-    }
-    for (int i = 0; i < n4; i++)
-        for (int t = 0; t < TT; t++) y[(int64_t)t * N + n + i] = scale * _mm512_reduce_add_ps(acc[i][t]);
 }
 
 /* the q8_0 pair at b (nblk blocks; 2: 68 bytes) -> its 64 values as
@@ -346,15 +333,9 @@ QDOT_FN void qdot_q8_pair(const unsigned char *b, int nblk, __m512i *u, __m512 *
         108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127};
     static const uint16_t didx[32] = {0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17, 17, 17, 17, 17, 17};
     __m512i l, h;
-    if (nblk == 2) {
-        l = _mm512_loadu_si512(b);
-        h = _mm512_loadu_si512(b + 4);
-    } else {
-        l = _mm512_maskz_loadu_epi8(((__mmask64)1 << 34) - 1, b); /* nothing past the block */
-        h = _mm512_setzero_si512();
-    }
+    qdot_load(b, nblk, 2, 34, 4, &l, &h);
     *u = _mm512_xor_si512(_mm512_permutex2var_epi8(l, _mm512_loadu_si512(qidx), h), _mm512_set1_epi8((char)0x80));
-    *d = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_loadu_si512(didx), l)));
+    *d = qdot_scales(didx, l);
 }
 
 /* the pair's 16 lane sums for one x row: s/256 sum((w + 128)(256 a + b)) + bias */
@@ -366,29 +347,48 @@ QDOT_FN __m512 qdot_dot8(__m512i u, const float *xp) {
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_loadu_ps(xp + 32), _mm512_loadu_ps(xp + 48));
 }
 
-QDOT_FN void qdot8_rows(float *y, const float *xq, const void *w, int64_t n, int n4, int TT, int N, int K,
-                        float scale) {
-    const int nb = K / DRT_QK, np = qdot_groups(K, DRT_Q8_0), full = nb / 2;
-    const int64_t bs = 34, rowb = nb * bs, xrow = (int64_t)np * QX8;
+/* y[t*N + n + i] for i < n4 (1..4), t < TT: q8_0 / q4_0 weight rows n..
+ * dotted with the prepared x rows (qdot_prep_x). dt and TT are constants
+ * after inlining. */
+QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, drt_dtype dt, int64_t n, int n4, int TT, int N,
+                       int K, float scale) {
+    const int q8 = dt == DRT_Q8_0, per = q8 ? 2 : 4;
+    const int nb = K / DRT_QK, ng = qdot_groups(K, dt), full = nb / per;
+    const int64_t bs = wbytes(dt, DRT_QK), rowb = nb * bs, gf = q8 ? QX8 : QX, xrow = ng * gf;
     __m512 acc[4][GEMV_T];
     for (int i = 0; i < 4; i++)
         for (int t = 0; t < TT; t++) acc[i][t] = _mm512_setzero_ps();
-    for (int g = 0; g < np; g++) {
-        const int nblk = g < full ? 2 : nb - 2 * g;
+    for (int g = 0; g < ng; g++) {
+        const int nblk = g < full ? per : nb - per * g;
         for (int i = 0; i < n4; i++) {
-            const unsigned char *b = (const unsigned char *)w + (n + i) * rowb + g * 2 * bs;
+            const unsigned char *b = (const unsigned char *)w + (n + i) * rowb + g * per * bs;
             __builtin_prefetch(b + DRT_PF_ROWS * rowb, 0, DRT_PF_LOCALITY);
             __builtin_prefetch(b + DRT_PF_ROWS * rowb + 64, 0, DRT_PF_LOCALITY);
-            __m512i u;
+            __m512i lo, hi;
             __m512 d;
-            qdot_q8_pair(b, nblk, &u, &d);
-            for (int t = 0; t < TT; t++)
-                acc[i][t] = _mm512_fmadd_ps(qdot_dot8(u, xq + t * xrow + (int64_t)g * QX8), d, acc[i][t]);
+            if (q8) qdot_q8_pair(b, nblk, &lo, &d);
+            else qdot_q4_quad(b, nblk, &lo, &hi, &d);
+            for (int t = 0; t < TT; t++) {
+                const float *xp = xq + t * xrow + g * gf;
+                acc[i][t] = _mm512_fmadd_ps(q8 ? qdot_dot8(lo, xp) : qdot_dot(lo, hi, xp), d, acc[i][t]);
+            }
         }
     }
     for (int i = 0; i < n4; i++)
         for (int t = 0; t < TT; t++) y[(int64_t)t * N + n + i] = scale * _mm512_reduce_add_ps(acc[i][t]);
 }
+
+#define QDOT_T(dt)                                                                 \
+    switch (a->T) {                                                                \
+    case 1: qdot_rows(yb, xq, wb, dt, n, (int)n4, 1, N, K, a->scale); break;       \
+    case 2: qdot_rows(yb, xq, wb, dt, n, (int)n4, 2, N, K, a->scale); break;       \
+    case 3: qdot_rows(yb, xq, wb, dt, n, (int)n4, 3, N, K, a->scale); break;       \
+    case 4: qdot_rows(yb, xq, wb, dt, n, (int)n4, 4, N, K, a->scale); break;       \
+    case 5: qdot_rows(yb, xq, wb, dt, n, (int)n4, 5, N, K, a->scale); break;       \
+    case 6: qdot_rows(yb, xq, wb, dt, n, (int)n4, 6, N, K, a->scale); break;       \
+    case 7: qdot_rows(yb, xq, wb, dt, n, (int)n4, 7, N, K, a->scale); break;       \
+    default: qdot_rows(yb, xq, wb, dt, n, (int)n4, 8, N, K, a->scale); break;      \
+    }
 
 QDOT_ATTR static void gemv_qdot(const cpu_mm_args *a, int ith, int nth) {
     const int N = a->N, K = a->K;
@@ -409,27 +409,9 @@ QDOT_ATTR static void gemv_qdot(const cpu_mm_args *a, int ith, int nth) {
         const void *wb = (const char *)a->w + bw * wbytes(a->wt, (int64_t)N * K);
         float *yb = a->y + (int64_t)b * a->T * N;
         if (a->wt == DRT_Q8_0) {
-            switch (a->T) {
-            case 1: qdot8_rows(yb, xq, wb, n, (int)n4, 1, N, K, a->scale); break;
-            case 2: qdot8_rows(yb, xq, wb, n, (int)n4, 2, N, K, a->scale); break;
-            case 3: qdot8_rows(yb, xq, wb, n, (int)n4, 3, N, K, a->scale); break;
-            case 4: qdot8_rows(yb, xq, wb, n, (int)n4, 4, N, K, a->scale); break;
-            case 5: qdot8_rows(yb, xq, wb, n, (int)n4, 5, N, K, a->scale); break;
-            case 6: qdot8_rows(yb, xq, wb, n, (int)n4, 6, N, K, a->scale); break;
-            case 7: qdot8_rows(yb, xq, wb, n, (int)n4, 7, N, K, a->scale); break;
-            default: qdot8_rows(yb, xq, wb, n, (int)n4, 8, N, K, a->scale); break;
-            }
+            QDOT_T(DRT_Q8_0)
         } else {
-            switch (a->T) {
-            case 1: qdot_rows(yb, xq, wb, n, (int)n4, 1, N, K, a->scale); break;
-            case 2: qdot_rows(yb, xq, wb, n, (int)n4, 2, N, K, a->scale); break;
-            case 3: qdot_rows(yb, xq, wb, n, (int)n4, 3, N, K, a->scale); break;
-            case 4: qdot_rows(yb, xq, wb, n, (int)n4, 4, N, K, a->scale); break;
-            case 5: qdot_rows(yb, xq, wb, n, (int)n4, 5, N, K, a->scale); break;
-            case 6: qdot_rows(yb, xq, wb, n, (int)n4, 6, N, K, a->scale); break;
-            case 7: qdot_rows(yb, xq, wb, n, (int)n4, 7, N, K, a->scale); break;
-            default: qdot_rows(yb, xq, wb, n, (int)n4, 8, N, K, a->scale); break;
-            }
+            QDOT_T(DRT_Q4_0)
         }
         c += n4;
     }
