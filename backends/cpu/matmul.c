@@ -136,8 +136,8 @@ VINL void gemv_rows_q(float *y, const float *x, const void *w, drt_dtype dt, int
 
 /* The int8-dot q8_0 / q4_0 GEMV below (cpu_mm_args.qdot: avx512 kernels on
  * a CPU with AVX512-VNNI and VBMI; 0 elsewhere) reads x prepared per row in
- * groups of blocks laid out as the weights' bytes lie (qdot_prep_quad,
- * qdot_prep_pair): quads for q4_0 (QX floats), pairs for q8_0 (QX8), a last
+ * groups of blocks laid out as the weights' bytes lie (qdot_prep_group):
+ * quads for q4_0 (QX floats), pairs for q8_0 (QX8), a last
  * partial group padded with zeros. */
 enum { QX = 96, QX8 = 64 };
 /* quads (q4_0) or pairs (q8_0) of blocks per row */
@@ -156,7 +156,8 @@ static int64_t qdot_row_floats(int K, drt_dtype wt) {
  * b = round((x - s a) 256 / s), clamped to 127. So x~ = s (a + b / 256) is
  * within s / 256 of x (s / 512 unless b was clamped): 2^-15 of the block's
  * largest value, which keeps the GEMV within the f32 bound (NMSE 2e-10 to
- * 1.3e-9 on conform's cases; the bound is 1e-8).
+ * 1.3e-9 on conform's cases, 1.9e-9 on the one with |x| ~ 1e-36; the bound
+ * is 1e-8).
  * The weights stay as they are: four blocks (72 bytes, two loads) take one
  * byte permute, and their low and high nibbles one AND and one shift + AND.
  * VPDPBUSD multiplies the unsigned nibbles n (0..15) by a, and after a
@@ -223,38 +224,28 @@ QDOT_FN void qdot_levels(const float *xr, __m128i lv[4], float *sx, float *sum) 
     *sum = (sc * sa + sc / 256.0f * sb) * down;
 }
 
-/* x for q4_0, a quad of blocks at xr (nblk 1..4; the rest zero) -> QX
- * floats at o: a of each block's values < 16 (16 bytes a block), a of its
- * values >= 16, b of the same (64 bytes each, as the nibbles lie), then
- * s/256 and the bias term -8 sum(x~) / 4 of each lane */
-QDOT_FN void qdot_prep_quad(float *o, const float *xr, int nblk) {
+/* x for a group of blocks at xr (nblk of them; the rest zero) -> QX (q4_0)
+ * or QX8 (q8_0) floats at o, levels laid out as the weights' bytes lie:
+ *  - q4_0, a quad: a of each block's values < 16 (16 bytes a block), a of
+ *    its values >= 16, then b of the same (64 bytes each);
+ *  - q8_0, a pair: a of both blocks' 64 values in order, then b;
+ * then per lane s/256 and the bias term: -8 sum(x~) for q4_0's q = n - 8,
+ * -128 sum(x~) for q8_0's weights read as w + 128, shared by the block's
+ * lanes. */
+QDOT_FN void qdot_prep_group(float *o, const float *xr, int nblk, drt_dtype dt) {
+    const int q8 = dt == DRT_Q8_0, per = q8 ? 2 : 4, lanes = 16 / per;
+    const float bias = -(q8 ? 128.0f : 8.0f) / (float)lanes;
+    float *sxo = o + (q8 ? QX8 : QX) - 32, *co = sxo + 16;
     int8_t *q = (int8_t *)o;
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < per; j++) {
         __m128i lv[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
         float sx = 0.0f, sum = 0.0f;
         if (j < nblk) qdot_levels(xr + 32 * j, lv, &sx, &sum);
-        for (int v = 0; v < 4; v++) _mm_storeu_si128((__m128i *)(q + 64 * v + 16 * j), lv[v]);
-        for (int l = 0; l < 4; l++) {
-            o[64 + 4 * j + l] = sx;
-            o[80 + 4 * j + l] = -2.0f * sum;
-        }
-    }
-}
-
-/* x for q8_0, a pair of blocks at xr (nblk 1..2; the rest zero) -> QX8
- * floats at o: a of both blocks' 64 values in order, b of the same, then
- * s/256 and the bias term -128 sum(x~) / 8 of each lane (the weights are
- * read as unsigned w + 128) */
-QDOT_FN void qdot_prep_pair(float *o, const float *xr, int nblk) {
-    int8_t *q = (int8_t *)o;
-    for (int j = 0; j < 2; j++) {
-        __m128i lv[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
-        float sx = 0.0f, sum = 0.0f;
-        if (j < nblk) qdot_levels(xr + 32 * j, lv, &sx, &sum);
-        for (int v = 0; v < 4; v++) _mm_storeu_si128((__m128i *)(q + 64 * (v / 2) + 32 * j + 16 * (v % 2)), lv[v]);
-        for (int l = 0; l < 8; l++) {
-            o[32 + 8 * j + l] = sx;
-            o[48 + 8 * j + l] = -16.0f * sum;
+        for (int v = 0; v < 4; v++)
+            _mm_storeu_si128((__m128i *)(q + (q8 ? 64 * (v / 2) + 32 * j + 16 * (v % 2) : 64 * v + 16 * j)), lv[v]);
+        for (int l = 0; l < lanes; l++) {
+            sxo[lanes * j + l] = sx;
+            co[lanes * j + l] = bias * sum;
         }
     }
 }
@@ -268,8 +259,7 @@ QDOT_FN void qdot_prep_x(float *xq, const float *x, int K, int T, drt_dtype wt) 
             const int left = nb - per * g;
             float *o = xq + ((int64_t)t * ng + g) * gf;
             const float *xr = x + (int64_t)t * K + (int64_t)g * per * DRT_QK;
-            if (wt == DRT_Q8_0) qdot_prep_pair(o, xr, left < 2 ? left : 2);
-            else qdot_prep_quad(o, xr, left < 4 ? left : 4);
+            qdot_prep_group(o, xr, left < per ? left : per, wt);
         }
 }
 
@@ -310,17 +300,6 @@ QDOT_FN void qdot_q4_quad(const unsigned char *b, int nblk, __m512i *lo, __m512i
     *d = qdot_scales(didx, l);
 }
 
-/* the quad's 16 lane sums for one x row: s/256 (256 sum(n a) + sum(n b)) + bias */
-QDOT_FN __m512 qdot_dot(__m512i lo, __m512i hi, const float *xp) {
-    const int8_t *q = (const int8_t *)xp;
-    __m512i i = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(q));
-    i = _mm512_dpbusd_epi32(i, hi, _mm512_loadu_si512(q + 64));
-    i = _mm512_slli_epi32(i, 8);
-    i = _mm512_dpbusd_epi32(i, lo, _mm512_loadu_si512(q + 128));
-    i = _mm512_dpbusd_epi32(i, hi, _mm512_loadu_si512(q + 192));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_loadu_ps(xp + 64), _mm512_loadu_ps(xp + 80));
-}
-
 /* the q8_0 pair at b (nblk blocks; 2: 68 bytes) -> its 64 values as
  * unsigned bytes w + 128 (block j in bytes 32j..32j+31) and each lane's
  * scale */
@@ -338,13 +317,18 @@ QDOT_FN void qdot_q8_pair(const unsigned char *b, int nblk, __m512i *u, __m512 *
     *d = qdot_scales(didx, l);
 }
 
-/* the pair's 16 lane sums for one x row: s/256 sum((w + 128)(256 a + b)) + bias */
-QDOT_FN __m512 qdot_dot8(__m512i u, const float *xp) {
+/* one group's 16 lane sums for one x row (xp, qdot_prep_group's layout):
+ * s/256 sum(w (256 a + b)) + bias, w the unsigned bytes: q4_0's low and
+ * high nibbles (lo, hi), q8_0's w + 128 (lo; hi unused) */
+QDOT_FN __m512 qdot_dot(__m512i lo, __m512i hi, const float *xp, int q8) {
     const int8_t *q = (const int8_t *)xp;
-    __m512i i = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_loadu_si512(q));
+    const int lv = q8 ? 64 : 128; /* bytes of one level */
+    __m512i i = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(q));
+    if (!q8) i = _mm512_dpbusd_epi32(i, hi, _mm512_loadu_si512(q + 64));
     i = _mm512_slli_epi32(i, 8);
-    i = _mm512_dpbusd_epi32(i, u, _mm512_loadu_si512(q + 64));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_loadu_ps(xp + 32), _mm512_loadu_ps(xp + 48));
+    i = _mm512_dpbusd_epi32(i, lo, _mm512_loadu_si512(q + lv));
+    if (!q8) i = _mm512_dpbusd_epi32(i, hi, _mm512_loadu_si512(q + lv + 64));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_loadu_ps(xp + lv / 2), _mm512_loadu_ps(xp + lv / 2 + 16));
 }
 
 /* y[t*N + n + i] for i < n4 (1..4), t < TT: q8_0 / q4_0 weight rows n..
@@ -364,13 +348,13 @@ QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, drt_dtype dt, i
             const unsigned char *b = (const unsigned char *)w + (n + i) * rowb + g * per * bs;
             __builtin_prefetch(b + DRT_PF_ROWS * rowb, 0, DRT_PF_LOCALITY);
             __builtin_prefetch(b + DRT_PF_ROWS * rowb + 64, 0, DRT_PF_LOCALITY);
-            __m512i lo, hi;
+            __m512i lo, hi = _mm512_setzero_si512();
             __m512 d;
             if (q8) qdot_q8_pair(b, nblk, &lo, &d);
             else qdot_q4_quad(b, nblk, &lo, &hi, &d);
             for (int t = 0; t < TT; t++) {
                 const float *xp = xq + t * xrow + g * gf;
-                acc[i][t] = _mm512_fmadd_ps(q8 ? qdot_dot8(lo, xp) : qdot_dot(lo, hi, xp), d, acc[i][t]);
+                acc[i][t] = _mm512_fmadd_ps(qdot_dot(lo, hi, xp, q8), d, acc[i][t]);
             }
         }
     }
@@ -390,6 +374,8 @@ QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, drt_dtype dt, i
     default: qdot_rows(yb, xq, wb, dt, n, (int)n4, 8, N, K, a->scale); break;      \
     }
 
+/* The GEMV's split (contiguous column ranges); each thread prepares the x
+ * rows of the batches its range touches in its own scratch. */
 QDOT_ATTR static void gemv_qdot(const cpu_mm_args *a, int ith, int nth) {
     const int N = a->N, K = a->K;
     int64_t lo, hi;
@@ -416,12 +402,9 @@ QDOT_ATTR static void gemv_qdot(const cpu_mm_args *a, int ith, int nth) {
         c += n4;
     }
 }
-
-/* The GEMV's split (contiguous column ranges); each thread prepares the x
- * rows of the batches its range touches in its own scratch. */
 #endif
 
-static int use_qdot(const cpu_mm_args *a) { return a->qdot && (a->wt == DRT_Q4_0 || a->wt == DRT_Q8_0); }
+static int use_qdot(const cpu_mm_args *a) { return a->qdot && (a->wt == DRT_Q8_0 || a->wt == DRT_Q4_0); }
 
 VINL void gemv_range(const cpu_mm_args *a, int64_t lo, int64_t hi, drt_dtype dt, int TT) {
     const int N = a->N, K = a->K;
