@@ -59,9 +59,9 @@ decode_toks() { sed -n 's/^decode: .*(\([0-9.]*\) tok\/s)/\1/p'; }
                 [ "$be" = cpu ] && modes="$modes DIFFRT_NO_MMAP=1"
                 [ "$be" = cpu ] && [ "$t" != f16 ] && modes="$modes DIFFRT_CPU_QDOT=0"
                 for mode in $modes; do
-                    e=X_UNUSED=1
-                    [ "$mode" = default ] || e=$mode
-                    v=$(env "$e" "$D" run --model "$m" --backend "$be" --tokens "$PROMPT" -n 65 --no-stop \
+                    e=()
+                    [ "$mode" = default ] || e=("$mode")
+                    v=$(env ${e[@]+"${e[@]}"} "$D" run --model "$m" --backend "$be" --tokens "$PROMPT" -n 65 --no-stop \
                         2>&1 >/dev/null | decode_toks || true)
                     echo "decode $be $t $mode ${v:-failed} tok/s"
                 done

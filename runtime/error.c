@@ -1,7 +1,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-
 #include <string.h>
 
 #include "drt_error.h"
