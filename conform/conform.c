@@ -124,6 +124,10 @@ static const ccase CASES[] = {
     {DRT_OP_MATMUL, {1, 1, 2, 256, 301, 0}, Q4, 0, 1, 0, 0.5f},
     {DRT_OP_MATMUL, {2, 2, 3, 384, 19, 0}, Q8, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {3, 1, 5, 256, 9, 0}, Q4, 0, 1, 0, 1},
+    /* the OpenCL GEMVs for CPU devices (8 q8_0 or 4 q4_0 rows an item): N
+     * past a multiple of them, batches at T = 1 with shared w */
+    {DRT_OP_MATMUL, {4, 2, 1, 96, 13, 0}, Q8, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {3, 1, 1, 64, 6, 0}, Q4, 0, 1, 0, 0.5f},
     {DRT_OP_MATMUL, {2, 1, 9, 300, 130, 1}, F32, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 8, 1000, 77, 0}, F32, 0, 1, 0, 1},
     /* ROPE {T, Hn, d}; inv_freq of theta 10000 */

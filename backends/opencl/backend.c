@@ -412,8 +412,8 @@ static drt_status ocl_init(drt_backend *be, int device) {
      * caches stage operands better than local memory and barriers do */
     cl_device_type dty = 0;
     clGetDeviceInfo(x->dev, CL_DEVICE_TYPE, sizeof dty, &dty, NULL);
-    x->mm_regs = x->gemm == OCL_GEMM_REGS || (x->gemm != OCL_GEMM_LOCAL && !(dty & CL_DEVICE_TYPE_GPU) &&
-                                              (dty & CL_DEVICE_TYPE_CPU));
+    const int cpu_dev = !(dty & CL_DEVICE_TYPE_GPU) && (dty & CL_DEVICE_TYPE_CPU);
+    x->mm_regs = x->gemm == OCL_GEMM_REGS || (x->gemm != OCL_GEMM_LOCAL && cpu_dev);
     cl_uint nvw = 0;
     clGetDeviceInfo(x->dev, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT, sizeof nvw, &nvw, NULL);
     x->rb_v = (int)nvw;
@@ -433,6 +433,9 @@ static drt_status ocl_init(drt_backend *be, int device) {
                           " -DATT_BK=%d -DATT_NT=%d -DATT_DV_MAX=%d -DATT_VL=%d", x->att_bk,
                           x->att_nt, x->att_dv_max, x->att_vl ? x->att_vl : 16);
         if (p == OCL_P_MATMUL) o += ocl_matmul_options(x, opts + o, sizeof opts - (size_t)o);
+        /* CPU devices: the GEMVs prefetch weight rows ahead (matmul.cl) */
+        if ((p == OCL_P_MATMUL || p == OCL_P_MATMUL_Q) && cpu_dev)
+            o += snprintf(opts + o, sizeof opts - (size_t)o, " -DPF_ROWS=%d", OCL_PF_ROWS);
         if (extra && *extra) snprintf(opts + o, sizeof opts - (size_t)o, " %s", extra);
         drt_status s = build_program(x, (ocl_prog)p, opts);
         if (s != DRT_OK) return fail(be, s);

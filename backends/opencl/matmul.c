@@ -180,7 +180,8 @@ void ocl_matmul_shutdown(ocl_ctx *x) {
 }
 
 /* q8_0 / q4_0 weights (matmul_q.cl): register blocks on CPU-class devices
- * (1 x 4 for T == 1, else 4 x 4), else one work-group of 32 items per output */
+ * (1 x 8 q8_0 and 1 x 4 q4_0 rows for T == 1, else 4 x 4), else one
+ * work-group of 32 items per output */
 static ocl_kernel_id matmul_q_kernel(const ocl_ctx *x, const drt_tensor *t) {
     const int q8 = t->src[1]->type == DRT_Q8_0, T = (int)t->src[0]->ne[t->src[0]->nd - 2];
     if (!x->mm_regs) return q8 ? OCL_K_MATMUL_Q8_0 : OCL_K_MATMUL_Q4_0;
@@ -190,7 +191,7 @@ static ocl_kernel_id matmul_q_kernel(const ocl_ctx *x, const drt_tensor *t) {
 
 const char *ocl_matmul_q_variant(const ocl_ctx *x, const drt_tensor *t) {
     switch (matmul_q_kernel(x, t)) {
-    case OCL_K_GEMV_Q8_0: return "q8_0 gemv regs 1x4 v16";
+    case OCL_K_GEMV_Q8_0: return "q8_0 gemv regs 1x8 v16";
     case OCL_K_GEMV_Q4_0: return "q4_0 gemv regs 1x4 v16";
     case OCL_K_DOT_Q8_0: return "q8_0 dot regs 4x4 v16";
     case OCL_K_DOT_Q4_0: return "q4_0 dot regs 4x4 v16";
@@ -217,7 +218,8 @@ drt_status ocl_matmul_q(ocl_ctx *x, const drt_tensor *t) {
     ocl_arg_int(&c, N);
     ocl_arg_int(&c, K);
     ocl_arg_float(&c, t->fp[0]);
-    if (k == OCL_K_GEMV_Q8_0 || k == OCL_K_GEMV_Q4_0) return rb_run(x, &c, B, T, N, 1, 4);
+    if (k == OCL_K_GEMV_Q8_0) return rb_run(x, &c, B, T, N, 1, 8);
+    if (k == OCL_K_GEMV_Q4_0) return rb_run(x, &c, B, T, N, 1, 4);
     if (k == OCL_K_DOT_Q8_0 || k == OCL_K_DOT_Q4_0) return rb_run(x, &c, B, T, N, 4, 4);
     size_t g[3] = {(size_t)N * 32, (size_t)T, (size_t)B}, l[3] = {32, 1, 1};
     return ocl_run(&c, 3, g, l);

@@ -103,6 +103,7 @@ typedef enum {
 #define OCL_MM_TW 16
 #define OCL_ROW_WG_MAX 256 /* NORM_WG_MAX, SM_WG_MAX */
 #define OCL_ATT_BQ_MAX 8   /* rows per attention work-group: 1, 2, 4 or 8 */
+#define OCL_PF_ROWS 16      /* CPU devices: GEMV weight rows prefetched ahead */
 
 typedef struct {
     cl_platform_id platform;
