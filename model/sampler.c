@@ -3,6 +3,7 @@
  * with a NaN or +Inf are refused, never turned into a token (a NaN compares
  * false with everything, so argmax would quietly return 0); a -Inf logit is
  * a masked token, drawn with probability 0. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -69,31 +70,54 @@ static int by_logit_desc(const void *a, const void *b) {
     return x->id - y->id;
 }
 
+/* The largest logit, and whether any is NaN or +Inf, in one pass with 8
+ * independent lanes (no loop-carried compare chain: a decode step's 32000
+ * logits took ~0.13 ms in the branchy per-element loop, some 4% of a 134M
+ * q4_0 step on 2 cores). */
+static float max_logit(const float *x, int n, int *bad) {
+    float m[8];
+    int b = 0;
+    for (int j = 0; j < 8; j++) m[j] = -INFINITY;
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            const float v = x[i + j];
+            b |= !(v <= FLT_MAX); /* NaN or +Inf */
+            m[j] = v > m[j] ? v : m[j];
+        }
+    for (; i < n; i++) {
+        b |= !(x[i] <= FLT_MAX);
+        m[0] = x[i] > m[0] ? x[i] : m[0];
+    }
+    for (int j = 1; j < 8; j++) m[0] = m[j] > m[0] ? m[j] : m[0];
+    *bad = b;
+    return m[0];
+}
+
 int drt_sampler_sample(drt_sampler *s, const float *logits) {
     if (!s || !logits) {
         drt_set_error(DRT_ERR_INVALID_ARG, "drt_sampler_sample: %s is NULL",
                       !s ? "the sampler" : "logits");
         return -1;
     }
-    int V = s->vocab, finite = 0;
-    for (int i = 0; i < V; i++) {
-        if (isfinite(logits[i])) {
-            finite = 1;
-        } else if (!(logits[i] < 0)) {
-            drt_set_error(DRT_ERR_NUMERIC,
-                          "sampler: the logit of token %d is %s: not a distribution", i,
-                          isnan(logits[i]) ? "NaN" : "Inf");
-            return -1;
-        }
-    }
-    if (!finite) {
+    int V = s->vocab, bad = 0;
+    const float maxv = max_logit(logits, V, &bad);
+    if (bad) /* name the first offender */
+        for (int i = 0; i < V; i++)
+            if (!(logits[i] <= FLT_MAX)) {
+                drt_set_error(DRT_ERR_NUMERIC,
+                              "sampler: the logit of token %d is %s: not a distribution", i,
+                              isnan(logits[i]) ? "NaN" : "Inf");
+                return -1;
+            }
+    if (maxv == -INFINITY) {
         drt_set_error(DRT_ERR_NUMERIC, "sampler: every logit is -Inf: nothing to sample");
         return -1;
     }
-    if (s->o.temperature == 0) {
+    if (s->o.temperature == 0) { /* the first token with the largest logit */
         int best = 0;
-        for (int i = 1; i < V; i++)
-            if (logits[i] > logits[best]) best = i;
+        while (logits[best] != maxv)
+            best++;
         return best;
     }
     for (int i = 0; i < V; i++) s->c[i] = (cand){logits[i], i};

@@ -2,6 +2,7 @@
  * stays there, and forward graphs built once per shape class (decode T=1 is
  * built at creation; a prefill graph is kept for its T and rebuilt only when
  * a prompt of another length comes). Running a built graph allocates nothing. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,6 +207,23 @@ static drt_status nonfinite_error(drt_session *s, drt_forward_graph *f, int p0, 
                          nonfinite_kind(v), why);
 }
 
+/* The index of the first NaN or Inf of x[0..n), or -1. The common all-finite
+ * case is one pass of 8 independent lanes (the per-element early-exit loop
+ * cost ~20 us on a decode step's 32000 logits). */
+static int64_t first_nonfinite(const float *x, int64_t n) {
+    int bad = 0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            bad |= !(fabsf(x[i + j]) <= FLT_MAX);
+    for (; i < n; i++)
+        bad |= !(fabsf(x[i]) <= FLT_MAX);
+    if (!bad) return -1;
+    for (i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
 /* drt_session_forward, and with prof drt_session_forward_profiled */
 static drt_status forward(drt_session *s, const int32_t *ids, int T, float *logits, int all_logits,
                           drt_profile *prof) {
@@ -262,12 +280,11 @@ static drt_status forward(drt_session *s, const int32_t *ids, int T, float *logi
     if (st != DRT_OK) return st;
     /* a NaN or Inf is never handed on as if it were a distribution: the
      * position does not advance, and the probes have nothing to read */
-    int64_t rows = f->logits->ne[0], V = I->vocab;
-    for (int64_t i = 0; i < rows * V; i++)
-        if (!isfinite(logits[i])) {
-            s->last = NULL;
-            return nonfinite_error(s, f, s->pos, s->pos + T - (int)rows + (int)(i / V), logits[i]);
-        }
+    int64_t rows = f->logits->ne[0], V = I->vocab, i = first_nonfinite(logits, rows * V);
+    if (i >= 0) {
+        s->last = NULL;
+        return nonfinite_error(s, f, s->pos, s->pos + T - (int)rows + (int)(i / V), logits[i]);
+    }
     s->pos += T;
     s->last = f;
     return DRT_OK;

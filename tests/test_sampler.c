@@ -109,6 +109,35 @@ int main(void) {
     drt_sampler_free(s);
     DRT_CHECK(bad == 0, "%d draws hit a -Inf (masked) token", bad);
 
+    /* a long vocabulary (the greedy pass runs 8 lanes, then a tail): the
+     * first max wherever it falls, ties across lanes, a NaN or +Inf in the
+     * tail or mid-lane */
+    enum { LV = 1003 };
+    static float lv[LV];
+    const int spots[] = {0, 5, 7, 8, 500, 994, 995, 1001, 1002};
+    for (size_t k = 0; k < sizeof spots / sizeof spots[0]; k++) {
+        for (int i = 0; i < LV; i++) lv[i] = (float)((i * 7919) % 1000) / 100.0f - 5.0f;
+        lv[spots[k]] = 6.0f;
+        if (spots[k] + 3 < LV) lv[spots[k] + 3] = 6.0f; /* a later tie, in another lane */
+        int t = draw((drt_sampler_opts){0, 0, 1, 1}, lv, LV);
+        DRT_CHECK(t == spots[k], "greedy over %d logits: max first at %d, sampled %d", LV, spots[k], t);
+    }
+    for (int i = 0; i < LV; i++) lv[i] = -INFINITY;
+    lv[999] = -3.0f;
+    DRT_CHECK(draw((drt_sampler_opts){0, 0, 1, 1}, lv, LV) == 999, "greedy over -Inf masks, one finite in the tail");
+    const int bads[] = {3, 998, 1002};
+    for (size_t k = 0; k < sizeof bads / sizeof bads[0]; k++)
+        for (int inf = 0; inf < 2; inf++) {
+            for (int i = 0; i < LV; i++) lv[i] = (float)(i % 13);
+            lv[bads[k]] = inf ? INFINITY : NAN;
+            char want[64];
+            snprintf(want, sizeof want, "token %d is %s", bads[k], inf ? "Inf" : "NaN");
+            int t = draw((drt_sampler_opts){0, 0, 1, 1}, lv, LV);
+            DRT_CHECK(t == -1 && strstr(drt_last_error(), want),
+                      "%s at %d of %d: sampled %d, message \"%s\"", inf ? "Inf" : "NaN", bads[k], LV, t,
+                      drt_last_error());
+        }
+
     /* NULL arguments */
     DRT_CHECK(drt_sampler_create(NULL, 6, &s) == DRT_ERR_INVALID_ARG, "NULL options accepted");
     DRT_CHECK(drt_sampler_create(&o, 6, NULL) == DRT_ERR_INVALID_ARG, "NULL out accepted");
