@@ -5,12 +5,16 @@
 # q4_0 GEMVs on int8 dot products where the CPU has them, and the block kernel,
 # DIFFRT_CPU_QDOT=0; and the checkpoint read into memory, DIFFRT_NO_MMAP=1)
 # and on OpenCL, rounds interleaved:
-#   - read bandwidth (bench_membw) each round: the roofline's denominator;
-#   - `diffrt run` decode tok/s (32-token prompt, 64 new tokens);
-#   - once at the end, `diffrt bench` per model (its own roofline against the
-#     peaks it measures, and the per-op decode times).
-# The roofline here: tok/s x weight bytes per token / bench_membw's median,
-# with the weight bytes those `diffrt bench` counts (docs/bench-json.md).
+#   - read bandwidth (bench_membw, 2 MiB pages) each round: that round's
+#     roofline denominator;
+#   - per backend, model and setting, `diffrt bench -p 0 -n 64 -r 3
+#     --peak-gbps <that bandwidth>`: tg64 tok/s (mean of 3) and its roofline
+#     fraction, tok/s x bytes per token / bandwidth, with the bytes per token
+#     of docs/bench-json.md (every 2-D weight once at its dtype's bytes, one
+#     embedding row, and the f32 K/V cache up to the mean decode position);
+#   - at the end, per (backend, model, setting), the median, min and max over
+#     the rounds of both, then `diffrt bench` per model once (the peaks it
+#     measures itself, and the per-op decode times).
 # Usage: bench/run_quant.sh [BUILD_DIR] [OUT_FILE]
 #   THREADS  threads (default 2)   ROUNDS  interleaved rounds (default 3)
 #   MODELS   folder of the checkpoints (default /tmp/diffrt-bench-models;
@@ -33,11 +37,7 @@ for t in q8_0 q4_0; do
     [ -f "$M-$t/model.safetensors" ] || "$D" quantize --model "$M" --type "$t" --out "$M-$t" >&2
 done
 export DIFFRT_THREADS=$THREADS
-PROMPT=$(seq -s, 1 32)
 mkdir -p "$(dirname "$OUT")"
-
-# "decode:  64 tokens in 0.5 s (128.0 tok/s)" -> 128.0
-decode_toks() { sed -n 's/^decode: .*(\([0-9.]*\) tok\/s)/\1/p'; }
 
 {
     echo "# diffrt q8_0 / q4_0 decode, $(date -u +%Y-%m-%dT%H:%MZ), $("$D" --version | head -1)"
@@ -47,7 +47,7 @@ decode_toks() { sed -n 's/^decode: .*(\([0-9.]*\) tok\/s)/\1/p'; }
     for r in $(seq 1 "$ROUNDS"); do
         echo
         echo "## round $r (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
-        "$B/bench/bench_membw" "$THREADS" 1024 3
+        bw=$("$B/bench/bench_membw" "$THREADS" 1024 3 | tee /dev/stderr | sed -n 's/.* median \([0-9.]*\) .*/\1/p')
         for be in $BACKENDS; do
             for t in f16 q8_0 q4_0; do
                 m=$M
@@ -61,14 +61,32 @@ decode_toks() { sed -n 's/^decode: .*(\([0-9.]*\) tok\/s)/\1/p'; }
                 for mode in $modes; do
                     e=()
                     [ "$mode" = default ] || e=("$mode")
-                    v=$(env ${e[@]+"${e[@]}"} "$D" run --model "$m" --backend "$be" --tokens "$PROMPT" -n 65 --no-stop \
-                        2>&1 >/dev/null | decode_toks || true)
-                    echo "decode $be $t $mode ${v:-failed} tok/s"
+                    # CSV: backend,device,test,n_tokens,repetitions,mean_tok_s,sd_tok_s,
+                    # roofline_fraction,roofline_flag,peak,peak_unit (the device may hold commas)
+                    row=$(env ${e[@]+"${e[@]}"} "$D" bench --model "$m" --backend "$be" -p 0 -n 64 -r 3 \
+                        --peak-gbps "$bw" --csv 2>/dev/null | awk -F, '$(NF-8) == "tg64" {print $(NF-5), $(NF-3)}' || true)
+                    set -- ${row:-failed -}
+                    echo "decode $be $t $mode $1 tok/s roofline $2 of $bw GB/s"
                 done
             done
         done
         echo "# load after round $r: $(cut -d' ' -f1-3 /proc/loadavg)"
     done
+    echo
+    echo "## summary over the $ROUNDS rounds: tok/s and roofline fraction, median (min-max)"
+} 2>&1 | tee "$OUT"
+# the rows above, grouped by backend, model and setting
+awk '$1 == "decode" && $5 != "failed" {
+        k = $2 " " $3 " " $4; n[k]++; tok[k, n[k]] = $5; fr[k, n[k]] = $8
+     }
+     function med(a, k, c,   i, j, t, v) {
+         for (i = 1; i <= c; i++) v[i] = a[k, i]
+         for (i = 2; i <= c; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+         return sprintf("%s (%s-%s)", c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2, v[1], v[c])
+     }
+     END { for (k in n) printf "%-36s %s tok/s   roofline %s\n", k, med(tok, k, n[k]), med(fr, k, n[k]) }' \
+    "$OUT" | sort | tee -a "$OUT"
+{
     echo
     echo "## diffrt bench (-p 32 -n 64 -r 3), per model"
     for t in f16 q8_0 q4_0; do
@@ -77,4 +95,4 @@ decode_toks() { sed -n 's/^decode: .*(\([0-9.]*\) tok\/s)/\1/p'; }
         # shellcheck disable=SC2086
         "$D" bench --model "$m" --backend "$(echo $BACKENDS | tr ' ' ,)" -p 32 -n 64 -r 3 2>/dev/null || true
     done
-} 2>&1 | tee "$OUT"
+} 2>&1 | tee -a "$OUT"
