@@ -101,6 +101,13 @@ if(NOT DIFFRT_CUDA STREQUAL "OFF")
                COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:diffrt_cuda_emu>
                        -DFIXTURES=${PROJECT_SOURCE_DIR}/tests/fixtures -DOUT=${PROJECT_BINARY_DIR}/cuda_emu/fast.json
                        -P ${_emu}/check_fast.cmake)
+      # a switch's bad value is an error naming it, not the default
+      add_test(NAME cuda_emu_bad_env
+               COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:diffrt_cuda_emu>
+                       "-DARGS=run;--backend;cuda;--model;${PROJECT_SOURCE_DIR}/models/diff-v1-tiny;--tokens;1,2"
+                       -DRC=1 "-DSAYS=DIFFRT_CUDA_GRAPH: expected 0 or 1"
+                       -P ${PROJECT_SOURCE_DIR}/tests/conform_expect.cmake)
+      set_tests_properties(cuda_emu_bad_env PROPERTIES ENVIRONMENT "DIFFRT_CUDA_GRAPH=off")
     endfunction()
     cmake_language(DEFER DIRECTORY ${PROJECT_SOURCE_DIR} CALL diffrt_cuda_deferred_targets)
   endif()

@@ -77,12 +77,6 @@ static drt_status build(drt_session *s, int T, int all_logits, drt_forward_graph
     return st;
 }
 
-/* DIFFRT_CHECK_FINITE set to anything but "" or "0" */
-static int env_check_finite(void) {
-    const char *e = getenv("DIFFRT_CHECK_FINITE");
-    return e && *e && strcmp(e, "0") != 0;
-}
-
 drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_session **out) {
     if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_create: out is NULL");
     *out = NULL;
@@ -101,12 +95,15 @@ drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_se
                              "the model's max_position_embeddings is %d: give the context "
                              "(max_ctx, --ctx) explicitly",
                              I->max_ctx);
+    int env_finite; /* DIFFRT_CHECK_FINITE=1 turns the check on for every session */
+    drt_status est = drt_env_flag("DIFFRT_CHECK_FINITE", 0, &env_finite);
+    if (est != DRT_OK) return est;
     drt_session *s = calloc(1, sizeof *s);
     if (!s) return drt_set_error(DRT_ERR_OOM, "out of memory");
     s->m = m;
     drt_model_ref(m); /* dropped by drt_session_free, failure below included */
     s->max_ctx = ctx;
-    s->check_finite = o.check_finite || env_check_finite();
+    s->check_finite = o.check_finite || env_finite;
     drt_status st = drt_backend_open_threads(o.backend, o.device, o.threads, &s->be);
     if (st == DRT_OK) {
         s->store = drt_graph_new();

@@ -5,6 +5,7 @@
  *     nothing crashes;
  *   - devices: the description `diffrt info` prints, selection by index and
  *     by name substring, a clear error for a name that matches nothing;
+ *   - settings: a bad value of each DIFFRT_VK_* switch is an error naming it;
  *   - the whole conformance table (every op case and every fixture model,
  *     docs/design.md section 6) through drt_conform_run with cpu and vulkan both
  *     required: any failure, unsupported case or CPU fallback fails; then
@@ -498,6 +499,24 @@ int main(void) {
     drt_status s = drt_backend_open("vulkan", "no-such-gpu-xyz", &b2);
     DRT_CHECK(s == DRT_ERR_INVALID_ARG && strstr(drt_last_error(), "no-such-gpu-xyz"),
               "a device name that matches nothing: %s", drt_last_error());
+
+    /* settings: a value a switch does not take is an error naming it, never
+     * the default (DIFFRT_VK_FP16=off used to leave f16 on) */
+    static const char *bad_env[][2] = {
+        {"DIFFRT_VK_SUBGROUP", "off"}, {"DIFFRT_VK_FP16", "no"},     {"DIFFRT_VK_COPY", "2"},
+        {"DIFFRT_VK_INT64", "false"},  {"DIFFRT_VK_TUNE", "fast"},   {"DIFFRT_VK_SPLIT_BYTES", "12k"},
+        {"DIFFRT_VK_SPLIT_BYTES", "512"}, {"DIFFRT_VK_VALIDATION", "on"},
+    };
+    for (size_t i = 0; i < sizeof bad_env / sizeof bad_env[0]; i++) {
+        setenv(bad_env[i][0], bad_env[i][1], 1);
+        b2 = NULL;
+        s = drt_backend_open("vulkan", NULL, &b2);
+        DRT_CHECK(s != DRT_OK && strstr(drt_last_error(), bad_env[i][0]),
+                  "%s=%s: opened with status %d, message \"%s\"", bad_env[i][0], bad_env[i][1], (int)s,
+                  s == DRT_OK ? "" : drt_last_error());
+        if (s == DRT_OK) drt_backend_close(b2);
+        unsetenv(bad_env[i][0]);
+    }
 
     printf("recording:\n");
     test_barriers(vk);

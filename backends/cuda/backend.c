@@ -212,10 +212,12 @@ static drt_status read_env(cuda_state *st) {
     else
         return drt_set_error(DRT_ERR_INVALID_ARG,
                              "DIFFRT_CUDA_PRECISION: expected \"f32\" or \"fast\", got \"%s\"", p);
-    const char *g = getenv("DIFFRT_CUDA_GRAPH");
-    st->graphs = !(g && strcmp(g, "0") == 0);
-    const char *v = getenv("DIFFRT_CUDA_VERBOSE");
-    st->verbose = v && strcmp(v, "0") != 0;
+    int graphs, verbose;
+    drt_status s = drt_env_flag("DIFFRT_CUDA_GRAPH", 1, &graphs);
+    if (s == DRT_OK) s = drt_env_flag("DIFFRT_CUDA_VERBOSE", 0, &verbose);
+    if (s != DRT_OK) return s;
+    st->graphs = graphs;
+    st->verbose = verbose;
     return DRT_OK;
 }
 

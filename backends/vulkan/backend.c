@@ -31,6 +31,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #endif
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,15 +66,6 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBi
     return VK_FALSE;
 }
 
-static bool env_on(const char *name) {
-    const char *e = getenv(name);
-    return e && *e && strcmp(e, "0") != 0;
-}
-
-static bool env_off(const char *name) {
-    const char *e = getenv(name);
-    return e && strcmp(e, "0") == 0;
-}
 
 /* ---- instance ----------------------------------------------------------------- */
 
@@ -119,7 +111,11 @@ static int create_instance(vk_fns *f, VkInstance *inst, VkDebugUtilsMessengerEXT
         snprintf(why, n, "the Vulkan loader is version 1.0; diffrt needs 1.1");
         return -1;
     }
-    bool validate = env_on("DIFFRT_VK_VALIDATION");
+    int validate;
+    if (drt_env_flag("DIFFRT_VK_VALIDATION", 0, &validate) != DRT_OK) {
+        snprintf(why, n, "%s", drt_last_error());
+        return -1;
+    }
     const char *layers[1];
     uint32_t n_layers = 0;
     const char *exts[4];
@@ -1069,19 +1065,38 @@ static drt_status init_device(vk_ctx *c, int device) {
     c->props = d.p;
     c->mem = d.mem;
     c->subgroup_size = d.sg.subgroupSize;
-    c->use_sg = subgroup_ops(&d, VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) && !env_off("DIFFRT_VK_SUBGROUP");
+    /* the settings (README): 0/1 flags, each feature on by default where the
+     * device has it; a value they do not take is an error, not a default */
+    int want_sg, want_f16, want_copy, want_i64;
+    drt_status es;
+    if ((es = drt_env_flag("DIFFRT_VK_SUBGROUP", 1, &want_sg)) != DRT_OK ||
+        (es = drt_env_flag("DIFFRT_VK_FP16", 1, &want_f16)) != DRT_OK ||
+        (es = drt_env_flag("DIFFRT_VK_COPY", 1, &want_copy)) != DRT_OK ||
+        (es = drt_env_flag("DIFFRT_VK_INT64", 1, &want_i64)) != DRT_OK)
+        return es;
+    c->use_sg = subgroup_ops(&d, VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) && want_sg;
     c->has_shuffle = subgroup_ops(&d, VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
-    c->use_f16 = d.s16.storageBuffer16BitAccess && !env_off("DIFFRT_VK_FP16");
-    c->use_copy = !env_off("DIFFRT_VK_COPY");
+    c->use_f16 = d.s16.storageBuffer16BitAccess && want_f16;
+    c->use_copy = want_copy;
     c->split_bytes = d.p.limits.maxStorageBufferRange;
     const char *sb = getenv("DIFFRT_VK_SPLIT_BYTES");
-    if (sb && *sb && strtoull(sb, NULL, 10) >= 1024 && strtoull(sb, NULL, 10) < c->split_bytes)
-        c->split_bytes = strtoull(sb, NULL, 10);
+    if (sb && *sb) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(sb, &end, 10);
+        if (errno || *end || sb[0] == '-' || v < 1024)
+            return drt_set_error(DRT_ERR_INVALID_ARG,
+                                 "DIFFRT_VK_SPLIT_BYTES: expected a byte count of at least 1024, "
+                                 "got \"%.40s\"",
+                                 sb);
+        if (v < c->split_bytes) c->split_bytes = v;
+    }
     const char *tune = getenv("DIFFRT_VK_TUNE");
-    c->tune_cpu = tune && strcmp(tune, "gpu") == 0 ? false
-                  : tune && strcmp(tune, "cpu") == 0
-                      ? true
-                      : d.p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    if (tune && *tune && strcmp(tune, "gpu") != 0 && strcmp(tune, "cpu") != 0)
+        return drt_set_error(DRT_ERR_INVALID_ARG,
+                             "DIFFRT_VK_TUNE: expected \"gpu\" or \"cpu\", got \"%.40s\"", tune);
+    c->tune_cpu = tune && *tune ? strcmp(tune, "cpu") == 0
+                                : d.p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
 
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     c->n_cpus = ncpu > 0 && ncpu < 4096 ? (uint32_t)ncpu : 1;
@@ -1107,7 +1122,7 @@ static drt_status init_device(vk_ctx *c, int device) {
         .storageBuffer16BitAccess = c->use_f16};
     VkPhysicalDeviceFeatures2 feat = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     c->f.vkGetPhysicalDeviceFeatures2(c->pd, &feat);
-    c->use_i64 = feat.features.shaderInt64 && c->use_sg && !env_off("DIFFRT_VK_INT64");
+    c->use_i64 = feat.features.shaderInt64 && c->use_sg && want_i64;
     VkPhysicalDeviceFeatures want = {.shaderInt64 = c->use_i64};
     VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                              .pNext = &s16,
