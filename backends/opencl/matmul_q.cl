@@ -16,8 +16,7 @@
  *    into two float16 vectors once and uses them for every x row, summing
  *    d * (x . q) per lane; one horizontal sum per output at the end. No
  *    local memory, no barriers (PoCL runs those as loops over the items).
- *    For T == 1 one item per 8 (q8_0) or 4 (q4_0) weight rows instead, at
- *    the end of this file.
+ *    For T == 1: one x row times 8 (q8_0) or 4 (q4_0) weight rows.
  * Napkin math: N*K/32*(34|18) bytes of weights per row of x. */
 
 #define QWG 32
@@ -79,8 +78,24 @@ inline float hsum16(float16 v) {
     return c.x + c.y;
 }
 
+/* CPU-class devices (PoCL, ...): rows the host asks for (PF_ROWS, as in
+ * matmul.cl) are prefetched into L2 by the T == 1 kernels. */
+#if defined(PF_ROWS) && defined(__clang__)
+#define QPREFETCH(p) __builtin_prefetch((p), 0, 2)
+#else
+#define QPREFETCH(p)
+#endif
+#ifndef PF_ROWS
+#define PF_ROWS 0
+#endif
+
 /* Global (ceil(T/MR) * ceil(N/NR), B), any local size; consecutive items
- * take consecutive weight rows, so a work-group streams one stretch of w. */
+ * take consecutive weight rows, so a work-group streams one stretch of w.
+ * Per block, the NR rows' f16 scales are gathered and widened as one vector
+ * (vload_halfNR: PoCL turns that into vcvtph2ps, where its scalar
+ * vload_half is some 20 integer instructions); for T == 1 (MR == 1) the
+ * rows PF_ROWS ahead are prefetched. On PoCL, for the 134M model's 85
+ * decode weights: q8_0 7 -> 18-20 GB/s, q4_0 6 -> 11-13 GB/s. */
 #define QRB_KERNEL(NAME, BS, VALS, MR, NR)                                                          \
     __kernel void NAME(__global float *y, ulong yo, __global const float *x, ulong xo,              \
                        __global const uchar *w, ulong wo, int B, int Bw, int T, int N, int K,       \
@@ -88,12 +103,15 @@ inline float hsum16(float16 v) {
         const int nNt = (N + NR - 1) / NR, nMt = (T + MR - 1) / MR;                                 \
         const int i = get_global_id(0), b = get_global_id(1);                                       \
         if (i >= nMt * nNt) return;                                                                 \
-        const int m0 = i / nNt * MR, n0 = i % nNt * NR, nb = K / 32;                                \
+        const int mt = nMt == 1 ? 0 : i / nNt; /* decode: one row of tiles, no division */        \
+        const int m0 = mt * MR, n0 = (i - mt * nNt) * NR, nb = K / 32;                              \
+        const long rs = (long)nb * BS; /* bytes per weight row */                                   \
         const int bw = (int)((long)b * Bw / B);                                                     \
         __global const uchar *wr[NR];                                                               \
         __global const float *xr[MR];                                                               \
+        /* rows past N and T repeat the last one; their sums are not stored */                     \
         _Pragma("unroll") for (int c = 0; c < NR; c++)                                              \
-            wr[c] = w + wo + ((long)bw * N + min(n0 + c, N - 1)) * nb * BS;                         \
+            wr[c] = w + wo + ((long)bw * N + min(n0 + c, N - 1)) * rs;                              \
         _Pragma("unroll") for (int r = 0; r < MR; r++)                                              \
             xr[r] = x + xo + ((long)b * T + min(m0 + r, T - 1)) * K;                                \
         float16 acc[MR][NR];                                                                        \
@@ -105,12 +123,17 @@ inline float hsum16(float16 v) {
                 x0[r] = vload16(0, xr[r] + blk * 32);                                               \
                 x1[r] = vload16(0, xr[r] + blk * 32 + 16);                                          \
             }                                                                                       \
+            ushort sb[NR];                                                                          \
+            _Pragma("unroll") for (int c = 0; c < NR; c++)                                          \
+                sb[c] = (ushort)(wr[c][(long)blk * BS] | wr[c][(long)blk * BS + 1] << 8);           \
+            float d[NR];                                                                            \
+            vstore##NR(vload_half##NR(0, (const half *)sb), 0, d);                                  \
             _Pragma("unroll") for (int c = 0; c < NR; c++) {                                        \
                 __global const uchar *p = wr[c] + (long)blk * BS;                                   \
-                const float16 d = (float16)(f16_from_bytes(p[0], p[1]));                            \
+                if (MR == 1) QPREFETCH(p + PF_ROWS * rs);                                           \
                 const float16 w0 = VALS(p, 0), w1 = VALS(p, 1);                                     \
                 _Pragma("unroll") for (int r = 0; r < MR; r++)                                      \
-                    acc[r][c] = fma(d, fma(x0[r], w0, x1[r] * w1), acc[r][c]);                      \
+                    acc[r][c] = fma((float16)(d[c]), fma(x0[r], w0, x1[r] * w1), acc[r][c]);        \
             }                                                                                       \
         }                                                                                           \
         _Pragma("unroll") for (int r = 0; r < MR; r++)                                              \
@@ -119,55 +142,8 @@ inline float hsum16(float16 v) {
                     y[yo + ((long)b * T + m0 + r) * N + n0 + c] = scale * hsum16(acc[r][c]);        \
     }
 
-/* T > 1: 4 x 4 */
+/* T == 1 (decode): one x row, 8 (q8_0) or 4 (q4_0) weight rows; else 4 x 4 */
+QRB_KERNEL(gemv_q8_0, 34, q8_vals, 1, 8)
+QRB_KERNEL(gemv_q4_0, 18, q4_vals, 1, 4)
 QRB_KERNEL(dot_q8_0, 34, q8_vals, 4, 4)
 QRB_KERNEL(dot_q4_0, 18, q4_vals, 4, 4)
-
-/* T == 1 (decode), CPU-class devices: global (ceil(N/NR), B), any local
- * size; one item per NR consecutive weight rows (one stretch of w). The NR
- * rows' f16 scales of a block are gathered and widened as one vector
- * (vload_halfNR: PoCL turns that into vcvtph2ps, where its scalar
- * vload_half is some 20 integer instructions). Rows PF_ROWS ahead are
- * prefetched into L2 when the host asks (matmul.cl). On PoCL, for the 134M
- * model's 85 weights: q8_0 7 -> 18-20 GB/s, q4_0 6 -> 11-13 GB/s. */
-#if defined(PF_ROWS) && defined(__clang__)
-#define QPREFETCH(p) __builtin_prefetch((p), 0, 2)
-#else
-#define QPREFETCH(p)
-#endif
-#ifndef PF_ROWS
-#define PF_ROWS 0
-#endif
-
-#define QGEMV_KERNEL(NAME, BS, VALS, NR)                                                            \
-    __kernel void NAME(__global float *y, ulong yo, __global const float *x, ulong xo,              \
-                       __global const uchar *w, ulong wo, int B, int Bw, int T, int N, int K,       \
-                       float scale) {                                                               \
-        const int n0 = get_global_id(0) * NR, b = get_global_id(1), nb = K / 32;                  \
-        if (n0 >= N) return;                                                                        \
-        const int nr = min(NR, N - n0);                                                             \
-        const long rs = (long)nb * BS; /* bytes per weight row */                                   \
-        __global const uchar *w0 = w + wo + ((long)b * Bw / B * N + n0) * rs;                       \
-        __global const float *xr = x + xo + (long)b * K;                                            \
-        float16 acc[NR];                                                                            \
-        _Pragma("unroll") for (int c = 0; c < NR; c++) acc[c] = (float16)(0.0f);                    \
-        for (int blk = 0; blk < nb; blk++) {                                                        \
-            const float16 x0 = vload16(0, xr + blk * 32), x1 = vload16(0, xr + blk * 32 + 16);      \
-            ushort sb[NR]; /* rows past N repeat the last one; their sums are not stored */       \
-            _Pragma("unroll") for (int c = 0; c < NR; c++)                                          \
-                sb[c] = (ushort)(w0[min(c, nr - 1) * rs + (long)blk * BS] |                          \
-                                 w0[min(c, nr - 1) * rs + (long)blk * BS + 1] << 8);                \
-            float d[NR];                                                                            \
-            vstore##NR(vload_half##NR(0, (const half *)sb), 0, d);                                  \
-            _Pragma("unroll") for (int c = 0; c < NR; c++) {                                        \
-                __global const uchar *p = w0 + min(c, nr - 1) * rs + (long)blk * BS;                \
-                QPREFETCH(p + PF_ROWS * rs);                                                        \
-                acc[c] = fma((float16)(d[c]), fma(x0, VALS(p, 0), x1 * VALS(p, 1)), acc[c]);        \
-            }                                                                                       \
-        }                                                                                           \
-        _Pragma("unroll") for (int c = 0; c < NR; c++)                                              \
-            if (c < nr) y[yo + (long)b * N + n0 + c] = scale * hsum16(acc[c]);                      \
-    }
-
-QGEMV_KERNEL(gemv_q8_0, 34, q8_vals, 8)
-QGEMV_KERNEL(gemv_q4_0, 18, q4_vals, 4)
