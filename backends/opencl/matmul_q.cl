@@ -81,9 +81,9 @@ inline float hsum16(float16 v) {
 /* CPU-class devices (PoCL, ...): rows the host asks for (PF_ROWS, as in
  * matmul.cl) are prefetched into L2 by the T == 1 kernels. */
 #if defined(PF_ROWS) && defined(__clang__)
-#define QPREFETCH(p) __builtin_prefetch((p), 0, 2)
+#define PREFETCH_L2(p) __builtin_prefetch((p), 0, 2)
 #else
-#define QPREFETCH(p)
+#define PREFETCH_L2(p)
 #endif
 #ifndef PF_ROWS
 #define PF_ROWS 0
@@ -130,7 +130,7 @@ inline float hsum16(float16 v) {
             vstore##NR(vload_half##NR(0, (const half *)sb), 0, d);                                  \
             _Pragma("unroll") for (int c = 0; c < NR; c++) {                                        \
                 __global const uchar *p = wr[c] + (long)blk * BS;                                   \
-                if (MR == 1) QPREFETCH(p + PF_ROWS * rs);                                           \
+                if (MR == 1) PREFETCH_L2(p + PF_ROWS * rs);                                           \
                 const float16 w0 = VALS(p, 0), w1 = VALS(p, 1);                                     \
                 _Pragma("unroll") for (int r = 0; r < MR; r++)                                      \
                     acc[r][c] = fma((float16)(d[c]), fma(x0[r], w0, x1[r] * w1), acc[r][c]);        \
