@@ -128,6 +128,14 @@ static const ccase CASES[] = {
      * past a multiple of them, batches at T = 1 with shared w */
     {DRT_OP_MATMUL, {4, 2, 1, 96, 13, 0}, Q8, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {3, 1, 1, 64, 6, 0}, Q4, 0, 1, 0, 0.5f},
+    /* the cpu backend's T = 1 int8-dot GEMV on repacked weights (matmul.c
+     * qt_rows: superblocks of 16 blocks, the last partial): a full one and
+     * half (the 134M model's K = 768), 16 + 9 blocks, a lone block, 17
+     * blocks with batches sharing w */
+    {DRT_OP_MATMUL, {1, 1, 1, 768, 19, 0}, Q4, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 1, 800, 10, 0}, Q8, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {1, 1, 1, 32, 6, 0}, Q4, 0, 1, 0, 1},
+    {DRT_OP_MATMUL, {2, 1, 1, 544, 7, 0}, Q8, 0, 1, 0, 0.5f},
     {DRT_OP_MATMUL, {2, 1, 9, 300, 130, 1}, F32, 0, 1, 0, 1},
     {DRT_OP_MATMUL, {1, 1, 8, 1000, 77, 0}, F32, 0, 1, 0, 1},
     /* ROPE {T, Hn, d}; inv_freq of theta 10000 */

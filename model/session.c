@@ -42,10 +42,11 @@ static drt_tensor *upload(drt_session *s, const drt_host_weight *w, drt_status *
         }
         b->be = s->be;
         t->buf = b;
-        return t;
+    } else {
+        *st = drt_alloc_tensors(s->be, &t, 1);
+        if (*st == DRT_OK) *st = drt_tensor_set(t, w->data, drt_nbytes(t));
     }
-    *st = drt_alloc_tensors(s->be, &t, 1);
-    if (*st == DRT_OK) *st = drt_tensor_set(t, w->data, drt_nbytes(t));
+    if (*st == DRT_OK && s->be->ops->prepare_weight) *st = s->be->ops->prepare_weight(s->be, t);
     return t;
 }
 

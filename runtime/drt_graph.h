@@ -198,6 +198,11 @@ typedef struct drt_backend_ops {
      * (e.g. "gemm 64x64/4x4 vec4", "gemv split-k"), which conform --perf
      * prints beside each timing; a static string; NULL: not told */
     const char *(*kernel_variant)(drt_backend *be, const drt_tensor *node);
+    /* optional: weight w's bytes are in place and final (a model's weight,
+     * once loaded); the backend may derive now what its kernels read instead
+     * of paying for it on first use (the cpu backend repacks q8_0 / q4_0
+     * weights for its decode GEMV). NULL: nothing to do. */
+    drt_status (*prepare_weight)(drt_backend *be, const drt_tensor *w);
 } drt_backend_ops;
 
 struct drt_backend {

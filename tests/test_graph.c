@@ -5,7 +5,8 @@
  *     PERMUTE -> MATMUL -> DUAL_SOFTMAX -> MATMUL -> PERMUTE, built as graphs;
  *   - CPU fallback: a test backend with its own (not host-visible) memory that
  *     refuses some ops; the plan routes those to the CPU reference, counts
- *     them, and a whole model still matches the CPU backend. */
+ *     them, and a whole model still matches the CPU backend;
+ *   - the cpu backend's repacked q8_0 / q4_0 weights follow uploads. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "ref_ops.h"
 #include "diffrt/diffrt.h"
 #include "drt_graph.h"
+#include "drt_quant.h"
 #include "drt_test.h"
 
 /* ---- a partial backend: device memory the host cannot see ----------------- */
@@ -171,6 +173,55 @@ static void fused_vs_decomposed(const char *backend, const attn_case *c) {
     drt_backend_close(be);
 }
 
+/* ---- the cpu backend's repacked q8_0 / q4_0 weights follow uploads ----------
+ * Its T = 1 GEMV reads a repacked copy of the weight made on first use; an
+ * upload of new bytes into the weight must drop it, or the second run would
+ * use the first weight. Both runs are checked against drt_ref_matmul. */
+static void cpu_repack_follows_uploads(drt_dtype wt) {
+    enum { N = 13, K = 800 }; /* 25 blocks: a superblock of 16 and one of 9 */
+    drt_backend *be;
+    if (drt_backend_open("cpu", NULL, &be) != DRT_OK) {
+        DRT_CHECK(0, "cpu: %s", drt_last_error());
+        return;
+    }
+    drt_graph *g = drt_graph_new();
+    drt_tensor *x = drt_new_tensor_2d(g, DRT_F32, 1, K, "x");
+    drt_tensor *w = drt_new_tensor_2d(g, wt, N, K, "w");
+    drt_tensor *y = drt_matmul(g, x, w);
+    if (y) y->flags |= DRT_TF_OUTPUT;
+    drt_plan *p = NULL;
+    DRT_CHECK(g->err == DRT_OK && drt_plan_create(g, be, &p) == DRT_OK, "plan: %s", drt_last_error());
+    const size_t wb = drt_row_bytes(wt, (int64_t)N * K);
+    float *xf = malloc(sizeof(float) * K), *wf = malloc(sizeof(float) * N * K), *want = malloc(sizeof(float) * N);
+    float *got = malloc(sizeof(float) * N);
+    unsigned char *wq = malloc(wb);
+    drt_rng r;
+    drt_rng_seed(&r, 77);
+    drt_fill_uniform(xf, K, &r, -1.f, 1.f);
+    for (int round = 0; p && round < 2; round++) {
+        drt_fill_uniform(wf, (int64_t)N * K, &r, -1.f, 1.f);
+        for (int n = 0; n < N; n++) drt_quantize_row(wf + (int64_t)n * K, wt, wq + drt_row_bytes(wt, (int64_t)n * K), K);
+        drt_ref_matmul(want, xf, wq, wt, 1, 1, 1, N, K, 0, 1.0f);
+        drt_fill_nan(got, N);
+        drt_tensor_set(x, xf, sizeof(float) * K);
+        drt_tensor_set(w, wq, wb);
+        drt_tensor_set(y, got, sizeof(float) * N); /* poison */
+        drt_exec ex = {0};
+        DRT_CHECK(drt_plan_run(p, &ex) == DRT_OK, "run: %s", drt_last_error());
+        drt_tensor_get(y, got, sizeof(float) * N);
+        double e = drt_nmse(got, want, N);
+        DRT_CHECK(e <= 1e-8, "cpu %s GEMV after upload %d: NMSE %.3e (N=%d K=%d seed 77)", drt_dtype_name(wt), round + 1, e, N, K);
+    }
+    free(xf);
+    free(wf);
+    free(want);
+    free(got);
+    free(wq);
+    drt_plan_free(p);
+    drt_graph_free(g);
+    drt_backend_close(be);
+}
+
 /* ---- fallbacks: whole models on the partial backend ---------------------------- */
 
 static void model_on_partial(const char *fixture) {
@@ -231,5 +282,7 @@ int main(void) {
     }
     const char *fx[] = {"hf_diffllama_gqa", "hf_llama_gqa", "unilm_v1", "diff_v2"};
     for (int i = 0; i < 4; i++) model_on_partial(fx[i]);
+    cpu_repack_follows_uploads(DRT_Q4_0);
+    cpu_repack_follows_uploads(DRT_Q8_0);
     return drt_test_summary("test_graph");
 }

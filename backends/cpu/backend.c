@@ -10,7 +10,9 @@
  * - DIFFRT_CPU_PRECISION=bf16 runs prefill GEMMs on AVX512-BF16 dot
  *   products (declared reduced precision); the default f32 mode meets 1e-8.
  * - Weights are used in place: buf_wrap makes a tensor's buffer point at the
- *   caller's memory (the model's mmapped checkpoint), nothing is copied.
+ *   caller's memory (the model's mmapped checkpoint), nothing is copied;
+ *   except that q8_0 / q4_0 weights get a repacked copy for the int8-dot
+ *   decode GEMV (prepare_weight; DIFFRT_CPU_REPACK=0: none).
  * - Scratch memory grows to the largest shape seen and is then reused: a
  *   forward pass of a built graph allocates nothing once warmed up.
  * This file is compiled once, for the baseline ISA. */
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "cpu_fast.h"
@@ -36,10 +39,12 @@ typedef struct {
     int nth;
     int bf16; /* DIFFRT_CPU_PRECISION=bf16: prefill GEMMs on bf16 dot products */
     int qdot; /* q8_0 / q4_0 GEMVs on int8 dot products (pick_qdot) */
+    int repack; /* and their T == 1 GEMV on repacked weights (pick_qdot) */
     float **scratch; /* per thread */
     int64_t scratch_floats;
     float *shared; /* ensure_shared() */
     int64_t shared_floats;
+    struct cpu_chunk *chunks; /* pack_alloc() */
 } cpu_ctx;
 
 /* ---- choosing threads and ISA ---------------------------------------------- */
@@ -181,10 +186,11 @@ static drt_status pick_precision(const cpu_kernels *k, int *bf16) {
  * avx512 kernels on a CPU with AVX512-VNNI and AVX512-VBMI, unless
  * DIFFRT_CPU_QDOT=0 (the block kernel every ISA has; conform covers both).
  * It meets the f32 bound: this is a faster kernel, not a precision mode. */
-static drt_status pick_qdot(const cpu_kernels *k, int *qdot) {
-    int want;
+static drt_status pick_qdot(const cpu_kernels *k, int *qdot, int *repack) {
+    int want, pack;
     drt_status s = drt_env_flag("DIFFRT_CPU_QDOT", 1, &want);
-    *qdot = 0;
+    if (s == DRT_OK) s = drt_env_flag("DIFFRT_CPU_REPACK", 1, &pack);
+    *qdot = *repack = 0;
     if (s != DRT_OK || !want) return s;
 #if defined(__x86_64__)
     __builtin_cpu_init();
@@ -192,6 +198,104 @@ static drt_status pick_qdot(const cpu_kernels *k, int *qdot) {
 #else
     (void)k;
 #endif
+    *repack = *qdot && pack && k->mm_pack;
+    return DRT_OK;
+}
+
+/* ---- buffers ---------------------------------------------------------------
+ * A buffer's handle is a cpu_buf: the memory it owns (NULL when it wraps the
+ * caller's) and the repacked copies of the q8_0 / q4_0 weights in it that
+ * the T == 1 int8-dot GEMV reads (matmul.c qt_rows). A copy is made when a
+ * session loads the weight (prepare_weight), else on the weight's first
+ * such MATMUL; an upload into the buffer drops them all (the bytes they
+ * came from may change), as does freeing it. */
+typedef struct cpu_pack {
+    struct cpu_pack *next;
+    size_t offs, bytes;
+    drt_dtype wt;
+    int K;
+    int owned; /* data is its own allocation (else in the backend's chunks) */
+    void *data;
+} cpu_pack;
+
+/* The repacked copies of a model's weights (prepare_weight) are carved from
+ * chunks of 2 MiB-aligned memory that ask for transparent huge pages, as the
+ * checkpoint's mapping does: the decode GEMV streams them, and with 4 KiB
+ * pages each page costs a TLB miss (134M q4_0 decode, 6 interleaved rounds:
+ * median 391 tok/s with huge pages, 369 without). Their memory is given
+ * back when the backend closes. Copies made on first use (weights uploaded
+ * by a caller, which may upload again) are allocated and freed one by one. */
+typedef struct cpu_chunk {
+    struct cpu_chunk *next;
+    char *base;
+    size_t size, used;
+} cpu_chunk;
+
+#define CHUNK_ALIGN ((size_t)2 << 20)
+#define CHUNK_MIN ((size_t)32 << 20)
+
+static void *pack_alloc(cpu_ctx *c, size_t bytes) {
+    bytes = (bytes + 63) & ~(size_t)63;
+    cpu_chunk *h = c->chunks;
+    if (!h || h->size - h->used < bytes) {
+        size_t size = (bytes + CHUNK_ALIGN - 1) & ~(CHUNK_ALIGN - 1);
+        if (size < CHUNK_MIN) size = CHUNK_MIN;
+        h = calloc(1, sizeof *h);
+        if (!h || posix_memalign((void **)&h->base, CHUNK_ALIGN, size) != 0) {
+            free(h);
+            return NULL;
+        }
+#ifdef MADV_HUGEPAGE
+        (void)madvise(h->base, size, MADV_HUGEPAGE); /* a hint: without THP, plain pages */
+#endif
+        h->size = size;
+        h->next = c->chunks;
+        c->chunks = h;
+    }
+    void *p = h->base + h->used;
+    h->used += bytes;
+    return p;
+}
+
+typedef struct {
+    void *own;
+    cpu_pack *packs;
+} cpu_buf;
+
+static void drop_packs(cpu_buf *cb) {
+    while (cb && cb->packs) {
+        cpu_pack *p = cb->packs;
+        cb->packs = p->next;
+        if (p->owned) free(p->data);
+        free(p);
+    }
+}
+
+/* *out: weight w (N rows of K, q8_0 / q4_0) in the repacked layout; made
+ * now if it is not there (in the chunks when `chunked`) */
+static drt_status packed_weight(cpu_ctx *c, const drt_tensor *w, int K, int chunked, const void **out) {
+    cpu_buf *cb = w->buf ? w->buf->handle : NULL;
+    const size_t bytes = drt_nbytes(w);
+    *out = NULL;
+    if (!cb) return drt_set_error(DRT_ERR_BACKEND, "cpu: weight %s has no buffer of this backend", w->name);
+    for (cpu_pack *p = cb->packs; p; p = p->next)
+        if (p->offs == w->offs && p->bytes == bytes && p->wt == w->type && p->K == K) {
+            *out = p->data;
+            return DRT_OK;
+        }
+    cpu_pack *p = calloc(1, sizeof *p);
+    void *data = NULL;
+    if (p && chunked) data = pack_alloc(c, bytes);
+    else if (p && posix_memalign(&data, 64, bytes ? bytes : 64) != 0) data = NULL;
+    if (!data) {
+        free(p);
+        return drt_set_error(DRT_ERR_OOM, "cpu: cannot allocate %zu bytes to repack weight %s", bytes, w->name);
+    }
+    *p = (cpu_pack){cb->packs, w->offs, bytes, w->type, K, !chunked, data};
+    cpu_pack_args a = {p->data, drt_host_ptr(w), w->type, (int64_t)(bytes / drt_row_bytes(w->type, K)), K};
+    cpu_pool_run(c->pool, c->k->mm_pack, &a);
+    cb->packs = p;
+    *out = p->data;
     return DRT_OK;
 }
 
@@ -353,7 +457,10 @@ static drt_status run_node(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
         };
         m.bf16 = c->bf16 && !m.trans_w;
         m.qdot = c->qdot;
-        drt_status s = ensure_scratch(c, c->k->mm_scratch_floats(&m));
+        drt_status s = DRT_OK;
+        if (c->repack && m.T == 1 && !m.trans_w && m.K > 0 && (m.wt == DRT_Q8_0 || m.wt == DRT_Q4_0))
+            s = packed_weight(c, b, m.K, 0, &m.wpack);
+        if (s == DRT_OK) s = ensure_scratch(c, c->k->mm_scratch_floats(&m));
         if (s == DRT_OK) s = ensure_shared(c, c->k->mm_xpack_floats(&m));
         if (s != DRT_OK) return s;
         m.scratch = c->scratch;
@@ -415,15 +522,15 @@ static drt_status cpu_probe(int *n, char *why, size_t wn) {
 }
 
 static drt_status cpu_device_name(int dev, char *buf, size_t n) {
-    int nth = 0, bf16 = 0, qdot = 0;
+    int nth = 0, bf16 = 0, qdot = 0, repack = 0;
     const cpu_kernels *k = NULL;
     if (pick_threads(0, &nth) != DRT_OK || pick_isa(&k) != DRT_OK || pick_precision(k, &bf16) != DRT_OK ||
-        pick_qdot(k, &qdot) != DRT_OK) {
+        pick_qdot(k, &qdot, &repack) != DRT_OK) {
         snprintf(buf, n, "host CPU (%s)", drt_last_error());
         return DRT_OK;
     }
     snprintf(buf, n, "host CPU (%d threads, %s kernels, %s%s)", nth, k->isa, bf16 ? "bf16 prefill GEMM" : "f32",
-             qdot ? ", q8_0/q4_0 int8-dot GEMV" : "");
+             qdot ? (repack ? ", q8_0/q4_0 int8-dot GEMV, repacked" : ", q8_0/q4_0 int8-dot GEMV") : "");
     return DRT_OK;
 }
 
@@ -440,6 +547,12 @@ static void cpu_shutdown(drt_backend *be) {
     for (int i = 0; c->scratch && i < c->nth; i++) free(c->scratch[i]);
     free(c->scratch);
     free(c->shared);
+    while (c->chunks) {
+        cpu_chunk *h = c->chunks;
+        c->chunks = h->next;
+        free(h->base);
+        free(h);
+    }
     free(c);
     be->ctx = NULL;
 }
@@ -448,11 +561,11 @@ static drt_status cpu_init(drt_backend *be, int dev) {
     be->device = 0;
     int nth = 0;
     const cpu_kernels *k = NULL;
-    int bf16 = 0, qdot = 0;
+    int bf16 = 0, qdot = 0, repack = 0;
     drt_status s = pick_threads(be->threads, &nth);
     if (s == DRT_OK) s = pick_isa(&k);
     if (s == DRT_OK) s = pick_precision(k, &bf16);
-    if (s == DRT_OK) s = pick_qdot(k, &qdot);
+    if (s == DRT_OK) s = pick_qdot(k, &qdot, &repack);
     if (s != DRT_OK) return s;
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c) return drt_set_error(DRT_ERR_OOM, "out of memory");
@@ -460,6 +573,7 @@ static drt_status cpu_init(drt_backend *be, int dev) {
     c->k = k;
     c->bf16 = bf16;
     c->qdot = qdot;
+    c->repack = repack;
     c->nth = nth;
     c->scratch = calloc((size_t)nth, sizeof *c->scratch);
     c->pool = c->scratch ? cpu_pool_new(nth) : NULL;
@@ -473,27 +587,40 @@ static drt_status cpu_init(drt_backend *be, int dev) {
 static drt_status cpu_buf_alloc(drt_backend *be, size_t size, drt_buffer *out) {
     void *p = NULL;
     size_t sz = (size + 63) & ~(size_t)63;
-    if (posix_memalign(&p, 64, sz) != 0 || !p) return drt_set_error(DRT_ERR_OOM, "cpu: cannot allocate %zu bytes", size);
-    out->handle = p;
+    cpu_buf *cb = calloc(1, sizeof *cb);
+    if (!cb || posix_memalign(&p, 64, sz ? sz : 64) != 0 || !p) {
+        free(cb);
+        return drt_set_error(DRT_ERR_OOM, "cpu: cannot allocate %zu bytes", size);
+    }
+    cb->own = p;
+    out->handle = cb;
     out->host = p;
     out->size = size;
     return DRT_OK;
 }
 
-/* the caller's memory, used in place: handle stays NULL so free leaves it */
+/* the caller's memory, used in place: own stays NULL so free leaves it */
 static drt_status cpu_buf_wrap(drt_backend *be, void *host, size_t size, drt_buffer *out) {
-    out->handle = NULL;
+    cpu_buf *cb = calloc(1, sizeof *cb);
+    if (!cb) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    out->handle = cb;
     out->host = host;
     out->size = size;
     return DRT_OK;
 }
 
 static void cpu_buf_free(drt_backend *be, drt_buffer *b) {
-    free(b->handle);
+    cpu_buf *cb = b->handle;
+    if (cb) {
+        drop_packs(cb);
+        free(cb->own);
+        free(cb);
+    }
     b->handle = b->host = NULL;
 }
 
 static drt_status cpu_upload(drt_backend *be, drt_buffer *b, size_t off, const void *src, size_t n) {
+    drop_packs(b->handle);
     if ((const char *)b->host + off != src) memcpy((char *)b->host + off, src, n);
     return DRT_OK;
 }
@@ -526,6 +653,15 @@ static double cpu_nmse_bound(drt_backend *be, const drt_tensor *t) {
     return c->bf16 && t->op == DRT_OP_MATMUL ? 5e-4 : 1e-8;
 }
 
+/* a loaded q8_0 / q4_0 weight (N, K) is repacked now, so the first decode
+ * step does not pay for it */
+static drt_status cpu_prepare_weight(drt_backend *be, const drt_tensor *w) {
+    cpu_ctx *c = be->ctx;
+    const void *p;
+    if (!c->repack || (w->type != DRT_Q8_0 && w->type != DRT_Q4_0) || w->nd < 2 || w->ne[w->nd - 1] <= 0) return DRT_OK;
+    return packed_weight(c, w, (int)w->ne[w->nd - 1], 1, &p);
+}
+
 static const char *cpu_precision(drt_backend *be) {
     const cpu_ctx *c = be->ctx;
     return c->bf16 ? "bf16" : "f32";
@@ -548,4 +684,5 @@ const drt_backend_ops drt_cpu_backend_ops = {
     .nmse_bound = cpu_nmse_bound,
     .device_props = cpu_device_props,
     .precision = cpu_precision,
+    .prepare_weight = cpu_prepare_weight,
 };

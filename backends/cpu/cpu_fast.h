@@ -54,11 +54,23 @@ typedef struct {
     float scale;
     int bf16;              /* GEMM in the bf16 mode (avx512 kernels on an AVX512-BF16 CPU only) */
     int qdot;              /* q8_0 / q4_0 GEMV on int8 dot products (avx512 kernels on an AVX512-VNNI + VBMI CPU only) */
+    const void *wpack;     /* qdot and T == 1: w repacked by mm_pack (matmul.c qt_rows), else NULL */
     float **scratch;       /* per thread, cpu_mm_scratch_floats() each */
     float *xpack;          /* shared, cpu_mm_xpack_floats() */
     int phase;             /* GEMM: 0 packs x, 1 computes (cpu_mm_phases()) */
     atomic_int next_task;  /* GEMM: dynamic task counter, zeroed by the caller */
 } cpu_mm_args;
+
+/* mm_pack: rows 0..rows of a q8_0 / q4_0 weight of K columns, src in the
+ * checkpoint's layout, into dst (the same size) in the layout of the
+ * int8-dot T == 1 GEMV */
+typedef struct {
+    void *dst;
+    const void *src;
+    drt_dtype wt;
+    int64_t rows;
+    int K;
+} cpu_pack_args;
 
 /* DIFF_ATTN (maps = 2) and ATTN (maps = 1), shapes as in drt_ref_diff_attn /
  * drt_ref_attn: o (T,H,dv); q (T,H,maps,dk); k (S_cap,G,m,dk) (m = 1 for ATTN);
@@ -95,6 +107,7 @@ typedef struct {
     int64_t (*mm_scratch_floats)(const cpu_mm_args *a);
     int64_t (*mm_xpack_floats)(const cpu_mm_args *a);
     int (*mm_phases)(const cpu_mm_args *a);
+    void (*mm_pack)(void *args, int ith, int nth); /* cpu_pack_args; NULL: no repacked GEMV (non-avx512) */
     void (*attn)(void *args, int ith, int nth); /* cpu_attn_args */
     void (*attn_combine)(void *args, int ith, int nth);
     int64_t (*attn_scratch_floats)(const cpu_attn_args *a);

@@ -9,6 +9,9 @@ void KFN(cpu_matmul)(void *args, int ith, int nth);
 int64_t KFN(cpu_mm_scratch_floats)(const cpu_mm_args *a);
 int64_t KFN(cpu_mm_xpack_floats)(const cpu_mm_args *a);
 int KFN(cpu_mm_phases)(const cpu_mm_args *a);
+#if defined(DRT_ISA_avx512)
+void KFN(cpu_mm_pack)(void *args, int ith, int nth);
+#endif
 void KFN(cpu_attn)(void *args, int ith, int nth);
 void KFN(cpu_attn_combine)(void *args, int ith, int nth);
 int64_t KFN(cpu_attn_scratch_floats)(const cpu_attn_args *a);
@@ -28,6 +31,9 @@ const cpu_kernels KFN(cpu_kernels) = {
     .mm_scratch_floats = KFN(cpu_mm_scratch_floats),
     .mm_xpack_floats = KFN(cpu_mm_xpack_floats),
     .mm_phases = KFN(cpu_mm_phases),
+#if defined(DRT_ISA_avx512)
+    .mm_pack = KFN(cpu_mm_pack),
+#endif
     .attn = KFN(cpu_attn),
     .attn_combine = KFN(cpu_attn_combine),
     .attn_scratch_floats = KFN(cpu_attn_scratch_floats),

@@ -374,6 +374,131 @@ QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, drt_dtype dt, i
     default: qdot_rows(yb, xq, wb, dt, n, (int)n4, 8, N, K, a->scale); break;      \
     }
 
+/* ---- the T == 1 GEMV on repacked weights (cpu_mm_args.wpack)
+ * Above, a block's values fill four (q4_0) or eight (q8_0) i32 lanes, so
+ * every group of blocks needs a byte permute to drop the scales, a word
+ * permute to spread them over the lanes, and its own convert and two FMAs:
+ * 14 vector ops per 128 q4_0 weights, and the GEMV is bound by them (about
+ * 25 GB/s of q4_0 on two cores with the weights in cache, less than memory
+ * delivers). The backend therefore repacks each q8_0 / q4_0 weight once,
+ * when a session loads it or else on its first T == 1 MATMUL (backend.c
+ * packed_weight, with cpu_mm_pack below), so that one i32 lane holds one
+ * block:
+ *  - a row of K values (nb = K/32 blocks) is cut into superblocks of r = 16
+ *    blocks (the last has nb % 16 when that is not 0);
+ *  - a superblock holds the value bytes in chunks of four: chunk c (0..3 for
+ *    q4_0's 16 bytes a block, 0..7 for q8_0's 32) of its r blocks, 4 r bytes,
+ *    then chunk c + 1, ...; then the r f16 scales;
+ *  - so a row has the same bytes (18 or 34 per block) as the checkpoint's,
+ *    in the same place per superblock, and row n starts at n * rowb.
+ * x is prepared to match (qt_prep_x): for each superblock 1024 bytes of
+ * int8 levels (q4_0: per chunk a of the low nibbles' values, a of the high
+ * nibbles', b of the low, b of the high; q8_0: per chunk a, then b), then
+ * s/256 and the bias term per block, 16 floats each: QT floats in all.
+ * A superblock of 16 blocks (512 weights) then takes per row 4 (q4_0) or 8
+ * (q8_0) weight loads, q4_0's AND, shift and AND per load (q8_0's XOR), 16
+ * VPDPBUSD, and one shift, add, convert, FMA, scale convert and FMA: 34 ops
+ * per 512 q4_0 weights against 56 above. The x levels are loaded once per
+ * chunk for four rows. */
+enum { QT = 288 };
+static int qt_sblocks(int K) { return (K / DRT_QK + 15) / 16; }
+
+/* the four 4-byte units of lv (values 4 u0 .. 4 u0 + 15 of one level of
+ * block j) to chunks u0 .. u0 + 3: unit u at q + (u0 + u) * stride + 4 j */
+QDOT_FN void qt_scatter(int8_t *q, const __m128i lv, int u0, int j, int stride) {
+    int32_t w[4];
+    _mm_storeu_si128((__m128i *)w, lv);
+    for (int u = 0; u < 4; u++) memcpy(q + (int64_t)(u0 + u) * stride + 4 * j, &w[u], 4);
+}
+
+/* one x row of K values -> qt_sblocks(K) * QT floats at o */
+QDOT_FN void qt_prep_x(float *o, const float *x, int K, drt_dtype dt) {
+    const int nb = K / DRT_QK, q8 = dt == DRT_Q8_0;
+    const float bias = q8 ? -128.0f : -8.0f;
+    for (int s = 0; s < qt_sblocks(K); s++) {
+        float *so = o + (int64_t)s * QT;
+        int8_t *q = (int8_t *)so;
+        memset(so, 0, sizeof(float) * QT);
+        for (int j = 0; j < 16 && 16 * s + j < nb; j++) {
+            __m128i lv[4];
+            float sx, sum;
+            qdot_levels(x + (int64_t)(16 * s + j) * DRT_QK, lv, &sx, &sum);
+            if (q8) { /* chunk c: a at 128 c, b at 128 c + 64 */
+                qt_scatter(q, lv[0], 0, j, 128);
+                qt_scatter(q, lv[1], 4, j, 128);
+                qt_scatter(q + 64, lv[2], 0, j, 128);
+                qt_scatter(q + 64, lv[3], 4, j, 128);
+            } else { /* chunk c: a low, a high, b low, b high at 256 c + 0, 64, 128, 192 */
+                qt_scatter(q, lv[0], 0, j, 256);
+                qt_scatter(q + 64, lv[1], 0, j, 256);
+                qt_scatter(q + 128, lv[2], 0, j, 256);
+                qt_scatter(q + 192, lv[3], 0, j, 256);
+            }
+            so[256 + j] = sx;
+            so[272 + j] = bias * sum;
+        }
+    }
+}
+
+/* y[n + i] for i < n4 (1..4): repacked q8_0 / q4_0 weight rows n.. dotted
+ * with the prepared x row xq (qt_prep_x) */
+QDOT_FN void qt_rows(float *y, const float *xq, const void *w, drt_dtype dt, int64_t n, int n4, int K,
+                     float scale) {
+    const int q8 = dt == DRT_Q8_0, nb = K / DRT_QK, ns = qt_sblocks(K), nch = q8 ? 8 : 4;
+    const int64_t bs = q8 ? 34 : 18, rowb = nb * bs;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), x80 = _mm512_set1_epi8((char)0x80);
+    const unsigned char *r[4]; /* rows past n4 repeat row n; their sums are dropped */
+    for (int i = 0; i < 4; i++) r[i] = (const unsigned char *)w + (n + (i < n4 ? i : 0)) * rowb;
+    __m512 acc[4];
+    for (int i = 0; i < 4; i++) acc[i] = _mm512_setzero_ps();
+    for (int s = 0; s < ns; s++) {
+        const int rb = nb - 16 * s < 16 ? nb - 16 * s : 16; /* blocks in this superblock */
+        const __mmask64 mv = rb == 16 ? ~(__mmask64)0 : ((__mmask64)1 << (4 * rb)) - 1;
+        const int64_t off = 16 * s * bs, cb = 4 * rb; /* superblock start; bytes per chunk */
+        const int8_t *q = (const int8_t *)(xq + (int64_t)s * QT);
+        __m512i ia[4], ib[4];
+        for (int i = 0; i < 4; i++) ia[i] = ib[i] = _mm512_setzero_si512();
+        for (int c = 0; c < nch; c++) {
+            if (q8) {
+                const __m512i xa = _mm512_loadu_si512(q + 128 * c), xb = _mm512_loadu_si512(q + 128 * c + 64);
+                for (int i = 0; i < 4; i++) {
+                    const unsigned char *b = r[i] + off + c * cb;
+                    __builtin_prefetch(b + DRT_PF_ROWS * rowb, 0, DRT_PF_LOCALITY);
+                    const __m512i u = _mm512_xor_si512(rb == 16 ? _mm512_loadu_si512(b) : _mm512_maskz_loadu_epi8(mv, b), x80);
+                    ia[i] = _mm512_dpbusd_epi32(ia[i], u, xa);
+                    ib[i] = _mm512_dpbusd_epi32(ib[i], u, xb);
+                }
+            } else {
+                const int8_t *qc = q + 256 * c;
+                const __m512i xal = _mm512_loadu_si512(qc), xah = _mm512_loadu_si512(qc + 64);
+                const __m512i xbl = _mm512_loadu_si512(qc + 128), xbh = _mm512_loadu_si512(qc + 192);
+                for (int i = 0; i < 4; i++) {
+                    const unsigned char *b = r[i] + off + c * cb;
+                    __builtin_prefetch(b + DRT_PF_ROWS * rowb, 0, DRT_PF_LOCALITY);
+                    const __m512i wv = rb == 16 ? _mm512_loadu_si512(b) : _mm512_maskz_loadu_epi8(mv, b);
+                    const __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+                    ia[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ia[i], lo, xal), hi, xah);
+                    ib[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ib[i], lo, xbl), hi, xbh);
+                }
+            }
+        }
+        const __m512 sx = _mm512_loadu_ps(xq + (int64_t)s * QT + 256), bias = _mm512_loadu_ps(xq + (int64_t)s * QT + 272);
+        const __mmask32 md = rb == 16 ? 0xFFFF : ((__mmask32)1 << rb) - 1;
+        for (int i = 0; i < 4; i++) {
+            const unsigned char *b = r[i] + off + nch * cb;
+            __builtin_prefetch(b + DRT_PF_ROWS * rowb, 0, DRT_PF_LOCALITY);
+            /* 256 sum(w a) + sum(w b) per block: under 2^31 (32 * 255 * 127 * 257);
+             * q4_0's (32 * 15 * 127 * 257) is exact in f32, q8_0's is rounded
+             * to f32 (relative 6e-8) */
+            const __m512i t = _mm512_add_epi32(_mm512_slli_epi32(ia[i], 8), ib[i]);
+            const __m512 d = _mm512_cvtph_ps(rb == 16 ? _mm256_loadu_si256((const __m256i *)b)
+                                                      : _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(md, b)));
+            acc[i] = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(t), sx, bias), d, acc[i]);
+        }
+    }
+    for (int i = 0; i < n4; i++) y[n + i] = scale * _mm512_reduce_add_ps(acc[i]);
+}
+
 /* The GEMV's split (contiguous column ranges); each thread prepares the x
  * rows of the batches its range touches in its own scratch. */
 QDOT_ATTR static void gemv_qdot(const cpu_mm_args *a, int ith, int nth) {
@@ -388,19 +513,47 @@ QDOT_ATTR static void gemv_qdot(const cpu_mm_args *a, int ith, int nth) {
         int64_t n4 = hi - c < 4 ? hi - c : 4;
         if (N - n < n4) n4 = N - n;
         if (b != prepared) {
-            qdot_prep_x(xq, a->x + (int64_t)b * a->T * K, K, a->T, a->wt);
+            if (a->wpack) qt_prep_x(xq, a->x + (int64_t)b * K, K, a->wt);
+            else qdot_prep_x(xq, a->x + (int64_t)b * a->T * K, K, a->T, a->wt);
             prepared = b;
         }
         const int64_t bw = (int64_t)b * a->Bw / a->B;
-        const void *wb = (const char *)a->w + bw * wbytes(a->wt, (int64_t)N * K);
+        const void *wb = (const char *)(a->wpack ? a->wpack : a->w) + bw * wbytes(a->wt, (int64_t)N * K);
         float *yb = a->y + (int64_t)b * a->T * N;
-        if (a->wt == DRT_Q8_0) {
+        if (a->wpack) { /* T == 1 */
+            if (a->wt == DRT_Q8_0) qt_rows(yb, xq, wb, DRT_Q8_0, n, (int)n4, K, a->scale);
+            else qt_rows(yb, xq, wb, DRT_Q4_0, n, (int)n4, K, a->scale);
+        } else if (a->wt == DRT_Q8_0) {
             QDOT_T(DRT_Q8_0)
         } else {
             QDOT_T(DRT_Q4_0)
         }
         c += n4;
     }
+}
+
+/* Rows [lo, hi) of a q8_0 / q4_0 weight (K columns), from the checkpoint's
+ * layout at src to qt_rows' at dst (the comment above qt_rows) */
+static void qt_pack_rows(unsigned char *dst, const unsigned char *src, drt_dtype wt, int64_t lo, int64_t hi, int K) {
+    const int q8 = wt == DRT_Q8_0, nb = K / DRT_QK, nch = q8 ? 8 : 4;
+    const int64_t bs = q8 ? 34 : 18, rowb = nb * bs;
+    for (int64_t row = lo; row < hi; row++)
+        for (int s = 0; s < qt_sblocks(K); s++) {
+            const int rb = nb - 16 * s < 16 ? nb - 16 * s : 16;
+            const unsigned char *in = src + row * rowb + 16 * s * bs;
+            unsigned char *out = dst + row * rowb + 16 * s * bs;
+            for (int j = 0; j < rb; j++) {
+                for (int c = 0; c < nch; c++) memcpy(out + 4 * (c * rb + j), in + j * bs + 2 + 4 * c, 4);
+                memcpy(out + nch * 4 * rb + 2 * j, in + j * bs, 2);
+            }
+        }
+}
+
+void KFN(cpu_mm_pack)(void *args, int ith, int nth) {
+    const cpu_pack_args *p = args;
+    int64_t lo, hi;
+    cpu_split(p->rows, 1, ith, nth, &lo, &hi);
+    qt_pack_rows(p->dst, p->src, p->wt, lo, hi, p->K);
 }
 #endif
 
@@ -736,7 +889,14 @@ void KFN(cpu_matmul)(void *args, int ith, int nth) {
 /* per-thread scratch: NB packed weight panels, or the GEMV's prepared x on
  * the int8-dot path */
 int64_t KFN(cpu_mm_scratch_floats)(const cpu_mm_args *a) {
-    if (use_gemv(a)) return use_qdot(a) ? (int64_t)a->T * qdot_row_floats(a->K, a->wt) : 0;
+    if (use_gemv(a)) {
+        if (!use_qdot(a)) return 0;
+        int64_t f = (int64_t)a->T * qdot_row_floats(a->K, a->wt);
+#if defined(DRT_ISA_avx512)
+        if (a->wpack && f < (int64_t)qt_sblocks(a->K) * QT) f = (int64_t)qt_sblocks(a->K) * QT;
+#endif
+        return f;
+    }
     return (int64_t)NB * KC * NR;
 }
 
