@@ -2,16 +2,19 @@
 # Issue 17's decode-speed figures, side by side in one run on this machine:
 # the ~134M DiffLlama of python/bench/make_models.py (f16) and its q8_0 and
 # q4_0 copies (diffrt quantize), decoded on the cpu backend (the q8_0 and
-# q4_0 GEMVs on int8 dot products where the CPU has them, and the block kernel,
+# q4_0 GEMVs on int8 dot products where the CPU has them, on repacked weights;
+# on the checkpoint's layout, DIFFRT_CPU_REPACK=0; the block kernel,
 # DIFFRT_CPU_QDOT=0; and the checkpoint read into memory, DIFFRT_NO_MMAP=1)
 # and on OpenCL, rounds interleaved:
-#   - read bandwidth (bench_membw, 2 MiB pages) each round: that round's
-#     roofline denominator;
-#   - per backend, model and setting, `diffrt bench -p 0 -n 64 -r 3
-#     --peak-gbps <that bandwidth>`: tg64 tok/s (mean of 3) and its roofline
-#     fraction, tok/s x bytes per token / bandwidth, with the bytes per token
-#     of docs/bench-json.md (every 2-D weight once at its dtype's bytes, one
-#     embedding row, and the f32 K/V cache up to the mean decode position);
+#   - per backend, model and setting, `diffrt bench -p 0 -n 64 -r 3`:
+#     tg64 tok/s (mean of 3) and its roofline fraction, tok/s x bytes per
+#     token / bandwidth, with the bytes per token of docs/bench-json.md
+#     (every 2-D weight once at its dtype's bytes, one embedding row, and the
+#     f32 K/V cache up to the mean decode position);
+#   - the bandwidth: read bandwidth (bench_membw, 2 MiB pages) measured right
+#     before and right after that run, the larger of the two (this host's
+#     bandwidth swings by 2x within minutes; one figure per round put some
+#     fractions above 1);
 #   - at the end, per (backend, model, setting), the median, min and max over
 #     the rounds of both, then `diffrt bench` per model once (the peaks it
 #     measures itself, and the per-op decode times).
@@ -37,6 +40,8 @@ for t in q8_0 q4_0; do
     [ -f "$M-$t/model.safetensors" ] || "$D" quantize --model "$M" --type "$t" --out "$M-$t" >&2
 done
 export DIFFRT_THREADS=$THREADS
+# read bandwidth now: the median of 3 passes of bench_membw (2 MiB pages)
+membw() { "$B/bench/bench_membw" "$THREADS" 1024 3 | sed -n 's/.* median \([0-9.]*\) .*/\1/p'; }
 mkdir -p "$(dirname "$OUT")"
 
 {
@@ -47,26 +52,31 @@ mkdir -p "$(dirname "$OUT")"
     for r in $(seq 1 "$ROUNDS"); do
         echo
         echo "## round $r (load before: $(cut -d' ' -f1-3 /proc/loadavg))"
-        bw=$("$B/bench/bench_membw" "$THREADS" 1024 3 | tee /dev/stderr | sed -n 's/.* median \([0-9.]*\) .*/\1/p')
         for be in $BACKENDS; do
             for t in f16 q8_0 q4_0; do
                 m=$M
                 [ "$t" = f16 ] || m="$M-$t"
                 # settings side by side: the defaults, then on cpu the
                 # checkpoint read into memory instead of mapped, and for
-                # q8_0 / q4_0 the block kernel instead of the int8-dot one
+                # q8_0 / q4_0 the int8-dot GEMV on the checkpoint's layout
+                # instead of the repacked one, and the block kernel
                 modes="default"
                 [ "$be" = cpu ] && modes="$modes DIFFRT_NO_MMAP=1"
-                [ "$be" = cpu ] && [ "$t" != f16 ] && modes="$modes DIFFRT_CPU_QDOT=0"
+                [ "$be" = cpu ] && [ "$t" != f16 ] && modes="$modes DIFFRT_CPU_REPACK=0 DIFFRT_CPU_QDOT=0"
                 for mode in $modes; do
                     e=()
                     [ "$mode" = default ] || e=("$mode")
                     # CSV: backend,device,test,n_tokens,repetitions,mean_tok_s,sd_tok_s,
                     # roofline_fraction,roofline_flag,peak,peak_unit (the device may hold commas)
+                    bw0=$(membw)
                     row=$(env ${e[@]+"${e[@]}"} "$D" bench --model "$m" --backend "$be" -p 0 -n 64 -r 3 \
-                        --peak-gbps "$bw" --csv 2>/dev/null | awk -F, '$(NF-8) == "tg64" {print $(NF-5), $(NF-3)}' || true)
+                        --peak-gbps "$bw0" --csv 2>/dev/null | awk -F, '$(NF-8) == "tg64" {print $(NF-5), $(NF-3)}' || true)
+                    bw1=$(membw)
                     set -- ${row:-failed -}
-                    echo "decode $be $t $mode $1 tok/s roofline $2 of $bw GB/s"
+                    # against the larger of the two bandwidths
+                    read -r bw fr < <(awk -v a="$bw0" -v b="$bw1" -v f="$2" \
+                        'BEGIN { m = a > b ? a : b; if (f == "-") print m, "-"; else printf "%.2f %.4f\n", m, f * a / m }')
+                    echo "decode $be $t $mode $1 tok/s roofline $fr of $bw GB/s (bench_membw before $bw0, after $bw1)"
                 done
             done
         done
