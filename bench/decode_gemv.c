@@ -13,6 +13,8 @@
  *               ceiling, against the default's stream from memory;
  *   --tiny      every shape 32: what a node costs the backend beyond its
  *               work (launch, dispatch), per node.
+ * Weights are prepared as a session's are (the backend's prepare_weight:
+ * cpu's repacked q8_0 / q4_0 copy).
  * Prints min and median ms per graph run over the reps (after 2 warm-up
  * runs), and the weight bytes per run over those times. Exit status 1 when
  * the backend is unavailable or a node falls back to the CPU reference. */
@@ -177,6 +179,8 @@ int main(int argc, char **argv) {
         fill(buf, n, dt, &seed);
         st = drt_tensor_set(w[i], buf, n);
         free(buf);
+        /* as a session does once a weight is loaded (cpu: the decode GEMV's repacked copy) */
+        if (st == DRT_OK && be->ops->prepare_weight) st = be->ops->prepare_weight(be, w[i]);
     }
     float *xs = malloc(sizeof(float) * (size_t)(dim > ffn ? dim : ffn));
     for (long i = 0; xs && i < (dim > ffn ? dim : ffn); i++) xs[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
