@@ -6,7 +6,8 @@
  *   - CPU fallback: a test backend with its own (not host-visible) memory that
  *     refuses some ops; the plan routes those to the CPU reference, counts
  *     them, and a whole model still matches the CPU backend;
- *   - the cpu backend's repacked q8_0 / q4_0 weights follow uploads. */
+ *   - the cpu backend's repacked q8_0 / q4_0 weights follow uploads, and
+ *     are shared by the sessions of one model. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,6 +223,121 @@ static void cpu_repack_follows_uploads(drt_dtype wt) {
     drt_backend_close(be);
 }
 
+/* ---- sessions of one model share the cpu backend's repacked copy -----------
+ * A session wraps the model's memory (buf_wrap) and calls prepare_weight;
+ * a second backend instance preparing the same bytes reuses the first's
+ * copy instead of making its own. White-box probe: the host bytes are
+ * changed behind the backends' backs between the two prepares, so the
+ * second computes with what the first saw exactly when it shares. An
+ * upload through one buffer marks the shared copy stale for the other;
+ * once every holder is gone, a new prepare makes a fresh copy. */
+typedef struct {
+    drt_backend *be;
+    drt_graph *g;
+    drt_tensor *x, *w, *y;
+    drt_buffer *wb;
+    drt_plan *p;
+} wrapped_mm;
+
+static int wrapped_open(wrapped_mm *m, void *host, drt_dtype wt, int N, int K) {
+    memset(m, 0, sizeof *m);
+    if (drt_backend_open("cpu", NULL, &m->be) != DRT_OK) return 0;
+    m->g = drt_graph_new();
+    m->x = drt_new_tensor_2d(m->g, DRT_F32, 1, K, "x");
+    m->w = drt_new_tensor_2d(m->g, wt, N, K, "w");
+    m->w->flags |= DRT_TF_WEIGHT;
+    m->wb = calloc(1, sizeof *m->wb);
+    if (!m->wb || m->be->ops->buf_wrap(m->be, host, drt_nbytes(m->w), m->wb) != DRT_OK) return 0;
+    m->wb->be = m->be;
+    m->w->buf = m->wb;
+    m->y = drt_matmul(m->g, m->x, m->w);
+    m->y->flags |= DRT_TF_OUTPUT;
+    return m->g->err == DRT_OK && drt_plan_create(m->g, m->be, &m->p) == DRT_OK &&
+           m->be->ops->prepare_weight(m->be, m->w) == DRT_OK;
+}
+
+static double wrapped_run(wrapped_mm *m, const float *x, const float *want, int N, int K) {
+    float *got = malloc(sizeof(float) * N);
+    drt_fill_nan(got, N);
+    drt_tensor_set(m->x, x, sizeof(float) * K);
+    drt_tensor_set(m->y, got, sizeof(float) * N);
+    drt_exec ex = {0};
+    double e = 1e30;
+    if (drt_plan_run(m->p, &ex) == DRT_OK) {
+        drt_tensor_get(m->y, got, sizeof(float) * N);
+        e = drt_nmse(got, want, N);
+    }
+    free(got);
+    return e;
+}
+
+static void wrapped_close(wrapped_mm *m) {
+    drt_plan_free(m->p);
+    if (m->wb && m->wb->handle) m->be->ops->buf_free(m->be, m->wb);
+    if (m->w) m->w->buf = NULL;
+    free(m->wb);
+    drt_graph_free(m->g);
+    if (m->be) drt_backend_close(m->be);
+}
+
+static void cpu_repack_shared(void) {
+    enum { N = 9, K = 544 };
+    const drt_dtype wt = DRT_Q4_0;
+    drt_backend *probe;
+    if (drt_backend_open("cpu", NULL, &probe) != DRT_OK) return;
+    char name[256];
+    probe->ops->device_name(0, name, sizeof name);
+    drt_backend_close(probe);
+    if (!strstr(name, "repacked")) { /* no int8-dot GEMV here, or DIFFRT_CPU_REPACK=0 */
+        printf("cpu_repack_shared: skipped (%s)\n", name);
+        return;
+    }
+    const size_t wbytes = drt_row_bytes(wt, (int64_t)N * K);
+    unsigned char *host = malloc(wbytes);
+    float *x = malloc(sizeof(float) * K), *wf = malloc(sizeof(float) * N * K);
+    float *want[3] = {malloc(sizeof(float) * N), malloc(sizeof(float) * N), malloc(sizeof(float) * N)};
+    unsigned char *w3 = malloc(wbytes);
+    drt_rng r;
+    drt_rng_seed(&r, 91);
+    drt_fill_uniform(x, K, &r, -1.f, 1.f);
+    /* three weights: A, B (written under the copies), C (uploaded) */
+    unsigned char *wq[3] = {malloc(wbytes), malloc(wbytes), w3};
+    for (int k = 0; k < 3; k++) {
+        drt_fill_uniform(wf, (int64_t)N * K, &r, -1.f, 1.f);
+        for (int n = 0; n < N; n++) drt_quantize_row(wf + (int64_t)n * K, wt, wq[k] + drt_row_bytes(wt, (int64_t)n * K), K);
+        drt_ref_matmul(want[k], x, wq[k], wt, 1, 1, 1, N, K, 0, 1.0f);
+    }
+    wrapped_mm a, b, c, d;
+    memcpy(host, wq[0], wbytes);
+    DRT_CHECK(wrapped_open(&a, host, wt, N, K), "first: %s", drt_last_error());
+    memcpy(host, wq[1], wbytes); /* behind a's back */
+    DRT_CHECK(wrapped_open(&b, host, wt, N, K), "second: %s", drt_last_error());
+    double e = wrapped_run(&b, x, want[0], N, K);
+    DRT_CHECK(e <= 1e-8, "the second backend did not reuse the first's copy: NMSE %.3e against A (N=%d K=%d seed 91)", e, N, K);
+    wrapped_close(&a);
+    wrapped_close(&b);
+    /* every holder gone: a new prepare reads the bytes as they are now */
+    DRT_CHECK(wrapped_open(&c, host, wt, N, K), "third: %s", drt_last_error());
+    e = wrapped_run(&c, x, want[1], N, K);
+    DRT_CHECK(e <= 1e-8, "a copy outlived its holders: NMSE %.3e against B (N=%d K=%d seed 91)", e, N, K);
+    /* an upload through c's buffer: d's shared copy is stale and is made again */
+    DRT_CHECK(wrapped_open(&d, host, wt, N, K), "fourth: %s", drt_last_error());
+    drt_tensor_set(c.w, w3, wbytes);
+    e = wrapped_run(&d, x, want[2], N, K);
+    DRT_CHECK(e <= 1e-8, "after an upload through the other buffer: NMSE %.3e against C (N=%d K=%d seed 91)", e, N, K);
+    e = wrapped_run(&c, x, want[2], N, K);
+    DRT_CHECK(e <= 1e-8, "after its own upload: NMSE %.3e against C (N=%d K=%d seed 91)", e, N, K);
+    wrapped_close(&c);
+    wrapped_close(&d);
+    for (int k = 0; k < 3; k++) {
+        free(wq[k]);
+        free(want[k]);
+    }
+    free(host);
+    free(x);
+    free(wf);
+}
+
 /* ---- fallbacks: whole models on the partial backend ---------------------------- */
 
 static void model_on_partial(const char *fixture) {
@@ -284,5 +400,6 @@ int main(void) {
     for (int i = 0; i < 4; i++) model_on_partial(fx[i]);
     cpu_repack_follows_uploads(DRT_Q4_0);
     cpu_repack_follows_uploads(DRT_Q8_0);
+    cpu_repack_shared();
     return drt_test_summary("test_graph");
 }

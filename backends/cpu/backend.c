@@ -17,7 +17,9 @@
  *   forward pass of a built graph allocates nothing once warmed up.
  * This file is compiled once, for the baseline ISA. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +46,6 @@ typedef struct {
     int64_t scratch_floats;
     float *shared; /* ensure_shared() */
     int64_t shared_floats;
-    struct cpu_chunk *chunks; /* pack_alloc() */
 } cpu_ctx;
 
 /* ---- choosing threads and ISA ---------------------------------------------- */
@@ -202,41 +203,70 @@ static drt_status pick_qdot(const cpu_kernels *k, int *qdot, int *repack) {
     return DRT_OK;
 }
 
-/* ---- buffers ---------------------------------------------------------------
- * A buffer's handle is a cpu_buf: the memory it owns (NULL when it wraps the
- * caller's) and the repacked copies of the q8_0 / q4_0 weights in it that
- * the T == 1 int8-dot GEMV reads (matmul.c qt_rows). A copy is made when a
- * session loads the weight (prepare_weight), else on the weight's first
- * such MATMUL; an upload into the buffer drops them all (the bytes they
- * came from may change), as does freeing it. */
+/* ---- repacked weights ------------------------------------------------------
+ * The T == 1 int8-dot GEMV reads q8_0 / q4_0 weights from a repacked copy
+ * (matmul.c qt_rows). A buffer's handle is a cpu_buf: the memory it owns
+ * (NULL when it wraps the caller's) and the copies of the weights in it
+ * (cpu_pack). A copy comes one of two ways:
+ *  - a session loading a weight (prepare_weight): the model's memory is
+ *    read-only and shared by every session made from the model, so the copy
+ *    is shared too. It is one process-wide entry (cpu_shared), keyed by the
+ *    weight's address, size, dtype and K and counted by the buffers that
+ *    hold it: a second session of the same model reuses it, and it goes
+ *    when the last of those buffers does;
+ *  - else the weight's first T == 1 MATMUL (weights a caller uploaded, as
+ *    conform and the graph API do): the buffer's own allocation.
+ * An upload into a buffer drops its copies, and marks a shared one stale so
+ * no other buffer uses it again (the bytes under it changed).
+ * Shared copies are carved from chunks of 2 MiB-aligned memory that ask for
+ * transparent huge pages, as the checkpoint's mapping does: the decode GEMV
+ * streams them, and with 4 KiB pages each page costs a TLB miss (134M q4_0
+ * decode, 6 interleaved rounds: median 391 tok/s with huge pages, 369
+ * without). A chunk is freed when the last copy in it is. */
+typedef struct cpu_chunk {
+    struct cpu_chunk *next;
+    char *base;
+    size_t size, used;
+    int live; /* copies carved from it and not yet freed */
+} cpu_chunk;
+
+typedef struct cpu_shared {
+    struct cpu_shared *next;
+    const void *src;
+    size_t bytes;
+    drt_dtype wt;
+    int K;
+    int refs;
+    atomic_int stale;
+    cpu_chunk *chunk;
+    void *data;
+} cpu_shared;
+
 typedef struct cpu_pack {
     struct cpu_pack *next;
     size_t offs, bytes;
     drt_dtype wt;
     int K;
-    int owned; /* data is its own allocation (else in the backend's chunks) */
+    cpu_shared *shared; /* NULL: data is this buffer's own allocation */
     void *data;
 } cpu_pack;
 
-/* The repacked copies of a model's weights (prepare_weight) are carved from
- * chunks of 2 MiB-aligned memory that ask for transparent huge pages, as the
- * checkpoint's mapping does: the decode GEMV streams them, and with 4 KiB
- * pages each page costs a TLB miss (134M q4_0 decode, 6 interleaved rounds:
- * median 391 tok/s with huge pages, 369 without). Their memory is given
- * back when the backend closes. Copies made on first use (weights uploaded
- * by a caller, which may upload again) are allocated and freed one by one. */
-typedef struct cpu_chunk {
-    struct cpu_chunk *next;
-    char *base;
-    size_t size, used;
-} cpu_chunk;
+typedef struct {
+    void *own;
+    cpu_pack *packs;
+} cpu_buf;
 
 #define CHUNK_ALIGN ((size_t)2 << 20)
 #define CHUNK_MIN ((size_t)32 << 20)
 
-static void *pack_alloc(cpu_ctx *c, size_t bytes) {
+static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
+static cpu_chunk *shared_chunks; /* the newest first: the one carved from */
+static cpu_shared *shared_packs;
+
+/* bytes from the newest chunk, or a new one; *chunk: where. Under shared_mu. */
+static void *chunk_alloc(size_t bytes, cpu_chunk **chunk) {
     bytes = (bytes + 63) & ~(size_t)63;
-    cpu_chunk *h = c->chunks;
+    cpu_chunk *h = shared_chunks;
     if (!h || h->size - h->used < bytes) {
         size_t size = (bytes + CHUNK_ALIGN - 1) & ~(CHUNK_ALIGN - 1);
         if (size < CHUNK_MIN) size = CHUNK_MIN;
@@ -249,51 +279,129 @@ static void *pack_alloc(cpu_ctx *c, size_t bytes) {
         (void)madvise(h->base, size, MADV_HUGEPAGE); /* a hint: without THP, plain pages */
 #endif
         h->size = size;
-        h->next = c->chunks;
-        c->chunks = h;
+        h->next = shared_chunks;
+        shared_chunks = h;
     }
     void *p = h->base + h->used;
     h->used += bytes;
+    h->live++;
+    *chunk = h;
     return p;
 }
 
-typedef struct {
-    void *own;
-    cpu_pack *packs;
-} cpu_buf;
+/* one buffer's reference to e goes; the last frees e and maybe its chunk */
+static void shared_release(cpu_shared *e) {
+    pthread_mutex_lock(&shared_mu);
+    if (--e->refs == 0) {
+        for (cpu_shared **q = &shared_packs; *q; q = &(*q)->next)
+            if (*q == e) {
+                *q = e->next;
+                break;
+            }
+        cpu_chunk *h = e->chunk;
+        if (--h->live == 0) {
+            for (cpu_chunk **q = &shared_chunks; *q; q = &(*q)->next)
+                if (*q == h) {
+                    *q = h->next;
+                    break;
+                }
+            free(h->base);
+            free(h);
+        }
+        free(e);
+    }
+    pthread_mutex_unlock(&shared_mu);
+}
 
-static void drop_packs(cpu_buf *cb) {
+/* the buffer's copies go; `written`: its bytes changed, so shared copies
+ * made from them are stale for every other buffer too */
+static void drop_packs(cpu_buf *cb, int written) {
     while (cb && cb->packs) {
         cpu_pack *p = cb->packs;
         cb->packs = p->next;
-        if (p->owned) free(p->data);
+        if (p->shared) {
+            if (written) atomic_store(&p->shared->stale, 1);
+            shared_release(p->shared);
+        } else {
+            free(p->data);
+        }
         free(p);
     }
 }
 
+/* The shared copy of weight w (src, bytes, K), found or made (repacked by
+ * this backend's threads); NULL when out of memory. */
+static cpu_shared *shared_get(cpu_ctx *c, const drt_tensor *w, const void *src, size_t bytes, int K) {
+    pthread_mutex_lock(&shared_mu);
+    cpu_shared *e = shared_packs;
+    while (e && (e->src != src || e->bytes != bytes || e->wt != w->type || e->K != K || atomic_load(&e->stale)))
+        e = e->next;
+    if (e) {
+        e->refs++;
+    } else if ((e = calloc(1, sizeof *e)) != NULL) {
+        e->data = chunk_alloc(bytes ? bytes : 64, &e->chunk);
+        if (!e->data) {
+            free(e);
+            e = NULL;
+        } else {
+            e->src = src;
+            e->bytes = bytes;
+            e->wt = w->type;
+            e->K = K;
+            e->refs = 1;
+            atomic_init(&e->stale, 0);
+            /* repacked under the lock: a second session of the same model
+             * waits for this copy instead of making its own */
+            cpu_pack_args a = {e->data, src, w->type, (int64_t)(bytes / drt_row_bytes(w->type, K)), K};
+            cpu_pool_run(c->pool, c->k->mm_pack, &a);
+            e->next = shared_packs;
+            shared_packs = e;
+        }
+    }
+    pthread_mutex_unlock(&shared_mu);
+    return e;
+}
+
 /* *out: weight w (N rows of K, q8_0 / q4_0) in the repacked layout; made
- * now if it is not there (in the chunks when `chunked`) */
-static drt_status packed_weight(cpu_ctx *c, const drt_tensor *w, int K, int chunked, const void **out) {
+ * now if it is not there: shared when `shared` (prepare_weight), else the
+ * buffer's own */
+static drt_status packed_weight(cpu_ctx *c, const drt_tensor *w, int K, int shared, const void **out) {
     cpu_buf *cb = w->buf ? w->buf->handle : NULL;
     const size_t bytes = drt_nbytes(w);
     *out = NULL;
     if (!cb) return drt_set_error(DRT_ERR_BACKEND, "cpu: weight %s has no buffer of this backend", w->name);
-    for (cpu_pack *p = cb->packs; p; p = p->next)
-        if (p->offs == w->offs && p->bytes == bytes && p->wt == w->type && p->K == K) {
-            *out = p->data;
-            return DRT_OK;
+    for (cpu_pack **q = &cb->packs; *q; q = &(*q)->next) {
+        cpu_pack *p = *q;
+        if (p->offs != w->offs || p->bytes != bytes || p->wt != w->type || p->K != K) continue;
+        if (p->shared && atomic_load(&p->shared->stale)) { /* its bytes were written through another buffer */
+            *q = p->next;
+            shared_release(p->shared);
+            free(p);
+            break;
         }
+        *out = p->data;
+        return DRT_OK;
+    }
     cpu_pack *p = calloc(1, sizeof *p);
-    void *data = NULL;
-    if (p && chunked) data = pack_alloc(c, bytes);
-    else if (p && posix_memalign(&data, 64, bytes ? bytes : 64) != 0) data = NULL;
-    if (!data) {
+    const void *src = drt_host_ptr(w);
+    if (p && shared) {
+        p->shared = shared_get(c, w, src, bytes, K);
+        p->data = p->shared ? p->shared->data : NULL;
+    } else if (p && posix_memalign(&p->data, 64, bytes ? bytes : 64) != 0) {
+        p->data = NULL;
+    } else if (p) {
+        cpu_pack_args a = {p->data, src, w->type, (int64_t)(bytes / drt_row_bytes(w->type, K)), K};
+        cpu_pool_run(c->pool, c->k->mm_pack, &a);
+    }
+    if (!p || !p->data) {
         free(p);
         return drt_set_error(DRT_ERR_OOM, "cpu: cannot allocate %zu bytes to repack weight %s", bytes, w->name);
     }
-    *p = (cpu_pack){cb->packs, w->offs, bytes, w->type, K, !chunked, data};
-    cpu_pack_args a = {p->data, drt_host_ptr(w), w->type, (int64_t)(bytes / drt_row_bytes(w->type, K)), K};
-    cpu_pool_run(c->pool, c->k->mm_pack, &a);
+    p->offs = w->offs;
+    p->bytes = bytes;
+    p->wt = w->type;
+    p->K = K;
+    p->next = cb->packs;
     cb->packs = p;
     *out = p->data;
     return DRT_OK;
@@ -547,12 +655,6 @@ static void cpu_shutdown(drt_backend *be) {
     for (int i = 0; c->scratch && i < c->nth; i++) free(c->scratch[i]);
     free(c->scratch);
     free(c->shared);
-    while (c->chunks) {
-        cpu_chunk *h = c->chunks;
-        c->chunks = h->next;
-        free(h->base);
-        free(h);
-    }
     free(c);
     be->ctx = NULL;
 }
@@ -612,7 +714,7 @@ static drt_status cpu_buf_wrap(drt_backend *be, void *host, size_t size, drt_buf
 static void cpu_buf_free(drt_backend *be, drt_buffer *b) {
     cpu_buf *cb = b->handle;
     if (cb) {
-        drop_packs(cb);
+        drop_packs(cb, 0);
         free(cb->own);
         free(cb);
     }
@@ -620,7 +722,7 @@ static void cpu_buf_free(drt_backend *be, drt_buffer *b) {
 }
 
 static drt_status cpu_upload(drt_backend *be, drt_buffer *b, size_t off, const void *src, size_t n) {
-    drop_packs(b->handle);
+    drop_packs(b->handle, 1);
     if ((const char *)b->host + off != src) memcpy((char *)b->host + off, src, n);
     return DRT_OK;
 }

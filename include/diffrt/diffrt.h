@@ -168,7 +168,10 @@ typedef struct {
 } drt_session_opts;
 
 /* The session holds a reference to the model (see drt_model_free) and reads
- * its weights in place on host backends (cpu, ref). opts NULL: all defaults. */
+ * its weights in place on host backends (cpu, ref); except that cpu, on a
+ * CPU with AVX512-VNNI, keeps a repacked copy of q8_0 / q4_0 weights for
+ * decode, one per model, shared by its sessions (DIFFRT_CPU_REPACK=0: none).
+ * opts NULL: all defaults. */
 drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_session **out);
 void drt_session_free(drt_session *s); /* NULL: nothing */
 /* Appends T tokens (1 <= T <= the context left) at the current position and
