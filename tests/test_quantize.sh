@@ -15,6 +15,8 @@ CLI=$1 MODELS=$2 SCRATCH=$3 REQUIRE=$4 QUICK=${5:-}
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 pass() { echo "ok   $*"; }
+# (checks grep to /dev/null, not with -q: under pipefail, grep -q leaving
+# early can kill the writer with SIGPIPE and fail a check that matched)
 rm -rf "$SCRATCH" && mkdir -p "$SCRATCH" || exit 1
 
 for mdir in "$MODELS"/*/; do
@@ -26,7 +28,7 @@ for mdir in "$MODELS"/*/; do
       fail "$m $t: quantize failed: $(tail -1 "$SCRATCH/q.err")"; continue
     fi
     grep -q "tensors to $t" "$SCRATCH/q.err" || fail "$m $t: no summary line on stderr"
-    "$CLI" info --model "$out" | grep -Eq "weight dtype +$t" && pass "$m $t: written, info says $t" ||
+    "$CLI" info --model "$out" | grep >/dev/null -E "weight dtype +$t" && pass "$m $t: written, info says $t" ||
       fail "$m $t: info does not say $t: $("$CLI" info --model "$out" | grep -i dtype)"
     for f in config.json tokenizer.json; do cmp -s "$mdir/$f" "$out/$f" || fail "$m $t: $f not copied"; done
     # every required backend against the reference on the quantized model
@@ -51,15 +53,15 @@ done
 m=diff-v1-tiny
 out="$SCRATCH/$m-q8_0"
 msg=$("$CLI" quantize --model "$MODELS/$m" --type q8_0 --out "$out" 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$msg" | grep -q "already exists; pass --force" && pass "no overwrite without --force" ||
+[ $rc -eq 2 ] && echo "$msg" | grep >/dev/null "already exists; pass --force" && pass "no overwrite without --force" ||
   fail "overwrite without --force: rc $rc: $msg"
 "$CLI" quantize --model "$MODELS/$m" --type q8_0 --out "$out" --force 2>/dev/null && pass "--force replaces" ||
   fail "--force did not replace"
 msg=$("$CLI" quantize --model "$MODELS/$m" --type q8_0 --out "$MODELS/$m" 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$msg" | grep -q "is the model directory itself" && pass "refuses --out = --model" ||
+[ $rc -eq 2 ] && echo "$msg" | grep >/dev/null "is the model directory itself" && pass "refuses --out = --model" ||
   fail "--out = --model: rc $rc: $msg"
 msg=$("$CLI" quantize --model "$MODELS/$m" --type q5_1 --out "$SCRATCH/x" 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$msg" | grep -q "must be q8_0 or q4_0" && pass "unknown --type: one line, exit 2" ||
+[ $rc -eq 2 ] && echo "$msg" | grep >/dev/null "must be q8_0 or q4_0" && pass "unknown --type: one line, exit 2" ||
   fail "--type q5_1: rc $rc: $msg"
 
 rm -rf "$SCRATCH"
