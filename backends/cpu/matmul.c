@@ -402,6 +402,8 @@ QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, drt_dtype dt, i
  * chunk for four rows. */
 enum { QT = 288 };
 static int qt_sblocks(int K) { return (K / DRT_QK + 15) / 16; }
+/* blocks in superblock s of a row of nb blocks (16, or fewer in the last) */
+static int qt_sb_blocks(int nb, int s) { return nb - 16 * s < 16 ? nb - 16 * s : 16; }
 
 /* the four 4-byte units of lv (values 4 u0 .. 4 u0 + 15 of one level of
  * block j) to chunks u0 .. u0 + 3: unit u at q + (u0 + u) * stride + 4 j */
@@ -419,7 +421,7 @@ QDOT_FN void qt_prep_x(float *o, const float *x, int K, drt_dtype dt) {
         float *so = o + (int64_t)s * QT;
         int8_t *q = (int8_t *)so;
         memset(so, 0, sizeof(float) * QT);
-        for (int j = 0; j < 16 && 16 * s + j < nb; j++) {
+        for (int j = 0; j < qt_sb_blocks(nb, s); j++) {
             __m128i lv[4];
             float sx, sum;
             qdot_levels(x + (int64_t)(16 * s + j) * DRT_QK, lv, &sx, &sum);
@@ -445,14 +447,14 @@ QDOT_FN void qt_prep_x(float *o, const float *x, int K, drt_dtype dt) {
 QDOT_FN void qt_rows(float *y, const float *xq, const void *w, drt_dtype dt, int64_t n, int n4, int K,
                      float scale) {
     const int q8 = dt == DRT_Q8_0, nb = K / DRT_QK, ns = qt_sblocks(K), nch = q8 ? 8 : 4;
-    const int64_t bs = q8 ? 34 : 18, rowb = nb * bs;
+    const int64_t bs = wbytes(dt, DRT_QK), rowb = nb * bs;
     const __m512i m4 = _mm512_set1_epi8(0x0F), x80 = _mm512_set1_epi8((char)0x80);
     const unsigned char *r[4]; /* rows past n4 repeat row n; their sums are dropped */
     for (int i = 0; i < 4; i++) r[i] = (const unsigned char *)w + (n + (i < n4 ? i : 0)) * rowb;
     __m512 acc[4];
     for (int i = 0; i < 4; i++) acc[i] = _mm512_setzero_ps();
     for (int s = 0; s < ns; s++) {
-        const int rb = nb - 16 * s < 16 ? nb - 16 * s : 16; /* blocks in this superblock */
+        const int rb = qt_sb_blocks(nb, s);
         const __mmask64 mv = rb == 16 ? ~(__mmask64)0 : ((__mmask64)1 << (4 * rb)) - 1;
         const int64_t off = 16 * s * bs, cb = 4 * rb; /* superblock start; bytes per chunk */
         const int8_t *q = (const int8_t *)(xq + (int64_t)s * QT);
@@ -536,10 +538,10 @@ QDOT_ATTR static void gemv_qdot(const cpu_mm_args *a, int ith, int nth) {
  * layout at src to qt_rows' at dst (the comment above qt_rows) */
 static void qt_pack_rows(unsigned char *dst, const unsigned char *src, drt_dtype wt, int64_t lo, int64_t hi, int K) {
     const int q8 = wt == DRT_Q8_0, nb = K / DRT_QK, nch = q8 ? 8 : 4;
-    const int64_t bs = q8 ? 34 : 18, rowb = nb * bs;
+    const int64_t bs = wbytes(wt, DRT_QK), rowb = nb * bs;
     for (int64_t row = lo; row < hi; row++)
         for (int s = 0; s < qt_sblocks(K); s++) {
-            const int rb = nb - 16 * s < 16 ? nb - 16 * s : 16;
+            const int rb = qt_sb_blocks(nb, s);
             const unsigned char *in = src + row * rowb + 16 * s * bs;
             unsigned char *out = dst + row * rowb + 16 * s * bs;
             for (int j = 0; j < rb; j++) {
