@@ -329,8 +329,14 @@ static void drop_packs(cpu_buf *cb, int written) {
     }
 }
 
-/* The shared copy of weight w (src, bytes, K), found or made (repacked by
- * this backend's threads); NULL when out of memory. */
+/* weight w's bytes at src (K columns) repacked into dst by this backend's threads */
+static void repack(cpu_ctx *c, void *dst, const drt_tensor *w, const void *src, size_t bytes, int K) {
+    cpu_pack_args a = {dst, src, w->type, (int64_t)(bytes / drt_row_bytes(w->type, K)), K};
+    cpu_pool_run(c->pool, c->k->mm_pack, &a);
+}
+
+/* The shared copy of weight w (src, bytes, K), found or made; NULL when out
+ * of memory. */
 static cpu_shared *shared_get(cpu_ctx *c, const drt_tensor *w, const void *src, size_t bytes, int K) {
     pthread_mutex_lock(&shared_mu);
     cpu_shared *e = shared_packs;
@@ -352,8 +358,7 @@ static cpu_shared *shared_get(cpu_ctx *c, const drt_tensor *w, const void *src, 
             atomic_init(&e->stale, 0);
             /* repacked under the lock: a second session of the same model
              * waits for this copy instead of making its own */
-            cpu_pack_args a = {e->data, src, w->type, (int64_t)(bytes / drt_row_bytes(w->type, K)), K};
-            cpu_pool_run(c->pool, c->k->mm_pack, &a);
+            repack(c, e->data, w, src, bytes, K);
             e->next = shared_packs;
             shared_packs = e;
         }
@@ -390,8 +395,7 @@ static drt_status packed_weight(cpu_ctx *c, const drt_tensor *w, int K, int shar
     } else if (p && posix_memalign(&p->data, 64, bytes ? bytes : 64) != 0) {
         p->data = NULL;
     } else if (p) {
-        cpu_pack_args a = {p->data, src, w->type, (int64_t)(bytes / drt_row_bytes(w->type, K)), K};
-        cpu_pool_run(c->pool, c->k->mm_pack, &a);
+        repack(c, p->data, w, src, bytes, K);
     }
     if (!p || !p->data) {
         free(p);
