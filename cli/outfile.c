@@ -1,0 +1,148 @@
+/* Output files written whole or not at all; stdout checked at exit
+ * (cli/outfile.h). */
+#define _GNU_SOURCE /* nftw's FTW_PHYS / FTW_DEPTH, __fpending */
+#include "outfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio_ext.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* path split at its last '/': dir ("." when none) and the last component */
+static int split_path(const char *path, char *dir, size_t dn, const char **base) {
+    const char *slash = strrchr(path, '/');
+    *base = slash ? slash + 1 : path;
+    if (!**base) return 0; /* "dir/": names no file */
+    if (!slash) return snprintf(dir, dn, ".") < (int)dn;
+    size_t n = slash == path ? 1 : (size_t)(slash - path); /* "/x" -> "/" */
+    if (n >= dn) return 0;
+    memcpy(dir, path, n);
+    dir[n] = 0;
+    return 1;
+}
+
+int cli_out_open(cli_outfile *o, const char *what, const char *path) {
+    memset(o, 0, sizeof *o);
+    if (snprintf(o->path, sizeof o->path, "%s", path) >= (int)sizeof o->path) {
+        fprintf(stderr, "diffrt: %s: cannot write %s: %s\n", what, path, strerror(ENAMETOOLONG));
+        return 1;
+    }
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "diffrt: %s: cannot write %s: %s\n", what, path, strerror(EISDIR));
+        return 1;
+    }
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        /* a device or a FIFO: no rename can replace it, and none should */
+        if (!(o->f = fopen(path, "w"))) {
+            fprintf(stderr, "diffrt: %s: cannot write %s: %s\n", what, path, strerror(errno));
+            return 1;
+        }
+        return 0;
+    }
+    char dir[PATH_MAX];
+    const char *base;
+    if (!split_path(path, dir, sizeof dir, &base)) {
+        fprintf(stderr, "diffrt: %s: cannot write %s: not a file name\n", what, path);
+        return 1;
+    }
+    /* O_EXCL on a fresh name: never through a symlink, never over a file;
+     * 0666 so that the umask, not mkstemp's 0600, decides the final mode */
+    static unsigned counter;
+    int fd = -1, err = EEXIST;
+    for (int tries = 0; fd < 0 && err == EEXIST && tries < 100; tries++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        unsigned r = (unsigned)getpid() * 2654435761u ^ (unsigned)ts.tv_nsec ^ (++counter * 40503u);
+        if (snprintf(o->tmp, sizeof o->tmp, "%s/.%.200s.tmp.%06x", dir, base, r & 0xffffffu) >= (int)sizeof o->tmp) {
+            err = ENAMETOOLONG;
+            break;
+        }
+        fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        err = fd < 0 ? errno : 0;
+    }
+    if (fd < 0 || !(o->f = fdopen(fd, "w"))) {
+        if (fd >= 0) {
+            err = errno;
+            close(fd);
+            unlink(o->tmp);
+        }
+        fprintf(stderr, "diffrt: %s: cannot write %s: %s\n", what, path, strerror(err));
+        o->tmp[0] = 0;
+        return 1;
+    }
+    return 0;
+}
+
+int cli_out_close(cli_outfile *o, const char *what) {
+    if (!o->f) return 1;
+    /* the flush and close give the reason; a write that failed before them
+     * (glibc then drops its buffer) has lost its errno */
+    int bad = ferror(o->f), err = 0;
+    errno = 0;
+    if (fflush(o->f) != 0) bad = 1, err = errno;
+    if (fclose(o->f) != 0 && !err) bad = 1, err = errno;
+    o->f = NULL;
+    if (!bad && o->tmp[0] && rename(o->tmp, o->path) != 0) bad = 1, err = errno;
+    if (bad) {
+        if (o->tmp[0]) unlink(o->tmp);
+        fprintf(stderr, "diffrt: %s: cannot write %s: %s\n", what, o->path, err ? strerror(err) : "write error");
+    }
+    o->tmp[0] = 0;
+    return bad;
+}
+
+void cli_out_discard(cli_outfile *o) {
+    if (!o->f) return;
+    fclose(o->f);
+    o->f = NULL;
+    if (o->tmp[0]) unlink(o->tmp);
+    o->tmp[0] = 0;
+}
+
+int cli_same_output(const char *a, const char *b) {
+    struct stat sa, sb;
+    int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+    if (ea || eb) return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char da[PATH_MAX], db[PATH_MAX], ra[PATH_MAX], rb[PATH_MAX];
+    const char *na, *nb;
+    if (!split_path(a, da, sizeof da, &na) || !split_path(b, db, sizeof db, &nb)) return strcmp(a, b) == 0;
+    if (!realpath(da, ra) || !realpath(db, rb)) return strcmp(a, b) == 0;
+    return strcmp(ra, rb) == 0 && strcmp(na, nb) == 0;
+}
+
+int cli_close_stdout(int rc) {
+    /* as coreutils' close_stdout: a closed stdout (EBADF) that was never
+     * written to is no error */
+    int bad = ferror(stdout), pending = __fpending(stdout) > 0, err = 0;
+    errno = 0;
+    if (fflush(stdout) != 0) bad = 1, err = errno;
+    if (fclose(stdout) != 0 && !err && (pending || bad || errno != EBADF)) bad = 1, err = errno;
+    if (!bad) return rc;
+    /* glibc drops what a failed write could not write: an error seen before
+     * the flush here has lost its errno, and gets no reason */
+    if (err)
+        fprintf(stderr, "diffrt: error writing standard output: %s\n", strerror(err));
+    else
+        fprintf(stderr, "diffrt: error writing standard output\n");
+    return rc ? rc : 1;
+}
+
+static int rm_first_err;
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    if (remove(p) != 0 && !rm_first_err) rm_first_err = errno;
+    return 0;
+}
+
+int cli_remove_tree(const char *path) {
+    rm_first_err = 0;
+    if (nftw(path, rm_one, 16, FTW_PHYS | FTW_DEPTH) != 0 && !rm_first_err) rm_first_err = errno;
+    errno = rm_first_err;
+    return rm_first_err ? -1 : 0;
+}

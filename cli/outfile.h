@@ -1,0 +1,58 @@
+/* Output files that are written whole or not at all, and standard output
+ * checked at exit (cli/outfile.c).
+ *
+ * A file the CLI writes (--json, --junit, report.md, ...) goes through
+ * cli_out_open / cli_out_close:
+ *
+ *     cli_outfile o;
+ *     if (cli_out_open(&o, "niah", path)) return 1;   // message printed
+ *     fprintf(o.f, ...);                               // unchecked writes are fine here
+ *     if (cli_out_close(&o, "niah")) return 1;         // every write checked, then renamed
+ *
+ * cli_out_open creates ".<name>.tmp.XXXXXX" beside path (O_CREAT | O_EXCL:
+ * never through a symlink, never over another file); cli_out_close checks
+ * ferror, fflush and fclose and only then renames the temp onto path, so a
+ * reader sees either the previous file or the complete new one. On any
+ * failure the temp is removed, the previous file at path (if any) keeps its
+ * bytes, and one line "diffrt: <what>: cannot write <path>: <reason>" is
+ * printed. cli_out_discard drops an open file without touching path (an
+ * error elsewhere: nothing that looks complete is left).
+ *
+ * A path that exists and is not a regular file (/dev/stdout, /dev/full, a
+ * FIFO) cannot be replaced by a rename: it is opened and written directly,
+ * with the same checks. A path that is a symlink is replaced by the new
+ * file, never written through. */
+#ifndef DRT_CLI_OUTFILE_H
+#define DRT_CLI_OUTFILE_H
+
+#include <limits.h>
+#include <stdio.h>
+
+typedef struct cli_outfile {
+    FILE *f;             /* write here; NULL when not open */
+    char path[PATH_MAX]; /* the final name */
+    char tmp[PATH_MAX];  /* the temp name; "" when f is path itself (not a regular file) */
+} cli_outfile;
+
+/* 0, or 1 with the message printed (o->f is then NULL) */
+int cli_out_open(cli_outfile *o, const char *what, const char *path);
+/* 0, or 1 with the message printed; o->f is NULL after either */
+int cli_out_close(cli_outfile *o, const char *what);
+/* closes and removes the temp; path untouched. A no-op when o->f is NULL. */
+void cli_out_discard(cli_outfile *o);
+
+/* 1 when a and b name the same file: the same device and inode when both
+ * exist, else the same directory (after realpath) and last component. */
+int cli_same_output(const char *a, const char *b);
+
+/* The end of every command (cli/main.c): flushes and closes stdout; when a
+ * write to it failed, now or before, prints "diffrt: error writing standard
+ * output: <reason>" (no reason when an earlier write lost its errno) and
+ * returns 1 (rc when rc is already nonzero), else rc. */
+int cli_close_stdout(int rc);
+
+/* Removes the tree at path without following any symlink in it (nftw
+ * FTW_PHYS | FTW_DEPTH); 0 or -1 with errno of the first failure. */
+int cli_remove_tree(const char *path);
+
+#endif
