@@ -4,6 +4,7 @@
  * a prompt of another length comes). Running a built graph allocates nothing. */
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,25 @@ struct drt_session {
     drt_forward_graph decode, prefill;
     drt_forward_graph *last; /* the graph of the last successful forward */
     int64_t fallback_runs[DRT_OP_COUNT];
+    /* held by whichever thread is inside the session (diffrt.h): a second
+     * thread gets DRT_ERR_BUSY from the calls with a status and waits in the
+     * others, so two forwards never share the KV cache, pos and the graphs'
+     * arenas (they did: most forwards from two threads came out wrong) */
+    pthread_mutex_t mu;
 };
+
+/* Takes the session for this call, or DRT_ERR_BUSY naming `what`. */
+static drt_status enter(drt_session *s, const char *what) {
+    if (pthread_mutex_trylock(&s->mu) != 0)
+        return drt_set_error(DRT_ERR_BUSY, "%s: the session is in use by another thread", what);
+    return DRT_OK;
+}
+
+/* For the calls without a status: wait for the thread inside. The getters
+ * take a const session; the mutex is its one mutable part. */
+static void wait_enter(const drt_session *s) { pthread_mutex_lock((pthread_mutex_t *)&s->mu); }
+
+static void leave(const drt_session *s) { pthread_mutex_unlock((pthread_mutex_t *)&s->mu); }
 
 static drt_tensor *upload(drt_session *s, const drt_host_weight *w, drt_status *st) {
     if (*st != DRT_OK || !w->data) return NULL;
@@ -60,6 +79,11 @@ static void forward_free(drt_forward_graph *f) {
 
 void drt_session_free(drt_session *s) {
     if (!s) return;
+    /* a forward in flight on another thread finishes first (its last use of
+     * s, diffrt.h); unlocked again so that the mutex is destroyed unlocked */
+    wait_enter(s);
+    leave(s);
+    pthread_mutex_destroy(&s->mu);
     forward_free(&s->decode);
     forward_free(&s->prefill);
     drt_graph_free(s->store);
@@ -101,6 +125,10 @@ drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_se
     if (est != DRT_OK) return est;
     drt_session *s = calloc(1, sizeof *s);
     if (!s) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        free(s);
+        return drt_set_error(DRT_ERR_OOM, "drt_session_create: cannot initialise the session's mutex");
+    }
     s->m = m;
     drt_model_ref(m); /* dropped by drt_session_free, failure below included */
     s->max_ctx = ctx;
@@ -222,14 +250,11 @@ static int64_t first_nonfinite(const float *x, int64_t n) {
     return -1;
 }
 
-/* drt_session_forward, and with prof drt_session_forward_profiled */
-static drt_status forward(drt_session *s, const int32_t *ids, int T, float *logits, int all_logits,
-                          drt_profile *prof) {
-    if (!s || !ids || !logits)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_forward: %s is NULL",
-                             !s     ? "the session"
-                             : !ids ? "ids"
-                                    : "logits");
+/* forward() with the session entered */
+static drt_status forward_entered(drt_session *s, const int32_t *ids, int T, float *logits, int all_logits,
+                                  drt_profile *prof) {
+    if (!ids || !logits)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_forward: %s is NULL", !ids ? "ids" : "logits");
     const drt_model_info *I = &s->m->info;
     if (T <= 0) return drt_set_error(DRT_ERR_INVALID_ARG, "forward: %d tokens (need at least 1)", T);
     if (T > s->max_ctx - s->pos)
@@ -288,6 +313,18 @@ static drt_status forward(drt_session *s, const int32_t *ids, int T, float *logi
     return DRT_OK;
 }
 
+/* drt_session_forward, and with prof drt_session_forward_profiled. The busy
+ * check comes before the arguments' (a rejected call never ran anyway). */
+static drt_status forward(drt_session *s, const int32_t *ids, int T, float *logits, int all_logits,
+                          drt_profile *prof) {
+    if (!s) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_forward: the session is NULL");
+    drt_status st = enter(s, prof ? "drt_session_forward_profiled" : "drt_session_forward");
+    if (st != DRT_OK) return st;
+    st = forward_entered(s, ids, T, logits, all_logits, prof);
+    leave(s);
+    return st;
+}
+
 _Static_assert(DRT_OP_COUNT <= DRT_PROFILE_MAX_OPS, "drt_profile holds one entry per op");
 
 drt_status drt_session_forward(drt_session *s, const int32_t *ids, int T, float *logits,
@@ -304,8 +341,10 @@ drt_status drt_session_forward_profiled(drt_session *s, const int32_t *ids, int 
 
 void drt_session_reset(drt_session *s) {
     if (!s) return;
+    wait_enter(s);
     s->pos = 0;
     s->last = NULL;
+    leave(s);
 }
 
 /* Host copy of a device tensor (or of its first n bytes). */
@@ -317,10 +356,7 @@ static void *fetch(const drt_tensor *t, size_t n, drt_status *st) {
     return h;
 }
 
-drt_status drt_session_last_attention(drt_session *s, float *weights) {
-    if (!s || !weights)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_last_attention: %s is NULL",
-                             !s ? "the session" : "weights");
+static drt_status last_attention_entered(drt_session *s, float *weights) {
     const drt_model *m = s->m;
     const drt_model_info *I = &m->info;
     drt_forward_graph *f = s->last;
@@ -367,8 +403,23 @@ drt_status drt_session_last_attention(drt_session *s, float *weights) {
     return st;
 }
 
+drt_status drt_session_last_attention(drt_session *s, float *weights) {
+    if (!s || !weights)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_last_attention: %s is NULL",
+                             !s ? "the session" : "weights");
+    drt_status st = enter(s, "drt_session_last_attention");
+    if (st != DRT_OK) return st;
+    st = last_attention_entered(s, weights);
+    leave(s);
+    return st;
+}
+
 int drt_session_pos(const drt_session *s) {
-    return s ? s->pos : -1;
+    if (!s) return -1;
+    wait_enter(s);
+    int pos = s->pos;
+    leave(s);
+    return pos;
 }
 
 int drt_session_ctx(const drt_session *s) { return s ? s->max_ctx : -1; }
@@ -378,8 +429,11 @@ size_t drt_session_activation_bytes(const drt_session *s, size_t *unplanned) {
         if (unplanned) *unplanned = 0;
         return 0;
     }
+    wait_enter(s);
     const drt_forward_graph *f = s->last ? s->last : &s->decode;
-    return drt_plan_arena_bytes(f->plan, unplanned);
+    size_t bytes = drt_plan_arena_bytes(f->plan, unplanned);
+    leave(s);
+    return bytes;
 }
 
 int drt_session_fallbacks(const drt_session *s, char *lines, size_t n) {
@@ -387,6 +441,7 @@ int drt_session_fallbacks(const drt_session *s, char *lines, size_t n) {
     size_t o = 0;
     if (lines && n) lines[0] = 0;
     if (!s) return 0;
+    wait_enter(s);
     for (int i = 0; i < DRT_OP_COUNT; i++) {
         if (!s->fallback_runs[i]) continue;
         total += s->fallback_runs[i];
@@ -394,5 +449,6 @@ int drt_session_fallbacks(const drt_session *s, char *lines, size_t n) {
             o += (size_t)snprintf(lines + o, n - o, "%s%s=%lld", o ? " " : "", drt_op_name((drt_op)i),
                                   (long long)s->fallback_runs[i]);
     }
+    leave(s);
     return (int)total;
 }

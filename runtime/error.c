@@ -28,6 +28,7 @@ const char *drt_status_str(drt_status s) {
     case DRT_ERR_OOM: return "out of memory";
     case DRT_ERR_BACKEND: return "backend error";
     case DRT_ERR_NUMERIC: return "non-finite values";
+    case DRT_ERR_BUSY: return "busy";
     }
     return "unknown status";
 }

@@ -3,7 +3,19 @@
  * fails on the same thread). Library code never prints and never exits.
  * Entry points check their arguments: a NULL pointer where an object is
  * needed, or a count out of range, is DRT_ERR_INVALID_ARG with a message (the
- * few that return no status say below what they do instead). */
+ * few that return no status say below what they do instead).
+ *
+ * Threads: a drt_model is immutable once loaded and may be shared: sessions
+ * may be created, run and freed on any threads at once from one model (the
+ * cpu backend's repacked weight copy, shared by a model's sessions, is made
+ * and released under a lock). A drt_session is one thread's at a time: a
+ * call that returns a status and finds another thread inside the same
+ * session returns DRT_ERR_BUSY ("session is in use by another thread") and
+ * does nothing; drt_session_reset, drt_session_free and the getters that
+ * return no status wait for that call to finish instead. A handle must not
+ * be used after its free returned. A drt_tokenizer is read-only once loaded
+ * and may be shared too; samplers and tokenizer streams hold state and are
+ * one thread's at a time (not checked). */
 #ifndef DIFFRT_H
 #define DIFFRT_H
 
@@ -24,6 +36,7 @@ typedef enum {
     DRT_ERR_OOM,
     DRT_ERR_BACKEND, /* a backend call failed at run time */
     DRT_ERR_NUMERIC, /* a forward produced NaN or Inf logits (never sampled) */
+    DRT_ERR_BUSY,    /* the session is in use by another thread (nothing was done) */
 } drt_status;
 
 typedef enum {
@@ -173,7 +186,9 @@ typedef struct {
  * decode, one per model, shared by its sessions (DIFFRT_CPU_REPACK=0: none).
  * opts NULL: all defaults. */
 drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_session **out);
-void drt_session_free(drt_session *s); /* NULL: nothing */
+/* NULL: nothing. A call in flight on another thread is waited for (and must
+ * be that thread's last use of s). */
+void drt_session_free(drt_session *s);
 /* Appends T tokens (1 <= T <= the context left) at the current position and
  * runs them. logits receives [T, vocab] floats when all_logits, else [vocab]
  * for the last token. Logits that hold a NaN or Inf are DRT_ERR_NUMERIC

@@ -1,0 +1,289 @@
+/* Threads (include/diffrt/diffrt.h, "Threads"): a model is shared, a session
+ * is one thread's at a time, and misuse is an error, never wrong logits.
+ *   - shared model: sessions of one model created, run and freed on 4
+ *     threads at once give logits bit-identical to one thread's (cpu, ref);
+ *   - one session, two threads calling forward as fast as they can: every
+ *     call either succeeds with logits bit-identical to a single-threaded
+ *     run's or fails with DRT_ERR_BUSY ("session is in use by another
+ *     thread"); before the lock most came out wrong;
+ *   - drt_session_free while another thread is inside a forward waits for
+ *     that forward: no crash, no use after free (the ASan and TSan builds
+ *     watch), and the forward's logits are right.
+ * Threads record what they saw; the checks run on the main thread
+ * (DRT_CHECK counts in plain ints). Models: the bundled fixtures (V = 256,
+ * 64 positions). Clean under ThreadSanitizer: -DDIFFRT_TSAN=ON (README). */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diffrt/diffrt.h"
+#include "drt_test.h"
+
+#define V 256
+#define T 8         /* tokens of the hammer prompt */
+#define LAPS 3      /* the hammer session holds LAPS prompts (ctx LAPS * T) */
+#define T_LONG 48   /* the forward a free waits for */
+#define N_DECODE 4  /* decode steps after the prefill, shared-model case */
+#define N_SHARED 4  /* threads of the shared-model case */
+
+static void prompt(int32_t *ids, int n, int salt) {
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 37 + salt * 11 + 3) % V);
+}
+
+static drt_model *load(const char *dir) {
+    drt_model *m = NULL;
+    if (drt_model_load(dir, &m) != DRT_OK) DRT_CHECK(0, "load %s: %s", dir, drt_last_error());
+    return m;
+}
+
+static drt_session *session(drt_model *m, const char *backend, int ctx) {
+    /* one worker: a single-threaded reference and the threads' runs take
+     * the same reduction order, so equal means bit-identical */
+    drt_session_opts o = {.backend = backend, .max_ctx = ctx, .threads = 1};
+    drt_session *s = NULL;
+    if (drt_session_create(m, &o, &s) != DRT_OK) DRT_CHECK(0, "session on %s: %s", backend, drt_last_error());
+    return s;
+}
+
+/* ---- sessions of one shared model on N_SHARED threads ------------------- */
+
+/* prefill [T, V] all logits, then N_DECODE greedy-free decode steps of fixed
+ * ids, [V] each: (T + N_DECODE) * V floats */
+#define RUN_FLOATS ((T + N_DECODE) * V)
+
+typedef struct {
+    drt_model *m;
+    const char *backend;
+    int salt;
+    drt_status st;
+    char err[256];
+    float out[RUN_FLOATS];
+} shared_job;
+
+static drt_status run_session(drt_model *m, const char *backend, int salt, float *out) {
+    drt_session *s = NULL;
+    drt_session_opts o = {.backend = backend, .max_ctx = T + N_DECODE, .threads = 1};
+    drt_status st = drt_session_create(m, &o, &s);
+    int32_t ids[T];
+    prompt(ids, T, salt);
+    if (st == DRT_OK) st = drt_session_forward(s, ids, T, out, 1);
+    for (int i = 0; st == DRT_OK && i < N_DECODE; i++) {
+        int32_t id = (int32_t)((salt * 7 + i * 13) % V);
+        st = drt_session_forward(s, &id, 1, out + (size_t)(T + i) * V, 0);
+    }
+    drt_session_free(s);
+    return st;
+}
+
+static void *shared_thread(void *p) {
+    shared_job *j = p;
+    j->st = run_session(j->m, j->backend, j->salt, j->out);
+    if (j->st != DRT_OK) snprintf(j->err, sizeof j->err, "%s", drt_last_error());
+    return NULL;
+}
+
+static void shared_model(const char *dir, const char *backend) {
+    drt_model *m = load(dir);
+    if (!m) return;
+    static shared_job jobs[N_SHARED];
+    static float ref[N_SHARED][RUN_FLOATS];
+    for (int i = 0; i < N_SHARED; i++) {
+        /* two prompts, each on two threads: equal prompts must agree, and
+         * different ones must not be mixed up */
+        drt_status st = run_session(m, backend, i % 2, ref[i]);
+        DRT_CHECK(st == DRT_OK, "%s on %s, one thread: %s", dir, backend, drt_last_error());
+        jobs[i] = (shared_job){.m = m, .backend = backend, .salt = i % 2};
+    }
+    pthread_t th[N_SHARED];
+    int started[N_SHARED];
+    for (int i = 0; i < N_SHARED; i++) started[i] = pthread_create(&th[i], NULL, shared_thread, &jobs[i]) == 0;
+    for (int i = 0; i < N_SHARED; i++)
+        if (started[i]) pthread_join(th[i], NULL);
+    for (int i = 0; i < N_SHARED; i++) {
+        DRT_CHECK(started[i], "%s on %s: thread %d did not start", dir, backend, i);
+        if (!started[i]) continue;
+        DRT_CHECK(jobs[i].st == DRT_OK, "%s on %s, thread %d: %s", dir, backend, i, jobs[i].err);
+        DRT_CHECK(jobs[i].st != DRT_OK || memcmp(jobs[i].out, ref[i], sizeof ref[i]) == 0,
+                  "%s on %s, thread %d: logits differ from one thread's run", dir, backend, i);
+    }
+    drt_model_free(m);
+}
+
+/* ---- one session, two threads ------------------------------------------- */
+
+#define HAMMER_CALLS 300
+
+typedef struct {
+    drt_session *s;
+    const float (*laps)[V]; /* the logits of the prompt at lap 0 .. LAPS-1 */
+    int ok, busy, full, wrong, other;
+    char other_err[256], busy_err[256];
+} hammer_job;
+
+static void *hammer_thread(void *p) {
+    hammer_job *j = p;
+    int32_t ids[T];
+    float lg[V];
+    prompt(ids, T, 0);
+    for (int c = 0; c < HAMMER_CALLS; c++) {
+        drt_status st = drt_session_forward(j->s, ids, T, lg, 0);
+        if (st == DRT_OK) {
+            /* both threads run the same prompt, so the cache always holds
+             * it k times: the logits must be one lap's exactly */
+            int lap = -1;
+            for (int k = 0; k < LAPS && lap < 0; k++)
+                if (memcmp(lg, j->laps[k], sizeof lg) == 0) lap = k;
+            if (lap < 0) j->wrong++;
+            else j->ok++;
+        } else if (st == DRT_ERR_BUSY) {
+            if (!strstr(drt_last_error(), "session is in use by another thread"))
+                snprintf(j->busy_err, sizeof j->busy_err, "%s", drt_last_error());
+            j->busy++;
+            sched_yield(); /* let the other thread finish, so that both get forwards in */
+        } else if (st == DRT_ERR_INVALID_ARG && strstr(drt_last_error(), "exceed the context")) {
+            j->full++; /* the context is full: start over */
+            drt_session_reset(j->s);
+        } else {
+            j->other++;
+            snprintf(j->other_err, sizeof j->other_err, "%s: %s", drt_status_str(st), drt_last_error());
+        }
+    }
+    return NULL;
+}
+
+static void one_session_two_threads(const char *dir, const char *backend) {
+    drt_model *m = load(dir);
+    drt_session *s = m ? session(m, backend, LAPS * T) : NULL;
+    if (!s) {
+        drt_model_free(m);
+        return;
+    }
+    static float laps[LAPS][V];
+    int32_t ids[T];
+    prompt(ids, T, 0);
+    for (int k = 0; k < LAPS; k++)
+        DRT_CHECK(drt_session_forward(s, ids, T, laps[k], 0) == DRT_OK, "%s lap %d: %s", dir, k,
+                  drt_last_error());
+    drt_session_reset(s);
+    hammer_job j[2] = {{.s = s, .laps = (const float (*)[V])laps}, {.s = s, .laps = (const float (*)[V])laps}};
+    pthread_t th[2];
+    int started[2];
+    for (int i = 0; i < 2; i++) started[i] = pthread_create(&th[i], NULL, hammer_thread, &j[i]) == 0;
+    for (int i = 0; i < 2; i++)
+        if (started[i]) pthread_join(th[i], NULL);
+    int ok = 0, busy = 0;
+    for (int i = 0; i < 2; i++) {
+        DRT_CHECK(started[i], "%s: hammer thread %d did not start", dir, i);
+        DRT_CHECK(j[i].wrong == 0, "%s on %s, thread %d: %d of %d forwards gave wrong logits", dir, backend, i,
+                  j[i].wrong, HAMMER_CALLS);
+        DRT_CHECK(j[i].other == 0, "%s on %s, thread %d: %d calls failed otherwise, last: %s", dir, backend, i,
+                  j[i].other, j[i].other_err);
+        DRT_CHECK(!j[i].busy_err[0], "%s, thread %d: the busy error says \"%s\"", dir, i, j[i].busy_err);
+        ok += j[i].ok;
+        busy += j[i].busy;
+    }
+    DRT_CHECK(ok > 0, "%s on %s: no forward of two threads succeeded", dir, backend);
+    if (getenv("DRT_TEST_VERBOSE"))
+        fprintf(stderr, "%s on %s: %d ok, %d busy, %d context full\n", dir, backend, ok, busy, j[0].full + j[1].full);
+    /* after the threads, the session is whole: one more lap from 0 */
+    float lg[V];
+    drt_session_reset(s);
+    DRT_CHECK(drt_session_forward(s, ids, T, lg, 0) == DRT_OK && memcmp(lg, laps[0], sizeof lg) == 0,
+              "%s: the session after the threads: %s", dir, drt_last_error());
+    drt_session_free(s);
+    drt_model_free(m);
+}
+
+/* ---- drt_session_free during another thread's forward ------------------- */
+
+/* rounds until FREE_INSIDE frees came during a forward (most do on ref,
+ * fewer on cpu, whose forward is short), at most FREE_ROUNDS */
+#define FREE_ROUNDS 400
+#define FREE_INSIDE 5
+
+typedef struct {
+    drt_session *s;
+    atomic_int started, done;
+    drt_status st;
+    float lg[T_LONG * V];
+} long_job;
+
+static void *long_thread(void *p) {
+    long_job *j = p;
+    int32_t ids[T_LONG];
+    prompt(ids, T_LONG, 5);
+    atomic_store(&j->started, 1);
+    j->st = drt_session_forward(j->s, ids, T_LONG, j->lg, 1);
+    atomic_store(&j->done, 1); /* s is not touched after this */
+    return NULL;
+}
+
+static void free_during_forward(const char *dir, const char *backend) {
+    drt_model *m = load(dir);
+    if (!m) return;
+    static float ref[T_LONG * V];
+    int32_t ids[T_LONG];
+    prompt(ids, T_LONG, 5);
+    drt_session *s = session(m, backend, T_LONG);
+    DRT_CHECK(s && drt_session_forward(s, ids, T_LONG, ref, 1) == DRT_OK, "%s reference: %s", dir,
+              drt_last_error());
+    drt_session_free(s);
+    static long_job j;
+    int inside = 0, busy = 0;
+    int r = 0;
+    for (; r < FREE_ROUNDS && inside < FREE_INSIDE; r++) {
+        j.s = session(m, backend, T_LONG);
+        if (!j.s) break;
+        atomic_store(&j.started, 0);
+        atomic_store(&j.done, 0);
+        pthread_t th;
+        if (pthread_create(&th, NULL, long_thread, &j) != 0) {
+            DRT_CHECK(0, "%s: cannot start a thread", dir);
+            drt_session_free(j.s);
+            break;
+        }
+        while (!atomic_load(&j.started)) sched_yield();
+        /* free only once the forward is known to be inside (a probe that
+         * is busy: 0 tokens, rejected without running when it gets in) or
+         * over; freeing before it entered would be a use after free of the
+         * caller's making */
+        int in = 0;
+        float probe_lg[V];
+        while (!atomic_load(&j.done) && !in)
+            in = drt_session_forward(j.s, ids, 0, probe_lg, 0) == DRT_ERR_BUSY;
+        drt_session_free(j.s); /* waits for the forward when it is inside */
+        pthread_join(th, NULL);
+        inside += in;
+        if (j.st == DRT_ERR_BUSY) { /* it came in during a probe: nothing ran */
+            busy++;
+            continue;
+        }
+        DRT_CHECK(j.st == DRT_OK && memcmp(j.lg, ref, sizeof ref) == 0, "%s round %d (%s): %s", dir, r,
+                  in ? "freed during the forward" : "freed after it", j.st ? drt_last_error() : "wrong logits");
+    }
+    /* the case must have happened, or the test tested nothing */
+    DRT_CHECK(inside > 0, "%s on %s: in %d rounds no free came during a forward", dir, backend, r);
+    if (getenv("DRT_TEST_VERBOSE"))
+        fprintf(stderr, "%s on %s: %d of %d frees during a forward (%d forwards busy)\n", dir, backend, inside, r,
+                busy);
+    drt_model_free(m);
+}
+
+int main(void) {
+    static const char *models[] = {
+        DRT_FIXTURES_DIR "/hf_llama_gqa",     /* transformer */
+        DRT_FIXTURES_DIR "/hf_diffllama_gqa", /* diff V1 */
+        DRT_FIXTURES_DIR "/diff_v2",
+    };
+    static const char *backends[] = {"cpu", "ref"};
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++)
+        for (size_t b = 0; b < sizeof backends / sizeof *backends; b++) {
+            shared_model(models[i], backends[b]);
+            one_session_two_threads(models[i], backends[b]);
+            free_during_forward(models[i], backends[b]);
+        }
+    DRT_CHECK(strcmp(drt_status_str(DRT_ERR_BUSY), "busy") == 0, "BUSY: %s", drt_status_str(DRT_ERR_BUSY));
+    return drt_test_summary("test_threads");
+}
