@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "diffrt/tokenizer.h"
 #include "drt_graph.h"
@@ -123,6 +124,8 @@ int cmd_analyze(int argc, char **argv) {
             fputs(USAGE_A, stdout);
             return 0;
         } else if (!v) {
+            if (!cli_word_in(a, "--model --json --samples --seed --ctx --depths"))
+                return cli_die("analyze: unknown argument \"%s\" (see diffrt analyze --help)", a);
             return cli_die("analyze: %s needs a value (see diffrt analyze --help)", a);
         } else if (strcmp(a, "--model") == 0) {
             model = v;
@@ -247,12 +250,7 @@ int cmd_analyze(int argc, char **argv) {
         cJSON_AddItemToObject(root, "hidden_states", stats_json(&an.hidden));
         char *txt = cJSON_Print(root);
         cJSON_Delete(root);
-        FILE *f = txt ? fopen(json, "w") : NULL;
-        if (!f || fputs(txt, f) < 0) {
-            fprintf(stderr, "diffrt: analyze: %s: cannot write\n", json);
-            rc = 1;
-        }
-        if (f) fclose(f);
+        if (cli_out_write_text("analyze: --json", json, txt)) rc = 1;
         free(txt);
     }
     if (diff) free(both.bins);

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "drt_graph.h"
 #include "drt_peak.h"
@@ -782,15 +783,9 @@ static int write_json(const char *path, const bench_opts *o, const drt_model_inf
     }
     char *txt = cJSON_Print(root);
     cJSON_Delete(root);
-    FILE *f = txt ? fopen(path, "w") : NULL;
-    int ok = f && fputs(txt, f) >= 0 && fputc('\n', f) != EOF;
-    if (f && fclose(f) != 0) ok = 0;
+    int bad = cli_out_write_text("bench: --json", path, txt);
     free(txt);
-    if (!ok) {
-        fprintf(stderr, "diffrt: bench: cannot write --json %s: %s\n", path, strerror(errno));
-        return 1;
-    }
-    return 0;
+    return bad;
 }
 
 /* ---- arguments ------------------------------------------------------------------ */

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "drt_conform.h"
 #include "diffrt/diffrt.h"
@@ -154,6 +155,13 @@ int cli_parse_long(const char *s, long lo, long hi, long *out) {
     return 1;
 }
 
+int cli_word_in(const char *a, const char *words) {
+    size_t n = strlen(a);
+    for (const char *w = words; n && (w = strstr(w, a)); w += n)
+        if ((w == words || w[-1] == ' ') && (w[n] == ' ' || !w[n])) return 1;
+    return 0;
+}
+
 int cli_parse_list(const char *s, int lo, int hi, int *out, int max, int *n) {
     *n = 0;
     while (*s) {
@@ -281,7 +289,9 @@ static int cmd_info(int argc, char **argv) {
         else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             fputs(USAGE, stdout);
             return 0;
-        } else
+        } else if (i + 1 == argc && cli_word_in(argv[i], "--model --backend"))
+            return cli_die("info: %s needs a value (see diffrt --help)", argv[i]);
+        else
             return cli_die("info: unknown argument \"%s\" (see diffrt --help)", argv[i]);
     }
     printf("backends\n");
@@ -380,6 +390,9 @@ static int cmd_run(int argc, char **argv) {
         } else if (strcmp(a, "--no-stop") == 0) {
             stop_at_eos = 0, takes = 0;
         } else if (!v) {
+            if (!cli_word_in(a, "--model --tokens --prompt --prompt-file --backend --device -n --ctx --threads "
+                                "--top-k --seed --temp --top-p"))
+                return cli_die("run: unknown argument \"%s\" (see diffrt --help)", a);
             return cli_die("run: %s needs a value (see diffrt --help)", a);
         } else if (strcmp(a, "--model") == 0) {
             model = v;
@@ -583,6 +596,8 @@ static int cmd_conform(int argc, char **argv) {
             o.list = 1;
             continue;
         } else if (!v) {
+            if (!cli_word_in(a, "--backend --op --require --device --models --json --junit --repeats --warmup"))
+                return cli_die("conform: unknown argument \"%s\" (see diffrt --help)", a);
             return cli_die("conform: %s needs a value (see diffrt --help)", a);
         } else if (strcmp(a, "--backend") == 0) {
             o.backends = v;
@@ -617,7 +632,7 @@ static int cmd_conform(int argc, char **argv) {
     return r.fail || r.unavailable_required ? 1 : 0;
 }
 
-int main(int argc, char **argv) {
+static int dispatch(int argc, char **argv) {
     if (argc < 2) {
         fputs(USAGE, stderr);
         return 2;
@@ -638,3 +653,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "analyze") == 0) return cmd_analyze(argc - 2, argv + 2);
     return cli_die("unknown command \"%s\" (see diffrt --help)", cmd);
 }
+
+/* every command's stdout is checked once, here: output lost to a full disk
+ * or a closed pipe is an error (exit 1), not a silent success */
+int main(int argc, char **argv) { return cli_close_stdout(dispatch(argc, argv)); }

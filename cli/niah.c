@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "niah.h"
 #include "ref_ops.h"
@@ -123,6 +124,9 @@ int cmd_niah(int argc, char **argv) {
             no_fallback = 1;
             continue;
         } else if (!v) {
+            if (!cli_word_in(a, "--model --backend --device --threads --json --compare --logits-vs --attn-bits "
+                                "--min-accuracy --min-agree --needles --queries --samples --seed --ctx --depths"))
+                return cli_die("niah: unknown argument \"%s\" (see diffrt --help)", a);
             return cli_die("niah: %s needs a value (see diffrt --help)", a);
         } else if (strcmp(a, "--model") == 0) {
             model = v;
@@ -400,16 +404,9 @@ int cmd_niah(int argc, char **argv) {
         cJSON_AddItemReferenceToObject(root, "samples", jarr);
         char *txt = cJSON_Print(root);
         cJSON_Delete(root);
-        FILE *f = fopen(json, "w");
-        if (!f || !txt) {
-            fprintf(stderr, "diffrt: niah: %s: cannot write\n", json);
-            free(txt);
-            if (f) fclose(f);
-            goto done;
-        }
-        fputs(txt, f);
-        fclose(f);
+        int bad = cli_out_write_text("niah: --json", json, txt);
         free(txt);
+        if (bad) goto done;
     }
     rc = 0;
     if (min_accuracy >= 0 && (double)all < min_accuracy * total) {

@@ -105,6 +105,19 @@ void cli_out_discard(cli_outfile *o) {
     o->tmp[0] = 0;
 }
 
+int cli_out_write_text(const char *what, const char *path, const char *text) {
+    if (!text) {
+        fprintf(stderr, "diffrt: %s: cannot write %s: %s\n", what, path, strerror(ENOMEM));
+        return 1;
+    }
+    cli_outfile o;
+    if (cli_out_open(&o, what, path)) return 1;
+    size_t n = strlen(text);
+    fwrite(text, 1, n, o.f);
+    if (!n || text[n - 1] != '\n') fputc('\n', o.f);
+    return cli_out_close(&o, what); /* checks the writes above */
+}
+
 int cli_same_output(const char *a, const char *b) {
     struct stat sa, sb;
     int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;

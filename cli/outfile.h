@@ -41,6 +41,10 @@ int cli_out_close(cli_outfile *o, const char *what);
 /* closes and removes the temp; path untouched. A no-op when o->f is NULL. */
 void cli_out_discard(cli_outfile *o);
 
+/* text (NULL: out of memory), ending in a newline, written whole to path
+ * through cli_out_open / cli_out_close; 0, or 1 with the message printed */
+int cli_out_write_text(const char *what, const char *path, const char *text);
+
 /* 1 when a and b name the same file: the same device and inode when both
  * exist, else the same directory (after realpath) and last component. */
 int cli_same_output(const char *a, const char *b);

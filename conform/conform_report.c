@@ -1,6 +1,7 @@
 /* conform's reports: the --json object (schema in docs/conform-json.md) and
  * the --junit XML (one testsuite per backend, one testcase per case and
  * backend), both from the records of one run (conform_report.h). */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,6 +197,44 @@ static cJSON *counts_json(const int counts[CF_N_STATUS]) {
     return j;
 }
 
+/* every write to f so far went through; a write that failed before the
+ * flush has lost its errno (glibc drops the buffer) */
+static drt_status check_written(FILE *f, const char *path) {
+    errno = 0;
+    if (fflush(f) == 0 && !ferror(f)) return DRT_OK;
+    return drt_set_error(DRT_ERR_IO, "%s: cannot write: %s", path, errno ? strerror(errno) : "write error");
+}
+
+/* Length of the valid UTF-8 sequence at p (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF), 0 when there is none. */
+static int utf8_len(const unsigned char *p) {
+    if (p[0] < 0x80) return 1;
+    int n = p[0] >= 0xC2 && p[0] <= 0xDF ? 2 : p[0] >= 0xE0 && p[0] <= 0xEF ? 3 : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4 : 0;
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    if ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] > 0x9F) || (p[0] == 0xF0 && p[1] < 0x90) ||
+        (p[0] == 0xF4 && p[1] > 0x8F))
+        return 0;
+    return n;
+}
+
+/* cJSON prints a string's bytes as they are, so a file or folder name that is
+ * not UTF-8 would make the document invalid JSON: each byte that starts no
+ * valid sequence is written as \ufffd (U+FFFD). Outside strings cJSON's text
+ * is ASCII, so the escape only ever lands inside a string. */
+static void put_json_text(FILE *f, const char *txt) {
+    const unsigned char *p = (const unsigned char *)txt;
+    while (*p) {
+        const unsigned char *q = p;
+        int n;
+        while (*q && (n = utf8_len(q)) > 0) q += n;
+        if (q > p) fwrite(p, 1, (size_t)(q - p), f);
+        if (!*q) break;
+        fputs("\\ufffd", f);
+        p = q + 1;
+    }
+}
+
 drt_status cf_write_json(const cf_run *run, FILE *f, const char *path) {
     const drt_conform_opts *o = run->o;
     cJSON *root = cJSON_CreateObject();
@@ -260,9 +299,10 @@ drt_status cf_write_json(const cf_run *run, FILE *f, const char *path) {
     char *txt = cJSON_Print(root);
     cJSON_Delete(root);
     if (!txt) return drt_set_error(DRT_ERR_OOM, "out of memory");
-    int bad = fputs(txt, f) < 0 || fputc('\n', f) == EOF || fflush(f) != 0;
+    put_json_text(f, txt);
+    fputc('\n', f);
     free(txt);
-    return bad ? drt_set_error(DRT_ERR_IO, "%s: cannot write", path) : DRT_OK;
+    return check_written(f, path);
 }
 
 /* ---- JUnit XML ---------------------------------------------------------------------- */
@@ -425,6 +465,5 @@ drt_status cf_write_junit(const cf_run *run, FILE *f, const char *path) {
         fputs("/>\n    </testcase>\n  </testsuite>\n", f);
     }
     fputs("</testsuites>\n", f);
-    return fflush(f) != 0 || ferror(f) ? drt_set_error(DRT_ERR_IO, "%s: cannot write", path)
-                                       : DRT_OK;
+    return check_written(f, path);
 }
