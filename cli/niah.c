@@ -180,6 +180,9 @@ int cmd_niah(int argc, char **argv) {
         i++;
     }
     if (!model) return cli_die("niah: --model DIR is required%s", "");
+    int64_t n_prompts; /* with no --ctx, the model's one default length below */
+    if (drt_niah_prompt_count(n_ctx ? n_ctx : 1, n_depth, samples, queries, &n_prompts) != DRT_OK)
+        return cli_die("%s", drt_last_error());
     if (queries > needles) return cli_die("niah: --queries must not exceed --needles%s", "");
     if (attn_bits && strcmp(backend, "ref") != 0)
         return cli_die("niah: --attn-bits quantizes the reference path's attention logits: it needs --backend ref, "
@@ -233,7 +236,7 @@ int cmd_niah(int argc, char **argv) {
         }
         rlogits = malloc(sizeof(float) * (size_t)I.vocab);
     }
-    int total = n_ctx * n_depth * samples * queries, done_n = 0, tty = isatty(2);
+    int total = (int)n_prompts, done_n = 0, tty = isatty(2);
     int correct[MAX_LIST][MAX_LIST] = {{0}};
     double att_ans[MAX_LIST] = {0}, att_noise[MAX_LIST] = {0};
     int att_n[MAX_LIST] = {0};

@@ -6,10 +6,16 @@
  * (embedding, norms, lambdas, any row length not a multiple of 32) is
  * copied as it is. The output model.safetensors holds the blocks as U8
  * [rows, blocks, block bytes] with the format in __metadata__; config.json
- * and tokenizer.json are copied. The file is written under a temporary name
- * and renamed, and the result is loaded back before the command succeeds. */
+ * and tokenizer.json are copied.
+ *
+ * The whole directory is written as a fresh ".DIR2.tmp.XXXXXX" beside DIR2,
+ * loaded back there, and only then moved into place (cli_outdir in
+ * cli/outfile.h): a failure, a full disk or a kill never leaves DIR2 half
+ * written, and a previous DIR2 stays as it was until the new one is
+ * complete. DIR2 must be missing or empty; --force replaces it as a whole. */
 #define _DEFAULT_SOURCE /* realpath */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +25,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "drt_quant.h"
 #include "safetensors.h"
@@ -27,8 +34,9 @@ static const char USAGE_Q[] =
     "usage: diffrt quantize --model DIR --type q8_0|q4_0 --out DIR2 [--force]\n"
     "  writes DIR2/model.safetensors with DIR's projection weights quantized\n"
     "  (2-D *.weight tensors but the embedding, rows a multiple of 32), everything\n"
-    "  else as stored, and copies config.json and tokenizer.json; DIR2 is created,\n"
-    "  and its files are replaced only with --force\n";
+    "  else as stored, and copies config.json and tokenizer.json. DIR2 must not exist\n"
+    "  or be empty; with --force an existing DIR2 is replaced as a whole. DIR2 is\n"
+    "  written beside itself under a temporary name, checked, then moved into place\n";
 
 /* Is tensor t one diffrt quantize converts? */
 static int quantizable(const drt_st_tensor *t) {
@@ -47,7 +55,10 @@ static int copy_file(const char *dir, const char *out, const char *name, int req
     char *text = NULL;
     size_t len = 0;
     if (drt_read_text_file(src, &text, &len) != DRT_OK) return cli_fail("quantize");
-    FILE *f = fopen(dst, "wb");
+    /* a new file in the fresh directory, never through a symlink */
+    int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f) close(fd);
     int ok = f && fwrite(text, 1, len, f) == len;
     if (f && fclose(f) != 0) ok = 0;
     free(text);
@@ -70,6 +81,8 @@ int cmd_quantize(int argc, char **argv) {
             force = 1;
             continue;
         } else if (!v) {
+            if (!cli_word_in(a, "--model --type --out"))
+                return cli_die("quantize: unknown argument \"%s\" (see diffrt quantize --help)", a);
             return cli_die("quantize: %s needs a value (see diffrt quantize --help)", a);
         } else if (strcmp(a, "--model") == 0) {
             model = v;
@@ -91,33 +104,25 @@ int cmd_quantize(int argc, char **argv) {
     if (drt_model_load(model, &m) != DRT_OK) return cli_fail("quantize");
     drt_model_free(m);
 
-    char rin[PATH_MAX], rout[PATH_MAX];
+    char rin[PATH_MAX];
     if (!realpath(model, rin)) return cli_die("quantize: cannot resolve --model %s", model);
-    struct stat sb;
-    if (stat(out, &sb) == 0) {
-        if (!S_ISDIR(sb.st_mode)) return cli_die("quantize: --out %s exists and is not a directory", out);
-        if (realpath(out, rout) && strcmp(rin, rout) == 0)
-            return cli_die("quantize: --out %s is the model directory itself", out);
-        char probe[PATH_MAX];
-        snprintf(probe, sizeof probe, "%s/model.safetensors", out);
-        if (!force && stat(probe, &sb) == 0)
-            return cli_die("quantize: %s already exists; pass --force to replace it", probe);
-    } else if (mkdir(out, 0777) != 0) {
-        fprintf(stderr, "diffrt: quantize: cannot create %s: %s\n", out, strerror(errno));
-        return 1;
-    }
+    cli_outdir od;
+    int orc = cli_outdir_open(&od, "quantize", out, force, rin);
+    if (orc) return orc;
 
     drt_st_set set;
-    if (drt_st_set_open_dir(model, &set) != DRT_OK) return cli_fail("quantize");
+    if (drt_st_set_open_dir(model, &set) != DRT_OK) {
+        cli_outdir_discard(&od);
+        return cli_fail("quantize");
+    }
     int n = set.n_names, rc = 1, nq = 0;
     drt_st_write_tensor *w = calloc((size_t)(n > 0 ? n : 1), sizeof *w);
     void **owned = calloc((size_t)(n > 0 ? n : 1), sizeof *owned);
     float *row = NULL;
     size_t row_cap = 0;
     uint64_t bytes_in = 0, bytes_out = 0;
-    char tmp[PATH_MAX], final[PATH_MAX];
-    snprintf(final, sizeof final, "%s/model.safetensors", out);
-    snprintf(tmp, sizeof tmp, "%s/.model.safetensors.tmp", out);
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s/model.safetensors", od.tmp);
     if (!w || !owned) {
         fprintf(stderr, "diffrt: quantize: out of memory\n");
         goto done;
@@ -173,25 +178,18 @@ int cmd_quantize(int argc, char **argv) {
         cli_fail("quantize");
         goto done;
     }
-    if (rename(tmp, final) != 0) {
-        fprintf(stderr, "diffrt: quantize: cannot rename %s to %s: %s\n", tmp, final, strerror(errno));
-        remove(tmp);
-        goto done;
-    }
-    /* a sharded source leaves no index behind in the output */
-    char idx[PATH_MAX];
-    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", out);
-    remove(idx);
-    if (copy_file(model, out, "config.json", 1) || copy_file(model, out, "tokenizer.json", 0)) goto done;
-    if (drt_model_load(out, &m) != DRT_OK) {
+    if (copy_file(model, od.tmp, "config.json", 1) || copy_file(model, od.tmp, "tokenizer.json", 0)) goto done;
+    if (drt_model_load(od.tmp, &m) != DRT_OK) {
         cli_fail("quantize: the written model does not load");
         goto done;
     }
     drt_model_free(m);
-    fprintf(stderr, "quantize: %d of %d tensors to %s; %.2f MiB -> %.2f MiB; wrote %s\n", nq, n, type,
-            bytes_in / 1048576.0, bytes_out / 1048576.0, final);
+    if (cli_outdir_commit(&od, "quantize")) goto done;
+    fprintf(stderr, "quantize: %d of %d tensors to %s; %.2f MiB -> %.2f MiB; wrote %s/model.safetensors\n", nq, n,
+            type, bytes_in / 1048576.0, bytes_out / 1048576.0, out);
     rc = 0;
 done:
+    if (rc) cli_outdir_discard(&od);
     for (int i = 0; owned && i < n; i++) free(owned[i]);
     free(owned);
     free(w);

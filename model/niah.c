@@ -160,6 +160,31 @@ void drt_niah_predicted(const char *g, char *pred, size_t n) {
     pred[k] = 0;
 }
 
+drt_status drt_niah_prompt_count(int64_t n_ctx, int64_t n_depth, int64_t samples, int64_t queries,
+                                 int64_t *out) {
+    const int64_t f[4] = {n_ctx, n_depth, samples, queries};
+    int64_t p = 1;
+    int over = 0;
+    *out = 0;
+    for (int i = 0; i < 4; i++) {
+        if (f[i] < 1)
+            return drt_set_error(DRT_ERR_INVALID_ARG,
+                                 "niah: %lld ctx x %lld depths x %lld samples x %lld queries: each must be >= 1",
+                                 (long long)n_ctx, (long long)n_depth, (long long)samples, (long long)queries);
+        /* p <= DRT_NIAH_MAX_PROMPTS: the test keeps p * f[i] from overflowing */
+        if (!over && p > DRT_NIAH_MAX_PROMPTS / f[i]) over = 1;
+        if (!over) p *= f[i];
+    }
+    if (over)
+        return drt_set_error(DRT_ERR_INVALID_ARG,
+                             "niah: %lld ctx x %lld depths x %lld samples x %lld queries = %.4g prompts, over the "
+                             "limit of %d: give fewer --samples, --ctx or --depths",
+                             (long long)n_ctx, (long long)n_depth, (long long)samples, (long long)queries,
+                             (double)n_ctx * (double)n_depth * (double)samples * (double)queries, DRT_NIAH_MAX_PROMPTS);
+    *out = p;
+    return DRT_OK;
+}
+
 drt_status drt_niah_make(const drt_tokenizer *tok, uint64_t seed, int ctx, int n_needles, int n_queries,
                          int depth, int index, drt_niah_prompt *out) {
     if (n_needles < 1 || n_needles > N_CITIES)

@@ -29,6 +29,16 @@ drt_status drt_niah_make(const drt_tokenizer *tok, uint64_t seed, int ctx, int n
                          int depth, int index, drt_niah_prompt *out);
 void drt_niah_prompt_free(drt_niah_prompt *p);
 
+/* the most prompts one run evaluates: each is a prefill of up to ctx tokens, and the
+ * counts of a run (per cell, in total) stay well inside an int */
+#define DRT_NIAH_MAX_PROMPTS 10000000
+
+/* The prompts of a run: n_ctx lengths x n_depth depths x samples x queries,
+ * multiplied in 64-bit. DRT_ERR_INVALID_ARG naming the factors when one is
+ * below 1 or the product is past DRT_NIAH_MAX_PROMPTS. */
+drt_status drt_niah_prompt_count(int64_t n_ctx, int64_t n_depth, int64_t samples, int64_t queries,
+                                 int64_t *out);
+
 /* The spec's judging: generated text, leading spaces stripped, longest
  * prefix of ASCII digits, into pred (at most n-1 chars). */
 void drt_niah_predicted(const char *generated, char *pred, size_t n);

@@ -174,6 +174,66 @@ typedef struct {
     const char *must_say;
 } cli_case;
 
+/* Every command's argument loop, with its last argument alone: an unknown
+ * option there is "unknown argument" (not "needs a value"), and each option
+ * that takes a value says it needs one. Exit 2, one line. */
+static void last_argument(void) {
+    static const struct {
+        const char *cmd, *value_opts;
+    } cmds[] = {
+        {"run", "--model --tokens --prompt --prompt-file --backend --device -n --ctx --threads --top-k --seed --temp "
+                "--top-p"},
+        {"niah", "--model --backend --device --threads --json --compare --logits-vs --attn-bits --min-accuracy "
+                 "--min-agree --needles --queries --samples --seed --ctx --depths"},
+        {"conform", "--backend --op --require --device --models --json --junit --repeats --warmup"},
+        {"bench", "--model --backend --device --json -p -n -r --threads --peak-gbps --peak-gflops"},
+        {"report", "--out"},
+        {"quantize", "--model --type --out"},
+        {"analyze", "--model --json --samples --seed --ctx --depths"},
+        {"info", "--model --backend"},
+    };
+    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
+        char cmd[1024], out[4096], want[256], after[128];
+        /* unknown, alone and after the first option with a value */
+        snprintf(after, sizeof after, "%.*s v --bogus", (int)strcspn(cmds[c].value_opts, " "), cmds[c].value_opts);
+        const char *bogus[2] = {"--bogus", after};
+        for (int b = 0; b < 2; b++) {
+            snprintf(cmd, sizeof cmd, "'%s' %s %s 2>&1", DRT_CLI_PATH, cmds[c].cmd, bogus[b]);
+            int rc = run(cmd, out, sizeof out);
+            DRT_CHECK(rc == 2 && strstr(out, "unknown argument \"--bogus\"") && !strstr(out, "needs a value") &&
+                          strchr(out, '\n') == out + strlen(out) - 1,
+                      "diffrt %s %s: exit %d (want 2), should say unknown argument \"--bogus\" in one line:\n%s",
+                      cmds[c].cmd, bogus[b], rc, out);
+        }
+        char opts[512];
+        snprintf(opts, sizeof opts, "%s", cmds[c].value_opts);
+        for (char *o = strtok(opts, " "); o; o = strtok(NULL, " ")) {
+            snprintf(cmd, sizeof cmd, "'%s' %s %s 2>&1", DRT_CLI_PATH, cmds[c].cmd, o);
+            snprintf(want, sizeof want, "%s: %s needs a value", cmds[c].cmd, o);
+            int rc = run(cmd, out, sizeof out);
+            DRT_CHECK(rc == 2 && strstr(out, want), "diffrt %s %s: exit %d (want 2), should say \"%s\":\n%s",
+                      cmds[c].cmd, o, rc, want, out);
+        }
+    }
+}
+
+/* The reference backend's allocation failure names "ref" (it said "cpu"):
+ * a 16M-position KV cache under a 1 GiB address-space limit. Not under the
+ * sanitizers (their shadow memory needs far more address space). */
+static void ref_oom_names_ref(void) {
+#ifndef DIFFRT_SANITIZE_BUILD
+    char cmd[2048], out[8192];
+    snprintf(cmd, sizeof cmd,
+             "ulimit -v 1048576 && '%s' run --model '%s/diff-v2-tiny' --backend ref --tokens 1,2 -n 1 "
+             "--ctx 16000000 2>&1",
+             DRT_CLI_PATH, DRT_MODELS_DIR);
+    int rc = run(cmd, out, sizeof out);
+    DRT_CHECK(rc == 1 && strstr(out, "diffrt: run: ref: cannot allocate") && !strstr(out, "cpu"),
+              "diffrt run --backend ref out of memory: exit %d (want 1), should say \"ref: cannot allocate\":\n%s",
+              rc, out);
+#endif
+}
+
 int main(void) {
     DIR *d = opendir(DRT_FIXTURES_DIR);
     struct dirent *e;
@@ -192,6 +252,8 @@ int main(void) {
     DRT_CHECK(n >= 4, "only %d fixtures", n);
     text_mode();
     niah_compare();
+    last_argument();
+    ref_oom_names_ref();
 
     const cli_case cases[] = {
         {"--help", 0, "usage"},
@@ -216,6 +278,13 @@ int main(void) {
         {"info", 0, "opencl"},
         {"info --model " DRT_FIXTURES_DIR "/unilm_v1", 0, "lambda_init"},
         {"info --model " DRT_FIXTURES_DIR "/diff_v2", 0, "diff-v2"},
+        /* niah's prompt count in 64-bit, with a limit: 32 x 32 x 1e6 x 64 wrapped an int */
+        {"niah --model /nonexistent --ctx 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,"
+         "27,28,29,30,31,32 --depths 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,"
+         "29,30,31 --samples 1000000 --needles 64 --queries 64",
+         2, "niah: 32 ctx x 32 depths x 1000000 samples x 64 queries = 6.554e+10 prompts, over the limit"},
+        {"niah --model /nonexistent --ctx 1,2,3 --samples 1000000", 2, "= 1.5e+07 prompts, over the limit"},
+        {"niah --model /nonexistent --samples 1000000", 1, "/nonexistent"}, /* 5e6: within the limit */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[2048], out[16384];

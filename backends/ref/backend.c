@@ -107,7 +107,7 @@ static drt_status ref_buf_alloc(drt_backend *be, size_t size, drt_buffer *out) {
     void *p = NULL;
     size_t sz = (size + 63) & ~(size_t)63;
     if (posix_memalign(&p, 64, sz) != 0 || !p)
-        return drt_set_error(DRT_ERR_OOM, "cpu: cannot allocate %zu bytes", size);
+        return drt_set_error(DRT_ERR_OOM, "ref: cannot allocate %zu bytes of host memory", size);
     out->handle = p;
     out->host = p;
     out->size = size;
