@@ -10,7 +10,16 @@ finds it. numpy is required.
         print(g.text)
 """
 
-from ._lib import DRT_MAX_CTX, Error, LibraryNotFound, Status, library_path
+from ._lib import (
+    DRT_MAX_CTX,
+    ArgumentOverflow,
+    Busy,
+    Error,
+    InvalidArgument,
+    LibraryNotFound,
+    Status,
+    library_path,
+)
 from .model import (
     BackendInfo,
     Device,
@@ -27,10 +36,13 @@ from .tokenizer import StreamDecoder, Tokenizer
 
 __all__ = [
     "DRT_MAX_CTX",
+    "ArgumentOverflow",
     "BackendInfo",
+    "Busy",
     "Device",
     "Error",
     "Generation",
+    "InvalidArgument",
     "LibraryNotFound",
     "Model",
     "ModelInfo",

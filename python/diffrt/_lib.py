@@ -7,9 +7,11 @@ without it), from the environment variable DIFFRT_LIBRARY when set, else
 wherever the dynamic linker finds ``libdiffrt.so``.
 """
 
+import contextlib
 import ctypes
 import ctypes.util
 import enum
+import operator
 import os
 import threading
 
@@ -43,6 +45,7 @@ class Status(enum.IntEnum):
     OOM = 6
     BACKEND = 7
     NUMERIC = 8
+    BUSY = 9
 
 
 DRT_MAX_CTX = 1 << 24
@@ -233,6 +236,31 @@ class Error(RuntimeError):
 Error.__module__ = "diffrt"
 
 
+class InvalidArgument(Error, ValueError):
+    """An argument the package rejected before any C call: a ValueError,
+    and an :class:`Error` with status INVALID_ARG (what the C library would
+    have said, where it could tell)."""
+
+    def __init__(self, message):
+        super().__init__(Status.INVALID_ARG, message, status_name="invalid argument")
+
+
+class ArgumentOverflow(InvalidArgument, OverflowError):
+    """An integer that does not fit the C type it is passed as (ctypes would
+    silently keep its low bits: ctx=2**32+5 was 5). Also an OverflowError."""
+
+
+class Busy(Error):
+    """The session is in use by another thread (Status.BUSY): nothing was done."""
+
+    def __init__(self, message="session is in use by another thread"):
+        super().__init__(Status.BUSY, message, status_name="busy")
+
+
+for _c in (InvalidArgument, ArgumentOverflow, Busy):
+    _c.__module__ = "diffrt"
+
+
 class LibraryNotFound(OSError):
     """libdiffrt.so could not be found or loaded."""
 
@@ -259,6 +287,70 @@ def check(status):
     """Raises Error when a drt_status is not DRT_OK."""
     if status != 0:
         raise error(status)
+
+
+# ---- arguments on their way to C -------------------------------------------
+# ctypes converts a Python int to c_int by keeping its low bits and a str or
+# bytes to char * up to its first NUL, so every argument goes through one of
+# these first: an int that does not fit the C type is ArgumentOverflow, a
+# NUL inside a string is InvalidArgument, the wrong type TypeError.
+
+
+def _int(v, name, ctype, cmin, cmax, lo, hi):
+    if isinstance(v, bool) or type(v).__name__ == "bool_":
+        raise TypeError(f"{name} wants an integer, not a bool")
+    try:
+        i = operator.index(v)  # int, numpy integers; not float or str
+    except TypeError:
+        raise TypeError(f"{name} wants an integer, not {type(v).__name__}") from None
+    if not cmin <= i <= cmax:
+        raise ArgumentOverflow(f"{name} {i} does not fit in a C {ctype} [{cmin}, {cmax}]")
+    lo = cmin if lo is None else lo
+    hi = cmax if hi is None else hi
+    if not lo <= i <= hi:
+        raise InvalidArgument(f"{name} wants an integer in [{lo}, {hi}], got {i}")
+    return i
+
+
+_SIZE_MAX = (1 << (8 * ctypes.sizeof(c_size_t))) - 1
+
+
+def int32(v, name, lo=None, hi=None):
+    """v as a C int / int32_t (optionally within [lo, hi])."""
+    return _int(v, name, "int32", -(1 << 31), (1 << 31) - 1, lo, hi)
+
+
+def uint64(v, name, lo=None, hi=None):
+    return _int(v, name, "uint64", 0, (1 << 64) - 1, lo, hi)
+
+
+def size_t(v, name, lo=None, hi=None):
+    return _int(v, name, "size_t", 0, _SIZE_MAX, lo, hi)
+
+
+def cstring(v, name):
+    """A str (as UTF-8) or bytes for a char * argument: no NUL inside."""
+    if isinstance(v, str):
+        b = v.encode("utf-8")
+    elif isinstance(v, (bytes, bytearray)):
+        b = bytes(v)
+    else:
+        raise TypeError(f"{name} wants a str, not {type(v).__name__}")
+    if b"\0" in b:
+        raise InvalidArgument(f"{name} {v!r} holds a NUL character (C would stop there)")
+    return b
+
+
+def cpath(v, name="path"):
+    """A path (str, bytes, os.PathLike) for a char * argument: no NUL inside
+    (C would read "model" + NUL + "x" as the directory "model")."""
+    try:
+        b = os.fsencode(os.fspath(v))
+    except TypeError:
+        raise TypeError(f"{name} wants a path (str, bytes or os.PathLike), not {type(v).__name__}") from None
+    if b"\0" in b:
+        raise InvalidArgument(f"{name} {v!r} holds a NUL character (C would stop there)")
+    return b
 
 
 # ---- loading ------------------------------------------------------------------
@@ -344,13 +436,69 @@ def cstr(b):
 class Handle:
     """A library object a Python object owns: freed by close(), at the end of
     a with block, or when the Python object is collected. Subclasses name
-    their drt_*_free function and set self._h once the object exists."""
+    their drt_*_free function and set self._h once the object exists.
+
+    Threads: a C call passes the handle inside ``with self._shared() as h``
+    (any number of threads at once: models, tokenizers) or ``with
+    self._exclusive() as h`` (one thread at a time, re-entrant on that
+    thread: sessions; another thread gets :class:`Busy`, or waits with
+    wait=True). close() waits for the calls in flight on other threads, so
+    the handle is never freed under one; a call after close() raises
+    ValueError."""
 
     _free_fn = None  # e.g. "drt_model_free"
     _h = None
 
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        self._cv = threading.Condition()
+        self._users = 0  # threads inside a _shared() call
+        self._owner = None  # the thread inside _exclusive() calls
+        self._depth = 0
+        return self
+
+    def _idle_for(self, me):
+        return self._users == 0 and self._owner in (None, me)
+
+    @contextlib.contextmanager
+    def _shared(self):
+        with self._cv:
+            h = self._handle()
+            self._users += 1
+        try:
+            yield h
+        finally:
+            with self._cv:
+                self._users -= 1
+                self._cv.notify_all()
+
+    @contextlib.contextmanager
+    def _exclusive(self, wait=False):
+        me = threading.get_ident()
+        with self._cv:
+            if not self._idle_for(me):
+                if not wait:
+                    raise Busy()
+                self._cv.wait_for(lambda: self._idle_for(me))
+            h = self._handle()
+            self._owner = me
+            self._depth += 1
+        try:
+            yield h
+        finally:
+            with self._cv:
+                self._depth -= 1
+                if not self._depth:
+                    self._owner = None
+                self._cv.notify_all()
+
     def close(self):
-        h, self._h = self._h, None
+        me = threading.get_ident()
+        with self._cv:
+            # the owner itself may close (from a callback): its own calls
+            # after this one see the handle gone
+            self._cv.wait_for(lambda: self._idle_for(me))
+            h, self._h = self._h, None
         if h:
             getattr(lib(), self._free_fn)(h)
 

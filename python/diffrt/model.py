@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _lib
 from ._ids import as_ids
-from ._lib import Error, Status
+from ._lib import Error, InvalidArgument, Status
 from .tokenizer import Tokenizer
 
 # ---- library-wide ----------------------------------------------------------
@@ -74,7 +74,7 @@ def backends():
                 p = _lib.DevicePropsC()
                 _lib.check(L.drt_backend_device_props(b, d, byref(p)))
                 desc = create_string_buffer(1024)
-                _lib.check(L.drt_backend_device_name(b, d, desc, len(desc)))
+                _lib.check(L.drt_backend_device_name(b, d, desc, _lib.size_t(len(desc), "buffer size")))
                 dec = lambda x: x.decode("utf-8", "replace")  # noqa: E731
                 devices.append(Device(name=dec(p.name), description=dec(desc.value), vendor=dec(p.vendor), driver=dec(p.driver),
                                       api_version=dec(p.api_version), type=dec(p.type),
@@ -177,11 +177,12 @@ class Model(_lib.Handle):
     _free_fn = "drt_model_free"
 
     def __init__(self, path):
+        cpath = _lib.cpath(path)
         self.path = os.fspath(path)
         self._h = None
         self._tokenizer = None
         h = c_void_p()
-        _lib.check(_lib.lib().drt_model_load(os.fsencode(self.path), byref(h)))
+        _lib.check(_lib.lib().drt_model_load(cpath, byref(h)))
         self._h = h
         I = _lib.ModelInfoC()
         _lib.check(_lib.lib().drt_model_get_info(h, byref(I)))
@@ -222,8 +223,11 @@ class Model(_lib.Handle):
         ``n`` None is the CLI's default -n: up to 16 tokens, fewer when the
         context (``ctx``, else max_position_embeddings) ends sooner.
         """
-        if ctx < 0 or ctx > _lib.DRT_MAX_CTX:
-            raise ValueError(f"ctx wants an integer in [0, {_lib.DRT_MAX_CTX}], got {ctx}")
+        # every argument checked before the first C call (the prompt's encoding)
+        _session_opts(backend, device, ctx, threads, check_finite)
+        _sampler_opts(self.info.vocab, temperature, top_k, top_p, seed)
+        if n is not None:
+            _check_n(n)
         ids, eos, tok = self._prompt(prompt)
         if n is None:
             room = (ctx or self.info.max_ctx) - len(ids)
@@ -253,10 +257,44 @@ class Model(_lib.Handle):
                                 f"model's vocabulary of {info.vocab}: is this the model's tokenizer?")
             eos = info.eos_id if info.eos_id is not None else tok.eos_id
             return ids, eos, tok
-        ids = [int(i) for i in as_ids(prompt)]
+        ids = [int(i) for i in _check_vocab(as_ids(prompt), info.vocab)]
         if not ids:
             raise Error(Status.INVALID_ARG, "the prompt has no tokens: nothing to start from")
         return ids, info.eos_id, None
+
+
+def _check_vocab(arr, vocab):
+    """arr (int32 ids) when every id is in [0, vocab), else InvalidArgument
+    naming the first that is not (as drt_session_forward would)."""
+    bad = np.flatnonzero((arr < 0) | (arr >= vocab))
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidArgument(f"token id {int(arr[i])} (position {i}) is outside the vocabulary [0, {vocab})")
+    return arr
+
+
+def _session_opts(backend, device, ctx, threads, check_finite):
+    """(backend name, drt_session_opts) from Session's arguments, each
+    checked for its C type first."""
+    backend = backend or "cpu"
+    b = _lib.cstring(backend, "backend")
+    if device is None:
+        d = None
+    elif isinstance(device, (str, bytes)):
+        d = _lib.cstring(device, "device")
+    else:  # an index
+        d = str(_lib.int32(device, "device", lo=0)).encode()
+    opts = _lib.SessionOptsC(backend=b, device=d, max_ctx=_lib.int32(ctx, "ctx", 0, _lib.DRT_MAX_CTX),
+                             threads=_lib.int32(threads, "threads"), check_finite=int(bool(check_finite)))
+    return backend, opts
+
+
+def _sampler_opts(vocab, temperature, top_k, top_p, seed):
+    """(vocab, drt_sampler_opts) from Sampler's arguments, each checked for
+    its C type first."""
+    return _lib.int32(vocab, "vocab"), _lib.SamplerOptsC(
+        temperature=float(temperature), top_k=_lib.int32(top_k, "top_k"), top_p=float(top_p),
+        seed=_lib.uint64(seed, "seed"))
 
 
 def _check_n(n):
@@ -294,26 +332,24 @@ class Session(_lib.Handle):
     ``backend``: "cpu" (fast CPU), "ref" (reference), "opencl", "vulkan",
     "cuda"; ``device``: None for the backend's default, else an index or a
     name substring; ``ctx`` 0: max_position_embeddings capped at 4096;
-    ``threads`` 0: DIFFRT_THREADS, else the physical cores."""
+    ``threads`` 0: DIFFRT_THREADS, else the physical cores.
+
+    One thread at a time: forward, generate and last_attention called while
+    another thread is inside the session raise :class:`Busy` (a
+    diffrt.Error, Status.BUSY) and do nothing; pos, reset, fallbacks and
+    close wait for that thread's call instead. After close every call
+    raises ValueError."""
 
     _free_fn = "drt_session_free"
 
     def __init__(self, model, backend="cpu", device=None, ctx=0, threads=0, check_finite=False):
         self._h = None
+        self.backend, opts = _session_opts(backend, device, ctx, threads, check_finite)
         self.model = model
-        self.backend = backend or "cpu"
         self.vocab = model.info.vocab
-        if device is not None and not isinstance(device, str):
-            device = str(int(device))
-        opts = _lib.SessionOptsC(
-            backend=self.backend.encode("utf-8"),
-            device=None if device is None else device.encode("utf-8"),
-            max_ctx=int(ctx),
-            threads=int(threads),
-            check_finite=int(bool(check_finite)),
-        )
         h = c_void_p()
-        _lib.check(_lib.lib().drt_session_create(model._handle(), byref(opts), byref(h)))
+        with model._shared() as mh:  # model.close() on another thread waits
+            _lib.check(_lib.lib().drt_session_create(mh, byref(opts), byref(h)))
         self._h = h
         # the context drt_session_create decided
         self.ctx = int(_lib.lib().drt_session_ctx(self._h))
@@ -325,18 +361,20 @@ class Session(_lib.Handle):
     @property
     def pos(self):
         """Positions held in the KV cache (tokens run since the last reset)."""
-        return _lib.lib().drt_session_pos(self._handle())
+        with self._exclusive(wait=True) as h:
+            return _lib.lib().drt_session_pos(h)
 
     def reset(self):
         """Empties the KV cache: the next forward starts at position 0."""
-        _lib.lib().drt_session_reset(self._handle())
+        with self._exclusive(wait=True) as h:
+            _lib.lib().drt_session_reset(h)
 
     def forward(self, ids, all_logits=False, out=None):
         """Runs ``ids`` at the current position; returns the logits as float32,
         shape [vocab] (the last token's) or [len(ids), vocab] (all_logits).
         ``out``: an array of that shape and dtype to write into instead.
         Non-finite logits raise Error (Status.NUMERIC) with ``.logits`` set."""
-        arr = as_ids(ids)
+        arr = _check_vocab(as_ids(ids), self.vocab)
         T = len(arr)
         shape = (T, self.vocab) if all_logits else (self.vocab,)
         if out is None:
@@ -344,8 +382,9 @@ class Session(_lib.Handle):
         elif (not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != shape
               or not out.flags.c_contiguous or not out.flags.writeable):
             raise ValueError(f"out must be a writeable C-contiguous float32 array of shape {shape}")
-        st = _lib.lib().drt_session_forward(self._handle(), arr.ctypes.data, T, out.ctypes.data,
-                                            int(bool(all_logits)))
+        with self._exclusive() as h:
+            st = _lib.lib().drt_session_forward(h, arr.ctypes.data, _lib.int32(T, "len(ids)"), out.ctypes.data,
+                                                int(bool(all_logits)))
         if st:
             err = _lib.error(st)
             if st == Status.NUMERIC:
@@ -357,7 +396,8 @@ class Session(_lib.Handle):
         """Node runs that fell back to the CPU reference: {op name: count}."""
         L = _lib.lib()
         buf = create_string_buffer(4096)
-        L.drt_session_fallbacks(self._handle(), buf, len(buf))
+        with self._exclusive(wait=True) as h:
+            L.drt_session_fallbacks(h, buf, _lib.size_t(len(buf), "buffer size"))
         out = {}
         for pair in buf.value.decode("utf-8", "replace").split():
             op, _, count = pair.partition("=")
@@ -367,15 +407,24 @@ class Session(_lib.Handle):
     def last_attention(self):
         """The last token's attention over positions 0..pos-1 of the last
         forward, averaged over layers and heads (float32 [pos])."""
-        w = np.empty(self.pos, dtype=np.float32)
-        _lib.check(_lib.lib().drt_session_last_attention(self._handle(), w.ctypes.data))
+        with self._exclusive() as h:
+            w = np.empty(self.pos, dtype=np.float32)
+            _lib.check(_lib.lib().drt_session_last_attention(h, w.ctypes.data))
         return w
 
     def generate(self, prompt, n=None, *, temperature=0.0, top_k=0, top_p=1.0, seed=0, stop=True,
                  on_text=None):
         """Model.generate on this session, from its current position (a new
         or reset session is what `diffrt run` does). The prompt + n must fit
-        the session's context; n None: up to 16, as many as fit."""
+        the session's context; n None: up to 16, as many as fit. The session
+        is this thread's for the whole generation (another thread: Busy)."""
+        with self._exclusive():
+            return self._generate_held(prompt, n, temperature, top_k, top_p, seed, stop, on_text)
+
+    def _generate_held(self, prompt, n, temperature, top_k, top_p, seed, stop, on_text):
+        _sampler_opts(self.vocab, temperature, top_k, top_p, seed)
+        if n is not None:
+            _check_n(n)
         ids, eos, tok = self.model._prompt(prompt)
         if n is None:
             room = self.ctx - self.pos - len(ids)
@@ -435,11 +484,7 @@ class Sampler(_lib.Handle):
 
     def __init__(self, vocab, temperature=0.0, top_k=0, top_p=1.0, seed=0):
         self._h = None
-        if not 0 <= int(seed) < (1 << 64):
-            raise ValueError(f"seed wants an integer in [0, 2**64), got {seed}")
-        self.vocab = int(vocab)
-        opts = _lib.SamplerOptsC(temperature=float(temperature), top_k=int(top_k),
-                                 top_p=float(top_p), seed=int(seed))
+        self.vocab, opts = _sampler_opts(vocab, temperature, top_k, top_p, seed)
         h = c_void_p()
         _lib.check(_lib.lib().drt_sampler_create(byref(opts), self.vocab, byref(h)))
         self._h = h

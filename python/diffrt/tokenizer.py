@@ -18,18 +18,21 @@ class Tokenizer(_lib.Handle):
 
     ``Tokenizer(path)`` takes the file, or a model directory holding
     ``tokenizer.json``. Encoding and decoding match Hugging Face `tokenizers`.
+    Read-only once loaded: any number of threads may use one at once (close()
+    waits for their calls).
     """
 
     _free_fn = "drt_tokenizer_free"
 
     def __init__(self, path):
+        _lib.cpath(path)  # no NUL (os.path.isdir would say False for one)
         path = os.fspath(path)
         if os.path.isdir(path):
             path = os.path.join(path, "tokenizer.json")
         self.path = path
         self._h = None
         h = c_void_p()
-        _lib.check(_lib.lib().drt_tokenizer_load(os.fsencode(path), byref(h)))
+        _lib.check(_lib.lib().drt_tokenizer_load(_lib.cpath(path), byref(h)))
         self._h = h
 
     @classmethod
@@ -38,12 +41,16 @@ class Tokenizer(_lib.Handle):
         ``name`` is what error messages call it."""
         if isinstance(json, str):
             json = json.encode("utf-8")
+        elif not isinstance(json, (bytes, bytearray)):
+            raise TypeError(f"from_json wants str or bytes, not {type(json).__name__}")
+        json = bytes(json)  # passed with its length: a NUL inside is the parser's to reject
+        cname = _lib.cstring(name, "name")
         self = cls.__new__(cls)
         self.path = None
         self._h = None
         h = c_void_p()
         _lib.check(
-            _lib.lib().drt_tokenizer_load_json(json, len(json), name.encode("utf-8"), byref(h))
+            _lib.lib().drt_tokenizer_load_json(json, _lib.size_t(len(json), "len(json)"), cname, byref(h))
         )
         self._h = h
         return self
@@ -56,7 +63,8 @@ class Tokenizer(_lib.Handle):
     @property
     def vocab_size(self):
         """One more than the largest token id (model vocab and added tokens)."""
-        return _lib.lib().drt_tokenizer_vocab_size(self._handle())
+        with self._shared() as h:
+            return _lib.lib().drt_tokenizer_vocab_size(h)
 
     def __len__(self):
         return self.vocab_size
@@ -64,28 +72,36 @@ class Tokenizer(_lib.Handle):
     @property
     def bos_id(self):
         """The id the post-processor puts before the text, or None."""
-        v = _lib.lib().drt_tokenizer_bos_id(self._handle())
+        with self._shared() as h:
+            v = _lib.lib().drt_tokenizer_bos_id(h)
         return None if v < 0 else v
 
     @property
     def eos_id(self):
         """The end-of-text special token (<|end_of_text|>, <|endoftext|>, </s>), or None."""
-        v = _lib.lib().drt_tokenizer_eos_id(self._handle())
+        with self._shared() as h:
+            v = _lib.lib().drt_tokenizer_eos_id(h)
         return None if v < 0 else v
 
     def id_to_token(self, id):
         """The token's string as stored in tokenizer.json, or None."""
-        s = _lib.lib().drt_tokenizer_id_to_token(self._handle(), int(id))
+        id = _lib.int32(id, "id")
+        with self._shared() as h:
+            s = _lib.lib().drt_tokenizer_id_to_token(h, id)  # c_char_p: copied to bytes
         return None if s is None else _utf8(s)
 
     def token_to_id(self, token):
         """The id of a token string, or None."""
-        v = _lib.lib().drt_tokenizer_token_to_id(self._handle(), token.encode("utf-8"))
+        token = _lib.cstring(token, "token")
+        with self._shared() as h:
+            v = _lib.lib().drt_tokenizer_token_to_id(h, token)
         return None if v < 0 else v
 
     def is_special(self, id):
         """True when the id is an added token marked special."""
-        return bool(_lib.lib().drt_tokenizer_is_special(self._handle(), int(id)))
+        id = _lib.int32(id, "id")
+        with self._shared() as h:
+            return bool(_lib.lib().drt_tokenizer_is_special(h, id))
 
     # -- encode / decode
     def encode(self, text, add_special=True):
@@ -99,7 +115,9 @@ class Tokenizer(_lib.Handle):
         ids = POINTER(c_int32)()
         n = c_int()
         L = _lib.lib()
-        _lib.check(L.drt_tokenizer_encode(self._handle(), text, len(text), int(bool(add_special)), byref(ids), byref(n)))
+        with self._shared() as h:
+            _lib.check(L.drt_tokenizer_encode(h, text, _lib.size_t(len(text), "len(text)"), int(bool(add_special)),
+                                              byref(ids), byref(n)))
         try:
             return ids[: n.value]
         finally:
@@ -112,9 +130,9 @@ class Tokenizer(_lib.Handle):
         text = c_void_p()
         n = c_size_t()
         L = _lib.lib()
-        _lib.check(
-            L.drt_tokenizer_decode(self._handle(), arr.ctypes.data, len(arr), int(bool(skip_special)), byref(text), byref(n))
-        )
+        with self._shared() as h:
+            _lib.check(L.drt_tokenizer_decode(h, arr.ctypes.data, _lib.int32(len(arr), "len(ids)"),
+                                              int(bool(skip_special)), byref(text), byref(n)))
         try:
             return _utf8(ctypes.string_at(text, n.value))
         finally:
@@ -146,22 +164,18 @@ class StreamDecoder(_lib.Handle):
         return out
 
     def push(self, id):
+        id = _lib.int32(id, "id")
         L = _lib.lib()
-        _lib.check(
-            L.drt_tokenizer_stream_push(
-                self.tokenizer._handle(), byref(self._st), int(id), int(self.skip_special),
-                byref(self._buf), byref(self._len), byref(self._cap),
-            )
-        )
+        with self.tokenizer._shared() as h:
+            _lib.check(L.drt_tokenizer_stream_push(h, byref(self._st), id, int(self.skip_special),
+                                                   byref(self._buf), byref(self._len), byref(self._cap)))
         return self._take()
 
     def flush(self):
         L = _lib.lib()
-        _lib.check(
-            L.drt_tokenizer_stream_flush(
-                self.tokenizer._handle(), byref(self._st), byref(self._buf), byref(self._len), byref(self._cap)
-            )
-        )
+        with self.tokenizer._shared() as h:
+            _lib.check(L.drt_tokenizer_stream_flush(h, byref(self._st), byref(self._buf), byref(self._len),
+                                                    byref(self._cap)))
         return self._take()
 
     def close(self):

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import unittest
 import warnings
 
@@ -507,6 +508,264 @@ class TestGenerateMatchesCli(unittest.TestCase):
                 m.generate(read_prompt(), n=4, ctx=T + 3)
             with self.assertRaises(diffrt.Error):
                 m.generate("", n=4) if m.tokenizer.bos_id is None else m.generate([], n=4)
+
+
+class _NoC:
+    """Stands in for the library: any C call is a test failure."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"{name} was called: the bad argument reached C")
+
+
+class no_c_calls:
+    """with no_c_calls(): ... runs with every C call failing the test."""
+
+    def __enter__(self):
+        self.saved = diffrt._lib._lib
+        diffrt._lib._lib = _NoC()
+
+    def __exit__(self, *exc):
+        diffrt._lib._lib = self.saved
+
+
+class TestArgumentChecks(unittest.TestCase):
+    """What the package passes to C is checked first: ctypes keeps an int's
+    low bits (ctx=2**32+5 was ctx 5) and a string up to its first NUL (a path
+    with a NUL loaded another directory), and ids past the vocabulary are
+    caught before C sees them. Each case raises, and makes no C call."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.m = diffrt.Model(model_path("diff-v1-tiny"))
+        cls.tok = cls.m.tokenizer
+        cls.s = cls.m.session(backend="ref", ctx=8)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.s.close()
+        cls.m.close()
+
+    def test_bad_arguments_raise_before_c(self):
+        m, s, tok = self.m, self.s, self.tok
+        V = m.info.vocab
+        stream = tok.stream()
+        big = 2**32 + 5  # as a C int: 5
+        cases = [
+            # (what, call, exception)
+            ("Model path with NUL", lambda: diffrt.Model(model_path("diff-v1-tiny") + "\0x"), ValueError),
+            ("Model bytes path with NUL", lambda: diffrt.Model(os.fsencode(model_path("diff-v1-tiny")) + b"\0"),
+             ValueError),
+            ("Model path not a path", lambda: diffrt.Model(5), TypeError),
+            ("Session ctx 2**32+5", lambda: diffrt.Session(m, ctx=big), OverflowError),
+            ("Session ctx -1", lambda: diffrt.Session(m, ctx=-1), ValueError),
+            ("Session ctx past DRT_MAX_CTX", lambda: diffrt.Session(m, ctx=diffrt.DRT_MAX_CTX + 1), ValueError),
+            ("Session ctx 1.5", lambda: diffrt.Session(m, ctx=1.5), TypeError),
+            ("Session ctx True", lambda: diffrt.Session(m, ctx=True), TypeError),
+            ("Session threads 2**31", lambda: diffrt.Session(m, threads=2**31), OverflowError),
+            ("Session backend with NUL", lambda: diffrt.Session(m, backend="ref\0cpu"), ValueError),
+            ("Session device with NUL", lambda: diffrt.Session(m, device="0\0"), ValueError),
+            ("Session device 2**32", lambda: diffrt.Session(m, device=2**32), OverflowError),
+            ("Session device -1", lambda: diffrt.Session(m, device=-1), ValueError),
+            ("forward id = vocab", lambda: s.forward([1, V]), ValueError),
+            ("forward id -1", lambda: s.forward([-1]), ValueError),
+            ("forward id 2**32+5", lambda: s.forward([big]), OverflowError),
+            ("forward int64 array past vocab", lambda: s.forward(np.array([V + 1], dtype=np.int64)), ValueError),
+            ("generate ids past vocab", lambda: m.generate([0, V], n=1), ValueError),
+            ("generate ctx 2**32+5", lambda: m.generate([0], n=1, ctx=big), OverflowError),
+            ("generate backend with NUL", lambda: m.generate("x", n=1, backend="cpu\0"), ValueError),
+            ("generate top_k 2**32+5", lambda: m.generate("x", n=1, top_k=big), OverflowError),
+            ("session generate seed -1", lambda: s.generate([0], n=1, seed=-1), OverflowError),
+            ("Sampler vocab 2**32+5", lambda: diffrt.Sampler(big), OverflowError),
+            ("Sampler top_k 2**32+5", lambda: diffrt.Sampler(V, top_k=big), OverflowError),
+            ("Sampler seed 2**64", lambda: diffrt.Sampler(V, seed=2**64), OverflowError),
+            ("Tokenizer path with NUL", lambda: diffrt.Tokenizer(model_path("diff-v1-tiny") + "\0x"), ValueError),
+            ("Tokenizer.from_json name with NUL", lambda: diffrt.Tokenizer.from_json("{}", name="a\0b"), ValueError),
+            ("id_to_token 2**32+5", lambda: tok.id_to_token(big), OverflowError),
+            ("id_to_token 1.0", lambda: tok.id_to_token(1.0), TypeError),
+            ("is_special -2**31-1", lambda: tok.is_special(-2**31 - 1), OverflowError),
+            ("token_to_id with NUL", lambda: tok.token_to_id("a\0b"), ValueError),
+            ("stream push 2**32+5", lambda: stream.push(big), OverflowError),
+        ]
+        try:
+            for what, call, exc in cases:
+                with self.subTest(what), no_c_calls():
+                    with self.assertRaises(exc) as cm:
+                        call()
+                    if isinstance(cm.exception, ValueError):  # a value: also a diffrt.Error, INVALID_ARG
+                        self.assertIsInstance(cm.exception, diffrt.Error)
+                        self.assertEqual(cm.exception.status, diffrt.Status.INVALID_ARG)
+        finally:
+            stream.close()
+        # and the objects are still whole
+        self.assertEqual(s.pos, 0)
+        self.assertEqual(tok.id_to_token(5), self.tok.id_to_token(np.int32(5)))
+
+
+class TestThreads(unittest.TestCase):
+    """A session is one thread's at a time: a second thread gets diffrt.Busy,
+    never wrong logits; close() during another thread's forward waits for it,
+    and every later call raises ValueError (it crashed). A model and a
+    tokenizer may be shared."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.m = diffrt.Model(model_path("diff-v1-tiny"))
+        cls.ids = cls.m.tokenizer.encode(SHORT_PROMPT)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.m.close()
+
+    def run_threads(self, fn, n=2):
+        errors = []
+
+        def guarded(i):
+            try:
+                fn(i)
+            except BaseException as e:  # noqa: B902 (reported on the main thread)
+                errors.append(e)
+
+        threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        if errors:
+            raise errors[0]
+
+    def test_one_session_two_threads(self):
+        T, laps = len(self.ids), 3
+        with self.m.session(backend="cpu", ctx=laps * T, threads=1) as s:
+            want = [s.forward(self.ids).copy() for _ in range(laps)]
+            s.reset()
+            seen = {"ok": 0, "busy": 0}
+
+            def hammer(i):
+                for _ in range(150):
+                    try:
+                        lg = s.forward(self.ids)
+                    except diffrt.Busy as e:
+                        self.assertEqual(e.status, diffrt.Status.BUSY)
+                        self.assertIn("in use by another thread", str(e))
+                        seen["busy"] += 1
+                        continue
+                    except diffrt.Error as e:
+                        if "exceed" not in e.message:
+                            raise
+                        s.reset()  # the context is full (both run the same prompt)
+                        continue
+                    # the cache holds the prompt k times: exactly one lap's logits
+                    self.assertTrue(any(np.array_equal(lg, w) for w in want), "wrong logits")
+                    seen["ok"] += 1
+
+            self.run_threads(hammer)
+            self.assertGreater(seen["ok"], 0)
+            s.reset()
+            np.testing.assert_array_equal(s.forward(self.ids), want[0])
+
+    def test_generate_holds_the_session(self):
+        with self.m.session(backend="ref") as s:
+            inside = threading.Event()
+            others = []
+
+            def on_text(piece):
+                if not inside.is_set():
+                    inside.set()
+                    t = threading.Thread(target=lambda: others.append(self._try(s.forward, [1])))
+                    t.start()
+                    t.join()
+
+            s.generate([1, 2, 3], n=3, stop=False, on_text=None)
+            s.reset()
+            s.generate(SHORT_PROMPT, n=3, stop=False, on_text=on_text)
+            self.assertEqual(len(others), 1)
+            self.assertIsInstance(others[0], diffrt.Busy)
+
+    @staticmethod
+    def _try(fn, *a):
+        try:
+            return fn(*a)
+        except Exception as e:  # noqa: B902
+            return e
+
+    def test_close_during_forward(self):
+        for r in range(10):
+            s = self.m.session(backend="ref", ctx=len(self.ids) * 4)
+            started = threading.Event()
+            ended = []
+
+            def loop(i):
+                calls = 0
+                try:
+                    while True:
+                        try:
+                            s.forward(self.ids)
+                        except diffrt.Error as e:
+                            if "exceed" not in e.message:
+                                raise
+                            s.reset()
+                        calls += 1
+                        started.set()
+                except ValueError as e:  # the session was closed
+                    ended.append(str(e))
+                    started.set()
+
+            t = threading.Thread(target=loop, args=(0,))
+            t.start()
+            started.wait(60)
+            s.close()  # waits for the forward in flight
+            t.join(60)
+            self.assertFalse(t.is_alive())
+            self.assertEqual(len(ended), 1)
+            self.assertIn("closed", ended[0])
+            for call in (lambda: s.forward(self.ids), lambda: s.pos, s.reset, s.fallbacks):
+                with self.assertRaises(ValueError):
+                    call()
+            s.close()  # twice: nothing
+
+    def test_shared_model_and_tokenizer(self):
+        m, tok = self.m, self.m.tokenizer
+        with m.session(backend="cpu", threads=1) as s:
+            want = s.forward(self.ids).copy()
+        text = read_prompt()
+        want_ids = tok.encode(text)
+        got = [None] * 4
+
+        def work(i):
+            with m.session(backend="cpu", threads=1) as s:
+                lg = s.forward(tok.encode(SHORT_PROMPT))
+            got[i] = (lg, tok.encode(text))
+
+        self.run_threads(work, n=4)
+        for lg, ids in got:
+            np.testing.assert_array_equal(lg, want)
+            self.assertEqual(ids, want_ids)
+
+    def test_tokenizer_close_during_encode(self):
+        text = read_prompt()
+        for r in range(5):
+            tok = diffrt.Tokenizer(model_path("diff-v1-tiny"))
+            started = threading.Event()
+            results = []
+
+            def loop(i):
+                try:
+                    while True:
+                        results.append(len(tok.encode(text)))
+                        started.set()
+                except ValueError:
+                    started.set()
+
+            threads = [threading.Thread(target=loop, args=(i,)) for i in range(2)]
+            for t in threads:
+                t.start()
+            started.wait(60)
+            tok.close()
+            for t in threads:
+                t.join(60)
+            self.assertTrue(results and len(set(results)) == 1)
+            with self.assertRaises(ValueError):
+                tok.encode("x")
 
 
 if __name__ == "__main__":
