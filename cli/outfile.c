@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <stdio_ext.h>
 #include <stdlib.h>
@@ -158,4 +159,157 @@ int cli_remove_tree(const char *path) {
     if (nftw(path, rm_one, 16, FTW_PHYS | FTW_DEPTH) != 0 && !rm_first_err) rm_first_err = errno;
     errno = rm_first_err;
     return rm_first_err ? -1 : 0;
+}
+
+/* ---- output directories ---------------------------------------------------------- */
+
+static int dir_is_empty(const char *path) {
+    DIR *dir = opendir(path);
+    if (!dir) return 0;
+    struct dirent *e;
+    int empty = 1;
+    while (empty && (e = readdir(dir)))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) empty = 0;
+    closedir(dir);
+    return empty;
+}
+
+int cli_outdir_open(cli_outdir *d, const char *what, const char *path, int force, const char *protect) {
+    memset(d, 0, sizeof *d);
+    d->shown = path;
+    d->force = force;
+    char buf[PATH_MAX], real[PATH_MAX], rprot[PATH_MAX];
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--; /* "out/" is "out" */
+    if (n == 0 || n >= sizeof buf) {
+        fprintf(stderr, "diffrt: %s: --out \"%s\" is not a directory name\n", what, path);
+        return 2;
+    }
+    memcpy(buf, path, n);
+    buf[n] = 0;
+    struct stat sb;
+    int exists = lstat(buf, &sb) == 0;
+    if (!exists && errno != ENOENT) {
+        fprintf(stderr, "diffrt: %s: --out %s: %s\n", what, path, strerror(errno));
+        return 1;
+    }
+    if (exists && S_ISLNK(sb.st_mode)) {
+        fprintf(stderr, "diffrt: %s: --out %s is a symbolic link; name the directory itself\n", what, path);
+        return 2;
+    }
+    if (exists && !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "diffrt: %s: --out %s exists and is not a directory\n", what, path);
+        return 2;
+    }
+    /* the absolute target: the directory itself when it exists, else its
+     * resolved parent + the last name */
+    if (exists) {
+        if (!realpath(buf, real)) {
+            fprintf(stderr, "diffrt: %s: --out %s: %s\n", what, path, strerror(errno));
+            return 1;
+        }
+    } else {
+        char dir[PATH_MAX], rdir[PATH_MAX];
+        const char *base;
+        if (!split_path(buf, dir, sizeof dir, &base) || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
+            fprintf(stderr, "diffrt: %s: --out \"%s\" is not a directory name\n", what, path);
+            return 2;
+        }
+        if (!realpath(dir, rdir)) {
+            fprintf(stderr, "diffrt: %s: --out %s: cannot use its parent %s: %s\n", what, path, dir, strerror(errno));
+            return 1;
+        }
+        if (snprintf(real, sizeof real, "%s%s%s", rdir, strcmp(rdir, "/") ? "/" : "", base) >= (int)sizeof real) {
+            fprintf(stderr, "diffrt: %s: --out %s: %s\n", what, path, strerror(ENAMETOOLONG));
+            return 1;
+        }
+    }
+    if (strcmp(real, "/") == 0) {
+        fprintf(stderr, "diffrt: %s: --out %s is the root directory\n", what, path);
+        return 2;
+    }
+    if (protect && realpath(protect, rprot)) {
+        size_t k = strlen(real);
+        if (strcmp(real, rprot) == 0) {
+            fprintf(stderr, "diffrt: %s: --out %s is the model directory itself\n", what, path);
+            return 2;
+        }
+        if (strncmp(rprot, real, k) == 0 && rprot[k] == '/') {
+            fprintf(stderr, "diffrt: %s: --out %s contains the model directory %s\n", what, path, protect);
+            return 2;
+        }
+    }
+    if (exists && !force && !dir_is_empty(real)) {
+        fprintf(stderr, "diffrt: %s: --out %s already exists and is not empty; pass --force to replace it as a whole\n",
+                what, path);
+        return 2;
+    }
+    char dir[PATH_MAX];
+    const char *base;
+    if (!split_path(real, dir, sizeof dir, &base) ||
+        snprintf(d->tmp, sizeof d->tmp, "%s/.%.200s.tmp.XXXXXX", dir, base) >= (int)sizeof d->tmp ||
+        snprintf(d->path, sizeof d->path, "%s", real) >= (int)sizeof d->path) {
+        fprintf(stderr, "diffrt: %s: --out %s: %s\n", what, path, strerror(ENAMETOOLONG));
+        d->tmp[0] = 0;
+        return 1;
+    }
+    if (!mkdtemp(d->tmp)) {
+        fprintf(stderr, "diffrt: %s: --out %s: cannot create a directory in %s: %s\n", what, path, dir,
+                strerror(errno));
+        d->tmp[0] = 0;
+        return 1;
+    }
+    return 0;
+}
+
+void cli_outdir_discard(cli_outdir *d) {
+    if (d->tmp[0]) cli_remove_tree(d->tmp);
+    d->tmp[0] = 0;
+}
+
+int cli_outdir_commit(cli_outdir *d, const char *what) {
+    if (!d->tmp[0]) return 1;
+    /* mkdtemp's 0700 becomes what mkdir would have made */
+    mode_t um = umask(0);
+    umask(um);
+    chmod(d->tmp, 0777 & ~um);
+    struct stat sb;
+    int err = 0;
+    if (lstat(d->path, &sb) != 0 || (S_ISDIR(sb.st_mode) && dir_is_empty(d->path))) {
+        /* missing, or empty: a plain rename (POSIX replaces an empty directory) */
+        if (rename(d->tmp, d->path) != 0) err = errno;
+    } else if (!S_ISDIR(sb.st_mode) || !d->force) {
+        err = !S_ISDIR(sb.st_mode) ? ENOTDIR : ENOTEMPTY; /* something took the name since open */
+    } else if (renameat2(AT_FDCWD, d->tmp, AT_FDCWD, d->path, RENAME_EXCHANGE) == 0) {
+        /* d->tmp now holds the old directory */
+        if (cli_remove_tree(d->tmp) != 0)
+            fprintf(stderr, "diffrt: %s: warning: the old %s, moved to %s, was not fully removed: %s\n", what,
+                    d->shown, d->tmp, strerror(errno));
+        d->tmp[0] = 0;
+        return 0;
+    } else if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
+        err = errno;
+    } else {
+        /* no exchange here: the old one aside (onto an empty mkdtemp
+         * directory), the new one in, the old one removed */
+        char aside[PATH_MAX], dir[PATH_MAX];
+        const char *base;
+        if (!split_path(d->path, dir, sizeof dir, &base) ||
+            snprintf(aside, sizeof aside, "%s/.%.200s.old.XXXXXX", dir, base) >= (int)sizeof aside)
+            err = ENAMETOOLONG;
+        else if (!mkdtemp(aside) || rename(d->path, aside) != 0)
+            err = errno, rmdir(aside);
+        else if (rename(d->tmp, d->path) != 0)
+            err = errno, rename(aside, d->path);
+        else if (cli_remove_tree(aside) != 0)
+            fprintf(stderr, "diffrt: %s: warning: the old %s, moved to %s, was not fully removed: %s\n", what,
+                    d->shown, aside, strerror(errno));
+    }
+    if (err) {
+        fprintf(stderr, "diffrt: %s: cannot move the new directory to %s: %s\n", what, d->shown, strerror(err));
+        cli_outdir_discard(d);
+        return 1;
+    }
+    d->tmp[0] = 0;
+    return 0;
 }

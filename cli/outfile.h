@@ -59,4 +59,36 @@ int cli_close_stdout(int rc);
  * FTW_PHYS | FTW_DEPTH); 0 or -1 with errno of the first failure. */
 int cli_remove_tree(const char *path);
 
+/* An output directory (diffrt quantize --out) written whole or not at all:
+ *
+ *     cli_outdir d;
+ *     if ((rc = cli_outdir_open(&d, "quantize", out, force, model_dir))) return rc;
+ *     ... write every file into d.tmp, load it back, check it ...
+ *     if (failed) { cli_outdir_discard(&d); return 1; }
+ *     return cli_outdir_commit(&d, "quantize");
+ *
+ * cli_outdir_open refuses (returns 2, message printed) a path that is a
+ * symlink, exists and is not a directory, is the protected directory (the
+ * input, through any spelling) or contains it, or exists and is not empty
+ * without force; else it makes the fresh directory ".<name>.tmp.XXXXXX"
+ * beside path (mkdtemp: nothing in it can be a planted symlink) and returns
+ * 0 (1 when that fails). cli_outdir_commit moves it into place: onto a path
+ * that is missing or empty by rename, over a non-empty one (force) by
+ * exchanging the two (renameat2 RENAME_EXCHANGE; where the file system has
+ * none, the old one is renamed aside first) and then removing the old tree,
+ * so no file of the old directory survives. Until then a previous output at
+ * path is untouched, and a killed run leaves only the dot-named temp. */
+typedef struct cli_outdir {
+    char path[PATH_MAX]; /* the target, absolute, its parent resolved */
+    char tmp[PATH_MAX];  /* write here; "" when not open */
+    const char *shown;   /* the target as given, for messages */
+    int force;           /* a non-empty target may be replaced */
+} cli_outdir;
+
+int cli_outdir_open(cli_outdir *d, const char *what, const char *path, int force, const char *protect);
+/* 0, or 1 with the message printed and d->tmp removed */
+int cli_outdir_commit(cli_outdir *d, const char *what);
+/* removes d->tmp and all in it; the target untouched */
+void cli_outdir_discard(cli_outdir *d);
+
 #endif

@@ -3,6 +3,12 @@
 #   - q8_0 and q4_0 of each model: written, loaded back, `info` names the dtype;
 #   - the argument rules: no overwrite without --force, not into the model
 #     directory, an unknown --type;
+#   - the output directory is written whole or not at all (issue 25): an
+#     existing non-empty --out (any file, a sharded model's index) is refused
+#     and untouched; --force replaces it as a whole (no stale file survives);
+#     a symlinked --out, or symlinks in it, are never written through; a
+#     failure during the run (a non-finite weight, a full disk, a kill) leaves
+#     the previous output byte-identical and nothing loadable half written;
 #   - conform --models on the quantized directories: every required backend
 #     computes what the reference computes on the same blocks;
 #   - retrieval: q8_0 answers like PyTorch's f16 model (niah_python.json) on
@@ -53,7 +59,8 @@ done
 m=diff-v1-tiny
 out="$SCRATCH/$m-q8_0"
 msg=$("$CLI" quantize --model "$MODELS/$m" --type q8_0 --out "$out" 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$msg" | grep >/dev/null "already exists; pass --force" && pass "no overwrite without --force" ||
+[ $rc -eq 2 ] && echo "$msg" | grep >/dev/null "already exists and is not empty; pass --force" &&
+  pass "no overwrite without --force" ||
   fail "overwrite without --force: rc $rc: $msg"
 "$CLI" quantize --model "$MODELS/$m" --type q8_0 --out "$out" --force 2>/dev/null && pass "--force replaces" ||
   fail "--force did not replace"
@@ -63,6 +70,127 @@ msg=$("$CLI" quantize --model "$MODELS/$m" --type q8_0 --out "$MODELS/$m" 2>&1);
 msg=$("$CLI" quantize --model "$MODELS/$m" --type q5_1 --out "$SCRATCH/x" 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$msg" | grep >/dev/null "must be q8_0 or q4_0" && pass "unknown --type: one line, exit 2" ||
   fail "--type q5_1: rc $rc: $msg"
+
+# ---- the output directory: whole or not at all ----
+X="$SCRATCH/dirs"
+mkdir -p "$X"
+src="$MODELS/$m"
+# every path under $1 with its type and link target, and every file's checksum
+tree_sig() { (cd "$1" && find . -printf '%p %y %l\n' | LC_ALL=C sort && find . -type f -exec cksum {} + | LC_ALL=C sort); }
+# dot-named entries in $X: temp directories left behind
+leftovers() { find "$X" -maxdepth 1 -name '.*' ! -name . -printf '%f '; }
+# quantize into $X/$2 with the rest of the arguments; rc and msg set
+q() { local model=$1 o=$2; shift 2; msg=$("$CLI" quantize --model "$model" --type q8_0 --out "$X/$o" "$@" 2>&1); rc=$?; }
+# check NAME WANT_RC MESSAGE: the exit status, the message, no temp left
+check() {
+  local l
+  l=$(leftovers)
+  if [ $rc -eq "$2" ] && echo "$msg" | grep >/dev/null -- "$3" && [ -z "$l" ]; then pass "$1"
+  else fail "$1: rc $rc (want $2), want \"$3\", temps left: [$l]: $(echo "$msg" | tail -2)"; fi
+}
+same_tree() { [ "$(tree_sig "$2")" = "$3" ] && pass "$1: untouched" || fail "$1: $2 changed"; }
+
+# an existing directory holding anything is refused without --force
+mkdir "$X/notes" && echo "keep me" >"$X/notes/notes.txt"
+sig=$(tree_sig "$X/notes")
+q "$src" notes
+check "non-empty --out with an unrelated file: refused" 2 "already exists and is not empty; pass --force"
+same_tree "non-empty --out with an unrelated file" "$X/notes" "$sig"
+# ... such as a sharded model (its index and config), which was deleted before
+mkdir "$X/sharded" && cp "$src/config.json" "$X/sharded/" &&
+  echo '{"metadata":{},"weight_map":{"a":"model-00001-of-00002.safetensors"}}' >"$X/sharded/model.safetensors.index.json"
+sig=$(tree_sig "$X/sharded")
+q "$src" sharded
+check "--out holding a sharded model's index: refused" 2 "already exists and is not empty"
+same_tree "--out holding a sharded model's index" "$X/sharded" "$sig"
+# an empty directory is fine to fill
+mkdir "$X/empty"
+q "$src" empty
+check "empty existing --out: written" 0 "tensors to q8_0"
+[ -f "$X/empty/model.safetensors" ] && [ ! -L "$X/empty" ] || fail "empty --out: no model.safetensors in it"
+
+# --force replaces the directory as a whole: a model without tokenizer.json
+# over one with it (and a stray file) leaves neither behind
+notok="$X/notok-src"
+mkdir "$notok" && cp "$src/config.json" "$src/model.safetensors" "$notok/"
+mkdir "$X/whole" && cp "$src/tokenizer.json" "$X/whole/" && echo stale >"$X/whole/stale.txt"
+q "$notok" whole --force
+check "--force over a full --out: written" 0 "tensors to q8_0"
+listing=$(cd "$X/whole" && ls -A | tr '\n' ' ')
+[ "$listing" = "config.json model.safetensors " ] && pass "--force: no stale file survives ($listing)" ||
+  fail "--force left old files: $listing"
+"$CLI" info --model "$X/whole" | grep >/dev/null -E "weight dtype +q8_0" || fail "--force: the new model does not load"
+
+# a symlink as --out is refused (with --force too), its target untouched
+q "$src" real
+mkdir "$X/real-copy" && cp "$X/real/"* "$X/real-copy/"
+ln -s real "$X/link"
+sig=$(tree_sig "$X/real")
+q "$src" link --force
+check "--out a symlink: refused" 2 "is a symbolic link"
+same_tree "--out a symlink, its target" "$X/real" "$sig"
+[ -L "$X/link" ] || fail "--out a symlink: the link was replaced"
+# symlinks inside --out are never written through: --force replaces them
+echo "victim bytes" >"$X/victim"
+mkdir "$X/links" && ln -s ../victim "$X/links/model.safetensors" && ln -s ../victim "$X/links/config.json" &&
+  ln -s ../victim "$X/links/tokenizer.json"
+q "$src" links --force
+check "--out holding symlinks, --force: written" 0 "tensors to q8_0"
+[ "$(cat "$X/victim")" = "victim bytes" ] && pass "symlinks in --out: not written through" ||
+  fail "symlinks in --out: written through to their target"
+[ ! -L "$X/links/model.safetensors" ] && [ ! -L "$X/links/config.json" ] ||
+  fail "symlinks in --out: still symlinks after --force"
+
+# the model directory is never the output, nor inside it, however spelled
+mkdir -p "$X/outer" && cp -r "$notok" "$X/outer/src"
+sig=$(tree_sig "$X/outer")
+msg=$("$CLI" quantize --model "$X/outer/src" --type q8_0 --out "$X/outer/src/../src/" --force 2>&1); rc=$?
+check "--out = --model through ..: refused" 2 "is the model directory itself"
+msg=$("$CLI" quantize --model "$X/outer/src" --type q8_0 --out "$X/outer" --force 2>&1); rc=$?
+check "--out containing --model: refused" 2 "contains the model directory"
+same_tree "--out containing --model" "$X/outer" "$sig"
+ln -s outer/src "$X/srclink"
+msg=$("$CLI" quantize --model "$X/outer/src" --type q8_0 --out "$X/srclink" --force 2>&1); rc=$?
+check "--out = --model through a symlink: refused" 2 "symbolic link"
+same_tree "--out = --model through a symlink" "$X/outer" "$sig"
+# --out inside the model directory is fine: the model's own files unchanged
+sig=$(tree_sig "$X/outer/src")
+msg=$("$CLI" quantize --model "$X/outer/src" --type q8_0 --out "$X/outer/src/q8" 2>&1); rc=$?
+check "--out inside --model: written" 0 "tensors to q8_0"
+rm -rf "$X/outer/src/q8"
+same_tree "--out inside --model, the model" "$X/outer/src" "$sig"
+
+# a failure during the run leaves the previous output byte-identical and no
+# half-written directory. (1) a non-finite weight, found while quantizing
+nan="$X/nan-src"
+mkdir "$nan" && cp "$src/config.json" "$src/model.safetensors" "$nan/"
+f="$nan/model.safetensors"
+hlen=$(od -An -t u8 -N 8 "$f" | tr -d ' ')
+entry=$(dd if="$f" bs=1 skip=8 count="$hlen" 2>/dev/null | grep -o '"[a-z_.0-9]*proj\.weight":{[^}]*}' | tail -1)
+dtype=$(echo "$entry" | grep -o '"dtype":"[A-Z0-9]*"' | cut -d'"' -f4)
+off=$(echo "$entry" | grep -o '"data_offsets":\[[0-9]*' | grep -o '[0-9]*$')
+case $dtype in F32) nanb='\377\377\377\177' ;; *) nanb='\377\177' ;; esac # NaN, little-endian
+printf "$nanb" | dd of="$f" bs=1 seek=$((8 + hlen + off)) conv=notrunc 2>/dev/null
+sig=$(tree_sig "$X/real")
+q "$nan" real --force
+check "a NaN weight mid-run: fails" 1 "non-finite value"
+same_tree "a NaN weight mid-run, the previous output" "$X/real" "$sig"
+# (2) a full disk: a 512 KiB file size limit, SIGXFSZ ignored, so the write
+# of model.safetensors (~1 MiB) fails with EFBIG
+msg=$(trap '' XFSZ; ulimit -f 512; "$CLI" quantize --model "$src" --type q8_0 --out "$X/real" --force 2>&1); rc=$?
+check "a full disk mid-write: fails" 1 "File too large"
+same_tree "a full disk mid-write, the previous output" "$X/real" "$sig"
+# (3) killed mid-write (SIGXFSZ): only a dot-named temp is left, and the
+# previous output still loads
+msg=$(ulimit -f 512; "$CLI" quantize --model "$src" --type q8_0 --out "$X/real" --force 2>&1); rc=$?
+l=$(leftovers)
+[ $rc -gt 128 ] && [[ "$l" == .real.tmp.* ]] && pass "killed mid-write: exit $rc, only the temp $l left" ||
+  fail "killed mid-write: rc $rc, left: [$l]"
+same_tree "killed mid-write, the previous output" "$X/real" "$sig"
+"$CLI" info --model "$X/real" | grep >/dev/null -E "weight dtype +q8_0" && cmp -s "$X/real/model.safetensors" \
+  "$X/real-copy/model.safetensors" && pass "killed mid-write: the previous output loads" ||
+  fail "killed mid-write: the previous output does not load"
+rm -rf "$X"/.real.tmp.*
 
 rm -rf "$SCRATCH"
 [ $fails -eq 0 ] && echo "test_quantize: all passed" || echo "test_quantize: $fails failed"
