@@ -296,7 +296,7 @@ static drt_status rope_setup(cfg_t *c, drt_model *m, int d) {
 
 typedef struct {
     drt_model *m;
-    char st_name[600]; /* for messages */
+    char *st_name; /* for messages: DIR/model.safetensors, however long DIR is */
     /* the checking pass: look every tensor up and check its shape, allocate
      * and copy nothing; the loading pass runs only after it succeeded */
     int dry;
@@ -746,33 +746,52 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
     if (!m) return drt_set_error(DRT_ERR_OOM, "out of memory");
     snprintf(m->dir, sizeof m->dir, "%s", dir);
 
-    char cpath[600];
-    snprintf(cpath, sizeof cpath, "%s/config.json", dir);
+    /* the paths in messages are never cut, however long dir is */
+    size_t dl = strlen(dir);
+    char *cpath = malloc(dl + sizeof "/model.safetensors");
+    char *st_name = malloc(dl + sizeof "/model.safetensors");
+    if (!cpath || !st_name) {
+        free(cpath);
+        free(st_name);
+        drt_model_free(m);
+        return drt_set_error(DRT_ERR_OOM, "out of memory");
+    }
+    memcpy(cpath, dir, dl);
+    memcpy(cpath + dl, "/config.json", sizeof "/config.json");
+    memcpy(st_name, dir, dl);
+    memcpy(st_name + dl, "/model.safetensors", sizeof "/model.safetensors");
     char *text = NULL;
     size_t len = 0;
     drt_status s = drt_read_text_file(cpath, &text, &len);
     cfg_t c = {cpath, NULL};
     if (s == DRT_OK) {
         c.root = cJSON_ParseWithLength(text, len);
-        if (!c.root || !cJSON_IsObject(c.root)) {
+        if (!c.root) {
             const char *at = cJSON_GetErrorPtr();
             long off = (at && text && at >= text && at <= text + len) ? (long)(at - text) : -1;
-            s = drt_set_error(DRT_ERR_FORMAT, "%s: not a JSON object (parse error near byte %ld)",
+            s = drt_set_error(DRT_ERR_FORMAT, "%s: not valid JSON (parse error near byte %ld)",
                               cpath, off);
+        } else if (!cJSON_IsObject(c.root)) {
+            const cJSON *r = c.root;
+            s = drt_set_error(DRT_ERR_FORMAT, "%s: expected a JSON object, got %s", cpath,
+                              cJSON_IsArray(r) ? "an array" : cJSON_IsNumber(r) ? "a number" : json_kind(r));
+        } else {
+            s = drt_json_check(c.root, text, len, cpath);
         }
     }
     int nq = 0, nkv = 0;
     if (s == DRT_OK) s = parse_config(&c, m, &nq, &nkv);
     cJSON_Delete(c.root);
     free(text);
+    free(cpath);
     if (s == DRT_OK) s = drt_st_set_open_dir(dir, &m->st);
     if (s != DRT_OK) {
+        free(st_name);
         drt_model_free(m);
         return s;
     }
     drt_model_info *I = &m->info;
-    ld_t L = {m, "", 1};
-    snprintf(L.st_name, sizeof L.st_name, "%s/model.safetensors", dir);
+    ld_t L = {m, st_name, 1};
     /* checking pass: every tensor the config implies, with its shape, before
      * anything sized from the config is allocated */
     s = load_globals(&L);
@@ -797,6 +816,7 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
             if (!drt_add_ok(I->n_params, n, &I->n_params))
                 s = drt_set_error(DRT_ERR_FORMAT, "%s: parameter count overflows int64", dir);
         }
+    free(st_name);
     if (s != DRT_OK) {
         drt_model_free(m);
         return s;

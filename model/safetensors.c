@@ -64,21 +64,194 @@ static int quant_of(const cJSON *meta, const char *name, const char **what) {
     return -1;
 }
 
-/* Copies s for use inside a one-line message: control bytes become '?',
- * long strings are cut with "...". Names come from untrusted files. */
+/* Copies s for use inside a one-line message, shown so that no byte of it
+ * can act on a terminal: C0 controls, DEL and bytes that are not UTF-8
+ * become \xNN; C1 controls (U+0080..U+009F: U+009B is a CSI), the line and
+ * paragraph separators and the bidirectional overrides become \uNNNN; other
+ * characters are kept. A string longer than the buffer is cut after a whole
+ * character or escape, with "...". Names come from untrusted files. */
 static const char *shown(const char *s, char *buf, size_t n) {
-    size_t i = 0;
+    if (n == 0) return buf;
     if (!s) s = "(null)";
-    for (; s[i] && i + 1 < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        buf[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    const unsigned char *u = (const unsigned char *)s;
+    size_t o = 0, mark = 0; /* mark: where "..." goes if the rest does not fit */
+    for (size_t i = 0; u[i];) {
+        char one[8];
+        size_t k = 0, used = 1;
+        unsigned c = u[i];
+        if (c >= 0x20 && c < 0x7f) {
+            one[k++] = (char)c;
+        } else if (c < 0x80) {
+            k = (size_t)snprintf(one, sizeof one, "\\x%02x", c);
+        } else {
+            /* a well-formed UTF-8 sequence: no overlong form, no surrogate,
+             * nothing past U+10FFFF */
+            size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+            uint32_t cp = len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+            size_t j = 1;
+            for (; j < len && (u[i + j] & 0xc0) == 0x80; j++) cp = cp << 6 | (u[i + j] & 0x3f);
+            int ok = len && j == len && !(len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) &&
+                     !(len == 4 && (cp < 0x10000 || cp > 0x10ffff));
+            if (!ok) {
+                k = (size_t)snprintf(one, sizeof one, "\\x%02x", c);
+            } else if (cp <= 0x9f || cp == 0x2028 || cp == 0x2029 || (cp >= 0x202a && cp <= 0x202e) ||
+                       (cp >= 0x2066 && cp <= 0x2069)) {
+                k = (size_t)snprintf(one, sizeof one, "\\u%04x", (unsigned)cp);
+                used = len;
+            } else {
+                memcpy(one, u + i, len);
+                k = len;
+                used = len;
+            }
+        }
+        if (o + k + 1 > n) { /* does not fit: cut at the mark */
+            if (n >= 4) {
+                memcpy(buf + mark, "...", 4);
+            } else {
+                buf[0] = 0;
+            }
+            return buf;
+        }
+        memcpy(buf + o, one, k);
+        o += k;
+        i += used;
+        if (o + 4 <= n) mark = o;
     }
-    buf[i] = 0;
-    if (s[i] && n >= 4) memcpy(buf + n - 4, "...", 4);
+    buf[o] = 0;
     return buf;
 }
 
 const char *drt_printable(const char *s, char *buf, size_t n) { return shown(s, buf, n); }
+
+/* ---- JSON read as the reference tools read it ------------------------------- */
+
+/* A string of the text holding a \u0000 escape: its first byte (the quote)
+ * in *at, 1 when it is an object key. The text is valid JSON (cJSON parsed
+ * it), so a string ends at the first unescaped quote. */
+static int find_nul_string(const char *text, size_t len, size_t *at, int *is_key) {
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] != '"') continue;
+        size_t start = i;
+        int nul = 0;
+        for (i++; i < len && text[i] != '"'; i++) {
+            if (text[i] != '\\' || i + 1 >= len) continue;
+            if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0) nul = 1;
+            i++; /* the escaped character */
+        }
+        if (!nul) continue;
+        size_t j = i + 1;
+        while (j < len && (text[j] == ' ' || text[j] == '\t' || text[j] == '\n' || text[j] == '\r')) j++;
+        *at = start;
+        *is_key = j < len && text[j] == ':';
+        return 1;
+    }
+    return 0;
+}
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} json_path;
+
+static int path_put(json_path *jp, const char *s, size_t n) {
+    if (jp->n + n + 1 > jp->cap) {
+        size_t nc = (jp->n + n + 1) * 2;
+        char *np = realloc(jp->p, nc);
+        if (!np) return 0;
+        jp->p = np, jp->cap = nc;
+    }
+    memcpy(jp->p + jp->n, s, n);
+    jp->n += n;
+    jp->p[jp->n] = 0;
+    return 1;
+}
+
+static int cmp_key(const void *a, const void *b) {
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+/* The first key of object o that appears twice in it, or NULL; *oom on failure. */
+static const char *dup_key(const cJSON *o, int *oom) {
+    int k = 0;
+    for (const cJSON *e = o->child; e; e = e->next) k++;
+    if (k < 2) return NULL;
+    if (k <= 16) {
+        for (const cJSON *a = o->child; a; a = a->next)
+            for (const cJSON *b = a->next; b; b = b->next)
+                if (strcmp(a->string, b->string) == 0) return a->string;
+        return NULL;
+    }
+    const cJSON **v = malloc((size_t)k * sizeof *v);
+    if (!v) return *oom = 1, NULL;
+    k = 0;
+    for (const cJSON *e = o->child; e; e = e->next) v[k++] = e;
+    qsort(v, (size_t)k, sizeof *v, cmp_key);
+    const char *d = NULL;
+    for (int i = 1; i < k && !d; i++)
+        if (strcmp(v[i]->string, v[i - 1]->string) == 0) d = v[i]->string;
+    free(v);
+    return d;
+}
+
+/* Walks j (at path jp) and every value inside it; 1 on a duplicate key
+ * (message set), -1 out of memory, 0 when clean. */
+static int walk_dups(const cJSON *j, json_path *jp, const char *name) {
+    if (!cJSON_IsObject(j) && !cJSON_IsArray(j)) return 0;
+    size_t mark = jp->n;
+    if (cJSON_IsObject(j)) {
+        int oom = 0;
+        const char *d = dup_key(j, &oom);
+        if (oom) return -1;
+        if (d) {
+            char kb[200], pb[400];
+            if (!path_put(jp, ".", 1) || !path_put(jp, d, strlen(d))) return -1;
+            drt_set_error(DRT_ERR_FORMAT, "%s: duplicate key \"%s\" (at %s)", name, shown(d, kb, sizeof kb),
+                          shown(jp->p, pb, sizeof pb));
+            return 1;
+        }
+    }
+    int i = 0;
+    for (const cJSON *e = j->child; e; e = e->next, i++) {
+        jp->n = mark;
+        int ok;
+        if (cJSON_IsObject(j)) {
+            ok = path_put(jp, ".", 1) && path_put(jp, e->string, strlen(e->string));
+        } else {
+            char ib[24];
+            int k = snprintf(ib, sizeof ib, "[%d]", i);
+            ok = path_put(jp, ib, (size_t)k);
+        }
+        if (!ok) return -1;
+        int r = walk_dups(e, jp, name);
+        if (r) return r;
+    }
+    jp->n = mark;
+    if (jp->p) jp->p[mark] = 0;
+    return 0;
+}
+
+drt_status drt_json_check(const cJSON *root, const char *text, size_t len, const char *name) {
+    size_t at;
+    int is_key;
+    if (text && find_nul_string(text, len, &at, &is_key)) {
+        /* shown as the file spells it (escapes and all), up to the closing quote */
+        size_t e = at + 1;
+        while (e < len && text[e] != '"') e += text[e] == '\\' && e + 1 < len ? 2 : 1;
+        char raw[200], rb[240];
+        size_t n = e - at - 1 < sizeof raw - 1 ? e - at - 1 : sizeof raw - 1;
+        memcpy(raw, text + at + 1, n);
+        raw[n] = 0;
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: %s \"%s\" (byte %zu) holds a NUL (\\u0000), which would cut it "
+                             "short: refused",
+                             name, is_key ? "key" : "string", shown(raw, rb, sizeof rb), at);
+    }
+    json_path jp = {0};
+    int r = path_put(&jp, "$", 1) ? walk_dups(root, &jp, name) : -1;
+    free(jp.p);
+    if (r < 0) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", name);
+    return r ? DRT_ERR_FORMAT : DRT_OK;
+}
 
 /* A JSON number that is an integer in [0, 2^53]. */
 static int json_uint(const cJSON *v, uint64_t *out) {
@@ -347,7 +520,12 @@ static drt_status parse_header(drt_st_file *f) {
         return drt_set_error(DRT_ERR_FORMAT,
                              "%s: header is not valid JSON (error at byte %zu)", path, at);
     }
+    drt_status cs = drt_json_check(root, text, (size_t)hlen, path);
     free(text);
+    if (cs != DRT_OK) {
+        cJSON_Delete(root);
+        return cs;
+    }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return drt_set_error(DRT_ERR_FORMAT, "%s: header is JSON but not an object", path);
@@ -568,11 +746,14 @@ static drt_status set_index(drt_st_set *s, const char *what) {
 
 /* A shard name from the index must name a file in the model directory itself:
  * no separator, not "." or "..", not empty, not longer than a file name can
- * be. Anything else ("../x", "/abs/x", "sub/x") could reach outside it. */
+ * be, no control character or byte that is not UTF-8. Anything else
+ * ("../x", "/abs/x", "sub/x") could reach outside it. */
 static int plain_file_name(const char *s) {
     size_t n = strlen(s);
+    /* and printable as it is: the name becomes part of paths in messages */
+    char pb[6 * ST_MAX_NAME + 8];
     return n > 0 && n <= ST_MAX_NAME && !strchr(s, '/') && strcmp(s, ".") != 0 &&
-           strcmp(s, "..") != 0;
+           strcmp(s, "..") != 0 && strcmp(shown(s, pb, sizeof pb), s) == 0;
 }
 
 /* A JSON "\u0000" escape (and not an escaped backslash before "u0000"):
@@ -648,7 +829,12 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
         free(buf);
         return drt_set_error(DRT_ERR_FORMAT, "%s: not valid JSON (error at byte %zu)", ipath, at);
     }
+    st = drt_json_check(root, buf, len, ipath);
     free(buf);
+    if (st != DRT_OK) {
+        cJSON_Delete(root);
+        return st;
+    }
     char nb[160], sb[160];
     idx_entry *ent = NULL, *sorted = NULL;
     int *file_of = NULL; /* by weight_map position: which of out->files */
@@ -725,10 +911,8 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
         st = open_shard_inside(rdir, dir, ent[i].shard, &out->files[out->n_files]);
         if (st != DRT_OK) {
             /* keep the shard's own message, say which index named it */
-            char inner[768];
-            snprintf(inner, sizeof inner, "%s", drt_last_error());
             st = drt_set_error(st, "%s: shard \"%s\": %s", ipath,
-                               shown(ent[i].shard, sb, sizeof sb), inner);
+                               shown(ent[i].shard, sb, sizeof sb), drt_last_error());
             goto done;
         }
         out->n_files++;

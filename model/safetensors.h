@@ -96,9 +96,22 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n);
  * links". On success *fd is the descriptor and *size the file size. */
 drt_status drt_open_regular(const char *path, int *fd, uint64_t *size);
 
-/* s made fit for a one-line message: control bytes become '?', a string longer
- * than the buffer is cut with "...". For names and values read from files. */
+/* s made fit for a one-line message, for names and values read from files:
+ * C0 controls, DEL and bytes that are not UTF-8 become \xNN, C1 controls
+ * (U+0080..U+009F), U+2028/U+2029 and the bidirectional overrides \uNNNN;
+ * a string longer than the buffer is cut after a whole character with "...". */
 const char *drt_printable(const char *s, char *buf, size_t n);
+
+struct cJSON;
+/* Checks a parsed JSON document (root, parsed from text[0..len)) so that it
+ * is read as Python's json and Hugging Face read it, or refused: a key that
+ * appears twice in one object, at any depth (cJSON keeps both and a lookup
+ * gives the first; Python and serde_json's maps keep the last), is
+ * DRT_ERR_FORMAT "<name>: duplicate key "k" (at $.a.k)"; a string or key
+ * holding a \u0000 escape (cJSON's C strings end at the NUL, so the name read
+ * would not be the one the file spells) is DRT_ERR_FORMAT too. Used for
+ * config.json, tokenizer.json, safetensors headers and the shard index. */
+drt_status drt_json_check(const struct cJSON *root, const char *text, size_t len, const char *name);
 
 /* Reads a whole (small) regular file (drt_open_regular: never a FIFO or a
  * device, so it cannot block) into a NUL-terminated malloc'd buffer. */

@@ -297,6 +297,33 @@ static void shard_text_file(const char *d) {
     spit(at(p, sizeof p, d, "notes.txt"), txt, strlen(txt));
     write_index(d, "notes.txt");
 }
+/* a shard name that would write to the terminal were it shown raw */
+static void shard_escape(const char *d) {
+    write_index(d, "model\x1b[2J\xc2\x9b.safetensors");
+}
+/* the index with a tensor named twice in weight_map */
+static void index_dup_key(const char *d) {
+    char p[1200];
+    write_index(d, "model.safetensors");
+    size_t n;
+    char *text = (char *)slurp(at(p, sizeof p, d, "model.safetensors.index.json"), &n);
+    char *wm = text ? strstr(text, "\"weight_map\"") : NULL;
+    char *brace = wm ? strchr(wm, '{') : NULL;
+    DRT_CHECK(brace != NULL, "no weight_map in %s", p);
+    if (!brace) {
+        free(text);
+        return;
+    }
+    static const char dup[] = "\"x\": \"a.safetensors\", \"x\": \"b.safetensors\", ";
+    size_t at1 = (size_t)(brace - text) + 1;
+    char *out = malloc(n + sizeof dup);
+    memcpy(out, text, at1);
+    memcpy(out + at1, dup, sizeof dup - 1);
+    memcpy(out + at1 + sizeof dup - 1, text + at1, n - at1);
+    spit(p, out, n + sizeof dup - 1);
+    free(out);
+    free(text);
+}
 /* 150000 distinct shard names: a quadratic de-duplication takes minutes */
 static void many_shards(const char *d) {
     char p[1200];
@@ -455,9 +482,18 @@ static const hostile_case CASES[] = {
      {"field \"rope_parameters.original_max_position_embeddings\" is 16.5, expected an integer in 1..16777216", NULL}, NULL},
     /* strings from the file stay on one line in the message */
     {"model_type_newline", NULL, {"model_type", "\"gpt2\\nSECOND LINE\"", NULL, NULL}, NULL, CMD_RUN, 1,
-     {"model_type \"gpt2?SECOND LINE\" is not supported", NULL}, NULL},
+     {"model_type \"gpt2\\x0aSECOND LINE\" is not supported", NULL}, NULL},
     {"rope_type_escape", NULL, {"rope_parameters", "{\"rope_theta\": 10000.0, \"factor\": 2.0, \"rope_type\": \"yarn\\u001b[2J\\r\"}", NULL, NULL}, NULL, CMD_RUN, 1,
-     {"rope_scaling type \"yarn?[2J?\" is not supported", NULL}, NULL},
+     {"rope_scaling type \"yarn\\x1b[2J\\x0d\" is not supported", NULL}, NULL},
+    {"rope_type_csi", NULL, {"rope_parameters", "{\"rope_theta\": 10000.0, \"factor\": 2.0, \"rope_type\": \"yarn\\u009b2J\\u0085\"}", NULL, NULL}, NULL, CMD_RUN, 1,
+     {"rope_scaling type \"yarn\\u009b2J\\u0085\" is not supported", NULL}, NULL},
+    {"model_type_raw_bytes", NULL, {"model_type", "\"gpt2\xc2\x9b\xff\xfe\"", NULL, NULL}, NULL, CMD_RUN, 1,
+     {"model_type \"gpt2\\u009b\\xff\\xfe\" is not supported", NULL}, NULL},
+    {"shard_name_escape", NULL, {0}, shard_escape, CMD_RUN, 1,
+     {"shard \"model\\x1b[2J\\u009b.safetensors\" is not a plain file name", NULL}, NULL},
+    /* one reading: a key twice in the shard index is refused, not read as cJSON's first */
+    {"index_duplicate_key", NULL, {0}, index_dup_key, CMD_RUN, 1,
+     {"@/model.safetensors.index.json: duplicate key \"x\" (at $.weight_map.x)", NULL}, NULL},
     /* 3. files: regular files only, never a blocking open; shards stay inside */
     {"config_fifo", NULL, {0}, fifo_config, CMD_INFO, 1, {"@/config.json: not a regular file (a FIFO)", NULL}, NULL},
     {"weights_fifo", NULL, {0}, fifo_weights, CMD_RUN, 1, {"@/model.safetensors: not a regular file (a FIFO)", NULL}, NULL},
@@ -667,6 +703,20 @@ static void run_case(const hostile_case *c) {
     if (c->must_not)
         DRT_CHECK(strstr(r.err, c->must_not) == NULL, "case %s: stderr shows raw bytes as %s: %s",
                   c->name, c->must_not, r.err);
+    /* no byte of a file reaches the terminal raw: C0, DEL, C1, not UTF-8 */
+    const unsigned char *u = (const unsigned char *)r.err;
+    long raw = -1;
+    for (size_t i = 0; u[i] && raw < 0;) {
+        unsigned b = u[i];
+        size_t len = b < 0x80 ? 1 : b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+        int bad = (b < 0x20 && !(b == '\n' && u[i + 1] == 0)) || b == 0x7f || len == 0 ||
+                  (b == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f);
+        for (size_t j = 1; j < len && !bad; j++) bad = (u[i + j] & 0xc0) != 0x80;
+        if (bad) raw = (long)i;
+        i += len ? len : 1;
+    }
+    DRT_CHECK(raw < 0, "case %s: stderr holds the raw byte 0x%02x at %ld: %s", c->name, raw < 0 ? 0 : u[raw], raw,
+              r.err);
     DRT_CHECK(r.maxrss_kb <= g_base_rss_kb[c->cmd] + RSS_SLACK_KB,
               "case %s: peak RSS %ld KiB, the same command failing at once peaks at %ld KiB",
               c->name, r.maxrss_kb, g_base_rss_kb[c->cmd]);

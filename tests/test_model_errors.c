@@ -20,6 +20,22 @@ static char *read_all(const char *path, size_t *len) {
     return t;
 }
 
+/* Offset of the first byte of m that could act on a terminal (a C0 control,
+ * DEL, a C1 control U+0080..U+009F, a byte that is not UTF-8), or -1. */
+static long raw_control_at(const char *m) {
+    const unsigned char *u = (const unsigned char *)m;
+    for (size_t i = 0; u[i];) {
+        unsigned c = u[i];
+        size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (c < 0x20 || c == 0x7f || len == 0 || (c == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f))
+            return (long)i;
+        for (size_t j = 1; j < len; j++)
+            if ((u[i + j] & 0xc0) != 0x80) return (long)i;
+        i += len;
+    }
+    return -1;
+}
+
 static void write_file(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return;
@@ -80,24 +96,43 @@ typedef struct {
     const char *drop, *reshape;
     drt_status want;
     const char *must_say[2]; /* substrings of the message */
+    const char *prepend;     /* put right after the base config's opening brace */
 } load_case;
 
+#define LC_CFG(name, prepend, ...) {name, NULL, NULL, NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {__VA_ARGS__}, prepend}
+
 static const load_case LOAD_CASES[] = {
-    {"config_not_json", NULL, NULL, "{ \"model_type\": \"llama\", ", 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"config.json", "JSON"}},
-    {"config_array", NULL, NULL, "[1, 2, 3]", 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"config.json", "JSON object"}},
-    {"config_missing", NULL, NULL, NULL, 1, 0, NULL, NULL, DRT_ERR_IO, {"config.json", NULL}},
-    {"no_hidden_size", "hidden_size", NULL, NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"config.json", "hidden_size"}},
-    {"hidden_size_string", "hidden_size", "\"64\"", NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"hidden_size", "integer"}},
-    {"negative_layers", "num_hidden_layers", "-2", NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"num_hidden_layers", NULL}},
-    {"unknown_model_type", "model_type", "\"gpt2\"", NULL, 0, 0, NULL, NULL, DRT_ERR_UNSUPPORTED, {"gpt2", "model_type"}},
-    {"rope_yarn", "rope_parameters", "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"rope_theta\": 10000.0}", NULL, 0, 0, NULL, NULL, DRT_ERR_UNSUPPORTED, {"yarn", NULL}},
-    {"heads_not_multiple", "num_key_value_heads", "3", NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"num_key_value_heads", NULL}},
-    {"attention_bias", "attention_bias", "true", NULL, 0, 0, NULL, NULL, DRT_ERR_UNSUPPORTED, {"attention_bias", NULL}},
-    {"shape_vs_config", "intermediate_size", "128", NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"gate_proj", "config.json implies"}},
-    {"weights_missing", NULL, NULL, NULL, 0, 1, NULL, NULL, DRT_ERR_IO, {"model.safetensors", NULL}},
-    {"missing_tensor", NULL, NULL, NULL, 0, 0, "model.norm.weight", NULL, DRT_ERR_FORMAT, {"missing tensor", "model.norm.weight"}},
-    {"missing_lm_head", NULL, NULL, NULL, 0, 0, "lm_head.weight", NULL, DRT_ERR_FORMAT, {"lm_head.weight", NULL}},
-    {"tensor_shape_wrong", NULL, NULL, NULL, 0, 0, NULL, "model.layers.1.self_attn.k_proj.weight", DRT_ERR_FORMAT, {"k_proj", "shape"}},
+    {"config_not_json", NULL, NULL, "{ \"model_type\": \"llama\", ", 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"config.json", "JSON"}, NULL},
+    {"config_array", NULL, NULL, "[1, 2, 3]", 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"config.json: expected a JSON object, got an array", NULL}, NULL},
+    {"config_string", NULL, NULL, "\"llama\"", 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"config.json: expected a JSON object, got a string", NULL}, NULL},
+    {"config_number", NULL, NULL, "4", 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"config.json: expected a JSON object, got a number", NULL}, NULL},
+    /* one reading, the one Python's json and HF make: a key twice (HF takes
+     * the last: 4 layers where cJSON's first lookup gave the fixture's 2) or a
+     * key cut short by a NUL is refused, naming the key and where it is */
+    LC_CFG("dup_top_key", "\"num_hidden_layers\": 4,", "config.json: duplicate key \"num_hidden_layers\" (at $.num_hidden_layers)"),
+    LC_CFG("dup_nested_key", "\"quantization_config\": {\"bits\": 4, \"bits\": 8},", "config.json: duplicate key \"bits\"",
+           "(at $.quantization_config.bits)"),
+    LC_CFG("dup_deep_key", "\"x\": [0, {\"a\": {\"b\": 1, \"b\": 1}}],", "duplicate key \"b\" (at $.x[1].a.b)"),
+    LC_CFG("nul_in_key", "\"num_hidden_layers\\u0000junk\": 4,", "config.json: key \"num_hidden_layers\\u0000junk\"", "holds a NUL"),
+    LC_CFG("nul_in_value", "\"torch_dtype\": \"bf\\u000016\",", "config.json: string \"bf\\u000016\"", "holds a NUL"),
+    /* strings of the file are shown escaped: no raw control reaches a terminal */
+    {"model_type_esc", "model_type", "\"gpt2\\u001b[2J\\u009b1m\\u0085\"", NULL, 0, 0, NULL, NULL, DRT_ERR_UNSUPPORTED,
+     {"model_type \"gpt2\\x1b[2J\\u009b1m\\u0085\"", NULL}, NULL},
+    {"model_type_raw_bytes", "model_type", "\"gpt2\xc2\x9b\xff\xe2\x80\xae\"", NULL, 0, 0, NULL, NULL, DRT_ERR_UNSUPPORTED,
+     {"model_type \"gpt2\\u009b\\xff\\u202e\"", NULL}, NULL},
+    {"config_missing", NULL, NULL, NULL, 1, 0, NULL, NULL, DRT_ERR_IO, {"config.json", NULL}, NULL},
+    {"no_hidden_size", "hidden_size", NULL, NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"config.json", "hidden_size"}, NULL},
+    {"hidden_size_string", "hidden_size", "\"64\"", NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"hidden_size", "integer"}, NULL},
+    {"negative_layers", "num_hidden_layers", "-2", NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"num_hidden_layers", NULL}, NULL},
+    {"unknown_model_type", "model_type", "\"gpt2\"", NULL, 0, 0, NULL, NULL, DRT_ERR_UNSUPPORTED, {"gpt2", "model_type"}, NULL},
+    {"rope_yarn", "rope_parameters", "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"rope_theta\": 10000.0}", NULL, 0, 0, NULL, NULL, DRT_ERR_UNSUPPORTED, {"yarn", NULL}, NULL},
+    {"heads_not_multiple", "num_key_value_heads", "3", NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"num_key_value_heads", NULL}, NULL},
+    {"attention_bias", "attention_bias", "true", NULL, 0, 0, NULL, NULL, DRT_ERR_UNSUPPORTED, {"attention_bias", NULL}, NULL},
+    {"shape_vs_config", "intermediate_size", "128", NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"gate_proj", "config.json implies"}, NULL},
+    {"weights_missing", NULL, NULL, NULL, 0, 1, NULL, NULL, DRT_ERR_IO, {"model.safetensors", NULL}, NULL},
+    {"missing_tensor", NULL, NULL, NULL, 0, 0, "model.norm.weight", NULL, DRT_ERR_FORMAT, {"missing tensor", "model.norm.weight"}, NULL},
+    {"missing_lm_head", NULL, NULL, NULL, 0, 0, "lm_head.weight", NULL, DRT_ERR_FORMAT, {"lm_head.weight", NULL}, NULL},
+    {"tensor_shape_wrong", NULL, NULL, NULL, 0, 0, NULL, "model.layers.1.self_attn.k_proj.weight", DRT_ERR_FORMAT, {"k_proj", "shape"}, NULL},
 };
 
 static void run_load_case(const load_case *c) {
@@ -106,6 +141,19 @@ static void run_load_case(const load_case *c) {
     const char *text = NULL;
     if (c->raw_config) {
         text = c->raw_config;
+    } else if (c->prepend) {
+        size_t bl;
+        char *base = read_all(BASE "/config.json", &bl);
+        char *brace = base ? strchr(base, '{') : NULL;
+        if (brace) {
+            size_t pl = strlen(c->prepend), at = (size_t)(brace - base) + 1;
+            cfg = malloc(bl + pl + 1);
+            memcpy(cfg, base, at);
+            memcpy(cfg + at, c->prepend, pl);
+            memcpy(cfg + at + pl, base + at, bl - at + 1);
+        }
+        free(base);
+        text = cfg;
     } else if (!c->no_config) {
         cfg = c->key ? config_with(c->key, c->value) : read_all(BASE "/config.json", &(size_t){0});
         text = cfg;
@@ -123,8 +171,53 @@ static void run_load_case(const load_case *c) {
             DRT_CHECK(s != DRT_OK && strstr(msg, c->must_say[i]), "case %s: message \"%s\" lacks \"%s\"",
                       c->name, msg, c->must_say[i]);
     DRT_CHECK(strchr(msg, '\n') == NULL, "case %s: message spans lines", c->name);
+    long raw = raw_control_at(msg);
+    DRT_CHECK(raw < 0, "case %s: message holds the raw byte 0x%02x at %ld: %s", c->name,
+              raw < 0 ? 0 : (unsigned char)msg[raw], raw, msg);
     DRT_CHECK(m == NULL || s == DRT_OK, "case %s: a model came back with an error", c->name);
     drt_model_free(m);
+}
+
+/* A model directory ~3000 bytes deep: the whole path is in the message,
+ * never cut (messages were formatted into 600- and 1024-byte buffers). */
+static void long_path(void) {
+    char dir[4096];
+    int n = snprintf(dir, sizeof dir, "%s/merr_long_path", DRT_TMP_DIR);
+    mkdir(dir, 0755);
+    for (int i = 0; n < 3000; i++) {
+        n += snprintf(dir + n, sizeof dir - (size_t)n, "/%02d", i);
+        memset(dir + n, 'd', 200);
+        n += 200;
+        dir[n] = 0;
+        mkdir(dir, 0755);
+    }
+    static const struct {
+        const char *config; /* NULL: the base config, no weights */
+        const char *file, *says;
+    } cases[] = {
+        {"{\"model_type\": \"gpt2\"}", "/config.json", "model_type \"gpt2\" is not supported"},
+        {"{\"a\": 1, \"a\": 2}", "/config.json", "duplicate key \"a\""},
+        {NULL, "", "no model.safetensors"},
+    };
+    for (int i = 0; i < 3; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/config.json", dir);
+        size_t bl;
+        char *base = cases[i].config ? NULL : read_all(BASE "/config.json", &bl);
+        const char *cfg = cases[i].config ? cases[i].config : base;
+        if (cfg) write_file(p, cfg, strlen(cfg));
+        free(base);
+        drt_model *m = NULL;
+        drt_status s = drt_model_load(dir, &m);
+        const char *msg = drt_last_error();
+        char want[4200];
+        snprintf(want, sizeof want, "%s%s: ", dir, cases[i].file);
+        DRT_CHECK(s != DRT_OK && strstr(msg, want) && strstr(msg, cases[i].says),
+                  "long path (%zu bytes), case %d: the message lacks the whole path %s or \"%s\": %s",
+                  strlen(dir), i, cases[i].file, cases[i].says, msg);
+        printf("%-20s -> %s: %.60s...%s\n", "long_path", drt_status_str(s), msg, msg + strlen(msg) - 60);
+        drt_model_free(m);
+    }
 }
 
 /* DiffLlama with an odd kv-head count: both maps would read one kv head */
@@ -188,6 +281,7 @@ out:
 int main(void) {
     for (size_t i = 0; i < sizeof LOAD_CASES / sizeof LOAD_CASES[0]; i++) run_load_case(&LOAD_CASES[i]);
     diffllama_odd_kv();
+    long_path();
     forward_errors();
     return drt_test_summary("test_model_errors");
 }

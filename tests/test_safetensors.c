@@ -45,10 +45,29 @@ static void write_raw(const char *path, uint64_t len_field, const char *header, 
     free(buf);
 }
 
-/* status, one line, and every non-NULL needle in the message */
+/* Offset of the first byte of m that could act on a terminal (a C0 control,
+ * DEL, a C1 control U+0080..U+009F, a byte that is not UTF-8), or -1. */
+static long raw_control_at(const char *m) {
+    const unsigned char *u = (const unsigned char *)m;
+    for (size_t i = 0; u[i];) {
+        unsigned c = u[i];
+        size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        if (c < 0x20 || c == 0x7f || len == 0 || (c == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f))
+            return (long)i;
+        for (size_t j = 1; j < len; j++)
+            if ((u[i + j] & 0xc0) != 0x80) return (long)i;
+        i += len;
+    }
+    return -1;
+}
+
+/* status, one line, no raw control bytes, and every non-NULL needle in the message */
 static void check_error(const char *label, drt_status got, drt_status want, const char *n1,
                         const char *n2, const char *n3) {
     const char *msg = drt_last_error();
+    long raw = raw_control_at(msg);
+    DRT_CHECK(raw < 0, "%s: message holds the raw byte 0x%02x at %ld", label,
+              raw < 0 ? 0 : (unsigned char)msg[raw], raw);
     const char *needles[3] = {n1, n2, n3};
     DRT_CHECK(got == want, "%s: status %s, expected %s (message: %s)", label, drt_status_str(got),
               drt_status_str(want), msg);
@@ -251,7 +270,17 @@ static const header_case header_cases[] = {
     {"bad_overlap_empty_inside", "{\"a\":" T("\"F32\"", "[2]", "[0,8]") ",\"e\":" T("\"F32\"", "[0]", "[4,4]") "}", 0, 8,
      DRT_ERR_FORMAT, {"overlap", "\"e\""}, 0},
     {"bad_duplicate_name", "{\"a\":" T("\"F32\"", "[0]", "[0,0]") ",\"a\":" T("\"F32\"", "[0]", "[0,0]") "}", 0, 0,
-     DRT_ERR_FORMAT, {"\"a\"", "twice"}, 0},
+     DRT_ERR_FORMAT, {"duplicate key \"a\"", "(at $.a)"}, 0},
+    /* one reading, as Python's json and the safetensors library: a key twice
+     * at any depth, or a name cut short by a NUL, is refused */
+    {"bad_duplicate_metadata_key", "{\"__metadata__\":{\"format\":\"pt\",\"format\":\"np\"}}", 0, 0,
+     DRT_ERR_FORMAT, {"duplicate key \"format\"", "(at $.__metadata__.format)"}, 0},
+    {"bad_duplicate_field", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"shape\":[2],\"data_offsets\":[0,4]}}", 0, 8,
+     DRT_ERR_FORMAT, {"duplicate key \"shape\"", "(at $.w.shape)"}, 0},
+    {"bad_name_nul_escape", "{\"a\\u0000b\":" T("\"F32\"", "[0]", "[0,0]") "}", 0, 0,
+     DRT_ERR_FORMAT, {"key \"a\\u0000b\"", "holds a NUL"}, 0},
+    {"bad_value_nul_escape", "{\"__metadata__\":{\"format\":\"p\\u0000t\"}}", 0, 0,
+     DRT_ERR_FORMAT, {"string \"p\\u0000t\"", "holds a NUL"}, 0},
     /* dtype */
     {"bad_dtype_f64",       "{\"w\":" T("\"F64\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"w\"", "dtype \"F64\" not supported"}, 0},
     {"bad_dtype_i8",        "{\"w\":" T("\"I8\"",  "[1]", "[0,1]") "}", 0, 1, DRT_ERR_UNSUPPORTED, {"\"w\"", "\"I8\""}, 0},
@@ -284,8 +313,16 @@ static const header_case header_cases[] = {
     {"bad_offsets_negative", "{\"w\":" T("\"F32\"", "[1]", "[-4,0]")    "}", 0, 4, DRT_ERR_FORMAT, {"\"w\"", "\"data_offsets\""}, 0},
     {"bad_offsets_string",   "{\"w\":" T("\"F32\"", "[1]", "[\"0\",4]") "}", 0, 4, DRT_ERR_FORMAT, {"\"w\"", "\"data_offsets\""}, 0},
     {"bad_offsets_object",   "{\"w\":" T("\"F32\"", "[1]", "{\"0\":4}") "}", 0, 4, DRT_ERR_FORMAT, {"\"w\"", "\"data_offsets\""}, 0},
-    /* a name with a newline must not break the one-line message */
-    {"bad_name_newline", "{\"a\\nb\":" T("\"F64\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a?b\"", NULL}, 0},
+    /* a name with a newline must not break the one-line message; no control
+     * character (C0, DEL, C1 such as U+009B CSI) or byte that is not UTF-8
+     * reaches the terminal: each is shown escaped (check_error checks every
+     * message for raw ones) */
+    {"bad_name_newline", "{\"a\\nb\":" T("\"F64\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\x0ab\"", NULL}, 0},
+    {"bad_name_esc", "{\"a\\u001b[2Jb\\u007f\":" T("\"F64\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\x1b[2Jb\\x7f\"", NULL}, 0},
+    {"bad_name_c1_escape", "{\"a\\u009b2J\\u0085\":" T("\"F64\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\u009b2J\\u0085\"", NULL}, 0},
+    {"bad_name_c1_raw", "{\"a\xc2\x9b" "2J\xe2\x80\xae\":" T("\"F64\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\u009b2J\\u202e\"", NULL}, 0},
+    {"bad_name_invalid_utf8", "{\"a\xff\xc2\xe2\x82 \xc3\xa9\":" T("\"F64\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\xff\\xc2\\xe2\\x82 \xc3\xa9\"", NULL}, 0},
+    {"bad_dtype_esc", "{\"w\":" T("\"F\\u001b]0;x\\u0007\"", "[1]", "[0,4]") "}", 0, 4, DRT_ERR_UNSUPPORTED, {"dtype \"F\\x1b]0;x\\x07\"", NULL}, 0},
 };
 // clang-format on
 
