@@ -7,16 +7,24 @@
  * Every string from a file goes through cli_md_escape / cli_xml_escape: a
  * device or host name cannot break a table or the XML. A file that is not a
  * bench result, or lacks a field, is a one-line error naming the file and
- * the field. */
+ * the field; so is a number that shapes a table (layers, n_prompt, ...)
+ * outside its range. A measured figure that is negative, infinite or past
+ * 1e15 is shown as "?" and left out of the charts' geometry.
+ *
+ * Linear in the rows: names are interned (one copy, compared by pointer),
+ * duplicate runs are found through a hash set, each file's JSON tree is
+ * freed once read, and the tables' rows are grouped by one counting sort. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "safetensors.h" /* drt_read_text_file */
 
@@ -109,28 +117,114 @@ const char *cli_ellipsize(const char *s, int max, char *buf, size_t n) {
     buf[o] = 0;
     return buf;
 }
+/* ---- interned strings ----------------------------------------------------------- */
+
+/* Every string a row keeps (host, device, backend, error, op names) is
+ * copied once into an arena and looked up by hash: 600k rows that say the
+ * same error hold one copy, the JSON trees are freed file by file, and two
+ * names are equal when their pointers are. */
+typedef struct chunk {
+    struct chunk *next;
+    size_t used, cap;
+    char data[];
+} chunk;
+
+typedef struct {
+    const char *s;
+    uint64_t h;
+} slot;
+
+typedef struct {
+    chunk *chunks;
+    slot *slots; /* open addressing, at most half full */
+    size_t nslots, count;
+} strpool;
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+static int pool_grow(strpool *p) {
+    size_t n = p->nslots ? 2 * p->nslots : 1024;
+    slot *ns = calloc(n, sizeof *ns);
+    if (!ns) return 0;
+    for (size_t i = 0; i < p->nslots; i++) {
+        if (!p->slots[i].s) continue;
+        size_t k = p->slots[i].h & (n - 1);
+        while (ns[k].s)
+            k = (k + 1) & (n - 1);
+        ns[k] = p->slots[i];
+    }
+    free(p->slots);
+    p->slots = ns;
+    p->nslots = n;
+    return 1;
+}
+
+/* the pool's copy of s, or NULL when out of memory */
+static const char *intern(strpool *p, const char *s) {
+    if (2 * (p->count + 1) > p->nslots && !pool_grow(p)) return NULL;
+    size_t len = strlen(s);
+    uint64_t h = hash_bytes(s, len);
+    size_t k = h & (p->nslots - 1);
+    for (; p->slots[k].s; k = (k + 1) & (p->nslots - 1))
+        if (p->slots[k].h == h && strcmp(p->slots[k].s, s) == 0) return p->slots[k].s;
+    chunk *c = p->chunks;
+    if (!c || c->cap - c->used < len + 1) {
+        size_t cap = len + 1 > 65536 ? len + 1 : 65536;
+        c = malloc(sizeof *c + cap);
+        if (!c) return NULL;
+        c->next = p->chunks;
+        c->used = 0;
+        c->cap = cap;
+        p->chunks = c;
+    }
+    char *d = c->data + c->used;
+    memcpy(d, s, len + 1);
+    c->used += len + 1;
+    p->slots[k] = (slot){d, h};
+    p->count++;
+    return d;
+}
+
+static void pool_free(strpool *p) {
+    for (chunk *c = p->chunks, *n; c; c = n) {
+        n = c->next;
+        free(c);
+    }
+    free(p->slots);
+}
 
 /* ---- reading the files ------------------------------------------------------------- */
 
 #define MAX_OPS 32
+/* a measured figure (tok/s, a fraction, a peak, a share, ms) past this is
+ * not a measurement: shown as "?", left out of the charts */
+#define MAX_FIGURE 1e15
+/* rows over all files: keeps every count and SVG height well inside an int */
+#define MAX_ROWS 10000000
+/* tables (model and settings) in one report */
+#define MAX_GROUPS 16
 
 typedef struct {
     const char *name;
-    double percent, ms;
+    double percent, ms; /* NAN: not a valid figure */
 } op_share;
 
+/* figures are NAN where the file's number is not valid (negative,
+ * infinite, over MAX_FIGURE): "?" in report.md and no geometry in the SVGs */
 typedef struct {
     const char *file, *host, *device, *backend, *error;
     int group;
-    int has_pp, has_tg;
+    unsigned char has_pp, has_tg, dec_flag, pre_flag, dec_note;
+    unsigned char dec_roof, pre_roof; /* 0: none (n/a), 1: a fraction, 2: a bad fraction ("?") */
     double pp_mean, pp_sd, tg_mean, tg_sd;
-    double dec_frac, pre_frac; /* NAN: none */
-    int dec_flag, pre_flag;
-    int dec_note; /* the decode working set may be cache-resident */
-    double dec_peak, pre_peak;
-    op_share ops[2][MAX_OPS]; /* [0] prefill, [1] decode, by time, most first */
+    double dec_frac, pre_frac, dec_peak, pre_peak;
+    size_t ops_at[2]; /* [0] prefill, [1] decode: n_ops[k] shares from ops_at[k] of the op array */
     int n_ops[2];
-    double ops_ms[2];
 } row;
 
 typedef struct {
@@ -142,9 +236,77 @@ typedef struct {
 
 typedef struct {
     const char *file;
-    char path[256];
     char msg[512];
 } rerr;
+
+/* (group, host, device, backend) of the rows read so far: a hash set over the
+ * interned pointers, at most half full */
+typedef struct {
+    const char *host, *device, *backend;
+    int group;
+} rkey;
+
+typedef struct {
+    rkey *k;
+    const char **file; /* the file each key came from */
+    size_t n, count;
+} keyset;
+
+static uint64_t key_hash(const rkey *k) {
+    uint64_t h = (uint64_t)(uintptr_t)k->host * 0x9e3779b97f4a7c15ull;
+    h = (h ^ (uint64_t)(uintptr_t)k->device) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (uint64_t)(uintptr_t)k->backend) * 0x94d049bb133111ebull;
+    h ^= (uint64_t)k->group;
+    return h ^ (h >> 29);
+}
+
+/* the slot of k in s (empty: k->host NULL there) */
+static size_t key_find(const keyset *s, const rkey *k) {
+    size_t i = key_hash(k) & (s->n - 1);
+    for (; s->k[i].host; i = (i + 1) & (s->n - 1))
+        if (s->k[i].host == k->host && s->k[i].device == k->device &&
+            s->k[i].backend == k->backend && s->k[i].group == k->group)
+            break;
+    return i;
+}
+
+static int key_grow(keyset *s) {
+    size_t n = s->n ? 2 * s->n : 1024;
+    keyset t = {calloc(n, sizeof *t.k), calloc(n, sizeof *t.file), n, s->count};
+    if (!t.k || !t.file) {
+        free(t.k);
+        free(t.file);
+        return 0;
+    }
+    for (size_t i = 0; i < s->n; i++) {
+        if (!s->k[i].host) continue;
+        size_t j = key_find(&t, &s->k[i]);
+        t.k[j] = s->k[i];
+        t.file[j] = s->file[i];
+    }
+    free(s->k);
+    free(s->file);
+    *s = t;
+    return 1;
+}
+
+/* everything read so far */
+typedef struct {
+    strpool strs;
+    row *rows;
+    size_t nrows, cap_rows;
+    op_share *ops;
+    size_t nops, cap_ops;
+    group groups[MAX_GROUPS];
+    int ngroups;
+    keyset keys;
+    const char **fhost, **fcreated; /* per file, for the header of report.md (NULL: none) */
+} report;
+
+static int oom(rerr *e) {
+    if (!e->msg[0]) snprintf(e->msg, sizeof e->msg, "out of memory");
+    return 0;
+}
 
 /* the item at key of o, or an error naming file and path */
 static const cJSON *need(const cJSON *o, const char *key, int type, const char *where, rerr *e) {
@@ -168,16 +330,41 @@ static double num(const cJSON *o, const char *key, const char *where, rerr *e) {
     return x ? x->valuedouble : 0;
 }
 
-static const char *str(const cJSON *o, const char *key, const char *where, rerr *e) {
+/* a measured figure, NAN when it is not one (see MAX_FIGURE) */
+static double figure(const cJSON *o, const char *key, const char *where, rerr *e) {
+    double v = num(o, key, where, e);
+    return isfinite(v) && v >= 0 && v <= MAX_FIGURE ? v : NAN;
+}
+
+/* a number that shapes a table (a heading, a grouping key): in [lo, hi] and
+ * whole when `whole`, else an error naming the field */
+static double shape(const cJSON *o, const char *key, double lo, double hi, int whole,
+                    const char *where, rerr *e) {
+    const cJSON *x = need(o, key, cJSON_Number, where, e);
+    if (!x) return 0;
+    double v = x->valuedouble;
+    if (v >= lo && v <= hi && (!whole || v == floor(v))) return v;
+    if (!e->msg[0])
+        snprintf(e->msg, sizeof e->msg, "%s.%s: expected %s in [%.0f, %.0f], got %g", where, key,
+                 whole ? "an integer" : "a number", lo, hi, v);
+    return 0;
+}
+
+/* an interned string field ("" with e->msg set when it is not one) */
+static const char *str(strpool *p, const cJSON *o, const char *key, const char *where, rerr *e) {
     const cJSON *x = need(o, key, cJSON_String, where, e);
-    return x ? x->valuestring : "";
+    if (!x) return "";
+    const char *s = intern(p, x->valuestring);
+    if (!s) oom(e);
+    return s ? s : "";
 }
 
 /* a roofline entry: fraction (number or null) and flag (string or null) */
 static void read_roof(const cJSON *r, const char *key, const char *peak_key, double *frac,
-                      int *flag, double *peak, const char *where, rerr *e) {
+                      unsigned char *state, unsigned char *flag, double *peak, const char *where,
+                      rerr *e) {
     *frac = NAN;
-    *flag = 0;
+    *state = *flag = 0;
     *peak = 0;
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(r, key);
     if (!x) return;
@@ -185,36 +372,154 @@ static void read_roof(const cJSON *r, const char *key, const char *peak_key, dou
     snprintf(w, sizeof w, "%s.%s", where, key);
     const cJSON *fr = cJSON_GetObjectItemCaseSensitive(x, "fraction");
     const cJSON *fl = cJSON_GetObjectItemCaseSensitive(x, "flag");
-    if (cJSON_IsNumber(fr))
-        *frac = fr->valuedouble;
-    else if (!cJSON_IsNull(fr) && !e->msg[0])
+    if (cJSON_IsNumber(fr)) {
+        double v = fr->valuedouble;
+        *state = isfinite(v) && v >= 0 && v <= MAX_FIGURE ? 1 : 2;
+        *frac = *state == 1 ? v : NAN;
+    } else if (!cJSON_IsNull(fr) && !e->msg[0]) {
         snprintf(e->msg, sizeof e->msg, "%s.fraction: expected a number or null", w);
+    }
     *flag = cJSON_IsString(fl);
-    *peak = num(x, peak_key, w, e);
+    *peak = figure(x, peak_key, w, e);
     /* a file that says more than 1.0 without the flag is flagged here all the same */
-    if (isfinite(*frac) && *frac > 1.0) *flag = 1;
+    if (*state == 1 && *frac > 1.0) *flag = 1;
 }
 
-static void read_ops(const cJSON *ops, const char *key, row *r, int k, const char *where, rerr *e) {
+static void read_ops(report *R, const cJSON *ops, const char *key, row *r, int k,
+                     const char *where, rerr *e) {
+    r->ops_at[k] = R->nops;
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(ops, key);
     if (!x) return;
     char w[128];
     snprintf(w, sizeof w, "%s.%s", where, key);
-    r->ops_ms[k] = num(x, "total_ms", w, e);
+    (void)figure(x, "total_ms", w, e); /* required by the format; not shown */
     const cJSON *a = need(x, "ops", cJSON_Array, w, e), *it;
     cJSON_ArrayForEach(it, a) {
-        if (r->n_ops[k] == MAX_OPS) break;
-        op_share *s = &r->ops[k][r->n_ops[k]++];
-        s->name = str(it, "op", w, e);
-        s->percent = num(it, "percent", w, e);
-        s->ms = num(it, "ms", w, e);
+        if (r->n_ops[k] == MAX_OPS || e->msg[0]) break;
+        if (R->nops == R->cap_ops) {
+            size_t nc = R->cap_ops ? 2 * R->cap_ops : 1024;
+            op_share *no = realloc(R->ops, nc * sizeof *no);
+            if (!no) {
+                oom(e);
+                return;
+            }
+            R->ops = no;
+            R->cap_ops = nc;
+        }
+        op_share *s = &R->ops[R->nops++];
+        r->n_ops[k]++;
+        s->name = str(&R->strs, it, "op", w, e);
+        s->percent = figure(it, "percent", w, e);
+        s->ms = figure(it, "ms", w, e);
     }
 }
 
-/* Reads one file's rows into rows (grown), groups into groups (found or
- * added). 0 and e->msg set on a file that is not a bench result. */
-static int read_file(const char *path, cJSON **keep, row **rows, int *nrows, group *groups,
-                     int *ngroups, int max_groups, rerr *e) {
+/* the group (table) of g: found, or added */
+static int find_group(report *R, const group *g, rerr *e) {
+    for (int gi = 0; gi < R->ngroups; gi++) {
+        const group *h = &R->groups[gi];
+        /* interned: equal strings are equal pointers */
+        if (h->arch == g->arch && h->dtype == g->dtype && h->params == g->params &&
+            h->layers == g->layers && h->dim == g->dim && h->p == g->p && h->n == g->n)
+            return gi;
+    }
+    if (R->ngroups == MAX_GROUPS) {
+        snprintf(e->msg, sizeof e->msg, "more than %d different models / settings in one report",
+                 MAX_GROUPS);
+        return -1;
+    }
+    R->groups[R->ngroups] = *g;
+    return R->ngroups++;
+}
+
+/* one backends[] entry into a new row; 0 and e->msg set on an error */
+static int read_row(report *R, const cJSON *b, const char *w, const char *path,
+                    const char *hostname, const group *g, int gi, rerr *e) {
+    if (R->nrows == MAX_ROWS) {
+        snprintf(e->msg, sizeof e->msg, "more than %d rows in one report", MAX_ROWS);
+        return 0;
+    }
+    if (R->nrows == R->cap_rows) {
+        size_t nc = R->cap_rows ? 2 * R->cap_rows : 256;
+        row *nr = realloc(R->rows, nc * sizeof *nr);
+        if (!nr) return oom(e);
+        R->rows = nr;
+        R->cap_rows = nc;
+    }
+    if (2 * (R->keys.count + 1) > R->keys.n && !key_grow(&R->keys)) return oom(e);
+    row *r = &R->rows[R->nrows];
+    memset(r, 0, sizeof *r);
+    r->file = path;
+    r->host = hostname;
+    r->group = gi;
+    r->backend = str(&R->strs, b, "backend", w, e);
+    char wd[80];
+    snprintf(wd, sizeof wd, "%s.device", w);
+    const cJSON *dev = need(b, "device", cJSON_Object, w, e);
+    r->device = dev ? str(&R->strs, dev, "name", wd, e) : "";
+    const cJSON *status = need(b, "status", cJSON_String, w, e);
+    if (e->msg[0]) return 0;
+    r->dec_frac = r->pre_frac = NAN;
+    rkey k = {r->host, r->device, r->backend, gi};
+    size_t ki = key_find(&R->keys, &k);
+    if (strcmp(status->valuestring, "ok") != 0) {
+        const cJSON *er = cJSON_GetObjectItemCaseSensitive(b, "error");
+        r->error = intern(&R->strs, cJSON_IsString(er) ? er->valuestring : status->valuestring);
+        if (!r->error) return oom(e);
+        if (!R->keys.k[ki].host) {
+            R->keys.k[ki] = k;
+            R->keys.file[ki] = path;
+            R->keys.count++;
+        }
+        R->nrows++;
+        return 1;
+    }
+    char wx[96];
+    if (g->p) {
+        snprintf(wx, sizeof wx, "%s.pp", w);
+        const cJSON *pp = need(b, "pp", cJSON_Object, w, e);
+        r->pp_mean = figure(pp, "mean_tok_s", wx, e);
+        r->pp_sd = figure(pp, "sd_tok_s", wx, e);
+        r->has_pp = 1;
+    }
+    if (g->n) {
+        snprintf(wx, sizeof wx, "%s.tg", w);
+        const cJSON *tg = need(b, "tg", cJSON_Object, w, e);
+        r->tg_mean = figure(tg, "mean_tok_s", wx, e);
+        r->tg_sd = figure(tg, "sd_tok_s", wx, e);
+        r->has_tg = 1;
+    }
+    if (e->msg[0]) return 0;
+    snprintf(wx, sizeof wx, "%s.roofline", w);
+    const cJSON *rl = need(b, "roofline", cJSON_Object, w, e);
+    read_roof(rl, "decode", "peak_gbytes_per_s", &r->dec_frac, &r->dec_roof, &r->dec_flag,
+              &r->dec_peak, wx, e);
+    r->dec_note = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(rl, "decode"), "note"));
+    read_roof(rl, "prefill", "peak_gflops", &r->pre_frac, &r->pre_roof, &r->pre_flag, &r->pre_peak,
+              wx, e);
+    snprintf(wx, sizeof wx, "%s.ops", w);
+    const cJSON *ops = need(b, "ops", cJSON_Object, w, e);
+    read_ops(R, ops, "prefill", r, 0, wx, e);
+    read_ops(R, ops, "decode", r, 1, wx, e);
+    if (e->msg[0]) return 0;
+    if (R->keys.k[ki].host) {
+        snprintf(e->msg, sizeof e->msg,
+                 "host %.60s, device %.80s, backend %.16s is also in %.200s (same model and "
+                 "settings): give each run once",
+                 r->host, r->device, r->backend, R->keys.file[ki]);
+        return 0;
+    }
+    R->keys.k[ki] = k;
+    R->keys.file[ki] = path;
+    R->keys.count++;
+    R->nrows++;
+    return 1;
+}
+
+/* Reads the file at index fi: its rows, its group (found or added), its
+ * header line. 0 and e->msg set on a file that is not a bench result. */
+static int read_file(report *R, const char *path, int fi, rerr *e) {
     char *txt = NULL;
     e->file = path;
     e->msg[0] = 0;
@@ -224,168 +529,135 @@ static int read_file(const char *path, cJSON **keep, row **rows, int *nrows, gro
     }
     cJSON *root = cJSON_Parse(txt);
     free(txt);
-    *keep = root;
+    int ok = 0;
     if (!root) {
         snprintf(e->msg, sizeof e->msg, "not valid JSON");
-        return 0;
+        goto out;
     }
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(root, "kind");
     if (!cJSON_IsObject(root) || !cJSON_IsString(kind) ||
         strcmp(kind->valuestring, "diffrt-bench") != 0) {
         snprintf(e->msg, sizeof e->msg,
                  "not a diffrt bench result (no \"kind\": \"diffrt-bench\")");
-        return 0;
+        goto out;
     }
     double sv = num(root, "schema_version", "", e);
-    if (e->msg[0]) return 0;
+    if (e->msg[0]) goto out;
     if (sv != BENCH_SCHEMA_VERSION) {
         snprintf(e->msg, sizeof e->msg, "schema_version %g; this diffrt reads %d", sv,
                  BENCH_SCHEMA_VERSION);
-        return 0;
+        goto out;
     }
     const cJSON *host = need(root, "host", cJSON_Object, "", e);
     const cJSON *model = need(root, "model", cJSON_Object, "", e);
     const cJSON *set = need(root, "settings", cJSON_Object, "", e);
     const cJSON *bes = need(root, "backends", cJSON_Array, "", e);
-    if (e->msg[0]) return 0;
+    if (e->msg[0]) goto out;
+    strpool *sp = &R->strs;
     group g = {.file = path,
-               .model = str(model, "name", "model", e),
-               .arch = str(model, "architecture", "model", e),
-               .dtype = str(model, "dtype", "model", e),
-               .params = num(model, "params", "model", e),
-               .layers = (int)num(model, "layers", "model", e),
-               .dim = (int)num(model, "dim", "model", e),
-               .p = (long)num(set, "n_prompt", "settings", e),
-               .n = (long)num(set, "n_gen", "settings", e)};
-    const char *hostname = str(host, "hostname", "host", e);
-    if (e->msg[0]) return 0;
+               .model = str(sp, model, "name", "model", e),
+               .arch = str(sp, model, "architecture", "model", e),
+               .dtype = str(sp, model, "dtype", "model", e),
+               .params = shape(model, "params", 0, MAX_FIGURE, 0, "model", e),
+               .layers = (int)shape(model, "layers", 0, 1 << 20, 1, "model", e),
+               .dim = (int)shape(model, "dim", 0, 1 << 24, 1, "model", e),
+               .p = (long)shape(set, "n_prompt", 0, DRT_MAX_CTX, 1, "settings", e),
+               .n = (long)shape(set, "n_gen", 0, DRT_MAX_CTX, 1, "settings", e)};
+    const char *hostname = str(sp, host, "hostname", "host", e);
+    if (e->msg[0]) goto out;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "created");
+    R->fhost[fi] = hostname;
+    R->fcreated[fi] = cJSON_IsString(c) ? intern(sp, c->valuestring) : NULL;
+    if (cJSON_IsString(c) && !R->fcreated[fi]) {
+        oom(e);
+        goto out;
+    }
     /* the table: same model shape and dtype, same pp and tg */
-    int gi = 0;
-    for (; gi < *ngroups; gi++) {
-        group *h = &groups[gi];
-        if (strcmp(h->arch, g.arch) == 0 && strcmp(h->dtype, g.dtype) == 0 &&
-            h->params == g.params && h->layers == g.layers && h->dim == g.dim && h->p == g.p &&
-            h->n == g.n)
-            break;
-    }
-    if (gi == *ngroups) {
-        if (gi == max_groups) {
-            snprintf(e->msg, sizeof e->msg,
-                     "more than %d different models / settings in one report", max_groups);
-            return 0;
-        }
-        groups[(*ngroups)++] = g;
-    }
+    int gi = find_group(R, &g, e);
+    if (gi < 0) goto out;
     int i = 0;
     const cJSON *b;
     cJSON_ArrayForEach(b, bes) {
         char w[64];
         snprintf(w, sizeof w, "backends[%d]", i++);
-        row *nr = realloc(*rows, sizeof **rows * (size_t)(*nrows + 1));
-        if (!nr) {
-            snprintf(e->msg, sizeof e->msg, "out of memory");
-            return 0;
-        }
-        *rows = nr;
-        row *r = &nr[*nrows];
-        memset(r, 0, sizeof *r);
-        r->file = path;
-        r->host = hostname;
-        r->group = gi;
-        r->backend = str(b, "backend", w, e);
-        char wd[80];
-        snprintf(wd, sizeof wd, "%s.device", w);
-        const cJSON *dev = need(b, "device", cJSON_Object, w, e);
-        r->device = dev ? str(dev, "name", wd, e) : "";
-        const char *status = str(b, "status", w, e);
-        if (e->msg[0]) return 0;
-        if (strcmp(status, "ok") != 0) {
-            const cJSON *er = cJSON_GetObjectItemCaseSensitive(b, "error");
-            r->error = cJSON_IsString(er) ? er->valuestring : status;
-            r->dec_frac = r->pre_frac = NAN;
-            (*nrows)++;
-            continue;
-        }
-        char wx[96];
-        if (g.p) {
-            snprintf(wx, sizeof wx, "%s.pp", w);
-            const cJSON *pp = need(b, "pp", cJSON_Object, w, e);
-            r->pp_mean = num(pp, "mean_tok_s", wx, e);
-            r->pp_sd = num(pp, "sd_tok_s", wx, e);
-            r->has_pp = 1;
-        }
-        if (g.n) {
-            snprintf(wx, sizeof wx, "%s.tg", w);
-            const cJSON *tg = need(b, "tg", cJSON_Object, w, e);
-            r->tg_mean = num(tg, "mean_tok_s", wx, e);
-            r->tg_sd = num(tg, "sd_tok_s", wx, e);
-            r->has_tg = 1;
-        }
-        if (e->msg[0]) return 0;
-        snprintf(wx, sizeof wx, "%s.roofline", w);
-        const cJSON *rl = need(b, "roofline", cJSON_Object, w, e);
-        read_roof(rl, "decode", "peak_gbytes_per_s", &r->dec_frac, &r->dec_flag, &r->dec_peak, wx,
-                  e);
-        r->dec_note = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(rl, "decode"), "note"));
-        read_roof(rl, "prefill", "peak_gflops", &r->pre_frac, &r->pre_flag, &r->pre_peak, wx, e);
-        snprintf(wx, sizeof wx, "%s.ops", w);
-        const cJSON *ops = need(b, "ops", cJSON_Object, w, e);
-        read_ops(ops, "prefill", r, 0, wx, e);
-        read_ops(ops, "decode", r, 1, wx, e);
-        if (e->msg[0]) return 0;
-        for (int k = 0; k < *nrows; k++) {
-            const row *o = &nr[k];
-            if (o->group == gi && strcmp(o->host, r->host) == 0 &&
-                strcmp(o->device, r->device) == 0 && strcmp(o->backend, r->backend) == 0) {
-                snprintf(e->msg, sizeof e->msg,
-                         "host %.60s, device %.80s, backend %.16s is also in %.200s (same model "
-                         "and settings): "
-                         "give each run once",
-                         r->host, r->device, r->backend, o->file);
-                return 0;
-            }
-        }
-        (*nrows)++;
+        if (!read_row(R, b, w, path, hostname, &g, gi, e)) goto out;
     }
-    return 1;
+    ok = 1;
+out:
+    cJSON_Delete(root);
+    return ok;
+}
+
+static void report_free(report *R) {
+    pool_free(&R->strs);
+    free(R->rows);
+    free(R->ops);
+    free(R->keys.k);
+    free(R->keys.file);
+    free(R->fhost);
+    free(R->fcreated);
 }
 
 /* ---- report.md ---------------------------------------------------------------- */
 
-static void md_roof(FILE *f, double frac, int flag, int note, double peak, const char *unit) {
-    if (isnan(frac)) {
+/* a figure in report.md: "?" when the file's number was not one */
+static void md_fig(FILE *f, const char *fmt, double v) {
+    if (isnan(v))
+        fputc('?', f);
+    else
+        fprintf(f, fmt, v);
+}
+
+static void md_roof(FILE *f, int state, double frac, int flag, int note, double peak,
+                    const char *unit) {
+    if (state == 0) {
         fputs(" n/a |", f);
         return;
     }
-    fprintf(f, " %.3f of %.1f %s%s%s |", frac, peak, unit, flag ? " (**" BENCH_ROOF_FLAG "**)" : "",
+    fputc(' ', f);
+    md_fig(f, "%.3f", frac);
+    fputs(" of ", f);
+    md_fig(f, "%.1f", peak);
+    fprintf(f, " %s%s%s |", unit, flag ? " (**" BENCH_ROOF_FLAG "**)" : "",
             note ? " (" BENCH_CACHE_NOTE ")" : "");
 }
 
-static void md_top_ops(FILE *f, const row *r, int k) {
+static void md_top_ops(FILE *f, const op_share *s, int n) {
     fputc(' ', f);
-    for (int i = 0; i < r->n_ops[k] && i < 3; i++) {
+    for (int i = 0; i < n && i < 3; i++) {
         if (i) fputs(", ", f);
-        cli_md_escape(f, r->ops[k][i].name);
-        fprintf(f, " %.0f%%", r->ops[k][i].percent);
+        cli_md_escape(f, s[i].name);
+        fputc(' ', f);
+        md_fig(f, "%.0f", s[i].percent);
+        fputc('%', f);
     }
     fputs(" |", f);
 }
 
-static int write_md(FILE *f, char **files, int nfiles, cJSON **roots, const row *rows, int nrows,
-                    const group *groups, int ngroups) {
+static void md_tok(FILE *f, int has, double mean, double sd) {
+    if (!has) {
+        fputs(" |", f);
+        return;
+    }
+    fputc(' ', f);
+    md_fig(f, "%.2f", mean);
+    fputs(" \xc2\xb1 ", f);
+    md_fig(f, "%.2f", sd);
+    fputs(" |", f);
+}
+
+/* rows of table g: idx[start[g] .. start[g + 1]) */
+static int write_md(FILE *f, char **files, int nfiles, const report *R, const size_t *idx,
+                    const size_t *start) {
     fprintf(f, "# diffrt bench report\n\nMerged from %d file%s:", nfiles, nfiles == 1 ? "" : "s");
     for (int i = 0; i < nfiles; i++) {
-        const cJSON *c = cJSON_GetObjectItemCaseSensitive(roots[i], "created");
-        const cJSON *h = cJSON_GetObjectItemCaseSensitive(
-            cJSON_GetObjectItemCaseSensitive(roots[i], "host"), "hostname");
         fputs(i ? ", " : " ", f);
         cli_md_escape(f, files[i]);
         fputs(" (", f);
-        cli_md_escape(f, cJSON_IsString(h) ? h->valuestring : "?");
-        if (cJSON_IsString(c)) {
+        cli_md_escape(f, R->fhost[i] ? R->fhost[i] : "?");
+        if (R->fcreated[i]) {
             fputs(", ", f);
-            cli_md_escape(f, c->valuestring);
+            cli_md_escape(f, R->fcreated[i]);
         }
         fputs(")", f);
     }
@@ -394,10 +666,11 @@ static int write_md(FILE *f, char **files, int nfiles, cJSON **roots, const row 
         ".\n\nRoofline: decode tok/s times the bytes a decode step reads, over the backend's "
         "measured streaming bandwidth; prefill tok/s times the FLOPs per prompt token, over its "
         "measured GEMM peak (docs/bench-json.md). A fraction above 1.0 is flagged "
-        "(\"%s\"): the peak was under-measured, it is not a result.\n",
+        "(\"%s\"): the peak was under-measured, it is not a result. \"?\": the file's number "
+        "is not a measurement (negative, infinite or absurdly large).\n",
         BENCH_ROOF_FLAG);
-    for (int g = 0; g < ngroups; g++) {
-        const group *G = &groups[g];
+    for (int g = 0; g < R->ngroups; g++) {
+        const group *G = &R->groups[g];
         char t[512];
         snprintf(t, sizeof t, "%s: %s, %.2f M params, %s, %d layers, dim %d; pp%ld, tg%ld",
                  G->model, G->arch, G->params / 1e6, G->dtype, G->layers, G->dim, G->p, G->n);
@@ -408,9 +681,8 @@ static int write_md(FILE *f, char **files, int nfiles, cJSON **roots, const row 
                 "prefill roofline "
                 "| top ops, decode | top ops, prefill |\n|---|---|---|---:|---:|---|---|---|---|\n",
                 G->p, G->n);
-        for (int i = 0; i < nrows; i++) {
-            const row *r = &rows[i];
-            if (r->group != g) continue;
+        for (size_t i = start[g]; i < start[g + 1]; i++) {
+            const row *r = &R->rows[idx[i]];
             fputs("| ", f);
             cli_md_escape(f, r->host);
             fputs(" | ", f);
@@ -424,18 +696,12 @@ static int write_md(FILE *f, char **files, int nfiles, cJSON **roots, const row 
                 fputs(" | | | | | |\n", f);
                 continue;
             }
-            if (r->has_pp)
-                fprintf(f, " %.2f \xc2\xb1 %.2f |", r->pp_mean, r->pp_sd);
-            else
-                fputs(" |", f);
-            if (r->has_tg)
-                fprintf(f, " %.2f \xc2\xb1 %.2f |", r->tg_mean, r->tg_sd);
-            else
-                fputs(" |", f);
-            md_roof(f, r->dec_frac, r->dec_flag, r->dec_note, r->dec_peak, "GB/s");
-            md_roof(f, r->pre_frac, r->pre_flag, 0, r->pre_peak, "GFLOP/s");
-            md_top_ops(f, r, 1);
-            md_top_ops(f, r, 0);
+            md_tok(f, r->has_pp, r->pp_mean, r->pp_sd);
+            md_tok(f, r->has_tg, r->tg_mean, r->tg_sd);
+            md_roof(f, r->dec_roof, r->dec_frac, r->dec_flag, r->dec_note, r->dec_peak, "GB/s");
+            md_roof(f, r->pre_roof, r->pre_frac, r->pre_flag, 0, r->pre_peak, "GFLOP/s");
+            md_top_ops(f, R->ops + r->ops_at[1], r->n_ops[1]);
+            md_top_ops(f, R->ops + r->ops_at[0], r->n_ops[0]);
             fputc('\n', f);
         }
         fprintf(f,
@@ -471,31 +737,41 @@ static void svg_row_label(FILE *f, const row *r, double y) {
     fputs("</text>\n", f);
 }
 
-static void svg_begin(FILE *f, int w, int h, const char *title) {
+static void svg_begin(FILE *f, int w, long h, const char *title) {
     fprintf(f,
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d "
-            "%d\" "
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%ld\" viewBox=\"0 0 %d "
+            "%ld\" "
             "font-family=\"sans-serif\">\n"
-            "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n",
+            "<rect x=\"0\" y=\"0\" width=\"%d\" height=\"%ld\" fill=\"#ffffff\"/>\n",
             w, h, w, h, w, h);
     svg_text(f, 10, 22, "start", 15, "bold", title);
 }
 
-/* tokens per second: a pp panel and a tg panel, one bar per row, each panel its own scale */
-static int write_tok_svg(FILE *f, const row *rows, int nrows, const group *G, int g) {
-    int n = 0;
+/* the rows of one table, in file order */
+typedef struct {
+    const report *R;
+    const size_t *idx;
+    size_t n;
+} table;
+
+/* tokens per second: a pp panel and a tg panel, one bar per row, each panel its own scale;
+ * a figure that is not valid ("?") gets no bar, its sd no whisker */
+static int write_tok_svg(FILE *f, const table *T, const group *G) {
     double mx[2] = {0, 0};
-    for (int i = 0; i < nrows; i++) {
-        if (rows[i].group != g) continue;
-        n++;
-        /* the scale holds the whiskers: mean + sd */
-        if (!rows[i].error && rows[i].pp_mean + rows[i].pp_sd > mx[0])
-            mx[0] = rows[i].pp_mean + rows[i].pp_sd;
-        if (!rows[i].error && rows[i].tg_mean + rows[i].tg_sd > mx[1])
-            mx[1] = rows[i].tg_mean + rows[i].tg_sd;
+    for (size_t i = 0; i < T->n; i++) {
+        const row *r = &T->R->rows[T->idx[i]];
+        if (r->error) continue;
+        for (int k = 0; k < 2; k++) {
+            double v = k ? r->tg_mean : r->pp_mean, sd = k ? r->tg_sd : r->pp_sd;
+            /* the scale holds the whiskers: mean + sd */
+            double top = isnan(v) ? 0 : isnan(sd) ? v : v + sd;
+            if (top > mx[k]) mx[k] = top;
+        }
     }
-    int w = LABEL_W + 2 * (PANEL_W + 90), h = TOP + 20 + n * ROW_H + 20;
+    long n = (long)T->n;
+    int w = LABEL_W + 2 * (PANEL_W + 90);
+    long h = TOP + 20 + n * ROW_H + 20;
     char title[512];
     snprintf(title, sizeof title, "%s: tokens per second (mean, whisker: sd)", G->model);
     svg_begin(f, w, h, title);
@@ -505,14 +781,12 @@ static int write_tok_svg(FILE *f, const row *rows, int nrows, const group *G, in
         char head[64];
         snprintf(head, sizeof head, "%s%ld tok/s", k ? "tg" : "pp", k ? G->n : G->p);
         svg_text(f, x0, TOP, "start", 12, "bold", head);
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#888888\"/>\n", x0,
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%ld\" stroke=\"#888888\"/>\n", x0,
                 TOP + 8, x0, TOP + 12 + n * ROW_H);
     }
-    int j = 0;
-    for (int i = 0; i < nrows; i++) {
-        const row *r = &rows[i];
-        if (r->group != g) continue;
-        double y = TOP + 12 + j * ROW_H;
+    for (size_t j = 0; j < T->n; j++) {
+        const row *r = &T->R->rows[T->idx[j]];
+        double y = TOP + 12 + (double)j * ROW_H;
         svg_row_label(f, r, y);
         for (int k = 0; k < 2; k++) {
             double x0 = LABEL_W + k * (PANEL_W + 90);
@@ -522,25 +796,35 @@ static int write_tok_svg(FILE *f, const row *rows, int nrows, const group *G, in
             }
             double v = k ? r->tg_mean : r->pp_mean, sd = k ? r->tg_sd : r->pp_sd;
             if ((k == 0 && !r->has_pp) || (k == 1 && !r->has_tg)) continue;
+            if (isnan(v)) {
+                svg_text(f, x0 + 4, y + 20, "start", 11, NULL, "?");
+                continue;
+            }
             double bw = mx[k] > 0 ? PANEL_W * v / mx[k] : 0;
             fprintf(f,
                     "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\"><title>",
                     x0, y + 5, bw, ROW_H - 10, color[k]);
             char tip[96];
-            snprintf(tip, sizeof tip, "%.2f \xc2\xb1 %.2f tok/s", v, sd);
+            if (isnan(sd))
+                snprintf(tip, sizeof tip, "%.2f \xc2\xb1 ? tok/s", v);
+            else
+                snprintf(tip, sizeof tip, "%.2f \xc2\xb1 %.2f tok/s", v, sd);
             cli_xml_escape(f, tip);
             fputs("</title></rect>\n", f);
-            double lo = mx[k] > 0 ? PANEL_W * (v - sd) / mx[k] : 0,
-                   hi = mx[k] > 0 ? PANEL_W * (v + sd) / mx[k] : 0;
-            if (lo < 0) lo = 0;
-            fprintf(f,
-                    "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333333\"/>\n",
-                    x0 + lo, y + ROW_H / 2.0, x0 + hi, y + ROW_H / 2.0);
+            double hi = bw;
+            if (!isnan(sd)) {
+                double lo = mx[k] > 0 ? PANEL_W * (v - sd) / mx[k] : 0;
+                hi = mx[k] > 0 ? PANEL_W * (v + sd) / mx[k] : 0;
+                if (lo < 0) lo = 0;
+                fprintf(f,
+                        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                        "stroke=\"#333333\"/>\n",
+                        x0 + lo, y + ROW_H / 2.0, x0 + hi, y + ROW_H / 2.0);
+            }
             char val[32];
             snprintf(val, sizeof val, "%.1f", v);
             svg_text(f, x0 + (hi > bw ? hi : bw) + 4, y + 20, "start", 11, NULL, val);
         }
-        j++;
     }
     fputs("</svg>\n", f);
     return ferror(f) ? 0 : 1;
@@ -552,27 +836,31 @@ static const char *PALETTE[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59
                                 "#86bcb6", "#d37295", "#8cd17d", "#499894"};
 #define N_PALETTE ((int)(sizeof PALETTE / sizeof PALETTE[0]))
 
+/* names are interned: the same name is the same pointer */
 static int op_index(const char **names, int *n, const char *name) {
     for (int i = 0; i < *n; i++)
-        if (strcmp(names[i], name) == 0) return i;
+        if (names[i] == name) return i;
     if (*n == MAX_OPS) return MAX_OPS - 1;
     names[*n] = name;
     return (*n)++;
 }
 
-/* time per op type: a 100% stacked bar per row for the prefill and one for the decode step */
-static int write_ops_svg(FILE *f, const row *rows, int nrows, const group *G, int g) {
+/* time per op type: a 100% stacked bar per row for the prefill and one for the decode step;
+ * a share that is not valid ("?") is left out of the bar */
+static int write_ops_svg(FILE *f, const table *T, const group *G) {
     const char *names[MAX_OPS];
-    int nn = 0, n = 0;
-    for (int i = 0; i < nrows; i++) {
-        if (rows[i].group != g) continue;
-        n++;
+    int nn = 0;
+    const op_share *ops = T->R->ops;
+    for (size_t i = 0; i < T->n; i++) {
+        const row *r = &T->R->rows[T->idx[i]];
         for (int k = 1; k >= 0; k--)
-            for (int q = 0; q < rows[i].n_ops[k]; q++)
-                op_index(names, &nn, rows[i].ops[k][q].name);
+            for (int q = 0; q < r->n_ops[k]; q++)
+                op_index(names, &nn, ops[r->ops_at[k] + (size_t)q].name);
     }
+    long n = (long)T->n;
     int legend_rows = (nn + 4) / 5;
-    int w = LABEL_W + 2 * (PANEL_W + 40), h = TOP + 20 + n * ROW_H + 24 + legend_rows * 18 + 10;
+    int w = LABEL_W + 2 * (PANEL_W + 40);
+    long h = TOP + 20 + n * ROW_H + 24 + legend_rows * 18 + 10;
     char title[512];
     snprintf(title, sizeof title, "%s: time per op type (node by node, synchronized)", G->model);
     svg_begin(f, w, h, title);
@@ -582,37 +870,38 @@ static int write_ops_svg(FILE *f, const row *rows, int nrows, const group *G, in
                  G->p);
         svg_text(f, LABEL_W + k * (PANEL_W + 40), TOP, "start", 12, "bold", head);
     }
-    int j = 0;
-    for (int i = 0; i < nrows; i++) {
-        const row *r = &rows[i];
-        if (r->group != g) continue;
-        double y = TOP + 12 + j * ROW_H;
+    for (size_t j = 0; j < T->n; j++) {
+        const row *r = &T->R->rows[T->idx[j]];
+        double y = TOP + 12 + (double)j * ROW_H;
         svg_row_label(f, r, y);
         for (int k = 0; k < 2; k++) {
             double x = LABEL_W + k * (PANEL_W + 40);
-            int src = k == 0 ? 0 : 1;
-            if (r->error || !r->n_ops[src]) continue;
+            if (r->error || !r->n_ops[k]) continue;
+            const op_share *s0 = ops + r->ops_at[k];
             double total = 0;
-            for (int q = 0; q < r->n_ops[src]; q++)
-                total += r->ops[src][q].percent > 0 ? r->ops[src][q].percent : 0;
-            for (int q = 0; q < r->n_ops[src]; q++) {
-                const op_share *s = &r->ops[src][q];
-                double wdt = total > 0 && s->percent > 0 ? PANEL_W * s->percent / total : 0;
+            for (int q = 0; q < r->n_ops[k]; q++)
+                total += isnan(s0[q].percent) ? 0 : s0[q].percent;
+            for (int q = 0; q < r->n_ops[k]; q++) {
+                const op_share *s = &s0[q];
                 int c = op_index(names, &nn, s->name);
+                if (isnan(s->percent) || !(total > 0)) continue;
+                double wdt = PANEL_W * s->percent / total;
                 fprintf(
                     f,
                     "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\"><title>",
                     x, y + 5, wdt, ROW_H - 10, PALETTE[c % N_PALETTE]);
                 char tip[160];
-                snprintf(tip, sizeof tip, "%.40s %.1f%% (%.4f ms)", s->name, s->percent, s->ms);
+                if (isnan(s->ms))
+                    snprintf(tip, sizeof tip, "%.40s %.1f%% (? ms)", s->name, s->percent);
+                else
+                    snprintf(tip, sizeof tip, "%.40s %.1f%% (%.4f ms)", s->name, s->percent, s->ms);
                 cli_xml_escape(f, tip);
                 fputs("</title></rect>\n", f);
                 x += wdt;
             }
         }
-        j++;
     }
-    double ly = TOP + 12 + n * ROW_H + 24;
+    double ly = TOP + 12 + (double)n * ROW_H + 24;
     for (int i = 0; i < nn; i++) {
         double lx = 10 + (i % 5) * 170, yy = ly + (i / 5) * 18;
         fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>\n", lx,
@@ -626,19 +915,44 @@ static int write_ops_svg(FILE *f, const row *rows, int nrows, const group *G, in
 
 /* ---- the command ---------------------------------------------------------------- */
 
-typedef int (*svg_writer)(FILE *, const row *, int, const group *, int);
-
-static int write_to(const char *dir, const char *name, char *path, size_t n, FILE **f) {
-    snprintf(path, n, "%s/%s", dir, name);
-    *f = fopen(path, "w");
-    if (!*f) fprintf(stderr, "diffrt: report: cannot write %s: %s\n", path, strerror(errno));
-    return *f != NULL;
+/* DIR/name written whole or not at all (cli/outfile.h): 1, or 0 with the message printed */
+static int write_out(const char *dir, const char *name, int (*fn)(FILE *, const void *), const void *arg) {
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) {
+        fprintf(stderr, "diffrt: report: --out %s: path too long\n", dir);
+        return 0;
+    }
+    cli_outfile o;
+    if (cli_out_open(&o, "report", path)) return 0;
+    (void)fn(o.f, arg); /* cli_out_close checks every write */
+    return cli_out_close(&o, "report") == 0;
 }
 
-static int close_ok(FILE *f, int ok, const char *path) {
-    if (fclose(f) != 0) ok = 0;
-    if (!ok) fprintf(stderr, "diffrt: report: error writing %s: %s\n", path, strerror(errno));
-    return ok;
+typedef struct {
+    char **files;
+    int nfiles;
+    const report *R;
+    const size_t *idx, *start;
+} md_args;
+
+static int md_writer(FILE *f, const void *p) {
+    const md_args *a = p;
+    return write_md(f, a->files, a->nfiles, a->R, a->idx, a->start);
+}
+
+typedef struct {
+    const table *T;
+    const group *G;
+} svg_args;
+
+static int tok_writer(FILE *f, const void *p) {
+    const svg_args *a = p;
+    return write_tok_svg(f, a->T, a->G);
+}
+
+static int ops_writer(FILE *f, const void *p) {
+    const svg_args *a = p;
+    return write_ops_svg(f, a->T, a->G);
 }
 
 int cmd_report(int argc, char **argv) {
@@ -673,55 +987,66 @@ int cmd_report(int argc, char **argv) {
         free(files);
         return cli_die("report: --out DIR is required%s", "");
     }
-    enum { MAX_GROUPS = 16 };
-    group groups[MAX_GROUPS];
-    int ngroups = 0, nrows = 0, rc = 0;
-    row *rows = NULL;
-    cJSON **roots = calloc((size_t)nfiles, sizeof *roots);
+    int rc = 0;
+    report R = {0};
+    size_t *idx = NULL, start[MAX_GROUPS + 1] = {0};
     rerr e = {0};
-    if (!roots) {
+    R.fhost = calloc((size_t)nfiles, sizeof *R.fhost);
+    R.fcreated = calloc((size_t)nfiles, sizeof *R.fcreated);
+    if (!R.fhost || !R.fcreated) {
         rc = cli_die("report: out of memory%s", "");
         goto done;
     }
     for (int i = 0; i < nfiles; i++)
-        if (!read_file(files[i], &roots[i], &rows, &nrows, groups, &ngroups, MAX_GROUPS, &e)) {
+        if (!read_file(&R, files[i], i, &e)) {
             fprintf(stderr, "diffrt: report: %s: %s\n", files[i], e.msg);
             rc = 2;
             goto done;
         }
+    /* the rows of each table together, in file order: a counting sort by group */
+    idx = malloc((R.nrows ? R.nrows : 1) * sizeof *idx);
+    if (!idx) {
+        rc = cli_die("report: out of memory%s", "");
+        goto done;
+    }
+    for (size_t i = 0; i < R.nrows; i++)
+        start[R.rows[i].group + 1]++;
+    for (int g = 0; g < R.ngroups; g++)
+        start[g + 1] += start[g];
+    {
+        size_t fill[sizeof start / sizeof start[0]];
+        memcpy(fill, start, sizeof fill);
+        for (size_t i = 0; i < R.nrows; i++)
+            idx[fill[R.rows[i].group]++] = i;
+    }
     if (mkdir(out, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "diffrt: report: cannot create --out %s: %s\n", out, strerror(errno));
         rc = 1;
         goto done;
     }
-    char path[4096];
-    FILE *f;
-    if (!write_to(out, "report.md", path, sizeof path, &f) ||
-        !close_ok(f, write_md(f, files, nfiles, roots, rows, nrows, groups, ngroups), path)) {
+    md_args ma = {files, nfiles, &R, idx, start};
+    if (!write_out(out, "report.md", md_writer, &ma)) {
         rc = 1;
         goto done;
     }
-    printf("report: wrote %s", path);
-    for (int g = 0; g < ngroups; g++) {
-        const char *pre[2] = {"tokens_per_s", "ops"};
-        svg_writer wr[2] = {write_tok_svg, write_ops_svg};
+    printf("report: wrote %s/report.md", out);
+    for (int g = 0; g < R.ngroups; g++) {
+        table T = {&R, idx + start[g], start[g + 1] - start[g]};
+        svg_args sa = {&T, &R.groups[g]};
         for (int k = 0; k < 2; k++) {
             char name[64];
-            snprintf(name, sizeof name, "%s-%d.svg", pre[k], g + 1);
-            if (!write_to(out, name, path, sizeof path, &f) ||
-                !close_ok(f, wr[k](f, rows, nrows, &groups[g], g), path)) {
+            snprintf(name, sizeof name, "%s-%d.svg", k ? "ops" : "tokens_per_s", g + 1);
+            if (!write_out(out, name, k ? ops_writer : tok_writer, &sa)) {
                 rc = 1;
                 goto done;
             }
             printf(", %s", name);
         }
     }
-    printf(" (%d rows, %d table%s)\n", nrows, ngroups, ngroups == 1 ? "" : "s");
+    printf(" (%zu rows, %d table%s)\n", R.nrows, R.ngroups, R.ngroups == 1 ? "" : "s");
 done:
-    for (int i = 0; roots && i < nfiles; i++)
-        cJSON_Delete(roots[i]);
-    free(roots);
-    free(rows);
+    report_free(&R);
+    free(idx);
     free(files);
     return rc;
 }
