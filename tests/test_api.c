@@ -8,7 +8,11 @@
  *     logits, and the last session to go frees the model (ASan builds check
  *     that nothing is read after it is freed and nothing leaks);
  *   - a forward whose logits are NaN is DRT_ERR_NUMERIC naming the position,
- *     and with check_finite the first op and layer, and does not advance.
+ *     and with check_finite the first op and layer, and does not advance;
+ *   - a checkpoint truncated under a loaded model (README, "Using diffrt as a
+ *     library"): read into memory (DIFFRT_NO_MMAP=1) the forward goes on
+ *     unharmed; mapped (the default) the process dies of SIGBUS, as
+ *     documented (in a child process).
  * Models are the bundled hf_llama_gqa fixture (V = 256, 64 positions) and
  * copies of it made here. */
 #include <limits.h>
@@ -16,7 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "diffrt/diffrt.h"
 #include "drt_test.h"
@@ -300,6 +307,66 @@ static void nonfinite_forward(void) {
     drt_model_free(m);
 }
 
+/* In a child: load dir's model with DIFFRT_NO_MMAP=no_mmap, truncate its
+ * checkpoint to 0 bytes, run a forward; exits 0 when it ran and matched
+ * `want` (the logits of the same forward on the intact file). */
+static void truncate_child(const char *dir, int no_mmap, const float *want) {
+    setenv("DIFFRT_NO_MMAP", no_mmap ? "1" : "0", 1);
+    drt_model *m = NULL;
+    drt_session *s = NULL;
+    drt_session_opts o = {.backend = "cpu", .max_ctx = 8, .threads = 1};
+    char p[1200];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    int32_t ids[3] = {1, 2, 3};
+    float lg[V];
+    if (drt_model_load(dir, &m) != DRT_OK || drt_session_create(m, &o, &s) != DRT_OK) _exit(3);
+    if (truncate(p, 0) != 0) _exit(4);
+    if (drt_session_forward(s, ids, 3, lg, 0) != DRT_OK) _exit(5);
+    _exit(memcmp(lg, want, sizeof lg) == 0 ? 0 : 6);
+}
+
+static void truncated_checkpoint(void) {
+    drt_model *m = NULL;
+    drt_session *s = NULL;
+    drt_session_opts o = {.backend = "cpu", .max_ctx = 8, .threads = 1};
+    int32_t ids[3] = {1, 2, 3};
+    float want[V];
+    if (drt_model_load(BASE, &m) != DRT_OK || drt_session_create(m, &o, &s) != DRT_OK ||
+        drt_session_forward(s, ids, 3, want, 0) != DRT_OK) {
+        DRT_CHECK(0, "truncate reference: %s", drt_last_error());
+        drt_session_free(s);
+        drt_model_free(m);
+        return;
+    }
+    drt_session_free(s);
+    drt_model_free(m);
+    for (int no_mmap = 1; no_mmap >= 0; no_mmap--) {
+        char dir[1100];
+        if (!model_copy(dir, sizeof dir, no_mmap ? "truncate_read" : "truncate_mapped", NULL, NULL, NULL)) {
+            DRT_CHECK(0, "truncate: cannot copy the model");
+            continue;
+        }
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) truncate_child(dir, no_mmap, want);
+        int ws = 0;
+        DRT_CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid, "truncate: fork/wait failed");
+        if (no_mmap) {
+            DRT_CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+                      "DIFFRT_NO_MMAP=1, checkpoint truncated after load: the forward %s (status %d)",
+                      WIFSIGNALED(ws) ? "crashed" : "failed", ws);
+        } else {
+#ifdef DIFFRT_SANITIZE_BUILD
+            /* ASan reports the SIGBUS itself and exits non-zero */
+            DRT_CHECK(!(WIFEXITED(ws) && WEXITSTATUS(ws) == 0), "mapped, truncated: the forward survived");
+#else
+            DRT_CHECK(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGBUS,
+                      "mapped, truncated after load: expected the documented SIGBUS, got status %d", ws);
+#endif
+        }
+    }
+}
+
 int main(void) {
     status_and_dtypes();
     backends();
@@ -307,5 +374,6 @@ int main(void) {
     sessions();
     session_outlives_model();
     nonfinite_forward();
+    truncated_checkpoint();
     return drt_test_summary("test_api");
 }

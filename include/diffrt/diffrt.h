@@ -155,7 +155,11 @@ typedef struct {
  * caller's: the model's memory goes when the last reference does, so a
  * model may be freed while sessions made from it are alive, and they keep
  * working until they are freed. After drt_model_free the handle must not be
- * passed to anything else (drt_model_get_info, drt_session_create). */
+ * passed to anything else (drt_model_get_info, drt_session_create).
+ * model.safetensors is mapped (DIFFRT_NO_MMAP=1: read into memory): while the
+ * model is loaded the file must not be truncated or rewritten in place (the
+ * process dies of SIGBUS at the next read; replace it by renaming a new file
+ * over it). */
 drt_status drt_model_load(const char *dir, drt_model **out);
 void drt_model_free(drt_model *m); /* NULL: nothing */
 drt_status drt_model_get_info(const drt_model *m, drt_model_info *out);
