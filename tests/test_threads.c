@@ -11,7 +11,10 @@
  *     watch), and the forward's logits are right.
  * Threads record what they saw; the checks run on the main thread
  * (DRT_CHECK counts in plain ints). Models: the bundled fixtures (V = 256,
- * 64 positions). Clean under ThreadSanitizer: -DDIFFRT_TSAN=ON (README). */
+ * 64 positions), and one quantized to q4_0 here: on a CPU with AVX512-VNNI
+ * the cpu backend's sessions share one repacked copy of its weights, made
+ * by whichever session comes first (backends/cpu/backend.c, shared_get).
+ * Clean under ThreadSanitizer: -DDIFFRT_TSAN=ON (README). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -272,10 +275,17 @@ static void free_during_forward(const char *dir, const char *backend) {
 }
 
 int main(void) {
-    static const char *models[] = {
+    const char *q4 = DRT_TMP_DIR "/threads_q4_0";
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' quantize --model '%s' --type q4_0 --out '%s' --force >/dev/null 2>&1",
+             DRT_CLI_PATH, DRT_FIXTURES_DIR "/hf_llama_gqa", q4);
+    int q_ok = system(cmd) == 0;
+    DRT_CHECK(q_ok, "%s failed", cmd);
+    const char *models[] = {
         DRT_FIXTURES_DIR "/hf_llama_gqa",     /* transformer */
         DRT_FIXTURES_DIR "/hf_diffllama_gqa", /* diff V1 */
         DRT_FIXTURES_DIR "/diff_v2",
+        q_ok ? q4 : DRT_FIXTURES_DIR "/hf_llama_gqa", /* q4_0: the shared repacked copy */
     };
     static const char *backends[] = {"cpu", "ref"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)
