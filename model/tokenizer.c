@@ -245,8 +245,10 @@ typedef struct {
     unsigned char special, lstrip, rstrip, single_word, normalized;
 } added_tok;
 
-/* Added tokens of one kind (normalized or not), sorted by first byte then
- * longest first, for leftmost-longest matching. */
+/* Added tokens of one kind (normalized or not), sorted by bytes (a prefix
+ * before its extensions), for leftmost-longest matching: the tokens that
+ * start with the d bytes at a position are one run of idx[], narrowed byte by
+ * byte with binary searches (find_added). */
 typedef struct {
     int32_t *idx; /* into added[] */
     int n;
@@ -292,6 +294,12 @@ struct drt_tokenizer {
     int32_t *pre_ids, *post_ids; /* post-processor, single sequence */
     int n_pre, n_post;
     int decoder;
+    /* every id encode makes stands for at most max_tok_bytes bytes of the
+     * text when bytes_bounded (no step drops text: every byte has a token,
+     * no Split "Removed", no added token strips whitespace), so a text of
+     * more than max_tokens * max_tok_bytes bytes cannot fit in max_tokens */
+    size_t max_tok_bytes;
+    int bytes_bounded;
 };
 
 /* Parse-time state: the file name for messages. */
@@ -458,6 +466,22 @@ static char *onig_to_pcre2(const char *p) {
     return o.p;
 }
 
+/* A string of the file made fit for a message (drt_printable: no control
+ * character or invalid byte reaches the terminal), in one of a few
+ * thread-local buffers so that a message can show two. */
+static const char *Pn(const char *s, size_t n) {
+    static _Thread_local char ring[4][160];
+    static _Thread_local unsigned next;
+    char raw[400]; /* more than a buffer shows: a longer string is still cut with "..." */
+    if (n > sizeof raw - 1) n = sizeof raw - 1;
+    memcpy(raw, s, n);
+    raw[n] = 0;
+    char *buf = ring[next++ % 4];
+    return drt_printable(raw, buf, sizeof ring[0]);
+}
+
+static const char *P(const char *s) { return Pn(s, strlen(s)); }
+
 static drt_status compile_regex(const ctx *c, const char *field, const char *pattern, int literal,
                                 pcre2_code **out) {
     char *pat = literal ? NULL : onig_to_pcre2(pattern);
@@ -472,7 +496,7 @@ static drt_status compile_regex(const ctx *c, const char *field, const char *pat
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
         return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: %s: regex \"%s\" does not compile: %s",
-                             c->name, field, pattern, (const char *)msg);
+                             c->name, field, P(pattern), (const char *)msg);
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* optional: the interpreter is the fallback */
     *out = re;
@@ -555,7 +579,7 @@ static drt_status parse_model(ctx *c, const cJSON *model) {
         return drt_set_error(
             DRT_ERR_UNSUPPORTED,
             "%s: model type \"%s\" is not supported (supported: BPE with ByteLevel)", c->name,
-            type);
+            P(type));
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(model, "dropout");
     if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 0.0))
         return drt_set_error(DRT_ERR_UNSUPPORTED,
@@ -590,8 +614,8 @@ static drt_status parse_model(ctx *c, const cJSON *model) {
         int32_t id;
         if (!json_int(e, 0, MAX_TOKEN_ID - 1, &id))
             return drt_set_error(DRT_ERR_FORMAT,
-                                 "%s: model.vocab[\"%.60s\"]: expected an integer id in [0, %d)",
-                                 c->name, e->string ? e->string : "", MAX_TOKEN_ID);
+                                 "%s: model.vocab[\"%s\"]: expected an integer id in [0, %d)",
+                                 c->name, P(e->string ? e->string : ""), MAX_TOKEN_ID);
         size_t len = strlen(e->string);
         long off = arena_add(t, e->string, len);
         if (off < 0 || !smap_put(t, &t->vocab, (uint32_t)off, (uint32_t)len, id))
@@ -607,7 +631,7 @@ static drt_status parse_model(ctx *c, const cJSON *model) {
         t->unk_id = smap_get(t, &t->vocab, v->valuestring, strlen(v->valuestring));
         if (t->unk_id < 0)
             return drt_set_error(DRT_ERR_FORMAT, "%s: model.unk_token \"%s\" is not in model.vocab",
-                                 c->name, v->valuestring);
+                                 c->name, P(v->valuestring));
     }
 
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
@@ -628,8 +652,8 @@ static drt_status parse_model(ctx *c, const cJSON *model) {
             if (!sp || strchr(sp + 1, ' ')) {
                 st = drt_set_error(DRT_ERR_FORMAT,
                                    "%s: model.merges[%d]: expected \"a b\" (two tokens and one "
-                                   "space), got \"%.60s\"",
-                                   c->name, rank, e->valuestring);
+                                   "space), got \"%s\"",
+                                   c->name, rank, P(e->valuestring));
                 break;
             }
             a = e->valuestring, la = (size_t)(sp - a);
@@ -655,8 +679,8 @@ static drt_status parse_model(ctx *c, const cJSON *model) {
             const char *missing = ia < 0 ? a : ib < 0 ? b : cat.p;
             int lm = (int)(ia < 0 ? la : ib < 0 ? lb : cat.n);
             st = drt_set_error(DRT_ERR_FORMAT,
-                               "%s: model.merges[%d]: token \"%.*s\" is not in model.vocab",
-                               c->name, rank, lm > 60 ? 60 : lm, missing);
+                               "%s: model.merges[%d]: token \"%s\" is not in model.vocab",
+                               c->name, rank, Pn(missing, (size_t)lm));
             break;
         }
         mmap_put(&t->merges, ia, ib, rank, inew);
@@ -724,14 +748,14 @@ static _Thread_local struct {
     const char *arena;
 } sort_ctx;
 
+/* By bytes, a token before the tokens it is a prefix of (contents are
+ * distinct: parse_added drops a repeat). */
 static int cmp_added(const void *pa, const void *pb) {
     const added_tok *a = &sort_ctx.added[*(const int32_t *)pa];
     const added_tok *b = &sort_ctx.added[*(const int32_t *)pb];
-    unsigned char fa = (unsigned char)sort_ctx.arena[a->off],
-                  fb = (unsigned char)sort_ctx.arena[b->off];
-    if (fa != fb) return fa < fb ? -1 : 1;
-    if (a->len != b->len) return a->len > b->len ? -1 : 1; /* longest first */
-    return *(const int32_t *)pa < *(const int32_t *)pb ? -1 : 1;
+    int c = memcmp(sort_ctx.arena + a->off, sort_ctx.arena + b->off, a->len < b->len ? a->len : b->len);
+    if (c) return c;
+    return a->len != b->len ? (a->len < b->len ? -1 : 1) : 0;
 }
 
 static int build_matcher(drt_tokenizer *t, matcher *m, int normalized) {
@@ -764,7 +788,7 @@ static drt_status parse_normalizer(ctx *c, const cJSON *n) {
     return drt_set_error(DRT_ERR_UNSUPPORTED,
                          "%s: normalizer type \"%s\" is not supported (supported: none, as in "
                          "GPT-2 and Llama-3 byte-level BPE)",
-                         c->name, type ? type : "?");
+                         c->name, type ? P(type) : "?");
 }
 
 /* Flattens Sequence pre-tokenizers into splits[] + the final ByteLevel. */
@@ -788,7 +812,7 @@ static drt_status parse_pretok(ctx *c, const cJSON *p, int *seen_bytelevel) {
         return drt_set_error(DRT_ERR_UNSUPPORTED,
                              "%s: pre_tokenizer \"%s\" after ByteLevel is not supported "
                              "(supported: Split steps, then ByteLevel last)",
-                             c->name, type);
+                             c->name, P(type));
     drt_status st;
     if (strcmp(type, "ByteLevel") == 0) {
         int use_regex = 0;
@@ -824,7 +848,7 @@ static drt_status parse_pretok(ctx *c, const cJSON *p, int *seen_bytelevel) {
             return drt_set_error(DRT_ERR_UNSUPPORTED,
                                  "%s: pre_tokenizer Split behavior \"%s\" is not supported "
                                  "(supported: Isolated, Removed)",
-                                 c->name, beh->valuestring);
+                                 c->name, P(beh->valuestring));
         if ((st = get_bool(c, p, "invert", "pre_tokenizer Split.invert", 0, &s->invert))) return st;
         if (cJSON_IsString(re))
             st = compile_regex(c, "pre_tokenizer Split.pattern", re->valuestring, 0, &s->re);
@@ -837,7 +861,7 @@ static drt_status parse_pretok(ctx *c, const cJSON *p, int *seen_bytelevel) {
     return drt_set_error(DRT_ERR_UNSUPPORTED,
                          "%s: pre_tokenizer type \"%s\" is not supported (supported: BPE with "
                          "ByteLevel, optionally after Split)",
-                         c->name, type);
+                         c->name, P(type));
 }
 
 static drt_status append_ids(ctx *c, int32_t **v, int *n, const int32_t *src, int k) {
@@ -917,7 +941,7 @@ static drt_status parse_post(ctx *c, const cJSON *p) {
                     st = drt_set_error(DRT_ERR_UNSUPPORTED,
                                        "%s: post_processor.single: sequence \"%s\" (expected \"A\" "
                                        "once)",
-                                       c->name, id->valuestring);
+                                       c->name, P(id->valuestring));
                 seen_a = 1;
             } else {
                 const cJSON *def = cJSON_GetObjectItemCaseSensitive(specials, id->valuestring);
@@ -926,7 +950,7 @@ static drt_status parse_post(ctx *c, const cJSON *p) {
                     st = drt_set_error(DRT_ERR_FORMAT,
                                        "%s: post_processor.special_tokens[\"%s\"].ids: expected an "
                                        "array of ids",
-                                       c->name, id->valuestring);
+                                       c->name, P(id->valuestring));
                     break;
                 }
                 for (const cJSON *x = ids->child; x && !st; x = x->next) {
@@ -936,7 +960,7 @@ static drt_status parse_post(ctx *c, const cJSON *p) {
                             drt_set_error(DRT_ERR_FORMAT,
                                           "%s: post_processor.special_tokens[\"%s\"].ids: expected "
                                           "integer ids",
-                                          c->name, id->valuestring);
+                                          c->name, P(id->valuestring));
                     else
                         st = seen_a ? append_ids(c, &post, &n_post, &v, 1)
                                     : append_ids(c, &pre, &n_pre, &v, 1);
@@ -954,7 +978,7 @@ static drt_status parse_post(ctx *c, const cJSON *p) {
     return drt_set_error(DRT_ERR_UNSUPPORTED,
                          "%s: post_processor type \"%s\" is not supported (supported: ByteLevel, "
                          "TemplateProcessing, RobertaProcessing, BertProcessing, Sequence)",
-                         c->name, type);
+                         c->name, P(type));
 }
 
 static drt_status parse_decoder(ctx *c, const cJSON *d) {
@@ -963,7 +987,7 @@ static drt_status parse_decoder(ctx *c, const cJSON *d) {
     if (type && strcmp(type, "ByteLevel") == 0) return c->t->decoder = DEC_BYTELEVEL, DRT_OK;
     return drt_set_error(DRT_ERR_UNSUPPORTED,
                          "%s: decoder type \"%s\" is not supported (supported: ByteLevel)", c->name,
-                         type ? type : json_type_name(d));
+                         type ? P(type) : json_type_name(d));
 }
 
 /* bytes_to_unicode() of GPT-2: printable Latin-1 maps to itself, the other
@@ -1041,6 +1065,9 @@ drt_status drt_tokenizer_load_json(const char *json, size_t len, const char *nam
         st = bad(&c, "top level", "an object", root);
         goto done;
     }
+    /* a key twice (model.vocab above all: HF keeps the last) or a NUL in a
+     * string is refused rather than read differently from HF */
+    if ((st = drt_json_check(root, json, len, name))) goto done;
     /* the model first: an unsupported model type is the most useful error */
     if ((st = parse_model(&c, cJSON_GetObjectItemCaseSensitive(root, "model"))) ||
         (st = parse_added(&c, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"))) ||
@@ -1092,6 +1119,16 @@ drt_status drt_tokenizer_load_json(const char *json, size_t len, const char *nam
             goto done;
         }
     build_byte_map(t);
+    t->max_tok_bytes = 1;
+    t->bytes_bounded = 1;
+    for (int i = 0; i < t->n_ids; i++)
+        if (t->ids[i].kind && t->ids[i].len > t->max_tok_bytes) t->max_tok_bytes = t->ids[i].len;
+    for (int b = 0; b < 256; b++)
+        if (t->byte_id[b] < 0) t->bytes_bounded = 0;
+    for (int i = 0; i < t->n_splits; i++)
+        if (t->splits[i].behavior == SPLIT_REMOVED) t->bytes_bounded = 0;
+    for (int i = 0; i < t->n_added; i++)
+        if (t->added[i].lstrip || t->added[i].rstrip) t->bytes_bounded = 0;
 done:
     cJSON_Delete(root);
     if (st) {
@@ -1172,7 +1209,17 @@ typedef struct {
     bbuf tmp; /* byte-level mapped word, prefixed piece */
     pcre2_match_data *md;
     drt_status err;
+    size_t max_out; /* the caller's limit on ids; 0: none */
 } enc;
+
+/* 0 (message set) once the output holds more ids than the caller allows:
+ * checked after every word, so a text far over the limit stops early. */
+static int within(enc *e) {
+    if (!e->max_out || e->out.n <= e->max_out) return 1;
+    e->err = drt_set_error(DRT_ERR_INVALID_ARG, "tokenizer: the text makes more than %zu tokens (the limit)",
+                           e->max_out);
+    return 0;
+}
 
 static int cand_less(const cand *a, const cand *b) {
     return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
@@ -1323,6 +1370,13 @@ static int regex_pieces(enc *e, const pcre2_code *re, const char *s, size_t n, s
     int ok = 1;
     while (off <= n) {
         int rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, md, NULL);
+        /* JIT code backtracks on a machine stack of fixed size (32 KiB by
+         * default): a word of a few thousand letters overflows it. The
+         * interpreter keeps its backtracking frames on the heap (bounded by
+         * the match and heap limits, which stay in force), so the same match
+         * is run there: same result, slower, only for such input. */
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+            rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, NULL);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[128];
@@ -1371,12 +1425,14 @@ static int bytelevel_piece(enc *e, const char *s, size_t n) {
     if (!t->bl_re) {
         ok = bpe_word(e, (const unsigned char *)s, n);
         if (!ok) e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
+        if (ok) ok = within(e);
     } else {
         pvec pv = {0};
         ok = regex_pieces(e, t->bl_re, s, n, 0, &pv);
         for (size_t i = 0; ok && i < pv.n; i++) {
             ok = bpe_word(e, (const unsigned char *)s + pv.v[i].start, pv.v[i].end - pv.v[i].start);
             if (!ok) e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
+            if (ok) ok = within(e);
         }
         free(pv.v);
     }
@@ -1433,19 +1489,62 @@ static int is_word_at(const drt_tokenizer *t, const char *s, size_t n, size_t at
     return rc >= 0;
 }
 
+/* Narrowing steps find_added took on this thread (tests bound it: at most
+ * one per byte matched plus one per position, however many tokens there are). */
+static _Thread_local size_t added_steps;
+size_t drt_tokenizer_added_steps(void); /* for tests; not in the public header */
+size_t drt_tokenizer_added_steps(void) { return added_steps; }
+
+/* Byte d of added token idx[j] of m. */
+static unsigned char tok_byte(const drt_tokenizer *t, const matcher *m, int j, size_t d) {
+    return (unsigned char)t->arena[t->added[m->idx[j]].off + d];
+}
+
+/* The longest token of m that starts at s[i], or NULL. [lo, hi) is the run
+ * of tokens that share the d bytes s[i..i+d), every one at least d bytes
+ * long; the one of exactly d bytes (if any) sorts first, the others are
+ * ordered by their byte d, so the next run is found by two binary searches.
+ * A position costs O(L log n) for the L bytes matched, where a scan of the
+ * tokens with the same first byte cost O(n) (6000 added tokens made a 10 KB
+ * prompt take seconds). */
+static const added_tok *longest_at(const drt_tokenizer *t, const matcher *m, const char *s, size_t n,
+                                   size_t i) {
+    unsigned char b0 = (unsigned char)s[i];
+    int lo = m->first[b0], hi = m->first[b0 + 1];
+    const added_tok *best = NULL;
+    for (size_t d = 1; lo < hi; d++) {
+        added_steps++;
+        const added_tok *a = &t->added[m->idx[lo]];
+        if (a->len == d) best = a, lo++;
+        if (lo >= hi || i + d >= n) break;
+        unsigned char c = (unsigned char)s[i + d];
+        int l = lo, h = hi; /* first with byte d >= c */
+        while (l < h) {
+            int mid = l + (h - l) / 2;
+            if (tok_byte(t, m, mid, d) < c) l = mid + 1;
+            else h = mid;
+        }
+        lo = l, h = hi; /* first with byte d > c */
+        while (l < h) {
+            int mid = l + (h - l) / 2;
+            if (tok_byte(t, m, mid, d) <= c) l = mid + 1;
+            else h = mid;
+        }
+        hi = l;
+    }
+    return best;
+}
+
 /* Leftmost-longest match of any token of m in s[from..n). */
 static int find_added(const drt_tokenizer *t, const matcher *m, const char *s, size_t n,
                       size_t from, size_t *ms, const added_tok **tok) {
     if (!m->n) return 0;
     for (size_t i = from; i < n; i++) {
-        unsigned char b = (unsigned char)s[i];
-        for (int j = m->first[b]; j < m->first[b + 1]; j++) {
-            const added_tok *a = &t->added[m->idx[j]];
-            if (a->len <= n - i && memcmp(s + i, t->arena + a->off, a->len) == 0) {
-                *ms = i;
-                *tok = a;
-                return 1;
-            }
+        const added_tok *a = longest_at(t, m, s, n, i);
+        if (a) {
+            *ms = i;
+            *tok = a;
+            return 1;
         }
     }
     return 0;
@@ -1492,6 +1591,7 @@ static int encode_added(enc *e, const char *s, size_t n, int pass) {
             e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
             return 0;
         }
+        if (!within(e)) return 0;
         start_offset = stop;
     }
     if (start_offset < n)
@@ -1502,6 +1602,11 @@ static int encode_added(enc *e, const char *s, size_t n, int pass) {
 
 drt_status drt_tokenizer_encode(const drt_tokenizer *t, const char *text, size_t len,
                                 int add_special, int32_t **ids, int *n_ids) {
+    return drt_tokenizer_encode_max(t, text, len, add_special, 0, ids, n_ids);
+}
+
+drt_status drt_tokenizer_encode_max(const drt_tokenizer *t, const char *text, size_t len,
+                                    int add_special, int max_tokens, int32_t **ids, int *n_ids) {
     if (!ids || !n_ids)
         return drt_set_error(DRT_ERR_INVALID_ARG, "drt_tokenizer_encode: ids is NULL");
     *ids = NULL;
@@ -1515,15 +1620,26 @@ drt_status drt_tokenizer_encode(const drt_tokenizer *t, const char *text, size_t
                              bad_at, len, (unsigned char)text[bad_at]);
     if (len > (size_t)INT_MAX / 2)
         return drt_set_error(DRT_ERR_INVALID_ARG, "tokenizer: text of %zu bytes is too long", len);
-    enc e = {.t = t};
+    /* before any regex runs over the text: a pre-tokenizer regex can take
+     * time quadratic in a word's length, so text that cannot fit is not
+     * looked at */
+    if (max_tokens > 0 && t->bytes_bounded && len / t->max_tok_bytes >= (size_t)max_tokens &&
+        len > (size_t)max_tokens * t->max_tok_bytes)
+        return drt_set_error(DRT_ERR_INVALID_ARG,
+                             "tokenizer: text of %zu bytes cannot fit in %d tokens (a token of this "
+                             "tokenizer stands for at most %zu bytes); refused before tokenizing",
+                             len, max_tokens, t->max_tok_bytes);
+    enc e = {.t = t, .max_out = max_tokens > 0 ? (size_t)max_tokens : 0};
     int ok = 1;
     for (int i = 0; ok && add_special && i < t->n_pre; i++)
         ok = ivec_push(&e.out, t->pre_ids[i]);
     if (!ok) e.err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
+    if (ok) ok = within(&e);
     if (ok) ok = encode_added(&e, text ? text : "", len, 1);
     for (int i = 0; ok && add_special && i < t->n_post; i++) {
         ok = ivec_push(&e.out, t->post_ids[i]);
         if (!ok) e.err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
+        if (ok) ok = within(&e);
     }
     if (ok && !e.out.v && !(e.out.v = malloc(sizeof(int32_t)))) {
         ok = 0;

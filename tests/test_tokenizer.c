@@ -461,6 +461,26 @@ static const char BASE[] =
     "\"byte_fallback\":false,\"ignore_merges\":false,"
     "\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"<s>\":3},\"merges\":[\"a b\"]}}";
 
+/* Offset of the first byte of m that could act on a terminal (a C0 control,
+ * DEL, a C1 control U+0080..U+009F, a byte that is not UTF-8), or -1. */
+static long raw_control_at(const char *m) {
+    const unsigned char *u = (const unsigned char *)m;
+    for (size_t i = 0; u[i];) {
+        unsigned c = u[i];
+        size_t len = c < 0x80                 ? 1
+                     : c >= 0xc2 && c <= 0xdf ? 2
+                     : c >= 0xe0 && c <= 0xef ? 3
+                     : c >= 0xf0 && c <= 0xf4 ? 4
+                                              : 0;
+        if (c < 0x20 || c == 0x7f || len == 0 || (c == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f))
+            return (long)i;
+        for (size_t j = 1; j < len; j++)
+            if ((u[i + j] & 0xc0) != 0x80) return (long)i;
+        i += len;
+    }
+    return -1;
+}
+
 /* BASE with the first occurrence of `from` replaced by `to` */
 static char *mutate(const char *from, const char *to) {
     const char *at = strstr(BASE, from);
@@ -586,6 +606,28 @@ static void test_bad_files(void) {
         {"{\"version\"", "[{\"version\"", DRT_ERR_FORMAT, "not valid JSON", NULL},
         {"\"model\":{\"type\"", "\"model\":{\"type\"\"", DRT_ERR_FORMAT, "not valid JSON",
          "near byte"},
+        /* one reading, HF's: a key twice (HF keeps the last vocab entry; cJSON
+         * lookups gave the first) or a string cut short by a NUL is refused */
+        {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\":5,\"a\":0", DRT_ERR_FORMAT, "duplicate key \"a\"",
+         "(at $.model.vocab.a)"},
+        {"\"version\":\"1.0\"", "\"version\":\"1.0\",\"version\":\"2.0\"", DRT_ERR_FORMAT,
+         "duplicate key \"version\" (at $.version)", NULL},
+        {"\"special\":true}", "\"special\":true,\"special\":false}", DRT_ERR_FORMAT,
+         "duplicate key \"special\"", "(at $.added_tokens[0].special)"},
+        {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\\u0000b\":7,\"a\":0", DRT_ERR_FORMAT, "key \"a\\u0000b\"",
+         "holds a NUL"},
+        {"\"content\":\"<s>\"", "\"content\":\"<s>\\u0000\"", DRT_ERR_FORMAT, "string \"<s>\\u0000\"",
+         "holds a NUL"},
+        /* strings of the file in messages: no raw control reaches a terminal */
+        {"\"type\":\"BPE\"", "\"type\":\"B\\u001b[2JPE\\u007f\"", DRT_ERR_UNSUPPORTED,
+         "model type \"B\\x1b[2JPE\\x7f\"", NULL},
+        {"\"type\":\"BPE\"", "\"type\":\"B\\u009b2J\xc2\x85\xe2\x80\xae\"", DRT_ERR_UNSUPPORTED,
+         "model type \"B\\u009b2J\\u0085\\u202e\"", NULL},
+        {"\"merges\":[\"a b\"]", "\"merges\":[\"a \\u001b\"]", DRT_ERR_FORMAT,
+         "token \"\\x1b\" is not in model.vocab", NULL},
+        {"\"unk_token\":null", "\"unk_token\":\"\\u009b\"", DRT_ERR_FORMAT, "unk_token \"\\u009b\"", NULL},
+        {"\"pre_tokenizer\":{\"type\":\"ByteLevel\"", "\"pre_tokenizer\":{\"type\":\"\\u001bc\"", DRT_ERR_UNSUPPORTED,
+         "pre_tokenizer type \"\\x1bc\"", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *json = mutate(cases[i].from, cases[i].to);
@@ -600,6 +642,9 @@ static void test_bad_files(void) {
                       (!cases[i].msg2 || strstr(m, cases[i].msg2)),
                   "bad file %zu: message \"%s\" should name the file and say \"%s\"", i, m,
                   cases[i].msg1);
+        long raw = raw_control_at(m);
+        DRT_CHECK(raw < 0, "bad file %zu: message holds the raw byte 0x%02x: %s", i,
+                  raw < 0 ? 0 : (unsigned char)m[raw], m);
         if (g_verbose) printf("  bad %2zu: %s\n", i, m);
         if (s == DRT_OK) drt_tokenizer_free(t);
         free(json);
@@ -687,6 +732,292 @@ static void test_cut_character_at_arena_end(void) {
         drt_tokenizer_free(t);
     }
     free(json);
+}
+
+/* ---- hostile sizes: many added tokens, long words, the caller's limit -------- */
+
+size_t drt_tokenizer_added_steps(void); /* model/tokenizer.c, for tests */
+
+/* bytes256.json (every byte its own token, no merges) with the first `from`
+ * replaced by `to`; malloc'd, length in *n */
+static char *bytes256_with(const char *from, const char *to, size_t *n) {
+    char *base;
+    size_t bn;
+    if (drt_read_text_file(TOKDIR "/bytes256.json", &base, &bn) != DRT_OK) {
+        DRT_CHECK(0, "%s", drt_last_error());
+        return NULL;
+    }
+    const char *at = strstr(base, from);
+    DRT_CHECK(at != NULL, "test bug: \"%s\" not in bytes256.json", from);
+    if (!at) {
+        free(base);
+        return NULL;
+    }
+    size_t pre = (size_t)(at - base), fl = strlen(from), tl = strlen(to);
+    char *o = malloc(bn - fl + tl + 1);
+    memcpy(o, base, pre);
+    memcpy(o + pre, to, tl);
+    memcpy(o + pre + tl, at + fl, bn - pre - fl + 1);
+    *n = bn - fl + tl;
+    free(base);
+    return o;
+}
+
+static const char BYTES256_PRE[] =
+    "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,"
+    "\"use_regex\":true}";
+
+typedef struct {
+    int32_t *v;
+    int n, cap;
+} idbuf;
+
+static void idbuf_add(idbuf *b, const int32_t *ids, int n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 16;
+        b->v = realloc(b->v, (size_t)b->cap * sizeof *b->v);
+    }
+    memcpy(b->v + b->n, ids, (size_t)n * sizeof *ids);
+    b->n += n;
+}
+
+typedef struct {
+    char s[16];
+    size_t len;
+    int32_t id;
+    int special; /* special tokens are not normalized: matched first, on the whole text */
+} ref_tok;
+
+/* The added-token split as HF defines it (AddedVocabulary::find_matches,
+ * leftmost-longest; the non-normalized tokens over the whole text, then the
+ * normalized ones in the gaps), written the plain way: every token tried at
+ * every position. What no token covers is encoded by `plain`, the same
+ * tokenizer without added tokens. */
+static void ref_split(const drt_tokenizer *plain, const ref_tok *tk, int nt, int pass, const char *s,
+                      size_t n, idbuf *out) {
+    size_t start = 0, i = 0;
+    for (;;) {
+        int best = -1;
+        for (; i < n && best < 0; i++)
+            for (int k = 0; k < nt; k++)
+                if (tk[k].special == (pass == 1) && tk[k].len <= n - i &&
+                    memcmp(s + i, tk[k].s, tk[k].len) == 0 && (best < 0 || tk[k].len > tk[best].len))
+                    best = k;
+        size_t at = best < 0 ? n : i - 1;
+        if (at > start) {
+            if (pass == 1) {
+                ref_split(plain, tk, nt, 2, s + start, at - start, out);
+            } else {
+                int32_t *ids;
+                int k;
+                if (drt_tokenizer_encode(plain, s + start, at - start, 0, &ids, &k) == DRT_OK) {
+                    idbuf_add(out, ids, k);
+                    free(ids);
+                }
+            }
+        }
+        if (best < 0) return;
+        idbuf_add(out, &tk[best].id, 1);
+        i = start = at + tk[best].len;
+    }
+}
+
+/* 6000 added tokens "<t0>".."<t5999>" (special and not, alternately) and a
+ * few that overlap them and each other: encoding equals the plain reference
+ * on random text built from their pieces, and the matching work per position
+ * is bounded by the longest token, not by the number of tokens (a scan of
+ * every token starting with '<' at every '<' made a 10 KB prompt take 3.7 s). */
+static void test_many_added_tokens(void) {
+    enum { N_NUM = 6000 };
+    static const char *extra[] = {"<t1", "t1>", "ab", "abc", "bcd", "<", "1>", "c<t2", "<t12>x"};
+    int n_extra = (int)(sizeof extra / sizeof *extra);
+    int nt = N_NUM + n_extra;
+    ref_tok *tk = calloc((size_t)nt, sizeof *tk);
+    size_t cap = (size_t)nt * 96 + 64, len = 0;
+    char *list = malloc(cap);
+    len += (size_t)snprintf(list + len, cap - len, "\"added_tokens\":[");
+    for (int k = 0; k < nt; k++) {
+        if (k < N_NUM)
+            snprintf(tk[k].s, sizeof tk[k].s, "<t%d>", k);
+        else
+            snprintf(tk[k].s, sizeof tk[k].s, "%s", extra[k - N_NUM]);
+        tk[k].len = strlen(tk[k].s);
+        tk[k].special = k % 2 == 0;
+        len += (size_t)snprintf(list + len, cap - len, "%s{\"id\":%d,\"content\":\"%s\",\"special\":%s}",
+                                k ? "," : "", 1000 + k, tk[k].s, tk[k].special ? "true" : "false");
+    }
+    snprintf(list + len, cap - len, "]");
+    size_t jn;
+    char *json = bytes256_with("\"added_tokens\":[]", list, &jn);
+    free(list);
+    drt_tokenizer *t = NULL, *plain = NULL;
+    if (!json || drt_tokenizer_load_json(json, jn, "added.json", &t) != DRT_OK ||
+        drt_tokenizer_load(TOKDIR "/bytes256.json", &plain) != DRT_OK) {
+        DRT_CHECK(0, "many added tokens: %s", drt_last_error());
+        goto out;
+    }
+    for (int k = 0; k < nt; k++) tk[k].id = drt_tokenizer_token_to_id(t, tk[k].s);
+
+    srand(25);
+    int bad = 0;
+    for (int round = 0; round < 40; round++) {
+        char text[600];
+        size_t n = 0;
+        while (n < sizeof text - 20) { /* whole tokens, cut tokens, stray bytes */
+            int r = rand() % 4;
+            const ref_tok *x = &tk[rand() % 3 ? N_NUM + rand() % n_extra : rand() % N_NUM];
+            size_t take = r == 0 ? x->len : r == 1 ? (size_t)(rand() % (int)x->len) : 0;
+            memcpy(text + n, x->s, take);
+            n += take;
+            if (r >= 2) text[n++] = "<>t1ab c2x"[rand() % 10];
+        }
+        idbuf want = {0};
+        ref_split(plain, tk, nt, 1, text, n, &want);
+        int32_t *ids = NULL;
+        int k = 0;
+        drt_status s = drt_tokenizer_encode(t, text, n, 0, &ids, &k);
+        int same = s == DRT_OK && k == want.n && (k == 0 || memcmp(ids, want.v, (size_t)k * sizeof *ids) == 0);
+        if (!same && bad++ < 3)
+            DRT_CHECK(0, "many added tokens: round %d: %d ids, the reference %d (text \"%.*s\")", round, k,
+                      want.n, (int)n, text);
+        free(ids);
+        free(want.v);
+    }
+    DRT_CHECK(bad == 0, "many added tokens: %d of 40 texts differ from the reference", bad);
+
+    /* 10 KB of near misses: every '<' starts a run of candidates */
+    size_t n = 10000;
+    char *text = malloc(n);
+    for (size_t i = 0; i < n; i++) text[i] = "<t599"[i % 5];
+    size_t longest = 0;
+    for (int k = 0; k < nt; k++)
+        if (tk[k].len > longest) longest = tk[k].len;
+    size_t before = drt_tokenizer_added_steps();
+    int32_t *ids = NULL;
+    int k = 0;
+    drt_status s = drt_tokenizer_encode(t, text, n, 0, &ids, &k);
+    size_t steps = drt_tokenizer_added_steps() - before;
+    DRT_CHECK(s == DRT_OK && steps <= n * (longest + 1),
+              "many added tokens: %zu matching steps for %zu bytes (at most %zu: one per byte matched)", steps,
+              n, n * (longest + 1));
+    if (g_verbose) printf("  6009 added tokens, 10 KB: %zu matching steps\n", steps);
+    free(ids);
+    free(text);
+out:
+    drt_tokenizer_free(t);
+    drt_tokenizer_free(plain);
+    free(json);
+    free(tk);
+}
+
+/* A word of 200k letters encodes: a regex whose JIT code backtracks on the
+ * machine stack (a repeated group) ran out of PCRE2's 32 KiB JIT stack and
+ * failed with "JIT stack limit reached"; the fixtures' regexes take it too. */
+static void test_long_word(void) {
+    size_t n = 200000;
+    char *word = malloc(n);
+    for (size_t i = 0; i < n; i++) word[i] = (char)('a' + i % 26);
+    static const char *files[] = {"gpt2", "llama3", "flags"};
+    for (int f = 0; f < 4; f++) {
+        drt_tokenizer *t = NULL;
+        drt_status s;
+        if (f < 3) {
+            char path[512];
+            snprintf(path, sizeof path, TOKDIR "/%s.json", files[f]);
+            s = drt_tokenizer_load(path, &t);
+        } else {
+            size_t jn;
+            char *json = bytes256_with(BYTES256_PRE,
+                                       "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":"
+                                       "\"Split\",\"pattern\":{\"Regex\":\"(?:\\\\p{L}|')+\"},\"behavior\":"
+                                       "\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\","
+                                       "\"add_prefix_space\":false,\"use_regex\":false}]}",
+                                       &jn);
+            s = json ? drt_tokenizer_load_json(json, jn, "group.json", &t) : DRT_ERR_IO;
+            free(json);
+        }
+        const char *name = f < 3 ? files[f] : "Split (?:\\p{L}|')+";
+        DRT_CHECK(s == DRT_OK, "long word: %s: %s", name, drt_last_error());
+        if (s != DRT_OK) continue;
+        int32_t *ids = NULL;
+        int k = 0;
+        s = drt_tokenizer_encode(t, word, n, 0, &ids, &k);
+        DRT_CHECK(s == DRT_OK, "long word: %s: a %zu-letter word: %s", name, n, drt_last_error());
+        char *back = NULL;
+        size_t bn = 0;
+        if (s == DRT_OK && drt_tokenizer_decode(t, ids, k, 0, &back, &bn) == DRT_OK)
+            /* flags.json adds a prefix space */
+            DRT_CHECK(bn >= n && memcmp(back + (bn - n), word, n) == 0 && (bn == n || (bn == n + 1 && back[0] == ' ')),
+                      "long word: %s: decode(encode(w)) != w", name);
+        if (s == DRT_OK && f == 3) /* bytes256: one id per byte, the byte's */
+            DRT_CHECK(k == (int)n, "long word: %s: %d ids for %zu bytes", name, k, n);
+        free(back);
+        free(ids);
+        drt_tokenizer_free(t);
+    }
+    free(word);
+}
+
+/* drt_tokenizer_encode_max: a text that fits encodes as drt_tokenizer_encode
+ * does; one id too many fails as it passes the limit; a text far longer than
+ * the limit can hold is refused before a (here quadratic) Split regex runs. */
+static void test_encode_max(void) {
+    drt_tokenizer *t = NULL;
+    if (drt_tokenizer_load(TOKDIR "/llama3.json", &t) != DRT_OK) {
+        DRT_CHECK(0, "%s", drt_last_error());
+        return;
+    }
+    static const char *texts[] = {"Hello world, this is a test.", "", "<|begin_of_text|>x  y\n\n12345"};
+    for (int i = 0; i < 3; i++) {
+        int32_t *a = NULL, *b = NULL;
+        int na = 0, nb = -1;
+        size_t tl = strlen(texts[i]);
+        drt_status s = drt_tokenizer_encode(t, texts[i], tl, 1, &a, &na);
+        DRT_CHECK(s == DRT_OK, "encode: %s", drt_last_error());
+        s = drt_tokenizer_encode_max(t, texts[i], tl, 1, na, &b, &nb);
+        DRT_CHECK(s == DRT_OK && nb == na && memcmp(a, b, (size_t)na * sizeof *a) == 0,
+                  "encode_max(%d) of \"%s\": %s", na, texts[i], s ? drt_last_error() : "other ids");
+        free(b);
+        b = NULL;
+        if (na > 1) { /* a limit of 0 is no limit */
+            s = drt_tokenizer_encode_max(t, texts[i], tl, 1, na - 1, &b, &nb);
+            DRT_CHECK(s == DRT_ERR_INVALID_ARG && b == NULL && strstr(drt_last_error(), "more than"),
+                      "encode_max(%d) of \"%s\" (%d ids): %s: %s", na - 1, texts[i], na, drt_status_str(s),
+                      drt_last_error());
+        }
+        free(a);
+    }
+    drt_tokenizer_free(t);
+
+    /* \p{L}*! tries every letter to the end of the word at every position */
+    size_t jn;
+    char *json = bytes256_with(BYTES256_PRE,
+                               "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":"
+                               "\"Split\",\"pattern\":{\"Regex\":\"\\\\p{L}*!|.\"},\"behavior\":\"Isolated\","
+                               "\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+                               "\"use_regex\":false}]}",
+                               &jn);
+    t = NULL;
+    drt_status s = json ? drt_tokenizer_load_json(json, jn, "quadratic.json", &t) : DRT_ERR_IO;
+    free(json);
+    DRT_CHECK(s == DRT_OK, "quadratic.json: %s", drt_last_error());
+    if (s != DRT_OK) return;
+    size_t n = 100000;
+    char *text = malloc(n);
+    memset(text, 'a', n);
+    int32_t *ids = NULL;
+    int k = -1;
+    s = drt_tokenizer_encode_max(t, text, n, 0, 2048, &ids, &k);
+    DRT_CHECK(s == DRT_ERR_INVALID_ARG && ids == NULL &&
+                  strstr(drt_last_error(), "text of 100000 bytes cannot fit in 2048 tokens") &&
+                  strstr(drt_last_error(), "refused before tokenizing"),
+              "100 KB over a limit of 2048: %s: %s", drt_status_str(s), drt_last_error());
+    if (g_verbose) printf("  over the limit: %s\n", drt_last_error());
+    s = drt_tokenizer_encode_max(t, text, 2000, 0, 2048, &ids, &k); /* fits: encoded */
+    DRT_CHECK(s == DRT_OK && k == 2000, "2000 letters, limit 2048: %s", s ? drt_last_error() : "wrong count");
+    free(ids);
+    free(text);
+    drt_tokenizer_free(t);
 }
 
 /* ---- cli/text.c --------------------------------------------------------------- */
@@ -875,6 +1206,9 @@ int main(void) {
     test_random_round_trip("llama3");
     test_bad_files();
     test_cut_character_at_arena_end();
+    test_many_added_tokens();
+    test_long_word();
+    test_encode_max();
     test_cli_text();
     bench("gpt2");
     bench("llama3");

@@ -53,6 +53,19 @@ int drt_tokenizer_vocab_size(const drt_tokenizer *t);
 drt_status drt_tokenizer_encode(const drt_tokenizer *t, const char *text, size_t len,
                                 int add_special, int32_t **ids, int *n_ids);
 
+/* drt_tokenizer_encode for a caller with a context of max_tokens ids (0 or
+ * less: no limit): ids past max_tokens (special tokens included) are
+ * DRT_ERR_INVALID_ARG "the text makes more than N tokens", found as soon as
+ * the output passes N, not after the whole text is encoded. A text longer
+ * than N times the most bytes one token of this tokenizer stands for cannot
+ * fit and is refused the same way before any pre-tokenizer regex runs (a
+ * hostile Split regex can take time quadratic in a word's length); that
+ * check is skipped for a tokenizer that can drop text (a Split "Removed",
+ * an added token with lstrip/rstrip, a byte with no token). A text that
+ * fits encodes exactly as drt_tokenizer_encode encodes it. */
+drt_status drt_tokenizer_encode_max(const drt_tokenizer *t, const char *text, size_t len,
+                                    int add_special, int max_tokens, int32_t **ids, int *n_ids);
+
 /* Decodes ids to a malloc'd, NUL-terminated UTF-8 string of *len bytes (len
  * may be NULL). skip_special drops special tokens. Ids that name no token are
  * skipped, as HF does. */
