@@ -67,6 +67,7 @@ int cli_out_open(cli_outfile *o, const char *what, const char *path) {
         fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
         err = fd < 0 ? errno : 0;
     }
+    if (fd >= 0 && stat(path, &sb) == 0) fchmod(fd, sb.st_mode & 07777); /* the mode of the file it replaces */
     if (fd < 0 || !(o->f = fdopen(fd, "w"))) {
         if (fd >= 0) {
             err = errno;

@@ -1118,6 +1118,7 @@ static int cf_out_open(cf_out *o, const char *path) {
         fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
         err = fd < 0 ? errno : 0;
     }
+    if (fd >= 0 && stat(path, &sb) == 0) fchmod(fd, sb.st_mode & 07777); /* the mode of the file it replaces */
     if (fd >= 0 && !(o->f = fdopen(fd, "w"))) {
         err = errno;
         close(fd);
@@ -1219,8 +1220,8 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
     drt_status st = select_backends(o, &run, r);
     if (st == DRT_OK && o->models_dir && !o->list && !o->perf)
         st = find_models(o->models_dir, &run, &models, &n_models, r);
-    if (o->json_path && o->junit_path && same_file(o->json_path, o->junit_path))
-        return usage(r, "conform: --json %s and --junit %s name the same file", o->json_path, o->junit_path);
+    if (st == DRT_OK && o->json_path && o->junit_path && same_file(o->json_path, o->junit_path))
+        st = usage(r, "conform: --json %s and --junit %s name the same file", o->json_path, o->junit_path);
     if (st == DRT_OK && o->json_path && (err = cf_out_open(&jo, o->json_path)) != 0)
         st = usage(r, "conform: --json %s: cannot create the file: %s", o->json_path, strerror(err));
     if (st == DRT_OK && o->junit_path && (err = cf_out_open(&xo, o->junit_path)) != 0)

@@ -133,13 +133,21 @@ static void files_checked(void) {
     for (size_t i = 0; i < sizeof WRITERS / sizeof WRITERS[0]; i++) {
         const char *w = WRITERS[i].cmd, *file = WRITERS[i].file;
         int conform = strncmp(w, "conform", 7) == 0;
-        /* written: the control, so that the failures below are the file's */
+        /* written: the control, so that the failures below are the file's;
+         * over a file of mode 0600, which keeps its mode */
+        char p[2048];
+        snprintf(p, sizeof p, "%s/%s", S, file);
+        put(file, "old bytes\n");
+        chmod(p, 0600);
         snprintf(args, sizeof args, w, file);
         snprintf(cmd, sizeof cmd, "'%s' %s >/dev/null 2>&1", DRT_CLI_PATH, args);
         int rc = sh(cmd, 0, out, sizeof out);
         get(file, buf, sizeof buf);
         DRT_CHECK(rc == 0 && strstr(buf, WRITERS[i].ok_marker), "diffrt %s: exit %d, %s lacks %s", args, rc, file,
                   WRITERS[i].ok_marker);
+        struct stat sb;
+        DRT_CHECK(stat(p, &sb) == 0 && (sb.st_mode & 0777) == 0600, "diffrt %s: %s's mode 0600 became %o", args,
+                  file, (unsigned)(sb.st_mode & 0777));
         DRT_CHECK(dot_files() == 0, "diffrt %s: %d temp files left", args, dot_files());
 
         /* /dev/full */
