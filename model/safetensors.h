@@ -57,10 +57,10 @@ void drt_st_release(const drt_st_tensor *t);
  * listed in DIR/model.safetensors.index.json ("weight_map").
  *
  * Shard names in the index are untrusted: each must be a plain file name
- * (no "/", not "." or "..", not empty, no NUL, at most 255 bytes), and the
- * file it names must resolve (realpath) to a file inside the model
- * directory, so a symbolic link from a shard name to a file outside the
- * directory is rejected. The fixed names (model.safetensors, the index,
+ * (no "/", not "." or "..", not empty, no NUL, no control character or byte
+ * that is not UTF-8, at most 255 bytes), and the file it names must
+ * resolve (realpath) to a file inside the model directory, so a symbolic
+ * link from a shard name to a file outside the directory is rejected. The fixed names (model.safetensors, the index,
  * config.json, tokenizer.json) may be symbolic links anywhere: diffrt chose
  * those names, not the file. */
 typedef struct {

@@ -16,9 +16,11 @@
  * Anything else (Unigram/WordPiece models, normalizers, other pre-tokenizers,
  * dropout, byte_fallback, ...) is refused at load time with an error naming
  * the file, the field and the value; so is a file that is not UTF-8 (HF reads
- * it into a String). The file's "truncation" and "padding" settings are
- * ignored (diffrt never truncates or pads a prompt), as is the "id" of an
- * added token, which HF also recomputes. All functions report
+ * it into a String), and one with a key twice in an object (HF keeps the
+ * last vocab entry; the error names the key and its path) or a \u0000
+ * escape. The file's "truncation" and "padding" settings are ignored (diffrt
+ * never truncates or pads a prompt), as is the "id" of an added token, which
+ * HF also recomputes. All functions report
  * errors through drt_last_error(); none prints. A loaded tokenizer is
  * read-only: encode and decode may run on several threads at once. */
 #ifndef DRT_TOKENIZER_H
