@@ -185,8 +185,8 @@ int cmd_quantize(int argc, char **argv) {
     }
     drt_model_free(m);
     if (cli_outdir_commit(&od, "quantize")) goto done;
-    fprintf(stderr, "quantize: %d of %d tensors to %s; %.2f MiB -> %.2f MiB; wrote %s/model.safetensors\n", nq, n,
-            type, bytes_in / 1048576.0, bytes_out / 1048576.0, out);
+    fprintf(stderr, "quantize: %d of %d tensors to %s; %.2f MiB -> %.2f MiB; wrote %s%smodel.safetensors\n", nq, n,
+            type, bytes_in / 1048576.0, bytes_out / 1048576.0, out, cli_ends_with(out, "/") ? "" : "/");
     rc = 0;
 done:
     if (rc) cli_outdir_discard(&od);
