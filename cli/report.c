@@ -12,8 +12,9 @@
  * 1e15 is shown as "?" and left out of the charts' geometry.
  *
  * Linear in the rows: names are interned (one copy, compared by pointer),
- * duplicate runs are found through a hash set, each file's JSON tree is
- * freed once read, and the tables' rows are grouped by one counting sort. */
+ * duplicate runs are found through a hash set of row indices, a file's
+ * backends entries are parsed one at a time from its text (no tree of the
+ * whole file), and the tables' rows are grouped by one counting sort. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -218,13 +219,14 @@ typedef struct {
  * infinite, over MAX_FIGURE): "?" in report.md and no geometry in the SVGs */
 typedef struct {
     const char *file, *host, *device, *backend, *error;
-    int group;
-    unsigned char has_pp, has_tg, dec_flag, pre_flag, dec_note;
-    unsigned char dec_roof, pre_roof; /* 0: none (n/a), 1: a fraction, 2: a bad fraction ("?") */
     double pp_mean, pp_sd, tg_mean, tg_sd;
     double dec_frac, pre_frac, dec_peak, pre_peak;
-    size_t ops_at[2]; /* [0] prefill, [1] decode: n_ops[k] shares from ops_at[k] of the op array */
-    int n_ops[2];
+    /* [0] prefill, [1] decode: n_ops[k] shares from ops_at[k] of the op array
+     * (at most MAX_OPS per row and MAX_ROWS rows: within 32 bits) */
+    uint32_t ops_at[2];
+    unsigned char n_ops[2], group;
+    unsigned char has_pp, has_tg, dec_flag, pre_flag, dec_note;
+    unsigned char dec_roof, pre_roof; /* 0: none (n/a), 1: a fraction, 2: a bad fraction ("?") */
 } row;
 
 typedef struct {
@@ -239,53 +241,41 @@ typedef struct {
     char msg[512];
 } rerr;
 
-/* (group, host, device, backend) of the rows read so far: a hash set over the
- * interned pointers, at most half full */
+/* The runs (table, host, device, backend) read so far: a hash set of row
+ * indices + 1 (0: empty) keyed on the rows' interned pointers, at most half
+ * full; 4 bytes a slot. */
 typedef struct {
-    const char *host, *device, *backend;
-    int group;
-} rkey;
-
-typedef struct {
-    rkey *k;
-    const char **file; /* the file each key came from */
+    uint32_t *slot;
     size_t n, count;
 } keyset;
 
-static uint64_t key_hash(const rkey *k) {
-    uint64_t h = (uint64_t)(uintptr_t)k->host * 0x9e3779b97f4a7c15ull;
-    h = (h ^ (uint64_t)(uintptr_t)k->device) * 0xbf58476d1ce4e5b9ull;
-    h = (h ^ (uint64_t)(uintptr_t)k->backend) * 0x94d049bb133111ebull;
-    h ^= (uint64_t)k->group;
+static uint64_t key_hash(const row *r) {
+    uint64_t h = (uint64_t)(uintptr_t)r->host * 0x9e3779b97f4a7c15ull;
+    h = (h ^ (uint64_t)(uintptr_t)r->device) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (uint64_t)(uintptr_t)r->backend) * 0x94d049bb133111ebull;
+    h ^= (uint64_t)r->group;
     return h ^ (h >> 29);
 }
 
-/* the slot of k in s (empty: k->host NULL there) */
-static size_t key_find(const keyset *s, const rkey *k) {
-    size_t i = key_hash(k) & (s->n - 1);
-    for (; s->k[i].host; i = (i + 1) & (s->n - 1))
-        if (s->k[i].host == k->host && s->k[i].device == k->device &&
-            s->k[i].backend == k->backend && s->k[i].group == k->group)
+/* the slot of the run of r in s: the row of an earlier same run, or empty */
+static size_t key_find(const keyset *s, const row *rows, const row *r) {
+    size_t i = key_hash(r) & (s->n - 1);
+    for (; s->slot[i]; i = (i + 1) & (s->n - 1)) {
+        const row *o = &rows[s->slot[i] - 1];
+        if (o->host == r->host && o->device == r->device && o->backend == r->backend &&
+            o->group == r->group)
             break;
+    }
     return i;
 }
 
-static int key_grow(keyset *s) {
+static int key_grow(keyset *s, const row *rows) {
     size_t n = s->n ? 2 * s->n : 1024;
-    keyset t = {calloc(n, sizeof *t.k), calloc(n, sizeof *t.file), n, s->count};
-    if (!t.k || !t.file) {
-        free(t.k);
-        free(t.file);
-        return 0;
-    }
-    for (size_t i = 0; i < s->n; i++) {
-        if (!s->k[i].host) continue;
-        size_t j = key_find(&t, &s->k[i]);
-        t.k[j] = s->k[i];
-        t.file[j] = s->file[i];
-    }
-    free(s->k);
-    free(s->file);
+    keyset t = {calloc(n, sizeof *t.slot), n, s->count};
+    if (!t.slot) return 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->slot[i]) t.slot[key_find(&t, rows, &rows[s->slot[i] - 1])] = s->slot[i];
+    free(s->slot);
     *s = t;
     return 1;
 }
@@ -387,7 +377,7 @@ static void read_roof(const cJSON *r, const char *key, const char *peak_key, dou
 
 static void read_ops(report *R, const cJSON *ops, const char *key, row *r, int k,
                      const char *where, rerr *e) {
-    r->ops_at[k] = R->nops;
+    r->ops_at[k] = (uint32_t)R->nops;
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(ops, key);
     if (!x) return;
     char w[128];
@@ -446,12 +436,12 @@ static int read_row(report *R, const cJSON *b, const char *w, const char *path,
         R->rows = nr;
         R->cap_rows = nc;
     }
-    if (2 * (R->keys.count + 1) > R->keys.n && !key_grow(&R->keys)) return oom(e);
+    if (2 * (R->keys.count + 1) > R->keys.n && !key_grow(&R->keys, R->rows)) return oom(e);
     row *r = &R->rows[R->nrows];
     memset(r, 0, sizeof *r);
     r->file = path;
     r->host = hostname;
-    r->group = gi;
+    r->group = (unsigned char)gi;
     r->backend = str(&R->strs, b, "backend", w, e);
     char wd[80];
     snprintf(wd, sizeof wd, "%s.device", w);
@@ -460,15 +450,14 @@ static int read_row(report *R, const cJSON *b, const char *w, const char *path,
     const cJSON *status = need(b, "status", cJSON_String, w, e);
     if (e->msg[0]) return 0;
     r->dec_frac = r->pre_frac = NAN;
-    rkey k = {r->host, r->device, r->backend, gi};
-    size_t ki = key_find(&R->keys, &k);
+    size_t ki = key_find(&R->keys, R->rows, r);
+    uint32_t self = (uint32_t)R->nrows + 1;
     if (strcmp(status->valuestring, "ok") != 0) {
         const cJSON *er = cJSON_GetObjectItemCaseSensitive(b, "error");
         r->error = intern(&R->strs, cJSON_IsString(er) ? er->valuestring : status->valuestring);
         if (!r->error) return oom(e);
-        if (!R->keys.k[ki].host) {
-            R->keys.k[ki] = k;
-            R->keys.file[ki] = path;
+        if (!R->keys.slot[ki]) {
+            R->keys.slot[ki] = self;
             R->keys.count++;
         }
         R->nrows++;
@@ -503,18 +492,108 @@ static int read_row(report *R, const cJSON *b, const char *w, const char *path,
     read_ops(R, ops, "prefill", r, 0, wx, e);
     read_ops(R, ops, "decode", r, 1, wx, e);
     if (e->msg[0]) return 0;
-    if (R->keys.k[ki].host) {
+    if (R->keys.slot[ki]) {
         snprintf(e->msg, sizeof e->msg,
                  "host %.60s, device %.80s, backend %.16s is also in %.200s (same model and "
                  "settings): give each run once",
-                 r->host, r->device, r->backend, R->keys.file[ki]);
+                 r->host, r->device, r->backend, R->rows[R->keys.slot[ki] - 1].file);
         return 0;
     }
-    R->keys.k[ki] = k;
-    R->keys.file[ki] = path;
+    R->keys.slot[ki] = self;
     R->keys.count++;
     R->nrows++;
     return 1;
+}
+
+/* ---- skimming the text: the backends array one entry at a time ---- */
+
+static const char *skip_ws(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    return p;
+}
+
+/* past the string whose opening quote is at p, or NULL */
+static const char *skip_string(const char *p) {
+    for (p++; *p; p++) {
+        if (*p == '\\' && p[1])
+            p++;
+        else if (*p == '"')
+            return p + 1;
+    }
+    return NULL;
+}
+
+/* past the JSON value at p (brackets matched, strings skipped; scalars are
+ * left to cJSON), or NULL */
+static const char *skip_value(const char *p) {
+    if (*p == '"') return skip_string(p);
+    if (*p != '{' && *p != '[') {
+        while (*p && !strchr(",]} \t\r\n", *p))
+            p++;
+        return p;
+    }
+    char open[1024]; /* cJSON nests at most 1000 deep */
+    int depth = 0;
+    for (; *p; p++) {
+        if (*p == '"') {
+            p = skip_string(p);
+            if (!p) return NULL;
+            p--;
+        } else if (*p == '{' || *p == '[') {
+            if (depth == (int)sizeof open) return NULL;
+            open[depth++] = *p;
+        } else if (*p == '}' || *p == ']') {
+            if (!depth || open[--depth] != (*p == '}' ? '{' : '[')) return NULL;
+            if (!depth) return p + 1;
+        }
+    }
+    return NULL;
+}
+
+/* [*b0, *b1): the array of the top-level key "backends" of the object in s,
+ * brackets included; 0 when s is not an object that skims cleanly up to it
+ * (cJSON then reads the whole text and judges it) */
+static int find_backends(const char *s, const char **b0, const char **b1) {
+    const char *p = skip_ws(s);
+    if (*p++ != '{') return 0;
+    for (;;) {
+        p = skip_ws(p);
+        if (*p != '"') return 0;
+        const char *k = p + 1, *q = skip_string(p);
+        if (!q) return 0;
+        p = skip_ws(q);
+        if (*p != ':') return 0;
+        p = skip_ws(p + 1);
+        const char *v = p, *e = skip_value(p);
+        if (!e || e == v) return 0;
+        if (q - k - 1 == 8 && memcmp(k, "backends", 8) == 0) {
+            if (*v != '[') return 0;
+            *b0 = v;
+            *b1 = e;
+            return 1;
+        }
+        p = skip_ws(e);
+        if (*p++ != ',') return 0;
+    }
+}
+
+/* Parses the text of one file. Its backends array, which holds nearly all of
+ * a large file, is left out of the tree (an empty array there) when it can
+ * be found: *b0 .. *b1 then hold its text for read_file to parse one entry at
+ * a time (a tree is ten times the size of its text). NULL: not valid JSON. */
+static cJSON *parse_top(const char *txt, const char **b0, const char **b1) {
+    *b0 = *b1 = NULL;
+    if (!find_backends(txt, b0, b1)) return cJSON_Parse(txt);
+    size_t head = (size_t)(*b0 - txt), tail = strlen(*b1);
+    char *top = malloc(head + 2 + tail + 1);
+    if (!top) return NULL;
+    memcpy(top, txt, head);
+    memcpy(top + head, "[]", 2);
+    memcpy(top + head + 2, *b1, tail + 1);
+    cJSON *root = cJSON_Parse(top);
+    free(top);
+    return root;
 }
 
 /* Reads the file at index fi: its rows, its group (found or added), its
@@ -527,8 +606,8 @@ static int read_file(report *R, const char *path, int fi, rerr *e) {
         snprintf(e->msg, sizeof e->msg, "cannot read: %s", drt_last_error());
         return 0;
     }
-    cJSON *root = cJSON_Parse(txt);
-    free(txt);
+    const char *b0, *b1;
+    cJSON *root = parse_top(txt, &b0, &b1);
     int ok = 0;
     if (!root) {
         snprintf(e->msg, sizeof e->msg, "not valid JSON");
@@ -577,14 +656,39 @@ static int read_file(report *R, const char *path, int fi, rerr *e) {
     if (gi < 0) goto out;
     int i = 0;
     const cJSON *b;
-    cJSON_ArrayForEach(b, bes) {
+    cJSON_ArrayForEach(b, bes) { /* the whole tree: backends was not skimmed */
         char w[64];
         snprintf(w, sizeof w, "backends[%d]", i++);
         if (!read_row(R, b, w, path, hostname, &g, gi, e)) goto out;
     }
+    for (const char *p = b0 ? skip_ws(b0 + 1) : NULL; p && *p != ']';) {
+        char w[64];
+        snprintf(w, sizeof w, "backends[%d]", i++);
+        const char *end = skip_value(p);
+        cJSON *one = end && end > p ? cJSON_ParseWithLength(p, (size_t)(end - p)) : NULL;
+        if (!one) {
+            snprintf(e->msg, sizeof e->msg, "not valid JSON (in %s)", w);
+            goto out;
+        }
+        int r = read_row(R, one, w, path, hostname, &g, gi, e);
+        cJSON_Delete(one);
+        if (!r) goto out;
+        p = skip_ws(end);
+        if (*p == ',') {
+            p = skip_ws(p + 1);
+            if (*p == ']') p = NULL; /* a trailing comma */
+        } else if (*p != ']') {
+            p = NULL;
+        }
+        if (!p) {
+            snprintf(e->msg, sizeof e->msg, "not valid JSON (after %s)", w);
+            goto out;
+        }
+    }
     ok = 1;
 out:
     cJSON_Delete(root);
+    free(txt);
     return ok;
 }
 
@@ -592,8 +696,7 @@ static void report_free(report *R) {
     pool_free(&R->strs);
     free(R->rows);
     free(R->ops);
-    free(R->keys.k);
-    free(R->keys.file);
+    free(R->keys.slot);
     free(R->fhost);
     free(R->fcreated);
 }

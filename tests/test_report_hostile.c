@@ -378,8 +378,57 @@ static void hostile_numbers(void) {
     }
 }
 
+/* ---- the backends array, read one entry at a time -------------------------------- */
+
+/* report parses a file's backends entries one by one from the text (its
+ * tree is ten times the text): strings with brackets and quotes, the array
+ * anywhere in the object, a key it cannot skim, and broken JSON inside */
+static void skimmed_backends(void) {
+#define TOP                                                                                        \
+    "\"schema_version\": 1, \"kind\": \"diffrt-bench\", \"host\": {\"hostname\": \"h\"}, "              \
+    "\"settings\": {\"n_prompt\": 16, \"n_gen\": 4}, \"model\": {\"name\": \"m\", \"architecture\": "   \
+    "\"diff-v2\", \"dtype\": \"f16\", \"params\": 1000, \"layers\": 1, \"dim\": 8}"
+#define ERR(dev) "{\"backend\": \"cpu\", \"status\": \"error\", \"error\": \"e\", \"device\": {\"name\": \"" dev "\"}}"
+    static const struct {
+        const char *json, *must_say; /* must_say NULL: exit 0 with 2 rows */
+    } cases[] = {
+        {"{" TOP ", \"backends\": [" ERR("a ]}[{ \\\" b") ", " ERR("c") "]}", NULL},
+        {"{\"backends\": [" ERR("a") "," ERR("c") "], " TOP "}", NULL},
+        {" {\n \"backends\" :\n[ " ERR("a") " ,\n" ERR("c") " ] ,\n" TOP "\n}\n", NULL},
+        {"{" TOP ", \"back\\u0065nds\": [" ERR("a") ", " ERR("c") "]}", NULL},
+        {"{" TOP ", \"backends\": [" ERR("a") ", {\"backend\": tru}]}", "not valid JSON"},
+        {"{" TOP ", \"backends\": [" ERR("a") ", " ERR("c") ",]}", "not valid JSON"},
+        {"{" TOP ", \"backends\": [" ERR("a") " x " ERR("c") "]}", "not valid JSON"},
+        {"{" TOP ", \"backends\": [" ERR("a") ", " ERR("c") "}", "not valid JSON"},
+        {"{" TOP ", \"backends\": [" ERR("a") ", " ERR("c") "], \"x\": }", "not valid JSON"},
+        {"{" TOP ", \"backends\": [" ERR("a") ", 7]}", "backends[1].backend: missing"},
+        {"{" TOP ", \"backends\": {}}", "backends: expected an array"},
+    };
+#undef TOP
+#undef ERR
+    char J[512], dir[512], args[2048];
+    snprintf(J, sizeof J, "%s/report_skim.json", DRT_TMP_DIR);
+    snprintf(dir, sizeof dir, "%s/report_skim", DRT_TMP_DIR);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(J, "w");
+        if (!f) continue;
+        fputs(cases[i].json, f);
+        fclose(f);
+        snprintf(args, sizeof args, "report '%s' --out '%s'", J, dir);
+        int rc = run(args);
+        if (cases[i].must_say)
+            DRT_CHECK(rc == 2 && strstr(g_out, cases[i].must_say) && strstr(g_out, J),
+                      "case %zu: exit %d (want 2), should name the file and say \"%s\":\n%s\n%s", i, rc,
+                      cases[i].must_say, g_out, cases[i].json);
+        else
+            DRT_CHECK(rc == 0 && strstr(g_out, "(2 rows, 1 table)"),
+                      "case %zu: exit %d (want 0, 2 rows):\n%s\n%s", i, rc, g_out, cases[i].json);
+    }
+}
+
 int main(void) {
     many_rows();
     hostile_numbers();
+    skimmed_backends();
     return drt_test_summary("test_report_hostile");
 }
