@@ -358,7 +358,7 @@ drt_status drt_backend_open_threads(const char *name, const char *device, int th
     drt_status s = pick_device(ops, device, ndev, &dev);
     if (s != DRT_OK) return s;
     drt_backend *be = calloc(1, sizeof *be);
-    if (!be) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    if (!be) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", ops->name);
     be->ops = ops;
     be->device = dev;
     be->threads = threads;
@@ -387,7 +387,7 @@ drt_status drt_alloc_tensors(drt_backend *be, drt_tensor **ts, int n) {
             if (t->buf) continue;
             if (pass == 0 && !t->view_src) {
                 drt_buffer *b = calloc(1, sizeof *b);
-                if (!b) return drt_set_error(DRT_ERR_OOM, "out of memory");
+                if (!b) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", be->ops->name);
                 size_t sz = drt_nbytes(t);
                 drt_status s = be->ops->buf_alloc(be, sz ? sz : 16, b);
                 if (s != DRT_OK) {

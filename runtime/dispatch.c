@@ -149,7 +149,7 @@ static drt_status plan_arena(drt_plan *p) {
         n += plannable(g->owned[i]);
     if (n == 0) return DRT_OK;
     interval *iv = calloc((size_t)n, sizeof *iv);
-    if (!iv) return drt_set_error(DRT_ERR_OOM, "out of memory planning activations");
+    if (!iv) return drt_set_error(DRT_ERR_OOM, "%s: out of memory planning activations", p->be->ops->name);
     n = 0;
     for (int i = 0; i < g->n_owned; i++) {
         drt_tensor *t = g->owned[i];
@@ -161,10 +161,10 @@ static drt_status plan_arena(drt_plan *p) {
     }
     size_t top = plan_offsets(g, iv, n);
     drt_status s = DRT_OK;
-    if (top == (size_t)-1) s = drt_set_error(DRT_ERR_OOM, "out of memory planning activations");
+    if (top == (size_t)-1) s = drt_set_error(DRT_ERR_OOM, "%s: out of memory planning activations", p->be->ops->name);
     if (s == DRT_OK) {
         p->arena = calloc(1, sizeof *p->arena);
-        if (!p->arena) s = drt_set_error(DRT_ERR_OOM, "out of memory");
+        if (!p->arena) s = drt_set_error(DRT_ERR_OOM, "%s: out of memory", p->be->ops->name);
     }
     if (s == DRT_OK) s = p->be->ops->buf_alloc(p->be, top, p->arena);
     if (s != DRT_OK) {
@@ -197,10 +197,10 @@ static void *mirror_of(drt_plan *p, const drt_tensor *t) {
 static drt_status add_mirror(drt_plan *p, const drt_tensor *t) {
     if (!t || mirror_of(p, t) || drt_host_ptr(t)) return DRT_OK;
     mirror *nm = realloc(p->mirrors, (size_t)(p->n_mirrors + 1) * sizeof *nm);
-    if (!nm) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    if (!nm) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", p->be->ops->name);
     p->mirrors = nm;
     void *h = malloc(drt_nbytes(t) ? drt_nbytes(t) : 1);
-    if (!h) return drt_set_error(DRT_ERR_OOM, "out of memory for a host mirror of %s", t->name);
+    if (!h) return drt_set_error(DRT_ERR_OOM, "%s: out of memory for a host mirror of %s", p->be->ops->name, t->name);
     p->mirrors[p->n_mirrors++] = (mirror){t, h};
     return DRT_OK;
 }
@@ -236,11 +236,11 @@ drt_status drt_plan_create(drt_graph *g, drt_backend *be, drt_plan **out) {
     *out = NULL;
     if (g->err != DRT_OK) return drt_set_error(g->err, "graph has a construction error");
     drt_plan *p = calloc(1, sizeof *p);
-    if (!p) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    if (!p) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", be->ops->name);
     p->g = g;
     p->be = be;
     p->fallback = calloc((size_t)g->n_nodes + 1, 1);
-    drt_status s = p->fallback ? DRT_OK : drt_set_error(DRT_ERR_OOM, "out of memory");
+    drt_status s = p->fallback ? DRT_OK : drt_set_error(DRT_ERR_OOM, "%s: out of memory", be->ops->name);
     if (s == DRT_OK) s = plan_arena(p);
     if (s == DRT_OK) s = drt_alloc_tensors(be, g->owned, g->n_owned);
     for (int i = 0; s == DRT_OK && i < g->n_nodes; i++) {

@@ -6,14 +6,19 @@
  *   - `diffrt niah --compare` on the bundled diff-v1 model: agrees with its
  *     own --json output, and reports (exit 1) a tampered answer. */
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "drt_graph.h"
 #include "drt_test.h"
+#include "ref_ops.h"
 #include "safetensors.h"
 #include "diffrt/tokenizer.h"
 
@@ -231,6 +236,44 @@ static void ref_oom_names_ref(void) {
     DRT_CHECK(rc == 1 && strstr(out, "diffrt: run: ref: cannot allocate") && !strstr(out, "cpu"),
               "diffrt run --backend ref out of memory: exit %d (want 1), should say \"ref: cannot allocate\":\n%s",
               rc, out);
+
+    /* an ATTN node over 2^28 key positions: its scratch row (2 GiB of doubles)
+     * fails under an address-space limit 512 MiB above what the child uses,
+     * before any input is read; the node's error names ref and the node */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(3);
+        fclose(f);
+        rlim_t cap = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (512ull << 20);
+        struct rlimit rl = {cap, cap};
+        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
+        drt_tensor q = {0}, k = {0}, v = {0}, node = {0};
+        q.nd = k.nd = v.nd = node.nd = 3;
+        q.ne[0] = q.ne[1] = q.ne[2] = 1; /* T, H, dk */
+        k.ne[0] = k.ne[1] = k.ne[2] = 1; /* (S, G, dk): only G is read */
+        v.ne[0] = v.ne[1] = v.ne[2] = 1; /* (S, G, dv): only dv is read */
+        node.op = DRT_OP_ATTN;
+        node.src[0] = &q;
+        node.src[1] = &k;
+        node.src[2] = &v;
+        snprintf(node.name, sizeof node.name, "attn.7");
+        float y = 0, in = 0;
+        void *srcs[DRT_MAX_SRC] = {&in, &in, &in};
+        drt_exec ex = {.p0 = (1 << 28) - 1};
+        drt_status s = drt_ref_run_node(&node, &y, srcs, &ex);
+        _exit(s == DRT_ERR_OOM && isnan(y) && strstr(drt_last_error(), "ref: ATTN attn.7: cannot allocate") ? 0
+              : s == DRT_OK                                                                                 ? 1
+                                                                                                            : 2);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    DRT_CHECK(pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "the ref ATTN scratch allocation failure: child exit %d (0: an error naming ref and the node; "
+              "1: no error; 2: another error; 3: no limit set)",
+              WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 #endif
 }
 

@@ -67,13 +67,13 @@ static void fill_nan(float *o, int64_t n) {
  * a[h,t,j] = softmax_j(s1[h,t,:])[j] - lambda * softmax_j(s2[h,t,:])[j] for
  * j <= p0+t, and exactly 0 for the masked j > p0+t (a later matmul with V
  * then needs no mask of its own). Each row sums to 1 - lambda. */
-void drt_ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int T, int S, float lambda,
-                      const float *lambda_th) {
+int drt_ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int T, int S, float lambda,
+                         const float *lambda_th) {
     const int p0 = S - T;
     double *e1 = malloc(sizeof(double) * 2 * (size_t)S); /* (2,S): both rows' exps */
     if (!e1) {
         fill_nan(a, (int64_t)H * T * S);
-        return;
+        return 0;
     }
     double *e2 = e1 + S;
     for (int h = 0; h < H; h++) {
@@ -92,6 +92,7 @@ void drt_ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int
         }
     }
     free(e1);
+    return 1;
 }
 
 /* o is (T,H,dv); q is (T,H,2,dk); k is (S,G,m,dk), m in {1,2}; v is (S,G,dv);
@@ -100,7 +101,7 @@ void drt_ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int
  *   A2 = softmax_j(s * q[t,h,1] . k[j,g,m-1])   (m = 1: both maps share k)
  *   o[t,h] = sum_j (A1[j] - lambda * A2[j]) v[j,g]
  * Napkin math, causal: ~T*H*(p0+T/2)*(4*dk + 2*dv) flops. */
-void drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
+int drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
                    int G, int m, int dk, int dv, float lambda, const float *lambda_th) {
     const int p0 = S - T;
     const double s = 1.0 / sqrt((double)dk);
@@ -108,7 +109,7 @@ void drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v,
     double *l1 = malloc(sizeof(double) * (2 * (size_t)S + (size_t)dv));
     if (!l1) {
         fill_nan(o, (int64_t)T * H * dv);
-        return;
+        return 0;
     }
     double *l2 = l1 + S, *acc = l2 + S;
     for (int t = 0; t < T; t++) {
@@ -139,12 +140,13 @@ void drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v,
         }
     }
     free(l1);
+    return 1;
 }
 
 /* o is (T,H,dv); q is (T,H,dk); k is (S,G,dk); v is (S,G,dv); head h reads
  * kv group floor(h*G/H); scale 1/sqrt(dk); same causal mask as above.
  * Napkin math, causal: ~T*H*(p0+T/2)*(2*dk + 2*dv) flops. */
-void drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
+int drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
               int dk, int dv) {
     const int p0 = S - T;
     const double s = 1.0 / sqrt((double)dk);
@@ -152,7 +154,7 @@ void drt_ref_attn(float *o, const float *q, const float *k, const float *v, int 
     double *l = malloc(sizeof(double) * ((size_t)S + (size_t)dv));
     if (!l) {
         fill_nan(o, (int64_t)T * H * dv);
-        return;
+        return 0;
     }
     double *acc = l + S;
     for (int t = 0; t < T; t++) {
@@ -174,4 +176,5 @@ void drt_ref_attn(float *o, const float *q, const float *k, const float *v, int 
         }
     }
     free(l);
+    return 1;
 }

@@ -12,6 +12,12 @@
 
 static int64_t rows_of(const drt_tensor *t) { return drt_nelem(t) / t->ne[t->nd - 1]; }
 
+/* an attention kernel's scratch row (ref_ops.h) could not be allocated */
+static drt_status scratch_oom(const drt_tensor *t, int S) {
+    return drt_set_error(DRT_ERR_OOM, "ref: %s %s: cannot allocate the scratch row for %d key positions",
+                         drt_op_name(t->op), t->name, S);
+}
+
 drt_status drt_ref_run_node(const drt_tensor *t, void *dst, void *const *srcs, const drt_exec *ex) {
     const drt_tensor *a = t->src[0], *b = t->src[1];
     float *y = dst;
@@ -43,18 +49,21 @@ drt_status drt_ref_run_node(const drt_tensor *t, void *dst, void *const *srcs, c
         drt_ref_rope(y, x0, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], p0, x1);
         return DRT_OK;
     case DRT_OP_DUAL_SOFTMAX:
-        drt_ref_dual_softmax(y, x0, x1, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], t->fp[0], srcs[2]);
+        if (!drt_ref_dual_softmax(y, x0, x1, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], t->fp[0], srcs[2]))
+            return scratch_oom(t, (int)a->ne[2]);
         return DRT_OK;
     case DRT_OP_DIFF_ATTN: {
         int T = (int)a->ne[0];
-        drt_ref_diff_attn(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)b->ne[2],
-                      (int)a->ne[3], (int)t->src[2]->ne[2], t->fp[0], srcs[3]);
+        if (!drt_ref_diff_attn(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)b->ne[2],
+                               (int)a->ne[3], (int)t->src[2]->ne[2], t->fp[0], srcs[3]))
+            return scratch_oom(t, p0 + T);
         return DRT_OK;
     }
     case DRT_OP_ATTN: {
         int T = (int)a->ne[0];
-        drt_ref_attn(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)a->ne[2],
-                 (int)t->src[2]->ne[2]);
+        if (!drt_ref_attn(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)a->ne[2],
+                          (int)t->src[2]->ne[2]))
+            return scratch_oom(t, p0 + T);
         return DRT_OK;
     }
     case DRT_OP_GROUPNORM:

@@ -36,19 +36,23 @@ void drt_ref_rope(float *y, const float *x, int T, int Hn, int d, int p0, const 
 /* a, s1, s2 are (H,T,S), S >= T, mask offset p0 = S - T: query t sees keys j <= p0+t.
  * a = softmax(s1 + M) - lambda * softmax(s2 + M); masked entries of a are 0.
  * lambda_th is (T,H) (per token and head, V2) or NULL, then the scalar lambda is used. */
-void drt_ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int T, int S, float lambda,
-                      const float *lambda_th);
+int drt_ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int T, int S, float lambda,
+                         const float *lambda_th);
 
 /* Fused differential attention, docs/design.md section 3.
  * o is (T,H,dv); q is (T,H,2,dk); k is (S,G,m,dk) with m in {1,2}; v is (S,G,dv).
  * p0 = S - T; diff-head h uses kv group g = floor(h*G/H); scale 1/sqrt(dk).
  * lambda_th is (T,H) or NULL (then scalar lambda). */
-void drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
-                   int G, int m, int dk, int dv, float lambda, const float *lambda_th);
+int drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
+                      int G, int m, int dk, int dv, float lambda, const float *lambda_th);
 
 /* Standard causal attention. o is (T,H,dv); q is (T,H,dk); k is (S,G,dk); v is (S,G,dv). */
-void drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
-              int dk, int dv);
+int drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
+                 int dk, int dv);
+
+/* The three above return 1, or 0 when their scratch row (a few doubles per
+ * key position) cannot be allocated: the output is then all NaN, and
+ * drt_ref_run_node turns it into a "ref: ... cannot allocate" error. */
 
 /* y, x are (T,H,dv); per (t,h): RMSNORM over dv with eps, times w (dv, or NULL), times scale. */
 void drt_ref_groupnorm(float *y, const float *x, int T, int H, int dv, const float *w, float eps,
