@@ -1,4 +1,3 @@
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,45 +5,27 @@
 
 #include "drt_error.h"
 
-/* The message of this thread: in g_msg when it fits, else in a malloc'd
- * buffer held under g_key (freed by the key's destructor when the thread
- * ends), so a message holding a long path is never cut. The arguments may
- * point into the current message (a caller wrapping drt_last_error()): the
- * new text is formatted elsewhere first and only then replaces it. */
-static _Thread_local char g_msg[1024];
-static _Thread_local int g_long; /* the message is the one under g_key */
-static pthread_key_t g_key;
-static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
-static int g_key_ok;
-
-static void make_key(void) { g_key_ok = pthread_key_create(&g_key, free) == 0; }
+/* The message of this thread, in one of two buffers: the arguments may point
+ * into the current message (a caller wrapping drt_last_error() with its
+ * context), so the new text is formatted into the other buffer and only then
+ * becomes current. 16 KiB holds a message with three PATH_MAX paths, so a
+ * path is never cut. No heap: a thread's last message stays reachable (LSan
+ * runs with use_tls=0, and a malloc'd buffer held only by a thread-local
+ * pointer read as a leak at exit). */
+#define MSG_MAX 16384
+static _Thread_local char g_msg[2][MSG_MAX];
+static _Thread_local int g_cur;
 
 drt_status drt_set_error(drt_status s, const char *fmt, ...) {
-    char small[sizeof g_msg];
-    va_list ap, ap2;
+    va_list ap;
     va_start(ap, fmt);
-    va_copy(ap2, ap);
-    int n = vsnprintf(small, sizeof small, fmt, ap);
+    vsnprintf(g_msg[!g_cur], MSG_MAX, fmt, ap);
     va_end(ap);
-    char *big = NULL;
-    pthread_once(&g_key_once, make_key);
-    if (n >= (int)sizeof small) {
-        big = g_key_ok ? malloc((size_t)n + 1) : NULL;
-        if (big) vsnprintf(big, (size_t)n + 1, fmt, ap2);
-    }
-    va_end(ap2);
-    if (g_key_ok) {
-        free(pthread_getspecific(g_key));
-        pthread_setspecific(g_key, big);
-    }
-    g_long = big != NULL;
-    if (!big) memcpy(g_msg, small, sizeof small); /* too long and no memory: cut */
+    g_cur = !g_cur;
     return s;
 }
 
-const char *drt_last_error(void) {
-    return g_long ? (const char *)pthread_getspecific(g_key) : g_msg;
-}
+const char *drt_last_error(void) { return g_msg[g_cur]; }
 
 const char *drt_status_str(drt_status s) {
     switch (s) {
