@@ -956,6 +956,37 @@ static void test_long_word(void) {
         drt_tokenizer_free(t);
     }
     free(word);
+
+    /* the interpreter that takes over from JIT keeps PCRE2's match limit: a
+     * catastrophic pattern still fails at once, by JIT or interpreter */
+    static const char *pats[] = {"(a+)+$", "(?:(a|aa)+)+$"};
+    for (int p = 0; p < 2; p++) {
+        char pre[256];
+        snprintf(pre, sizeof pre,
+                 "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+                 "\"pattern\":{\"Regex\":\"%s\"},\"behavior\":\"Isolated\",\"invert\":false},"
+                 "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]}",
+                 pats[p]);
+        size_t jn;
+        char *json = bytes256_with(BYTES256_PRE, pre, &jn);
+        drt_tokenizer *t = NULL;
+        drt_status s = json ? drt_tokenizer_load_json(json, jn, "catastrophic.json", &t) : DRT_ERR_IO;
+        free(json);
+        DRT_CHECK(s == DRT_OK, "%s: %s", pats[p], drt_last_error());
+        if (s != DRT_OK) continue;
+        char text[64];
+        memset(text, 'a', 60);
+        text[60] = 'b';
+        int32_t *ids = NULL;
+        int k;
+        s = drt_tokenizer_encode(t, text, 61, 0, &ids, &k);
+        DRT_CHECK(s == DRT_ERR_UNSUPPORTED && strstr(drt_last_error(), "limit"),
+                  "%s over 60 letters: %s: %s (expected the match limit)", pats[p], drt_status_str(s),
+                  s ? drt_last_error() : "encoded");
+        if (g_verbose) printf("  %s: %s\n", pats[p], drt_last_error());
+        free(ids);
+        drt_tokenizer_free(t);
+    }
 }
 
 /* drt_tokenizer_encode_max: a text that fits encodes as drt_tokenizer_encode
