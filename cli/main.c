@@ -455,8 +455,13 @@ static int cmd_run(int argc, char **argv) {
     drt_model_get_info(m, &I);
     int32_t eos = I.eos_id;
     if (!tokens) {
-        if (cli_text_begin(&ct, model, text, text_file, I.vocab, I.eos_id, stdout, &prompt, &T) != DRT_OK) {
-            rc = cli_fail("run");
+        /* the prompt cannot be longer than the context: --ctx, else max_position_embeddings */
+        long max_ids = ctx ? ctx : I.max_ctx;
+        drt_status ts = cli_text_begin(&ct, model, text, text_file, I.vocab, I.eos_id, (int)max_ids, stdout,
+                                       &prompt, &T);
+        if (ts != DRT_OK) {
+            cli_fail("run");
+            rc = ct.over_context ? 2 : 1; /* a prompt longer than the context: as the checks below */
             goto done;
         }
         eos = ct.eos;

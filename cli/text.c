@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "drt_error.h"
+#include "safetensors.h" /* drt_printable */
 
 #define PROMPT_MAX ((size_t)64 << 20)
 
@@ -72,8 +73,8 @@ drt_status cli_read_prompt(const char *prompt, const char *prompt_file, char **t
 }
 
 drt_status cli_text_begin(cli_text *ct, const char *model_dir, const char *prompt,
-                          const char *prompt_file, int model_vocab, int model_eos, FILE *out,
-                          int32_t **ids, int *n_ids) {
+                          const char *prompt_file, int model_vocab, int model_eos, int max_ids,
+                          FILE *out, int32_t **ids, int *n_ids) {
     memset(ct, 0, sizeof *ct);
     *ids = NULL;
     *n_ids = 0;
@@ -92,19 +93,23 @@ drt_status cli_text_begin(cli_text *ct, const char *model_dir, const char *promp
         return s;
     }
     drt_tokenizer *tok = NULL;
+    int over_context = 0;
     char *text = NULL;
     size_t len = 0;
     drt_status s = drt_tokenizer_load(path, &tok);
     if (!s) s = cli_read_prompt(prompt, prompt_file, &text, &len);
     if (!s) {
-        s = drt_tokenizer_encode(tok, text, len, 1, ids, n_ids);
-        if (s) { /* say where the text came from */
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", drt_last_error());
+        s = drt_tokenizer_encode_max(tok, text, len, 1, max_ids, ids, n_ids);
+        if (s) { /* say where the text came from (drt_set_error may quote drt_last_error()) */
             const char *from = prompt                     ? "--prompt"
                                : strcmp(prompt_file, "-") ? prompt_file
                                                           : "stdin";
-            s = drt_set_error(s, "%s: %s", from, msg);
+            if (max_ids > 0 && s == DRT_ERR_INVALID_ARG) {
+                over_context = 1;
+                s = drt_set_error(s, "%s: %s: the prompt must fit the context of %d tokens (--ctx, else "
+                                  "max_position_embeddings)", from, drt_last_error(), max_ids);
+            } else
+                s = drt_set_error(s, "%s: %s", from, drt_last_error());
         }
     }
     if (!s && *n_ids == 0)
@@ -114,11 +119,12 @@ drt_status cli_text_begin(cli_text *ct, const char *model_dir, const char *promp
     for (int i = 0; !s && i < *n_ids; i++)
         if ((*ids)[i] >= model_vocab) {
             const char *name = drt_tokenizer_id_to_token(tok, (*ids)[i]);
-            s = drt_set_error(
-                DRT_ERR_FORMAT,
-                "%s: prompt token %d (\"%.40s\") is outside the model's vocabulary of "
-                "%d: is this the model's tokenizer?",
-                path, (*ids)[i], name ? name : "?", model_vocab);
+            char shown[64];
+            s = drt_set_error(DRT_ERR_FORMAT,
+                              "%s: prompt token %d (\"%s\") is outside the model's vocabulary of "
+                              "%d: is this the model's tokenizer?",
+                              path, (*ids)[i], drt_printable(name ? name : "?", shown, sizeof shown),
+                              model_vocab);
         }
     free(text);
     free(path);
@@ -127,6 +133,7 @@ drt_status cli_text_begin(cli_text *ct, const char *model_dir, const char *promp
         *ids = NULL;
         *n_ids = 0;
         drt_tokenizer_free(tok);
+        ct->over_context = over_context;
         return s;
     }
     ct->tok = tok;

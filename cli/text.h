@@ -18,6 +18,7 @@ typedef struct {
     FILE *out;
     int32_t eos;       /* the id generation stops at; -1 when none is known */
     int at_line_start; /* the last byte written was '\n' (or nothing written) */
+    int over_context;  /* cli_text_begin failed: the prompt makes more ids than max_ids */
 } cli_text;
 
 /* Reads the prompt: `prompt` itself when not NULL, else the file
@@ -29,11 +30,14 @@ drt_status cli_read_prompt(const char *prompt, const char *prompt_file, char **t
  * ct to print to `out`. model_vocab: the model's vocabulary size (prompt ids
  * must be below it); model_eos: the config's eos id, or -1, in which case the
  * tokenizer's end-of-text special token (<|end_of_text|>, <|endoftext|>,
- * </s>) is used when it has one. *ids is malloc'd. On failure ct holds
- * nothing to free and the message names the file or the problem. */
+ * </s>) is used when it has one. max_ids > 0: the prompt may make at most
+ * that many ids (the context), checked while encoding, so a huge prompt or a
+ * hostile tokenizer.json stops early (drt_tokenizer_encode_max); 0: no
+ * limit. *ids is malloc'd. On failure ct holds nothing to free and the
+ * message names the file or the problem. */
 drt_status cli_text_begin(cli_text *ct, const char *model_dir, const char *prompt,
-                          const char *prompt_file, int model_vocab, int model_eos, FILE *out,
-                          int32_t **ids, int *n_ids);
+                          const char *prompt_file, int model_vocab, int model_eos, int max_ids,
+                          FILE *out, int32_t **ids, int *n_ids);
 
 /* Writes the text of one generated id (special tokens are not printed) and
  * flushes: complete characters appear at once, a character split across

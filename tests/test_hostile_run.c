@@ -233,7 +233,7 @@ static const hostile_case CASES[] = {
      "prompt (50000 tokens) + -n 4 exceeds the context 64 (max_position_embeddings); pass --ctx N",
      2.0, 0},
     {"long_text_default_ctx", "run --model {text} --prompt-file {long_file} -n 8", NULL, 2,
-     "prompt (60000 tokens) + -n 8 exceeds the context 64 (max_position_embeddings)", 2.0, 0},
+     "the prompt must fit the context of 64 tokens (--ctx, else max_position_embeddings)", 2.0, 0},
     {"prompt_plus_n_over_default_ctx", "run --model {gqa} --tokens 1,2,3 -n 62", NULL, 2,
      "prompt (3 tokens) + -n 62 exceeds the context 64 (max_position_embeddings); pass --ctx N "
      "to raise it",

@@ -1088,7 +1088,7 @@ static void test_cli_text(void) {
     int n;
 
     /* no tokenizer.json: a clear error that says what to do */
-    drt_status s = cli_text_begin(&ct, dir, "hi", NULL, 2000, -1, stdout, &ids, &n);
+    drt_status s = cli_text_begin(&ct, dir, "hi", NULL, 2000, -1, 0, stdout, &ids, &n);
     DRT_CHECK(s == DRT_ERR_IO && ids == NULL &&
                   strstr(drt_last_error(), "tok_textmodel/tokenizer.json") &&
                   strstr(drt_last_error(), "--tokens"),
@@ -1108,7 +1108,13 @@ static void test_cli_text(void) {
     int n_want;
     drt_tokenizer_encode(ref, prompt, strlen(prompt), 1, &want, &n_want);
 
-    s = cli_text_begin(&ct, dir, prompt, NULL, 2000, -1, stdout, &ids, &n);
+    /* a prompt longer than the context stops while encoding, naming the context */
+    s = cli_text_begin(&ct, dir, prompt, NULL, 2000, -1, 3, stdout, &ids, &n);
+    DRT_CHECK(s == DRT_ERR_INVALID_ARG && ct.over_context && ids == NULL && strstr(drt_last_error(), "--prompt: ") &&
+                  strstr(drt_last_error(), "the prompt must fit the context of 3 tokens"),
+              "prompt over a context of 3: %s: %s", drt_status_str(s), drt_last_error());
+
+    s = cli_text_begin(&ct, dir, prompt, NULL, 2000, -1, n_want, stdout, &ids, &n);
     DRT_CHECK(s == DRT_OK, "cli_text_begin: %s", drt_last_error());
     if (s == DRT_OK) {
         DRT_CHECK(n == n_want && memcmp(ids, want, sizeof *ids * (size_t)n) == 0 &&
@@ -1119,7 +1125,7 @@ static void test_cli_text(void) {
         free(ids);
         cli_text_free(&ct);
     }
-    s = cli_text_begin(&ct, dir, prompt, NULL, 2000, 7, stdout, &ids, &n);
+    s = cli_text_begin(&ct, dir, prompt, NULL, 2000, 7, 0, stdout, &ids, &n);
     DRT_CHECK(s == DRT_OK && ct.eos == 7, "config eos 7: eos %d", ct.eos);
     if (s == DRT_OK) free(ids), cli_text_free(&ct);
 
@@ -1128,28 +1134,28 @@ static void test_cli_text(void) {
     snprintf(ppath, sizeof ppath, "%s/prompt.txt", dir);
     FILE *fp = fopen(ppath, "wb");
     if (fp) fputs(prompt, fp), fclose(fp);
-    s = cli_text_begin(&ct, dir, NULL, ppath, 2000, -1, stdout, &ids, &n);
+    s = cli_text_begin(&ct, dir, NULL, ppath, 2000, -1, 0, stdout, &ids, &n);
     DRT_CHECK(s == DRT_OK && n == n_want && memcmp(ids, want, sizeof *ids * (size_t)n) == 0,
               "--prompt-file: %s", s ? drt_last_error() : "ids differ");
     if (s == DRT_OK) free(ids), cli_text_free(&ct);
     if (freopen(ppath, "rb", stdin)) {
-        s = cli_text_begin(&ct, dir, NULL, "-", 2000, -1, stdout, &ids, &n);
+        s = cli_text_begin(&ct, dir, NULL, "-", 2000, -1, 0, stdout, &ids, &n);
         DRT_CHECK(s == DRT_OK && n == n_want && memcmp(ids, want, sizeof *ids * (size_t)n) == 0,
                   "--prompt-file -: %s", s ? drt_last_error() : "ids differ");
         if (s == DRT_OK) free(ids), cli_text_free(&ct);
     }
 
     /* errors: a missing prompt file, invalid UTF-8, ids beyond the model */
-    s = cli_text_begin(&ct, dir, NULL, DRT_TMP_DIR "/no_such_prompt.txt", 2000, -1, stdout, &ids,
+    s = cli_text_begin(&ct, dir, NULL, DRT_TMP_DIR "/no_such_prompt.txt", 2000, -1, 0, stdout, &ids,
                        &n);
     DRT_CHECK(s == DRT_ERR_IO && strstr(drt_last_error(), "no_such_prompt.txt"),
               "missing prompt file: %s", drt_last_error());
-    s = cli_text_begin(&ct, dir, "bad \xff here", NULL, 2000, -1, stdout, &ids, &n);
+    s = cli_text_begin(&ct, dir, "bad \xff here", NULL, 2000, -1, 0, stdout, &ids, &n);
     DRT_CHECK(s == DRT_ERR_INVALID_ARG &&
                   strstr(drt_last_error(), "--prompt: tokenizer: text is not valid UTF-8 (byte 4"),
               "invalid UTF-8 prompt: %s", drt_last_error());
     if (g_verbose) printf("  cli: %s\n", drt_last_error());
-    s = cli_text_begin(&ct, dir, prompt, NULL, 256, -1, stdout, &ids, &n);
+    s = cli_text_begin(&ct, dir, prompt, NULL, 256, -1, 0, stdout, &ids, &n);
     DRT_CHECK(s == DRT_ERR_FORMAT &&
                   strstr(drt_last_error(), "outside the model's vocabulary of 256"),
               "ids beyond the model vocab: %s", drt_last_error());
@@ -1159,7 +1165,7 @@ static void test_cli_text(void) {
      * and a prefix of the full decode; at the end exactly the decode plus a
      * newline; special tokens are not printed */
     FILE *out = tmpfile();
-    s = cli_text_begin(&ct, dir, "x", NULL, 2000, -1, out, &ids, &n);
+    s = cli_text_begin(&ct, dir, "x", NULL, 2000, -1, 0, out, &ids, &n);
     if (s == DRT_OK && out) {
         free(ids);
         int32_t gen[64];
