@@ -174,6 +174,10 @@ _PROTOTYPES = {
         c_enum,
         [c_void_p, c_char_p, c_size_t, c_int, POINTER(POINTER(c_int32)), POINTER(c_int)],
     ),
+    "drt_tokenizer_encode_max": (
+        c_enum,
+        [c_void_p, c_char_p, c_size_t, c_int, c_int, POINTER(POINTER(c_int32)), POINTER(c_int)],
+    ),
     "drt_tokenizer_decode": (
         c_enum,
         [c_void_p, c_void_p, c_int, c_int, POINTER(c_void_p), POINTER(c_size_t)],

@@ -228,7 +228,7 @@ class Model(_lib.Handle):
         _sampler_opts(self.info.vocab, temperature, top_k, top_p, seed)
         if n is not None:
             _check_n(n)
-        ids, eos, tok = self._prompt(prompt)
+        ids, eos, tok = self._prompt(prompt, ctx or self.info.max_ctx)
         if n is None:
             room = (ctx or self.info.max_ctx) - len(ids)
             n = room if 0 < room < 16 else 16
@@ -240,12 +240,13 @@ class Model(_lib.Handle):
                          seed=seed) as smp:
                 return s._generate(ids, n, smp, eos, stop, tok, on_text)
 
-    def _prompt(self, prompt):
-        """(ids, eos, tokenizer or None) as cmd_run prepares them."""
+    def _prompt(self, prompt, max_ids):
+        """(ids, eos, tokenizer or None) as cmd_run prepares them; a text
+        prompt stops encoding once it makes more than max_ids (the context)."""
         info = self.info
         if isinstance(prompt, (str, bytes, bytearray)):
             tok = self.tokenizer
-            ids = tok.encode(prompt, add_special=True)
+            ids = tok.encode(prompt, add_special=True, max_tokens=max_ids)
             if not ids:
                 raise Error(Status.INVALID_ARG,
                             f"the prompt is empty and {tok.path} adds no BOS token: nothing to start from")
@@ -425,7 +426,7 @@ class Session(_lib.Handle):
         _sampler_opts(self.vocab, temperature, top_k, top_p, seed)
         if n is not None:
             _check_n(n)
-        ids, eos, tok = self.model._prompt(prompt)
+        ids, eos, tok = self.model._prompt(prompt, max(1, self.ctx - self.pos))
         if n is None:
             room = self.ctx - self.pos - len(ids)
             n = room if 0 < room < 16 else 16

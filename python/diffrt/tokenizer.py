@@ -104,9 +104,12 @@ class Tokenizer(_lib.Handle):
             return bool(_lib.lib().drt_tokenizer_is_special(h, id))
 
     # -- encode / decode
-    def encode(self, text, add_special=True):
+    def encode(self, text, add_special=True, max_tokens=None):
         """Token ids of ``text`` (str, or UTF-8 bytes) as a list of ints; with
-        add_special the post-processor's tokens (e.g. BOS) are added."""
+        add_special the post-processor's tokens (e.g. BOS) are added. With
+        ``max_tokens`` (> 0), a text that makes more ids raises InvalidArgument,
+        checked while encoding, so a huge text stops early
+        (drt_tokenizer_encode_max)."""
         if isinstance(text, str):
             text = text.encode("utf-8")
         elif not isinstance(text, (bytes, bytearray, memoryview)):
@@ -115,9 +118,10 @@ class Tokenizer(_lib.Handle):
         ids = POINTER(c_int32)()
         n = c_int()
         L = _lib.lib()
+        limit = 0 if max_tokens is None else _lib.int32(max_tokens, "max_tokens", lo=1)
         with self._shared() as h:
-            _lib.check(L.drt_tokenizer_encode(h, text, _lib.size_t(len(text), "len(text)"), int(bool(add_special)),
-                                              byref(ids), byref(n)))
+            _lib.check(L.drt_tokenizer_encode_max(h, text, _lib.size_t(len(text), "len(text)"),
+                                                  int(bool(add_special)), limit, byref(ids), byref(n)))
         try:
             return ids[: n.value]
         finally:

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 import sys
 import threading
 import unittest
@@ -508,6 +509,34 @@ class TestGenerateMatchesCli(unittest.TestCase):
                 m.generate(read_prompt(), n=4, ctx=T + 3)
             with self.assertRaises(diffrt.Error):
                 m.generate("", n=4) if m.tokenizer.bos_id is None else m.generate([], n=4)
+
+    def test_prompt_past_context_stops_while_encoding(self):
+        name = "diff-v1-tiny"
+        with diffrt.Model(model_path(name)) as m:
+            tok = m.tokenizer
+            T = len(tok.encode(read_prompt()))
+            self.assertEqual(tok.encode(read_prompt(), max_tokens=T), tok.encode(read_prompt()))
+            with self.assertRaises(diffrt.Error) as cm:
+                tok.encode(read_prompt(), max_tokens=T - 1)
+            self.assertEqual(cm.exception.status, diffrt.Status.INVALID_ARG)
+            self.assertIn(f"more than {T - 1} tokens", cm.exception.message)
+            # far past the context: refused before or while encoding, as the CLI does
+            huge = read_prompt() * 200
+            with self.assertRaises(diffrt.Error) as cm:
+                m.generate(huge, n=1)
+            self.assertIn(f"cannot fit in {m.info.max_ctx} tokens", cm.exception.message)
+            with m.session(ctx=T + 4) as s:
+                with self.assertRaises(diffrt.Error) as cm:
+                    s.generate(huge, n=1)
+                self.assertIn(f"cannot fit in {T + 4} tokens", cm.exception.message)
+                self.assertEqual(s.pos, 0)
+            with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+                f.write(huge)
+                f.flush()
+                rc, out, err = cli("run", "--model", model_path(name), "--prompt-file", f.name, "-n", 1,
+                                   check=False)
+            self.assertEqual((rc, out), (2, ""))
+            self.assertIn(f"the prompt must fit the context of {m.info.max_ctx} tokens", err)
 
 
 class _NoC:
