@@ -3,6 +3,8 @@
 #define _GNU_SOURCE /* nftw's FTW_PHYS / FTW_DEPTH, __fpending */
 #include "outfile.h"
 
+#include "diffrt/diffrt.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <dirent.h>
@@ -14,102 +16,27 @@
 #include <time.h>
 #include <unistd.h>
 
-/* path split at its last '/': dir ("." when none) and the last component */
-static int split_path(const char *path, char *dir, size_t dn, const char **base) {
-    const char *slash = strrchr(path, '/');
-    *base = slash ? slash + 1 : path;
-    if (!**base) return 0; /* "dir/": names no file */
-    if (!slash) return snprintf(dir, dn, ".") < (int)dn;
-    size_t n = slash == path ? 1 : (size_t)(slash - path); /* "/x" -> "/" */
-    if (n >= dn) return 0;
-    memcpy(dir, path, n);
-    dir[n] = 0;
-    return 1;
-}
-
 int cli_out_open(cli_outfile *o, const char *what, const char *path) {
-    memset(o, 0, sizeof *o);
-    if (snprintf(o->path, sizeof o->path, "%s", path) >= (int)sizeof o->path) {
-        fprintf(stderr, "diffrt: %s: cannot write %s: %s\n", what, path, strerror(ENAMETOOLONG));
-        return 1;
-    }
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "diffrt: %s: cannot write %s: %s\n", what, path, strerror(EISDIR));
-        return 1;
-    }
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        /* a device or a FIFO: no rename can replace it, and none should */
-        if (!(o->f = fopen(path, "w"))) {
-            fprintf(stderr, "diffrt: %s: cannot write %s: %s\n", what, path, strerror(errno));
-            return 1;
-        }
-        return 0;
-    }
-    char dir[PATH_MAX];
-    const char *base;
-    if (!split_path(path, dir, sizeof dir, &base)) {
-        fprintf(stderr, "diffrt: %s: cannot write %s: not a file name\n", what, path);
-        return 1;
-    }
-    /* O_EXCL on a fresh name: never through a symlink, never over a file;
-     * 0666 so that the umask, not mkstemp's 0600, decides the final mode */
-    static unsigned counter;
-    int fd = -1, err = EEXIST;
-    for (int tries = 0; fd < 0 && err == EEXIST && tries < 100; tries++) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        unsigned r = (unsigned)getpid() * 2654435761u ^ (unsigned)ts.tv_nsec ^ (++counter * 40503u);
-        if (snprintf(o->tmp, sizeof o->tmp, "%s/.%.200s.tmp.%06x", dir, base, r & 0xffffffu) >= (int)sizeof o->tmp) {
-            err = ENAMETOOLONG;
-            break;
-        }
-        fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-        err = fd < 0 ? errno : 0;
-    }
-    if (fd >= 0 && stat(path, &sb) == 0) fchmod(fd, sb.st_mode & 07777); /* the mode of the file it replaces */
-    if (fd < 0 || !(o->f = fdopen(fd, "w"))) {
-        if (fd >= 0) {
-            err = errno;
-            close(fd);
-            unlink(o->tmp);
-        }
-        fprintf(stderr, "diffrt: %s: cannot write %s: %s\n", what, path, strerror(err));
-        o->tmp[0] = 0;
-        return 1;
-    }
-    return 0;
+    if (drt_outfile_open(o, path) == DRT_OK) return 0;
+    fprintf(stderr, "diffrt: %s: %s\n", what, drt_last_error());
+    return 1;
 }
 
 int cli_out_close(cli_outfile *o, const char *what) {
     if (!o->f) return 1;
-    /* the flush and close give the reason; a write that failed before them
-     * (glibc then drops its buffer) has lost its errno */
-    int bad = ferror(o->f), err = 0;
-    errno = 0;
-    if (fflush(o->f) != 0) bad = 1, err = errno;
-    if (fclose(o->f) != 0 && !err) bad = 1, err = errno;
-    o->f = NULL;
-    if (!bad && o->tmp[0] && rename(o->tmp, o->path) != 0) bad = 1, err = errno;
-    if (bad) {
-        if (o->tmp[0]) unlink(o->tmp);
-        fprintf(stderr, "diffrt: %s: cannot write %s: %s\n", what, o->path, err ? strerror(err) : "write error");
-    }
-    o->tmp[0] = 0;
-    return bad;
+    drt_status s = drt_outfile_finish(o);
+    if (s == DRT_OK) s = drt_outfile_commit(o);
+    drt_outfile_discard(o);
+    if (s == DRT_OK) return 0;
+    fprintf(stderr, "diffrt: %s: %s\n", what, drt_last_error());
+    return 1;
 }
 
-void cli_out_discard(cli_outfile *o) {
-    if (!o->f) return;
-    fclose(o->f);
-    o->f = NULL;
-    if (o->tmp[0]) unlink(o->tmp);
-    o->tmp[0] = 0;
-}
+void cli_out_discard(cli_outfile *o) { drt_outfile_discard(o); }
 
 int cli_out_write_text(const char *what, const char *path, const char *text) {
     if (!text) {
-        fprintf(stderr, "diffrt: %s: cannot write %s: %s\n", what, path, strerror(ENOMEM));
+        fprintf(stderr, "diffrt: %s: %s: cannot write: %s\n", what, path, strerror(ENOMEM));
         return 1;
     }
     cli_outfile o;
@@ -118,17 +45,6 @@ int cli_out_write_text(const char *what, const char *path, const char *text) {
     fwrite(text, 1, n, o.f);
     if (!n || text[n - 1] != '\n') fputc('\n', o.f);
     return cli_out_close(&o, what); /* checks the writes above */
-}
-
-int cli_same_output(const char *a, const char *b) {
-    struct stat sa, sb;
-    int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
-    if (ea || eb) return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    char da[PATH_MAX], db[PATH_MAX], ra[PATH_MAX], rb[PATH_MAX];
-    const char *na, *nb;
-    if (!split_path(a, da, sizeof da, &na) || !split_path(b, db, sizeof db, &nb)) return strcmp(a, b) == 0;
-    if (!realpath(da, ra) || !realpath(db, rb)) return strcmp(a, b) == 0;
-    return strcmp(ra, rb) == 0 && strcmp(na, nb) == 0;
 }
 
 int cli_close_stdout(int rc) {
@@ -212,7 +128,7 @@ int cli_outdir_open(cli_outdir *d, const char *what, const char *path, int force
     } else {
         char dir[PATH_MAX], rdir[PATH_MAX];
         const char *base;
-        if (!split_path(buf, dir, sizeof dir, &base) || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
+        if (!drt_split_path(buf, dir, sizeof dir, &base) || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
             fprintf(stderr, "diffrt: %s: --out \"%s\" is not a directory name\n", what, path);
             return 2;
         }
@@ -247,7 +163,7 @@ int cli_outdir_open(cli_outdir *d, const char *what, const char *path, int force
     }
     char dir[PATH_MAX];
     const char *base;
-    if (!split_path(real, dir, sizeof dir, &base) ||
+    if (!drt_split_path(real, dir, sizeof dir, &base) ||
         snprintf(d->tmp, sizeof d->tmp, "%s/.%.200s.tmp.XXXXXX", dir, base) >= (int)sizeof d->tmp ||
         snprintf(d->path, sizeof d->path, "%s", real) >= (int)sizeof d->path) {
         fprintf(stderr, "diffrt: %s: --out %s: %s\n", what, path, strerror(ENAMETOOLONG));
@@ -295,7 +211,7 @@ int cli_outdir_commit(cli_outdir *d, const char *what) {
          * directory), the new one in, the old one removed */
         char aside[PATH_MAX], dir[PATH_MAX];
         const char *base;
-        if (!split_path(d->path, dir, sizeof dir, &base) ||
+        if (!drt_split_path(d->path, dir, sizeof dir, &base) ||
             snprintf(aside, sizeof aside, "%s/.%.200s.old.XXXXXX", dir, base) >= (int)sizeof aside)
             err = ENAMETOOLONG;
         else if (!mkdtemp(aside) || rename(d->path, aside) != 0)

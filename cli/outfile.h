@@ -14,7 +14,7 @@
  * ferror, fflush and fclose and only then renames the temp onto path, so a
  * reader sees either the previous file or the complete new one. On any
  * failure the temp is removed, the previous file at path (if any) keeps its
- * bytes, and one line "diffrt: <what>: cannot write <path>: <reason>" is
+ * bytes, and one line "diffrt: <what>: <path>: cannot write: <reason>" is
  * printed. cli_out_discard drops an open file without touching path (an
  * error elsewhere: nothing that looks complete is left).
  *
@@ -28,11 +28,9 @@
 #include <limits.h>
 #include <stdio.h>
 
-typedef struct cli_outfile {
-    FILE *f;             /* write here; NULL when not open */
-    char path[PATH_MAX]; /* the final name */
-    char tmp[PATH_MAX];  /* the temp name; "" when f is path itself (not a regular file) */
-} cli_outfile;
+#include "drt_outfile.h"
+
+typedef drt_outfile cli_outfile; /* runtime/drt_outfile.h: f, path, tmp */
 
 /* 0, or 1 with the message printed (o->f is then NULL) */
 int cli_out_open(cli_outfile *o, const char *what, const char *path);
@@ -45,9 +43,6 @@ void cli_out_discard(cli_outfile *o);
  * through cli_out_open / cli_out_close; 0, or 1 with the message printed */
 int cli_out_write_text(const char *what, const char *path, const char *text);
 
-/* 1 when a and b name the same file: the same device and inode when both
- * exist, else the same directory (after realpath) and last component. */
-int cli_same_output(const char *a, const char *b);
 
 /* The end of every command (cli/main.c): flushes and closes stdout; when a
  * write to it failed, now or before, prints "diffrt: error writing standard

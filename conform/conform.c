@@ -31,6 +31,7 @@
 #include "drt_conform.h"
 #include "drt_error.h"
 #include "drt_graph.h"
+#include "drt_outfile.h"
 #include "drt_peak.h"
 #include "drt_half.h"
 #include "drt_quant.h"
@@ -1086,103 +1087,21 @@ static drt_status select_backends(const drt_conform_opts *o, cf_run *run, drt_co
     return DRT_OK;
 }
 
-/* A report file (--json, --junit) is written to ".<name>.tmp.XXXXXX" beside
- * its path (O_EXCL: never through a symlink) and renamed onto the path only
- * once complete, so the file that was there keeps its bytes until then and
- * after any failure (cli/outfile.c does the same for the CLI's files; this
- * layer cannot use it). A path that exists and is not a regular file
- * (/dev/stdout, a FIFO) is written directly. */
-typedef struct {
-    FILE *f;
-    char tmp[PATH_MAX]; /* "" when f writes the path itself */
-} cf_out;
-
-/* 0, or the errno that stopped it */
-static int cf_out_open(cf_out *o, const char *path) {
-    memset(o, 0, sizeof *o);
-    struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return EISDIR;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) return (o->f = fopen(path, "w")) ? 0 : errno;
-    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
-    int dlen = slash ? (slash == path ? 1 : (int)(slash - path)) : 1;
-    if (!*base) return EISDIR;
-    static unsigned counter;
-    int fd = -1, err = EEXIST;
-    for (int tries = 0; fd < 0 && err == EEXIST && tries < 100; tries++) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        unsigned x = (unsigned)getpid() * 2654435761u ^ (unsigned)ts.tv_nsec ^ (++counter * 40503u);
-        if (snprintf(o->tmp, sizeof o->tmp, "%.*s/.%.200s.tmp.%06x", dlen, slash ? path : ".", base,
-                     x & 0xffffffu) >= (int)sizeof o->tmp)
-            return ENAMETOOLONG;
-        fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-        err = fd < 0 ? errno : 0;
-    }
-    if (fd >= 0 && stat(path, &sb) == 0) fchmod(fd, sb.st_mode & 07777); /* the mode of the file it replaces */
-    if (fd >= 0 && !(o->f = fdopen(fd, "w"))) {
-        err = errno;
-        close(fd);
-        unlink(o->tmp);
-    }
-    if (!o->f) o->tmp[0] = 0;
-    return o->f ? 0 : err;
-}
-
-/* every write checked, the file closed (not yet renamed) */
-static drt_status cf_out_finish(cf_out *o, const char *path) {
-    if (!o->f) return DRT_OK;
-    int bad = ferror(o->f), err = 0;
-    errno = 0;
-    if (fflush(o->f) != 0) bad = 1, err = errno;
-    if (fclose(o->f) != 0 && !err) bad = 1, err = errno;
-    o->f = NULL;
-    return bad ? drt_set_error(DRT_ERR_IO, "%s: cannot write: %s", path, err ? strerror(err) : "write error") : DRT_OK;
-}
-
-static drt_status cf_out_commit(cf_out *o, const char *path) {
-    if (!o->tmp[0]) return DRT_OK;
-    if (rename(o->tmp, path) != 0) return drt_set_error(DRT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    o->tmp[0] = 0;
-    return DRT_OK;
-}
-
-/* drops what is left of a report that was not committed: the path untouched */
-static void cf_out_drop(cf_out *o) {
-    if (o->f) fclose(o->f);
-    o->f = NULL;
-    if (o->tmp[0]) unlink(o->tmp);
-    o->tmp[0] = 0;
-}
-
 /* All or nothing: both reports are complete before either replaces the file
  * at its path; when one cannot be written, neither path changes. */
-static void write_reports(cf_run *run, cf_out *jo, cf_out *xo, drt_status *st) {
+static void write_reports(cf_run *run, drt_outfile *jo, drt_outfile *xo, drt_status *st) {
     const drt_conform_opts *o = run->o;
     if (*st != DRT_OK && !run->error[0]) snprintf(run->error, sizeof run->error, "%s", drt_last_error());
     drt_status s = DRT_OK;
     if (jo->f) s = cf_write_json(run, jo->f, o->json_path);
     if (xo->f && s == DRT_OK) s = cf_write_junit(run, xo->f, o->junit_path);
-    if (s == DRT_OK) s = cf_out_finish(jo, o->json_path);
-    if (s == DRT_OK) s = cf_out_finish(xo, o->junit_path);
-    if (s == DRT_OK) s = cf_out_commit(jo, o->json_path);
-    if (s == DRT_OK) s = cf_out_commit(xo, o->junit_path);
-    cf_out_drop(jo);
-    cf_out_drop(xo);
+    if (s == DRT_OK) s = drt_outfile_finish(jo);
+    if (s == DRT_OK) s = drt_outfile_finish(xo);
+    if (s == DRT_OK) s = drt_outfile_commit(jo);
+    if (s == DRT_OK) s = drt_outfile_commit(xo);
+    drt_outfile_discard(jo);
+    drt_outfile_discard(xo);
     if (*st == DRT_OK) *st = s;
-}
-
-/* 1 when a and b name the same file: the same inode when both exist, else
- * the same name in the same directory after realpath */
-static int same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
-    if (ea || eb) return ea && eb && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    char da[PATH_MAX], db[PATH_MAX], ra[PATH_MAX], rb[PATH_MAX];
-    const char *sa_ = strrchr(a, '/'), *sb_ = strrchr(b, '/');
-    snprintf(da, sizeof da, "%.*s", sa_ ? (sa_ == a ? 1 : (int)(sa_ - a)) : 1, sa_ ? a : ".");
-    snprintf(db, sizeof db, "%.*s", sb_ ? (sb_ == b ? 1 : (int)(sb_ - b)) : 1, sb_ ? b : ".");
-    if (!realpath(da, ra) || !realpath(db, rb)) return strcmp(a, b) == 0;
-    return strcmp(ra, rb) == 0 && strcmp(sa_ ? sa_ + 1 : a, sb_ ? sb_ + 1 : b) == 0;
 }
 
 /* a percentage of a peak, or ">peak" when above 100 (a measurement
@@ -1211,8 +1130,7 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
     model_ref *models = NULL;
     int n_models = 0;
     drt_backend *ref = NULL;
-    cf_out jo = {0}, xo = {0};
-    int err;
+    drt_outfile jo = {0}, xo = {0};
     const int no_ops = in_list(o->ops, "none");
 
     if (o->perf && o->junit_path) return usage(r, "conform: --junit reports conformance, not --perf timings");
@@ -1220,12 +1138,12 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
     drt_status st = select_backends(o, &run, r);
     if (st == DRT_OK && o->models_dir && !o->list && !o->perf)
         st = find_models(o->models_dir, &run, &models, &n_models, r);
-    if (st == DRT_OK && o->json_path && o->junit_path && same_file(o->json_path, o->junit_path))
+    if (st == DRT_OK && o->json_path && o->junit_path && drt_same_file(o->json_path, o->junit_path))
         st = usage(r, "conform: --json %s and --junit %s name the same file", o->json_path, o->junit_path);
-    if (st == DRT_OK && o->json_path && (err = cf_out_open(&jo, o->json_path)) != 0)
-        st = usage(r, "conform: --json %s: cannot create the file: %s", o->json_path, strerror(err));
-    if (st == DRT_OK && o->junit_path && (err = cf_out_open(&xo, o->junit_path)) != 0)
-        st = usage(r, "conform: --junit %s: cannot create the file: %s", o->junit_path, strerror(err));
+    if (st == DRT_OK && o->json_path && drt_outfile_open(&jo, o->json_path) != DRT_OK)
+        st = usage(r, "conform: --json: %s", drt_last_error());
+    if (st == DRT_OK && o->junit_path && drt_outfile_open(&xo, o->junit_path) != DRT_OK)
+        st = usage(r, "conform: --junit: %s", drt_last_error());
     if (st != DRT_OK) goto finish;
 
     for (int k = 0; k < run.nbe; k++) {
@@ -1617,8 +1535,8 @@ done:
     drt_backend_close(ref);
 finish:
     /* a usage error writes no report, and leaves any file at its path as it was */
-    cf_out_drop(&jo);
-    cf_out_drop(&xo);
+    drt_outfile_discard(&jo);
+    drt_outfile_discard(&xo);
     for (int k = 0; k < run.nbe; k++) drt_backend_close(run.be[k].be);
     free(models);
     free(run.cases);

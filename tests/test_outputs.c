@@ -191,9 +191,9 @@ static void conform_pair(void) {
         const char *must_say;
     } C[] = {
         {"--json keep.json --junit /dev/full", 1, "/dev/full: cannot write"},
-        {"--json keep.json --junit nodir/r.xml", 2, "--junit nodir/r.xml: cannot create"},
+        {"--json keep.json --junit nodir/r.xml", 2, "--junit: nodir/r.xml: cannot write"},
         {"--json /dev/full --junit keep.xml", 1, "/dev/full: cannot write"},
-        {"--json nodir/r.json --junit keep.xml", 2, "--json nodir/r.json: cannot create"},
+        {"--json nodir/r.json --junit keep.xml", 2, "--json: nodir/r.json: cannot write"},
         /* the same file, however spelled */
         {"--json keep.json --junit keep.json", 2, "name the same file"},
         {"--json keep.json --junit ./keep.json", 2, "name the same file"},
