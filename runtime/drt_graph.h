@@ -129,6 +129,18 @@ drt_tensor *drt_permute(drt_graph *g, drt_tensor *x, int p0, int p1, int p2, int
  * dims: output dim a = input dim perm[a]. Every backend's kernel takes these. */
 void drt_permute_4d(const drt_tensor *node, int64_t ne[4], int perm[4]);
 
+/* A MATMUL node's dimensions, as every backend's kernel takes them:
+ * x (B,T,K), w (Bw,N,K) [trans_w: (Bw,K,N)], y (B,T,N); batch b of x reads
+ * batch b*Bw/B of w; y = scale * x w^T. B = 1 for a 2-d x, Bw = 1 for a 2-d
+ * w. Napkin math: 2*B*T*N*K flops. */
+typedef struct {
+    int64_t B, Bw, T, N, K;
+    int trans_w;
+    float scale;
+    drt_dtype wtype; /* w's dtype (f32/f16/bf16/q8_0/q4_0) */
+} drt_matmul_shape;
+drt_matmul_shape drt_matmul_dims(const drt_tensor *node);
+
 /* The decomposed lowering of DIFF_ATTN with static S = k rows (p0 = S - T):
  * PERMUTE -> MATMUL -> DUAL_SOFTMAX -> MATMUL -> PERMUTE. */
 drt_tensor *drt_diff_attn_decomposed(drt_graph *g, drt_tensor *q, drt_tensor *k, drt_tensor *v,

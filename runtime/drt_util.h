@@ -1,0 +1,59 @@
+/* Small host helpers every layer shares (runtime, backends, model, conform,
+ * the CLI, tests, benchmarks): one clock, one splitmix64, one CPU count, one
+ * reading of DIFFRT_THREADS. Internal to diffrt, not installed.
+ *
+ * The clock and splitmix64 are static inline so that programs which do not
+ * link libdiffrt (bench/membw.c, bench/blas_sgemm.c) use the same ones; the
+ * rest lives in runtime/util.c. */
+#ifndef DRT_UTIL_H
+#define DRT_UTIL_H
+
+#include <stdint.h>
+#include <time.h>
+
+#include "diffrt/diffrt.h"
+
+/* Seconds on CLOCK_MONOTONIC (never steps back; its zero is arbitrary): for
+ * intervals only. Needs _POSIX_C_SOURCE >= 199309L, which the build sets. */
+static inline double drt_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The splitmix64 output function (a bijection of 64-bit words): also a
+ * cheap well-mixed hash of one word. */
+static inline uint64_t drt_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* splitmix64 (Steele, Lea, Flood 2014; Vigna's constants): adds the golden
+ * gamma 0x9e3779b97f4a7c15 to *state and returns drt_mix64 of the new state.
+ * The sampler, the NIAH generator (python/niah/generate.py mirrors it),
+ * conform's inputs and the tests' drt_rng all draw from it: changing a
+ * constant changes generated prompts and sampled tokens. Seed 0 gives
+ * 0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, 0x06c45d188009454f first. */
+static inline uint64_t drt_splitmix64(uint64_t *state) { return drt_mix64(*state += 0x9e3779b97f4a7c15ull); }
+
+/* CPUs this process may run on: those in its affinity mask (taskset, cgroup
+ * cpusets), else the online CPUs when the mask cannot be read; >= 1. */
+int drt_cpu_count(void);
+/* Logical CPUs online on the machine, whatever the affinity mask; >= 1. For
+ * describing the host (device names, reports), not for sizing thread pools. */
+int drt_cpu_online(void);
+/* Physical cores among the CPUs this process may run on (SMT siblings count
+ * once), from the affinity mask and the sysfs topology; drt_cpu_count() when
+ * the topology cannot be read; >= 1. The cpu backend's default threads. */
+int drt_physical_cores(void);
+
+/* The most threads DIFFRT_THREADS (or a requested count) may ask for. */
+#define DRT_MAX_THREADS 1024
+
+/* Worker threads from DIFFRT_THREADS: its value when set and non-empty (an
+ * integer in [1, DRT_MAX_THREADS], else DRT_ERR_INVALID_ARG naming the value),
+ * else fallback (e.g. drt_physical_cores()). */
+drt_status drt_threads_env(int fallback, int *out);
+
+#endif
