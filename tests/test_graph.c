@@ -1,6 +1,6 @@
 /* The graph, the op table and the dispatcher:
  *   - op constructors reject bad shapes with a message naming the op;
- *   - FLOP counts from the op table for known shapes;
+ *   - FLOP counts from the op table for known shapes; MATMUL dims decoded;
  *   - the fused DIFF_ATTN node equals the decomposed lowering
  *     PERMUTE -> MATMUL -> DUAL_SOFTMAX -> MATMUL -> PERMUTE, built as graphs;
  *   - CPU fallback: a test backend with its own (not host-visible) memory that
@@ -114,6 +114,52 @@ static void flop_counts(void) {
     for (int op = 1; op < DRT_OP_COUNT; op++)
         DRT_CHECK(drt_op_get((drt_op)op)->check && drt_op_name((drt_op)op)[0], "op %d lacks a table row", op);
     drt_graph_free(g);
+}
+
+/* drt_matmul_dims over the layouts drt_matmul_ex accepts: 2-d and batched x,
+ * shared and per-group weights, trans_w, scale and the weight dtype. */
+static void matmul_dims(void) {
+    static const struct {
+        const char *what;
+        int xnd, wnd;
+        int64_t xne[3], wne[3];
+        int trans_w;
+        float scale;
+        drt_dtype wt;
+        drt_matmul_shape want;
+    } cases[] = {
+        {"x (T,K), w (N,K)", 2, 2, {7, 32}, {48, 32}, 0, 1.0f, DRT_F16, {1, 1, 7, 48, 32, 0, 1.0f, DRT_F16}},
+        {"decode GEMV q8_0", 2, 2, {1, 64}, {96, 64}, 0, 1.0f, DRT_Q8_0, {1, 1, 1, 96, 64, 0, 1.0f, DRT_Q8_0}},
+        {"x (B,T,K), w (N,K)", 3, 2, {4, 5, 8}, {3, 8}, 0, 1.0f, DRT_F32, {4, 1, 5, 3, 8, 0, 1.0f, DRT_F32}},
+        {"scores: H=6 over G=2 k groups", 3, 3, {6, 5, 16}, {2, 9, 16}, 0, 0.25f, DRT_F32,
+         {6, 2, 5, 9, 16, 0, 0.25f, DRT_F32}},
+        {"A.V: w (Bw,K,N) transposed", 3, 3, {4, 5, 9}, {4, 9, 32}, 1, 1.0f, DRT_BF16,
+         {4, 4, 5, 32, 9, 1, 1.0f, DRT_BF16}},
+        {"x (T,K), w (K,N) transposed", 2, 2, {3, 10}, {10, 6}, 1, 2.0f, DRT_F32, {1, 1, 3, 6, 10, 1, 2.0f, DRT_F32}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        drt_graph *g = drt_graph_new();
+        drt_tensor *x = drt_new_tensor(g, DRT_F32, cases[c].xnd, cases[c].xne, "x");
+        drt_tensor *w = drt_new_tensor(g, cases[c].wt, cases[c].wnd, cases[c].wne, "w");
+        drt_tensor *y = drt_matmul_ex(g, x, w, cases[c].trans_w, cases[c].scale);
+        DRT_CHECK(y, "matmul_dims '%s': not built: %s", cases[c].what, drt_last_error());
+        if (y) {
+            drt_matmul_shape m = drt_matmul_dims(y), e = cases[c].want;
+            DRT_CHECK(m.B == e.B && m.Bw == e.Bw && m.T == e.T && m.N == e.N && m.K == e.K &&
+                          m.trans_w == e.trans_w && m.scale == e.scale && m.wtype == e.wtype,
+                      "matmul_dims '%s': got B=%lld Bw=%lld T=%lld N=%lld K=%lld trans_w=%d scale=%g %s, "
+                      "want B=%lld Bw=%lld T=%lld N=%lld K=%lld trans_w=%d scale=%g %s",
+                      cases[c].what, (long long)m.B, (long long)m.Bw, (long long)m.T, (long long)m.N,
+                      (long long)m.K, m.trans_w, (double)m.scale, drt_dtype_name(m.wtype), (long long)e.B,
+                      (long long)e.Bw, (long long)e.T, (long long)e.N, (long long)e.K, e.trans_w, (double)e.scale,
+                      drt_dtype_name(e.wtype));
+            /* the napkin math of the op table agrees: 2*B*T*N*K */
+            drt_exec ex = {0};
+            DRT_CHECK(drt_op_get(DRT_OP_MATMUL)->flops(y, &ex) == 2.0 * m.B * m.T * m.N * m.K,
+                      "matmul_dims '%s': flops disagree with the op table", cases[c].what);
+        }
+        drt_graph_free(g);
+    }
 }
 
 /* ---- fused vs decomposed, as graphs, on a given backend ----------------------- */
@@ -385,6 +431,7 @@ static void model_on_partial(const char *fixture) {
 int main(void) {
     shape_errors();
     flop_counts();
+    matmul_dims();
     DRT_CHECK(drt_registry_add(&PARTIAL) == DRT_OK, "register: %s", drt_last_error());
     DRT_CHECK(drt_registry_add(&PARTIAL) != DRT_OK, "double registration accepted");
     const attn_case cases[] = {
