@@ -1,7 +1,7 @@
 # Vulkan: headers (the loader itself is opened at run time, so the library
-# does not link libvulkan) + glslc, which compiles shaders/*.comp to SPIR-V at
-# build time; the SPIR-V is embedded into the library as one generated .c
-# (cmake/vulkan_shaders.cmake).
+# does not link libvulkan) + glslc, which compiles backends/vulkan/shaders/*.comp
+# to SPIR-V at build time; the SPIR-V is embedded into the library as one
+# generated .c (cmake/vulkan_shaders.cmake).
 if(NOT DIFFRT_VULKAN STREQUAL "OFF")
   find_path(VULKAN_HEADER_DIR vulkan/vulkan.h)
   find_program(GLSLC_EXECUTABLE glslc)
@@ -9,7 +9,7 @@ if(NOT DIFFRT_VULKAN STREQUAL "OFF")
   if(NOT VULKAN_HEADER_DIR)
     diffrt_backend_missing(DIFFRT_VULKAN "Vulkan headers not found (Debian: libvulkan-dev)")
   elseif(NOT GLSLC_EXECUTABLE)
-    diffrt_backend_missing(DIFFRT_VULKAN "glslc not found: it compiles shaders/*.comp to SPIR-V at build time (Debian: apt-get install glslc, or the LunarG Vulkan SDK, or pass -DGLSLC_EXECUTABLE=/path/to/glslc)")
+    diffrt_backend_missing(DIFFRT_VULKAN "glslc not found: it compiles backends/vulkan/shaders/*.comp to SPIR-V at build time (Debian: apt-get install glslc, or the LunarG Vulkan SDK, or pass -DGLSLC_EXECUTABLE=/path/to/glslc)")
   elseif(NOT _vk_src)
     diffrt_backend_missing(DIFFRT_VULKAN "backends/vulkan has no sources yet")
   else()
@@ -54,7 +54,7 @@ if(NOT DIFFRT_VULKAN STREQUAL "OFF")
       "attention_rows|attention_rows.comp|"
       "attention_lanes|attention_lanes.comp|")
     set(_vk_gen ${PROJECT_BINARY_DIR}/generated/vulkan_shaders.c)
-    diffrt_vk_shaders(${_vk_gen} ${PROJECT_SOURCE_DIR}/shaders ${_vk_variants})
+    diffrt_vk_shaders(${_vk_gen} ${PROJECT_SOURCE_DIR}/backends/vulkan/shaders ${_vk_variants})
     diffrt_add_backend_module(vulkan SOURCES ${_vk_src} ${_vk_gen} LIBS Threads::Threads ${CMAKE_DL_LIBS}
                               INCLUDES ${VULKAN_HEADER_DIR})
     string(APPEND DIFFRT_CONFORM_REQUIRE_DEFAULT ",vulkan")
