@@ -1,4 +1,4 @@
-/* The Vulkan backend's own check (backends/vulkan, shaders/):
+/* The Vulkan backend's own check (backends/vulkan and its shaders/):
  *   - availability: with no loader (DIFFRT_VK_LOADER pointing nowhere) and
  *     with no driver (VK_DRIVER_FILES / VK_ICD_FILENAMES pointing nowhere),
  *     each in a fresh child process, vulkan is "unavailable: <reason>" and
@@ -6,6 +6,8 @@
  *   - devices: the description `diffrt info` prints, selection by index and
  *     by name substring, a clear error for a name that matches nothing;
  *   - settings: a bad value of each DIFFRT_VK_* switch is an error naming it;
+ *   - init and shutdown: each open makes the three fixed buffers and the
+ *     prewarmed pipelines, the same on a second open after a close;
  *   - the whole conformance table (every op case and every fixture model,
  *     docs/design.md section 6) through drt_conform_run with cpu and vulkan both
  *     required: any failure, unsupported case or CPU fallback fails; then
@@ -115,6 +117,40 @@ static float *get(const drt_tensor *t) {
 
 /* y1 = a + b and y2 = a + c are independent: one barrier-free batch; y3 =
  * y1 + y2 reads both: exactly one barrier before it. */
+/* backend.c's init runs device.c, pipeline.c, dispatch.c and memory.c in
+ * turn and shutdown releases each: every open makes exactly the fixed
+ * buffers (staging, status, dummy) and the shape-independent pipelines
+ * (prewarm), as many on the second open as on the first, and a failed open
+ * (a bad setting) in between makes neither. */
+static void test_init_parts(void) {
+    int64_t bufs[2] = {0, 0}, pipes[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        drt_vk_counters c0, c1, c2;
+        drt_backend *b = NULL;
+        vk_counters(&c0);
+        DRT_CHECK(drt_backend_open("vulkan", NULL, &b) == DRT_OK, "open %d: %s", k, drt_last_error());
+        vk_counters(&c1);
+        if (b) drt_backend_close(b);
+        bufs[k] = c1.buffers - c0.buffers;
+        pipes[k] = c1.pipelines - c0.pipelines;
+        DRT_CHECK(bufs[k] == 3, "open %d made %lld buffers, expected 3 (staging, status, dummy)", k,
+                  (long long)bufs[k]);
+        DRT_CHECK(pipes[k] > 0, "open %d made no pipeline: prewarm did not run", k);
+        setenv("DIFFRT_VK_TUNE", "fast", 1);
+        b = NULL;
+        drt_status s = drt_backend_open("vulkan", NULL, &b);
+        unsetenv("DIFFRT_VK_TUNE");
+        DRT_CHECK(s != DRT_OK, "DIFFRT_VK_TUNE=fast opened");
+        if (s == DRT_OK) drt_backend_close(b);
+        vk_counters(&c2);
+        DRT_CHECK(c2.buffers == c1.buffers && c2.pipelines == c1.pipelines,
+                  "a failed open made %lld buffers and %lld pipelines", (long long)(c2.buffers - c1.buffers),
+                  (long long)(c2.pipelines - c1.pipelines));
+    }
+    DRT_CHECK(pipes[1] == pipes[0], "the second open made %lld pipelines, the first %lld", (long long)pipes[1],
+              (long long)pipes[0]);
+}
+
 static void test_barriers(drt_backend *vk) {
     drt_graph *g = drt_graph_new();
     drt_tensor *a = drt_new_tensor_1d(g, DRT_F32, 1000, "a");
@@ -517,6 +553,7 @@ int main(void) {
         if (s == DRT_OK) drt_backend_close(b2);
         unsetenv(bad_env[i][0]);
     }
+    test_init_parts();
 
     printf("recording:\n");
     test_barriers(vk);
