@@ -18,7 +18,6 @@
  * This file is compiled once, for the baseline ISA. */
 #define _GNU_SOURCE
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +28,9 @@
 #include "cpu_fast.h"
 #include "drt_error.h"
 #include "drt_graph.h"
+#include "drt_util.h"
 #include "ref_ops.h"
 
-#define MAX_THREADS 1024
 #define MAX_SPLIT 64 /* attention key splits (attention.c combine) */
 #define MAX_ROPE_D 1024
 
@@ -50,57 +49,17 @@ typedef struct {
 
 /* ---- choosing threads and ISA ---------------------------------------------- */
 
-/* Physical cores among the CPUs this process may run on (SMT siblings count
- * once), from the affinity mask and sysfs topology; the CPU count when the
- * topology cannot be read. */
-static int physical_cores(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        return n > 0 ? (int)n : 1;
-    }
-    int ncpu = CPU_COUNT(&set), ncores = 0;
-    long seen[CPU_SETSIZE];
-    for (int c = 0; c < CPU_SETSIZE; c++) {
-        if (!CPU_ISSET(c, &set)) continue;
-        char path[96];
-        long core = -1, pkg = 0;
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", c);
-        FILE *f = fopen(path, "r");
-        if (!f || fscanf(f, "%ld", &core) != 1) core = -1;
-        if (f) fclose(f);
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
-        f = fopen(path, "r");
-        if (!f || fscanf(f, "%ld", &pkg) != 1) pkg = 0;
-        if (f) fclose(f);
-        if (core < 0) return ncpu > 0 ? ncpu : 1;
-        long id = pkg * 1000000 + core;
-        int dup = 0;
-        for (int i = 0; i < ncores && !dup; i++) dup = seen[i] == id;
-        if (!dup) seen[ncores++] = id;
-    }
-    return ncores > 0 ? ncores : 1;
-}
-
+/* requested, else DIFFRT_THREADS, else the physical cores this process may
+ * run on (drt_util.h) */
 static drt_status pick_threads(int requested, int *out) {
     if (requested > 0) {
-        if (requested > MAX_THREADS)
-            return drt_set_error(DRT_ERR_INVALID_ARG, "cpu: %d threads requested, at most %d", requested, MAX_THREADS);
+        if (requested > DRT_MAX_THREADS)
+            return drt_set_error(DRT_ERR_INVALID_ARG, "cpu: %d threads requested, at most %d", requested,
+                                 DRT_MAX_THREADS);
         *out = requested;
         return DRT_OK;
     }
-    const char *env = getenv("DIFFRT_THREADS");
-    if (env && *env) {
-        char *end;
-        long n = strtol(env, &end, 10);
-        if (*end || n < 1 || n > MAX_THREADS)
-            return drt_set_error(DRT_ERR_INVALID_ARG, "DIFFRT_THREADS=%s: expected an integer in [1, %d]", env,
-                                 MAX_THREADS);
-        *out = (int)n;
-        return DRT_OK;
-    }
-    *out = physical_cores();
-    return DRT_OK;
+    return drt_threads_env(drt_physical_cores(), out);
 }
 
 typedef struct {
@@ -554,18 +513,19 @@ static drt_status run_node(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
         cpu_pool_run(c->pool, c->k->groupnorm, &e);
         return DRT_OK;
     case DRT_OP_MATMUL: {
+        const drt_matmul_shape d = drt_matmul_dims(t);
         cpu_mm_args m = {
             .y = y,
             .x = x0,
             .w = drt_host_ptr(b),
-            .wt = b->type,
-            .B = a->nd == 3 ? (int)a->ne[0] : 1,
-            .Bw = b->nd == 3 ? (int)b->ne[0] : 1,
-            .T = (int)a->ne[a->nd - 2],
-            .K = (int)a->ne[a->nd - 1],
-            .N = (int)t->ne[t->nd - 1],
-            .trans_w = t->ip[0],
-            .scale = t->fp[0],
+            .wt = d.wtype,
+            .B = (int)d.B,
+            .Bw = (int)d.Bw,
+            .T = (int)d.T,
+            .K = (int)d.K,
+            .N = (int)d.N,
+            .trans_w = d.trans_w,
+            .scale = d.scale,
         };
         m.bf16 = c->bf16 && !m.trans_w;
         m.qdot = c->qdot;

@@ -332,9 +332,8 @@ static bool cuda_supports(drt_backend *be, const drt_tensor *t) {
     case DRT_OP_GROUPNORM:
         return fits_int(rows_of(a)) && fits_int(a->ne[a->nd - 1]);
     case DRT_OP_MATMUL: {
-        int64_t B = a->nd == 3 ? a->ne[0] : 1, Bw = b->nd == 3 ? b->ne[0] : 1;
-        int64_t T = a->ne[a->nd - 2], K = a->ne[a->nd - 1], N = t->ne[t->nd - 1];
-        return fits_int(B * T) && fits_int(K) && fits_int(N) && Bw >= 1;
+        const drt_matmul_shape m = drt_matmul_dims(t);
+        return fits_int(m.B * m.T) && fits_int(m.K) && fits_int(m.N) && m.Bw >= 1;
     }
     case DRT_OP_ROPE:
     case DRT_OP_DUAL_SOFTMAX:
@@ -361,9 +360,8 @@ static size_t node_scratch(const cu_ctx *c, const drt_tensor *t) {
     const drt_tensor *a = t->src[0], *b = t->src[1];
     switch (t->op) {
     case DRT_OP_MATMUL: {
-        int B = a->nd == 3 ? (int)a->ne[0] : 1, Bw = b->nd == 3 ? (int)b->ne[0] : 1;
-        return cu_matmul_scratch(c, b->type, B, Bw, (int)a->ne[a->nd - 2], (int)t->ne[t->nd - 1],
-                                 (int)a->ne[a->nd - 1], t->ip[0]);
+        const drt_matmul_shape m = drt_matmul_dims(t);
+        return cu_matmul_scratch(c, m.wtype, (int)m.B, (int)m.Bw, (int)m.T, (int)m.N, (int)m.K, m.trans_w);
     }
     case DRT_OP_DIFF_ATTN:
     case DRT_OP_ATTN:
@@ -383,9 +381,9 @@ static drt_status run_node(cu_ctx *c, const drt_tensor *t) {
     case DRT_OP_RMSNORM:
         return cu_norm_rows(c, y, dp(a), rows_of(a), (int)a->ne[a->nd - 1], dp(b), t->fp[0], 1.0f);
     case DRT_OP_MATMUL: {
-        int B = a->nd == 3 ? (int)a->ne[0] : 1, Bw = b->nd == 3 ? (int)b->ne[0] : 1;
-        int T = (int)a->ne[a->nd - 2], K = (int)a->ne[a->nd - 1], N = (int)t->ne[t->nd - 1];
-        return cu_matmul(c, y, dp(a), dp(b), b->type, B, Bw, T, N, K, t->ip[0], t->fp[0]);
+        const drt_matmul_shape m = drt_matmul_dims(t);
+        return cu_matmul(c, y, dp(a), dp(b), m.wtype, (int)m.B, (int)m.Bw, (int)m.T, (int)m.N, (int)m.K, m.trans_w,
+                         m.scale);
     }
     case DRT_OP_ROPE: return cu_rope(c, y, dp(a), (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], dp(b));
     case DRT_OP_DUAL_SOFTMAX:

@@ -652,13 +652,13 @@ static bool ocl_supports(drt_backend *be, const drt_tensor *t) {
     if (!tensor_ok(be, t)) return false;
     switch (t->op) {
     case DRT_OP_MATMUL: {
-        const drt_tensor *a = t->src[0];
-        if (drt_dtype_block(t->src[1]->type) > 1) return true; /* matmul_q.cl */
+        const drt_matmul_shape m = drt_matmul_dims(t);
+        if (drt_dtype_block(m.wtype) > 1) return true; /* matmul_q.cl */
 #ifdef DIFFRT_HAVE_CLBLAST
-        if (x->gemm == OCL_GEMM_CLBLAST && t->src[1]->type == DRT_F32) return true;
+        if (x->gemm == OCL_GEMM_CLBLAST && m.wtype == DRT_F32) return true;
 #endif
         if (x->mm_regs) return true;
-        return ocl_matmul_uses_matvec(a->ne[a->nd - 2], t->ip[0]) ? x->mm_vec_ok : x->mm_tiled_ok;
+        return ocl_matmul_uses_matvec(m.T, m.trans_w) ? x->mm_vec_ok : x->mm_tiled_ok;
     }
     case DRT_OP_DIFF_ATTN:
     case DRT_OP_ATTN: {

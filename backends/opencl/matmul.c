@@ -94,10 +94,10 @@ int ocl_matmul_options(ocl_ctx *x, char *buf, size_t n) {
  * outer, T == 1 -> gemv, T <= 3 -> skinny, else dot; local-memory tiles
  * elsewhere (T == 1 -> matvec, else tiled). */
 ocl_mm_variant ocl_matmul_variant(const ocl_ctx *x, const drt_tensor *t) {
-    const drt_tensor *a = t->src[0], *w = t->src[1];
-    int64_t T = a->ne[a->nd - 2];
-    int trans_w = t->ip[0];
-    if (x->gemm == OCL_GEMM_CLBLAST && w->type == DRT_F32) return OCL_MM_CLBLAST;
+    const drt_matmul_shape m = drt_matmul_dims(t);
+    const int64_t T = m.T;
+    const int trans_w = m.trans_w;
+    if (x->gemm == OCL_GEMM_CLBLAST && m.wtype == DRT_F32) return OCL_MM_CLBLAST;
     if (x->mm_regs) {
         if (trans_w) return OCL_MM_OUTER;
         if (T == 1) return OCL_MM_GEMV;
@@ -120,11 +120,10 @@ static drt_status rb_run(ocl_ctx *x, ocl_call *c, int B, int T, int N, int mr, i
 
 drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t) {
     const drt_tensor *a = t->src[0], *w = t->src[1];
-    int B = a->nd == 3 ? (int)a->ne[0] : 1, Bw = w->nd == 3 ? (int)w->ne[0] : 1;
-    int T = (int)a->ne[a->nd - 2], K = (int)a->ne[a->nd - 1];
-    int N = (int)t->ne[t->nd - 1];
-    int trans_w = t->ip[0];
-    float scale = t->fp[0];
+    const drt_matmul_shape m = drt_matmul_dims(t);
+    const int B = (int)m.B, Bw = (int)m.Bw, T = (int)m.T, N = (int)m.N, K = (int)m.K;
+    const int trans_w = m.trans_w;
+    const float scale = m.scale;
     if ((int64_t)B * T * N == 0) return DRT_OK;
     if (drt_dtype_block(w->type) > 1) return ocl_matmul_q(x, t);
     ocl_mm_variant var = ocl_matmul_variant(x, t);
@@ -183,7 +182,8 @@ void ocl_matmul_shutdown(ocl_ctx *x) {
  * (1 x 8 q8_0 and 1 x 4 q4_0 rows for T == 1, else 4 x 4), else one
  * work-group of 32 items per output */
 static ocl_kernel_id matmul_q_kernel(const ocl_ctx *x, const drt_tensor *t) {
-    const int q8 = t->src[1]->type == DRT_Q8_0, T = (int)t->src[0]->ne[t->src[0]->nd - 2];
+    const drt_matmul_shape m = drt_matmul_dims(t);
+    const int q8 = m.wtype == DRT_Q8_0, T = (int)m.T;
     if (!x->mm_regs) return q8 ? OCL_K_MATMUL_Q8_0 : OCL_K_MATMUL_Q4_0;
     if (T == 1) return q8 ? OCL_K_GEMV_Q8_0 : OCL_K_GEMV_Q4_0;
     return q8 ? OCL_K_DOT_Q8_0 : OCL_K_DOT_Q4_0;
@@ -202,9 +202,8 @@ const char *ocl_matmul_q_variant(const ocl_ctx *x, const drt_tensor *t) {
 
 drt_status ocl_matmul_q(ocl_ctx *x, const drt_tensor *t) {
     const drt_tensor *a = t->src[0], *w = t->src[1];
-    int B = a->nd == 3 ? (int)a->ne[0] : 1, Bw = w->nd == 3 ? (int)w->ne[0] : 1;
-    int T = (int)a->ne[a->nd - 2], K = (int)a->ne[a->nd - 1];
-    int N = (int)t->ne[t->nd - 1];
+    const drt_matmul_shape m = drt_matmul_dims(t);
+    const int B = (int)m.B, Bw = (int)m.Bw, T = (int)m.T, N = (int)m.N, K = (int)m.K;
     const ocl_kernel_id k = matmul_q_kernel(x, t);
     ocl_call c;
     ocl_begin(&c, x, k);
@@ -217,7 +216,7 @@ drt_status ocl_matmul_q(ocl_ctx *x, const drt_tensor *t) {
     ocl_arg_int(&c, T);
     ocl_arg_int(&c, N);
     ocl_arg_int(&c, K);
-    ocl_arg_float(&c, t->fp[0]);
+    ocl_arg_float(&c, m.scale);
     if (k == OCL_K_GEMV_Q8_0) return rb_run(x, &c, B, T, N, 1, 8);
     if (k == OCL_K_GEMV_Q4_0) return rb_run(x, &c, B, T, N, 1, 4);
     if (k == OCL_K_DOT_Q8_0 || k == OCL_K_DOT_Q4_0) return rb_run(x, &c, B, T, N, 4, 4);

@@ -4,11 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ref_ops.h"
 #include "drt_error.h"
 #include "drt_graph.h"
+#include "drt_util.h"
 
 static int64_t rows_of(const drt_tensor *t) { return drt_nelem(t) / t->ne[t->nd - 1]; }
 
@@ -39,10 +39,9 @@ drt_status drt_ref_run_node(const drt_tensor *t, void *dst, void *const *srcs, c
         drt_ref_rmsnorm(y, x0, (int)rows_of(a), (int)a->ne[a->nd - 1], x1, t->fp[0]);
         return DRT_OK;
     case DRT_OP_MATMUL: {
-        int B = a->nd == 3 ? (int)a->ne[0] : 1, Bw = b->nd == 3 ? (int)b->ne[0] : 1;
-        int T = (int)a->ne[a->nd - 2], K = (int)a->ne[a->nd - 1];
-        int N = (int)t->ne[t->nd - 1];
-        drt_ref_matmul(y, x0, srcs[1], b->type, B, Bw, T, N, K, t->ip[0], t->fp[0]);
+        const drt_matmul_shape m = drt_matmul_dims(t);
+        drt_ref_matmul(y, x0, srcs[1], m.wtype, (int)m.B, (int)m.Bw, (int)m.T, (int)m.N, (int)m.K, m.trans_w,
+                       m.scale);
         return DRT_OK;
     }
     case DRT_OP_ROPE:
@@ -97,8 +96,7 @@ static drt_status ref_probe(int *n, char *why, size_t wn) {
 }
 
 static drt_status ref_device_name(int dev, char *buf, size_t n) {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    snprintf(buf, n, "host CPU (%ld cores; reference kernels, single-threaded)", ncpu);
+    snprintf(buf, n, "host CPU (%d cores; reference kernels, single-threaded)", drt_cpu_online());
     return DRT_OK;
 }
 
