@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "diffrt/tokenizer.h"
@@ -105,49 +106,132 @@ static cJSON *stats_json(const mag_stats *s) {
     return o;
 }
 
-static const char USAGE_A[] =
-    "usage: diffrt analyze --model DIR [--samples K] [--depths 0,25,50,75,100] [--seed S]\n"
-    "                      [--ctx L] [--json FILE]\n"
-    "  the paper's Table 5 quantities over diffrt niah's prompts (one needle; K\n"
-    "  samples per depth, default 40; ctx default the model's max positions, at\n"
-    "  most 4096), prefilled on the reference backend: top-1, top-10 and median\n"
-    "  |value| of the attention logits (q.k/sqrt(dk); both maps of a DIFF head)\n"
-    "  and of the hidden states (every layer's output)\n";
+static const char ABOUT_A[] =
+    "The paper's Table 5 quantities over diffrt niah's prompts (one needle; K samples per\n"
+    "depth), prefilled on the reference backend: top-1, top-10 and median |value| of the\n"
+    "attention logits (q.k/sqrt(dk); both maps of a DIFF head) and of the hidden states\n"
+    "(every layer's output).\n";
+
+typedef struct {
+    const char *model, *json;
+    long samples, seed, ctx;
+    int depths[16], n_depth;
+} analyze_args;
+
+static int analyze_parse(int argc, char **argv, analyze_args *a) {
+    *a = (analyze_args){.samples = 40, .depths = {0, 25, 50, 75, 100}, .n_depth = 5};
+    const cli_opt opts[] = {
+        {.name = "--model", .kind = CLI_STR, .dst = &a->model, .meta = "DIR", .help = "the model directory"},
+        {.name = "--samples", .kind = CLI_LONG, .dst = &a->samples, .meta = "K", .lo = 1, .hi = 100000,
+         .bad = "--samples wants 1..100000", .help = "prompts per depth (default 40)"},
+        {.name = "--depths", .kind = CLI_LIST, .dst = a->depths, .count = &a->n_depth, .max = 16, .lo = 0,
+         .hi = 100, .meta = "P,...", .bad = "--depths wants percents 0..100",
+         .help = "needle depths in percent (default 0,25,50,75,100)"},
+        {.name = "--seed", .kind = CLI_LONG, .dst = &a->seed, .meta = "S", .lo = 0, .hi = 1L << 40,
+         .bad = "--seed wants an integer >= 0", .help = "prompt seed (default 0)"},
+        {.name = "--ctx", .kind = CLI_LONG, .dst = &a->ctx, .meta = "L", .lo = 16, .hi = 1 << 20,
+         .bad = "--ctx wants 16..1048576", .help = "prompt length (default: the model's max positions, at most 4096)"},
+        {.name = "--json", .kind = CLI_STR, .dst = &a->json, .meta = "FILE",
+         .help = "also write the statistics as JSON"},
+        {0}};
+    const cli_cmd cmd = {.name = "analyze", .synopsis = "--model DIR [options]", .about = ABOUT_A, .opts = opts};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    if (!a->model) return cli_die("analyze: --model DIR is required%s", "");
+    return CLI_PARSED;
+}
+
+/* every prompt prefilled on s with the analysis hooks on; 0, else the exit status */
+static int analyze_prompts(const analyze_args *a, drt_session *s, drt_tokenizer *tok, float *logits, analysis *an,
+                           int total) {
+    int done_n = 0, tty = isatty(2);
+    drt_ref_analysis hooks = {.logit_row = on_logits, .node_done = on_node, .ctx = an};
+    drt_ref_set_analysis(&hooks);
+    for (int d = 0; d < a->n_depth; d++)
+        for (int k = 0; k < a->samples; k++) {
+            drt_niah_prompt p;
+            drt_status st = drt_niah_make(tok, (uint64_t)a->seed, (int)a->ctx, 1, 1, a->depths[d], k, &p);
+            if (st == DRT_OK) {
+                drt_session_reset(s);
+                st = drt_session_forward(s, p.ids, p.n_ids, logits, 0);
+                drt_niah_prompt_free(&p);
+            }
+            if (st != DRT_OK) {
+                drt_ref_set_analysis(NULL);
+                return cli_fail("analyze");
+            }
+            done_n++;
+            if (tty || done_n == total || done_n % (total / 10 > 0 ? total / 10 : 1) == 0)
+                fprintf(stderr, "%sanalyze: %d/%d prompts%s", tty ? "\r" : "", done_n, total, tty ? "" : "\n");
+        }
+    drt_ref_set_analysis(NULL);
+    if (tty) fprintf(stderr, "\n");
+    return 0;
+}
+
+/* a DIFF model's two maps pooled into *both (its own bins); 0 when out of memory */
+static int pool_maps(const analysis *an, mag_stats *both) {
+    *both = an->logits[0];
+    both->bins = calloc(NBINS, sizeof(uint64_t));
+    if (!both->bins) return 0;
+    for (int i = 0; i < NBINS; i++) both->bins[i] = an->logits[0].bins[i] + an->logits[1].bins[i];
+    both->n += an->logits[1].n;
+    both->zeros += an->logits[1].zeros;
+    both->below += an->logits[1].below;
+    both->above += an->logits[1].above;
+    double merged[2 * TOPK];
+    memcpy(merged, an->logits[0].top, sizeof an->logits[0].top);
+    memcpy(merged + TOPK, an->logits[1].top, sizeof an->logits[1].top);
+    for (int i = 0; i < 2 * TOPK; i++) /* descending selection of the 10 largest */
+        for (int j = i + 1; j < 2 * TOPK; j++)
+            if (merged[j] > merged[i]) {
+                double t = merged[i];
+                merged[i] = merged[j];
+                merged[j] = t;
+            }
+    memcpy(both->top, merged, sizeof both->top);
+    return 1;
+}
+
+/* the table on stdout and --json; the exit status */
+static int analyze_report(const analyze_args *a, const drt_model_info *I, const analysis *an, const mag_stats *both,
+                          int total) {
+    const int diff = I->arch != DRT_ARCH_TRANSFORMER;
+    printf("activation statistics, %s (%s), %d NIAH prompts (ctx %ld, seed %ld), reference backend\n", a->model,
+           I->arch_name, total, a->ctx, a->seed);
+    printf("%-28s %12s %12s %12s %14s\n", "activation", "top-1 |x|", "top-10 |x|", "median |x|", "values");
+    print_row(diff ? "attention logits (both maps)" : "attention logits", both);
+    if (diff) {
+        print_row("  map 1 (q1.k1)", &an->logits[0]);
+        print_row("  map 2 (q2.k2)", &an->logits[1]);
+    }
+    print_row("hidden states", &an->hidden);
+    if (!a->json) return 0;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "model", a->model);
+    cJSON_AddStringToObject(root, "arch", I->arch_name);
+    cJSON_AddNumberToObject(root, "prompts", total);
+    cJSON_AddNumberToObject(root, "ctx", (double)a->ctx);
+    cJSON_AddNumberToObject(root, "seed", (double)a->seed);
+    cJSON_AddItemToObject(root, "attention_logits", stats_json(both));
+    if (diff) {
+        cJSON_AddItemToObject(root, "attention_logits_map1", stats_json(&an->logits[0]));
+        cJSON_AddItemToObject(root, "attention_logits_map2", stats_json(&an->logits[1]));
+    }
+    cJSON_AddItemToObject(root, "hidden_states", stats_json(&an->hidden));
+    char *txt = cJSON_Print(root);
+    cJSON_Delete(root);
+    int rc = cli_out_write_text("analyze: --json", a->json, txt) ? 1 : 0;
+    free(txt);
+    return rc;
+}
 
 int cmd_analyze(int argc, char **argv) {
-    const char *model = NULL, *json = NULL;
-    long samples = 40, seed = 0, ctx = 0;
-    int depths[16] = {0, 25, 50, 75, 100}, n_depth = 5;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(USAGE_A, stdout);
-            return 0;
-        } else if (!v) {
-            if (!cli_word_in(a, "--model --json --samples --seed --ctx --depths"))
-                return cli_die("analyze: unknown argument \"%s\" (see diffrt analyze --help)", a);
-            return cli_die("analyze: %s needs a value (see diffrt analyze --help)", a);
-        } else if (strcmp(a, "--model") == 0) {
-            model = v;
-        } else if (strcmp(a, "--json") == 0) {
-            json = v;
-        } else if (strcmp(a, "--samples") == 0) {
-            if (!cli_parse_long(v, 1, 100000, &samples)) return cli_die("analyze: --samples wants 1..100000, got \"%s\"", v);
-        } else if (strcmp(a, "--seed") == 0) {
-            if (!cli_parse_long(v, 0, 1L << 40, &seed)) return cli_die("analyze: --seed wants an integer >= 0, got \"%s\"", v);
-        } else if (strcmp(a, "--ctx") == 0) {
-            if (!cli_parse_long(v, 16, 1 << 20, &ctx)) return cli_die("analyze: --ctx wants 16..1048576, got \"%s\"", v);
-        } else if (strcmp(a, "--depths") == 0) {
-            if (!cli_parse_list(v, 0, 100, depths, 16, &n_depth))
-                return cli_die("analyze: --depths wants percents 0..100, got \"%s\"", v);
-        } else {
-            return cli_die("analyze: unknown argument \"%s\" (see diffrt analyze --help)", a);
-        }
-        i++;
-    }
-    if (!model) return cli_die("analyze: --model DIR is required%s", "");
+    analyze_args a;
+    int rc = analyze_parse(argc, argv, &a);
+    if (rc != CLI_PARSED) return rc;
 
-    int rc = 1;
+    rc = 1;
     drt_model *m = NULL;
     drt_session *s = NULL;
     drt_tokenizer *tok = NULL;
@@ -163,97 +247,33 @@ int cmd_analyze(int argc, char **argv) {
         }
     }
     char tpath[4096];
-    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", model);
-    if (drt_model_load(model, &m) != DRT_OK || drt_tokenizer_load(tpath, &tok) != DRT_OK) {
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", a.model);
+    if (drt_model_load(a.model, &m) != DRT_OK || drt_tokenizer_load(tpath, &tok) != DRT_OK) {
         rc = cli_fail("analyze");
         goto done;
     }
     drt_model_info I;
     drt_model_get_info(m, &I);
-    if (!ctx) ctx = I.max_ctx < 4096 ? I.max_ctx : 4096;
-    drt_session_opts so = {.backend = "ref", .max_ctx = (int)ctx};
+    if (!a.ctx) a.ctx = I.max_ctx < 4096 ? I.max_ctx : 4096;
+    drt_session_opts so = {.backend = "ref", .max_ctx = (int)a.ctx};
     if (drt_session_create(m, &so, &s) != DRT_OK) {
         rc = cli_fail("analyze");
         goto done;
     }
     logits = malloc(sizeof(float) * (size_t)I.vocab);
     if (!logits) goto done;
-    drt_ref_analysis hooks = {.logit_row = on_logits, .node_done = on_node, .ctx = &an};
-    drt_ref_set_analysis(&hooks);
-    int total = n_depth * (int)samples, done_n = 0, tty = isatty(2);
-    fprintf(stderr, "analyze: %s (%s): %d prompts of ctx %ld on ref\n", model, I.arch_name, total, ctx);
-    for (int d = 0; d < n_depth; d++)
-        for (int k = 0; k < samples; k++) {
-            drt_niah_prompt p;
-            drt_status st = drt_niah_make(tok, (uint64_t)seed, (int)ctx, 1, 1, depths[d], k, &p);
-            if (st == DRT_OK) {
-                drt_session_reset(s);
-                st = drt_session_forward(s, p.ids, p.n_ids, logits, 0);
-                drt_niah_prompt_free(&p);
-            }
-            if (st != DRT_OK) {
-                drt_ref_set_analysis(NULL);
-                rc = cli_fail("analyze");
-                goto done;
-            }
-            done_n++;
-            if (tty || done_n == total || done_n % (total / 10 > 0 ? total / 10 : 1) == 0)
-                fprintf(stderr, "%sanalyze: %d/%d prompts%s", tty ? "\r" : "", done_n, total, tty ? "" : "\n");
-        }
-    drt_ref_set_analysis(NULL);
-    if (tty) fprintf(stderr, "\n");
-
-    const int diff = I.arch != DRT_ARCH_TRANSFORMER;
-    mag_stats both = an.logits[0];
-    if (diff) { /* the two maps pooled */
-        both.bins = calloc(NBINS, sizeof(uint64_t));
-        if (!both.bins) goto done;
-        for (int i = 0; i < NBINS; i++) both.bins[i] = an.logits[0].bins[i] + an.logits[1].bins[i];
-        both.n += an.logits[1].n;
-        both.zeros += an.logits[1].zeros;
-        both.below += an.logits[1].below;
-        both.above += an.logits[1].above;
-        double merged[2 * TOPK];
-        memcpy(merged, an.logits[0].top, sizeof an.logits[0].top);
-        memcpy(merged + TOPK, an.logits[1].top, sizeof an.logits[1].top);
-        for (int i = 0; i < 2 * TOPK; i++) /* descending selection of the 10 largest */
-            for (int j = i + 1; j < 2 * TOPK; j++)
-                if (merged[j] > merged[i]) {
-                    double t = merged[i];
-                    merged[i] = merged[j];
-                    merged[j] = t;
-                }
-        memcpy(both.top, merged, sizeof both.top);
+    int total = a.n_depth * (int)a.samples;
+    fprintf(stderr, "analyze: %s (%s): %d prompts of ctx %ld on ref\n", a.model, I.arch_name, total, a.ctx);
+    if ((rc = analyze_prompts(&a, s, tok, logits, &an, total)) != 0) goto done;
+    rc = 1;
+    if (I.arch != DRT_ARCH_TRANSFORMER) {
+        mag_stats both;
+        if (!pool_maps(&an, &both)) goto done;
+        rc = analyze_report(&a, &I, &an, &both, total);
+        free(both.bins);
+    } else {
+        rc = analyze_report(&a, &I, &an, &an.logits[0], total);
     }
-    printf("activation statistics, %s (%s), %d NIAH prompts (ctx %ld, seed %ld), reference backend\n", model,
-           I.arch_name, total, ctx, seed);
-    printf("%-28s %12s %12s %12s %14s\n", "activation", "top-1 |x|", "top-10 |x|", "median |x|", "values");
-    print_row(diff ? "attention logits (both maps)" : "attention logits", &both);
-    if (diff) {
-        print_row("  map 1 (q1.k1)", &an.logits[0]);
-        print_row("  map 2 (q2.k2)", &an.logits[1]);
-    }
-    print_row("hidden states", &an.hidden);
-    rc = 0;
-    if (json) {
-        cJSON *root = cJSON_CreateObject();
-        cJSON_AddStringToObject(root, "model", model);
-        cJSON_AddStringToObject(root, "arch", I.arch_name);
-        cJSON_AddNumberToObject(root, "prompts", total);
-        cJSON_AddNumberToObject(root, "ctx", (double)ctx);
-        cJSON_AddNumberToObject(root, "seed", (double)seed);
-        cJSON_AddItemToObject(root, "attention_logits", stats_json(&both));
-        if (diff) {
-            cJSON_AddItemToObject(root, "attention_logits_map1", stats_json(&an.logits[0]));
-            cJSON_AddItemToObject(root, "attention_logits_map2", stats_json(&an.logits[1]));
-        }
-        cJSON_AddItemToObject(root, "hidden_states", stats_json(&an.hidden));
-        char *txt = cJSON_Print(root);
-        cJSON_Delete(root);
-        if (cli_out_write_text("analyze: --json", json, txt)) rc = 1;
-        free(txt);
-    }
-    if (diff) free(both.bins);
 done:
     for (int i = 0; i < 3; i++) free(all[i]->bins);
     free(logits);

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "drt_graph.h"
@@ -37,31 +38,16 @@
 #define MAX_BACKENDS 8
 #define MAX_REPS 1000
 
-static const char *BENCH_USAGE =
-    "usage: diffrt bench --model DIR --backend LIST [options]\n"
-    "\n"
-    "  Prefill (pp) and decode (tg) tokens per second of the model on each backend\n"
-    "  of LIST (comma-separated: cpu, ref, opencl, vulkan, cuda), as mean +- sd of\n"
-    "  -r repetitions after a warm-up; the time per op type of one prefill and one\n"
-    "  decode step (run node by node, synchronized); and decode and prefill as a\n"
-    "  fraction of the roofline against the backend's peaks measured on it\n"
-    "  (streaming bandwidth, GEMM FLOP/s: best of 5 runs). A fraction above 1.0\n"
-    "  means the peak was under-measured and is flagged so.\n"
-    "\n"
-    "  -p N                 prompt tokens per prefill, 0 = no pp test (default 512)\n"
-    "  -n N                 tokens per decode run, 0 = no tg test (default 128)\n"
-    "  -r N                 repetitions (default 5)\n"
-    "  --device B=SEL,...   device of backend B: index or name substring\n"
-    "                       (default: DIFFRT_DEVICE, else the backend's first GPU)\n"
-    "  --threads N          CPU threads for cpu (default: DIFFRT_THREADS, else the\n"
-    "                       physical cores)\n"
-    "  --peak-gbps X        use X GB/s (e.g. the datasheet's) as every backend's\n"
-    "  --peak-gflops X      bandwidth / GEMM peak instead of measuring them\n"
-    "  --json FILE          also write the results as JSON (docs/bench-json.md)\n"
-    "  --csv | --md         print CSV or a markdown table instead of the text table\n"
-    "\n"
-    "  Progress goes to stderr, results to stdout. Exit status 1 when a backend\n"
-    "  failed or is unavailable (the others are still reported), 2 on bad arguments.\n";
+static const char BENCH_ABOUT[] =
+    "Prefill (pp) and decode (tg) tokens per second of the model on each backend of LIST\n"
+    "(comma-separated: cpu, ref, opencl, vulkan, cuda), as mean +- sd of -r repetitions after a\n"
+    "warm-up; the time per op type of one prefill and one decode step (run node by node,\n"
+    "synchronized); and decode and prefill as a fraction of the roofline against the backend's\n"
+    "peaks measured on it (streaming bandwidth, GEMM FLOP/s: best of 5 runs). A fraction above\n"
+    "1.0 means the peak was under-measured and is flagged so.\n";
+static const char BENCH_FOOTER[] =
+    "Progress goes to stderr, results to stdout. Exit status 1 when a backend failed or is\n"
+    "unavailable (the others are still reported), 2 on bad arguments.\n";
 
 /* ---- small helpers ---------------------------------------------------------- */
 
@@ -69,15 +55,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int parse_pos_double(const char *s, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v > 0) || !isfinite(v)) return 0;
-    *out = v;
-    return 1;
 }
 
 /* The diffrt version for the record: "0.1.0 (commit abc1234)". */
@@ -875,54 +852,41 @@ static const char *base_name(const char *path, char *buf, size_t n) {
 int cmd_bench(int argc, char **argv) {
     bench_opts o = {.p = 512, .n = 128, .r = 5};
     const char *backends = NULL, *devices = NULL;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(BENCH_USAGE, stdout);
-            return 0;
-        } else if (strcmp(a, "--csv") == 0 || strcmp(a, "--md") == 0) {
-            int fmt = a[2] == 'c' ? 1 : 2;
-            if (o.fmt && o.fmt != fmt) return cli_die("bench: give one of --csv and --md%s", "");
-            o.fmt = fmt;
-            continue;
-        }
-        static const char *takes_value[] = {"--model",     "--backend",    "--device", "--json",
-                                            "-p",          "-n",           "-r",       "--threads",
-                                            "--peak-gbps", "--peak-gflops"};
-        int known = 0;
-        for (size_t k = 0; k < sizeof takes_value / sizeof takes_value[0]; k++)
-            known |= strcmp(a, takes_value[k]) == 0;
-        if (!known) return cli_die("bench: unknown argument \"%s\" (see diffrt bench --help)", a);
-        if (!v) return cli_die("bench: %s needs a value (see diffrt bench --help)", a);
-        if (strcmp(a, "--model") == 0) {
-            o.model_dir = v;
-        } else if (strcmp(a, "--backend") == 0) {
-            backends = v;
-        } else if (strcmp(a, "--device") == 0) {
-            devices = v;
-        } else if (strcmp(a, "--json") == 0) {
-            o.json_path = v;
-        } else if (strcmp(a, "-p") == 0) {
-            if (!cli_parse_long(v, 0, DRT_MAX_CTX - 1, &o.p))
-                return cli_die("bench: -p wants an integer >= 0, got \"%s\"", v);
-        } else if (strcmp(a, "-n") == 0) {
-            if (!cli_parse_long(v, 0, DRT_MAX_CTX, &o.n))
-                return cli_die("bench: -n wants an integer >= 0, got \"%s\"", v);
-        } else if (strcmp(a, "-r") == 0) {
-            if (!cli_parse_long(v, 1, MAX_REPS, &o.r))
-                return cli_die("bench: -r wants an integer in [1, 1000], got \"%s\"", v);
-        } else if (strcmp(a, "--threads") == 0) {
-            if (!cli_parse_long(v, 1, 1024, &o.threads))
-                return cli_die("bench: --threads wants an integer in [1, 1024], got \"%s\"", v);
-        } else if (strcmp(a, "--peak-gbps") == 0) {
-            if (!parse_pos_double(v, &o.peak_gbps))
-                return cli_die("bench: --peak-gbps wants a number > 0, got \"%s\"", v);
-        } else if (strcmp(a, "--peak-gflops") == 0) {
-            if (!parse_pos_double(v, &o.peak_gflops))
-                return cli_die("bench: --peak-gflops wants a number > 0, got \"%s\"", v);
-        }
-        i++;
-    }
+    int csv = 0, md = 0;
+    const cli_opt opts[] = {
+        {.name = "--model", .kind = CLI_STR, .dst = &o.model_dir, .meta = "DIR", .help = "the model directory"},
+        {.name = "--backend", .kind = CLI_STR, .dst = &backends, .meta = "LIST",
+         .help = "backends to measure, comma-separated"},
+        {.name = "-p", .kind = CLI_LONG, .dst = &o.p, .meta = "N", .lo = 0, .hi = DRT_MAX_CTX - 1,
+         .bad = "-p wants an integer >= 0", .help = "prompt tokens per prefill, 0 = no pp test (default 512)"},
+        {.name = "-n", .kind = CLI_LONG, .dst = &o.n, .meta = "N", .lo = 0, .hi = DRT_MAX_CTX,
+         .bad = "-n wants an integer >= 0", .help = "tokens per decode run, 0 = no tg test (default 128)"},
+        {.name = "-r", .kind = CLI_LONG, .dst = &o.r, .meta = "N", .lo = 1, .hi = MAX_REPS,
+         .help = "repetitions (default 5)"},
+        {.name = "--device", .kind = CLI_STR, .dst = &devices, .meta = "B=SEL,...",
+         .help = "device of backend B: index or name substring\n(default: DIFFRT_DEVICE, else the backend's first "
+                 "GPU)"},
+        {.name = "--threads", .kind = CLI_LONG, .dst = &o.threads, .meta = "N", .lo = 1, .hi = 1024,
+         .help = "CPU threads for cpu (default: DIFFRT_THREADS, else the\nphysical cores)"},
+        {.name = "--peak-gbps", .kind = CLI_DOUBLE, .dst = &o.peak_gbps, .meta = "X", .ok = cli_positive,
+         .bad = "--peak-gbps wants a number > 0",
+         .help = "use X GB/s (e.g. the datasheet's) as every backend's bandwidth\npeak instead of measuring it"},
+        {.name = "--peak-gflops", .kind = CLI_DOUBLE, .dst = &o.peak_gflops, .meta = "X", .ok = cli_positive,
+         .bad = "--peak-gflops wants a number > 0", .help = "the same for the GEMM peak, in GFLOP/s"},
+        {.name = "--json", .kind = CLI_STR, .dst = &o.json_path, .meta = "FILE",
+         .help = "also write the results as JSON (docs/bench-json.md)"},
+        {.name = "--csv", .kind = CLI_FLAG, .dst = &csv, .help = "print CSV instead of the text table"},
+        {.name = "--md", .kind = CLI_FLAG, .dst = &md, .help = "print a markdown table instead of the text table"},
+        {0}};
+    const cli_cmd cmd = {.name = "bench",
+                         .synopsis = "--model DIR --backend LIST [options]",
+                         .about = BENCH_ABOUT,
+                         .opts = opts,
+                         .footer = BENCH_FOOTER};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc != CLI_PARSED) return prc;
+    if (csv && md) return cli_die("bench: give one of --csv and --md%s", "");
+    o.fmt = csv ? 1 : md ? 2 : 0;
     if (!o.model_dir)
         return cli_die("bench: --model DIR is required (see diffrt bench --help)%s", "");
     if (!backends)

@@ -10,9 +10,6 @@ int cli_die(const char *fmt, const char *arg);
 /* prints "diffrt: <what>: <drt_last_error()>", returns 1 */
 int cli_fail(const char *what);
 int cli_parse_long(const char *s, long lo, long hi, long *out);
-/* 1 when a is one of the space-separated words (an argument loop's options that take a value:
- * such an option last is "needs a value", anything else there "unknown argument") */
-int cli_word_in(const char *a, const char *words);
 /* "a,b,c": 1 to max integers in [lo, hi] into out[], their count in *n; 0 on
  * anything else (an empty item, a trailing comma, too many) */
 int cli_parse_list(const char *s, int lo, int hi, int *out, int max, int *n);

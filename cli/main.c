@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "drt_conform.h"
@@ -121,6 +122,8 @@ static const char *USAGE =
     "      top-10 and median |value| of the attention logits (both maps of a DIFF head)\n"
     "      and of the hidden states (diffrt analyze --help)\n"
     "\n"
+    "  diffrt COMMAND --help\n"
+    "      that command's options, one line each\n"
     "  diffrt --help\n"
     "  diffrt --version\n"
     "      the version, the git commit, and each backend: built in, its module\n"
@@ -156,13 +159,6 @@ int cli_parse_long(const char *s, long lo, long hi, long *out) {
     return 1;
 }
 
-int cli_word_in(const char *a, const char *words) {
-    size_t n = strlen(a);
-    for (const char *w = words; n && (w = strstr(w, a)); w += n)
-        if ((w == words || w[-1] == ' ') && (w[n] == ' ' || !w[n])) return 1;
-    return 0;
-}
-
 int cli_parse_list(const char *s, int lo, int hi, int *out, int max, int *n) {
     *n = 0;
     while (*s) {
@@ -180,15 +176,6 @@ int cli_parse_list(const char *s, int lo, int hi, int *out, int max, int *n) {
 int cli_ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
     return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
-static int parse_double(const char *s, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end) return 0;
-    *out = v;
-    return 1;
 }
 
 static void print_model(const char *dir) {
@@ -282,19 +269,18 @@ static int cmd_version(void) {
 
 static int cmd_info(int argc, char **argv) {
     const char *model = NULL, *backend = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
-            model = argv[++i];
-        else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc)
-            backend = argv[++i];
-        else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            fputs(USAGE, stdout);
-            return 0;
-        } else if (i + 1 == argc && cli_word_in(argv[i], "--model --backend"))
-            return cli_die("info: %s needs a value (see diffrt --help)", argv[i]);
-        else
-            return cli_die("info: unknown argument \"%s\" (see diffrt --help)", argv[i]);
-    }
+    const cli_opt opts[] = {
+        {.name = "--model", .kind = CLI_STR, .dst = &model, .meta = "DIR", .help = "a summary of the checkpoint"},
+        {.name = "--backend", .kind = CLI_STR, .dst = &backend, .meta = "B",
+         .help = "with --model: one prefill + decode step on B and the per-op\ncount of CPU fallbacks"},
+        {0}};
+    const cli_cmd cmd = {.name = "info",
+                         .synopsis = "[--model DIR [--backend B]]",
+                         .about = "The backends compiled in and the devices found (or why a backend is "
+                                  "unavailable).\n",
+                         .opts = opts};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_PARSED) return rc;
     printf("backends\n");
     for (int b = 0; b < drt_backend_count(); b++) {
         drt_backend_info bi;
@@ -372,193 +358,142 @@ static int parse_tokens(const char *s, int32_t **out, int *n) {
     return 1;
 }
 
-static int cmd_run(int argc, char **argv) {
-    const char *model = NULL, *tokens = NULL, *backend = "cpu", *device = NULL;
-    const char *text = NULL, *text_file = NULL;
-    long n_gen = 16, ctx = 0, top_k = 0, seed = 0, threads = 0;
-    int n_given = 0; /* -n on the command line; else at most 16, fewer where the context ends */
-    double temp = 0, top_p = 1;
-    int verbose = 0, stop_at_eos = 1;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = 1;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(USAGE, stdout);
-            return 0;
-        } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
-            verbose = 1, takes = 0;
-        } else if (strcmp(a, "--no-stop") == 0) {
-            stop_at_eos = 0, takes = 0;
-        } else if (!v) {
-            if (!cli_word_in(a, "--model --tokens --prompt --prompt-file --backend --device -n --ctx --threads "
-                                "--top-k --seed --temp --top-p"))
-                return cli_die("run: unknown argument \"%s\" (see diffrt --help)", a);
-            return cli_die("run: %s needs a value (see diffrt --help)", a);
-        } else if (strcmp(a, "--model") == 0) {
-            model = v;
-        } else if (strcmp(a, "--tokens") == 0) {
-            tokens = v;
-        } else if (strcmp(a, "--prompt") == 0) {
-            text = v;
-        } else if (strcmp(a, "--prompt-file") == 0) {
-            text_file = v;
-        } else if (strcmp(a, "--backend") == 0) {
-            backend = v;
-        } else if (strcmp(a, "--device") == 0) {
-            device = v;
-        } else if (strcmp(a, "-n") == 0) {
-            if (!cli_parse_long(v, 0, 1 << 20, &n_gen)) return cli_die("run: -n wants an integer >= 0, got \"%s\"", v);
-            n_given = 1;
-        } else if (strcmp(a, "--ctx") == 0) {
-            if (!cli_parse_long(v, 1, DRT_MAX_CTX, &ctx)) {
-                fprintf(stderr, "diffrt: run: --ctx wants an integer in [1, %d], got \"%s\"\n",
-                        DRT_MAX_CTX, v);
-                return 2;
-            }
-        } else if (strcmp(a, "--threads") == 0) {
-            if (!cli_parse_long(v, 1, 1024, &threads)) return cli_die("run: --threads wants an integer in [1, 1024], got \"%s\"", v);
-        } else if (strcmp(a, "--top-k") == 0) {
-            if (!cli_parse_long(v, 0, INT_MAX, &top_k)) return cli_die("run: --top-k wants an integer >= 0, got \"%s\"", v);
-        } else if (strcmp(a, "--seed") == 0) {
-            if (!cli_parse_long(v, 0, LONG_MAX, &seed)) return cli_die("run: --seed wants an integer >= 0, got \"%s\"", v);
-        } else if (strcmp(a, "--temp") == 0) {
-            if (!parse_double(v, &temp) || !(temp >= 0) || !isfinite(temp))
-                return cli_die("run: --temp wants a finite number >= 0, got \"%s\"", v);
-        } else if (strcmp(a, "--top-p") == 0) {
-            if (!parse_double(v, &top_p) || !(top_p > 0 && top_p <= 1))
-                return cli_die("run: --top-p wants a number in (0, 1], got \"%s\"", v);
-        } else {
-            return cli_die("run: unknown argument \"%s\" (see diffrt --help)", a);
-        }
-        i += takes;
-    }
-    if (!model) return cli_die("run: --model DIR is required%s", "");
-    if (!!tokens + !!text + !!text_file != 1)
-        return cli_die("run: give one of --tokens ID,ID,..., --prompt TEXT or --prompt-file F%s", "");
-    int32_t *prompt = NULL;
-    int T = 0;
-    if (tokens && !parse_tokens(tokens, &prompt, &T))
-        return cli_die("run: --tokens wants comma-separated integers, got \"%s\"", tokens);
+typedef struct {
+    const char *model, *tokens, *backend, *device, *text, *text_file;
+    long n_gen, ctx, top_k, seed, threads;
+    int n_given; /* -n on the command line; else at most 16, fewer where the context ends */
+    int verbose, no_stop;
+    double temp, top_p;
+} run_args;
 
-    int rc = 1;
-    drt_model *m = NULL;
-    drt_session *s = NULL;
-    drt_sampler *smp = NULL;
-    float *logits = NULL;
-    cli_text ct = {0};
-    if (drt_model_load(model, &m) != DRT_OK) {
-        rc = cli_fail("run");
-        goto done;
+static int run_parse(int argc, char **argv, run_args *r) {
+    const cli_opt opts[] = {
+        {.name = "--model", .kind = CLI_STR, .dst = &r->model, .meta = "DIR", .help = "the model directory"},
+        {.name = "--tokens", .kind = CLI_STR, .dst = &r->tokens, .meta = "ID,ID,...",
+         .help = "the prompt as token ids"},
+        {.name = "--prompt", .kind = CLI_STR, .dst = &r->text, .meta = "TEXT",
+         .help = "the prompt as text, encoded with DIR/tokenizer.json"},
+        {.name = "--prompt-file", .kind = CLI_STR, .dst = &r->text_file, .meta = "F",
+         .help = "the prompt as the text of F (- reads stdin)"},
+        {.name = "-n", .kind = CLI_LONG, .dst = &r->n_gen, .meta = "N", .lo = 0, .hi = 1 << 20,
+         .bad = "-n wants an integer >= 0", .given = &r->n_given,
+         .help = "tokens to generate (default: up to 16, fewer when the\ncontext ends sooner; an explicit N must fit)"},
+        {.name = "--backend", .kind = CLI_STR, .dst = &r->backend, .meta = "B",
+         .help = "cpu | ref | opencl | vulkan | cuda (default cpu: the fast CPU\nbackend; ref is the plain reference "
+                 "every backend is checked against)"},
+        {.name = "--threads", .kind = CLI_LONG, .dst = &r->threads, .meta = "N", .lo = 1, .hi = 1024,
+         .help = "CPU threads for cpu (default: DIFFRT_THREADS, else the physical\ncores this process may use)"},
+        {.name = "--device", .kind = CLI_STR, .dst = &r->device, .meta = "D",
+         .help = "device index or name substring (default: DIFFRT_DEVICE, else the\nbackend's first device)"},
+        {.name = "--ctx", .kind = CLI_LONG, .dst = &r->ctx, .meta = "N", .lo = 1, .hi = DRT_MAX_CTX,
+         .help = "KV cache length (default: the prompt + -n, at least 4096 where\nthe model has that many, and never "
+                 "past its max_position_embeddings;\na longer prompt is an error before any work). Past\n"
+                 "max_position_embeddings is allowed, with a warning: the model was\nnot trained on those positions"},
+        {.name = "--temp", .kind = CLI_DOUBLE, .dst = &r->temp, .meta = "T", .ok = cli_finite_nonneg,
+         .bad = "--temp wants a finite number >= 0", .help = "sampling temperature, 0 = greedy (default 0)"},
+        {.name = "--top-k", .kind = CLI_LONG, .dst = &r->top_k, .meta = "K", .lo = 0, .hi = INT_MAX,
+         .bad = "--top-k wants an integer >= 0", .help = "keep the K most likely tokens, 0 = off (default 0)"},
+        {.name = "--top-p", .kind = CLI_DOUBLE, .dst = &r->top_p, .meta = "P", .ok = cli_open_unit,
+         .bad = "--top-p wants a number in (0, 1]", .help = "nucleus sampling mass in (0,1], 1 = off (default 1)"},
+        {.name = "--seed", .kind = CLI_LONG, .dst = &r->seed, .meta = "S", .lo = 0, .hi = LONG_MAX,
+         .bad = "--seed wants an integer >= 0", .help = "sampler seed (default 0)"},
+        {.name = "--no-stop", .kind = CLI_FLAG, .dst = &r->no_stop,
+         .help = "do not stop at the model's eos token\n(with text, eos is the config's eos_token_id, else the "
+                 "tokenizer's)"},
+        {.name = "--verbose", .short_name = 'v', .kind = CLI_FLAG, .dst = &r->verbose,
+         .help = "print per-op CPU fallback counts and the prefill's activation\nmemory (planned arena vs one buffer "
+                 "per intermediate); when the\nlogits are NaN or Inf, name the first op and layer whose output\nwas "
+                 "(re-runs that forward op by op; DIFFRT_CHECK_FINITE=1 does the\nsame for every command)"},
+        {0}};
+    const cli_cmd cmd = {
+        .name = "run",
+        .synopsis = "--model DIR (--tokens ID,ID,... | --prompt TEXT | --prompt-file F) [options]",
+        .about = "Prefill the prompt, generate, and print the generated ids (with --tokens) or stream the\n"
+                 "generated text (with --prompt, --prompt-file) to stdout; prefill/decode tokens per second\n"
+                 "go to stderr.\n",
+        .opts = opts};
+    *r = (run_args){.backend = "cpu", .n_gen = 16, .top_p = 1};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    if (!r->model) return cli_die("run: --model DIR is required%s", "");
+    if (!!r->tokens + !!r->text + !!r->text_file != 1)
+        return cli_die("run: give one of --tokens ID,ID,..., --prompt TEXT or --prompt-file F%s", "");
+    return CLI_PARSED;
+}
+
+/* The context is decided before any work: by default as long as the prompt
+ * (T tokens) + -n needs (at least 4096 when the model has them), never past
+ * max_position_embeddings; a prompt that does not fit is an error here, not a
+ * prefill of positions the model never saw. 0, or the exit status 2. */
+static int run_fit_context(run_args *r, int T, long max_pos) {
+    if (!r->n_given) { /* the default -n: up to 16 tokens, as many as the context has room for */
+        long room = (r->ctx ? r->ctx : max_pos) - T;
+        if (room > 0 && room < r->n_gen) r->n_gen = room;
     }
-    drt_model_info I;
-    drt_model_get_info(m, &I);
-    int32_t eos = I.eos_id;
-    if (!tokens) {
-        /* the prompt cannot be longer than the context: --ctx, else max_position_embeddings */
-        long max_ids = ctx ? ctx : I.max_ctx;
-        drt_status ts = cli_text_begin(&ct, model, text, text_file, I.vocab, I.eos_id, (int)max_ids, stdout,
-                                       &prompt, &T);
-        if (ts != DRT_OK) {
-            cli_fail("run");
-            rc = ct.over_context ? 2 : 1; /* a prompt longer than the context: as the checks below */
-            goto done;
-        }
-        eos = ct.eos;
-    }
-    /* The context is decided before any work: by default as long as the
-     * prompt + -n needs (at least 4096 when the model has them), never past
-     * max_position_embeddings; a prompt that does not fit is an error here,
-     * not a prefill of positions the model never saw. */
-    long max_pos = I.max_ctx;
-    if (!n_given) { /* the default -n: up to 16 tokens, as many as the context has room for */
-        long room = (ctx ? ctx : max_pos) - T;
-        if (room > 0 && room < n_gen) n_gen = room;
-    }
-    long need = (long)T + n_gen;
-    if (!ctx) {
+    long need = (long)T + r->n_gen;
+    if (!r->ctx) {
         long dflt = max_pos < 4096 ? max_pos : 4096;
-        ctx = need <= dflt ? dflt : need <= max_pos ? need : max_pos;
-        if (need > ctx) {
+        r->ctx = need <= dflt ? dflt : need <= max_pos ? need : max_pos;
+        if (need > r->ctx) {
             fprintf(stderr,
                     "diffrt: run: prompt (%d tokens) + -n %ld exceeds the context %ld "
                     "(max_position_embeddings); pass --ctx N to raise it\n",
-                    T, n_gen, ctx);
-            rc = 2;
-            goto done;
+                    T, r->n_gen, r->ctx);
+            return 2;
         }
-    } else if (need > ctx) {
-        fprintf(stderr,
-                "diffrt: run: prompt (%d tokens) + -n %ld exceeds --ctx %ld; pass a larger --ctx\n",
-                T, n_gen, ctx);
-        rc = 2;
-        goto done;
-    } else if (ctx > max_pos) {
+    } else if (need > r->ctx) {
+        fprintf(stderr, "diffrt: run: prompt (%d tokens) + -n %ld exceeds --ctx %ld; pass a larger --ctx\n", T,
+                r->n_gen, r->ctx);
+        return 2;
+    } else if (r->ctx > max_pos) {
         fprintf(stderr,
                 "diffrt: warning: --ctx %ld is past the model's max_position_embeddings %ld: "
                 "positions from %ld on were never trained and the output there may degrade\n",
-                ctx, max_pos, max_pos);
+                r->ctx, max_pos, max_pos);
     }
-    drt_session_opts so = {.backend = backend,
-                           .device = device,
-                           .max_ctx = (int)ctx,
-                           .threads = (int)threads,
-                           .check_finite = verbose};
-    if (drt_session_create(m, &so, &s) != DRT_OK) {
-        rc = cli_fail("run");
-        goto done;
-    }
-    drt_sampler_opts sop = {.temperature = (float)temp, .top_k = (int)top_k, .top_p = (float)top_p,
-                            .seed = (uint64_t)seed};
-    if (drt_sampler_create(&sop, I.vocab, &smp) != DRT_OK) {
-        rc = cli_fail("run");
-        goto done;
-    }
-    logits = malloc(sizeof(float) * (size_t)I.vocab);
-    if (!logits) goto done;
+    return 0;
+}
 
+/* the newline after the generated ids, or the rest of the text */
+static void run_end_output(cli_text *ct) {
+    if (ct->tok)
+        cli_text_end(ct);
+    else
+        printf("\n");
+}
+
+/* Prefill, then sample and decode up to -n tokens, printed as they come;
+ * the timings and fallbacks on stderr. The exit status. */
+static int run_generate(const run_args *r, drt_session *s, drt_sampler *smp, cli_text *ct, const int32_t *prompt,
+                        int T, int32_t eos, float *logits) {
     double t0 = now_s();
-    if (drt_session_forward(s, prompt, T, logits, 0) != DRT_OK) {
-        rc = cli_fail("prefill");
-        goto done;
-    }
+    if (drt_session_forward(s, prompt, T, logits, 0) != DRT_OK) return cli_fail("prefill");
     double t1 = now_s();
     size_t act_unplanned = 0, act = drt_session_activation_bytes(s, &act_unplanned); /* prefill's */
     int generated = 0;
-    for (long i = 0; i < n_gen; i++) {
+    for (long i = 0; i < r->n_gen; i++) {
         int32_t tok = drt_sampler_sample(smp, logits);
         if (tok < 0) {
-            if (ct.tok)
-                cli_text_end(&ct);
-            else
-                printf("\n");
-            rc = cli_fail("sample");
-            goto done;
+            run_end_output(ct);
+            return cli_fail("sample");
         }
-        int stop = stop_at_eos && tok == eos;
-        if (!ct.tok) {
+        int stop = !r->no_stop && tok == eos;
+        if (!ct->tok) {
             printf("%s%d", generated ? "," : "", tok);
             fflush(stdout);
-        } else if (!stop && cli_text_put(&ct, tok) != DRT_OK) {
-            rc = cli_fail("run");
-            goto done;
+        } else if (!stop && cli_text_put(ct, tok) != DRT_OK) {
+            return cli_fail("run");
         }
         generated++;
-        if (stop) break;
-        if (i + 1 == n_gen) break;
+        if (stop || i + 1 == r->n_gen) break;
         if (drt_session_forward(s, &tok, 1, logits, 0) != DRT_OK) {
-            if (ct.tok) cli_text_end(&ct);
-            else printf("\n");
-            rc = cli_fail("decode");
-            goto done;
+            run_end_output(ct);
+            return cli_fail("decode");
         }
     }
     double t2 = now_s();
-    if (ct.tok) {
-        if (cli_text_end(&ct) != DRT_OK) {
-            rc = cli_fail("run");
-            goto done;
-        }
+    if (ct->tok) {
+        if (cli_text_end(ct) != DRT_OK) return cli_fail("run");
     } else {
         printf("\n");
     }
@@ -570,13 +505,64 @@ static int cmd_run(int argc, char **argv) {
                 decode_steps / (t2 - t1));
     char fb[512];
     int nfb = drt_session_fallbacks(s, fb, sizeof fb);
-    if (nfb || verbose)
-        fprintf(stderr, "backend %s: %d node runs fell back to the CPU reference%s%s\n", backend, nfb,
+    if (nfb || r->verbose)
+        fprintf(stderr, "backend %s: %d node runs fell back to the CPU reference%s%s\n", r->backend, nfb,
                 nfb ? ": " : "", fb);
-    if (verbose)
+    if (r->verbose)
         fprintf(stderr, "activations: %.2f MiB planned (%.2f MiB without reuse)\n", act / 1048576.0,
                 act_unplanned / 1048576.0);
-    rc = 0;
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+    run_args r;
+    int rc = run_parse(argc, argv, &r);
+    if (rc != CLI_PARSED) return rc;
+    int32_t *prompt = NULL;
+    int T = 0;
+    if (r.tokens && !parse_tokens(r.tokens, &prompt, &T))
+        return cli_die("run: --tokens wants comma-separated integers, got \"%s\"", r.tokens);
+
+    rc = 1;
+    drt_model *m = NULL;
+    drt_session *s = NULL;
+    drt_sampler *smp = NULL;
+    float *logits = NULL;
+    cli_text ct = {0};
+    if (drt_model_load(r.model, &m) != DRT_OK) {
+        rc = cli_fail("run");
+        goto done;
+    }
+    drt_model_info I;
+    drt_model_get_info(m, &I);
+    int32_t eos = I.eos_id;
+    if (!r.tokens) {
+        /* the prompt cannot be longer than the context: --ctx, else max_position_embeddings */
+        long max_ids = r.ctx ? r.ctx : I.max_ctx;
+        drt_status ts = cli_text_begin(&ct, r.model, r.text, r.text_file, I.vocab, I.eos_id, (int)max_ids, stdout,
+                                       &prompt, &T);
+        if (ts != DRT_OK) {
+            cli_fail("run");
+            rc = ct.over_context ? 2 : 1; /* a prompt longer than the context: as the checks below */
+            goto done;
+        }
+        eos = ct.eos;
+    }
+    if ((rc = run_fit_context(&r, T, I.max_ctx)) != 0) goto done;
+    rc = 1;
+    drt_session_opts so = {.backend = r.backend,
+                           .device = r.device,
+                           .max_ctx = (int)r.ctx,
+                           .threads = (int)r.threads,
+                           .check_finite = r.verbose};
+    drt_sampler_opts sop = {.temperature = (float)r.temp, .top_k = (int)r.top_k, .top_p = (float)r.top_p,
+                            .seed = (uint64_t)r.seed};
+    if (drt_session_create(m, &so, &s) != DRT_OK || drt_sampler_create(&sop, I.vocab, &smp) != DRT_OK) {
+        rc = cli_fail("run");
+        goto done;
+    }
+    logits = malloc(sizeof(float) * (size_t)I.vocab);
+    if (logits) rc = run_generate(&r, s, smp, &ct, prompt, T, eos, logits);
 done:
     free(logits);
     free(prompt);
@@ -589,47 +575,45 @@ done:
 
 static int cmd_conform(int argc, char **argv) {
     drt_conform_opts o = {.out = stdout, .repeats = 5, .warmup = 1};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(USAGE, stdout);
-            return 0;
-        } else if (strcmp(a, "--perf") == 0) {
-            o.perf = 1;
-            continue;
-        } else if (strcmp(a, "--list") == 0) {
-            o.list = 1;
-            continue;
-        } else if (!v) {
-            if (!cli_word_in(a, "--backend --op --require --device --models --json --junit --repeats --warmup"))
-                return cli_die("conform: unknown argument \"%s\" (see diffrt --help)", a);
-            return cli_die("conform: %s needs a value (see diffrt --help)", a);
-        } else if (strcmp(a, "--backend") == 0) {
-            o.backends = v;
-        } else if (strcmp(a, "--op") == 0) {
-            o.ops = v;
-        } else if (strcmp(a, "--require") == 0) {
-            o.require = v;
-        } else if (strcmp(a, "--device") == 0) {
-            o.devices = v;
-        } else if (strcmp(a, "--models") == 0) {
-            o.models_dir = v;
-        } else if (strcmp(a, "--json") == 0) {
-            o.json_path = v;
-        } else if (strcmp(a, "--junit") == 0) {
-            o.junit_path = v;
-        } else if (strcmp(a, "--repeats") == 0) {
-            if (!cli_parse_long(v, 1, 100000, &n)) return cli_die("conform: --repeats wants an integer >= 1, got \"%s\"", v);
-            o.repeats = (int)n;
-        } else if (strcmp(a, "--warmup") == 0) {
-            if (!cli_parse_long(v, 0, 100000, &n)) return cli_die("conform: --warmup wants an integer >= 0, got \"%s\"", v);
-            o.warmup = (int)n;
-        } else {
-            return cli_die("conform: unknown argument \"%s\" (see diffrt --help)", a);
-        }
-        i++;
-    }
+    const cli_opt opts[] = {
+        {.name = "--backend", .kind = CLI_STR, .dst = &o.backends, .meta = "LIST",
+         .help = "backend names (cpu, ref, opencl, vulkan, cuda) to check"},
+        {.name = "--require", .kind = CLI_STR, .dst = &o.require, .meta = "LIST",
+         .help = "backends that must pass: one that is unavailable, lacks an op or\nfalls back to the CPU fails "
+                 "the run"},
+        {.name = "--op", .kind = CLI_STR, .dst = &o.ops, .meta = "LIST",
+         .help = "op names (EMBED, MATMUL, DIFF_ATTN, ...; --list shows the\ncases), or none: only the --models "
+                 "checks"},
+        {.name = "--device", .kind = CLI_STR, .dst = &o.devices, .meta = "BACKEND=SEL,...",
+         .help = "a device per backend: an index or a case-insensitive name\nsubstring (see diffrt info); a backend "
+                 "not named takes\nDIFFRT_DEVICE, else its default; never applies to ref"},
+        {.name = "--models", .kind = CLI_STR, .dst = &o.models_dir, .meta = "DIR",
+         .help = "a model directory (config.json + weights), or a folder of\nthem; the prompt is "
+                 "DIR/expected.safetensors' tokens when\npresent, else a fixed one; folders that are not models "
+                 "are\nreported"},
+        {.name = "--json", .kind = CLI_STR, .dst = &o.json_path, .meta = "FILE",
+         .help = "the run as one object (docs/conform-json.md)"},
+        {.name = "--junit", .kind = CLI_STR, .dst = &o.junit_path, .meta = "FILE",
+         .help = "JUnit XML: a testsuite per backend, a testcase per case"},
+        {.name = "--list", .kind = CLI_FLAG, .dst = &o.list, .help = "list the cases"},
+        {.name = "--perf", .kind = CLI_FLAG, .dst = &o.perf,
+         .help = "time the perf shapes instead: median ms, GFLOP/s, GB/s"},
+        {.name = "--repeats", .kind = CLI_INT, .dst = &o.repeats, .meta = "N", .lo = 1, .hi = 100000,
+         .bad = "--repeats wants an integer >= 1", .help = "--perf: timed runs per case (default 5)"},
+        {.name = "--warmup", .kind = CLI_INT, .dst = &o.warmup, .meta = "N", .lo = 0, .hi = 100000,
+         .bad = "--warmup wants an integer >= 0", .help = "--perf: untimed runs first (default 1)"},
+        {0}};
+    const cli_cmd cmd = {
+        .name = "conform",
+        .opts = opts,
+        .about = "Every op case on every selected backend against the CPU reference (ref) (NMSE <= 1e-8,\n"
+                 "or the reduced-precision bound a kernel declares, at most 5e-4; NaN-poisoned outputs),\n"
+                 "and with --models every model (logits NMSE <= 1e-6 and 32 identical greedy tokens\n"
+                 "against ref); prints an op x backend table.\n",
+        .footer = "Exit status: 0 all pass; 1 a failure, or a required backend unavailable or incomplete;\n"
+                  "2 a bad argument (an unknown op, backend or device, a --models DIR without models).\n"};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_PARSED) return rc;
     drt_conform_result r;
     if (drt_conform_run(&o, &r) != DRT_OK) {
         if (r.usage_error) return cli_die("%s", drt_last_error());

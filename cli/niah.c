@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "niah.h"
@@ -103,342 +104,373 @@ out:
     return rc;
 }
 
-int cmd_niah(int argc, char **argv) {
-    const char *model = NULL, *backend = "cpu", *device = NULL, *json = NULL, *compare = NULL;
-    const char *logits_vs = NULL; /* a reference model whose last-token logits each prompt is compared with */
-    int attn_bits = 0;            /* > 0: the reference path's attention logits quantized (ref_ops.h) */
-    int needles = 1, queries = 1, samples = 40, attention = 0, no_fallback = 0, threads = 0;
-    double min_accuracy = -1, min_agree = 0.99;
-    int ctxs[MAX_LIST], n_ctx = 0, depths[MAX_LIST] = {0, 25, 50, 75, 100}, n_depth = 5;
-    unsigned long long seed = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            cli_usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--attention") == 0) {
-            attention = 1;
-            continue;
-        } else if (strcmp(a, "--no-fallback") == 0) {
-            no_fallback = 1;
-            continue;
-        } else if (!v) {
-            if (!cli_word_in(a, "--model --backend --device --threads --json --compare --logits-vs --attn-bits "
-                                "--min-accuracy --min-agree --needles --queries --samples --seed --ctx --depths"))
-                return cli_die("niah: unknown argument \"%s\" (see diffrt --help)", a);
-            return cli_die("niah: %s needs a value (see diffrt --help)", a);
-        } else if (strcmp(a, "--model") == 0) {
-            model = v;
-        } else if (strcmp(a, "--backend") == 0) {
-            backend = v;
-        } else if (strcmp(a, "--device") == 0) {
-            device = v;
-        } else if (strcmp(a, "--threads") == 0) {
-            if (!cli_parse_long(v, 1, 1024, &n)) return cli_die("niah: --threads wants an integer in [1, 1024], got \"%s\"", v);
-            threads = (int)n;
-        } else if (strcmp(a, "--json") == 0) {
-            json = v;
-        } else if (strcmp(a, "--compare") == 0) {
-            compare = v;
-        } else if (strcmp(a, "--logits-vs") == 0) {
-            logits_vs = v;
-        } else if (strcmp(a, "--attn-bits") == 0) {
-            if (!cli_parse_long(v, 2, 24, &n)) return cli_die("niah: --attn-bits wants 2..24, got \"%s\"", v);
-            attn_bits = (int)n;
-        } else if (strcmp(a, "--min-accuracy") == 0 || strcmp(a, "--min-agree") == 0) {
-            int is_acc = strcmp(a, "--min-accuracy") == 0;
-            char *end;
-            errno = 0;
-            double x = strtod(v, &end);
-            if (errno || end == v || *end || !(x >= 0 && x <= 1))
-                return cli_die(is_acc ? "niah: --min-accuracy wants a fraction 0..1, got \"%s\""
-                                      : "niah: --min-agree wants a fraction 0..1, got \"%s\"",
-                               v);
-            *(is_acc ? &min_accuracy : &min_agree) = x;
-        } else if (strcmp(a, "--needles") == 0) {
-            if (!cli_parse_long(v, 1, 64, &n)) return cli_die("niah: --needles wants 1..64, got \"%s\"", v);
-            needles = (int)n;
-        } else if (strcmp(a, "--queries") == 0) {
-            if (!cli_parse_long(v, 1, 64, &n)) return cli_die("niah: --queries wants 1..64, got \"%s\"", v);
-            queries = (int)n;
-        } else if (strcmp(a, "--samples") == 0) {
-            if (!cli_parse_long(v, 1, 1000000, &n)) return cli_die("niah: --samples wants an integer >= 1, got \"%s\"", v);
-            samples = (int)n;
-        } else if (strcmp(a, "--seed") == 0) {
-            char *end;
-            errno = 0;
-            seed = strtoull(v, &end, 10);
-            if (errno || end == v || *end || v[0] == '-') return cli_die("niah: --seed wants an integer >= 0, got \"%s\"", v);
-        } else if (strcmp(a, "--ctx") == 0) {
-            if (!cli_parse_list(v, 1, 1 << 20, ctxs, MAX_LIST, &n_ctx)) return cli_die("niah: --ctx wants comma-separated lengths, got \"%s\"", v);
-        } else if (strcmp(a, "--depths") == 0) {
-            if (!cli_parse_list(v, 0, 100, depths, MAX_LIST, &n_depth)) return cli_die("niah: --depths wants comma-separated percents 0..100, got \"%s\"", v);
-        } else {
-            return cli_die("niah: unknown argument \"%s\" (see diffrt --help)", a);
-        }
-        i++;
-    }
-    if (!model) return cli_die("niah: --model DIR is required%s", "");
-    int64_t n_prompts; /* with no --ctx, the model's one default length below */
-    if (drt_niah_prompt_count(n_ctx ? n_ctx : 1, n_depth, samples, queries, &n_prompts) != DRT_OK)
-        return cli_die("%s", drt_last_error());
-    if (queries > needles) return cli_die("niah: --queries must not exceed --needles%s", "");
-    if (attn_bits && strcmp(backend, "ref") != 0)
-        return cli_die("niah: --attn-bits quantizes the reference path's attention logits: it needs --backend ref, "
-                       "not %s", backend);
-    if (compare && access(compare, R_OK) != 0) return cli_die("niah: --compare %s: cannot read", compare);
+typedef struct {
+    const char *model, *backend, *device, *json, *compare;
+    const char *logits_vs; /* a reference model whose last-token logits each prompt is compared with */
+    int attn_bits;         /* > 0: the reference path's attention logits quantized (ref_ops.h) */
+    int needles, queries, samples, attention, no_fallback, threads;
+    double min_accuracy, min_agree;
+    int ctxs[MAX_LIST], n_ctx, depths[MAX_LIST], n_depth;
+    unsigned long long seed;
+    int64_t n_prompts; /* with no --ctx, the model's one default length */
+} niah_args;
 
-    int rc = 1;
-    drt_model *m = NULL, *rm = NULL;
-    drt_session *s = NULL, *rs = NULL;
-    drt_tokenizer *tok = NULL;
-    float *logits = NULL, *attn = NULL, *rlogits = NULL;
-    double nmse_sum = 0, nmse_max = 0;
-    int top1_same = 0, n_cmp = 0;
-    cJSON *jarr = json || compare ? cJSON_CreateArray() : NULL;
-    char tpath[4096];
-    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", model);
-    if (drt_model_load(model, &m) != DRT_OK || drt_tokenizer_load(tpath, &tok) != DRT_OK) {
-        rc = cli_fail("niah");
-        goto done;
-    }
+/* the options, then the checks that need no model; CLI_PARSED or the exit status */
+static int niah_parse(int argc, char **argv, niah_args *a) {
+    *a = (niah_args){.backend = "cpu", .needles = 1, .queries = 1, .samples = 40, .min_accuracy = -1,
+                     .min_agree = 0.99, .depths = {0, 25, 50, 75, 100}, .n_depth = 5};
+    const cli_opt opts[] = {
+        {.name = "--model", .kind = CLI_STR, .dst = &a->model, .meta = "DIR", .help = "the model directory"},
+        {.name = "--needles", .kind = CLI_INT, .dst = &a->needles, .meta = "N", .lo = 1, .hi = 64,
+         .bad = "--needles wants 1..64", .help = "needles per prompt (default 1)"},
+        {.name = "--queries", .kind = CLI_INT, .dst = &a->queries, .meta = "R", .lo = 1, .hi = 64,
+         .bad = "--queries wants 1..64", .help = "needles asked about, at most N (default 1)"},
+        {.name = "--ctx", .kind = CLI_LIST, .dst = a->ctxs, .count = &a->n_ctx, .max = MAX_LIST, .lo = 1,
+         .hi = 1 << 20, .meta = "L,...", .bad = "--ctx wants comma-separated lengths",
+         .help = "context lengths (default: the model's max positions, at most 4096)"},
+        {.name = "--depths", .kind = CLI_LIST, .dst = a->depths, .count = &a->n_depth, .max = MAX_LIST, .lo = 0,
+         .hi = 100, .meta = "P,...", .bad = "--depths wants comma-separated percents 0..100",
+         .help = "needle depths in percent (default 0,25,50,75,100)"},
+        {.name = "--samples", .kind = CLI_INT, .dst = &a->samples, .meta = "K", .lo = 1, .hi = 1000000,
+         .bad = "--samples wants an integer >= 1", .help = "samples per depth and length (default 40)"},
+        {.name = "--seed", .kind = CLI_U64, .dst = &a->seed, .meta = "S", .bad = "--seed wants an integer >= 0",
+         .help = "prompt seed (default 0)"},
+        {.name = "--backend", .kind = CLI_STR, .dst = &a->backend, .meta = "B", .help = "backend (default cpu)"},
+        {.name = "--device", .kind = CLI_STR, .dst = &a->device, .meta = "D",
+         .help = "device index or name substring"},
+        {.name = "--threads", .kind = CLI_INT, .dst = &a->threads, .meta = "N", .lo = 1, .hi = 1024,
+         .help = "CPU threads for cpu"},
+        {.name = "--attention", .kind = CLI_FLAG, .dst = &a->attention,
+         .help = "also the mean attention of the final query token to the answer\nneedle and to the rest of the "
+                 "context (for diff models the\ndifferential map A1 - lambda A2)"},
+        {.name = "--json", .kind = CLI_STR, .dst = &a->json, .meta = "FILE",
+         .help = "the summary and every sample as JSON"},
+        {.name = "--compare", .kind = CLI_STR, .dst = &a->compare, .meta = "FILE",
+         .help = "match every sample with another run of the same settings\n(python/niah/eval.py's "
+                 "niah_python.json, or --json output) and\nprint the per-sample answer agreement"},
+        {.name = "--min-accuracy", .kind = CLI_DOUBLE, .dst = &a->min_accuracy, .meta = "X", .ok = cli_fraction,
+         .bad = "--min-accuracy wants a fraction 0..1", .help = "exit status 1 when the accuracy is below X"},
+        {.name = "--min-agree", .kind = CLI_DOUBLE, .dst = &a->min_agree, .meta = "X", .ok = cli_fraction,
+         .bad = "--min-agree wants a fraction 0..1",
+         .help = "exit status 1 when the --compare agreement is below X (default 0.99)"},
+        {.name = "--no-fallback", .kind = CLI_FLAG, .dst = &a->no_fallback,
+         .help = "exit status 1 when any node ran on the CPU reference instead of B"},
+        {.name = "--logits-vs", .kind = CLI_STR, .dst = &a->logits_vs, .meta = "DIR2",
+         .help = "also run every prompt through the model in DIR2 (e.g. the f16\nmodel a quantized DIR was made "
+                 "from) and print the NMSE of the last\ntoken's logits and how often their top-1 token agrees"},
+        {.name = "--attn-bits", .kind = CLI_INT, .dst = &a->attn_bits, .meta = "B", .lo = 2, .hi = 24,
+         .bad = "--attn-bits wants 2..24",
+         .help = "(--backend ref only) every row of attention logits quantized to\nB bits (symmetric, per-row "
+                 "absmax) before its softmax, as in the paper's Fig. 8"},
+        {0}};
+    const cli_cmd cmd = {
+        .name = "niah",
+        .synopsis = "--model DIR [options]",
+        .about = "Multi-needle retrieval (docs/niah_spec.md): accuracy per depth x context length.\n"
+                 "At most 10000000 prompts (lengths x depths x samples x queries).\n",
+        .opts = opts};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    if (!a->model) return cli_die("niah: --model DIR is required%s", "");
+    if (drt_niah_prompt_count(a->n_ctx ? a->n_ctx : 1, a->n_depth, a->samples, a->queries, &a->n_prompts) !=
+        DRT_OK)
+        return cli_die("%s", drt_last_error());
+    if (a->queries > a->needles) return cli_die("niah: --queries must not exceed --needles%s", "");
+    if (a->attn_bits && strcmp(a->backend, "ref") != 0)
+        return cli_die("niah: --attn-bits quantizes the reference path's attention logits: it needs --backend ref, "
+                       "not %s", a->backend);
+    if (a->compare && access(a->compare, R_OK) != 0) return cli_die("niah: --compare %s: cannot read", a->compare);
+    return CLI_PARSED;
+}
+
+/* one evaluation: the model, its sessions and buffers, and the tallies */
+typedef struct {
+    niah_args *a;
+    drt_model *m, *rm;
+    drt_session *s, *rs;
+    drt_tokenizer *tok;
     drt_model_info I;
-    drt_model_get_info(m, &I);
-    if (!n_ctx) ctxs[n_ctx++] = I.max_ctx < 4096 ? I.max_ctx : 4096;
+    float *logits, *attn, *rlogits;
+    double nmse_sum, nmse_max;
+    int top1_same, n_cmp;
+    cJSON *jarr;
+    int total, done_n, tty, all;
+    int correct[MAX_LIST][MAX_LIST];
+    double att_ans[MAX_LIST], att_noise[MAX_LIST];
+    int att_n[MAX_LIST];
+    double t0;
+} niah_eval;
+
+/* the model, the tokenizer, the sessions (and --logits-vs's); 0, else the exit status */
+static int niah_setup(niah_eval *e) {
+    niah_args *a = e->a;
+    char tpath[4096];
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", a->model);
+    if (drt_model_load(a->model, &e->m) != DRT_OK || drt_tokenizer_load(tpath, &e->tok) != DRT_OK)
+        return cli_fail("niah");
+    drt_model_get_info(e->m, &e->I);
+    if (!a->n_ctx) a->ctxs[a->n_ctx++] = e->I.max_ctx < 4096 ? e->I.max_ctx : 4096;
     int max_ctx = 0;
-    for (int i = 0; i < n_ctx; i++) max_ctx = ctxs[i] > max_ctx ? ctxs[i] : max_ctx;
-    if (max_ctx > I.max_ctx)
+    for (int i = 0; i < a->n_ctx; i++) max_ctx = a->ctxs[i] > max_ctx ? a->ctxs[i] : max_ctx;
+    if (max_ctx > e->I.max_ctx)
         fprintf(stderr,
                 "diffrt: warning: niah --ctx %d is past the model's max_position_embeddings %d: "
                 "positions from %d on were never trained and retrieval there may degrade\n",
-                max_ctx, I.max_ctx, I.max_ctx);
-    drt_session_opts so = {.backend = backend, .device = device, .max_ctx = max_ctx + DRT_NIAH_MAX_NEW_TOKENS,
-                           .threads = threads};
-    if (drt_session_create(m, &so, &s) != DRT_OK) {
-        rc = cli_fail("niah");
-        goto done;
-    }
-    logits = malloc(sizeof(float) * (size_t)I.vocab);
-    attn = malloc(sizeof(float) * (size_t)(max_ctx + DRT_NIAH_MAX_NEW_TOKENS));
-    if (logits_vs) { /* the same prompts through a reference model, on the same backend */
+                max_ctx, e->I.max_ctx, e->I.max_ctx);
+    drt_session_opts so = {.backend = a->backend, .device = a->device,
+                           .max_ctx = max_ctx + DRT_NIAH_MAX_NEW_TOKENS, .threads = a->threads};
+    if (drt_session_create(e->m, &so, &e->s) != DRT_OK) return cli_fail("niah");
+    e->logits = malloc(sizeof(float) * (size_t)e->I.vocab);
+    e->attn = malloc(sizeof(float) * (size_t)(max_ctx + DRT_NIAH_MAX_NEW_TOKENS));
+    if (a->logits_vs) { /* the same prompts through a reference model, on the same backend */
         drt_model_info RI;
-        if (drt_model_load(logits_vs, &rm) != DRT_OK || drt_session_create(rm, &so, &rs) != DRT_OK) {
-            rc = cli_fail("niah: --logits-vs");
-            goto done;
+        if (drt_model_load(a->logits_vs, &e->rm) != DRT_OK || drt_session_create(e->rm, &so, &e->rs) != DRT_OK)
+            return cli_fail("niah: --logits-vs");
+        drt_model_get_info(e->rm, &RI);
+        if (RI.vocab != e->I.vocab) {
+            fprintf(stderr, "diffrt: niah: --logits-vs %s has vocab %d, %s has %d: not comparable\n", a->logits_vs,
+                    RI.vocab, a->model, e->I.vocab);
+            return 2;
         }
-        drt_model_get_info(rm, &RI);
-        if (RI.vocab != I.vocab) {
-            fprintf(stderr, "diffrt: niah: --logits-vs %s has vocab %d, %s has %d: not comparable\n", logits_vs,
-                    RI.vocab, model, I.vocab);
-            rc = 2;
-            goto done;
-        }
-        rlogits = malloc(sizeof(float) * (size_t)I.vocab);
+        e->rlogits = malloc(sizeof(float) * (size_t)e->I.vocab);
     }
-    int total = (int)n_prompts, done_n = 0, tty = isatty(2);
-    int correct[MAX_LIST][MAX_LIST] = {{0}};
-    double att_ans[MAX_LIST] = {0}, att_noise[MAX_LIST] = {0};
-    int att_n[MAX_LIST] = {0};
-    fprintf(stderr, "niah: %s (%s) on %s: %d prompts (ctx", model, I.arch_name, backend, total);
-    for (int c = 0; c < n_ctx; c++) fprintf(stderr, "%s%d", c ? "," : " ", ctxs[c]);
-    fprintf(stderr, ", N=%d R=%d, %d samples per depth, seed %llu)\n", needles, queries, samples, seed);
-    double t0 = now_s();
-    if (attn_bits) {
-        drt_ref_analysis hooks = {.attn_bits = attn_bits};
+    return 0;
+}
+
+/* the prompt's last-token logits against the reference model's: their NMSE, top-1 agreement in
+ * *same; 1 when the reference run fails */
+static int niah_logits_vs(niah_eval *e, const drt_niah_prompt *p, double *nmse, int *same) {
+    drt_session_reset(e->rs);
+    if (drt_session_forward(e->rs, p->ids, p->n_ids, e->rlogits, 0) != DRT_OK) return 1;
+    double num = 0, den = 0;
+    int a1 = 0, a2 = 0;
+    for (int v = 0; v < e->I.vocab; v++) {
+        double d = (double)e->logits[v] - e->rlogits[v];
+        num += d * d;
+        den += (double)e->rlogits[v] * e->rlogits[v];
+        if (e->logits[v] > e->logits[a1]) a1 = v;
+        if (e->rlogits[v] > e->rlogits[a2]) a2 = v;
+    }
+    *nmse = den > 0 ? num / den : num;
+    *same = a1 == a2;
+    e->nmse_sum += *nmse;
+    e->nmse_max = *nmse > e->nmse_max ? *nmse : e->nmse_max;
+    e->top1_same += *same;
+    e->n_cmp++;
+    return 0;
+}
+
+/* one query of a prompt: prefill, greedy answer, tallies and its JSON record; 0, else the exit status */
+static int niah_query(niah_eval *e, const drt_niah_prompt *p, int c, int d, int k, int r) {
+    const niah_args *a = e->a;
+    int32_t gen[DRT_NIAH_MAX_NEW_TOKENS];
+    int ng = 0, same = 0;
+    double ans = 0, noise = 0, nmse = 0;
+    drt_session_reset(e->s);
+    drt_status st = drt_session_forward(e->s, p->ids, p->n_ids, e->logits, 0);
+    if (st == DRT_OK && e->rs && niah_logits_vs(e, p, &nmse, &same)) return cli_fail("niah: --logits-vs");
+    if (st == DRT_OK && a->attention) {
+        st = drt_session_last_attention(e->s, e->attn);
+        for (int j = 0; j < p->question_start; j++) {
+            if (j >= p->answer_start && j < p->answer_end) ans += e->attn[j];
+            else noise += e->attn[j];
+        }
+    }
+    while (st == DRT_OK && ng < DRT_NIAH_MAX_NEW_TOKENS) {
+        int best = 0;
+        for (int v = 1; v < e->I.vocab; v++)
+            if (e->logits[v] > e->logits[best]) best = v;
+        if (best == e->I.eos_id) break;
+        gen[ng++] = best;
+        if (ng < DRT_NIAH_MAX_NEW_TOKENS) st = drt_session_forward(e->s, &gen[ng - 1], 1, e->logits, 0);
+    }
+    char *text = NULL, pred[32] = "";
+    if (st == DRT_OK) st = drt_tokenizer_decode(e->tok, gen, ng, 1, &text, NULL);
+    if (st != DRT_OK) return cli_fail("niah");
+    drt_niah_predicted(text, pred, sizeof pred);
+    free(text);
+    int ok = strcmp(pred, p->answer) == 0;
+    e->correct[c][d] += ok;
+    if (a->attention) {
+        e->att_ans[d] += ans;
+        e->att_noise[d] += noise;
+        e->att_n[d]++;
+    }
+    if (e->jarr) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "ctx", a->ctxs[c]);
+        cJSON_AddNumberToObject(o, "depth", a->depths[d]);
+        cJSON_AddNumberToObject(o, "index", k);
+        cJSON_AddNumberToObject(o, "query", r);
+        cJSON_AddStringToObject(o, "city", p->city);
+        cJSON_AddStringToObject(o, "answer", p->answer);
+        cJSON_AddStringToObject(o, "predicted", pred);
+        cJSON_AddBoolToObject(o, "correct", ok);
+        cJSON_AddItemToObject(o, "generated_ids", cJSON_CreateIntArray(gen, ng));
+        if (e->rs) {
+            cJSON_AddNumberToObject(o, "logits_nmse", nmse);
+            cJSON_AddBoolToObject(o, "top1_agree", same);
+        }
+        if (a->attention) {
+            cJSON_AddNumberToObject(o, "attn_answer", ans);
+            cJSON_AddNumberToObject(o, "attn_noise", noise);
+        }
+        cJSON_AddItemToArray(e->jarr, o);
+    }
+    e->done_n++;
+    if (e->tty || e->done_n == e->total || e->done_n % (e->total / 20 > 0 ? e->total / 20 : 1) == 0)
+        fprintf(stderr, "%s[%d/%d] ctx %d depth %d%%: %d correct so far, %.1f s%s", e->tty ? "\r" : "", e->done_n,
+                e->total, a->ctxs[c], a->depths[d], e->correct[c][d], now_s() - e->t0, e->tty ? "" : "\n");
+    return 0;
+}
+
+/* every prompt: lengths x depths x samples, each with its queries; 0, else the exit status */
+static int niah_eval_all(niah_eval *e) {
+    const niah_args *a = e->a;
+    e->total = (int)a->n_prompts;
+    e->tty = isatty(2);
+    fprintf(stderr, "niah: %s (%s) on %s: %d prompts (ctx", a->model, e->I.arch_name, a->backend, e->total);
+    for (int c = 0; c < a->n_ctx; c++) fprintf(stderr, "%s%d", c ? "," : " ", a->ctxs[c]);
+    fprintf(stderr, ", N=%d R=%d, %d samples per depth, seed %llu)\n", a->needles, a->queries, a->samples, a->seed);
+    e->t0 = now_s();
+    if (a->attn_bits) {
+        drt_ref_analysis hooks = {.attn_bits = a->attn_bits};
         drt_ref_set_analysis(&hooks);
         fprintf(stderr, "niah: attention logits quantized to %d bits (symmetric, per-row absmax) before softmax\n",
-                attn_bits);
+                a->attn_bits);
     }
-    for (int c = 0; c < n_ctx; c++)
-        for (int d = 0; d < n_depth; d++)
-            for (int k = 0; k < samples; k++) {
+    for (int c = 0; c < a->n_ctx; c++)
+        for (int d = 0; d < a->n_depth; d++)
+            for (int k = 0; k < a->samples; k++) {
                 drt_niah_prompt p[64];
-                if (drt_niah_make(tok, seed, ctxs[c], needles, queries, depths[d], k, p) != DRT_OK) {
-                    rc = cli_fail("niah");
-                    goto done;
-                }
-                for (int r = 0; r < queries; r++) {
-                    int32_t gen[DRT_NIAH_MAX_NEW_TOKENS];
-                    int ng = 0;
-                    drt_session_reset(s);
-                    drt_status st = drt_session_forward(s, p[r].ids, p[r].n_ids, logits, 0);
-                    double ans = 0, noise = 0, nmse = 0;
-                    int same = 0;
-                    if (st == DRT_OK && rs) {
-                        /* the prompt's last-token logits against the reference model's */
-                        drt_session_reset(rs);
-                        if (drt_session_forward(rs, p[r].ids, p[r].n_ids, rlogits, 0) != DRT_OK) {
-                            for (int q = 0; q < queries; q++) drt_niah_prompt_free(&p[q]);
-                            rc = cli_fail("niah: --logits-vs");
-                            goto done;
-                        }
-                        double num = 0, den = 0;
-                        int a1 = 0, a2 = 0;
-                        for (int v = 0; v < I.vocab; v++) {
-                            double e = (double)logits[v] - rlogits[v];
-                            num += e * e;
-                            den += (double)rlogits[v] * rlogits[v];
-                            if (logits[v] > logits[a1]) a1 = v;
-                            if (rlogits[v] > rlogits[a2]) a2 = v;
-                        }
-                        nmse = den > 0 ? num / den : num;
-                        same = a1 == a2;
-                        nmse_sum += nmse;
-                        nmse_max = nmse > nmse_max ? nmse : nmse_max;
-                        top1_same += same;
-                        n_cmp++;
-                    }
-                    if (st == DRT_OK && attention) {
-                        st = drt_session_last_attention(s, attn);
-                        for (int j = 0; j < p[r].question_start; j++) {
-                            if (j >= p[r].answer_start && j < p[r].answer_end) ans += attn[j];
-                            else noise += attn[j];
-                        }
-                    }
-                    while (st == DRT_OK && ng < DRT_NIAH_MAX_NEW_TOKENS) {
-                        int best = 0;
-                        for (int v = 1; v < I.vocab; v++)
-                            if (logits[v] > logits[best]) best = v;
-                        if (best == I.eos_id) break;
-                        gen[ng++] = best;
-                        if (ng < DRT_NIAH_MAX_NEW_TOKENS) st = drt_session_forward(s, &gen[ng - 1], 1, logits, 0);
-                    }
-                    char *text = NULL, pred[32] = "";
-                    if (st == DRT_OK) st = drt_tokenizer_decode(tok, gen, ng, 1, &text, NULL);
-                    if (st != DRT_OK) {
-                        for (int q = 0; q < queries; q++) drt_niah_prompt_free(&p[q]);
-                        rc = cli_fail("niah");
-                        goto done;
-                    }
-                    drt_niah_predicted(text, pred, sizeof pred);
-                    int ok = strcmp(pred, p[r].answer) == 0;
-                    correct[c][d] += ok;
-                    if (attention) {
-                        att_ans[d] += ans;
-                        att_noise[d] += noise;
-                        att_n[d]++;
-                    }
-                    if (jarr) {
-                        cJSON *o = cJSON_CreateObject();
-                        cJSON_AddNumberToObject(o, "ctx", ctxs[c]);
-                        cJSON_AddNumberToObject(o, "depth", depths[d]);
-                        cJSON_AddNumberToObject(o, "index", k);
-                        cJSON_AddNumberToObject(o, "query", r);
-                        cJSON_AddStringToObject(o, "city", p[r].city);
-                        cJSON_AddStringToObject(o, "answer", p[r].answer);
-                        cJSON_AddStringToObject(o, "predicted", pred);
-                        cJSON_AddBoolToObject(o, "correct", ok);
-                        cJSON_AddItemToObject(o, "generated_ids", cJSON_CreateIntArray(gen, ng));
-                        if (rs) {
-                            cJSON_AddNumberToObject(o, "logits_nmse", nmse);
-                            cJSON_AddBoolToObject(o, "top1_agree", same);
-                        }
-                        if (attention) {
-                            cJSON_AddNumberToObject(o, "attn_answer", ans);
-                            cJSON_AddNumberToObject(o, "attn_noise", noise);
-                        }
-                        cJSON_AddItemToArray(jarr, o);
-                    }
-                    free(text);
-                    done_n++;
-                    if (tty || done_n == total || done_n % (total / 20 > 0 ? total / 20 : 1) == 0)
-                        fprintf(stderr, "%s[%d/%d] ctx %d depth %d%%: %d correct so far, %.1f s%s", tty ? "\r" : "",
-                                done_n, total, ctxs[c], depths[d], correct[c][d], now_s() - t0, tty ? "" : "\n");
-                }
-                for (int q = 0; q < queries; q++) drt_niah_prompt_free(&p[q]);
+                if (drt_niah_make(e->tok, a->seed, a->ctxs[c], a->needles, a->queries, a->depths[d], k, p) != DRT_OK)
+                    return cli_fail("niah");
+                int rc = 0;
+                for (int r = 0; r < a->queries && !rc; r++) rc = niah_query(e, &p[r], c, d, k, r);
+                for (int q = 0; q < a->queries; q++) drt_niah_prompt_free(&p[q]);
+                if (rc) return rc;
             }
     drt_ref_set_analysis(NULL);
-    if (tty) fprintf(stderr, "\n");
+    if (e->tty) fprintf(stderr, "\n");
+    return 0;
+}
 
-    printf("multi-needle retrieval accuracy (N=%d, R=%d, %d samples x %d queries per cell, seed %llu)\n", needles,
-           queries, samples, queries, seed);
+/* the accuracy table, the attention table, the --logits-vs line */
+static void niah_print(niah_eval *e) {
+    const niah_args *a = e->a;
+    printf("multi-needle retrieval accuracy (N=%d, R=%d, %d samples x %d queries per cell, seed %llu)\n", a->needles,
+           a->queries, a->samples, a->queries, a->seed);
     printf("%-8s", "depth");
-    for (int c = 0; c < n_ctx; c++) printf(" ctx %-6d", ctxs[c]);
+    for (int c = 0; c < a->n_ctx; c++) printf(" ctx %-6d", a->ctxs[c]);
     printf("\n");
-    int all = 0;
-    for (int d = 0; d < n_depth; d++) {
-        printf("%3d%%    ", depths[d]);
-        for (int c = 0; c < n_ctx; c++) {
-            printf(" %-10.3f", (double)correct[c][d] / (samples * queries));
-            all += correct[c][d];
+    e->all = 0;
+    for (int d = 0; d < a->n_depth; d++) {
+        printf("%3d%%    ", a->depths[d]);
+        for (int c = 0; c < a->n_ctx; c++) {
+            printf(" %-10.3f", (double)e->correct[c][d] / (a->samples * a->queries));
+            e->all += e->correct[c][d];
         }
         printf("\n");
     }
-    printf("overall  %.3f (%d/%d)\n", (double)all / total, all, total);
-    if (attention) {
+    printf("overall  %.3f (%d/%d)\n", (double)e->all / e->total, e->all, e->total);
+    if (a->attention) {
         printf("\nattention at the final query token, mean over heads and layers (%s)\n",
-               I.arch == DRT_ARCH_TRANSFORMER ? "softmax map" : "differential map A1 - lambda A2");
+               e->I.arch == DRT_ARCH_TRANSFORMER ? "softmax map" : "differential map A1 - lambda A2");
         printf("%-8s %-12s %-12s\n", "depth", "answer", "noise");
         double ta = 0, tn = 0;
         int tc = 0;
-        for (int d = 0; d < n_depth; d++) {
-            printf("%3d%%     %-12.4f %-12.4f\n", depths[d], att_ans[d] / att_n[d], att_noise[d] / att_n[d]);
-            ta += att_ans[d];
-            tn += att_noise[d];
-            tc += att_n[d];
+        for (int d = 0; d < a->n_depth; d++) {
+            printf("%3d%%     %-12.4f %-12.4f\n", a->depths[d], e->att_ans[d] / e->att_n[d],
+                   e->att_noise[d] / e->att_n[d]);
+            ta += e->att_ans[d];
+            tn += e->att_noise[d];
+            tc += e->att_n[d];
         }
         printf("all      %-12.4f %-12.4f\n", ta / tc, tn / tc);
     }
-    if (rs && n_cmp)
+    if (e->rs && e->n_cmp)
         printf("\nlogits of the prompt's last token vs %s: NMSE mean %.3g, max %.3g; top-1 agreement %.3f "
                "(%d/%d)\n",
-               logits_vs, nmse_sum / n_cmp, nmse_max, (double)top1_same / n_cmp, top1_same, n_cmp);
-    if (json) {
-        /* the shape of python/niah/eval.py's output: {"summary": {...}, "samples": [...]} */
-        cJSON *root = cJSON_CreateObject(), *sm = cJSON_AddObjectToObject(root, "summary");
-        cJSON_AddStringToObject(sm, "model", model);
-        cJSON_AddStringToObject(sm, "backend", backend);
-        cJSON_AddNumberToObject(sm, "needles", needles);
-        cJSON_AddNumberToObject(sm, "queries", queries);
-        cJSON_AddItemToObject(sm, "ctx", cJSON_CreateIntArray(ctxs, n_ctx));
-        cJSON_AddItemToObject(sm, "depths", cJSON_CreateIntArray(depths, n_depth));
-        cJSON_AddNumberToObject(sm, "samples", samples);
-        cJSON_AddNumberToObject(sm, "seed", (double)seed);
-        cJSON_AddNumberToObject(sm, "n_prompts", total);
-        cJSON_AddNumberToObject(sm, "accuracy", (double)all / total);
-        if (attn_bits) cJSON_AddNumberToObject(sm, "attn_bits", attn_bits);
-        if (rs && n_cmp) {
-            cJSON_AddStringToObject(sm, "logits_vs", logits_vs);
-            cJSON_AddNumberToObject(sm, "logits_nmse_mean", nmse_sum / n_cmp);
-            cJSON_AddNumberToObject(sm, "logits_nmse_max", nmse_max);
-            cJSON_AddNumberToObject(sm, "top1_agreement", (double)top1_same / n_cmp);
-        }
-        cJSON_AddItemReferenceToObject(root, "samples", jarr);
-        char *txt = cJSON_Print(root);
-        cJSON_Delete(root);
-        int bad = cli_out_write_text("niah: --json", json, txt);
-        free(txt);
-        if (bad) goto done;
+               a->logits_vs, e->nmse_sum / e->n_cmp, e->nmse_max, (double)e->top1_same / e->n_cmp, e->top1_same,
+               e->n_cmp);
+}
+
+/* the shape of python/niah/eval.py's output: {"summary": {...}, "samples": [...]}; 0, else 1 */
+static int niah_write_json(const niah_eval *e) {
+    const niah_args *a = e->a;
+    cJSON *root = cJSON_CreateObject(), *sm = cJSON_AddObjectToObject(root, "summary");
+    cJSON_AddStringToObject(sm, "model", a->model);
+    cJSON_AddStringToObject(sm, "backend", a->backend);
+    cJSON_AddNumberToObject(sm, "needles", a->needles);
+    cJSON_AddNumberToObject(sm, "queries", a->queries);
+    cJSON_AddItemToObject(sm, "ctx", cJSON_CreateIntArray(a->ctxs, a->n_ctx));
+    cJSON_AddItemToObject(sm, "depths", cJSON_CreateIntArray(a->depths, a->n_depth));
+    cJSON_AddNumberToObject(sm, "samples", a->samples);
+    cJSON_AddNumberToObject(sm, "seed", (double)a->seed);
+    cJSON_AddNumberToObject(sm, "n_prompts", e->total);
+    cJSON_AddNumberToObject(sm, "accuracy", (double)e->all / e->total);
+    if (a->attn_bits) cJSON_AddNumberToObject(sm, "attn_bits", a->attn_bits);
+    if (e->rs && e->n_cmp) {
+        cJSON_AddStringToObject(sm, "logits_vs", a->logits_vs);
+        cJSON_AddNumberToObject(sm, "logits_nmse_mean", e->nmse_sum / e->n_cmp);
+        cJSON_AddNumberToObject(sm, "logits_nmse_max", e->nmse_max);
+        cJSON_AddNumberToObject(sm, "top1_agreement", (double)e->top1_same / e->n_cmp);
     }
-    rc = 0;
-    if (min_accuracy >= 0 && (double)all < min_accuracy * total) {
-        printf("FAIL: accuracy %.3f is below --min-accuracy %.3f\n", (double)all / total, min_accuracy);
+    cJSON_AddItemReferenceToObject(root, "samples", e->jarr);
+    char *txt = cJSON_Print(root);
+    cJSON_Delete(root);
+    int bad = cli_out_write_text("niah: --json", a->json, txt);
+    free(txt);
+    return bad ? 1 : 0;
+}
+
+/* --min-accuracy, --no-fallback, --compare: the exit status */
+static int niah_verdict(const niah_eval *e) {
+    const niah_args *a = e->a;
+    int rc = 0;
+    if (a->min_accuracy >= 0 && (double)e->all < a->min_accuracy * e->total) {
+        printf("FAIL: accuracy %.3f is below --min-accuracy %.3f\n", (double)e->all / e->total, a->min_accuracy);
         rc = 1;
     }
     char fb[512];
-    int nfb = drt_session_fallbacks(s, fb, sizeof fb);
+    int nfb = drt_session_fallbacks(e->s, fb, sizeof fb);
     if (nfb) {
-        printf("backend %s: %d node runs fell back to the CPU reference: %s\n", backend, nfb, fb);
-        if (no_fallback) {
+        printf("backend %s: %d node runs fell back to the CPU reference: %s\n", a->backend, nfb, fb);
+        if (a->no_fallback) {
             printf("FAIL: --no-fallback\n");
             rc = 1;
         }
     }
-    if (compare) {
-        int crc = compare_runs(compare, jarr, needles, queries, seed, min_agree);
+    if (a->compare) {
+        int crc = compare_runs(a->compare, e->jarr, a->needles, a->queries, a->seed, a->min_agree);
         if (crc > rc) rc = crc;
     }
-done:
+    return rc;
+}
+
+int cmd_niah(int argc, char **argv) {
+    niah_args a;
+    int rc = niah_parse(argc, argv, &a);
+    if (rc != CLI_PARSED) return rc;
+    niah_eval *e = calloc(1, sizeof *e);
+    if (!e) return cli_die("niah: out of memory%s", "");
+    e->a = &a;
+    e->jarr = a.json || a.compare ? cJSON_CreateArray() : NULL;
+    if (!(rc = niah_setup(e)) && !(rc = niah_eval_all(e))) {
+        niah_print(e);
+        rc = a.json ? niah_write_json(e) : 0;
+        if (!rc) rc = niah_verdict(e);
+    }
     drt_ref_set_analysis(NULL);
-    cJSON_Delete(jarr);
-    free(logits);
-    free(rlogits);
-    free(attn);
-    drt_tokenizer_free(tok);
-    drt_session_free(s);
-    drt_session_free(rs);
-    drt_model_free(m);
-    drt_model_free(rm);
+    cJSON_Delete(e->jarr);
+    free(e->logits);
+    free(e->rlogits);
+    free(e->attn);
+    drt_tokenizer_free(e->tok);
+    drt_session_free(e->s);
+    drt_session_free(e->rs);
+    drt_model_free(e->m);
+    drt_model_free(e->rm);
+    free(e);
     return rc;
 }

@@ -25,18 +25,18 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "drt_quant.h"
 #include "safetensors.h"
 
-static const char USAGE_Q[] =
-    "usage: diffrt quantize --model DIR --type q8_0|q4_0 --out DIR2 [--force]\n"
-    "  writes DIR2/model.safetensors with DIR's projection weights quantized\n"
-    "  (2-D *.weight tensors but the embedding, rows a multiple of 32), everything\n"
-    "  else as stored, and copies config.json and tokenizer.json. DIR2 must not exist\n"
-    "  or be empty; with --force an existing DIR2 is replaced as a whole. DIR2 is\n"
-    "  written beside itself under a temporary name, checked, then moved into place\n";
+static const char ABOUT_Q[] =
+    "Writes DIR2/model.safetensors with DIR's projection weights quantized (2-D *.weight\n"
+    "tensors but the embedding, rows a multiple of 32), everything else as stored, and copies\n"
+    "config.json and tokenizer.json. DIR2 must not exist or be empty; with --force an existing\n"
+    "DIR2 is replaced as a whole. DIR2 is written beside itself under a temporary name, checked,\n"
+    "then moved into place.\n";
 
 /* Is tensor t one diffrt quantize converts? */
 static int quantizable(const drt_st_tensor *t) {
@@ -69,33 +69,55 @@ static int copy_file(const char *dir, const char *out, const char *name, int req
     return 0;
 }
 
+/* t's rows quantized to qt into *out (malloc'd, *qb bytes); *row is the f32 scratch row. 0, else 1 */
+static int quantize_tensor(const drt_st_tensor *t, drt_dtype qt, const char *model, float **row, size_t *row_cap,
+                           void **out, size_t *qb) {
+    int64_t rows = t->shape[0], cols = t->shape[1];
+    *qb = drt_row_bytes(qt, cols) * (size_t)rows;
+    void *q = malloc(*qb ? *qb : 1);
+    if ((size_t)cols > *row_cap) {
+        free(*row);
+        *row_cap = (size_t)cols;
+        *row = malloc(*row_cap * sizeof **row);
+    }
+    if (!q || !*row) {
+        free(q);
+        fprintf(stderr, "diffrt: quantize: out of memory for %s\n", t->name);
+        return 1;
+    }
+    *out = q;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c++) {
+            (*row)[c] = drt_st_elem_f32(t, r * cols + c);
+            if (!isfinite((*row)[c])) {
+                fprintf(stderr, "diffrt: quantize: %s: tensor \"%s\" holds a non-finite value at [%lld, %lld]\n",
+                        model, t->name, (long long)r, (long long)c);
+                return 1;
+            }
+        }
+        drt_quantize_row(*row, qt, (char *)q + drt_row_bytes(qt, cols) * (size_t)r, cols);
+    }
+    return 0;
+}
+
 int cmd_quantize(int argc, char **argv) {
     const char *model = NULL, *type = NULL, *out = NULL;
     int force = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(USAGE_Q, stdout);
-            return 0;
-        } else if (strcmp(a, "--force") == 0) {
-            force = 1;
-            continue;
-        } else if (!v) {
-            if (!cli_word_in(a, "--model --type --out"))
-                return cli_die("quantize: unknown argument \"%s\" (see diffrt quantize --help)", a);
-            return cli_die("quantize: %s needs a value (see diffrt quantize --help)", a);
-        } else if (strcmp(a, "--model") == 0) {
-            model = v;
-        } else if (strcmp(a, "--type") == 0) {
-            type = v;
-        } else if (strcmp(a, "--out") == 0) {
-            out = v;
-        } else {
-            return cli_die("quantize: unknown argument \"%s\" (see diffrt quantize --help)", a);
-        }
-        i++;
-    }
-    if (!model || !type || !out) return cli_die("quantize: --model DIR, --type q8_0|q4_0 and --out DIR2 are required%s", "");
+    const cli_opt opts[] = {
+        {.name = "--model", .kind = CLI_STR, .dst = &model, .meta = "DIR", .help = "the model to quantize"},
+        {.name = "--type", .kind = CLI_STR, .dst = &type, .meta = "q8_0|q4_0",
+         .help = "8-bit or 4-bit blocks (docs/quantization.md)"},
+        {.name = "--out", .kind = CLI_STR, .dst = &out, .meta = "DIR2", .help = "the quantized model's directory"},
+        {.name = "--force", .kind = CLI_FLAG, .dst = &force, .help = "replace an existing DIR2 as a whole"},
+        {0}};
+    const cli_cmd cmd = {.name = "quantize",
+                         .synopsis = "--model DIR --type q8_0|q4_0 --out DIR2 [--force]",
+                         .about = ABOUT_Q,
+                         .opts = opts};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc != CLI_PARSED) return prc;
+    if (!model || !type || !out)
+        return cli_die("quantize: --model DIR, --type q8_0|q4_0 and --out DIR2 are required%s", "");
     drt_dtype qt = strcmp(type, "q8_0") == 0 ? DRT_Q8_0 : strcmp(type, "q4_0") == 0 ? DRT_Q4_0 : DRT_DTYPE_COUNT;
     if (qt == DRT_DTYPE_COUNT) return cli_die("quantize: --type must be q8_0 or q4_0, got \"%s\"", type);
 
@@ -138,32 +160,10 @@ int cmd_quantize(int argc, char **argv) {
             continue;
         }
         int64_t rows = t->shape[0], cols = t->shape[1];
-        size_t qb = drt_row_bytes(qt, cols) * (size_t)rows;
-        void *q = malloc(qb ? qb : 1);
-        if ((size_t)cols > row_cap) {
-            free(row);
-            row_cap = (size_t)cols;
-            row = malloc(row_cap * sizeof *row);
-        }
-        if (!q || !row) {
-            free(q);
-            fprintf(stderr, "diffrt: quantize: out of memory for %s\n", t->name);
-            goto done;
-        }
-        owned[i] = q;
-        for (int64_t r = 0; r < rows; r++) {
-            for (int64_t c = 0; c < cols; c++) {
-                row[c] = drt_st_elem_f32(t, r * cols + c);
-                if (!isfinite(row[c])) {
-                    fprintf(stderr, "diffrt: quantize: %s: tensor \"%s\" holds a non-finite value at [%lld, %lld]\n",
-                            model, t->name, (long long)r, (long long)c);
-                    goto done;
-                }
-            }
-            drt_quantize_row(row, qt, (char *)q + drt_row_bytes(qt, cols) * (size_t)r, cols);
-        }
+        size_t qb = 0;
+        if (quantize_tensor(t, qt, model, &row, &row_cap, &owned[i], &qb)) goto done;
         w[i].dtype = qt;
-        w[i].data = q;
+        w[i].data = owned[i];
         bytes_out += qb;
         nq++;
         /* progress: one updated line on a terminal, else a line per tenth */

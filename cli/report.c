@@ -25,20 +25,18 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "opts.h"
 #include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "safetensors.h" /* drt_read_text_file */
 
-static const char *REPORT_USAGE =
-    "usage: diffrt report FILE... --out DIR\n"
-    "\n"
-    "  Merges `diffrt bench --json` files (any machines, backends) into\n"
-    "  DIR/report.md: one table per model and pp/tg setting, a row per (host,\n"
-    "  device, backend) with pp and tg tok/s, the decode and prefill roofline\n"
-    "  fractions and the top ops; and SVG charts next to it: tokens_per_s-K.svg\n"
-    "  (pp and tg bars) and ops-K.svg (time per op type) for table K.\n"
-    "  DIR is created when missing. Exit status 2 on bad arguments or a file\n"
-    "  that is not a bench result (named), 1 when DIR cannot be written.\n";
+static const char REPORT_ABOUT[] =
+    "Merges `diffrt bench --json` files (any machines, backends) into DIR/report.md: one table\n"
+    "per model and pp/tg setting, a row per (host, device, backend) with pp and tg tok/s, the\n"
+    "decode and prefill roofline fractions and the top ops; and SVG charts next to it:\n"
+    "tokens_per_s-K.svg (pp and tg bars) and ops-K.svg (time per op type) for table K.\n"
+    "DIR is created when missing. Exit status 2 on bad arguments or a file that is not a\n"
+    "bench result (named), 1 when DIR cannot be written.\n";
 
 /* ---- escaping ------------------------------------------------------------------ */
 
@@ -1063,23 +1061,19 @@ int cmd_report(int argc, char **argv) {
     char **files = calloc((size_t)argc + 1, sizeof *files);
     int nfiles = 0;
     if (!files) return cli_die("report: out of memory%s", "");
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            fputs(REPORT_USAGE, stdout);
-            free(files);
-            return 0;
-        } else if (strcmp(argv[i], "--out") == 0) {
-            if (i + 1 >= argc) {
-                free(files);
-                return cli_die("report: --out needs a value (see diffrt report --help)%s", "");
-            }
-            out = argv[++i];
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            free(files);
-            return cli_die("report: unknown argument \"%s\" (see diffrt report --help)", argv[i]);
-        } else {
-            files[nfiles++] = argv[i];
-        }
+    const cli_opt opts[] = {
+        {.name = "--out", .kind = CLI_STR, .dst = &out, .meta = "DIR", .help = "where report.md and the charts go"},
+        {0}};
+    const cli_cmd cmd = {.name = "report",
+                         .synopsis = "FILE... --out DIR",
+                         .about = REPORT_ABOUT,
+                         .opts = opts,
+                         .positional = files,
+                         .n_positional = &nfiles};
+    int prc = cli_parse(&cmd, argc, argv);
+    if (prc != CLI_PARSED) {
+        free(files);
+        return prc;
     }
     if (!nfiles) {
         free(files);
