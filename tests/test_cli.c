@@ -222,6 +222,112 @@ static void last_argument(void) {
     }
 }
 
+/* Every command's --help comes from its option table (cli/opts.c): the usage
+ * line, then a line per option; each option the command takes is listed
+ * there, at the start of its line ("  --name" or "  -x, --name"). */
+static void help_lists_options(void) {
+    static const struct {
+        const char *cmd, *opts;
+    } cmds[] = {
+        {"run", "--model --tokens --prompt --prompt-file -n --backend --threads --device --ctx --temp --top-k --top-p "
+                "--seed --no-stop -v,_--verbose -h,_--help"},
+        {"niah", "--model --needles --queries --ctx --depths --samples --seed --backend --device --threads "
+                 "--attention --json --compare --min-accuracy --min-agree --no-fallback --logits-vs --attn-bits "
+                 "-h,_--help"},
+        {"conform", "--backend --require --op --device --models --json --junit --list --perf --repeats --warmup "
+                    "-h,_--help"},
+        {"bench", "--model --backend -p -n -r --device --threads --peak-gbps --peak-gflops --json --csv --md "
+                  "-h,_--help"},
+        {"report", "--out -h,_--help"},
+        {"quantize", "--model --type --out --force -h,_--help"},
+        {"analyze", "--model --samples --depths --seed --ctx --json -h,_--help"},
+        {"info", "--model --backend -h,_--help"},
+    };
+    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++)
+        for (int h = 0; h < 2; h++) {
+            char cmd[1024], out[16384], want[128], opts[512];
+            snprintf(cmd, sizeof cmd, "'%s' %s %s 2>/dev/null", DRT_CLI_PATH, cmds[c].cmd, h ? "-h" : "--help");
+            int rc = run(cmd, out, sizeof out);
+            snprintf(want, sizeof want, "usage: diffrt %s ", cmds[c].cmd);
+            DRT_CHECK(rc == 0 && strncmp(out, want, strlen(want)) == 0,
+                      "diffrt %s %s: exit %d (want 0), stdout should start with \"%s\":\n%s", cmds[c].cmd,
+                      h ? "-h" : "--help", rc, want, out);
+            snprintf(opts, sizeof opts, "%s", cmds[c].opts);
+            for (char *o = strtok(opts, " "); o; o = strtok(NULL, " ")) {
+                for (char *u = o; *u; u++)
+                    if (*u == '_') *u = ' ';
+                char line[96];
+                snprintf(line, sizeof line, "\n  %s", o);
+                const char *at = strstr(out, line);
+                char next = at ? at[strlen(line)] : 0;
+                DRT_CHECK(at && (next == ' ' || next == '\n'),
+                          "diffrt %s --help: no line for option \"%s\":\n%s", cmds[c].cmd, o, out);
+            }
+        }
+}
+
+/* The option parser on hostile and odd arguments: exit status and the one
+ * line it prints. */
+static void option_parser(void) {
+#define GQA DRT_FIXTURES_DIR "/hf_llama_gqa"
+    static const cli_case cases[] = {
+        /* unknown: names the command's own --help; --opt=value is not a form the parser takes */
+        {"run --bogus", 2, "diffrt: run: unknown argument \"--bogus\" (see diffrt run --help)"},
+        {"niah --model x -q", 2, "diffrt: niah: unknown argument \"-q\" (see diffrt niah --help)"},
+        {"run --model " GQA " --tokens 1 --ctx=8", 2, "unknown argument \"--ctx=8\""},
+        {"info --verbose", 2, "diffrt: info: unknown argument \"--verbose\" (see diffrt info --help)"},
+        {"report a.json stray-arg --out", 2, "diffrt: report: --out needs a value (see diffrt report --help)"},
+        {"report --out d -x", 2, "diffrt: report: unknown argument \"-x\""},
+        /* a missing value */
+        {"conform --list --repeats", 2, "diffrt: conform: --repeats needs a value (see diffrt conform --help)"},
+        {"analyze --model", 2, "diffrt: analyze: --model needs a value (see diffrt analyze --help)"},
+        /* bad values: the option's own wording, then the value */
+        {"run --model " GQA " --tokens 1 --ctx 0", 2,
+         "diffrt: run: --ctx wants an integer in [1, 16777216], got \"0\""},
+        {"run --model " GQA " --tokens 1 --threads 1025", 2,
+         "run: --threads wants an integer in [1, 1024], got \"1025\""},
+        {"run --model " GQA " --tokens 1 -n -1", 2, "run: -n wants an integer >= 0, got \"-1\""},
+        {"run --model " GQA " --tokens 1 --temp inf", 2, "run: --temp wants a finite number >= 0, got \"inf\""},
+        {"run --model " GQA " --tokens 1 --top-p nan", 2, "run: --top-p wants a number in (0, 1], got \"nan\""},
+        {"run --model " GQA " --tokens 1 --top-k 1x", 2, "run: --top-k wants an integer >= 0, got \"1x\""},
+        {"run --model " GQA " --tokens 1 --seed 99999999999999999999", 2, "run: --seed wants an integer >= 0"},
+        {"niah --model x --seed -1", 2, "niah: --seed wants an integer >= 0, got \"-1\""},
+        {"niah --model x --needles 65", 2, "niah: --needles wants 1..64, got \"65\""},
+        {"niah --model x --samples 4294967297", 2, "niah: --samples wants an integer >= 1, got \"4294967297\""},
+        {"niah --model x --min-agree 1.5", 2, "niah: --min-agree wants a fraction 0..1, got \"1.5\""},
+        {"niah --model x --min-accuracy -0.1", 2, "niah: --min-accuracy wants a fraction 0..1, got \"-0.1\""},
+        {"niah --model x --attn-bits 25", 2, "niah: --attn-bits wants 2..24, got \"25\""},
+        {"niah --model x --ctx 128,", 2, "niah: --ctx wants comma-separated lengths, got \"128,\""},
+        {"niah --model x --depths 0,101", 2, "niah: --depths wants comma-separated percents 0..100, got \"0,101\""},
+        {"conform --warmup -1", 2, "conform: --warmup wants an integer >= 0, got \"-1\""},
+        {"bench --peak-gbps 0", 2, "bench: --peak-gbps wants a number > 0, got \"0\""},
+        {"bench -r 1001", 2, "bench: -r wants an integer in [1, 1000], got \"1001\""},
+        {"analyze --ctx 15", 2, "analyze: --ctx wants 16..1048576, got \"15\""},
+        {"analyze --depths ,", 2, "analyze: --depths wants percents 0..100, got \",\""},
+        /* repeated: a flag twice is the flag; a value option takes its last value */
+        {"run --model /nonexistent --model " GQA " --tokens 1,2 -n 1 -v --verbose", 0, "node runs fell back"},
+        {"run --model " GQA " --tokens 1,2 -n 1 --ctx 1 --ctx 8 --no-stop --no-stop", 0, "prefill: 2 tokens"},
+        {"bench --csv --csv --backend cpu", 2, "bench: --model DIR is required"},
+        {"bench --csv --md", 2, "bench: give one of --csv and --md"},
+        {"quantize --force --force --model x", 2,
+         "quantize: --model DIR, --type q8_0|q4_0 and --out DIR2 are required"},
+        /* a value that looks like an option is the value */
+        {"run --model --tokens --tokens 1", 1, "--tokens/config.json"},
+    };
+#undef GQA
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[2048], out[8192];
+        snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", DRT_CLI_PATH, cases[i].args);
+        int rc = run(cmd, out, sizeof out);
+        DRT_CHECK(rc == cases[i].want_rc && strstr(out, cases[i].must_say),
+                  "diffrt %s: exit %d (want %d), output should say \"%s\":\n%s", cases[i].args, rc, cases[i].want_rc,
+                  cases[i].must_say, out);
+        if (cases[i].want_rc == 2)
+            DRT_CHECK(strchr(out, '\n') == out + strlen(out) - 1, "diffrt %s: want one line:\n%s", cases[i].args,
+                      out);
+    }
+}
+
 /* The reference backend's allocation failure names "ref" (it said "cpu"):
  * a 16M-position KV cache under a 1 GiB address-space limit. Not under the
  * sanitizers (their shadow memory needs far more address space). */
@@ -296,6 +402,8 @@ int main(void) {
     text_mode();
     niah_compare();
     last_argument();
+    help_lists_options();
+    option_parser();
     ref_oom_names_ref();
 
     const cli_case cases[] = {
