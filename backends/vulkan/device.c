@@ -71,6 +71,83 @@ static void pin_driver_libraries(void) {
 static void pin_driver_libraries(void) {}
 #endif
 
+/* What instance creation enables: layers, extensions, flags, and the
+ * messenger chained into VkInstanceCreateInfo (next) so that instance
+ * creation itself is validated. */
+typedef struct {
+    const char *layers[1];
+    uint32_t n_layers;
+    const char *exts[4];
+    uint32_t n_exts;
+    VkInstanceCreateFlags flags;
+    VkValidationFeatureEnableEXT enables[1];
+    VkValidationFeaturesEXT vfeat;
+    VkDebugUtilsMessengerCreateInfoEXT mci;
+    const void *next;
+} inst_setup;
+
+/* VK_KHR_portability_enumeration where the loader has it: lists devices
+ * that are not fully conformant (e.g. MoltenVK) too */
+static int add_portability(vk_fns *f, inst_setup *st, char *why, size_t n) {
+    uint32_t ne = 0;
+    f->vkEnumerateInstanceExtensionProperties(NULL, &ne, NULL);
+    VkExtensionProperties *ep = calloc(ne + 1, sizeof *ep);
+    if (!ep) {
+        snprintf(why, n, "out of memory");
+        return -1;
+    }
+    f->vkEnumerateInstanceExtensionProperties(NULL, &ne, ep);
+    if (has_ext(ep, ne, "VK_KHR_portability_enumeration")) {
+        st->exts[st->n_exts++] = "VK_KHR_portability_enumeration";
+        st->flags |= VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR;
+    }
+    free(ep);
+    return 0;
+}
+
+/* DIFFRT_VK_VALIDATION=1: the Khronos validation layer (an error when it is
+ * not installed), debug utils, synchronization validation where the layer
+ * offers validation features, and the messenger chained in */
+static int add_validation(vk_fns *f, inst_setup *st, char *why, size_t n) {
+    const char *lname = "VK_LAYER_KHRONOS_validation";
+    uint32_t nl = 0;
+    f->vkEnumerateInstanceLayerProperties(&nl, NULL);
+    VkLayerProperties *lp = calloc(nl + 1, sizeof *lp);
+    if (!lp) {
+        snprintf(why, n, "out of memory");
+        return -1;
+    }
+    f->vkEnumerateInstanceLayerProperties(&nl, lp);
+    bool found = false;
+    for (uint32_t i = 0; i < nl; i++)
+        if (strcmp(lp[i].layerName, lname) == 0) found = true;
+    free(lp);
+    if (!found) {
+        snprintf(why, n,
+                 "DIFFRT_VK_VALIDATION is set but %s is not installed (Debian: apt-get install "
+                 "vulkan-validationlayers)",
+                 lname);
+        return -1;
+    }
+    st->layers[st->n_layers++] = lname;
+    st->exts[st->n_exts++] = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    uint32_t nle = 0;
+    f->vkEnumerateInstanceExtensionProperties(lname, &nle, NULL);
+    VkExtensionProperties *le = calloc(nle + 1, sizeof *le);
+    if (!le) {
+        snprintf(why, n, "out of memory");
+        return -1;
+    }
+    f->vkEnumerateInstanceExtensionProperties(lname, &nle, le);
+    if (has_ext(le, nle, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME)) {
+        st->exts[st->n_exts++] = VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME;
+        st->mci.pNext = &st->vfeat;
+    }
+    free(le);
+    st->next = &st->mci;
+    return 0;
+}
+
 /* Creates an instance (Vulkan 1.1) with the function table loaded. With
  * DIFFRT_VK_VALIDATION=1: the Khronos validation layer, synchronization
  * validation and a messenger (also covering instance creation itself). */
@@ -90,82 +167,21 @@ static int create_instance(vk_fns *f, VkInstance *inst, VkDebugUtilsMessengerEXT
         snprintf(why, n, "%s", drt_last_error());
         return -1;
     }
-    const char *layers[1];
-    uint32_t n_layers = 0;
-    const char *exts[4];
-    uint32_t n_exts = 0;
-    VkInstanceCreateFlags flags = 0;
-
-    uint32_t ne = 0;
-    f->vkEnumerateInstanceExtensionProperties(NULL, &ne, NULL);
-    VkExtensionProperties *ep = calloc(ne + 1, sizeof *ep);
-    if (!ep) {
-        snprintf(why, n, "out of memory");
-        return -1;
-    }
-    f->vkEnumerateInstanceExtensionProperties(NULL, &ne, ep);
-    /* lists devices that are not fully conformant (e.g. MoltenVK) too */
-    if (has_ext(ep, ne, "VK_KHR_portability_enumeration")) {
-        exts[n_exts++] = "VK_KHR_portability_enumeration";
-        flags |= VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR;
-    }
-    free(ep);
-
-    VkValidationFeatureEnableEXT enables[] = {
-        VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT};
-    VkValidationFeaturesEXT vfeat = {
-        .sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT,
-        .enabledValidationFeatureCount = 1,
-        .pEnabledValidationFeatures = enables,
+    inst_setup st = {
+        .enables = {VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT},
+        .vfeat = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT,
+                  .enabledValidationFeatureCount = 1},
+        .mci = {.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
+                .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                                   VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+                .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
+                               VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                               VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+                .pfnUserCallback = debug_cb},
     };
-    VkDebugUtilsMessengerCreateInfoEXT mci = {
-        .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
-        .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
-                           VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
-        .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
-                       VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
-                       VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
-        .pfnUserCallback = debug_cb,
-    };
-    const void *next = NULL;
-    if (validate) {
-        const char *lname = "VK_LAYER_KHRONOS_validation";
-        uint32_t nl = 0;
-        f->vkEnumerateInstanceLayerProperties(&nl, NULL);
-        VkLayerProperties *lp = calloc(nl + 1, sizeof *lp);
-        if (!lp) {
-            snprintf(why, n, "out of memory");
-            return -1;
-        }
-        f->vkEnumerateInstanceLayerProperties(&nl, lp);
-        bool found = false;
-        for (uint32_t i = 0; i < nl; i++)
-            if (strcmp(lp[i].layerName, lname) == 0) found = true;
-        free(lp);
-        if (!found) {
-            snprintf(why, n,
-                     "DIFFRT_VK_VALIDATION is set but %s is not installed (Debian: apt-get install "
-                     "vulkan-validationlayers)",
-                     lname);
-            return -1;
-        }
-        layers[n_layers++] = lname;
-        exts[n_exts++] = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
-        uint32_t nle = 0;
-        f->vkEnumerateInstanceExtensionProperties(lname, &nle, NULL);
-        VkExtensionProperties *le = calloc(nle + 1, sizeof *le);
-        if (!le) {
-            snprintf(why, n, "out of memory");
-            return -1;
-        }
-        f->vkEnumerateInstanceExtensionProperties(lname, &nle, le);
-        if (has_ext(le, nle, VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME)) {
-            exts[n_exts++] = VK_EXT_VALIDATION_FEATURES_EXTENSION_NAME;
-            mci.pNext = &vfeat;
-        }
-        free(le);
-        next = &mci;
-    }
+    st.vfeat.pEnabledValidationFeatures = st.enables;
+    if (add_portability(f, &st, why, n) != 0) return -1;
+    if (validate && add_validation(f, &st, why, n) != 0) return -1;
     VkApplicationInfo app = {
         .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
         .pApplicationName = "diffrt",
@@ -174,13 +190,13 @@ static int create_instance(vk_fns *f, VkInstance *inst, VkDebugUtilsMessengerEXT
     };
     VkInstanceCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
-        .pNext = next,
-        .flags = flags,
+        .pNext = st.next,
+        .flags = st.flags,
         .pApplicationInfo = &app,
-        .enabledLayerCount = n_layers,
-        .ppEnabledLayerNames = layers,
-        .enabledExtensionCount = n_exts,
-        .ppEnabledExtensionNames = exts,
+        .enabledLayerCount = st.n_layers,
+        .ppEnabledLayerNames = st.layers,
+        .enabledExtensionCount = st.n_exts,
+        .ppEnabledExtensionNames = st.exts,
     };
     VkResult r = f->vkCreateInstance(&ci, NULL, inst);
     if (r != VK_SUCCESS) {
@@ -198,8 +214,8 @@ static int create_instance(vk_fns *f, VkInstance *inst, VkDebugUtilsMessengerEXT
         return -1;
     }
     if (validate) {
-        mci.pNext = NULL;
-        r = f->vkCreateDebugUtilsMessengerEXT(*inst, &mci, NULL, msg);
+        st.mci.pNext = NULL;
+        r = f->vkCreateDebugUtilsMessengerEXT(*inst, &st.mci, NULL, msg);
         if (r != VK_SUCCESS) {
             snprintf(why, n, "vkCreateDebugUtilsMessengerEXT failed: %s", vk_result_str(r));
             f->vkDestroyInstance(*inst, NULL);
