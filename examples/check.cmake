@@ -2,7 +2,7 @@
 # example cannot rot:
 #   cmake -DMODE=run -DEXE=generate -DMODEL=models/diff-v1-tiny -P check.cmake
 #     runs the example on the model's prompt.txt: exit 0, and it answers " 6019."
-#   cmake -DMODE=readme -DREADME=README.md -DEXAMPLE=examples/generate.c -DSRC=. -P check.cmake
+#   cmake -DMODE=readme -DREADME=README.md -DEXAMPLE=examples/generate.c -P check.cmake
 #     the README holds the example file byte for byte as one ```c block, and the
 #     two newcomer commands as they are run by readme_main_job and scripts/test.sh
 cmake_minimum_required(VERSION 3.20)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's NIAH results table: every bundled model (models/*/) on every
+# The NIAH results table of docs/results.md: every bundled model (models/*/) on every
 # backend given, measured by `diffrt niah` (N=1, R=1, the model's training
 # context, 40 samples x depths 0,25,50,75,100, seed 0, --attention) beside
 # the PyTorch run of the same prompts (models/*/niah_python.json).
