@@ -7,11 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "drt_util.h" /* drt_now_s; header-only, libdiffrt is not linked */
 
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -32,9 +28,9 @@ int main(int argc, char **argv) {
         for (long i = 0; i < (long)N * K; i++) w[i] = (float)((i * 104729 % 2001) - 1000) / 1000.0f;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, N, K, 1.0f, x, K, w, K, 0.0f, y, N);
         for (int r = 0; r < reps; r++) {
-            double t0 = now_s();
+            double t0 = drt_now_s();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, N, K, 1.0f, x, K, w, K, 0.0f, y, N);
-            t[r] = now_s() - t0;
+            t[r] = drt_now_s() - t0;
         }
         qsort(t, (size_t)reps, sizeof(double), cmp);
         double med = t[reps / 2];

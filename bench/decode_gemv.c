@@ -27,12 +27,7 @@
 #include "diffrt/diffrt.h"
 #include "drt_error.h"
 #include "drt_graph.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+#include "drt_util.h"
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -193,9 +188,9 @@ int main(int argc, char **argv) {
     drt_exec ex = {0};
     for (int i = 0; st == DRT_OK && i < 2; i++) st = drt_plan_run(p, &ex);
     for (long i = 0; st == DRT_OK && t && i < reps; i++) {
-        double t0 = now_s();
+        double t0 = drt_now_s();
         st = drt_plan_run(p, &ex);
-        t[i] = now_s() - t0;
+        t[i] = drt_now_s() - t0;
     }
     int rc = 0;
     if (st != DRT_OK || !t || !xs) {

@@ -11,18 +11,14 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "drt_util.h" /* drt_now_s; header-only, libdiffrt is not linked */
+
 typedef struct {
     const uint64_t *p;
     size_t n;
     uint64_t sum;
     pthread_barrier_t *bar;
 } job;
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 static void *reader(void *arg) {
     job *j = arg;
@@ -80,9 +76,9 @@ int main(int argc, char **argv) {
             pthread_create(&th[t], NULL, reader, &jobs[t]);
         }
         pthread_barrier_wait(&bar);
-        double t0 = now();
+        double t0 = drt_now_s();
         pthread_barrier_wait(&bar);
-        double dt = now() - t0;
+        double dt = drt_now_s() - t0;
         for (int t = 0; t < nth; t++) {
             pthread_join(th[t], NULL);
             check += jobs[t].sum;

@@ -36,6 +36,7 @@
 
 #include "diffrt/diffrt.h"
 #include "drt_half.h"
+#include "drt_util.h"
 #include "safetensors.h"
 
 enum { D = 2048, F = 8192, L = 16, NQ = 32, NKV = 8, HD = 64, V = 128256 };
@@ -59,22 +60,9 @@ static const char *CONFIG =
     "  \"torch_dtype\": \"bfloat16\"\n"
     "}\n";
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static uint64_t mix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 static int file_has(const char *path, const char *text) {
@@ -124,7 +112,7 @@ static int write_checkpoint(const char *dir) {
         perror(dir);
         return 1;
     }
-    double t0 = now_s();
+    double t0 = drt_now_s();
     /* one pool of random bf16 values; every matrix is a window into it */
     const int64_t big = (int64_t)V * D, pool_n = 2 * big;
     uint16_t *pool = malloc(sizeof(uint16_t) * (size_t)pool_n);
@@ -136,15 +124,15 @@ static int write_checkpoint(const char *dir) {
     }
     uint64_t seed = 42;
     for (int64_t i = 0; i < pool_n; i += 4) {
-        uint64_t r = mix(&seed);
+        uint64_t r = drt_splitmix64(&seed);
         for (int j = 0; j < 4 && i + j < pool_n; j++) {
             double u = (double)((r >> (16 * j)) & 0xffff) / 65535.0;
             pool[i + j] = drt_f32_to_bf16((float)((2 * u - 1) * 0.02));
         }
     }
     for (int i = 0; i < F; i++) ones[i] = drt_f32_to_bf16(1.0f);
-    for (int i = 0; i < HD * 4 * L; i++) small[i] = drt_f32_to_bf16((float)(((mix(&seed) >> 11) * 0x1.0p-53 * 2 - 1) * 0.1));
-#define WIN(n) (pool + (int64_t)(mix(&seed) % (uint64_t)(pool_n - (n) + 1)))
+    for (int i = 0; i < HD * 4 * L; i++) small[i] = drt_f32_to_bf16((float)(((drt_splitmix64(&seed) >> 11) * 0x1.0p-53 * 2 - 1) * 0.1));
+#define WIN(n) (pool + (int64_t)(drt_splitmix64(&seed) % (uint64_t)(pool_n - (n) + 1)))
     static tensor_list tl;
     tl.n = 0;
     char nm[96];
@@ -190,7 +178,7 @@ static int write_checkpoint(const char *dir) {
         return 1;
     }
     fclose(f);
-    printf("checkpoint: wrote %s in %.1f s\n", dir, now_s() - t0);
+    printf("checkpoint: wrote %s in %.1f s\n", dir, drt_now_s() - t0);
     return 0;
 }
 
@@ -244,7 +232,7 @@ int main(int argc, char **argv) {
 
     drt_model *m = NULL;
     drt_session *s = NULL;
-    double t0 = now_s();
+    double t0 = drt_now_s();
     if (drt_model_load(dir, &m) != DRT_OK) {
         fprintf(stderr, "load: %s\n", drt_last_error());
         return 1;
@@ -257,7 +245,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("model: %s, %lld parameters, loaded and uploaded in %.1f s\n", I.arch_name, (long long)I.n_params,
-           now_s() - t0);
+           drt_now_s() - t0);
 
     /* bytes a decode step must read: every layer matrix, the norms (f32 on
      * the device), the LM head (= the embedding, tied) */
@@ -269,23 +257,23 @@ int main(int argc, char **argv) {
     double *step = malloc(sizeof(double) * (size_t)N);
     if (!logits || !prompt || !step) return 1;
     uint64_t seed = 7;
-    for (int i = 0; i < P; i++) prompt[i] = (int32_t)(mix(&seed) % V);
-    t0 = now_s();
+    for (int i = 0; i < P; i++) prompt[i] = (int32_t)(drt_splitmix64(&seed) % V);
+    t0 = drt_now_s();
     if (drt_session_forward(s, prompt, P, logits, 0) != DRT_OK) {
         fprintf(stderr, "prefill: %s\n", drt_last_error());
         return 1;
     }
-    const double prefill_s = now_s() - t0;
+    const double prefill_s = drt_now_s() - t0;
     for (int i = 0; i < N; i++) {
         int32_t best = 0;
         for (int v = 1; v < V; v++)
             if (logits[v] > logits[best]) best = v;
-        double a = now_s();
+        double a = drt_now_s();
         if (drt_session_forward(s, &best, 1, logits, 0) != DRT_OK) {
             fprintf(stderr, "decode step %d: %s\n", i, drt_last_error());
             return 1;
         }
-        step[i] = now_s() - a;
+        step[i] = drt_now_s() - a;
     }
     char fb[512];
     int fallbacks = drt_session_fallbacks(s, fb, sizeof fb);

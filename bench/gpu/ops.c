@@ -32,25 +32,13 @@
 #include "diffrt/diffrt.h"
 #include "drt_graph.h"
 #include "drt_half.h"
+#include "drt_util.h"
 
 static int g_reps = 10;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static uint64_t mix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 /* t = uniform [-a, a] in t's dtype */
@@ -59,7 +47,7 @@ static drt_status fill(drt_tensor *t, float a, uint64_t seed) {
     void *h = malloc(drt_nbytes(t) + 4);
     if (!h) return DRT_ERR_OOM;
     for (int64_t i = 0; i < n; i++) {
-        float f = (float)(((double)(mix(&seed) >> 11) * (1.0 / 9007199254740992.0) * 2 - 1) * a);
+        float f = (float)(((double)(drt_splitmix64(&seed) >> 11) * (1.0 / 9007199254740992.0) * 2 - 1) * a);
         if (t->type == DRT_BF16) ((uint16_t *)h)[i] = drt_f32_to_bf16(f);
         else if (t->type == DRT_F16) ((uint16_t *)h)[i] = drt_f32_to_f16(f);
         else ((float *)h)[i] = f;
@@ -76,9 +64,9 @@ static drt_status time_plan(drt_plan *p, const drt_exec *ex, double *med) {
     drt_status s = DRT_OK;
     for (int i = 0; s == DRT_OK && i < 2; i++) s = drt_plan_run(p, ex);
     for (int i = 0; s == DRT_OK && i < g_reps; i++) {
-        double t0 = now_s();
+        double t0 = drt_now_s();
         s = drt_plan_run(p, ex);
-        t[i] = now_s() - t0;
+        t[i] = drt_now_s() - t0;
     }
     if (s == DRT_OK) {
         qsort(t, (size_t)g_reps, sizeof(double), cmp_d);
