@@ -15,11 +15,9 @@
  *             apart from the timed runs so it does not slow them; each op
  *             type's time is its least over the r forwards
  * Token ids come from a fixed LCG over the vocabulary: no tokenizer. */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +26,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "drt_util.h"
 #include "opts.h"
 #include "outfile.h"
 #include "diffrt/diffrt.h"
@@ -50,12 +49,6 @@ static const char BENCH_FOOTER[] =
     "unavailable (the others are still reported), 2 on bad arguments.\n";
 
 /* ---- small helpers ---------------------------------------------------------- */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The diffrt version for the record: "0.1.0 (commit abc1234)". */
 static const char *bench_version(void) {
@@ -110,8 +103,7 @@ static void host_describe(host_info *h) {
         break;
     }
     if (f) fclose(f);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    h->logical_cpus = n > 0 ? (int)n : 0;
+    h->logical_cpus = drt_cpu_online();
     f = fopen("/proc/loadavg", "r");
     if (f) {
         if (fscanf(f, "%lf %lf %lf", &h->load[0], &h->load[1], &h->load[2]) != 3)
@@ -245,13 +237,9 @@ static int32_t next_token(int vocab) {
 static int host_threads(const char *backend, long threads) {
     if (strcmp(backend, "ref") == 0) return 1;
     if (threads > 0) return (int)threads;
-    const char *env = getenv("DIFFRT_THREADS");
-    long n;
-    if (env && cli_parse_long(env, 1, 1024, &n)) return (int)n;
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
-    n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    int n; /* an unusable DIFFRT_THREADS is the session's error; here the CPUs this process may use */
+    if (drt_threads_env(drt_cpu_count(), &n) != DRT_OK) n = drt_cpu_count();
+    return n;
 }
 
 /* Keeps, per op type, the least time of the profiled forwards so far (one
@@ -351,12 +339,12 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
         progress(r->name, line);
         for (int k = 0; k < o->r; k++) {
             drt_session_reset(s);
-            double t0 = now_s();
+            double t0 = drt_now_s();
             if (drt_session_forward(s, ids, P, logits, 0) != DRT_OK) {
                 rc = fail_backend(r, "prefill");
                 goto done;
             }
-            r->pp.v[r->pp.n++] = P / (now_s() - t0);
+            r->pp.v[r->pp.n++] = P / (drt_now_s() - t0);
         }
         stat_finish(&r->pp);
     }
@@ -365,13 +353,13 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
         progress(r->name, line);
         for (int k = 0; k < o->r; k++) {
             drt_session_reset(s);
-            double t0 = now_s();
+            double t0 = drt_now_s();
             for (int i = 0; i < N; i++)
                 if (drt_session_forward(s, ids + i, 1, logits, 0) != DRT_OK) {
                     rc = fail_backend(r, "decode");
                     goto done;
                 }
-            r->tg.v[r->tg.n++] = N / (now_s() - t0);
+            r->tg.v[r->tg.n++] = N / (drt_now_s() - t0);
         }
         stat_finish(&r->tg);
     }

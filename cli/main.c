@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "drt_util.h"
 #include "opts.h"
 #include "outfile.h"
 #include "diffrt/diffrt.h"
@@ -142,12 +143,6 @@ int cli_die(const char *fmt, const char *arg) {
 int cli_fail(const char *what) {
     fprintf(stderr, "diffrt: %s: %s\n", what, drt_last_error());
     return 1;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 int cli_parse_long(const char *s, long lo, long hi, long *out) {
@@ -466,9 +461,9 @@ static void run_end_output(cli_text *ct) {
  * the timings and fallbacks on stderr. The exit status. */
 static int run_generate(const run_args *r, drt_session *s, drt_sampler *smp, cli_text *ct, const int32_t *prompt,
                         int T, int32_t eos, float *logits) {
-    double t0 = now_s();
+    double t0 = drt_now_s();
     if (drt_session_forward(s, prompt, T, logits, 0) != DRT_OK) return cli_fail("prefill");
-    double t1 = now_s();
+    double t1 = drt_now_s();
     size_t act_unplanned = 0, act = drt_session_activation_bytes(s, &act_unplanned); /* prefill's */
     int generated = 0;
     for (long i = 0; i < r->n_gen; i++) {
@@ -491,7 +486,7 @@ static int run_generate(const run_args *r, drt_session *s, drt_sampler *smp, cli
             return cli_fail("decode");
         }
     }
-    double t2 = now_s();
+    double t2 = drt_now_s();
     if (ct->tok) {
         if (cli_text_end(ct) != DRT_OK) return cli_fail("run");
     } else {

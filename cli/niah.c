@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "drt_util.h"
 #include "opts.h"
 #include "outfile.h"
 #include "diffrt/diffrt.h"
@@ -18,12 +19,6 @@
 #include "safetensors.h" /* drt_read_text_file */
 
 #define MAX_LIST 32
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int json_int(const cJSON *o, const char *key, int *out) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -320,7 +315,7 @@ static int niah_query(niah_eval *e, const drt_niah_prompt *p, int c, int d, int 
     e->done_n++;
     if (e->tty || e->done_n == e->total || e->done_n % (e->total / 20 > 0 ? e->total / 20 : 1) == 0)
         fprintf(stderr, "%s[%d/%d] ctx %d depth %d%%: %d correct so far, %.1f s%s", e->tty ? "\r" : "", e->done_n,
-                e->total, a->ctxs[c], a->depths[d], e->correct[c][d], now_s() - e->t0, e->tty ? "" : "\n");
+                e->total, a->ctxs[c], a->depths[d], e->correct[c][d], drt_now_s() - e->t0, e->tty ? "" : "\n");
     return 0;
 }
 
@@ -332,7 +327,7 @@ static int niah_eval_all(niah_eval *e) {
     fprintf(stderr, "niah: %s (%s) on %s: %d prompts (ctx", a->model, e->I.arch_name, a->backend, e->total);
     for (int c = 0; c < a->n_ctx; c++) fprintf(stderr, "%s%d", c ? "," : " ", a->ctxs[c]);
     fprintf(stderr, ", N=%d R=%d, %d samples per depth, seed %llu)\n", a->needles, a->queries, a->samples, a->seed);
-    e->t0 = now_s();
+    e->t0 = drt_now_s();
     if (a->attn_bits) {
         drt_ref_analysis hooks = {.attn_bits = a->attn_bits};
         drt_ref_set_analysis(&hooks);
