@@ -1,6 +1,6 @@
 /* The multi-needle retrieval generator of docs/niah_spec.md. Every random
- * choice is splitmix64 in the order the spec lists; every bounded draw is
- * next() % n. Token counts come from the model's tokenizer, piece by piece
+ * choice is splitmix64 (drt_util.h) in the order the spec lists; every
+ * bounded draw is next() % n, next() being drt_splitmix64. Token counts come from the model's tokenizer, piece by piece
  * (each piece starts with a space), and the full encoding is checked to be
  * the concatenation, as the spec requires. */
 #include "niah.h"
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "drt_error.h"
+#include "drt_util.h"
 
 #define N_CITIES 64
 static const char *const CITIES[N_CITIES] = {
@@ -67,17 +68,10 @@ static const char *const TEMPLATES[N_TEMPLATES] = {
 
 /* ---- splitmix64 ------------------------------------------------------------ */
 
-static uint64_t next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t below(uint64_t *s, uint64_t n) { return next(s) % n; }
+static uint64_t below(uint64_t *s, uint64_t n) { return drt_splitmix64(s) % n; }
 
 /* F(x): next() of a copy of a state equal to x */
-static uint64_t F(uint64_t x) { return next(&x); }
+static uint64_t F(uint64_t x) { return drt_splitmix64(&x); }
 
 /* ---- text pieces --------------------------------------------------------------- */
 

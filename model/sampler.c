@@ -9,6 +9,7 @@
 
 #include "diffrt/diffrt.h"
 #include "drt_error.h"
+#include "drt_util.h"
 
 typedef struct {
     float logit;
@@ -22,13 +23,6 @@ struct drt_sampler {
     cand *c;
     float *prob;
 };
-
-static uint64_t next_u64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 drt_status drt_sampler_create(const drt_sampler_opts *o, int vocab, drt_sampler **out) {
     if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_sampler_create: out is NULL");
@@ -143,7 +137,7 @@ int drt_sampler_sample(drt_sampler *s, const float *logits) {
         keep--;
     double kept = 0;
     for (int i = 0; i < keep; i++) kept += s->prob[i];
-    double u = (double)(next_u64(&s->state) >> 11) * (1.0 / 9007199254740992.0) * kept;
+    double u = (double)(drt_splitmix64(&s->state) >> 11) * (1.0 / 9007199254740992.0) * kept;
     for (int i = 0; i < keep; i++) {
         u -= s->prob[i];
         if (u < 0) return s->c[i].id;

@@ -27,6 +27,7 @@
 #include <pcre2.h>
 
 #include "drt_error.h"
+#include "drt_util.h"    /* drt_mix64 */
 #include "safetensors.h" /* drt_read_text_file */
 
 #define MAX_TOKEN_ID (1 << 24)
@@ -211,12 +212,6 @@ static uint64_t hash_bytes(const char *s, size_t n) {
     return h ^ (h >> 29);
 }
 
-static uint64_t hash_u64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* string -> int32; strings live in the tokenizer's arena (offset, length). */
 typedef struct {
     uint32_t off, len;
@@ -394,7 +389,7 @@ static int mmap_init(mmap *m, size_t expect) {
 static const mmap_slot *mmap_get(const mmap *m, int32_t a, int32_t b) {
     if (!m->slots) return NULL;
     uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-    for (size_t i = hash_u64(key) & m->mask;; i = (i + 1) & m->mask) {
+    for (size_t i = drt_mix64(key) & m->mask;; i = (i + 1) & m->mask) {
         const mmap_slot *e = &m->slots[i];
         if (e->key == UINT64_MAX) return NULL;
         if (e->key == key) return e;
@@ -405,7 +400,7 @@ static const mmap_slot *mmap_get(const mmap *m, int32_t a, int32_t b) {
  * HashMap built from the merges list does. The map is sized up front. */
 static void mmap_put(mmap *m, int32_t a, int32_t b, int32_t rank, int32_t new_id) {
     uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
-    for (size_t i = hash_u64(key) & m->mask;; i = (i + 1) & m->mask) {
+    for (size_t i = drt_mix64(key) & m->mask;; i = (i + 1) & m->mask) {
         mmap_slot *e = &m->slots[i];
         if (e->key == UINT64_MAX) m->n++;
         if (e->key == UINT64_MAX || e->key == key) {

@@ -23,11 +23,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "drt_error.h"
 #include "drt_graph.h"
 #include "drt_half.h"
+#include "drt_util.h"
 
 typedef struct {
     const drt_tensor *t;
@@ -309,12 +309,6 @@ drt_status drt_plan_run(drt_plan *p, const drt_exec *ex) {
 
 /* ---- profiling: node by node, synchronized ---------------------------------- */
 
-static double mono_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 drt_status drt_plan_run_profiled(drt_plan *p, const drt_exec *ex, drt_plan_profile *prof) {
     drt_graph *g = p->g;
     for (int i = 0; i < g->n_nodes; i++) {
@@ -325,11 +319,11 @@ drt_status drt_plan_run_profiled(drt_plan *p, const drt_exec *ex, drt_plan_profi
     drt_status s = p->be->ops->synchronize(p->be);
     for (int i = 0; s == DRT_OK && i < g->n_nodes; i++) {
         drt_tensor *t = g->nodes[i];
-        double t0 = mono_s();
+        double t0 = drt_now_s();
         s = p->fallback[i] ? run_fallback(p, t, ex)
                            : p->be->ops->compute(p->be, g->nodes + i, 1, ex);
         if (s == DRT_OK) s = p->be->ops->synchronize(p->be);
-        double dt = mono_s() - t0;
+        double dt = drt_now_s() - t0;
         if (s != DRT_OK) break;
         const drt_op_info *info = drt_op_get(t->op);
         prof->seconds[t->op] += dt;

@@ -9,18 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "drt_error.h"
 #include "drt_graph.h"
 #include "drt_half.h"
 #include "drt_peak.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "drt_util.h"
 
 /* ---- one op on the backend, planned once ----------------------------------- */
 
@@ -109,9 +103,9 @@ static drt_status probe_build(drt_backend *be, probe_kind kind, int64_t m, int64
 
 static drt_status time_run(probe *pr, double *dt) {
     drt_exec ex = {0};
-    double t0 = now_s();
+    double t0 = drt_now_s();
     drt_status s = drt_plan_run(pr->plan, &ex);
-    *dt = now_s() - t0;
+    *dt = drt_now_s() - t0;
     return s;
 }
 
@@ -124,12 +118,12 @@ static drt_status best_rate(probe *pr, double t1, const drt_peak_opts *o, double
     *best = 0;
     drt_exec ex = {0};
     for (int r = 0; r < o->runs; r++) {
-        double t0 = now_s();
+        double t0 = drt_now_s();
         for (int i = 0; i < iters; i++) {
             drt_status s = drt_plan_run(pr->plan, &ex);
             if (s != DRT_OK) return s;
         }
-        double dt = (now_s() - t0) / iters;
+        double dt = (drt_now_s() - t0) / iters;
         if (dt > 0 && pr->work / dt > *best) *best = pr->work / dt;
     }
     return DRT_OK;
@@ -205,7 +199,7 @@ typedef struct {
 
 static void *reader(void *arg) {
     reader_job *j = arg;
-    j->t0 = now_s();
+    j->t0 = drt_now_s();
     /* four independent sums so the loads are not serialised by one add chain */
     uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     size_t i = 0;
@@ -218,7 +212,7 @@ static void *reader(void *arg) {
     for (; i < j->n; i++)
         s0 += j->p[i];
     j->sum = s0 + s1 + s2 + s3;
-    j->t1 = now_s();
+    j->t1 = drt_now_s();
     return NULL;
 }
 

@@ -35,6 +35,7 @@
 #include "diffrt/diffrt.h"
 #include "drt_checked.h"
 #include "drt_test.h"
+#include "drt_util.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -553,18 +554,12 @@ static void read_into(const char *path, char *buf, size_t n) {
     free(p);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* fork/exec diffrt with stdout and stderr to files; polls with wait4 and
  * kills the child at TIMEOUT_S */
 static void run_cli(char *const argv[], cli_result *r) {
     memset(r, 0, sizeof *r);
     const char *out = ROOT "/.stdout", *err = ROOT "/.stderr";
-    double t0 = now_s();
+    double t0 = drt_now_s();
     pid_t pid = fork();
     if (pid == 0) {
         int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644),
@@ -589,7 +584,7 @@ static void run_cli(char *const argv[], cli_result *r) {
         pid_t w = wait4(pid, &st, WNOHANG, &ru);
         if (w == pid) break;
         if (w < 0 && errno != EINTR) break;
-        if (now_s() - t0 > TIMEOUT_S) {
+        if (drt_now_s() - t0 > TIMEOUT_S) {
             kill(pid, SIGKILL);
             wait4(pid, &st, 0, &ru);
             r->timed_out = 1;
@@ -597,7 +592,7 @@ static void run_cli(char *const argv[], cli_result *r) {
         }
         nanosleep(&(struct timespec){0, 5000000}, NULL);
     }
-    r->secs = now_s() - t0;
+    r->secs = drt_now_s() - t0;
     r->maxrss_kb = ru.ru_maxrss;
     r->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
     read_into(out, r->out, sizeof r->out);

@@ -25,17 +25,12 @@
 #include "diffrt/diffrt.h"
 #include "drt_half.h"
 #include "drt_test.h"
+#include "drt_util.h"
 #include "safetensors.h"
 
 #define KILL_AFTER_S 10.0 /* the hard timeout of every case */
 #define LONG_TOKENS 50000 /* "1,1,...": 100 KB, under the 128 KiB limit of one argument */
 #define LONG_TEXT 60000   /* bytes of a text prompt, one token each (bytes256 tokenizer) */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static char g_tmp[1024];                     /* DRT_TMP_DIR/hostile */
 static char g_text[1100], g_long_file[1100]; /* a text model dir; a long prompt file */
@@ -153,7 +148,7 @@ static void run_cli(const char *cli, char **argv, const char *env, result *r) {
     char err_path[1200];
     snprintf(err_path, sizeof err_path, "%s/stderr.txt", g_tmp);
     memset(r, 0, sizeof *r);
-    double t0 = now_s();
+    double t0 = drt_now_s();
     pid_t pid = fork();
     if (pid == 0) {
         int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -175,7 +170,7 @@ static void run_cli(const char *cli, char **argv, const char *env, result *r) {
     for (;;) {
         pid_t w = pid > 0 ? waitpid(pid, &st, WNOHANG) : -1;
         if (w != 0) break;
-        if (now_s() - t0 > KILL_AFTER_S) {
+        if (drt_now_s() - t0 > KILL_AFTER_S) {
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
             r->timed_out = 1;
@@ -183,7 +178,7 @@ static void run_cli(const char *cli, char **argv, const char *env, result *r) {
         }
         nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
     }
-    r->secs = now_s() - t0;
+    r->secs = drt_now_s() - t0;
     r->rc = pid < 0 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     FILE *f = fopen(err_path, "rb");
     if (f) {

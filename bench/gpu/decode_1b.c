@@ -131,7 +131,8 @@ static int write_checkpoint(const char *dir) {
         }
     }
     for (int i = 0; i < F; i++) ones[i] = drt_f32_to_bf16(1.0f);
-    for (int i = 0; i < HD * 4 * L; i++) small[i] = drt_f32_to_bf16((float)(((drt_splitmix64(&seed) >> 11) * 0x1.0p-53 * 2 - 1) * 0.1));
+    for (int i = 0; i < HD * 4 * L; i++)
+        small[i] = drt_f32_to_bf16((float)(((drt_splitmix64(&seed) >> 11) * 0x1.0p-53 * 2 - 1) * 0.1));
 #define WIN(n) (pool + (int64_t)(drt_splitmix64(&seed) % (uint64_t)(pool_n - (n) + 1)))
     static tensor_list tl;
     tl.n = 0;

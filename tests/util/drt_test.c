@@ -1,4 +1,5 @@
 #include "drt_test.h"
+#include "drt_util.h"
 #include "safetensors.h"
 
 #include <math.h>
@@ -8,12 +9,7 @@ int drt_test_checks = 0;
 
 void drt_rng_seed(drt_rng *r, uint64_t seed) { r->s = seed; }
 
-uint64_t drt_rng_next(drt_rng *r) {
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+uint64_t drt_rng_next(drt_rng *r) { return drt_splitmix64(&r->s); }
 
 float drt_rng_uniform(drt_rng *r, float lo, float hi) {
     double u = (double)(drt_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);

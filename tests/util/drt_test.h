@@ -6,7 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* splitmix64: the same seed gives the same numbers on every machine */
+/* splitmix64 (drt_splitmix64): the same seed gives the same numbers on every
+ * machine */
 typedef struct {
     uint64_t s;
 } drt_rng;
