@@ -469,6 +469,51 @@ static void md_cell(FILE *f, const char *s) {
     fputs(" |", f);
 }
 
+/* s as markdown (escaped) or as plain text */
+static void put_text(FILE *f, int md, const char *s) {
+    if (md)
+        cli_md_escape(f, s);
+    else
+        fputs(s, f);
+}
+
+/* one backend's per-op table: prefill and decode ms and shares per op type */
+static void print_ops(FILE *f, const bench_opts *o, int md, const bench_backend *r) {
+    char buf[1024];
+    op_ms a[DRT_PROFILE_MAX_OPS], d[DRT_PROFILE_MAX_OPS];
+    double ta, td;
+    int na = sorted_ops(&r->prof_pp, a, &ta), nd = sorted_ops(&r->prof_tg, d, &td);
+    fprintf(f, "\n");
+    snprintf(buf, sizeof buf,
+             "per-op time on %.15s: prefill of %ld tokens %.3f ms, decode step at position %ld "
+             "%.3f ms",
+             r->name, o->p, ta, o->p, td);
+    if (md) {
+        cli_md_escape(f, buf);
+        fprintf(f, "\n\n| op | prefill ms | prefill %% | decode ms | decode %% "
+                   "|\n|---|---:|---:|---:|---:|\n");
+    } else {
+        fprintf(f, "%s\n  %-13s %12s %8s %12s %8s\n", buf, "op", "prefill ms", "%", "decode ms",
+                "%");
+    }
+    /* rows in the decode order (the roofline's side), then ops only the prefill ran */
+    for (int k = 0; k < nd + na; k++) {
+        int op = k < nd ? d[k].op : a[k - nd].op;
+        if (k >= nd && r->prof_tg.nodes[op]) continue;
+        double pm =
+            r->prof_pp.forwards ? r->prof_pp.seconds[op] * 1e3 / r->prof_pp.forwards : 0;
+        double dm =
+            r->prof_tg.forwards ? r->prof_tg.seconds[op] * 1e3 / r->prof_tg.forwards : 0;
+        const char *name = r->prof_tg.op[op] ? r->prof_tg.op[op] : r->prof_pp.op[op];
+        if (md)
+            fprintf(f, "| %s | %.4f | %.1f | %.4f | %.1f |\n", name, pm,
+                    ta > 0 ? 100 * pm / ta : 0, dm, td > 0 ? 100 * dm / td : 0);
+        else
+            fprintf(f, "  %-13s %12.4f %7.1f%% %12.4f %7.1f%%\n", name, pm,
+                    ta > 0 ? 100 * pm / ta : 0, dm, td > 0 ? 100 * dm / td : 0);
+    }
+}
+
 static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I,
                         const char *model_name, const host_info *h, bench_backend *b, int nb) {
     int md = o->fmt == 2;
@@ -477,17 +522,11 @@ static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I,
     snprintf(buf, sizeof buf, "%s (%s, %s layout, %.2f M params, %s, %d layers, dim %d)",
              model_name, I->arch_name, I->layout_name, (double)I->n_params / 1e6,
              drt_dtype_name(I->weight_dtype), I->n_layers, I->dim);
-    if (md)
-        cli_md_escape(f, buf);
-    else
-        fputs(buf, f);
+    put_text(f, md, buf);
     fprintf(f, md ? "  \n**host** " : "\nhost   ");
     snprintf(buf, sizeof buf, "%.200s, %.200s, %d logical CPUs, load %.2f %.2f %.2f", h->hostname,
              h->cpu[0] ? h->cpu : "CPU ?", h->logical_cpus, h->load[0], h->load[1], h->load[2]);
-    if (md)
-        cli_md_escape(f, buf);
-    else
-        fputs(buf, f);
+    put_text(f, md, buf);
     fprintf(f, "\n\n");
     /* the text table shows at most 48 code points of a device name (Vulkan's
      * carries the driver and limits); markdown, CSV and JSON have all of it */
@@ -545,56 +584,17 @@ static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I,
         snprintf(buf, sizeof buf, "peaks %.16s: %.2f GB/s (%.96s), %.2f GFLOP/s (%.96s)", b[i].name,
                  b[i].peak.gbytes_per_s, b[i].peak.bw_probe, b[i].peak.gflops,
                  b[i].peak.flops_probe);
-        if (md)
-            cli_md_escape(f, buf);
-        else
-            fputs(buf, f);
+        put_text(f, md, buf);
         fprintf(f, md ? "  \n" : "\n");
         if (b[i].n_fallbacks) {
             snprintf(buf, sizeof buf, "  %.16s: %d node runs fell back to the CPU reference: %.900s",
                      b[i].name, b[i].n_fallbacks, b[i].fallbacks);
-            if (md)
-                cli_md_escape(f, buf);
-            else
-                fputs(buf, f);
+            put_text(f, md, buf);
             fprintf(f, md ? "  \n" : "\n");
         }
     }
-    for (int i = 0; i < nb; i++) {
-        if (b[i].failed) continue;
-        op_ms a[DRT_PROFILE_MAX_OPS], d[DRT_PROFILE_MAX_OPS];
-        double ta, td;
-        int na = sorted_ops(&b[i].prof_pp, a, &ta), nd = sorted_ops(&b[i].prof_tg, d, &td);
-        fprintf(f, "\n");
-        snprintf(buf, sizeof buf,
-                 "per-op time on %.15s: prefill of %ld tokens %.3f ms, decode step at position %ld "
-                 "%.3f ms",
-                 b[i].name, o->p, ta, o->p, td);
-        if (md) {
-            cli_md_escape(f, buf);
-            fprintf(f, "\n\n| op | prefill ms | prefill %% | decode ms | decode %% "
-                       "|\n|---|---:|---:|---:|---:|\n");
-        } else {
-            fprintf(f, "%s\n  %-13s %12s %8s %12s %8s\n", buf, "op", "prefill ms", "%", "decode ms",
-                    "%");
-        }
-        /* rows in the decode order (the roofline's side), then ops only the prefill ran */
-        for (int k = 0; k < nd + na; k++) {
-            int op = k < nd ? d[k].op : a[k - nd].op;
-            if (k >= nd && b[i].prof_tg.nodes[op]) continue;
-            double pm =
-                b[i].prof_pp.forwards ? b[i].prof_pp.seconds[op] * 1e3 / b[i].prof_pp.forwards : 0;
-            double dm =
-                b[i].prof_tg.forwards ? b[i].prof_tg.seconds[op] * 1e3 / b[i].prof_tg.forwards : 0;
-            const char *name = b[i].prof_tg.op[op] ? b[i].prof_tg.op[op] : b[i].prof_pp.op[op];
-            if (md)
-                fprintf(f, "| %s | %.4f | %.1f | %.4f | %.1f |\n", name, pm,
-                        ta > 0 ? 100 * pm / ta : 0, dm, td > 0 ? 100 * dm / td : 0);
-            else
-                fprintf(f, "  %-13s %12.4f %7.1f%% %12.4f %7.1f%%\n", name, pm,
-                        ta > 0 ? 100 * pm / ta : 0, dm, td > 0 ? 100 * dm / td : 0);
-        }
-    }
+    for (int i = 0; i < nb; i++)
+        if (!b[i].failed) print_ops(f, o, md, &b[i]);
 }
 
 /* ---- JSON (docs/bench-json.md) -------------------------------------------------- */
