@@ -76,11 +76,11 @@ static bool check_matmul(const drt_tensor *t, char *err, size_t n) {
         return WHY("%s weights must be (N,K) rows with K a multiple of 32, not transposed; got %s%s",
                    drt_dtype_name(w->type), SHAPE(w), t->ip[0] ? " (transposed)" : "");
     if (w->nd < 2 || w->nd > 3) return WHY("w must be (N,K) or (Bw,N,K), got %s", SHAPE(w));
-    int64_t B = x->nd == 3 ? x->ne[0] : 1, Bw = w->nd == 3 ? w->ne[0] : 1;
-    int64_t K = x->ne[x->nd - 1];
-    int64_t wk = t->ip[0] ? w->ne[w->nd - 2] : w->ne[w->nd - 1];
-    if (wk != K) return WHY("inner dims differ: x %s, w %s%s", SHAPE(x), SHAPE(w), t->ip[0] ? " (transposed)" : "");
-    if (Bw < 1 || B % Bw != 0) return WHY("batch %lld of x is not a multiple of batch %lld of w", (long long)B, (long long)Bw);
+    const drt_matmul_shape m = drt_matmul_dims(t); /* x and w ranks are checked above */
+    int64_t wk = m.trans_w ? w->ne[w->nd - 2] : w->ne[w->nd - 1];
+    if (wk != m.K) return WHY("inner dims differ: x %s, w %s%s", SHAPE(x), SHAPE(w), m.trans_w ? " (transposed)" : "");
+    if (m.Bw < 1 || m.B % m.Bw != 0)
+        return WHY("batch %lld of x is not a multiple of batch %lld of w", (long long)m.B, (long long)m.Bw);
     return true;
 }
 
