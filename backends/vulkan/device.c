@@ -19,9 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "drt_error.h"
+#include "drt_util.h"
 #include "vk_internal.h"
 
 /* ---- the validation messenger ------------------------------------------------ */
@@ -517,8 +517,8 @@ static drt_status read_settings(vk_ctx *c, const dev_info *d) {
     c->tune_cpu =
         tune && *tune ? strcmp(tune, "cpu") == 0 : d->p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
 
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    c->n_cpus = ncpu > 0 && ncpu < 4096 ? (uint32_t)ncpu : 1;
+    int ncpu = drt_cpu_online(); /* lavapipe runs workgroups on every online CPU */
+    c->n_cpus = ncpu < 4096 ? (uint32_t)ncpu : 1;
     return DRT_OK;
 }
 
