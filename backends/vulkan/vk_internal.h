@@ -125,10 +125,10 @@ typedef struct vk_ctx {
     bool use_f16;  /* storageBuffer16BitAccess (and not disabled) */
     bool tune_cpu; /* workgroup sizes for a CPU device (DIFFRT_VK_TUNE overrides) */
     bool use_i64;  /* shaderInt64: 32-byte loads in the CPU GEMV (and not disabled) */
-    bool use_copy;
+    bool use_copy; /* KV_WRITE, PERMUTE through vkCmdCopyBuffer where they are copies */
     /* the most bytes one binding covers: maxStorageBufferRange, or less
      * (DIFFRT_VK_SPLIT_BYTES, tests) for the GEMV weights bound in row blocks */
-    uint64_t split_bytes; /* KV_WRITE, PERMUTE through vkCmdCopyBuffer where they are copies */
+    uint64_t split_bytes;
     uint32_t n_cpus;      /* online CPUs: the threads a CPU device (lavapipe) runs workgroups on */
 
     VkDescriptorSetLayout dsl;
