@@ -11,15 +11,10 @@
 
 #include "conform_report.h"
 #include "drt_error.h"
+#include "drt_util.h"
 #include "diffrt/diffrt.h"
 
 const char *const CF_STATUS_NAME[CF_N_STATUS] = {"pass", "fail", "unsupported", "unavailable"};
-
-double cf_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void cf_count(const cf_run *run, int be, int counts[CF_N_STATUS]) {
     memset(counts, 0, sizeof(int) * CF_N_STATUS);
@@ -71,11 +66,7 @@ static void host_json(cJSON *root) {
     drt_host_cpu(model, sizeof model, vendor, sizeof vendor);
     cJSON_AddItemToObject(h, "cpu_model", str_or_null(model));
     cJSON_AddItemToObject(h, "cpu_vendor", str_or_null(vendor));
-    long nc = sysconf(_SC_NPROCESSORS_ONLN);
-    if (nc > 0)
-        cJSON_AddNumberToObject(h, "cores", (double)nc);
-    else
-        cJSON_AddNullToObject(h, "cores");
+    cJSON_AddNumberToObject(h, "cores", (double)drt_cpu_online());
 }
 
 /* the required backends that were unavailable or lack an op, with why */
@@ -245,7 +236,7 @@ drt_status cf_write_json(const cf_run *run, FILE *f, const char *path) {
     cJSON_AddStringToObject(v, "commit", drt_git_commit());
     cJSON_AddStringToObject(root, "mode", o->perf ? "perf" : "conformance");
     cJSON_AddStringToObject(root, "started_at", run->started_at);
-    cJSON_AddNumberToObject(root, "duration_s", cf_now() - run->t_start);
+    cJSON_AddNumberToObject(root, "duration_s", drt_now_s() - run->t_start);
     host_json(root);
     cJSON *op = cJSON_AddObjectToObject(root, "options");
     cJSON_AddItemToObject(op, "backend", str_or_null(o->backends));
@@ -376,7 +367,7 @@ static void xml_prop(FILE *f, const char *name, const char *value) {
 drt_status cf_write_junit(const cf_run *run, FILE *f, const char *path) {
     int all[CF_N_STATUS];
     cf_count(run, -1, all);
-    double total = cf_now() - run->t_start;
+    double total = drt_now_s() - run->t_start;
     fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites", f);
     xml_attr(f, "name", "diffrt conform");
     fprintf(f, " tests=\"%d\" failures=\"%d\" errors=\"%d\" skipped=\"%d\" time=\"%.3f\"",

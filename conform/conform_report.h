@@ -1,6 +1,7 @@
 /* What one conform run found, as records: one per backend and one per
- * (case, backend); conform.c fills them, conform_report.c writes them as the
- * --json object (docs/conform-json.md) and the --junit XML. Internal. */
+ * (case, backend); runner.c and models.c fill them, conform_report.c writes
+ * them as the --json object (docs/conform-json.md) and the --junit XML,
+ * report_text.c as the text table. Internal. */
 #ifndef DRT_CONFORM_REPORT_H
 #define DRT_CONFORM_REPORT_H
 
@@ -96,6 +97,5 @@ drt_status cf_write_junit(const cf_run *run, FILE *f, const char *path);
 /* One line naming a case completely (op or model, shape, dtype, seed, the
  * error against its bound): failure messages, in the text report too. */
 void cf_case_line(const cf_run *run, const cf_case *c, char *buf, size_t n);
-double cf_now(void);
 
 #endif
