@@ -35,7 +35,9 @@ static inline uint64_t drt_mix64(uint64_t z) {
  * conform's inputs and the tests' drt_rng all draw from it: changing a
  * constant changes generated prompts and sampled tokens. Seed 0 gives
  * 0xe220a8397b1dcdaf, 0x6e789e6aa1b965f4, 0x06c45d188009454f first. */
-static inline uint64_t drt_splitmix64(uint64_t *state) { return drt_mix64(*state += 0x9e3779b97f4a7c15ull); }
+static inline uint64_t drt_splitmix64(uint64_t *state) {
+    return drt_mix64(*state += 0x9e3779b97f4a7c15ull);
+}
 
 /* CPUs this process may run on: those in its affinity mask (taskset, cgroup
  * cpusets), else the online CPUs when the mask cannot be read; >= 1. */

@@ -39,14 +39,16 @@ int drt_physical_cores(void) {
         char path[96];
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", c);
         long core = read_long(path);
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id",
+                 c);
         long pkg = read_long(path);
         if (pkg < 0) pkg = 0;
         if (core < 0) return ncpu > 0 ? ncpu : 1;
         /* a core is (package, core id): core ids repeat across packages */
         long id = pkg * 1000000 + core;
         int dup = 0;
-        for (int i = 0; i < ncores && !dup; i++) dup = seen[i] == id;
+        for (int i = 0; i < ncores && !dup; i++)
+            dup = seen[i] == id;
         if (!dup) seen[ncores++] = id;
     }
     return ncores > 0 ? ncores : 1;
@@ -58,7 +60,8 @@ drt_status drt_threads_env(int fallback, int *out) {
         char *end;
         long n = strtol(env, &end, 10);
         if (*end || n < 1 || n > DRT_MAX_THREADS)
-            return drt_set_error(DRT_ERR_INVALID_ARG, "DIFFRT_THREADS=%s: expected an integer in [1, %d]", env,
+            return drt_set_error(DRT_ERR_INVALID_ARG,
+                                 "DIFFRT_THREADS=%s: expected an integer in [1, %d]", env,
                                  DRT_MAX_THREADS);
         *out = (int)n;
         return DRT_OK;
