@@ -112,7 +112,8 @@ static drt_status run_checks(cf_run *run, drt_backend *ref, const cf_model_ref *
         fprintf(out, "\n%d passed, %d failed, %d unsupported, %d unavailable", r->pass, r->fail, r->unsupported,
                 counts[CF_UNAVAILABLE]);
         for (int k = 0; k < run->nbe; k++)
-            if (run->be[k].required && !run->be[k].be) fprintf(out, "; required backend %s unavailable", run->be[k].name);
+            if (run->be[k].required && !run->be[k].be)
+                fprintf(out, "; required backend %s unavailable", run->be[k].name);
         fprintf(out, "\n");
     }
     return DRT_OK;

@@ -158,7 +158,8 @@ drt_status cf_find_models(const char *dir, cf_run *run, cf_model_ref **out, int 
     }
     closedir(d);
     if (st == DRT_OK && n == 0)
-        st = cf_usage(r, "conform: --models %s: not a model directory (no config.json), and no model directory in it", dir);
+        st = cf_usage(r, "conform: --models %s: not a model directory (no config.json), and no model directory in it",
+                      dir);
     if (st != DRT_OK) {
         free(ms);
         return st;
@@ -283,7 +284,8 @@ static void model_case_on(model_ref_run *mr, const cf_backend *bk, cf_case *cc) 
     int fbn = 0;
     char fb[300] = "";
     double t0 = drt_now_s();
-    drt_status s2 = model_run(mr->m, bk->name, bk->be->device >= 0 ? dev : "", &mr->pr, mr->bl, bg, &fbn, fb, sizeof fb);
+    drt_status s2 =
+        model_run(mr->m, bk->name, bk->be->device >= 0 ? dev : "", &mr->pr, mr->bl, bg, &fbn, fb, sizeof fb);
     cc->time_s = drt_now_s() - t0;
     cc->fallbacks = fbn;
     if (s2 != DRT_OK) {

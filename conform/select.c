@@ -213,7 +213,8 @@ static drt_status open_backend(int i, const char *sel, const char *env, cf_backe
         char list[900];
         snprintf(b->dev_sel, sizeof b->dev_sel, "%s", s);
         if (!resolve_device(ops, ndev, s, &dev, list, sizeof list)) {
-            if (sel) return cf_usage(r, "conform: --device %s=%s: no such %s device (devices: %s)", name, s, name, list);
+            if (sel)
+                return cf_usage(r, "conform: --device %s=%s: no such %s device (devices: %s)", name, s, name, list);
             snprintf(b->why, sizeof b->why, "DIFFRT_DEVICE=%s names no %s device (devices: %.200s)", s, name, list);
             return DRT_OK;
         }
