@@ -266,6 +266,30 @@ static void help_lists_options(void) {
         }
 }
 
+/* docs/cli.md shows each command's --help as the binary prints it: the
+ * option tables are the one source, and the page must not drift from them. */
+static void help_matches_docs(void) {
+    char *doc = NULL;
+    if (drt_read_text_file(DRT_FIXTURES_DIR "/../../docs/cli.md", &doc, NULL) != DRT_OK) {
+        DRT_CHECK(0, "docs/cli.md: %s", drt_last_error());
+        return;
+    }
+    static const char *cmds[] = {"info", "run", "conform", "niah", "bench", "report", "quantize", "analyze"};
+    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
+        char head[64], cmd[1024], out[16384];
+        snprintf(head, sizeof head, "### diffrt %s\n\n```\n", cmds[c]);
+        const char *at = strstr(doc, head);
+        const char *end = at ? strstr(at + strlen(head), "```") : NULL;
+        snprintf(cmd, sizeof cmd, "'%s' %s --help 2>/dev/null", DRT_CLI_PATH, cmds[c]);
+        int rc = run(cmd, out, sizeof out);
+        size_t n = at && end ? (size_t)(end - at - strlen(head)) : 0;
+        DRT_CHECK(rc == 0 && at && end && n == strlen(out) && memcmp(at + strlen(head), out, n) == 0,
+                  "docs/cli.md: the section \"### diffrt %s\" should hold `diffrt %s --help` as it prints:\n%s",
+                  cmds[c], cmds[c], out);
+    }
+    free(doc);
+}
+
 /* The option parser on hostile and odd arguments: exit status and the one
  * line it prints. */
 static void option_parser(void) {
@@ -403,6 +427,7 @@ int main(void) {
     niah_compare();
     last_argument();
     help_lists_options();
+    help_matches_docs();
     option_parser();
     ref_oom_names_ref();
 
