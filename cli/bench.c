@@ -266,10 +266,9 @@ static int fail_backend(bench_backend *r, const char *what) {
     return 1;
 }
 
-static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *I,
-                       const int32_t *ids, bench_backend *r) {
-    char line[512];
-    /* peaks, on an instance of the backend's own */
+/* r's bandwidth and GEMM peaks: --peak-gbps / --peak-gflops where given,
+ * the rest measured on an instance of the backend's own; 0, else 1 (r failed) */
+static int backend_peaks(const bench_opts *o, const drt_model_info *I, bench_backend *r) {
     drt_backend *be = NULL;
     if (drt_backend_open_threads(r->name, r->device_sel, (int)o->threads, &be) != DRT_OK)
         return fail_backend(r, "open");
@@ -302,6 +301,13 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
         }
     }
     drt_backend_close(be);
+    return 0;
+}
+
+static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *I,
+                       const int32_t *ids, bench_backend *r) {
+    char line[512];
+    if (backend_peaks(o, I, r)) return 1;
 
     /* the session: prefill p, then one decode step at p for the profile */
     int ctx = (int)(o->p + 1 > o->n ? o->p + 1 : o->n);
