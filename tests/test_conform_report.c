@@ -324,7 +324,7 @@ static void cli_reports(void) {
         {"--backend cpu --require ref", 2, "does not select"},
         {"--models " DRT_FIXTURES_DIR "/../util", 2, "no model directory"},
         {"--models /nonexistent", 2, "not a folder"},
-        {"--op ADD --junit /nonexistent/x.xml", 2, "cannot create"},
+        {"--op ADD --junit /nonexistent/x.xml", 2, "/nonexistent/x.xml: cannot write"},
         {"--perf --junit x.xml", 2, "--junit"},
         {"--op ADD --backend cpu --device cpu=0 --require cpu", 0, "0 failed"},
         {"--op ADD --backend cpu --device CPU=HOST", 0, "0 failed"},
