@@ -283,6 +283,7 @@ const int CF_N_PERF = (int)(sizeof CF_PERF_CASES / sizeof CF_PERF_CASES[0]);
 /* ---- which fields an op reads ------------------------------------------------ */
 
 #define OPB(o) (1ull << DRT_OP_##o)
+_Static_assert(DRT_OP_COUNT <= 64, "FIELDS[].ops is a 64-bit mask of ops");
 #define ATTN_OPS (OPB(DIFF_ATTN) | OPB(ATTN))
 
 /* Every field but op, with the ops that read it: a case that sets any other
