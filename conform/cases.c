@@ -73,7 +73,7 @@ const cf_opcase CF_CASES[] = {
      * by 2^64 first, so 1 / s stays finite) */
     {.op = DRT_OP_MATMUL, .T = 2, .K = 224, .N = 7, .wt = Q4, .mag = 1e-36f, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 2, .K = 224, .N = 7, .wt = Q4, .mag = 1e30f, .scale = 1},
-    /* the Vulkan rows kernel for CPU devices (shaders/matvec_q.comp, K %
+    /* the Vulkan rows kernel for CPU devices (backends/vulkan/shaders/matvec_q.comp, K %
      * 128 == 0): one super-block, N below a subgroup, odd N with 2 rows a
      * lane, a grid that strides over N, batches with their own or shared w */
     {.op = DRT_OP_MATMUL, .T = 1, .K = 128, .N = 5, .wt = Q8, .scale = 1},
@@ -213,7 +213,7 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_MATMUL, .T = 2, .K = 128, .N = 70, .wt = BF16, .scale = 1},
     {.op = DRT_OP_MATMUL, .B = 3, .T = 1, .K = 256, .N = 33, .wt = F16, .scale = 0.5f},
     {.op = DRT_OP_MATMUL, .T = 4, .K = 48, .N = 130, .wt = F16, .scale = 1},
-    /* Vulkan lanes attention (shaders/attention_lanes.comp, CPU devices):
+    /* Vulkan lanes attention (backends/vulkan/shaders/attention_lanes.comp, CPU devices):
      * 4 rows per lane with split keys, a partial last row block, GQA of 4,
      * T != S; 2 rows per lane split with m = 1 and large logits; dk/dv of
      * 80, 96 and 128 (both maps 256 wide); ATTN split and dv off 64 */

@@ -9,7 +9,7 @@
  *     that nothing is read after it is freed and nothing leaks);
  *   - a forward whose logits are NaN is DRT_ERR_NUMERIC naming the position,
  *     and with check_finite the first op and layer, and does not advance;
- *   - a checkpoint truncated under a loaded model (README, "Using diffrt as a
+ *   - a checkpoint truncated under a loaded model (docs/library.md, "Using diffrt as a
  *     library"): read into memory (DIFFRT_NO_MMAP=1) the forward goes on
  *     unharmed; mapped (the default) the process dies of SIGBUS, as
  *     documented (in a child process).

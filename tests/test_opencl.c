@@ -36,7 +36,7 @@
 #define MODEL_NMSE 1e-6
 #define SEED 20241105u
 
-/* ---- the op cases: the conformance table (runtime/conform.c), on OpenCL ---------- */
+/* ---- the op cases: the conformance table (conform/cases.c), on OpenCL ---------- */
 
 /* Runs the shared op-case table (and, with models, every fixture) on
  * "opencl" against the CPU reference, opencl required: an unsupported op or

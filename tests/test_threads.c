@@ -14,7 +14,7 @@
  * 64 positions), and one quantized to q4_0 here: on a CPU with AVX512-VNNI
  * the cpu backend's sessions share one repacked copy of its weights, made
  * by whichever session comes first (backends/cpu/backend.c, shared_get).
- * Clean under ThreadSanitizer: -DDIFFRT_TSAN=ON (README). */
+ * Clean under ThreadSanitizer: -DDIFFRT_TSAN=ON (tests/README.md). */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>

@@ -480,7 +480,7 @@ static drt_status select_device(vk_ctx *c, int device, dev_info *d) {
     return DRT_OK;
 }
 
-/* The settings (README, drt_vulkan.h): 0/1 flags, each feature on by
+/* The settings (docs/environment.md, drt_vulkan.h): 0/1 flags, each feature on by
  * default where the device has it; a value they do not take is an error,
  * not a default. c->use_i64 is the wish here: create_device adds whether
  * the device has shaderInt64. */
