@@ -237,8 +237,10 @@ static int32_t next_token(int vocab) {
 static int host_threads(const char *backend, long threads) {
     if (strcmp(backend, "ref") == 0) return 1;
     if (threads > 0) return (int)threads;
-    int n; /* an unusable DIFFRT_THREADS is the session's error; here the CPUs this process may use */
-    if (drt_threads_env(drt_cpu_count(), &n) != DRT_OK) n = drt_cpu_count();
+    /* the cpu backend's default (docs/environment.md); an unusable
+     * DIFFRT_THREADS is the session's error, reported before this is used */
+    int n;
+    if (drt_threads_env(drt_physical_cores(), &n) != DRT_OK) n = drt_physical_cores();
     return n;
 }
 
