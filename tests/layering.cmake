@@ -4,6 +4,7 @@
 #   backends/*/  + backends/ref/ (the reference kernels), its own folder
 #   model/       + runtime/
 #   conform/     + model/, backends/ref/
+#   eval/        + model/ (the NIAH generator and scorer, analysis, tables)
 #   cli/         anything
 # A quoted #include that resolves elsewhere fails, naming file and header.
 # cmake -DSRC=<checkout> -P tests/layering.cmake
@@ -11,9 +12,10 @@ set(allowed_runtime runtime include/diffrt)
 set(allowed_backends runtime include/diffrt backends/ref)
 set(allowed_model runtime include/diffrt model)
 set(allowed_conform runtime include/diffrt model backends/ref conform)
+set(allowed_eval runtime include/diffrt model eval)
 set(bad "")
 set(n 0)
-foreach(layer runtime backends model conform)
+foreach(layer runtime backends model conform eval)
   file(GLOB_RECURSE files ${SRC}/${layer}/*.c ${SRC}/${layer}/*.h ${SRC}/${layer}/*.cu ${SRC}/${layer}/*.cuh)
   foreach(f ${files})
     if(f MATCHES "/emu/") # the CUDA emulator is a test harness, not a layer

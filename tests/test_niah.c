@@ -1,4 +1,4 @@
-/* The C multi-needle generator (model/niah.c) against the python reference's
+/* The C multi-needle generator (eval/niah.c) against the python reference's
  * committed test vectors (python/niah/samples.jsonl, docs/niah_spec.md):
  * byte-identical prompt text, identical prompt ids, the same answer, answer
  * span and question start, for every sample. Also the judging rule. */
