@@ -6,10 +6,8 @@
  *
  * The prompts are `diffrt niah`'s (docs/niah_spec.md: one needle, one query,
  * the given depths and samples, seed), prefilled on the reference backend,
- * whose analysis hooks (backends/ref/ref_ops.h) see every logit row and every
- * node output. Per quantity: top-1 and top-10 (the 10th largest) |value|,
- * exact; the median |value| from a histogram of 1000 bins per decade
- * (relative error below 0.12%). */
+ * whose analysis hooks see every logit row and every node output
+ * (eval/analysis.h gathers the statistics). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,84 +22,19 @@
 #include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "diffrt/tokenizer.h"
-#include "drt_graph.h"
+#include "analysis.h"
 #include "niah.h"
-#include "ref_ops.h"
 
-#define TOPK 10
-#define DECADES 24 /* |x| in [1e-12, 1e12) */
-#define PER_DECADE 1000
-#define NBINS (DECADES * PER_DECADE)
-
-typedef struct {
-    double top[TOPK]; /* descending */
-    uint64_t n, zeros, below, above;
-    uint64_t *bins;
-} mag_stats;
-
-static void stats_add(mag_stats *s, double x) {
-    double a = fabs(x);
-    s->n++;
-    if (a > s->top[TOPK - 1]) { /* insert into the descending top list */
-        int i = TOPK - 1;
-        while (i > 0 && s->top[i - 1] < a) {
-            s->top[i] = s->top[i - 1];
-            i--;
-        }
-        s->top[i] = a;
-    }
-    if (a == 0) {
-        s->zeros++;
-        return;
-    }
-    double b = (log10(a) + DECADES / 2) * PER_DECADE;
-    if (b < 0)
-        s->below++;
-    else if (b >= NBINS)
-        s->above++;
-    else
-        s->bins[(int)b]++;
-}
-
-/* the median |value|: the centre of the histogram bin holding it */
-static double stats_median(const mag_stats *s) {
-    if (!s->n) return 0;
-    uint64_t half = (s->n + 1) / 2, c = s->zeros + s->below;
-    if (c >= half) return 0;
-    for (int i = 0; i < NBINS; i++) {
-        c += s->bins[i];
-        if (c >= half) return pow(10, (i + 0.5) / PER_DECADE - DECADES / 2);
-    }
-    return s->top[0];
-}
-
-typedef struct {
-    mag_stats logits[2]; /* map 0 (the only one for ATTN), map 1 (DIFF's second) */
-    mag_stats hidden;
-} analysis;
-
-static void on_logits(void *ctx, const double *l, int n, int map) {
-    analysis *a = ctx;
-    for (int j = 0; j < n; j++) stats_add(&a->logits[map & 1], l[j]);
-}
-
-static void on_node(void *ctx, const drt_tensor *t, const void *out) {
-    analysis *a = ctx;
-    if (!out || t->type != DRT_F32 || !cli_ends_with(t->name, ".mlp_residual")) return;
-    const float *x = out;
-    for (int64_t i = 0, n = drt_nelem(t); i < n; i++) stats_add(&a->hidden, x[i]);
-}
-
-static void print_row(const char *what, const mag_stats *s) {
-    printf("%-28s %12.4g %12.4g %12.4g %14llu\n", what, s->top[0], s->top[TOPK - 1], stats_median(s),
+static void print_row(const char *what, const drt_mag_stats *s) {
+    printf("%-28s %12.4g %12.4g %12.4g %14llu\n", what, s->top[0], s->top[DRT_STATS_TOPK - 1], drt_mag_stats_median(s),
            (unsigned long long)s->n);
 }
 
-static cJSON *stats_json(const mag_stats *s) {
+static cJSON *stats_json(const drt_mag_stats *s) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "top1", s->top[0]);
-    cJSON_AddNumberToObject(o, "top10", s->top[TOPK - 1]);
-    cJSON_AddNumberToObject(o, "median", stats_median(s));
+    cJSON_AddNumberToObject(o, "top10", s->top[DRT_STATS_TOPK - 1]);
+    cJSON_AddNumberToObject(o, "median", drt_mag_stats_median(s));
     cJSON_AddNumberToObject(o, "count", (double)s->n);
     return o;
 }
@@ -142,11 +75,10 @@ static int analyze_parse(int argc, char **argv, analyze_args *a) {
 }
 
 /* every prompt prefilled on s with the analysis hooks on; 0, else the exit status */
-static int analyze_prompts(const analyze_args *a, drt_session *s, drt_tokenizer *tok, float *logits, analysis *an,
-                           int total) {
+static int analyze_prompts(const analyze_args *a, drt_session *s, drt_tokenizer *tok, float *logits,
+                           drt_act_stats *an, int total) {
     int done_n = 0, tty = isatty(2);
-    drt_ref_analysis hooks = {.logit_row = on_logits, .node_done = on_node, .ctx = an};
-    drt_ref_set_analysis(&hooks);
+    drt_act_stats_start(an);
     for (int d = 0; d < a->n_depth; d++)
         for (int k = 0; k < a->samples; k++) {
             drt_niah_prompt p;
@@ -157,45 +89,21 @@ static int analyze_prompts(const analyze_args *a, drt_session *s, drt_tokenizer 
                 drt_niah_prompt_free(&p);
             }
             if (st != DRT_OK) {
-                drt_ref_set_analysis(NULL);
+                drt_eval_hooks_off();
                 return cli_fail("analyze");
             }
             done_n++;
             if (tty || done_n == total || done_n % (total / 10 > 0 ? total / 10 : 1) == 0)
                 fprintf(stderr, "%sanalyze: %d/%d prompts%s", tty ? "\r" : "", done_n, total, tty ? "" : "\n");
         }
-    drt_ref_set_analysis(NULL);
+    drt_eval_hooks_off();
     if (tty) fprintf(stderr, "\n");
     return 0;
 }
 
-/* a DIFF model's two maps pooled into *both (its own bins); 0 when out of memory */
-static int pool_maps(const analysis *an, mag_stats *both) {
-    *both = an->logits[0];
-    both->bins = calloc(NBINS, sizeof(uint64_t));
-    if (!both->bins) return 0;
-    for (int i = 0; i < NBINS; i++) both->bins[i] = an->logits[0].bins[i] + an->logits[1].bins[i];
-    both->n += an->logits[1].n;
-    both->zeros += an->logits[1].zeros;
-    both->below += an->logits[1].below;
-    both->above += an->logits[1].above;
-    double merged[2 * TOPK];
-    memcpy(merged, an->logits[0].top, sizeof an->logits[0].top);
-    memcpy(merged + TOPK, an->logits[1].top, sizeof an->logits[1].top);
-    for (int i = 0; i < 2 * TOPK; i++) /* descending selection of the 10 largest */
-        for (int j = i + 1; j < 2 * TOPK; j++)
-            if (merged[j] > merged[i]) {
-                double t = merged[i];
-                merged[i] = merged[j];
-                merged[j] = t;
-            }
-    memcpy(both->top, merged, sizeof both->top);
-    return 1;
-}
-
 /* the table on stdout and --json; the exit status */
-static int analyze_report(const analyze_args *a, const drt_model_info *I, const analysis *an, const mag_stats *both,
-                          int total) {
+static int analyze_report(const analyze_args *a, const drt_model_info *I, const drt_act_stats *an,
+                          const drt_mag_stats *both, int total) {
     const int diff = I->arch != DRT_ARCH_TRANSFORMER;
     printf("activation statistics, %s (%s), %d NIAH prompts (ctx %ld, seed %ld), reference backend\n", a->model,
            I->arch_name, total, a->ctx, a->seed);
@@ -236,15 +144,10 @@ int cmd_analyze(int argc, char **argv) {
     drt_session *s = NULL;
     drt_tokenizer *tok = NULL;
     float *logits = NULL;
-    analysis an;
-    memset(&an, 0, sizeof an);
-    mag_stats *all[3] = {&an.logits[0], &an.logits[1], &an.hidden};
-    for (int i = 0; i < 3; i++) {
-        all[i]->bins = calloc(NBINS, sizeof(uint64_t));
-        if (!all[i]->bins) {
-            fprintf(stderr, "diffrt: analyze: out of memory\n");
-            goto done;
-        }
+    drt_act_stats an;
+    if (drt_act_stats_init(&an) != DRT_OK) {
+        fprintf(stderr, "diffrt: analyze: out of memory\n");
+        return 1;
     }
     char tpath[4096];
     snprintf(tpath, sizeof tpath, "%s/tokenizer.json", a.model);
@@ -267,15 +170,15 @@ int cmd_analyze(int argc, char **argv) {
     if ((rc = analyze_prompts(&a, s, tok, logits, &an, total)) != 0) goto done;
     rc = 1;
     if (I.arch != DRT_ARCH_TRANSFORMER) {
-        mag_stats both;
-        if (!pool_maps(&an, &both)) goto done;
+        drt_mag_stats both;
+        if (drt_mag_stats_pool(&an.logits[0], &an.logits[1], &both) != DRT_OK) goto done;
         rc = analyze_report(&a, &I, &an, &both, total);
-        free(both.bins);
+        drt_mag_stats_free(&both);
     } else {
         rc = analyze_report(&a, &I, &an, &an.logits[0], total);
     }
 done:
-    for (int i = 0; i < 3; i++) free(all[i]->bins);
+    drt_act_stats_free(&an);
     free(logits);
     drt_session_free(s);
     drt_model_free(m);

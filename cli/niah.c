@@ -14,8 +14,8 @@
 #include "opts.h"
 #include "outfile.h"
 #include "diffrt/diffrt.h"
+#include "analysis.h"
 #include "niah.h"
-#include "ref_ops.h"
 #include "safetensors.h" /* drt_read_text_file */
 
 #define MAX_LIST 32
@@ -102,7 +102,7 @@ out:
 typedef struct {
     const char *model, *backend, *device, *json, *compare;
     const char *logits_vs; /* a reference model whose last-token logits each prompt is compared with */
-    int attn_bits;         /* > 0: the reference path's attention logits quantized (ref_ops.h) */
+    int attn_bits;         /* > 0: the reference path's attention logits quantized (eval/analysis.h) */
     int needles, queries, samples, attention, no_fallback, threads;
     double min_accuracy, min_agree;
     int ctxs[MAX_LIST], n_ctx, depths[MAX_LIST], n_depth;
@@ -237,17 +237,7 @@ static int niah_setup(niah_eval *e) {
 static int niah_logits_vs(niah_eval *e, const drt_niah_prompt *p, double *nmse, int *same) {
     drt_session_reset(e->rs);
     if (drt_session_forward(e->rs, p->ids, p->n_ids, e->rlogits, 0) != DRT_OK) return 1;
-    double num = 0, den = 0;
-    int a1 = 0, a2 = 0;
-    for (int v = 0; v < e->I.vocab; v++) {
-        double d = (double)e->logits[v] - e->rlogits[v];
-        num += d * d;
-        den += (double)e->rlogits[v] * e->rlogits[v];
-        if (e->logits[v] > e->logits[a1]) a1 = v;
-        if (e->rlogits[v] > e->rlogits[a2]) a2 = v;
-    }
-    *nmse = den > 0 ? num / den : num;
-    *same = a1 == a2;
+    drt_logits_compare(e->logits, e->rlogits, e->I.vocab, nmse, same);
     e->nmse_sum += *nmse;
     e->nmse_max = *nmse > e->nmse_max ? *nmse : e->nmse_max;
     e->top1_same += *same;
@@ -266,24 +256,11 @@ static int niah_query(niah_eval *e, const drt_niah_prompt *p, int c, int d, int 
     if (st == DRT_OK && e->rs && niah_logits_vs(e, p, &nmse, &same)) return cli_fail("niah: --logits-vs");
     if (st == DRT_OK && a->attention) {
         st = drt_session_last_attention(e->s, e->attn);
-        for (int j = 0; j < p->question_start; j++) {
-            if (j >= p->answer_start && j < p->answer_end) ans += e->attn[j];
-            else noise += e->attn[j];
-        }
+        if (st == DRT_OK) drt_niah_attention(e->attn, p, &ans, &noise);
     }
-    while (st == DRT_OK && ng < DRT_NIAH_MAX_NEW_TOKENS) {
-        int best = 0;
-        for (int v = 1; v < e->I.vocab; v++)
-            if (e->logits[v] > e->logits[best]) best = v;
-        if (best == e->I.eos_id) break;
-        gen[ng++] = best;
-        if (ng < DRT_NIAH_MAX_NEW_TOKENS) st = drt_session_forward(e->s, &gen[ng - 1], 1, e->logits, 0);
-    }
-    char *text = NULL, pred[32] = "";
-    if (st == DRT_OK) st = drt_tokenizer_decode(e->tok, gen, ng, 1, &text, NULL);
+    char pred[32] = "";
+    if (st == DRT_OK) st = drt_niah_answer(e->s, e->tok, e->I.vocab, e->I.eos_id, e->logits, gen, &ng, pred, sizeof pred);
     if (st != DRT_OK) return cli_fail("niah");
-    drt_niah_predicted(text, pred, sizeof pred);
-    free(text);
     int ok = strcmp(pred, p->answer) == 0;
     e->correct[c][d] += ok;
     if (a->attention) {
@@ -329,8 +306,7 @@ static int niah_eval_all(niah_eval *e) {
     fprintf(stderr, ", N=%d R=%d, %d samples per depth, seed %llu)\n", a->needles, a->queries, a->samples, a->seed);
     e->t0 = drt_now_s();
     if (a->attn_bits) {
-        drt_ref_analysis hooks = {.attn_bits = a->attn_bits};
-        drt_ref_set_analysis(&hooks);
+        drt_eval_attn_bits(a->attn_bits);
         fprintf(stderr, "niah: attention logits quantized to %d bits (symmetric, per-row absmax) before softmax\n",
                 a->attn_bits);
     }
@@ -345,7 +321,7 @@ static int niah_eval_all(niah_eval *e) {
                 for (int q = 0; q < a->queries; q++) drt_niah_prompt_free(&p[q]);
                 if (rc) return rc;
             }
-    drt_ref_set_analysis(NULL);
+    drt_eval_hooks_off();
     if (e->tty) fprintf(stderr, "\n");
     return 0;
 }
@@ -456,7 +432,7 @@ int cmd_niah(int argc, char **argv) {
         rc = a.json ? niah_write_json(e) : 0;
         if (!rc) rc = niah_verdict(e);
     }
-    drt_ref_set_analysis(NULL);
+    drt_eval_hooks_off();
     cJSON_Delete(e->jarr);
     free(e->logits);
     free(e->rlogits);

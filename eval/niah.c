@@ -343,3 +343,34 @@ drt_status drt_niah_make(const drt_tokenizer *tok, uint64_t seed, int ctx, int n
         for (int r = 0; r < n_queries; r++) drt_niah_prompt_free(&out[r]);
     return st;
 }
+
+drt_status drt_niah_answer(drt_session *s, const drt_tokenizer *tok, int vocab, int eos_id, float *logits,
+                           int32_t gen[DRT_NIAH_MAX_NEW_TOKENS], int *ng, char *pred, size_t n) {
+    drt_status st = DRT_OK;
+    *ng = 0;
+    if (n) pred[0] = 0;
+    while (st == DRT_OK && *ng < DRT_NIAH_MAX_NEW_TOKENS) {
+        int best = 0;
+        for (int v = 1; v < vocab; v++)
+            if (logits[v] > logits[best]) best = v;
+        if (best == eos_id) break;
+        gen[(*ng)++] = best;
+        if (*ng < DRT_NIAH_MAX_NEW_TOKENS) st = drt_session_forward(s, &gen[*ng - 1], 1, logits, 0);
+    }
+    char *text = NULL;
+    if (st == DRT_OK) st = drt_tokenizer_decode(tok, gen, *ng, 1, &text, NULL);
+    if (st != DRT_OK) return st;
+    drt_niah_predicted(text, pred, n);
+    free(text);
+    return DRT_OK;
+}
+
+void drt_niah_attention(const float *attn, const drt_niah_prompt *p, double *answer, double *noise) {
+    double ans = 0, rest = 0;
+    for (int j = 0; j < p->question_start; j++) {
+        if (j >= p->answer_start && j < p->answer_end) ans += attn[j];
+        else rest += attn[j];
+    }
+    *answer = ans;
+    *noise = rest;
+}

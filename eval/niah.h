@@ -43,4 +43,16 @@ drt_status drt_niah_prompt_count(int64_t n_ctx, int64_t n_depth, int64_t samples
  * prefix of ASCII digits, into pred (at most n-1 chars). */
 void drt_niah_predicted(const char *generated, char *pred, size_t n);
 
+/* The scorer, after the prompt's prefill on s left its last-token logits in
+ * logits[vocab]: greedy continuation until eos or DRT_NIAH_MAX_NEW_TOKENS
+ * (its ids in gen, their count in *ng), decoded and judged into pred (n
+ * bytes); logits is overwritten. */
+drt_status drt_niah_answer(drt_session *s, const drt_tokenizer *tok, int vocab, int eos_id, float *logits,
+                           int32_t gen[DRT_NIAH_MAX_NEW_TOKENS], int *ng, char *pred, size_t n);
+
+/* The final query token's attention over the context before the question
+ * (attn as drt_session_last_attention gives it), split into the answer
+ * needle's tokens and the rest (the paper's Table 3). */
+void drt_niah_attention(const float *attn, const drt_niah_prompt *p, double *answer, double *noise);
+
 #endif

@@ -4,7 +4,7 @@
 #   backends/*/  + backends/ref/ (the reference kernels), its own folder
 #   model/       + runtime/
 #   conform/     + model/, backends/ref/
-#   eval/        + model/ (the NIAH generator and scorer, analysis, tables)
+#   eval/        + model/, backends/ref/ (its analysis hooks): NIAH, analysis
 #   cli/         anything
 # A quoted #include that resolves elsewhere fails, naming file and header.
 # cmake -DSRC=<checkout> -P tests/layering.cmake
@@ -12,7 +12,7 @@ set(allowed_runtime runtime include/diffrt)
 set(allowed_backends runtime include/diffrt backends/ref)
 set(allowed_model runtime include/diffrt model)
 set(allowed_conform runtime include/diffrt model backends/ref conform)
-set(allowed_eval runtime include/diffrt model eval)
+set(allowed_eval runtime include/diffrt model backends/ref eval)
 set(bad "")
 set(n 0)
 foreach(layer runtime backends model conform eval)

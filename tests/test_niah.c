@@ -1,12 +1,15 @@
 /* The C multi-needle generator (eval/niah.c) against the python reference's
  * committed test vectors (python/niah/samples.jsonl, docs/niah_spec.md):
  * byte-identical prompt text, identical prompt ids, the same answer, answer
- * span and question start, for every sample. Also the judging rule. */
+ * span and question start, for every sample. Also the judging rule, the
+ * attention split and the statistics of eval/analysis.h. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "analysis.h"
 #include "drt_test.h"
 #include "niah.h"
 #include "safetensors.h"
@@ -14,6 +17,59 @@
 #ifndef NIAH_DIR
 #define NIAH_DIR DRT_FIXTURES_DIR "/../../python/niah"
 #endif
+
+static int near(double a, double b, double rel) { return fabs(a - b) <= rel * fabs(b) + 1e-12; }
+
+/* the scorer's attention split and logits comparison, the Table 5 statistics */
+static void check_scoring(void) {
+    const float attn[7] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f};
+    drt_niah_prompt p = {.answer_start = 2, .answer_end = 4, .question_start = 6};
+    double ans = -1, noise = -1;
+    drt_niah_attention(attn, &p, &ans, &noise); /* the question (index 6 on) counts for neither */
+    DRT_CHECK(near(ans, 0.7, 1e-6) && near(noise, 1.4, 1e-6), "attention split %g / %g, expected 0.7 / 1.4", ans,
+              noise);
+
+    static const struct {
+        float a[3], ref[3];
+        double nmse;
+        int same;
+    } lc[] = {
+        {{1, 2, 3}, {1, 2, 3}, 0, 1},
+        {{0, 0, 1}, {0, 1, 0}, 2, 0},     /* sum (a-r)^2 / sum r^2 = 2 / 1 */
+        {{1, 0, 0}, {0, 0, 0}, 1, 1},     /* r all zero: the plain sum; both argmax 0 */
+        {{2, 2, 1}, {1, 2, 2}, 2.0 / 9, 0}, /* first maximum: 0 vs 1 */
+    };
+    for (size_t i = 0; i < sizeof lc / sizeof lc[0]; i++) {
+        double nmse = -1;
+        int same = -1;
+        drt_logits_compare(lc[i].a, lc[i].ref, 3, &nmse, &same);
+        DRT_CHECK(near(nmse, lc[i].nmse, 1e-9) && same == lc[i].same, "logits case %zu: nmse %g same %d, expected %g %d",
+                  i, nmse, same, lc[i].nmse, lc[i].same);
+    }
+
+    drt_mag_stats a, b, both;
+    DRT_CHECK(drt_mag_stats_init(&a) == DRT_OK && drt_mag_stats_init(&b) == DRT_OK, "%s", drt_last_error());
+    DRT_CHECK(drt_mag_stats_median(&a) == 0, "median of nothing %g", drt_mag_stats_median(&a));
+    for (int i = 1; i <= 12; i++) drt_mag_stats_add(&a, i % 2 ? i : -i); /* |x| = 1..12 */
+    DRT_CHECK(a.n == 12 && a.top[0] == 12 && a.top[DRT_STATS_TOPK - 1] == 3, "top-1 %g top-10 %g of 1..12", a.top[0],
+              a.top[DRT_STATS_TOPK - 1]);
+    DRT_CHECK(near(drt_mag_stats_median(&a), 6, 0.0012), "median of 1..12 %g, expected 6 (the lower middle)",
+              drt_mag_stats_median(&a));
+    const double out_of_range[] = {0, 1e-20, 1e20};
+    for (int i = 0; i < 3; i++) drt_mag_stats_add(&b, out_of_range[i]);
+    DRT_CHECK(b.zeros == 1 && b.below == 1 && b.above == 1 && b.top[0] == 1e20, "zeros %llu below %llu above %llu",
+              (unsigned long long)b.zeros, (unsigned long long)b.below, (unsigned long long)b.above);
+    DRT_CHECK(drt_mag_stats_pool(&a, &b, &both) == DRT_OK, "%s", drt_last_error());
+    DRT_CHECK(both.n == 15 && both.top[0] == 1e20 && both.top[1] == 12 && both.top[DRT_STATS_TOPK - 1] == 4,
+              "pooled n %llu top %g %g .. %g", (unsigned long long)both.n, both.top[0], both.top[1],
+              both.top[DRT_STATS_TOPK - 1]);
+    /* 15 values: 0, 1e-20 (the two below every bin), 1..12, 1e20: the 8th is 6 */
+    DRT_CHECK(near(drt_mag_stats_median(&both), 6, 0.0012), "pooled median %g, expected 6",
+              drt_mag_stats_median(&both));
+    drt_mag_stats_free(&a);
+    drt_mag_stats_free(&b);
+    drt_mag_stats_free(&both);
+}
 
 static int get_int(cJSON *o, const char *k) {
     cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -80,6 +136,7 @@ int main(int argc, char **argv) {
     drt_niah_prompt p1;
     DRT_CHECK(drt_niah_make(tok, 0, 8, 1, 1, 50, 0, &p1) == DRT_ERR_INVALID_ARG && strstr(drt_last_error(), "ctx 8"),
               "ctx 8 accepted: %s", drt_last_error());
+    check_scoring();
     free(text);
     drt_tokenizer_free(tok);
     return drt_test_summary("test_niah");

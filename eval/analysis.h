@@ -1,0 +1,59 @@
+/* Activation statistics of the DIFF Transformer paper's Table 5 (arXiv
+ * 2410.05258), gathered through the reference backend's analysis hooks
+ * (backends/ref/ref_ops.h): the largest and the median magnitudes of the
+ * attention logits (q.k/sqrt(dk), both maps of every DIFF head) and of the
+ * hidden states (each layer's output, the residual stream after its MLP).
+ * Also the hook that quantizes attention logits (niah --attn-bits, the
+ * paper's Fig. 8) and the logits comparison of niah --logits-vs. */
+#ifndef DRT_EVAL_ANALYSIS_H
+#define DRT_EVAL_ANALYSIS_H
+
+#include <stdint.h>
+
+#include "diffrt/diffrt.h"
+
+#define DRT_STATS_TOPK 10
+
+/* Magnitudes |x| of a stream of values: top-1 and top-10 (top[TOPK-1])
+ * exact; the median from a histogram of 1000 bins per decade over
+ * [1e-12, 1e12) (relative error below 0.12%). */
+typedef struct {
+    double top[DRT_STATS_TOPK]; /* descending */
+    uint64_t n, zeros, below, above;
+    uint64_t *bins;
+} drt_mag_stats;
+
+/* zeroed, with its bins; DRT_ERR_OOM */
+drt_status drt_mag_stats_init(drt_mag_stats *s);
+void drt_mag_stats_free(drt_mag_stats *s);
+void drt_mag_stats_add(drt_mag_stats *s, double x);
+/* the centre of the histogram bin holding the median |value|; 0 when empty */
+double drt_mag_stats_median(const drt_mag_stats *s);
+/* a and b pooled into *both (its own bins); DRT_ERR_OOM */
+drt_status drt_mag_stats_pool(const drt_mag_stats *a, const drt_mag_stats *b, drt_mag_stats *both);
+
+/* the Table 5 quantities of a run */
+typedef struct {
+    drt_mag_stats logits[2]; /* map 0 (the only one for ATTN), map 1 (DIFF's second) */
+    drt_mag_stats hidden;    /* every node named *.mlp_residual */
+} drt_act_stats;
+
+drt_status drt_act_stats_init(drt_act_stats *a);
+void drt_act_stats_free(drt_act_stats *a);
+/* Process-wide (the reference hooks are): from now on every reference
+ * attention logit row and every ref-session node feed a, until
+ * drt_eval_hooks_off(). */
+void drt_act_stats_start(drt_act_stats *a);
+
+/* bits > 0: every reference attention logit row quantized to bits before
+ * its softmax (symmetric, per-row absmax), until drt_eval_hooks_off() */
+void drt_eval_attn_bits(int bits);
+/* every reference analysis hook off */
+void drt_eval_hooks_off(void);
+
+/* logits against reference logits (n values each): NMSE sum((a-r)^2) /
+ * sum(r^2) (the plain sum when r is all zero), and whether their argmax
+ * (the first maximum) agrees */
+void drt_logits_compare(const float *a, const float *ref, int n, double *nmse, int *same_top1);
+
+#endif
