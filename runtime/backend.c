@@ -234,6 +234,11 @@ const drt_backend_ops *drt_registry_find(const char *name) {
     return NULL;
 }
 
+const drt_backend_ops *drt_registry_fallback(void) {
+    /* the ref entry is built in: never a module to load, never NULL */
+    return entry_named("ref")->builtin;
+}
+
 /* ---- public listing --------------------------------------------------- */
 
 int drt_backend_count(void) { return N_REGISTRY; }

@@ -278,7 +278,7 @@ static drt_status run_fallback(drt_plan *p, drt_tensor *t, const drt_exec *ex) {
     int in_place = t->view_src && t->op == DRT_OP_KV_WRITE;
     const drt_tensor *dst_t = in_place ? t->src[1] : t;
     void *dst = host_of(p, dst_t);
-    s = drt_ref_run_node(t, dst, srcs, ex);
+    s = drt_registry_fallback()->run_node(t, dst, srcs, ex);
     if (s == DRT_OK && !drt_host_ptr(dst_t)) s = drt_tensor_set((drt_tensor *)dst_t, dst, drt_nbytes(dst_t));
     p->fallback_runs[t->op]++;
     return s;

@@ -215,6 +215,11 @@ typedef struct drt_backend_ops {
      * of paying for it on first use (the cpu backend repacks q8_0 / q4_0
      * weights for its decode GEMV). NULL: nothing to do. */
     drt_status (*prepare_weight)(drt_backend *be, const drt_tensor *w);
+    /* optional: computes node into dst from srcs, all host memory laid out as
+     * the tensors, on no instance. The ref backend's is the CPU reference,
+     * which the dispatcher reaches through the registry (drt_registry_fallback)
+     * for the nodes a backend does not support. NULL: none. */
+    drt_status (*run_node)(const drt_tensor *node, void *dst, void *const *srcs, const drt_exec *ex);
 } drt_backend_ops;
 
 struct drt_backend {
@@ -229,6 +234,9 @@ struct drt_backend {
 int drt_registry_count(void);
 const drt_backend_ops *drt_registry_get(int i);
 const drt_backend_ops *drt_registry_find(const char *name);
+/* The backend whose run_node computes the nodes another backend does not
+ * support: the built-in ref backend, so never NULL. */
+const drt_backend_ops *drt_registry_fallback(void);
 /* Adds a backend at run time (used by tests); found by drt_backend_open. */
 drt_status drt_registry_add(const drt_backend_ops *ops);
 /* Creates a backend instance; device: NULL/"" default, else an index or a
@@ -305,8 +313,8 @@ drt_status drt_tensor_set(drt_tensor *t, const void *data, size_t n);
 drt_status drt_tensor_get(const drt_tensor *t, void *data, size_t n);
 
 /* The CPU reference as a node runner: computes node into dst from srcs
- * (host pointers), used by the ref backend, by conform's oracle and by
- * fallbacks. */
+ * (host pointers), used by the ref backend, by conform's oracle and (as the
+ * ref backend's run_node) by fallbacks. Defined in backends/ref/. */
 drt_status drt_ref_run_node(const drt_tensor *node, void *dst, void *const *srcs,
                             const drt_exec *ex);
 

@@ -1,6 +1,6 @@
 /* The CPU reference backend ("ref"): host memory, and one node runner that maps a
- * graph node onto the plain kernels of ref_ops.h. The dispatcher also uses
- * drt_ref_run_node for fallbacks from other backends. */
+ * graph node onto the plain kernels of ref_ops.h. The dispatcher also runs
+ * other backends' fallbacks through it (run_node, found in the registry). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,4 +169,5 @@ const drt_backend_ops drt_ref_backend_ops = {
     .compute = ref_compute,
     .synchronize = ref_sync,
     .device_props = ref_device_props,
+    .run_node = drt_ref_run_node,
 };
