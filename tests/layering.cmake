@@ -1,21 +1,12 @@
 # ctest layering: each layer includes only its own headers and those of the
-# layers below it (docs/design.md section 1):
-#   runtime/     runtime/, the public include/diffrt/
-#   backends/*/  + backends/ref/ (the reference kernels), its own folder
-#   model/       + runtime/
-#   conform/     + model/, backends/ref/
-#   eval/        + model/, backends/ref/ (its analysis hooks): NIAH, analysis
-#   cli/         anything
+# layers below it (tests/layers.cmake lists them; tests/layering_link.cmake
+# checks the same arrows between the built objects).
 # A quoted #include that resolves elsewhere fails, naming file and header.
 # cmake -DSRC=<checkout> -P tests/layering.cmake
-set(allowed_runtime runtime include/diffrt)
-set(allowed_backends runtime include/diffrt backends/ref)
-set(allowed_model runtime include/diffrt model)
-set(allowed_conform runtime include/diffrt model backends/ref conform)
-set(allowed_eval runtime include/diffrt model backends/ref eval)
+include(${CMAKE_CURRENT_LIST_DIR}/layers.cmake)
 set(bad "")
 set(n 0)
-foreach(layer runtime backends model conform eval)
+foreach(layer ${DRT_LAYERS})
   file(GLOB_RECURSE files ${SRC}/${layer}/*.c ${SRC}/${layer}/*.h ${SRC}/${layer}/*.cu ${SRC}/${layer}/*.cuh)
   foreach(f ${files})
     if(f MATCHES "/emu/") # the CUDA emulator is a test harness, not a layer

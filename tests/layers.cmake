@@ -1,0 +1,15 @@
+# The layers (docs/design.md section 1) and what each may use: the folders
+# whose headers it may include (tests/layering.cmake) and whose symbols its
+# objects may reference (tests/layering_link.cmake). Lower layers first:
+#   runtime/     runtime/, the public include/diffrt/
+#   backends/*/  + backends/ref/ (the reference kernels), its own folder
+#   model/       + runtime/
+#   conform/     + model/, backends/ref/
+#   eval/        + model/, backends/ref/ (its analysis hooks): NIAH, analysis
+#   cli/         anything
+set(DRT_LAYERS runtime backends model conform eval)
+set(allowed_runtime runtime include/diffrt)
+set(allowed_backends runtime include/diffrt backends/ref)
+set(allowed_model runtime include/diffrt model)
+set(allowed_conform runtime include/diffrt model backends/ref conform)
+set(allowed_eval runtime include/diffrt model backends/ref eval)
