@@ -103,13 +103,9 @@ drt_status drt_build_forward(const drt_model *m, const drt_model_tensors *mt, in
     }
     x = named(drt_rmsnorm(g, x, mt->final_norm, m->rms_eps), -1, "final_norm");
     out->logits = named(drt_matmul(g, x, mt->lm_head), -1, "lm_head");
-    /* what the host reads after a run keeps its own storage: the logits,
-     * and q and lambda for the attention probes (drt_session_last_attention) */
+    /* what the host reads after a run keeps its own storage: the logits
+     * (the attention probes observe q and lambda as a run computes them) */
     if (out->logits) out->logits->flags |= DRT_TF_OUTPUT;
-    for (int l = 0; l < I->n_layers; l++) {
-        if (out->q_rope[l]) out->q_rope[l]->flags |= DRT_TF_OUTPUT;
-        if (out->lambda[l]) out->lambda[l]->flags |= DRT_TF_OUTPUT;
-    }
     if (g->err != DRT_OK) {
         drt_status s = g->err;
         drt_graph_free(g);

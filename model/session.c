@@ -22,6 +22,8 @@ struct drt_session {
     drt_forward_graph decode, prefill;
     drt_forward_graph *last; /* the graph of the last successful forward */
     int64_t fallback_runs[DRT_OP_COUNT];
+    drt_observer obs; /* on_node NULL: none (drt_session_set_observer) */
+    int attn_bits;    /* drt_session_set_attn_bits: put on every attention node built */
     /* held by whichever thread is inside the session (diffrt.h): a second
      * thread gets DRT_ERR_BUSY from the calls with a status and waits in the
      * others, so two forwards never share the KV cache, pos and the graphs'
@@ -95,8 +97,17 @@ void drt_session_free(drt_session *s) {
     if (m) drt_model_unref(m);
 }
 
+/* attention nodes carry the logit quantization in ip[1] (ref_ops.h) */
+static void put_attn_bits(drt_forward_graph *f, int bits) {
+    for (int i = 0; f->g && i < f->g->n_nodes; i++) {
+        drt_tensor *t = f->g->nodes[i];
+        if (t->op == DRT_OP_ATTN || t->op == DRT_OP_DIFF_ATTN) t->ip[1] = bits;
+    }
+}
+
 static drt_status build(drt_session *s, int T, int all_logits, drt_forward_graph *f) {
     drt_status st = drt_build_forward(s->m, &s->mt, T, all_logits, f);
+    if (st == DRT_OK) put_attn_bits(f, s->attn_bits);
     if (st == DRT_OK) st = drt_plan_create(f->g, s->be, &f->plan);
     if (st != DRT_OK) forward_free(f);
     return st;
@@ -250,6 +261,73 @@ static int64_t first_nonfinite(const float *x, int64_t n) {
     return -1;
 }
 
+/* ---- observers -------------------------------------------------------------- */
+
+static int layer_of(const char *name) {
+    int l;
+    return sscanf(name, "layers.%d.", &l) == 1 ? l : -1;
+}
+
+static void node_tensor(const drt_tensor *t, const void *data, drt_node_tensor *out) {
+    *out = (drt_node_tensor){.name = t->name, .type = t->type, .nd = t->nd, .data = data};
+    for (int d = 0; d < t->nd && d < 4; d++) out->ne[d] = t->ne[d];
+}
+
+/* The session's observer and a profile (either may be absent) on one run. */
+typedef struct {
+    const drt_observer *obs;
+    drt_plan_profile *prof;
+} observe_ctx;
+
+static bool user_wants(const drt_observer *o, const drt_tensor *t) {
+    return !o->want || o->want(o->ctx, drt_op_name(t->op), t->name, layer_of(t->name));
+}
+
+static bool observe_want(void *ctx, const drt_tensor *t) {
+    observe_ctx *c = ctx;
+    return c->prof || user_wants(c->obs, t); /* profiling times every node alone */
+}
+
+static int observe_seen(void *ctx, const drt_node_seen *ev, const drt_exec *ex) {
+    observe_ctx *c = ctx;
+    const drt_tensor *t = ev->node;
+    if (c->prof) drt_plan_profile_add(c->prof, ev, ex);
+    if (!c->obs || (c->prof && !user_wants(c->obs, t))) return 0;
+    drt_node_event e = {.op = drt_op_name(t->op), .layer = layer_of(t->name), .p0 = ex->p0,
+                        .seconds = ev->seconds, .fallback = ev->fallback};
+    node_tensor(t, ev->data, &e.out);
+    if (t->op == DRT_OP_KV_WRITE) e.out.ne[0] = t->src[0]->ne[0]; /* the rows it wrote */
+    for (int j = 0; j < DRT_MAX_SRC; j++)
+        if (t->src[j]) node_tensor(t->src[j], drt_host_ptr(t->src[j]), &e.src[e.n_src++]);
+    c->obs->on_node(c->obs->ctx, &e);
+    return 0;
+}
+
+drt_status drt_session_set_observer(drt_session *s, const drt_observer *obs) {
+    if (!s) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_set_observer: the session is NULL");
+    drt_status st = enter(s, "drt_session_set_observer");
+    if (st != DRT_OK) return st;
+    if (obs && obs->on_node)
+        s->obs = *obs;
+    else
+        memset(&s->obs, 0, sizeof s->obs);
+    leave(s);
+    return DRT_OK;
+}
+
+drt_status drt_session_set_attn_bits(drt_session *s, int bits) {
+    if (bits && strcmp(s->be->ops->name, "ref") != 0)
+        return drt_set_error(DRT_ERR_UNSUPPORTED, "attention logit quantization runs on the ref backend only (not %s)",
+                             s->be->ops->name);
+    drt_status st = enter(s, "drt_session_set_attn_bits");
+    if (st != DRT_OK) return st;
+    s->attn_bits = bits;
+    put_attn_bits(&s->decode, bits);
+    put_attn_bits(&s->prefill, bits);
+    leave(s);
+    return DRT_OK;
+}
+
 /* forward() with the session entered */
 static drt_status forward_entered(drt_session *s, const int32_t *ids, int T, float *logits, int all_logits,
                                   drt_profile *prof) {
@@ -281,11 +359,12 @@ static drt_status forward_entered(drt_session *s, const int32_t *ids, int T, flo
     memcpy(before, drt_plan_fallback_runs(f->plan), sizeof before);
     drt_status st = drt_tensor_set(f->ids, ids, sizeof(int32_t) * (size_t)T);
     drt_exec ex = {.p0 = s->pos};
-    if (st == DRT_OK && prof) {
+    if (st == DRT_OK && (prof || s->obs.on_node)) {
         drt_plan_profile pp = {0};
-        st = drt_plan_run_profiled(f->plan, &ex, &pp);
-        prof->n_ops = DRT_OP_COUNT;
-        for (int i = 0; i < DRT_OP_COUNT; i++) {
+        observe_ctx oc = {.obs = s->obs.on_node ? &s->obs : NULL, .prof = prof ? &pp : NULL};
+        drt_plan_observer po = {.want = observe_want, .seen = observe_seen, .ctx = &oc, .no_data = !oc.obs};
+        st = drt_plan_run_observed(f->plan, &ex, &po);
+        for (int i = 0; prof && i < DRT_OP_COUNT; i++) {
             prof->op[i] = drt_op_name((drt_op)i);
             prof->nodes[i] += pp.nodes[i];
             prof->fallback[i] += pp.fallback_nodes[i];
@@ -293,7 +372,8 @@ static drt_status forward_entered(drt_session *s, const int32_t *ids, int T, flo
             prof->flops[i] += pp.flops[i];
             prof->bytes[i] += pp.bytes[i];
         }
-        if (st == DRT_OK) prof->forwards++;
+        if (prof) prof->n_ops = DRT_OP_COUNT;
+        if (prof && st == DRT_OK) prof->forwards++;
     } else if (st == DRT_OK) {
         st = drt_plan_run(f->plan, &ex);
     }
@@ -356,27 +436,77 @@ static void *fetch(const drt_tensor *t, size_t n, drt_status *st) {
     return h;
 }
 
+/* The attention probe's inputs, the last token's row of each layer's q
+ * after RoPE (H*maps, dk) and of lambda (H) for diff-v2, copied as a re-run
+ * of the last forward computes them (an observer: no forward keeps them). */
+typedef struct {
+    const drt_forward_graph *f;
+    int n_layers;
+    float **q, **lam;
+    drt_status st;
+} probe_ctx;
+
+/* the layer whose q_rope (*lam 0) or lambda (*lam 1) t is, or -1 */
+static int probe_layer(const probe_ctx *c, const drt_tensor *t, int *lam) {
+    *lam = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        *lam = t == c->f->lambda[l];
+        if (t == c->f->q_rope[l] || *lam) return l;
+    }
+    return -1;
+}
+
+static bool probe_want(void *ctx, const drt_tensor *t) {
+    int lam;
+    return probe_layer(ctx, t, &lam) >= 0;
+}
+
+static int probe_seen(void *ctx, const drt_node_seen *ev, const drt_exec *ex) {
+    probe_ctx *c = ctx;
+    int lam, l = probe_layer(c, ev->node, &lam);
+    size_t row = ev->nbytes / (size_t)ev->node->ne[0]; /* the last of its T rows */
+    float **dst = lam ? &c->lam[l] : &c->q[l];
+    free(*dst);
+    *dst = malloc(row);
+    if (!*dst) {
+        c->st = drt_set_error(DRT_ERR_OOM, "out of memory");
+        return 1;
+    }
+    memcpy(*dst, (const char *)ev->data + ev->nbytes - row, row);
+    return 0;
+}
+
 static drt_status last_attention_entered(drt_session *s, float *weights) {
     const drt_model *m = s->m;
     const drt_model_info *I = &m->info;
     drt_forward_graph *f = s->last;
     if (!f) return drt_set_error(DRT_ERR_INVALID_ARG, "attention probe: no forward has run since the last reset");
-    int P = s->pos, T = f->T, H = I->n_heads, G = I->n_kv_groups, dk = I->dk, km = I->kv_m;
+    int P = s->pos, H = I->n_heads, G = I->n_kv_groups, dk = I->dk, km = I->kv_m, NL = I->n_layers;
     int diff = I->arch != DRT_ARCH_TRANSFORMER, maps = diff ? 2 : 1;
     double *acc = calloc((size_t)P, sizeof(double)), *a[2];
     a[0] = malloc(sizeof(double) * (size_t)P);
     a[1] = malloc(sizeof(double) * (size_t)P);
-    drt_status st = acc && a[0] && a[1] ? DRT_OK : drt_set_error(DRT_ERR_OOM, "out of memory");
+    probe_ctx pc = {.f = f, .n_layers = NL, .q = calloc((size_t)NL, sizeof(float *)),
+                    .lam = calloc((size_t)NL, sizeof(float *))};
+    drt_status st = acc && a[0] && a[1] && pc.q && pc.lam ? DRT_OK : drt_set_error(DRT_ERR_OOM, "out of memory");
+    /* the same forward again at the same position computes the same values
+     * (it rewrites its own cache rows with them) */
+    drt_exec ex = {.p0 = s->pos - f->T};
+    drt_plan_observer po = {.want = probe_want, .seen = probe_seen, .ctx = &pc};
+    if (st == DRT_OK) st = drt_plan_run_observed(f->plan, &ex, &po);
+    if (st == DRT_OK) st = pc.st;
+    for (int l = 0; st == DRT_OK && l < NL; l++)
+        if (!pc.q[l] || (f->lambda[l] && !pc.lam[l]))
+            st = drt_set_error(DRT_ERR_INVALID_ARG, "attention probe: layer %d's q was not seen", l);
     double scale = 1.0 / sqrt((double)dk);
-    for (int l = 0; st == DRT_OK && l < I->n_layers; l++) {
+    for (int l = 0; st == DRT_OK && l < NL; l++) {
         const drt_layer_tensors *L = &s->mt.layers[l];
-        float *q = fetch(f->q_rope[l], drt_nbytes(f->q_rope[l]), &st);
+        const float *q = pc.q[l], *lam = pc.lam[l];
         float *k = fetch(L->k_cache, (size_t)P * (size_t)G * (size_t)km * (size_t)dk * sizeof(float), &st);
-        float *lam = f->lambda[l] ? fetch(f->lambda[l], drt_nbytes(f->lambda[l]), &st) : NULL;
         for (int h = 0; st == DRT_OK && h < H; h++) {
             int g = h * G / H;
             for (int c = 0; c < maps; c++) {
-                const float *qq = q + ((size_t)(T - 1) * H * maps + (size_t)h * maps + c) * dk;
+                const float *qq = q + ((size_t)h * maps + c) * dk;
                 int kc = c == 0 ? 0 : km - 1;
                 double mx = -INFINITY, sum = 0;
                 for (int j = 0; j < P; j++) {
@@ -389,14 +519,18 @@ static drt_status last_attention_entered(drt_session *s, float *weights) {
                 for (int j = 0; j < P; j++) sum += (a[c][j] = exp(a[c][j] - mx));
                 for (int j = 0; j < P; j++) a[c][j] /= sum;
             }
-            double lm = !diff ? 0 : lam ? lam[(size_t)(T - 1) * H + h] : m->layers[l].lambda;
+            double lm = !diff ? 0 : lam ? lam[h] : m->layers[l].lambda;
             for (int j = 0; j < P; j++) acc[j] += a[0][j] - (diff ? lm * a[1][j] : 0);
         }
-        free(q);
         free(k);
-        free(lam);
     }
     for (int j = 0; st == DRT_OK && j < P; j++) weights[j] = (float)(acc[j] / ((double)I->n_layers * H));
+    for (int l = 0; l < NL; l++) {
+        if (pc.q) free(pc.q[l]);
+        if (pc.lam) free(pc.lam[l]);
+    }
+    free(pc.q);
+    free(pc.lam);
     free(acc);
     free(a[0]);
     free(a[1]);

@@ -25,9 +25,9 @@ typedef struct {
     drt_plan *plan;
     drt_tensor *ids;    /* (T) i32 */
     drt_tensor *logits; /* (T, V) or (1, V) */
-    /* per layer, kept for attention probes (flagged DRT_TF_OUTPUT, so they
-     * keep their own storage and hold the last run's values): q after RoPE,
-     * (T, H*maps, dk); lambda (T, H) for diff-v2, else NULL */
+    /* per layer, the nodes the attention probe observes (in the arena like
+     * every intermediate): q after RoPE, (T, H*maps, dk); lambda (T, H) for
+     * diff-v2, else NULL */
     drt_tensor **q_rope, **lambda;
 } drt_forward_graph;
 
@@ -35,5 +35,11 @@ typedef struct {
  * Every model graph uses the fused attention ops. */
 drt_status drt_build_forward(const drt_model *m, const drt_model_tensors *mt, int T, int all_logits,
                              drt_forward_graph *out);
+
+/* Every ATTN / DIFF_ATTN node of the session's graphs, built and to be
+ * built, quantizes its attention logits to bits (> 0; 0: off) before the
+ * softmax (ref_ops.h; diffrt niah --attn-bits). The ref backend only:
+ * DRT_ERR_UNSUPPORTED elsewhere. */
+drt_status drt_session_set_attn_bits(drt_session *s, int bits);
 
 #endif

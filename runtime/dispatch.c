@@ -284,14 +284,11 @@ static drt_status run_fallback(drt_plan *p, drt_tensor *t, const drt_exec *ex) {
     return s;
 }
 
-drt_status drt_plan_run(drt_plan *p, const drt_exec *ex) {
+/* Runs nodes [i, end) of the plan: batches the backend runs as one
+ * submission, fallbacks one by one on the CPU reference. */
+static drt_status run_range(drt_plan *p, int i, int end, const drt_exec *ex) {
     drt_graph *g = p->g;
-    for (int i = 0; i < g->n_nodes; i++) {
-        drt_status s = drt_op_check_exec(g->nodes[i], ex);
-        if (s != DRT_OK) return s;
-    }
-    int i = 0;
-    while (i < g->n_nodes) {
+    while (i < end) {
         if (p->fallback[i]) {
             drt_status s = run_fallback(p, g->nodes[i], ex);
             if (s != DRT_OK) return s;
@@ -299,40 +296,104 @@ drt_status drt_plan_run(drt_plan *p, const drt_exec *ex) {
             continue;
         }
         int j = i;
-        while (j < g->n_nodes && !p->fallback[j]) j++;
+        while (j < end && !p->fallback[j]) j++;
         drt_status s = p->be->ops->compute(p->be, g->nodes + i, j - i, ex);
         if (s != DRT_OK) return s;
         i = j;
     }
-    return p->be->ops->synchronize(p->be);
+    return DRT_OK;
+}
+
+static drt_status check_exec_all(const drt_plan *p, const drt_exec *ex) {
+    for (int i = 0; i < p->g->n_nodes; i++) {
+        drt_status s = drt_op_check_exec(p->g->nodes[i], ex);
+        if (s != DRT_OK) return s;
+    }
+    return DRT_OK;
+}
+
+drt_status drt_plan_run(drt_plan *p, const drt_exec *ex) {
+    drt_status s = check_exec_all(p, ex);
+    if (s == DRT_OK) s = run_range(p, 0, p->g->n_nodes, ex);
+    return s == DRT_OK ? p->be->ops->synchronize(p->be) : s;
+}
+
+/* ---- observing nodes --------------------------------------------------------- */
+
+/* Node t's output in host memory for an observer: bytes [*off, *off + *n)
+ * of it (a KV_WRITE: the rows p0 .. p0 + T - 1 it wrote; the rest is other
+ * runs'), in place when host-visible, else downloaded into *tmp (grown to
+ * *cap bytes). */
+static drt_status read_output(const drt_tensor *t, const drt_exec *ex, void **tmp, size_t *cap,
+                              const void **data, size_t *n) {
+    size_t off = 0;
+    *n = drt_nbytes(t);
+    if (t->op == DRT_OP_KV_WRITE && t->ne[0] > 0) {
+        size_t row = *n / (size_t)t->ne[0];
+        off = (size_t)ex->p0 * row;
+        *n = (size_t)t->src[0]->ne[0] * row;
+    }
+    const char *h = drt_host_ptr(t);
+    if (h) {
+        *data = h + off;
+        return DRT_OK;
+    }
+    if (*n > *cap) {
+        void *nt = realloc(*tmp, *n);
+        if (!nt) return drt_set_error(DRT_ERR_OOM, "out of memory reading back %s", t->name);
+        *tmp = nt;
+        *cap = *n;
+    }
+    *data = *tmp;
+    return t->buf->be->ops->download(t->buf->be, t->buf, t->offs + off, *tmp, *n);
+}
+
+drt_status drt_plan_run_observed(drt_plan *p, const drt_exec *ex, const drt_plan_observer *obs) {
+    if (!obs) return drt_plan_run(p, ex);
+    drt_graph *g = p->g;
+    drt_status s = check_exec_all(p, ex);
+    /* work queued before this call is not charged to the first wanted node */
+    if (s == DRT_OK) s = p->be->ops->synchronize(p->be);
+    void *tmp = NULL;
+    size_t cap = 0;
+    int i = 0;
+    while (s == DRT_OK && i < g->n_nodes) {
+        double t0 = drt_now_s();
+        int w = i; /* the next wanted node, or n_nodes */
+        while (w < g->n_nodes && obs->want && !obs->want(obs->ctx, g->nodes[w])) w++;
+        int end = w < g->n_nodes ? w + 1 : g->n_nodes;
+        s = run_range(p, i, end, ex);
+        if (s == DRT_OK) s = p->be->ops->synchronize(p->be);
+        i = end;
+        if (s != DRT_OK || w == g->n_nodes) break;
+        drt_node_seen ev = {.node = g->nodes[w], .seconds = drt_now_s() - t0, .fallback = p->fallback[w]};
+        if (!obs->no_data && g->nodes[w]->buf) s = read_output(g->nodes[w], ex, &tmp, &cap, &ev.data, &ev.nbytes);
+        if (s == DRT_OK && obs->seen(obs->ctx, &ev, ex)) break;
+    }
+    free(tmp);
+    return s;
 }
 
 /* ---- profiling: node by node, synchronized ---------------------------------- */
 
+void drt_plan_profile_add(drt_plan_profile *prof, const drt_node_seen *ev, const drt_exec *ex) {
+    const drt_tensor *t = ev->node;
+    const drt_op_info *info = drt_op_get(t->op);
+    prof->seconds[t->op] += ev->seconds;
+    prof->flops[t->op] += info->flops(t, ex);
+    prof->bytes[t->op] += info->bytes(t, ex);
+    prof->nodes[t->op]++;
+    prof->fallback_nodes[t->op] += ev->fallback;
+}
+
+static int profile_node(void *ctx, const drt_node_seen *ev, const drt_exec *ex) {
+    drt_plan_profile_add(ctx, ev, ex);
+    return 0;
+}
+
 drt_status drt_plan_run_profiled(drt_plan *p, const drt_exec *ex, drt_plan_profile *prof) {
-    drt_graph *g = p->g;
-    for (int i = 0; i < g->n_nodes; i++) {
-        drt_status s = drt_op_check_exec(g->nodes[i], ex);
-        if (s != DRT_OK) return s;
-    }
-    /* work queued before this call is not charged to the first node */
-    drt_status s = p->be->ops->synchronize(p->be);
-    for (int i = 0; s == DRT_OK && i < g->n_nodes; i++) {
-        drt_tensor *t = g->nodes[i];
-        double t0 = drt_now_s();
-        s = p->fallback[i] ? run_fallback(p, t, ex)
-                           : p->be->ops->compute(p->be, g->nodes + i, 1, ex);
-        if (s == DRT_OK) s = p->be->ops->synchronize(p->be);
-        double dt = drt_now_s() - t0;
-        if (s != DRT_OK) break;
-        const drt_op_info *info = drt_op_get(t->op);
-        prof->seconds[t->op] += dt;
-        prof->flops[t->op] += info->flops(t, ex);
-        prof->bytes[t->op] += info->bytes(t, ex);
-        prof->nodes[t->op]++;
-        prof->fallback_nodes[t->op] += p->fallback[i];
-    }
-    return s;
+    drt_plan_observer obs = {.seen = profile_node, .ctx = prof, .no_data = true};
+    return drt_plan_run_observed(p, ex, &obs);
 }
 
 /* ---- where a NaN or Inf came from ----------------------------------------- */
@@ -380,47 +441,43 @@ static drt_status scan_nonfinite(const drt_tensor *t, size_t off, size_t n, void
     return DRT_OK;
 }
 
-drt_status drt_plan_find_nonfinite(drt_plan *p, const drt_exec *ex, drt_nonfinite *out) {
-    memset(out, 0, sizeof *out);
-    drt_graph *g = p->g;
+typedef struct {
+    drt_nonfinite *out;
+    drt_status st;
+} nonfinite_hunt;
+
+static int hunt_node(void *ctx, const drt_node_seen *ev, const drt_exec *ex) {
+    nonfinite_hunt *h = ctx;
+    const drt_tensor *t = ev->node;
+    size_t es = drt_dtype_size(t->type);
+    float bad = 0;
+    int64_t at = ev->data && es ? first_nonfinite(t->type, ev->data, (int64_t)(ev->nbytes / es), &bad) : -1;
+    if (at < 0) return 0;
+    *h->out = (drt_nonfinite){.node = t, .index = at, .value = bad};
+    /* the usual culprit: a weight it read holds the NaN or Inf */
     void *tmp = NULL;
     size_t cap = 0;
-    drt_status s = DRT_OK;
-    for (int i = 0; s == DRT_OK && i < g->n_nodes && !out->node; i++) {
-        drt_tensor *t = g->nodes[i];
-        s = drt_op_check_exec(t, ex);
-        if (s == DRT_OK)
-            s = p->fallback[i] ? run_fallback(p, t, ex)
-                               : p->be->ops->compute(p->be, g->nodes + i, 1, ex);
-        if (s == DRT_OK) s = p->be->ops->synchronize(p->be);
-        if (s != DRT_OK || !t->buf) break;
-        size_t off = 0, n = drt_nbytes(t);
-        if (t->op == DRT_OP_KV_WRITE && t->ne[0] > 0) {
-            /* the cache rows p0 .. p0 + T - 1 it wrote; the rest is other runs' */
-            size_t row = n / (size_t)t->ne[0];
-            off = (size_t)ex->p0 * row;
-            n = (size_t)t->src[0]->ne[0] * row;
-        }
-        int64_t at;
-        float bad = 0;
-        s = scan_nonfinite(t, off, n, &tmp, &cap, &at, &bad);
-        if (s != DRT_OK || at < 0) continue;
-        *out = (drt_nonfinite){.node = t, .index = at, .value = bad};
-        /* the usual culprit: a weight it read holds the NaN or Inf */
-        for (int j = 0; s == DRT_OK && j < DRT_MAX_SRC; j++) {
-            const drt_tensor *x = t->src[j];
-            if (!x || !(x->flags & DRT_TF_WEIGHT) || !x->buf) continue;
-            s = scan_nonfinite(x, 0, drt_nbytes(x), &tmp, &cap, &at, &bad);
-            if (s == DRT_OK && at >= 0) {
-                out->weight = x;
-                out->weight_index = at;
-                out->weight_value = bad;
-                break;
-            }
+    for (int j = 0; h->st == DRT_OK && j < DRT_MAX_SRC; j++) {
+        const drt_tensor *x = t->src[j];
+        if (!x || !(x->flags & DRT_TF_WEIGHT) || !x->buf) continue;
+        h->st = scan_nonfinite(x, 0, drt_nbytes(x), &tmp, &cap, &at, &bad);
+        if (h->st == DRT_OK && at >= 0) {
+            h->out->weight = x;
+            h->out->weight_index = at;
+            h->out->weight_value = bad;
+            break;
         }
     }
     free(tmp);
-    return s;
+    return 1;
+}
+
+drt_status drt_plan_find_nonfinite(drt_plan *p, const drt_exec *ex, drt_nonfinite *out) {
+    memset(out, 0, sizeof *out);
+    nonfinite_hunt h = {.out = out, .st = DRT_OK};
+    drt_plan_observer obs = {.seen = hunt_node, .ctx = &h};
+    drt_status s = drt_plan_run_observed(p, ex, &obs);
+    return s != DRT_OK ? s : h.st;
 }
 
 int drt_plan_fallback_count(const drt_plan *p, drt_op op) {

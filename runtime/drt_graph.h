@@ -303,6 +303,40 @@ typedef struct {
     int fallback_nodes[DRT_OP_COUNT];
 } drt_plan_profile;
 drt_status drt_plan_run_profiled(drt_plan *p, const drt_exec *ex, drt_plan_profile *prof);
+/* Observing nodes (docs/design.md section 5; what profiling, the finite
+ * check and the attention probes are built on): drt_plan_run_observed runs
+ * the plan at ex and, after each node the observer wants, synchronizes the
+ * backend and hands the observer that node's output in host memory. want is
+ * asked once per node, in order, as the run reaches it (NULL: every node); a batch of
+ * unwanted nodes still runs as one submission, and the run stops after each
+ * wanted node, so its output is seen before any later node can reuse its
+ * arena bytes: nothing is kept out of the arena for an observer. */
+typedef struct {
+    const drt_tensor *node;
+    /* its output: host memory valid during the call (the tensor itself when
+     * host-visible, else a read-back copy); a KV_WRITE's is the T rows it
+     * wrote at rows p0.. of the cache; NULL when the observer set no_data */
+    const void *data;
+    size_t nbytes; /* bytes at data */
+    /* wall seconds from the end of the previous wanted node (or the run's
+     * start) to this one's synchronize: with every node wanted, the node
+     * alone, its synchronize (and a fallback's transfers) included */
+    double seconds;
+    int fallback; /* it ran on the CPU reference */
+} drt_node_seen;
+typedef struct {
+    bool (*want)(void *ctx, const drt_tensor *node);
+    /* nonzero: stop the run after this node (drt_plan_run_observed returns DRT_OK) */
+    int (*seen)(void *ctx, const drt_node_seen *ev, const drt_exec *ex);
+    void *ctx;
+    bool no_data; /* outputs are not read back (profiling times only) */
+} drt_plan_observer;
+/* obs NULL: drt_plan_run. The run synchronizes the backend before its first
+ * node, so work queued earlier is not charged to it. */
+drt_status drt_plan_run_observed(drt_plan *p, const drt_exec *ex, const drt_plan_observer *obs);
+/* drt_plan_run_profiled's observer, for one that does more (the session's):
+ * adds node ev, seen with every node wanted, to *prof */
+void drt_plan_profile_add(drt_plan_profile *prof, const drt_node_seen *ev, const drt_exec *ex);
 /* per-op count of nodes routed to the CPU reference in this plan */
 int drt_plan_fallback_count(const drt_plan *p, drt_op op);
 /* total fallback node executions since creation, per op (cumulative) */

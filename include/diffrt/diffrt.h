@@ -238,6 +238,49 @@ typedef struct {
 drt_status drt_session_forward_profiled(drt_session *s, const int32_t *ids, int T, float *logits,
                                         drt_profile *prof);
 
+/* ---- observing a forward's nodes -------------------------------------- */
+/* An observer sees the nodes of every forward of a session (and of a
+ * profiled one) as they run: each node's op, name, layer, inputs and
+ * output, in execution order. Its output is seen right after the node ran,
+ * before any later node may reuse its memory; a forward observed runs in
+ * batches split after each wanted node (slower by a synchronize per wanted
+ * node; nothing is kept after the callback). Node names are
+ * "layers.<l>.<what>" ("layers.0.attn.q_rope", "layers.3.mlp_residual") or
+ * "<what>" ("embed", "final_norm", "lm_head"). */
+typedef struct {
+    const char *name;
+    drt_dtype type;
+    int nd;
+    int64_t ne[4];    /* shape as written: ne[0] outermost, ne[nd-1] contiguous */
+    const void *data; /* host memory, valid during the callback only; an input's is
+                         NULL when the backend's memory is not host-visible */
+} drt_node_tensor;
+
+typedef struct {
+    const char *op; /* the op's name: "MATMUL", "ROPE", "DIFF_ATTN", ... */
+    int layer;      /* l of a "layers.<l>." name, else -1 */
+    int p0;         /* position of the forward's first token */
+    /* the node's output; a KV_WRITE's is the T rows it wrote at positions
+     * p0 .. p0+T-1 of the cache, (T, ...) */
+    drt_node_tensor out;
+    int n_src;
+    drt_node_tensor src[4]; /* its inputs, in the op's order */
+    double seconds;         /* wall time since the previous wanted node ended */
+    int fallback;           /* it ran on the CPU reference instead of the session's backend */
+} drt_node_event;
+
+typedef struct {
+    /* asked per node of each forward, before it runs: nonzero to see it;
+     * NULL: every node */
+    int (*want)(void *ctx, const char *op, const char *name, int layer);
+    void (*on_node)(void *ctx, const drt_node_event *ev);
+    void *ctx;
+} drt_observer;
+
+/* Sets the session's observer (copied in; NULL or on_node NULL: none) for
+ * the forwards that follow. Not for the finite check's re-run. */
+drt_status drt_session_set_observer(drt_session *s, const drt_observer *obs);
+
 /* ---- sampling -------------------------------------------------------- */
 
 typedef struct {
