@@ -6,8 +6,8 @@
  *
  * The prompts are `diffrt niah`'s (docs/niah_spec.md: one needle, one query,
  * the given depths and samples, seed), prefilled on the reference backend,
- * whose analysis hooks see every logit row and every node output
- * (eval/analysis.h gathers the statistics). */
+ * observed (eval/analysis.h gathers the statistics from each layer's q, K
+ * cache and output). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -74,11 +74,11 @@ static int analyze_parse(int argc, char **argv, analyze_args *a) {
     return CLI_PARSED;
 }
 
-/* every prompt prefilled on s with the analysis hooks on; 0, else the exit status */
+/* every prompt prefilled on s, observed into an; 0, else the exit status */
 static int analyze_prompts(const analyze_args *a, drt_session *s, drt_tokenizer *tok, float *logits,
                            drt_act_stats *an, int total) {
     int done_n = 0, tty = isatty(2);
-    drt_act_stats_start(an);
+    if (drt_act_stats_observe(an, s) != DRT_OK) return cli_fail("analyze");
     for (int d = 0; d < a->n_depth; d++)
         for (int k = 0; k < a->samples; k++) {
             drt_niah_prompt p;
@@ -88,15 +88,16 @@ static int analyze_prompts(const analyze_args *a, drt_session *s, drt_tokenizer 
                 st = drt_session_forward(s, p.ids, p.n_ids, logits, 0);
                 drt_niah_prompt_free(&p);
             }
+            if (st == DRT_OK) st = an->err;
             if (st != DRT_OK) {
-                drt_eval_hooks_off();
+                drt_session_set_observer(s, NULL);
                 return cli_fail("analyze");
             }
             done_n++;
             if (tty || done_n == total || done_n % (total / 10 > 0 ? total / 10 : 1) == 0)
                 fprintf(stderr, "%sanalyze: %d/%d prompts%s", tty ? "\r" : "", done_n, total, tty ? "" : "\n");
         }
-    drt_eval_hooks_off();
+    drt_session_set_observer(s, NULL);
     if (tty) fprintf(stderr, "\n");
     return 0;
 }

@@ -17,6 +17,7 @@
 #include "analysis.h"
 #include "niah.h"
 #include "safetensors.h" /* drt_read_text_file */
+#include "session.h"     /* drt_session_set_attn_bits */
 
 #define MAX_LIST 32
 
@@ -306,7 +307,10 @@ static int niah_eval_all(niah_eval *e) {
     fprintf(stderr, ", N=%d R=%d, %d samples per depth, seed %llu)\n", a->needles, a->queries, a->samples, a->seed);
     e->t0 = drt_now_s();
     if (a->attn_bits) {
-        drt_eval_attn_bits(a->attn_bits);
+        /* on both models' sessions, as the --logits-vs comparison always had it */
+        if (drt_session_set_attn_bits(e->s, a->attn_bits) != DRT_OK ||
+            (e->rs && drt_session_set_attn_bits(e->rs, a->attn_bits) != DRT_OK))
+            return cli_fail("niah");
         fprintf(stderr, "niah: attention logits quantized to %d bits (symmetric, per-row absmax) before softmax\n",
                 a->attn_bits);
     }
@@ -321,7 +325,6 @@ static int niah_eval_all(niah_eval *e) {
                 for (int q = 0; q < a->queries; q++) drt_niah_prompt_free(&p[q]);
                 if (rc) return rc;
             }
-    drt_eval_hooks_off();
     if (e->tty) fprintf(stderr, "\n");
     return 0;
 }
@@ -432,7 +435,6 @@ int cmd_niah(int argc, char **argv) {
         rc = a.json ? niah_write_json(e) : 0;
         if (!rc) rc = niah_verdict(e);
     }
-    drt_eval_hooks_off();
     cJSON_Delete(e->jarr);
     free(e->logits);
     free(e->rlogits);

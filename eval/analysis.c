@@ -1,4 +1,4 @@
-/* Activation statistics and the reference analysis hooks (analysis.h). */
+/* Activation statistics gathered by a session observer (analysis.h). */
 #include "analysis.h"
 
 #include <math.h>
@@ -6,8 +6,6 @@
 #include <string.h>
 
 #include "drt_error.h"
-#include "drt_graph.h"
-#include "ref_ops.h"
 
 #define DECADES 24 /* |x| in [1e-12, 1e12) */
 #define PER_DECADE 1000
@@ -95,14 +93,11 @@ drt_status drt_act_stats_init(drt_act_stats *a) {
 }
 
 void drt_act_stats_free(drt_act_stats *a) {
+    free(a->q);
+    a->q = NULL;
     drt_mag_stats_free(&a->logits[0]);
     drt_mag_stats_free(&a->logits[1]);
     drt_mag_stats_free(&a->hidden);
-}
-
-static void on_logits(void *ctx, const double *l, int n, int map) {
-    drt_act_stats *a = ctx;
-    for (int j = 0; j < n; j++) drt_mag_stats_add(&a->logits[map & 1], l[j]);
 }
 
 static int ends_with(const char *s, const char *suffix) {
@@ -110,24 +105,77 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-static void on_node(void *ctx, const drt_tensor *t, const void *out) {
+static int act_want(void *ctx, const char *op, const char *name, int layer) {
+    return ends_with(name, ".attn.q_rope") || ends_with(name, ".attn.k_cache") || ends_with(name, ".mlp_residual");
+}
+
+/* a, b are (n): as the reference kernels take a dot product (ref attention.c) */
+static double dot(const float *a, const float *b, int n) {
+    double acc = 0.0;
+    for (int i = 0; i < n; i++) acc += (double)a[i] * (double)b[i];
+    return acc;
+}
+
+/* The attention logits of one layer, exactly as the reference ATTN /
+ * DIFF_ATTN compute them before their softmax: q (T, H*maps, dk) after
+ * RoPE, the K cache k (S_cap, G, m, dk) (ATTN: (S_cap, G, dk)) holding
+ * rows 0 .. p0+T-1; query t sees keys j <= p0+t; scale 1/sqrt(dk). */
+static void layer_logits(drt_act_stats *a, const float *q, int T, const drt_node_tensor *kc, int p0) {
+    const float *k = kc->data;
+    int diff = kc->nd == 4, maps = diff ? 2 : 1;
+    int G = (int)kc->ne[1], m = diff ? (int)kc->ne[2] : 1, dk = (int)kc->ne[kc->nd - 1];
+    int H = (int)(a->q_n / ((size_t)T * (size_t)maps * (size_t)dk));
+    const double s = 1.0 / sqrt((double)dk);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            const int64_t g = (int64_t)h * G / H;
+            for (int c = 0; c < maps; c++) {
+                const float *qq = q + (((int64_t)t * H + h) * maps + c) * dk;
+                for (int j = 0; j <= p0 + t; j++) {
+                    const float *kk = k + ((int64_t)j * G + g) * m * dk + (int64_t)(c ? m - 1 : 0) * dk;
+                    drt_mag_stats_add(&a->logits[c], s * dot(qq, kk, dk));
+                }
+            }
+        }
+}
+
+static void act_node(void *ctx, const drt_node_event *ev) {
     drt_act_stats *a = ctx;
-    if (!out || t->type != DRT_F32 || !ends_with(t->name, ".mlp_residual")) return;
-    const float *x = out;
-    for (int64_t i = 0, n = drt_nelem(t); i < n; i++) drt_mag_stats_add(&a->hidden, x[i]);
+    if (a->err || ev->out.type != DRT_F32 || !ev->out.data) return;
+    size_t n = 1;
+    for (int d = 0; d < ev->out.nd; d++) n *= (size_t)ev->out.ne[d];
+    if (ends_with(ev->out.name, ".mlp_residual")) {
+        const float *x = ev->out.data;
+        for (size_t i = 0; i < n; i++) drt_mag_stats_add(&a->hidden, x[i]);
+    } else if (ends_with(ev->out.name, ".attn.q_rope")) {
+        /* kept until the layer's K cache is written, the node after next */
+        if (n > a->q_cap) {
+            float *nq = realloc(a->q, n * sizeof(float));
+            if (!nq) {
+                a->err = drt_set_error(DRT_ERR_OOM, "out of memory (attention logits)");
+                return;
+            }
+            a->q = nq;
+            a->q_cap = n;
+        }
+        memcpy(a->q, ev->out.data, n * sizeof(float));
+        a->q_n = n;
+        a->q_T = (int)ev->out.ne[0];
+    } else if (ends_with(ev->out.name, ".attn.k_cache") && a->q_n && ev->n_src >= 2) {
+        /* the whole cache, its rows before p0 included: the KV_WRITE's second input */
+        if (!ev->src[1].data) {
+            a->err = drt_set_error(DRT_ERR_UNSUPPORTED, "attention logits: the K cache is not in host memory");
+            return;
+        }
+        layer_logits(a, a->q, a->q_T, &ev->src[1], ev->p0);
+        a->q_n = 0;
+    }
 }
 
-void drt_act_stats_start(drt_act_stats *a) {
-    drt_ref_analysis hooks = {.logit_row = on_logits, .node_done = on_node, .ctx = a};
-    drt_ref_set_analysis(&hooks);
+drt_status drt_act_stats_observe(drt_act_stats *a, drt_session *s) {
+    drt_observer o = {.want = act_want, .on_node = act_node, .ctx = a};
+    return drt_session_set_observer(s, &o);
 }
-
-void drt_eval_attn_bits(int bits) {
-    drt_ref_analysis hooks = {.attn_bits = bits};
-    drt_ref_set_analysis(&hooks);
-}
-
-void drt_eval_hooks_off(void) { drt_ref_set_analysis(NULL); }
 
 void drt_logits_compare(const float *a, const float *ref, int n, double *nmse, int *same_top1) {
     double num = 0, den = 0;

@@ -1,10 +1,9 @@
 /* Activation statistics of the DIFF Transformer paper's Table 5 (arXiv
- * 2410.05258), gathered through the reference backend's analysis hooks
- * (backends/ref/ref_ops.h): the largest and the median magnitudes of the
- * attention logits (q.k/sqrt(dk), both maps of every DIFF head) and of the
- * hidden states (each layer's output, the residual stream after its MLP).
- * Also the hook that quantizes attention logits (niah --attn-bits, the
- * paper's Fig. 8) and the logits comparison of niah --logits-vs. */
+ * 2410.05258), gathered by a session observer (drt_session_set_observer):
+ * the largest and the median magnitudes of the attention logits
+ * (q.k/sqrt(dk), both maps of every DIFF head) and of the hidden states
+ * (each layer's output, the residual stream after its MLP). Also the
+ * logits comparison of niah --logits-vs. */
 #ifndef DRT_EVAL_ANALYSIS_H
 #define DRT_EVAL_ANALYSIS_H
 
@@ -36,20 +35,23 @@ drt_status drt_mag_stats_pool(const drt_mag_stats *a, const drt_mag_stats *b, dr
 typedef struct {
     drt_mag_stats logits[2]; /* map 0 (the only one for ATTN), map 1 (DIFF's second) */
     drt_mag_stats hidden;    /* every node named *.mlp_residual */
+    /* the observer's: the last layer's q after RoPE until its K cache is
+     * written, and the first error */
+    float *q;
+    size_t q_n, q_cap;
+    int q_T;
+    drt_status err;
 } drt_act_stats;
 
 drt_status drt_act_stats_init(drt_act_stats *a);
 void drt_act_stats_free(drt_act_stats *a);
-/* Process-wide (the reference hooks are): from now on every reference
- * attention logit row and every ref-session node feed a, until
- * drt_eval_hooks_off(). */
-void drt_act_stats_start(drt_act_stats *a);
-
-/* bits > 0: every reference attention logit row quantized to bits before
- * its softmax (symmetric, per-row absmax), until drt_eval_hooks_off() */
-void drt_eval_attn_bits(int bits);
-/* every reference analysis hook off */
-void drt_eval_hooks_off(void);
+/* Sets a as the observer of s: from now on every forward of s feeds it
+ * (a->err: the first failure), until drt_session_set_observer(s, NULL).
+ * The attention logits are computed from each layer's q after RoPE and K
+ * cache exactly as the reference kernels compute them (in double), so
+ * the statistics are those of the reference backend's own logits; the K
+ * cache must be in host memory (the cpu and ref backends). */
+drt_status drt_act_stats_observe(drt_act_stats *a, drt_session *s);
 
 /* logits against reference logits (n values each): NMSE sum((a-r)^2) /
  * sum(r^2) (the plain sum when r is all zero), and whether their argmax

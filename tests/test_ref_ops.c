@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "drt_graph.h"
 #include "drt_quant.h"
 #include "ref_ops.h"
 #include "drt_half.h"
@@ -943,40 +944,23 @@ static void test_attn_large_logits(void) {
     }
 }
 
-/* The analysis hooks (ref_ops.h): with attn_bits set, ATTN's logits are
- * quantized per row before the softmax, exactly as written here by hand; the
- * logit hook sees each row before the quantization; q8_0 / q4_0 elements as
- * docs/quantization.md defines them. */
-static double logit_sum;
-static int logit_rows;
-static void count_logits(void *ctx, const double *l, int n, int map) {
-    (void)ctx;
-    (void)map;
-    logit_rows++;
-    for (int j = 0; j < n; j++) logit_sum += l[j];
-}
-
-static void test_analysis_hooks(void) {
+/* Logit quantization (ref_ops.h, niah --attn-bits): with attn_bits, ATTN's
+ * logits are quantized per row before the softmax, exactly as written here
+ * by hand; also through a graph node asking for it in ip[1]. */
+static void test_attn_bits(void) {
     enum { T = 3, S = 3, DK = 4, DV = 2 };
     const float q[T * DK] = {1, -2, 0.5f, 3, -1, 0.25f, 2, 1, 0.5f, 0.5f, -0.5f, 2};
     const float k[S * DK] = {0.3f, 1, -1, 0.7f, 2, -0.5f, 0.1f, 1, -1.5f, 0.2f, 0.9f, -0.3f};
     const float v[S * DV] = {1, 2, -3, 0.5f, 4, -1};
     for (int bits = 2; bits <= 8; bits += 3) {
-        drt_ref_analysis a = {.attn_bits = bits, .logit_row = count_logits};
-        logit_sum = 0;
-        logit_rows = 0;
-        drt_ref_set_analysis(&a);
         float o[T * DV];
-        drt_ref_attn(o, q, k, v, T, S, 1, 1, DK, DV);
-        drt_ref_set_analysis(NULL);
-        double want_sum = 0;
+        drt_ref_attn_bits(o, q, k, v, T, S, 1, 1, DK, DV, bits);
         for (int t = 0; t < T; t++) {
             double l[S], m = 0, L = ldexp(1.0, bits - 1) - 1, mx = -1e300, den = 0, acc[DV] = {0};
             for (int j = 0; j <= t; j++) {
                 l[j] = 0;
                 for (int d = 0; d < DK; d++) l[j] += (double)q[t * DK + d] * k[j * DK + d];
                 l[j] *= 0.5; /* 1/sqrt(4) */
-                want_sum += l[j];
                 m = fabs(l[j]) > m ? fabs(l[j]) : m;
             }
             for (int j = 0; j <= t; j++) {
@@ -991,20 +975,29 @@ static void test_analysis_hooks(void) {
                           "attn_bits %d: o[%d,%d] = %.9g, expected %.9g (quantized logits by hand)", bits, t, e,
                           o[t * DV + e], acc[e]);
         }
-        DRT_CHECK(logit_rows == T, "logit hook: %d rows, expected %d", logit_rows, T);
-        DRT_CHECK(fabs(logit_sum - want_sum) <= 1e-9 * (1 + fabs(want_sum)),
-                  "logit hook: rows sum to %.12g, expected the unquantized %.12g", logit_sum, want_sum);
     }
-    /* the hooks are off again: the plain result differs from the 2-bit one */
-    float plain[T * DV], two[T * DV];
+    /* 0 bits is the plain kernel; a node's ip[1] reaches the kernel */
+    float plain[T * DV], zero[T * DV], two[T * DV], node2[T * DV];
     drt_ref_attn(plain, q, k, v, T, S, 1, 1, DK, DV);
-    drt_ref_analysis a2 = {.attn_bits = 2};
-    drt_ref_set_analysis(&a2);
-    drt_ref_attn(two, q, k, v, T, S, 1, 1, DK, DV);
-    drt_ref_set_analysis(NULL);
+    drt_ref_attn_bits(zero, q, k, v, T, S, 1, 1, DK, DV, 0);
+    drt_ref_attn_bits(two, q, k, v, T, S, 1, 1, DK, DV, 2);
+    DRT_CHECK(!memcmp(plain, zero, sizeof plain), "attn_bits 0 is not the plain kernel");
+    drt_graph *g = drt_graph_new();
+    drt_tensor *tq = drt_new_tensor_3d(g, DRT_F32, T, 1, DK, "q"), *tk = drt_new_tensor_3d(g, DRT_F32, S, 1, DK, "k");
+    drt_tensor *tv = drt_new_tensor_3d(g, DRT_F32, S, 1, DV, "v");
+    drt_tensor *node = drt_attn(g, tq, tk, tv);
+    DRT_CHECK(node != NULL, "attn node: %s", drt_last_error());
+    if (node) {
+        node->ip[1] = 2;
+        void *srcs[DRT_MAX_SRC] = {(void *)q, (void *)k, (void *)v, NULL};
+        drt_exec ex = {.p0 = S - T};
+        DRT_CHECK(drt_ref_run_node(node, node2, srcs, &ex) == DRT_OK, "run attn node: %s", drt_last_error());
+        DRT_CHECK(!memcmp(node2, two, sizeof two), "an ATTN node with ip[1] = 2 is not the 2-bit kernel");
+    }
+    drt_graph_free(g);
     int differ = 0;
     for (int i = 0; i < T * DV; i++) differ |= plain[i] != two[i];
-    DRT_CHECK(differ, "attn_bits 2 changed nothing: the hook is not applied");
+    DRT_CHECK(differ, "attn_bits 2 changed nothing: the quantization is not applied");
 }
 
 /* q8_0 / q4_0: hand-made blocks read back element by element (drt_quant.h),
@@ -1044,7 +1037,7 @@ static void test_quant_blocks(void) {
 
 int main(void) {
     test_load_weight();
-    test_analysis_hooks();
+    test_attn_bits();
     test_quant_blocks();
     test_embed();
     test_rmsnorm();

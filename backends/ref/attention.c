@@ -31,28 +31,14 @@ static double exp_row(double *l, int n) {
     return sum;
 }
 
-/* ---- analysis hooks (ref_ops.h) --------------------------------------------- */
-
-static drt_ref_analysis g_analysis;
-
-void drt_ref_set_analysis(const drt_ref_analysis *a) {
-    if (a)
-        g_analysis = *a;
-    else
-        memset(&g_analysis, 0, sizeof g_analysis);
-}
-
-const drt_ref_analysis *drt_ref_get_analysis(void) { return &g_analysis; }
-
-/* One row of n logits before its softmax: handed to the logit hook, then
- * quantized symmetric per-row absmax to attn_bits when that is set. */
-static void analyse_row(double *l, int n, int map) {
-    if (g_analysis.logit_row) g_analysis.logit_row(g_analysis.ctx, l, n, map);
-    if (g_analysis.attn_bits <= 0) return;
+/* One row of n logits before its softmax, quantized symmetric per-row
+ * absmax to bits when bits > 0 (ref_ops.h). */
+static void quantize_row(double *l, int n, int bits) {
+    if (bits <= 0) return;
     double m = 0;
     for (int j = 0; j < n; j++) m = fabs(l[j]) > m ? fabs(l[j]) : m;
     if (!(m > 0)) return;
-    const double L = ldexp(1.0, g_analysis.attn_bits - 1) - 1;
+    const double L = ldexp(1.0, bits - 1) - 1;
     for (int j = 0; j < n; j++) l[j] = round(l[j] / m * L) * m / L;
 }
 
@@ -103,6 +89,11 @@ int drt_ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int 
  * Napkin math, causal: ~T*H*(p0+T/2)*(4*dk + 2*dv) flops. */
 int drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
                    int G, int m, int dk, int dv, float lambda, const float *lambda_th) {
+    return drt_ref_diff_attn_bits(o, q, k, v, T, S, H, G, m, dk, dv, lambda, lambda_th, 0);
+}
+
+int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
+                           int G, int m, int dk, int dv, float lambda, const float *lambda_th, int attn_bits) {
     const int p0 = S - T;
     const double s = 1.0 / sqrt((double)dk);
     /* (2*S + dv): the two maps' logits over keys, then one output row */
@@ -124,8 +115,8 @@ int drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, 
                 l1[j] = s * dot(q1, k1, dk);
                 l2[j] = s * dot(q2, k2, dk);
             }
-            analyse_row(l1, n, 0);
-            analyse_row(l2, n, 1);
+            quantize_row(l1, n, attn_bits);
+            quantize_row(l2, n, attn_bits);
             const double sum1 = exp_row(l1, n);
             const double sum2 = exp_row(l2, n);
             const double lam = lambda_th ? lambda_th[(int64_t)t * H + h] : lambda;
@@ -148,6 +139,11 @@ int drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, 
  * Napkin math, causal: ~T*H*(p0+T/2)*(2*dk + 2*dv) flops. */
 int drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
               int dk, int dv) {
+    return drt_ref_attn_bits(o, q, k, v, T, S, H, G, dk, dv, 0);
+}
+
+int drt_ref_attn_bits(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
+                      int dk, int dv, int attn_bits) {
     const int p0 = S - T;
     const double s = 1.0 / sqrt((double)dk);
     /* (S + dv): logits over keys, then one output row */
@@ -163,7 +159,7 @@ int drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T
             const int64_t g = (int64_t)h * G / H;
             const float *qt = q + ((int64_t)t * H + h) * dk;
             for (int j = 0; j < n; j++) l[j] = s * dot(qt, k + ((int64_t)j * G + g) * dk, dk);
-            analyse_row(l, n, 0);
+            quantize_row(l, n, attn_bits);
             const double sum = exp_row(l, n);
             for (int e = 0; e < dv; e++) acc[e] = 0.0;
             for (int j = 0; j < n; j++) {

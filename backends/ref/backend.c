@@ -53,15 +53,15 @@ drt_status drt_ref_run_node(const drt_tensor *t, void *dst, void *const *srcs, c
         return DRT_OK;
     case DRT_OP_DIFF_ATTN: {
         int T = (int)a->ne[0];
-        if (!drt_ref_diff_attn(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)b->ne[2],
-                               (int)a->ne[3], (int)t->src[2]->ne[2], t->fp[0], srcs[3]))
+        if (!drt_ref_diff_attn_bits(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)b->ne[2],
+                                    (int)a->ne[3], (int)t->src[2]->ne[2], t->fp[0], srcs[3], t->ip[1]))
             return scratch_oom(t, p0 + T);
         return DRT_OK;
     }
     case DRT_OP_ATTN: {
         int T = (int)a->ne[0];
-        if (!drt_ref_attn(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)a->ne[2],
-                          (int)t->src[2]->ne[2]))
+        if (!drt_ref_attn_bits(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)a->ne[2],
+                               (int)t->src[2]->ne[2], t->ip[1]))
             return scratch_oom(t, p0 + T);
         return DRT_OK;
     }
@@ -147,8 +147,6 @@ static drt_status ref_compute(drt_backend *be, drt_tensor *const *nodes, int n, 
             if (t->src[j]) srcs[j] = drt_host_ptr(t->src[j]);
         drt_status s = drt_ref_run_node(t, drt_host_ptr(t), srcs, ex);
         if (s != DRT_OK) return s;
-        const drt_ref_analysis *an = drt_ref_get_analysis();
-        if (an->node_done) an->node_done(an->ctx, t, drt_host_ptr(t));
     }
     return DRT_OK;
 }

@@ -73,28 +73,14 @@ void drt_ref_kv_write(float *cache, const float *src, int T, int64_t row, int p0
  * y[i0,i1,i2,i3] = x[j] where j[perm[a]] = i_a. */
 void drt_ref_permute(float *y, const float *x, const int64_t ne[4], const int perm[4]);
 
-/* ---- analysis hooks (diffrt analyze, niah --attn-bits) ----------------------
- * Process-wide, off by default, for the reference path only: while set they
- * apply to every reference DIFF_ATTN / ATTN and every node the reference runs
- * (its own nodes and other backends' fallbacks), from whichever thread runs
- * them; the caller sets them before a run and clears them after. */
-struct drt_tensor;
-typedef struct {
-    /* > 0: every row of attention logits (q.k/sqrt(dk), each map of a DIFF
-     * head) is quantized before its softmax, symmetric per-row absmax to this
-     * many bits: m = max|l|, L = 2^(bits-1) - 1, l <- round(l / m * L) * m / L */
-    int attn_bits;
-    /* when set: each row of attention logits (after the scale, before any
-     * quantization), n values; map 0 or 1 (the two maps of DIFF), 0 for ATTN */
-    void (*logit_row)(void *ctx, const double *l, int n, int map);
-    /* when set: each node a ref-backend session ran, with its output (host
-     * memory; fallbacks from other backends do not call it) */
-    void (*node_done)(void *ctx, const struct drt_tensor *t, const void *out);
-    void *ctx;
-} drt_ref_analysis;
-
-/* a copied in; NULL turns every hook off */
-void drt_ref_set_analysis(const drt_ref_analysis *a);
-const drt_ref_analysis *drt_ref_get_analysis(void);
+/* The two above with every row of attention logits (q.k/sqrt(dk), each map
+ * of a DIFF head) quantized before its softmax when attn_bits > 0,
+ * symmetric per-row absmax to that many bits (diffrt niah --attn-bits, the
+ * paper's Fig. 8): m = max|l|, L = 2^(bits-1) - 1, l <- round(l / m * L) * m / L.
+ * A graph's ATTN / DIFF_ATTN node asks for it in ip[1] (drt_ref_run_node). */
+int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
+                           int G, int m, int dk, int dv, float lambda, const float *lambda_th, int attn_bits);
+int drt_ref_attn_bits(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
+                      int dk, int dv, int attn_bits);
 
 #endif
