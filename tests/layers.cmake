@@ -5,11 +5,11 @@
 #   backends/*/  + backends/ref/ (the reference kernels), its own folder
 #   model/       + runtime/
 #   conform/     + model/, backends/ref/
-#   eval/        + model/, backends/ref/ (its analysis hooks): NIAH, analysis
+#   eval/        + model/: NIAH prompts and scoring, analysis
 #   cli/         anything
 set(DRT_LAYERS runtime backends model conform eval)
 set(allowed_runtime runtime include/diffrt)
 set(allowed_backends runtime include/diffrt backends/ref)
 set(allowed_model runtime include/diffrt model)
 set(allowed_conform runtime include/diffrt model backends/ref conform)
-set(allowed_eval runtime include/diffrt model backends/ref eval)
+set(allowed_eval runtime include/diffrt model eval)
