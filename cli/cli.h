@@ -9,6 +9,11 @@ void cli_usage(FILE *f);
 int cli_die(const char *fmt, const char *arg);
 /* prints "diffrt: <what>: <drt_last_error()>", returns 1 */
 int cli_fail(const char *what);
+/* --set "NAME=VALUE,NAME=VALUE": a drt_settings into *out (NULL when spec is
+ * NULL); 0, else the exit status after one line (2: a usage error). The
+ * caller frees *out either way. */
+typedef struct drt_settings drt_settings;
+int cli_settings(const char *cmd, const char *spec, drt_settings **out);
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 /* "a,b,c": 1 to max integers in [lo, hi] into out[], their count in *n; 0 on
  * anything else (an empty item, a trailing comma, too many) */

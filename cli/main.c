@@ -20,7 +20,7 @@ static const char *USAGE =
     "diffrt: run DIFF Transformer models (DIFF V1, DIFF V2, baseline Llama) on GPUs and CPUs\n"
     "\n"
     "usage:\n"
-    "  diffrt info [--model DIR [--backend B]]\n"
+    "  diffrt info [--model DIR [--backend B]] [--set NAME=VALUE,...]\n"
     "      backends compiled in, devices found (or why a backend is unavailable);\n"
     "      with --model, a summary of the checkpoint; with --backend too, one\n"
     "      prefill + decode step on B and the per-op count of CPU fallbacks\n"
@@ -145,6 +145,59 @@ int cli_fail(const char *what) {
     return 1;
 }
 
+int cli_settings(const char *cmd, const char *spec, drt_settings **out) {
+    *out = NULL;
+    if (!spec) return 0;
+    if (drt_settings_create(out) != DRT_OK) return cli_fail(cmd);
+    char buf[1024];
+    if (strlen(spec) >= sizeof buf) return cli_die("--set: longer than 1023 characters%s", "");
+    memcpy(buf, spec, strlen(spec) + 1);
+    for (char *item = buf, *next; item; item = next) {
+        next = strchr(item, ',');
+        if (next) *next++ = 0;
+        char *eq = strchr(item, '=');
+        char msg[1200];
+        if (!eq || eq == item) {
+            snprintf(msg, sizeof msg, "%s: --set wants NAME=VALUE[,NAME=VALUE...], got \"%.200s\"", cmd, spec);
+            return cli_die("%s", msg);
+        }
+        *eq = 0;
+        if (drt_settings_set(*out, item, eq + 1) != DRT_OK) {
+            snprintf(msg, sizeof msg, "%s: --set: %s", cmd, drt_last_error());
+            return cli_die("%s", msg);
+        }
+    }
+    return 0;
+}
+
+/* The settings in force: name, value, where it came from (default, env
+ * VARIABLE, flag), debug and A/B knobs marked. */
+static void print_settings(const drt_settings *set) {
+    printf("\nsettings (docs/environment.md; --set NAME=VALUE, or the variable)\n");
+    for (int i = 0; i < drt_setting_count(); i++) {
+        drt_setting_info si;
+        drt_setting_describe(i, &si);
+        char v[512];
+        drt_setting_source src;
+        char from[128] = "default";
+        if (drt_settings_get(set, si.name, v, sizeof v, &src) != DRT_OK) {
+            printf("  %-22s invalid: %s\n", si.name, drt_last_error());
+            continue;
+        }
+        if (src == DRT_SETTING_CALLER) {
+            snprintf(from, sizeof from, "flag");
+        } else if (src == DRT_SETTING_ENV) {
+            const char *e = getenv(si.env);
+            if (e && *e)
+                snprintf(from, sizeof from, "env %s", si.env);
+            else
+                snprintf(from, sizeof from, "env %s, deprecated: use %s", si.old_env, si.env);
+        }
+        printf("  %-22s %-8s (%s)%s\n", si.name, v[0] ? v : "auto", from,
+               si.kind == DRT_SETTING_DEBUG ? " [debug]" : "");
+    }
+}
+
 int cli_parse_long(const char *s, long lo, long hi, long *out) {
     char *end;
     errno = 0;
@@ -210,13 +263,13 @@ static void print_model(const char *dir) {
 }
 
 /* one 2-token prefill and one decode step on backend, then the fallbacks */
-static int fallback_check(const char *dir, const char *backend) {
+static int fallback_check(const char *dir, const char *backend, const drt_settings *set) {
     drt_model *m;
     drt_session *s = NULL;
     if (drt_model_load(dir, &m) != DRT_OK) return cli_fail("info");
     drt_model_info I;
     drt_model_get_info(m, &I);
-    drt_session_opts so = {.backend = backend, .max_ctx = 4};
+    drt_session_opts so = {.backend = backend, .max_ctx = 4, .settings = set};
     float *lg = malloc(sizeof(float) * (size_t)I.vocab);
     int32_t ids[2] = {0, I.vocab > 1 ? 1 : 0};
     int rc = 1;
@@ -262,20 +315,36 @@ static int cmd_version(void) {
     return 0;
 }
 
+static int info_body(const char *model, const char *backend, const drt_settings *set);
+
 static int cmd_info(int argc, char **argv) {
-    const char *model = NULL, *backend = NULL;
+    const char *model = NULL, *backend = NULL, *set_spec = NULL;
     const cli_opt opts[] = {
         {.name = "--model", .kind = CLI_STR, .dst = &model, .meta = "DIR", .help = "a summary of the checkpoint"},
         {.name = "--backend", .kind = CLI_STR, .dst = &backend, .meta = "B",
          .help = "with --model: one prefill + decode step on B and the per-op\ncount of CPU fallbacks"},
+        {.name = "--set", .kind = CLI_STR, .dst = &set_spec, .meta = "NAME=VALUE,...",
+         .help = "settings (docs/environment.md) shown as in force, and used by\nthe --backend step"},
         {0}};
     const cli_cmd cmd = {.name = "info",
-                         .synopsis = "[--model DIR [--backend B]]",
+                         .synopsis = "[--model DIR [--backend B]] [--set NAME=VALUE,...]",
                          .about = "The backends compiled in and the devices found (or why a backend is "
-                                  "unavailable).\n",
+                                  "unavailable),\nand every setting in force with where it came from "
+                                  "(default, env, flag).\n",
                          .opts = opts};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_PARSED) return rc;
+    drt_settings *set = NULL;
+    if ((rc = cli_settings("info", set_spec, &set)) != 0) {
+        drt_settings_free(set);
+        return rc;
+    }
+    rc = info_body(model, backend, set);
+    drt_settings_free(set);
+    return rc;
+}
+
+static int info_body(const char *model, const char *backend, const drt_settings *set) {
     printf("backends\n");
     for (int b = 0; b < drt_backend_count(); b++) {
         drt_backend_info bi;
@@ -308,10 +377,12 @@ static int cmd_info(int argc, char **argv) {
         if (drt_model_load(model, &m) != DRT_OK) return cli_fail("info");
         drt_model_free(m);
         print_model(model);
-        if (backend) return fallback_check(model, backend);
+        print_settings(set);
+        if (backend) return fallback_check(model, backend, set);
     } else if (backend) {
         return cli_die("info: --backend needs --model DIR%s", "");
     }
+    print_settings(set);
     return 0;
 }
 
@@ -354,7 +425,7 @@ static int parse_tokens(const char *s, int32_t **out, int *n) {
 }
 
 typedef struct {
-    const char *model, *tokens, *backend, *device, *text, *text_file;
+    const char *model, *tokens, *backend, *device, *text, *text_file, *set;
     long n_gen, ctx, top_k, seed, threads;
     int n_given; /* -n on the command line; else at most 16, fewer where the context ends */
     int verbose, no_stop;
@@ -380,6 +451,9 @@ static int run_parse(int argc, char **argv, run_args *r) {
          .help = "CPU threads for cpu (default: DIFFRT_THREADS, else the physical\ncores this process may use)"},
         {.name = "--device", .kind = CLI_STR, .dst = &r->device, .meta = "D",
          .help = "device index or name substring (default: DIFFRT_DEVICE, else the\nbackend's first device)"},
+        {.name = "--set", .kind = CLI_STR, .dst = &r->set, .meta = "NAME=VALUE,...",
+         .help = "settings (docs/environment.md: cpu.precision, vulkan.fp16, ...);\na flag wins over its "
+                 "environment variable"},
         {.name = "--ctx", .kind = CLI_LONG, .dst = &r->ctx, .meta = "N", .lo = 1, .hi = DRT_MAX_CTX,
          .help = "KV cache length (default: the prompt + -n, at least 4096 where\nthe model has that many, and never "
                  "past its max_position_embeddings;\na longer prompt is an error before any work). Past\n"
@@ -518,12 +592,14 @@ static int cmd_run(int argc, char **argv) {
     if (r.tokens && !parse_tokens(r.tokens, &prompt, &T))
         return cli_die("run: --tokens wants comma-separated integers, got \"%s\"", r.tokens);
 
-    rc = 1;
     drt_model *m = NULL;
     drt_session *s = NULL;
     drt_sampler *smp = NULL;
     float *logits = NULL;
     cli_text ct = {0};
+    drt_settings *set = NULL;
+    if ((rc = cli_settings("run", r.set, &set)) != 0) goto done; /* 2: a usage error, before any work */
+    rc = 1;
     if (drt_model_load(r.model, &m) != DRT_OK) {
         rc = cli_fail("run");
         goto done;
@@ -549,7 +625,8 @@ static int cmd_run(int argc, char **argv) {
                            .device = r.device,
                            .max_ctx = (int)r.ctx,
                            .threads = (int)r.threads,
-                           .check_finite = r.verbose};
+                           .check_finite = r.verbose,
+                           .settings = set};
     drt_sampler_opts sop = {.temperature = (float)r.temp, .top_k = (int)r.top_k, .top_p = (float)r.top_p,
                             .seed = (uint64_t)r.seed};
     if (drt_session_create(m, &so, &s) != DRT_OK || drt_sampler_create(&sop, I.vocab, &smp) != DRT_OK) {
@@ -559,6 +636,7 @@ static int cmd_run(int argc, char **argv) {
     logits = malloc(sizeof(float) * (size_t)I.vocab);
     if (logits) rc = run_generate(&r, s, smp, &ct, prompt, T, eos, logits);
 done:
+    drt_settings_free(set);
     free(logits);
     free(prompt);
     cli_text_free(&ct);

@@ -28,6 +28,7 @@
 
 #include "drt_checked.h"
 #include "drt_error.h"
+#include "drt_settings.h"
 #include "drt_half.h"
 
 /* same cap as the reference implementation (MAX_HEADER_SIZE) */
@@ -610,7 +611,7 @@ done:
  * 2 MiB pages with the hint, 141 MB without). */
 static drt_status map_file(int fd, size_t size, const char *path, void **out) {
     int no_mmap;
-    drt_status st = drt_env_flag("DIFFRT_NO_MMAP", 0, &no_mmap);
+    drt_status st = drt_setting_bool(NULL, "no_mmap", &no_mmap); /* environment only */
     if (st != DRT_OK) return st;
     if (!no_mmap) {
         void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "drt_error.h"
+#include "drt_settings.h"
 #include "session.h"
 
 struct drt_session {
@@ -131,8 +132,8 @@ drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_se
                              "the model's max_position_embeddings is %d: give the context "
                              "(max_ctx, --ctx) explicitly",
                              I->max_ctx);
-    int env_finite; /* DIFFRT_CHECK_FINITE=1 turns the check on for every session */
-    drt_status est = drt_env_flag("DIFFRT_CHECK_FINITE", 0, &env_finite);
+    int env_finite; /* check_finite (DIFFRT_CHECK_FINITE=1 for every session) */
+    drt_status est = drt_setting_bool(o.settings, "check_finite", &env_finite);
     if (est != DRT_OK) return est;
     drt_session *s = calloc(1, sizeof *s);
     if (!s) return drt_set_error(DRT_ERR_OOM, "out of memory");
@@ -144,7 +145,7 @@ drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_se
     drt_model_ref(m); /* dropped by drt_session_free, failure below included */
     s->max_ctx = ctx;
     s->check_finite = o.check_finite || env_finite;
-    drt_status st = drt_backend_open_threads(o.backend, o.device, o.threads, &s->be);
+    drt_status st = drt_backend_open_settings(o.backend, o.device, o.threads, o.settings, &s->be);
     if (st == DRT_OK) {
         s->store = drt_graph_new();
         s->mt.layers = calloc((size_t)I->n_layers, sizeof *s->mt.layers);

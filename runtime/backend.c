@@ -11,6 +11,7 @@
 #include "drt_error.h"
 #include "drt_graph.h"
 #include "drt_module.h"
+#include "drt_settings.h"
 
 extern const drt_backend_ops drt_cpu_backend_ops;
 extern const drt_backend_ops drt_ref_backend_ops;
@@ -129,7 +130,8 @@ static void load_module(registry_entry *e) {
         if (try_module(e, dir, &failed) == 1) return;
         used += (size_t)snprintf(searched + used, sizeof searched - used, "%.200s", dir);
     }
-    const char *env = getenv("DIFFRT_BACKEND_PATH");
+    const char *env = NULL;
+    if (drt_setting_str(NULL, "backend_path", &env) != DRT_OK) env = NULL; /* a string: never invalid */
     for (const char *p = env; p && *p;) {
         const char *colon = strchr(p, ':');
         size_t n = colon ? (size_t)(colon - p) : strlen(p);
@@ -342,6 +344,11 @@ drt_status drt_backend_open(const char *name, const char *device, drt_backend **
 
 drt_status drt_backend_open_threads(const char *name, const char *device, int threads,
                                     drt_backend **out) {
+    return drt_backend_open_settings(name, device, threads, NULL, out);
+}
+
+drt_status drt_backend_open_settings(const char *name, const char *device, int threads,
+                                     const drt_settings *settings, drt_backend **out) {
     *out = NULL;
     if (threads < 0)
         return drt_set_error(DRT_ERR_INVALID_ARG, "threads %d must be >= 0 (0: the default)", threads);
@@ -358,17 +365,20 @@ drt_status drt_backend_open_threads(const char *name, const char *device, int th
     if (ops->probe(&ndev, why, sizeof why) != DRT_OK || ndev <= 0)
         return drt_set_error(DRT_ERR_UNAVAILABLE, "backend %s unavailable: %s", name,
                              why[0] ? why : "no devices found");
-    if (!device) device = getenv("DIFFRT_DEVICE");
+    drt_status s = DRT_OK;
+    if (!device) s = drt_setting_str(settings, "device", &device);
     int dev = -1;
-    drt_status s = pick_device(ops, device, ndev, &dev);
+    if (s == DRT_OK) s = pick_device(ops, device && *device ? device : NULL, ndev, &dev);
     if (s != DRT_OK) return s;
     drt_backend *be = calloc(1, sizeof *be);
     if (!be) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", ops->name);
     be->ops = ops;
     be->device = dev;
     be->threads = threads;
-    s = ops->init(be, dev);
+    s = drt_settings_copy(settings, &be->settings);
+    if (s == DRT_OK) s = ops->init(be, dev);
     if (s != DRT_OK) {
+        drt_settings_free(be->settings);
         free(be);
         return s;
     }
@@ -379,6 +389,7 @@ drt_status drt_backend_open_threads(const char *name, const char *device, int th
 void drt_backend_close(drt_backend *be) {
     if (!be) return;
     if (be->ops->shutdown) be->ops->shutdown(be);
+    drt_settings_free(be->settings);
     free(be);
 }
 

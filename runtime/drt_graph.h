@@ -227,6 +227,8 @@ struct drt_backend {
     int device;
     int threads; /* requested worker threads, 0: the backend's default (CPU backends) */
     void *ctx;
+    drt_settings *settings; /* the caller's settings (a copy; NULL: none): init reads its own
+                               with drt_setting_* (drt_settings.h) */
 };
 
 /* Registry: every backend compiled in, in a fixed order (cpu, ref first; an entry
@@ -246,6 +248,11 @@ drt_status drt_backend_open(const char *name, const char *device, drt_backend **
  * physical cores available to the process); other backends ignore it. */
 drt_status drt_backend_open_threads(const char *name, const char *device, int threads,
                                     drt_backend **out);
+/* The same with settings (NULL: none): the backend reads its settings
+ * (cpu.*, vulkan.*, ..., and device when device is NULL) from them first,
+ * then from the environment. */
+drt_status drt_backend_open_settings(const char *name, const char *device, int threads,
+                                     const drt_settings *settings, drt_backend **out);
 void drt_backend_close(drt_backend *be);
 
 /* Allocates one buffer per non-view tensor in ts (skipping ones that have a

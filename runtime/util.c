@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "drt_error.h"
+#include "drt_settings.h"
 #include "drt_util.h"
 
 int drt_cpu_online(void) {
@@ -55,17 +56,9 @@ int drt_physical_cores(void) {
 }
 
 drt_status drt_threads_env(int fallback, int *out) {
-    const char *env = getenv("DIFFRT_THREADS");
-    if (env && *env) {
-        char *end;
-        long n = strtol(env, &end, 10);
-        if (*end || n < 1 || n > DRT_MAX_THREADS)
-            return drt_set_error(DRT_ERR_INVALID_ARG,
-                                 "DIFFRT_THREADS=%s: expected an integer in [1, %d]", env,
-                                 DRT_MAX_THREADS);
-        *out = (int)n;
-        return DRT_OK;
-    }
-    *out = fallback;
+    long long n;
+    drt_status s = drt_setting_int(NULL, "cpu.threads", &n); /* the registry checks [1, 1024] */
+    if (s != DRT_OK) return s;
+    *out = n > 0 ? (int)n : fallback;
     return DRT_OK;
 }

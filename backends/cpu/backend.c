@@ -28,6 +28,7 @@
 #include "cpu_fast.h"
 #include "drt_error.h"
 #include "drt_graph.h"
+#include "drt_settings.h"
 #include "drt_util.h"
 #include "ref_ops.h"
 
@@ -51,7 +52,7 @@ typedef struct {
 
 /* requested, else DIFFRT_THREADS, else the physical cores this process may
  * run on (drt_util.h) */
-static drt_status pick_threads(int requested, int *out) {
+static drt_status pick_threads(const drt_settings *settings, int requested, int *out) {
     if (requested > 0) {
         if (requested > DRT_MAX_THREADS)
             return drt_set_error(DRT_ERR_INVALID_ARG, "cpu: %d threads requested, at most %d", requested,
@@ -59,7 +60,11 @@ static drt_status pick_threads(int requested, int *out) {
         *out = requested;
         return DRT_OK;
     }
-    return drt_threads_env(drt_physical_cores(), out);
+    long long n;
+    drt_status s = drt_setting_int(settings, "cpu.threads", &n);
+    if (s != DRT_OK) return s;
+    *out = n > 0 ? (int)n : drt_physical_cores();
+    return DRT_OK;
 }
 
 typedef struct {
@@ -96,9 +101,11 @@ static const isa_entry ISAS[] = {
 };
 #define N_ISAS ((int)(sizeof ISAS / sizeof ISAS[0]))
 
-static drt_status pick_isa(const cpu_kernels **out) {
-    const char *want = getenv("DIFFRT_CPU_ISA");
-    if (want && *want) {
+static drt_status pick_isa(const drt_settings *settings, const cpu_kernels **out) {
+    const char *want;
+    drt_status s = drt_setting_str(settings, "cpu.isa", &want);
+    if (s != DRT_OK) return s;
+    if (*want) {
         for (int i = 0; i < N_ISAS; i++) {
             if (strcmp(ISAS[i].k->isa, want) != 0) continue;
             if (!ISAS[i].supported())
@@ -125,12 +132,11 @@ static drt_status pick_isa(const cpu_kernels **out) {
  * reference) or "bf16" (prefill MATMULs round x and w to bf16 and use
  * AVX512-BF16 dot products, a declared reduced-precision mode, docs/design.md
  * section 6; needs the avx512 kernels on a CPU with AVX512-BF16) */
-static drt_status pick_precision(const cpu_kernels *k, int *bf16) {
-    const char *p = getenv("DIFFRT_CPU_PRECISION");
+static drt_status pick_precision(const drt_settings *settings, const cpu_kernels *k, int *bf16) {
+    const char *p;
     *bf16 = 0;
-    if (!p || !*p || strcmp(p, "f32") == 0) return DRT_OK;
-    if (strcmp(p, "bf16") != 0)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "DIFFRT_CPU_PRECISION: expected \"f32\" or \"bf16\", got \"%s\"", p);
+    drt_status s = drt_setting_str(settings, "cpu.precision", &p); /* f32 or bf16, checked */
+    if (s != DRT_OK || strcmp(p, "f32") == 0) return s;
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (k == &cpu_kernels_avx512 && __builtin_cpu_supports("avx512bf16")) {
@@ -146,10 +152,10 @@ static drt_status pick_precision(const cpu_kernels *k, int *bf16) {
  * avx512 kernels on a CPU with AVX512-VNNI and AVX512-VBMI, unless
  * DIFFRT_CPU_QDOT=0 (the block kernel every ISA has; conform covers both).
  * It meets the f32 bound: this is a faster kernel, not a precision mode. */
-static drt_status pick_qdot(const cpu_kernels *k, int *qdot, int *repack) {
+static drt_status pick_qdot(const drt_settings *settings, const cpu_kernels *k, int *qdot, int *repack) {
     int want, pack;
-    drt_status s = drt_env_flag("DIFFRT_CPU_QDOT", 1, &want);
-    if (s == DRT_OK) s = drt_env_flag("DIFFRT_CPU_REPACK", 1, &pack);
+    drt_status s = drt_setting_bool(settings, "cpu.qdot", &want);
+    if (s == DRT_OK) s = drt_setting_bool(settings, "cpu.repack", &pack);
     *qdot = *repack = 0;
     if (s != DRT_OK || !want) return s;
 #if defined(__x86_64__)
@@ -596,8 +602,8 @@ static drt_status cpu_probe(int *n, char *why, size_t wn) {
 static drt_status cpu_device_name(int dev, char *buf, size_t n) {
     int nth = 0, bf16 = 0, qdot = 0, repack = 0;
     const cpu_kernels *k = NULL;
-    if (pick_threads(0, &nth) != DRT_OK || pick_isa(&k) != DRT_OK || pick_precision(k, &bf16) != DRT_OK ||
-        pick_qdot(k, &qdot, &repack) != DRT_OK) {
+    if (pick_threads(NULL, 0, &nth) != DRT_OK || pick_isa(NULL, &k) != DRT_OK ||
+        pick_precision(NULL, k, &bf16) != DRT_OK || pick_qdot(NULL, k, &qdot, &repack) != DRT_OK) {
         snprintf(buf, n, "host CPU (%s)", drt_last_error());
         return DRT_OK;
     }
@@ -628,10 +634,10 @@ static drt_status cpu_init(drt_backend *be, int dev) {
     int nth = 0;
     const cpu_kernels *k = NULL;
     int bf16 = 0, qdot = 0, repack = 0;
-    drt_status s = pick_threads(be->threads, &nth);
-    if (s == DRT_OK) s = pick_isa(&k);
-    if (s == DRT_OK) s = pick_precision(k, &bf16);
-    if (s == DRT_OK) s = pick_qdot(k, &qdot, &repack);
+    drt_status s = pick_threads(be->settings, be->threads, &nth);
+    if (s == DRT_OK) s = pick_isa(be->settings, &k);
+    if (s == DRT_OK) s = pick_precision(be->settings, k, &bf16);
+    if (s == DRT_OK) s = pick_qdot(be->settings, k, &qdot, &repack);
     if (s != DRT_OK) return s;
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c) return drt_set_error(DRT_ERR_OOM, "out of memory");

@@ -36,6 +36,7 @@
 #include "drt_error.h"
 #include "drt_module.h"
 #include "drt_graph.h"
+#include "drt_settings.h"
 
 #define MIN_CC_MAJOR 8 /* kernels are built for sm_80 and sm_90a */
 #define BLAS_WS_BYTES ((size_t)32 << 20)
@@ -203,19 +204,14 @@ static drt_status blas_err(cublasStatus_t s, const char *what) {
     return drt_set_error(DRT_ERR_BACKEND, "cuda: %s: %s", what, cublasGetStatusString(s));
 }
 
-static drt_status read_env(cuda_state *st) {
-    const char *p = getenv("DIFFRT_CUDA_PRECISION");
-    if (!p || !*p || strcmp(p, "f32") == 0)
-        st->k.prec = CU_PREC_F32;
-    else if (strcmp(p, "fast") == 0)
-        st->k.prec = CU_PREC_FAST;
-    else
-        return drt_set_error(DRT_ERR_INVALID_ARG,
-                             "DIFFRT_CUDA_PRECISION: expected \"f32\" or \"fast\", got \"%s\"", p);
+static drt_status read_env(cuda_state *st, const drt_settings *settings) {
+    const char *p;
     int graphs, verbose;
-    drt_status s = drt_env_flag("DIFFRT_CUDA_GRAPH", 1, &graphs);
-    if (s == DRT_OK) s = drt_env_flag("DIFFRT_CUDA_VERBOSE", 0, &verbose);
+    drt_status s = drt_setting_str(settings, "cuda.precision", &p); /* f32 or fast, checked */
+    if (s == DRT_OK) s = drt_setting_bool(settings, "cuda.graph", &graphs);
+    if (s == DRT_OK) s = drt_setting_bool(settings, "cuda.verbose", &verbose);
     if (s != DRT_OK) return s;
+    st->k.prec = strcmp(p, "fast") == 0 ? CU_PREC_FAST : CU_PREC_F32;
     st->graphs = graphs;
     st->verbose = verbose;
     return DRT_OK;
@@ -231,7 +227,7 @@ static drt_status cuda_init(drt_backend *be, int device) {
     be->device = idx;
     cu_ctx *c = &st->k;
     c->device = d;
-    drt_status s = read_env(st);
+    drt_status s = read_env(st, be->settings);
     if (s == DRT_OK) s = cuda_err(cudaSetDevice(d), "cudaSetDevice");
     if (s == DRT_OK)
         s = cuda_err(cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, d), "device attributes");

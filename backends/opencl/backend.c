@@ -22,6 +22,7 @@
 
 #include "drt_error.h"
 #include "drt_module.h"
+#include "drt_settings.h"
 #include "ocl.h"
 
 const char *ocl_err_str(cl_int e) {
@@ -361,8 +362,10 @@ static drt_status ocl_init(drt_backend *be, int device) {
     x->dev = devs[device].dev;
     describe(&devs[device], x->name, sizeof x->name);
 
-    const char *gemm = getenv("DIFFRT_OPENCL_GEMM");
-    if (!gemm || !*gemm || strcmp(gemm, "tiled") == 0) {
+    const char *gemm;
+    drt_status gs = drt_setting_str(be->settings, "opencl.gemm", &gemm); /* one of the four, checked */
+    if (gs != DRT_OK) return fail(be, gs);
+    if (strcmp(gemm, "tiled") == 0) {
         x->gemm = OCL_GEMM_TILED;
     } else if (strcmp(gemm, "local") == 0) {
         x->gemm = OCL_GEMM_LOCAL;
@@ -396,17 +399,10 @@ static drt_status ocl_init(drt_backend *be, int device) {
     clGetDeviceInfo(x->dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof x->local_mem, &x->local_mem, NULL);
     clGetDeviceInfo(x->dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof x->max_alloc, &x->max_alloc, NULL);
     clGetDeviceInfo(x->dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof x->cu, &x->cu, NULL);
-    const char *split = getenv("DIFFRT_OPENCL_ATTN_SPLIT");
-    if (split && *split) {
-        char *end;
-        long v = strtol(split, &end, 10);
-        if (*end || v < 0 || v > (1 << 30))
-            return fail(be, drt_set_error(DRT_ERR_INVALID_ARG,
-                                          "opencl: DIFFRT_OPENCL_ATTN_SPLIT=%s: expected keys per "
-                                          "split (0 = automatic)",
-                                          split));
-        x->split_keys = (int)v;
-    }
+    long long split;
+    drt_status ss = drt_setting_int(be->settings, "opencl.attn_split", &split); /* [0, 2^30], checked */
+    if (ss != DRT_OK) return fail(be, ss);
+    x->split_keys = (int)split;
     pick_attention_tiles(x);
     /* MATMUL: register blocks on CPU-class devices (PoCL, Intel CPU), whose
      * caches stage operands better than local memory and barriers do */
@@ -424,7 +420,9 @@ static drt_status ocl_init(drt_backend *be, int device) {
 
     /* f32 kernels are checked at NMSE <= 1e-8: no -cl-fast-relaxed-math, no
      * -cl-mad-enable, no native_* functions */
-    const char *extra = getenv("DIFFRT_OPENCL_BUILD_OPTIONS");
+    const char *extra;
+    drt_status es = drt_setting_str(be->settings, "opencl.build_options", &extra);
+    if (es != DRT_OK) return fail(be, es);
     char opts[512];
     for (int p = 0; p < OCL_P_COUNT; p++) {
         int o = snprintf(opts, sizeof opts, "-cl-std=CL1.2");

@@ -44,6 +44,7 @@ static drt_status vk_init(drt_backend *be, int device) {
     if (!c) return drt_set_error(DRT_ERR_OOM, "out of memory");
     vk_sets_init(c);
     be->ctx = c;
+    c->settings = be->settings;
     drt_status s = vk_device_init(c, device);
     if (s == DRT_OK) s = vk_pipeline_init(c);
     if (s == DRT_OK) s = vk_dispatch_init(c);

@@ -162,8 +162,8 @@ static int create_instance(vk_fns *f, VkInstance *inst, VkDebugUtilsMessengerEXT
         snprintf(why, n, "the Vulkan loader is version 1.0; diffrt needs 1.1");
         return -1;
     }
-    int validate;
-    if (drt_env_flag("DIFFRT_VK_VALIDATION", 0, &validate) != DRT_OK) {
+    int validate; /* process-wide: the instance is shared (environment only) */
+    if (drt_setting_bool(NULL, "vulkan.validation", &validate) != DRT_OK) {
         snprintf(why, n, "%s", drt_last_error());
         return -1;
     }
@@ -486,36 +486,36 @@ static drt_status select_device(vk_ctx *c, int device, dev_info *d) {
  * the device has shaderInt64. */
 static drt_status read_settings(vk_ctx *c, const dev_info *d) {
     int want_sg, want_f16, want_copy, want_i64;
+    long long tm, tn, wg, sb;
+    const char *tune;
+    const drt_settings *set = c->settings;
     drt_status es;
-    if ((es = drt_env_flag("DIFFRT_VK_SUBGROUP", 1, &want_sg)) != DRT_OK ||
-        (es = drt_env_flag("DIFFRT_VK_FP16", 1, &want_f16)) != DRT_OK ||
-        (es = drt_env_flag("DIFFRT_VK_COPY", 1, &want_copy)) != DRT_OK ||
-        (es = drt_env_flag("DIFFRT_VK_INT64", 1, &want_i64)) != DRT_OK)
+    if ((es = drt_setting_bool(set, "vulkan.subgroup", &want_sg)) != DRT_OK ||
+        (es = drt_setting_bool(set, "vulkan.fp16", &want_f16)) != DRT_OK ||
+        (es = drt_setting_bool(set, "vulkan.copy", &want_copy)) != DRT_OK ||
+        (es = drt_setting_bool(set, "vulkan.int64", &want_i64)) != DRT_OK ||
+        (es = drt_setting_int(set, "vulkan.mm_tm", &tm)) != DRT_OK ||
+        (es = drt_setting_int(set, "vulkan.mm_tn", &tn)) != DRT_OK ||
+        (es = drt_setting_int(set, "vulkan.mm_wg", &wg)) != DRT_OK ||
+        (es = drt_setting_int(set, "vulkan.split_bytes", &sb)) != DRT_OK ||
+        (es = drt_setting_str(set, "vulkan.tune", &tune)) != DRT_OK)
         return es;
+    if (tm * tn > 64) /* the compiler unrolls every FMA of the tile */
+        return drt_set_error(DRT_ERR_INVALID_ARG,
+                             "vulkan.mm_tm x vulkan.mm_tn (DIFFRT_VULKAN_MM_TM x DIFFRT_VULKAN_MM_TN): "
+                             "expected at most 64, got %lld x %lld",
+                             tm, tn);
+    c->mm_tm = (uint32_t)tm;
+    c->mm_tn = (uint32_t)tn;
+    c->mm_wg = (uint32_t)wg;
     c->use_sg = subgroup_ops(d, VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) && want_sg;
     c->has_shuffle = subgroup_ops(d, VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     c->use_f16 = d->s16.storageBuffer16BitAccess && want_f16;
     c->use_copy = want_copy;
     c->use_i64 = want_i64;
     c->split_bytes = d->p.limits.maxStorageBufferRange;
-    const char *sb = getenv("DIFFRT_VK_SPLIT_BYTES");
-    if (sb && *sb) {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(sb, &end, 10);
-        if (errno || *end || sb[0] == '-' || v < 1024)
-            return drt_set_error(DRT_ERR_INVALID_ARG,
-                                 "DIFFRT_VK_SPLIT_BYTES: expected a byte count of at least 1024, "
-                                 "got \"%.40s\"",
-                                 sb);
-        if (v < c->split_bytes) c->split_bytes = v;
-    }
-    const char *tune = getenv("DIFFRT_VK_TUNE");
-    if (tune && *tune && strcmp(tune, "gpu") != 0 && strcmp(tune, "cpu") != 0)
-        return drt_set_error(DRT_ERR_INVALID_ARG,
-                             "DIFFRT_VK_TUNE: expected \"gpu\" or \"cpu\", got \"%.40s\"", tune);
-    c->tune_cpu =
-        tune && *tune ? strcmp(tune, "cpu") == 0 : d->p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    if (sb > 0 && (unsigned long long)sb < c->split_bytes) c->split_bytes = (uint64_t)sb; /* >= 1024, checked */
+    c->tune_cpu = *tune ? strcmp(tune, "cpu") == 0 : d->p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
 
     int ncpu = drt_cpu_online(); /* lavapipe runs workgroups on every online CPU */
     c->n_cpus = ncpu < 4096 ? (uint32_t)ncpu : 1;

@@ -55,11 +55,6 @@ typedef struct {
     uint32_t wg, bm, bn, bk, tm, tn;
 } mm_plan;
 
-static uint32_t env_u32(const char *name, uint32_t def) {
-    const char *s = getenv(name);
-    return s && *s ? (uint32_t)strtoul(s, NULL, 10) : def;
-}
-
 static mm_plan plan_of(const vk_ctx *c, uint32_t T, uint32_t trans) {
     mm_plan p = {0};
     if (!trans && T <= MATVEC_MAX_T) {
@@ -74,14 +69,11 @@ static mm_plan plan_of(const vk_ctx *c, uint32_t T, uint32_t trans) {
         p.wg = vk_wg(c, sg, sg);
         /* 8x4 per lane: measured best of 4..16 x 1..8 on lavapipe (the
          * (TM + TN) loads per 4*TM*TN FMAs dominate; larger tiles spill).
-         * DIFFRT_VK_MM_TM / _TN / _WG (lanes multiplier) override, for tuning */
-        p.tn = env_u32("DIFFRT_VK_MM_TN", 4);
-        p.tm = env_u32("DIFFRT_VK_MM_TM", 8);
-        uint32_t wmul = env_u32("DIFFRT_VK_MM_WG", 1);
-        if (p.tm < 1 || p.tm > 32) p.tm = 8;
-        if (p.tn < 1 || p.tn > 16) p.tn = 4;
-        if (wmul < 1 || wmul > 64) wmul = 1;
-        if (p.tm * p.tn > 64) p.tm = 8, p.tn = 4; /* the compiler unrolls every FMA */
+         * vulkan.mm_tm / _tn / _wg (lanes multiplier) override, for tuning;
+         * read and checked at init (device.c read_settings) */
+        p.tn = c->mm_tn;
+        p.tm = c->mm_tm;
+        uint32_t wmul = c->mm_wg;
         p.wg = vk_wg(c, p.wg * wmul, p.wg * wmul);
         /* skinny T: the smallest power of two >= T, so rows past T (read
          * clamped, computed, not written) stay few */

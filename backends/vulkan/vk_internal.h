@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "drt_graph.h"
+#include "drt_settings.h"
 #include "drt_vulkan.h"
 #include "vk_loader.h"
 
@@ -123,13 +124,17 @@ typedef struct vk_ctx {
     bool use_sg;   /* subgroup arithmetic in compute shaders (and not disabled) */
     bool has_shuffle; /* subgroupShuffle in compute shaders */
     bool use_f16;  /* storageBuffer16BitAccess (and not disabled) */
-    bool tune_cpu; /* workgroup sizes for a CPU device (DIFFRT_VK_TUNE overrides) */
+    bool tune_cpu; /* workgroup sizes for a CPU device (vulkan.tune overrides) */
     bool use_i64;  /* shaderInt64: 32-byte loads in the CPU GEMV (and not disabled) */
     bool use_copy; /* KV_WRITE, PERMUTE through vkCmdCopyBuffer where they are copies */
     /* the most bytes one binding covers: maxStorageBufferRange, or less
      * (DIFFRT_VK_SPLIT_BYTES, tests) for the GEMV weights bound in row blocks */
     uint64_t split_bytes;
     uint32_t n_cpus;      /* online CPUs: the threads a CPU device (lavapipe) runs workgroups on */
+    /* the register-tiled MATMUL's rows and columns per lane and subgroups per
+     * workgroup (vulkan.mm_tm / _tn / _wg: 8, 4, 1) */
+    uint32_t mm_tm, mm_tn, mm_wg;
+    const drt_settings *settings; /* the instance's (drt_backend.settings) while init runs */
 
     VkDescriptorSetLayout dsl;
     VkPipelineLayout layout;

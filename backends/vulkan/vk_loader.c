@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "drt_settings.h"
 #include "vk_loader.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -13,8 +14,8 @@ static PFN_vkGetInstanceProcAddr g_gipa;
 static char g_why[256];
 
 static const char *loader_name(void) {
-    const char *e = getenv("DIFFRT_VK_LOADER");
-    if (e && *e) return e;
+    const char *e = NULL; /* process-wide: the loader is opened once (environment only) */
+    if (drt_setting_str(NULL, "vulkan.loader", &e) == DRT_OK && e && *e) return e;
 #if defined(__APPLE__)
     return "libvulkan.1.dylib";
 #else

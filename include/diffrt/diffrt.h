@@ -164,6 +164,55 @@ drt_status drt_model_load(const char *dir, drt_model **out);
 void drt_model_free(drt_model *m); /* NULL: nothing */
 drt_status drt_model_get_info(const drt_model *m, drt_model_info *out);
 
+/* ---- settings: backend and session knobs, one table ------------------- */
+/* Every setting has a name ("cpu.precision", "vulkan.fp16", "check_finite")
+ * and an environment variable (DIFFRT_CPU_PRECISION, DIFFRT_VULKAN_FP16,
+ * DIFFRT_CHECK_FINITE; docs/environment.md lists them all). A drt_settings
+ * holds values set by the caller; a session made with it (opts->settings)
+ * uses a value set there, else the environment variable's, else the
+ * default. Values are checked: a bad one is DRT_ERR_INVALID_ARG naming the
+ * setting (or the variable), never a silent default. */
+typedef struct drt_settings drt_settings;
+
+typedef enum {
+    DRT_SETTING_USER = 0, /* a setting users choose (threads, precision, mmap) */
+    DRT_SETTING_DEBUG,    /* a debug or A/B knob: kernel variants, validation, tuning */
+} drt_setting_kind;
+
+typedef enum {
+    DRT_SETTING_DEFAULT = 0, /* the built-in default */
+    DRT_SETTING_ENV,         /* the environment variable (or its deprecated alias) */
+    DRT_SETTING_CALLER,      /* a drt_settings (the CLI's --set) */
+} drt_setting_source;
+
+typedef struct {
+    const char *name;    /* "vulkan.fp16" */
+    const char *env;     /* "DIFFRT_VULKAN_FP16" */
+    const char *old_env; /* a deprecated alias that still works ("DIFFRT_VK_FP16"), or NULL */
+    const char *values;  /* what it takes: "0 or 1", "an integer in [1, 1024]", "f32, bf16" */
+    const char *def;     /* the default as text; "" when automatic */
+    const char *doc;     /* one sentence */
+    drt_setting_kind kind;
+    int env_only;        /* 1: read where no session's settings reach (module search, the
+                            Vulkan loader and instance, model loading): only its variable
+                            sets it, and drt_settings_set refuses it */
+} drt_setting_info;
+
+/* The table: i in [0, drt_setting_count()); DRT_ERR_INVALID_ARG past it. */
+int drt_setting_count(void);
+drt_status drt_setting_describe(int i, drt_setting_info *out);
+
+drt_status drt_settings_create(drt_settings **out);
+void drt_settings_free(drt_settings *s); /* NULL: nothing */
+/* Sets name to value (a copy is kept; NULL value: unset). An unknown name or
+ * a value the setting does not take is DRT_ERR_INVALID_ARG and changes
+ * nothing. */
+drt_status drt_settings_set(drt_settings *s, const char *name, const char *value);
+/* The value in force for name (s may be NULL: the environment and defaults)
+ * as text into buf[n], and where it came from (src may be NULL). */
+drt_status drt_settings_get(const drt_settings *s, const char *name, char *buf, size_t n,
+                            drt_setting_source *src);
+
 /* ---- sessions: a model placed on a backend, with its KV cache --------- */
 
 typedef struct drt_session drt_session;
@@ -182,6 +231,9 @@ typedef struct {
                             name the first op whose output was NaN or Inf (and a weight of
                             it that holds one) in the error; also on with the environment
                             variable DIFFRT_CHECK_FINITE=1 */
+    const drt_settings *settings; /* NULL: none; else read while drt_session_create runs (the
+                                     backend keeps a copy): threads and check_finite above
+                                     win over its cpu.threads and check_finite when non-zero */
 } drt_session_opts;
 
 /* The session holds a reference to the model (see drt_model_free) and reads

@@ -16,10 +16,12 @@ import os
 import threading
 
 from ctypes import (
+    CFUNCTYPE,
     POINTER,
     Structure,
     c_char,
     c_char_p,
+    c_double,
     c_float,
     c_int,
     c_int32,
@@ -114,6 +116,49 @@ class SessionOptsC(Structure):
         ("max_ctx", c_int),
         ("threads", c_int),
         ("check_finite", c_int),
+        ("settings", c_void_p),  # const drt_settings *
+    ]
+
+
+class NodeTensorC(Structure):
+    """drt_node_tensor (a session observer's view of a node's output or input)."""
+
+    _fields_ = [
+        ("name", c_char_p),
+        ("type", c_enum),
+        ("nd", c_int),
+        ("ne", c_int64 * 4),
+        ("data", c_void_p),
+    ]
+
+
+class NodeEventC(Structure):
+    """drt_node_event."""
+
+    _fields_ = [
+        ("op", c_char_p),
+        ("layer", c_int),
+        ("p0", c_int),
+        ("out", NodeTensorC),
+        ("n_src", c_int),
+        ("src", NodeTensorC * 4),
+        ("seconds", c_double),
+        ("fallback", c_int),
+    ]
+
+
+# drt_observer's callbacks: want(ctx, op, name, layer), on_node(ctx, event)
+ObserverWantFn = CFUNCTYPE(c_int, c_void_p, c_char_p, c_char_p, c_int)
+ObserverNodeFn = CFUNCTYPE(None, c_void_p, POINTER(NodeEventC))
+
+
+class ObserverC(Structure):
+    """drt_observer."""
+
+    _fields_ = [
+        ("want", ObserverWantFn),
+        ("on_node", ObserverNodeFn),
+        ("ctx", c_void_p),
     ]
 
 
@@ -155,12 +200,17 @@ _PROTOTYPES = {
     "drt_model_get_info": (c_enum, [c_void_p, POINTER(ModelInfoC)]),
     # sessions
     "drt_session_create": (c_enum, [c_void_p, POINTER(SessionOptsC), POINTER(c_void_p)]),
+    # settings (docs/environment.md)
+    "drt_settings_create": (c_enum, [POINTER(c_void_p)]),
+    "drt_settings_free": (None, [c_void_p]),
+    "drt_settings_set": (c_enum, [c_void_p, c_char_p, c_char_p]),
     "drt_session_free": (None, [c_void_p]),
     "drt_session_forward": (c_enum, [c_void_p, c_void_p, c_int, c_void_p, c_int]),
     "drt_session_reset": (None, [c_void_p]),
     "drt_session_pos": (c_int, [c_void_p]),
     "drt_session_fallbacks": (c_int, [c_void_p, c_char_p, c_size_t]),
     "drt_session_last_attention": (c_enum, [c_void_p, c_void_p]),
+    "drt_session_set_observer": (c_enum, [c_void_p, POINTER(ObserverC)]),
     # sampling
     "drt_sampler_create": (c_enum, [POINTER(SamplerOptsC), c_int, POINTER(c_void_p)]),
     "drt_sampler_free": (None, [c_void_p]),

@@ -2,7 +2,7 @@
 
 import os
 import warnings
-from ctypes import byref, c_void_p, create_string_buffer
+from ctypes import byref, c_char as ctypes_c_char, c_void_p, create_string_buffer
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
@@ -203,13 +203,13 @@ class Model(_lib.Handle):
             self._tokenizer = Tokenizer(os.path.join(self.path, "tokenizer.json"))
         return self._tokenizer
 
-    def session(self, backend="cpu", device=None, ctx=0, threads=0, check_finite=False):
+    def session(self, backend="cpu", device=None, ctx=0, threads=0, check_finite=False, settings=None):
         return Session(self, backend=backend, device=device, ctx=ctx, threads=threads,
-                       check_finite=check_finite)
+                       check_finite=check_finite, settings=settings)
 
     def generate(self, prompt, n=None, *, backend="cpu", device=None, ctx=0, threads=0,
                  temperature=0.0, top_k=0, top_p=1.0, seed=0, stop=True, on_text=None,
-                 check_finite=False):
+                 check_finite=False, settings=None):
         """Does what `diffrt run` does, with the same defaults.
 
         ``prompt`` is text (str or UTF-8 bytes: encoded with the model's
@@ -225,6 +225,7 @@ class Model(_lib.Handle):
         """
         # every argument checked before the first C call (the prompt's encoding)
         _session_opts(backend, device, ctx, threads, check_finite)
+        _check_settings(settings)
         _sampler_opts(self.info.vocab, temperature, top_k, top_p, seed)
         if n is not None:
             _check_n(n)
@@ -235,7 +236,7 @@ class Model(_lib.Handle):
         n = _check_n(n)
         ctx = _choose_ctx(len(ids), n, self.info.max_ctx, ctx)
         with Session(self, backend=backend, device=device, ctx=ctx, threads=threads,
-                     check_finite=check_finite) as s:
+                     check_finite=check_finite, settings=settings) as s:
             with Sampler(self.info.vocab, temperature=temperature, top_k=top_k, top_p=top_p,
                          seed=seed) as smp:
                 return s._generate(ids, n, smp, eos, stop, tok, on_text)
@@ -290,6 +291,45 @@ def _session_opts(backend, device, ctx, threads, check_finite):
     return backend, opts
 
 
+def _check_settings(settings):
+    """settings as [(name bytes, value bytes)]: a dict (or pairs) of names
+    to values (str, int or bool), each checked for its C type first."""
+    if settings is None:
+        return []
+    items = settings.items() if hasattr(settings, "items") else settings
+    out = []
+    for name, value in items:
+        if isinstance(value, bool):
+            value = int(value)
+        out.append((_lib.cstring(name, "settings name"), _lib.cstring(str(value), "settings value")))
+    return out
+
+
+class _Settings:
+    """A drt_settings holding ``settings`` for one drt_session_create call:
+    a bad name or value raises Error naming it (drt_settings_set)."""
+
+    def __init__(self, settings):
+        self.pairs = _check_settings(settings)
+        self.h = c_void_p()
+
+    def __enter__(self):
+        if self.pairs:
+            _lib.check(_lib.lib().drt_settings_create(byref(self.h)))
+            try:
+                for name, value in self.pairs:
+                    _lib.check(_lib.lib().drt_settings_set(self.h, name, value))
+            except BaseException:
+                self.__exit__()
+                raise
+        return self.h
+
+    def __exit__(self, *exc):
+        if self.h:
+            _lib.lib().drt_settings_free(self.h)
+            self.h = c_void_p()
+
+
 def _sampler_opts(vocab, temperature, top_k, top_p, seed):
     """(vocab, drt_sampler_opts) from Sampler's arguments, each checked for
     its C type first."""
@@ -327,13 +367,63 @@ def _choose_ctx(T, n, max_pos, ctx):
 # ---- sessions ----------------------------------------------------------------
 
 
+# drt_dtype -> numpy dtype of an observed tensor (bf16: its raw 16-bit words)
+_NP_DTYPES = {0: np.float32, 1: np.float16, 2: np.uint16, 3: np.int32}
+
+
+@dataclass
+class NodeTensor:
+    """An observed node's output or input: name, dtype (drt_dtype), shape
+    and, for the output, a numpy copy of its values (None for inputs)."""
+
+    name: str
+    dtype: int
+    shape: Tuple[int, ...]
+    data: Optional[np.ndarray] = None
+
+    @staticmethod
+    def _from_c(t, copy):
+        shape = tuple(int(t.ne[d]) for d in range(t.nd))
+        data = None
+        npt = _NP_DTYPES.get(t.type)
+        if copy and t.data and npt is not None:
+            n = int(np.prod(shape)) if shape else 1
+            buf = (ctypes_c_char * (n * np.dtype(npt).itemsize)).from_address(t.data)
+            data = np.frombuffer(buf, dtype=npt).reshape(shape).copy()
+        return NodeTensor(_lib.cstr(t.name), int(t.type), shape, data)
+
+
+@dataclass
+class NodeEvent:
+    """One node of a forward, as a session observer sees it (drt_node_event)."""
+
+    op: str
+    name: str
+    layer: int
+    p0: int
+    output: NodeTensor  # a KV_WRITE's: the rows it wrote
+    inputs: List[NodeTensor]
+    seconds: float
+    fallback: bool
+
+    @staticmethod
+    def _from_c(ev):
+        out = NodeTensor._from_c(ev.out, True)
+        ins = [NodeTensor._from_c(ev.src[j], False) for j in range(ev.n_src)]
+        return NodeEvent(_lib.cstr(ev.op), out.name, int(ev.layer), int(ev.p0), out, ins, float(ev.seconds),
+                         bool(ev.fallback))
+
+
+
 class Session(_lib.Handle):
     """A model placed on a backend with its KV cache (drt_session).
 
     ``backend``: "cpu" (fast CPU), "ref" (reference), "opencl", "vulkan",
     "cuda"; ``device``: None for the backend's default, else an index or a
     name substring; ``ctx`` 0: max_position_embeddings capped at 4096;
-    ``threads`` 0: DIFFRT_THREADS, else the physical cores.
+    ``threads`` 0: DIFFRT_THREADS, else the physical cores; ``settings``:
+    a dict of settings (docs/environment.md: ``{"cpu.precision": "bf16",
+    "vulkan.fp16": 0}``) that win over their environment variables.
 
     One thread at a time: forward, generate and last_attention called while
     another thread is inside the session raise :class:`Busy` (a
@@ -343,13 +433,15 @@ class Session(_lib.Handle):
 
     _free_fn = "drt_session_free"
 
-    def __init__(self, model, backend="cpu", device=None, ctx=0, threads=0, check_finite=False):
+    def __init__(self, model, backend="cpu", device=None, ctx=0, threads=0, check_finite=False,
+                 settings=None):
         self._h = None
         self.backend, opts = _session_opts(backend, device, ctx, threads, check_finite)
         self.model = model
         self.vocab = model.info.vocab
         h = c_void_p()
-        with model._shared() as mh:  # model.close() on another thread waits
+        with _Settings(settings) as sh, model._shared() as mh:  # model.close() on another thread waits
+            opts.settings = sh.value  # read by drt_session_create only
             _lib.check(_lib.lib().drt_session_create(mh, byref(opts), byref(h)))
         self._h = h
         # the context drt_session_create decided
@@ -386,6 +478,9 @@ class Session(_lib.Handle):
         with self._exclusive() as h:
             st = _lib.lib().drt_session_forward(h, arr.ctypes.data, _lib.int32(T, "len(ids)"), out.ctypes.data,
                                                 int(bool(all_logits)))
+        exc, self._observer_error = getattr(self, "_observer_error", None), None
+        if exc is not None:
+            raise exc
         if st:
             err = _lib.error(st)
             if st == Status.NUMERIC:
@@ -404,6 +499,41 @@ class Session(_lib.Handle):
             op, _, count = pair.partition("=")
             out[op] = int(count)
         return out
+
+    def set_observer(self, on_node, want=None):
+        """Shows ``on_node(node)`` each node of every following forward as it
+        runs (drt_session_set_observer): ``node`` is a :class:`NodeEvent`
+        with the op ("MATMUL", ...), the name ("layers.0.attn.q_rope"), the
+        layer (-1 outside the layers), a numpy copy of its output and its
+        inputs' names and shapes. ``want(op, name, layer)`` -> bool picks the
+        nodes (None: every node; each one seen costs a synchronize).
+        ``on_node`` None: no observer. An exception in either callback is
+        raised by the forward that called it (the forward itself completes)."""
+        if on_node is None:
+            with self._exclusive() as h:
+                _lib.check(_lib.lib().drt_session_set_observer(h, None))
+            self._observer = None
+            return
+
+        def c_want(ctx, op, name, layer):
+            try:
+                return int(bool(want(_lib.cstr(op), _lib.cstr(name), layer)))
+            except BaseException as e:  # noqa: BLE001 - re-raised by forward
+                self._observer_error = self._observer_error or e
+                return 0
+
+        def c_on_node(ctx, ev):
+            try:
+                on_node(NodeEvent._from_c(ev.contents))
+            except BaseException as e:  # noqa: BLE001 - re-raised by forward
+                self._observer_error = self._observer_error or e
+
+        obs = _lib.ObserverC(want=_lib.ObserverWantFn(c_want) if want else _lib.ObserverWantFn(),
+                             on_node=_lib.ObserverNodeFn(c_on_node), ctx=None)
+        with self._exclusive() as h:
+            _lib.check(_lib.lib().drt_session_set_observer(h, byref(obs)))
+        self._observer = obs  # the C side calls these: kept alive with the session
+        self._observer_error = None
 
     def last_attention(self):
         """The last token's attention over positions 0..pos-1 of the last

@@ -142,6 +142,8 @@ class TestLibrary(unittest.TestCase):
         listed, current, props_lines = {}, None, 0
         yn = {None: "unknown", False: "no", True: "yes"}
         for line in out.splitlines():
+            if line.startswith("settings"):  # the settings in force follow the backends
+                break
             m = re.match(r"  (\w+)\s+(available, (\d+) device|unavailable: |)", line)
             d = re.match(r"\s+\[(\d+)\] (.*)$", line)
             p = re.match(r"\s+type (.*), memory (.*), subgroup (.*), fp16 (\w+), bf16 (\w+)$", line)
@@ -628,6 +630,35 @@ class TestArgumentChecks(unittest.TestCase):
         # and the objects are still whole
         self.assertEqual(s.pos, 0)
         self.assertEqual(tok.id_to_token(5), self.tok.id_to_token(np.int32(5)))
+
+
+class TestSettings(unittest.TestCase):
+    """settings= (drt_settings): a value set there wins over its variable, and
+    a bad name or value is an Error naming it."""
+
+    def test_settings(self):
+        m = diffrt.Model(model_path("diff-v1-tiny"))
+        old = os.environ.get("DIFFRT_CHECK_FINITE")
+        os.environ["DIFFRT_CHECK_FINITE"] = "on"
+        try:
+            with self.assertRaisesRegex(diffrt.Error, "DIFFRT_CHECK_FINITE"):
+                m.session()
+            with m.session(settings={"check_finite": True, "cpu.threads": 2}) as s:
+                self.assertEqual(s.forward([1, 2]).shape, (m.info.vocab,))
+            g = m.generate([1, 2, 3], n=2, settings={"check_finite": 0})
+            self.assertEqual(len(g.ids), 2)
+        finally:
+            if old is None:
+                del os.environ["DIFFRT_CHECK_FINITE"]
+            else:
+                os.environ["DIFFRT_CHECK_FINITE"] = old
+        for bad, says in (({"cpu.precision": "f16"}, "setting cpu.precision"),
+                          ({"no.such": 1}, "unknown setting"), ({"no_mmap": 1}, "environment only")):
+            with self.assertRaisesRegex(diffrt.Error, says):
+                m.session(settings=bad)
+        with self.assertRaises(TypeError):
+            m.session(settings={1: "x"})
+        m.close()
 
 
 class TestThreads(unittest.TestCase):
