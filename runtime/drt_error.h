@@ -13,8 +13,7 @@
 /* Formats the message for drt_last_error() and returns s. */
 drt_status drt_set_error(drt_status s, const char *fmt, ...) DRT_PRINTF(2, 3);
 
-/* A 0/1 setting from the environment: *out = def when unset or empty, else
- * the value; anything but "0" or "1" is an error naming the variable. */
-drt_status drt_env_flag(const char *name, int def, int *out);
+/* Settings (0/1 switches and the rest) are read through the table in
+ * drt_settings.h, never with getenv. */
 
 #endif

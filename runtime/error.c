@@ -65,13 +65,3 @@ size_t drt_row_bytes(drt_dtype t, int64_t n) {
 }
 
 void drt_free(void *p) { free(p); }
-
-drt_status drt_env_flag(const char *name, int def, int *out) {
-    const char *e = getenv(name);
-    *out = def;
-    if (!e || !*e) return DRT_OK;
-    if (strcmp(e, "0") != 0 && strcmp(e, "1") != 0)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "%s: expected 0 or 1, got \"%.40s\"", name, e);
-    *out = e[0] == '1';
-    return DRT_OK;
-}
