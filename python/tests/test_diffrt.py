@@ -193,6 +193,53 @@ class TestModel(unittest.TestCase):
         for m in cls.models.values():
             m.close()
 
+    def test_observer(self):
+        """Session.set_observer: every node with op, name, layer and a numpy
+        copy of its output; the logits seen are the forward's; want picks
+        nodes; an exception in the callback reaches the caller."""
+        for name, m in self.models.items():
+            for backend in ("ref", "cpu"):
+                with self.subTest(model=name, backend=backend), diffrt.Session(m, backend=backend, ctx=64) as s:
+                    ids = m.tokenizer.encode(SHORT_PROMPT)
+                    seen = []
+                    s.set_observer(seen.append)
+                    logits = s.forward(ids)
+                    names = [e.name for e in seen]
+                    self.assertEqual(names[0], "embed")
+                    self.assertEqual(names[-1], "lm_head")
+                    q = seen[names.index("layers.1.attn.q_rope")]
+                    self.assertEqual((q.op, q.layer, q.p0), ("ROPE", 1, 0))
+                    self.assertEqual(q.output.data.shape[0], len(ids))
+                    self.assertEqual(q.inputs[0].name, "layers.1.attn.q")
+                    self.assertEqual(seen[-1].layer, -1)
+                    np.testing.assert_array_equal(seen[-1].output.data.reshape(-1), logits)
+                    hidden = {e.name: e.output.data for e in seen if e.name.endswith(".mlp_residual")}
+                    self.assertEqual(len(hidden), m.info.n_layers)
+                    # want: only the hidden states, the same values
+                    some = []
+                    s.set_observer(some.append, want=lambda op, nm, layer: nm.endswith(".mlp_residual"))
+                    s.reset()
+                    s.forward(ids)
+                    self.assertEqual([e.name for e in some], list(hidden))
+                    for e in some:
+                        np.testing.assert_array_equal(e.output.data, hidden[e.name])
+                    # decode: the KV_WRITE shows its one row
+                    kv = []
+                    s.set_observer(kv.append, want=lambda op, nm, layer: op == "KV_WRITE")
+                    s.forward([3])
+                    self.assertEqual(len(kv), 2 * m.info.n_layers)
+                    self.assertTrue(all(e.output.shape[0] == 1 and e.p0 == len(ids) for e in kv))
+
+                    def boom(node):
+                        raise KeyError("from the observer")
+
+                    s.set_observer(boom)
+                    with self.assertRaises(KeyError):
+                        s.forward([4])
+                    s.set_observer(None)
+                    s.forward([5])
+                    self.assertEqual(s.pos, len(ids) + 3)
+
     def test_info_matches_cli_and_config(self):
         for name, m in self.models.items():
             with self.subTest(model=name):
