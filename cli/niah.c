@@ -15,90 +15,11 @@
 #include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "analysis.h"
+#include "compare.h"
 #include "niah.h"
-#include "safetensors.h" /* drt_read_text_file */
 #include "session.h"     /* drt_session_set_attn_bits */
 
 #define MAX_LIST 32
-
-static int json_int(const cJSON *o, const char *key, int *out) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(x)) return 0;
-    *out = x->valueint;
-    return 1;
-}
-
-/* Per-sample agreement of this run's records with another run's (python/niah/eval.py's
- * niah_python.json, or a `diffrt niah --json` file): samples are matched by (ctx, depth,
- * index, query); every sample of this run must be in the file. Prints the agreement;
- * returns 0 when the answers agree on >= min_agree of the samples, 1 when they do not,
- * 2 when the file cannot be used. */
-static int compare_runs(const char *path, const cJSON *ours, int needles, int queries,
-                        unsigned long long seed, double min_agree) {
-    char *txt = NULL;
-    if (drt_read_text_file(path, &txt, NULL) != DRT_OK) {
-        fprintf(stderr, "diffrt: niah: --compare %s: cannot read: %s\n", path, drt_last_error());
-        return 2;
-    }
-    cJSON *root = cJSON_Parse(txt);
-    free(txt);
-    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "samples");
-    const cJSON *summ = cJSON_GetObjectItemCaseSensitive(root, "summary");
-    int rc = 2;
-    if (!cJSON_IsArray(arr) || !cJSON_IsObject(summ)) {
-        fprintf(stderr, "diffrt: niah: --compare %s: not a niah result (expected an object with "
-                        "\"summary\" and \"samples\")\n", path);
-        goto out;
-    }
-    {
-        int fn = 0, fr = 0;
-        const cJSON *fs = cJSON_GetObjectItemCaseSensitive(summ, "seed");
-        if (!json_int(summ, "needles", &fn) || !json_int(summ, "queries", &fr) || !cJSON_IsNumber(fs) ||
-            fn != needles || fr != queries || fs->valuedouble != (double)seed) {
-            fprintf(stderr, "diffrt: niah: --compare %s: made with other settings (N, R or seed) than this run "
-                            "(N=%d R=%d seed %llu)\n", path, needles, queries, seed);
-            goto out;
-        }
-    }
-    int n = 0, agree = 0, same_ids = 0, shown = 0;
-    const cJSON *o;
-    cJSON_ArrayForEach(o, ours) {
-        int c = 0, d = 0, k = 0, q = 0;
-        json_int(o, "ctx", &c), json_int(o, "depth", &d), json_int(o, "index", &k), json_int(o, "query", &q);
-        const cJSON *t = NULL, *x;
-        cJSON_ArrayForEach(x, arr) {
-            int c2, d2, k2, q2;
-            if (json_int(x, "ctx", &c2) && json_int(x, "depth", &d2) && json_int(x, "index", &k2) &&
-                json_int(x, "query", &q2) && c2 == c && d2 == d && k2 == k && q2 == q) {
-                t = x;
-                break;
-            }
-        }
-        const cJSON *tp = t ? cJSON_GetObjectItemCaseSensitive(t, "predicted") : NULL;
-        if (!cJSON_IsString(tp)) {
-            fprintf(stderr, "diffrt: niah: --compare %s: has no sample ctx %d depth %d%% index %d query %d "
-                            "(evaluate the same ctx/depths/samples)\n", path, c, d, k, q);
-            goto out;
-        }
-        const char *mine = cJSON_GetObjectItemCaseSensitive(o, "predicted")->valuestring;
-        int ok = strcmp(mine, tp->valuestring) == 0;
-        agree += ok;
-        n++;
-        const cJSON *ga = cJSON_GetObjectItemCaseSensitive(o, "generated_ids");
-        const cJSON *gb = cJSON_GetObjectItemCaseSensitive(t, "generated_ids");
-        same_ids += cJSON_Compare(ga, gb, 1);
-        if (!ok && shown++ < 10)
-            printf("  differs: ctx %d depth %d%% index %d query %d: this run \"%s\", %s \"%s\"\n", c, d, k, q,
-                   mine, path, tp->valuestring);
-    }
-    printf("\nper-sample agreement with %s: answers %d/%d (%.3f), identical generated tokens %d/%d\n", path, agree,
-           n, n ? (double)agree / n : 0.0, same_ids, n);
-    rc = n && (double)agree >= min_agree * n ? 0 : 1;
-    if (rc) printf("FAIL: agreement %.3f is below --min-agree %.3f\n", n ? (double)agree / n : 0.0, min_agree);
-out:
-    cJSON_Delete(root);
-    return rc;
-}
 
 typedef struct {
     const char *model, *backend, *device, *json, *compare;
@@ -416,7 +337,8 @@ static int niah_verdict(const niah_eval *e) {
         }
     }
     if (a->compare) {
-        int crc = compare_runs(a->compare, e->jarr, a->needles, a->queries, a->seed, a->min_agree);
+        int crc = drt_niah_compare(a->compare, e->jarr, a->needles, a->queries, a->seed, a->min_agree, stdout);
+        if (crc == 2) fprintf(stderr, "diffrt: niah: %s\n", drt_last_error());
         if (crc > rc) rc = crc;
     }
     return rc;

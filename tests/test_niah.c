@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "analysis.h"
+#include "compare.h"
 #include "drt_test.h"
 #include "niah.h"
 #include "safetensors.h"
@@ -69,6 +70,64 @@ static void check_scoring(void) {
     drt_mag_stats_free(&a);
     drt_mag_stats_free(&b);
     drt_mag_stats_free(&both);
+}
+
+/* niah --compare against a file of two samples: agreement, its threshold,
+ * and the files it refuses */
+static void check_compare(void) {
+    const char *path = DRT_TMP_DIR "/test_niah_compare.json";
+    FILE *f = fopen(path, "w");
+    DRT_CHECK(f != NULL, "cannot write %s", path);
+    if (!f) return;
+    fputs("{\"summary\": {\"needles\": 1, \"queries\": 1, \"seed\": 7}, \"samples\": ["
+          "{\"ctx\": 64, \"depth\": 0, \"index\": 0, \"query\": 0, \"predicted\": \"123\", \"generated_ids\": [1]},"
+          "{\"ctx\": 64, \"depth\": 0, \"index\": 1, \"query\": 0, \"predicted\": \"456\", \"generated_ids\": [2]}]}",
+          f);
+    fclose(f);
+    static const struct {
+        const char *second; /* this run's prediction of sample 1 */
+        int index1, needles;
+        double min_agree;
+        int rc;
+        const char *says; /* in the output (rc 0, 1) or the error (rc 2) */
+    } cases[] = {
+        {"456", 1, 1, 1.0, 0, "answers 2/2 (1.000), identical generated tokens 1/2"},
+        {"999", 1, 1, 0.5, 0, "differs: ctx 64 depth 0% index 1 query 0: this run \"999\""},
+        {"999", 1, 1, 0.9, 1, "FAIL: agreement 0.500 is below --min-agree 0.900"},
+        {"456", 1, 2, 0.9, 2, "made with other settings (N, R or seed) than this run (N=2 R=1 seed 7)"},
+        {"456", 5, 1, 0.9, 2, "has no sample ctx 64 depth 0% index 5 query 0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *ours = cJSON_CreateArray();
+        for (int k = 0; k < 2; k++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "ctx", 64);
+            cJSON_AddNumberToObject(o, "depth", 0);
+            cJSON_AddNumberToObject(o, "index", k ? cases[i].index1 : 0);
+            cJSON_AddNumberToObject(o, "query", 0);
+            cJSON_AddStringToObject(o, "predicted", k ? cases[i].second : "123");
+            int id = 1;
+            cJSON_AddItemToObject(o, "generated_ids", cJSON_CreateIntArray(&id, 1));
+            cJSON_AddItemToArray(ours, o);
+        }
+        char buf[2048] = "";
+        FILE *out = fmemopen(buf, sizeof buf - 1, "w");
+        int rc = drt_niah_compare(path, ours, cases[i].needles, 1, 7, cases[i].min_agree, out);
+        fclose(out);
+        const char *text = rc == 2 ? drt_last_error() : buf;
+        DRT_CHECK(rc == cases[i].rc && strstr(text, cases[i].says), "compare case %zu: rc %d (expected %d), \"%s\"", i,
+                  rc, cases[i].rc, text);
+        cJSON_Delete(ours);
+    }
+    cJSON *none = cJSON_CreateArray();
+    int rc = drt_niah_compare(DRT_FIXTURES_DIR "/hf_llama_gqa/config.json", none, 1, 1, 7, 0.9, stdout);
+    DRT_CHECK(rc == 2 && strstr(drt_last_error(), "not a niah result"), "a config.json compared: rc %d, %s", rc,
+              drt_last_error());
+    rc = drt_niah_compare(DRT_TMP_DIR "/no_such_file.json", none, 1, 1, 7, 0.9, stdout);
+    DRT_CHECK(rc == 2 && strstr(drt_last_error(), "no_such_file.json: cannot read"), "a missing file: rc %d, %s", rc,
+              drt_last_error());
+    cJSON_Delete(none);
+    remove(path);
 }
 
 static int get_int(cJSON *o, const char *k) {
@@ -137,6 +196,7 @@ int main(int argc, char **argv) {
     DRT_CHECK(drt_niah_make(tok, 0, 8, 1, 1, 50, 0, &p1) == DRT_ERR_INVALID_ARG && strstr(drt_last_error(), "ctx 8"),
               "ctx 8 accepted: %s", drt_last_error());
     check_scoring();
+    check_compare();
     free(text);
     drt_tokenizer_free(tok);
     return drt_test_summary("test_niah");
