@@ -330,7 +330,9 @@ typedef struct {
 } drt_observer;
 
 /* Sets the session's observer (copied in; NULL or on_node NULL: none) for
- * the forwards that follow. Not for the finite check's re-run. */
+ * the forwards that follow. Not for the finite check's re-run. The
+ * callbacks run inside the forward, on its thread: they must not call the
+ * session (drt_session_pos would wait for the forward forever). */
 drt_status drt_session_set_observer(drt_session *s, const drt_observer *obs);
 
 /* ---- sampling -------------------------------------------------------- */

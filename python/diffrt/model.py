@@ -508,7 +508,8 @@ class Session(_lib.Handle):
         inputs' names and shapes. ``want(op, name, layer)`` -> bool picks the
         nodes (None: every node; each one seen costs a synchronize).
         ``on_node`` None: no observer. An exception in either callback is
-        raised by the forward that called it (the forward itself completes)."""
+        raised by the forward that called it (the forward itself completes).
+        The callbacks run inside the forward: they must not use the session."""
         if on_node is None:
             with self._exclusive() as h:
                 _lib.check(_lib.lib().drt_session_set_observer(h, None))
