@@ -32,6 +32,7 @@
 #include "diffrt/diffrt.h"
 #include "drt_graph.h"
 #include "drt_peak.h"
+#include "drt_settings.h"
 #include "diffrt/diffrt.h"
 
 #define MAX_BACKENDS 8
@@ -225,6 +226,7 @@ typedef struct {
     double peak_gbps, peak_gflops; /* > 0: given */
     int fmt;                       /* 0 text, 1 csv, 2 md */
     const char *json_path;
+    const drt_settings *settings; /* --set, for every backend measured (NULL: none) */
 } bench_opts;
 
 static uint64_t g_lcg;
@@ -234,14 +236,15 @@ static int32_t next_token(int vocab) {
 }
 
 /* threads of the host read loop: the cpu backend's, the reference's one */
-static int host_threads(const char *backend, long threads) {
+static int host_threads(const char *backend, long threads, const drt_settings *settings) {
     if (strcmp(backend, "ref") == 0) return 1;
     if (threads > 0) return (int)threads;
-    /* the cpu backend's default (docs/environment.md); an unusable
-     * DIFFRT_THREADS is the session's error, reported before this is used */
-    int n;
-    if (drt_threads_env(drt_physical_cores(), &n) != DRT_OK) n = drt_physical_cores();
-    return n;
+    /* the cpu backend's default: cpu.threads (--set, else DIFFRT_THREADS;
+     * docs/environment.md); an unusable value is the backend's error,
+     * reported before this is used */
+    long long n = 0;
+    if (drt_setting_int(settings, "cpu.threads", &n) != DRT_OK || n <= 0) n = drt_physical_cores();
+    return (int)n;
 }
 
 /* Keeps, per op type, the least time of the profiled forwards so far (one
@@ -272,7 +275,7 @@ static int fail_backend(bench_backend *r, const char *what) {
  * the rest measured on an instance of the backend's own; 0, else 1 (r failed) */
 static int backend_peaks(const bench_opts *o, const drt_model_info *I, bench_backend *r) {
     drt_backend *be = NULL;
-    if (drt_backend_open_threads(r->name, r->device_sel, (int)o->threads, &be) != DRT_OK)
+    if (drt_backend_open_settings(r->name, r->device_sel, (int)o->threads, o->settings, &be) != DRT_OK)
         return fail_backend(r, "open");
     device_describe(be, r);
     if (o->peak_gbps > 0 || o->peak_gflops > 0) {
@@ -285,7 +288,7 @@ static int backend_peaks(const bench_opts *o, const drt_model_info *I, bench_bac
     if (!(o->peak_gbps > 0) || !(o->peak_gflops > 0)) {
         progress(r->name, "peaks: bandwidth and GEMM microbenchmarks (best of 5)");
         drt_peak_opts po = {.weight_dtype = I->weight_dtype,
-                            .host_threads = host_threads(r->name, o->threads)};
+                            .host_threads = host_threads(r->name, o->threads, o->settings)};
         drt_peak pk;
         if (drt_measure_peak(be, &po, &pk) != DRT_OK) {
             drt_backend_close(be);
@@ -314,7 +317,8 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
     /* the session: prefill p, then one decode step at p for the profile */
     int ctx = (int)(o->p + 1 > o->n ? o->p + 1 : o->n);
     drt_session_opts so = {
-        .backend = r->name, .device = r->device_sel, .max_ctx = ctx, .threads = (int)o->threads};
+        .backend = r->name, .device = r->device_sel, .max_ctx = ctx, .threads = (int)o->threads,
+        .settings = o->settings};
     drt_session *s = NULL;
     float *logits = malloc(sizeof(float) * (size_t)I->vocab);
     r->pp.v = calloc((size_t)o->r, sizeof(double));
@@ -847,7 +851,7 @@ static const char *base_name(const char *path, char *buf, size_t n) {
 
 int cmd_bench(int argc, char **argv) {
     bench_opts o = {.p = 512, .n = 128, .r = 5};
-    const char *backends = NULL, *devices = NULL;
+    const char *backends = NULL, *devices = NULL, *set_spec = NULL;
     int csv = 0, md = 0;
     const cli_opt opts[] = {
         {.name = "--model", .kind = CLI_STR, .dst = &o.model_dir, .meta = "DIR", .help = "the model directory"},
@@ -864,6 +868,8 @@ int cmd_bench(int argc, char **argv) {
                  "GPU)"},
         {.name = "--threads", .kind = CLI_LONG, .dst = &o.threads, .meta = "N", .lo = 1, .hi = 1024,
          .help = "CPU threads for cpu (default: DIFFRT_THREADS, else the\nphysical cores)"},
+        {.name = "--set", .kind = CLI_STR, .dst = &set_spec, .meta = "NAME=VALUE,...",
+         .help = "settings for every backend (docs/environment.md); a flag wins over\nits environment variable"},
         {.name = "--peak-gbps", .kind = CLI_DOUBLE, .dst = &o.peak_gbps, .meta = "X", .ok = cli_positive,
          .bad = "--peak-gbps wants a number > 0",
          .help = "use X GB/s (e.g. the datasheet's) as every backend's bandwidth\npeak instead of measuring it"},
@@ -901,6 +907,9 @@ int cmd_bench(int argc, char **argv) {
     int rc = 0;
     drt_model *m = NULL;
     int32_t *ids = NULL;
+    drt_settings *set = NULL;
+    if ((rc = cli_settings("bench", set_spec, &set)) != 0) goto done;
+    o.settings = set;
     if (drt_model_load(o.model_dir, &m) != DRT_OK) {
         rc = cli_fail("bench");
         goto done;
@@ -943,5 +952,6 @@ done:
     free(ids);
     free(devdup);
     drt_model_free(m);
+    drt_settings_free(set);
     return rc;
 }
