@@ -109,15 +109,16 @@ static drt_status pick_isa(const drt_settings *settings, const cpu_kernels **out
         for (int i = 0; i < N_ISAS; i++) {
             if (strcmp(ISAS[i].k->isa, want) != 0) continue;
             if (!ISAS[i].supported())
-                return drt_set_error(DRT_ERR_UNAVAILABLE, "DIFFRT_CPU_ISA=%s: this CPU lacks %s", want, ISAS[i].needs);
+                return drt_set_error(DRT_ERR_UNAVAILABLE, "cpu.isa=%s (DIFFRT_CPU_ISA): this CPU lacks %s", want,
+                                     ISAS[i].needs);
             *out = ISAS[i].k;
             return DRT_OK;
         }
         char known[128] = "";
         for (int i = 0; i < N_ISAS; i++)
             snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", ISAS[i].k->isa);
-        return drt_set_error(DRT_ERR_INVALID_ARG, "DIFFRT_CPU_ISA=%s: not built for this machine (known: %s)", want,
-                             known);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "cpu.isa=%s (DIFFRT_CPU_ISA): not built for this machine (known: %s)",
+                             want, known);
     }
     for (int i = 0; i < N_ISAS; i++)
         if (ISAS[i].supported()) {
@@ -144,7 +145,9 @@ static drt_status pick_precision(const drt_settings *settings, const cpu_kernels
         return DRT_OK;
     }
 #endif
-    return drt_set_error(DRT_ERR_UNAVAILABLE, "DIFFRT_CPU_PRECISION=bf16 needs the avx512 kernels on a CPU with AVX512-BF16 (%s kernels in use%s)",
+    return drt_set_error(DRT_ERR_UNAVAILABLE,
+                         "cpu.precision=bf16 (DIFFRT_CPU_PRECISION) needs the avx512 kernels on a CPU with AVX512-BF16 "
+                         "(%s kernels in use%s)",
                          k->isa, k->vlen == 16 ? ", no avx512bf16" : "");
 }
 
