@@ -137,6 +137,8 @@ static int niah_setup(niah_eval *e) {
     drt_session_opts so = {.backend = a->backend, .device = a->device,
                            .max_ctx = max_ctx + DRT_NIAH_MAX_NEW_TOKENS, .threads = a->threads};
     if (drt_session_create(e->m, &so, &e->s) != DRT_OK) return cli_fail("niah");
+    /* the probe's rows copied during each forward: no re-run per prompt */
+    if (a->attention && drt_session_keep_attention(e->s, 1) != DRT_OK) return cli_fail("niah");
     e->logits = malloc(sizeof(float) * (size_t)e->I.vocab);
     e->attn = malloc(sizeof(float) * (size_t)(max_ctx + DRT_NIAH_MAX_NEW_TOKENS));
     if (a->logits_vs) { /* the same prompts through a reference model, on the same backend */

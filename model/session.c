@@ -13,6 +13,25 @@
 #include "drt_settings.h"
 #include "session.h"
 
+/* The attention probe's inputs, the last token's row of each layer's q
+ * after RoPE (H*maps, dk) and of lambda (H) for diff-v2, copied by an
+ * observer as a forward computes them: during the forward itself when the
+ * session keeps them (drt_session_keep_attention), else in a re-run of the
+ * last forward when the probe is asked for. No forward keeps q or lambda
+ * out of the activation arena. */
+typedef struct {
+    const drt_forward_graph *f; /* the graph whose nodes are observed */
+    int n_layers;
+    float **q, **lam; /* per layer: malloc'd rows, NULL before the first */
+    int left;         /* nodes still to see: the rest of a re-run is skipped */
+    int have;         /* the rows are those of the last forward (f) */
+    drt_status st;
+} probe_ctx;
+
+static int probe_layer(const probe_ctx *c, const drt_tensor *t, int *lam);
+static bool probe_want(void *ctx, const drt_tensor *t);
+static int probe_seen(void *ctx, const drt_node_seen *ev, const drt_exec *ex);
+
 struct drt_session {
     drt_model *m; /* a reference (model_ref.c) */
     drt_backend *be;
@@ -25,6 +44,8 @@ struct drt_session {
     int64_t fallback_runs[DRT_OP_COUNT];
     drt_observer obs; /* on_node NULL: none (drt_session_set_observer) */
     int attn_bits;    /* drt_session_set_attn_bits: put on every attention node built */
+    int keep_probe;   /* drt_session_keep_attention */
+    probe_ctx probe;  /* its rows; probe.f: the forward they are of, NULL: none */
     /* held by whichever thread is inside the session (diffrt.h): a second
      * thread gets DRT_ERR_BUSY from the calls with a status and waits in the
      * others, so two forwards never share the KV cache, pos and the graphs'
@@ -89,6 +110,12 @@ void drt_session_free(drt_session *s) {
     pthread_mutex_destroy(&s->mu);
     forward_free(&s->decode);
     forward_free(&s->prefill);
+    for (int l = 0; l < s->probe.n_layers; l++) {
+        if (s->probe.q) free(s->probe.q[l]);
+        if (s->probe.lam) free(s->probe.lam[l]);
+    }
+    free(s->probe.q);
+    free(s->probe.lam);
     drt_graph_free(s->store);
     free(s->mt.layers);
     drt_backend_close(s->be);
@@ -152,6 +179,10 @@ drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_se
         if (!s->store || !s->mt.layers) st = drt_set_error(DRT_ERR_OOM, "out of memory");
     }
     s->mt.n_layers = I->n_layers;
+    s->probe.n_layers = I->n_layers;
+    s->probe.q = calloc((size_t)I->n_layers, sizeof(float *));
+    s->probe.lam = calloc((size_t)I->n_layers, sizeof(float *));
+    if (st == DRT_OK && (!s->probe.q || !s->probe.lam)) st = drt_set_error(DRT_ERR_OOM, "out of memory");
     s->mt.embed = upload(s, &m->embed, &st);
     s->mt.final_norm = upload(s, &m->final_norm, &st);
     s->mt.lm_head = I->tied_embeddings ? s->mt.embed : upload(s, &m->lm_head, &st);
@@ -274,10 +305,12 @@ static void node_tensor(const drt_tensor *t, const void *data, drt_node_tensor *
     for (int d = 0; d < t->nd && d < 4; d++) out->ne[d] = t->ne[d];
 }
 
-/* The session's observer and a profile (either may be absent) on one run. */
+/* The session's observer, a profile and the attention probe's rows (each
+ * may be absent) on one run. */
 typedef struct {
     const drt_observer *obs;
     drt_plan_profile *prof;
+    probe_ctx *probe;
 } observe_ctx;
 
 static bool user_wants(const drt_observer *o, const drt_tensor *t) {
@@ -286,14 +319,17 @@ static bool user_wants(const drt_observer *o, const drt_tensor *t) {
 
 static bool observe_want(void *ctx, const drt_tensor *t) {
     observe_ctx *c = ctx;
-    return c->prof || user_wants(c->obs, t); /* profiling times every node alone */
+    /* profiling times every node alone */
+    return c->prof || (c->obs && user_wants(c->obs, t)) || (c->probe && probe_want(c->probe, t));
 }
 
 static int observe_seen(void *ctx, const drt_node_seen *ev, const drt_exec *ex) {
     observe_ctx *c = ctx;
     const drt_tensor *t = ev->node;
+    if (c->probe && probe_want(c->probe, t)) probe_seen(c->probe, ev, ex);
     if (c->prof) drt_plan_profile_add(c->prof, ev, ex);
-    if (!c->obs || (c->prof && !user_wants(c->obs, t))) return 0;
+    /* wanted for the others: asked again */
+    if (!c->obs || ((c->prof || c->probe) && !user_wants(c->obs, t))) return 0;
     drt_node_event e = {.op = drt_op_name(t->op), .layer = layer_of(t->name), .p0 = ex->p0,
                         .seconds = ev->seconds, .fallback = ev->fallback};
     node_tensor(t, ev->data, &e.out);
@@ -312,6 +348,14 @@ drt_status drt_session_set_observer(drt_session *s, const drt_observer *obs) {
         s->obs = *obs;
     else
         memset(&s->obs, 0, sizeof s->obs);
+    leave(s);
+    return DRT_OK;
+}
+
+drt_status drt_session_keep_attention(drt_session *s, int on) {
+    drt_status st = enter(s, "drt_session_keep_attention");
+    if (st != DRT_OK) return st;
+    s->keep_probe = on != 0;
     leave(s);
     return DRT_OK;
 }
@@ -360,10 +404,14 @@ static drt_status forward_entered(drt_session *s, const int32_t *ids, int T, flo
     memcpy(before, drt_plan_fallback_runs(f->plan), sizeof before);
     drt_status st = drt_tensor_set(f->ids, ids, sizeof(int32_t) * (size_t)T);
     drt_exec ex = {.p0 = s->pos};
-    if (st == DRT_OK && (prof || s->obs.on_node)) {
+    s->probe.have = 0;
+    probe_ctx *pr = s->keep_probe ? &s->probe : NULL;
+    if (pr) *pr = (probe_ctx){.f = f, .n_layers = pr->n_layers, .q = pr->q, .lam = pr->lam, .left = -1};
+    if (st == DRT_OK && (prof || s->obs.on_node || pr)) {
         drt_plan_profile pp = {0};
-        observe_ctx oc = {.obs = s->obs.on_node ? &s->obs : NULL, .prof = prof ? &pp : NULL};
-        drt_plan_observer po = {.want = observe_want, .seen = observe_seen, .ctx = &oc, .no_data = !oc.obs};
+        observe_ctx oc = {.obs = s->obs.on_node ? &s->obs : NULL, .prof = prof ? &pp : NULL, .probe = pr};
+        drt_plan_observer po = {.want = observe_want, .seen = observe_seen, .ctx = &oc,
+                                .no_data = !oc.obs && !pr};
         st = drt_plan_run_observed(f->plan, &ex, &po);
         for (int i = 0; prof && i < DRT_OP_COUNT; i++) {
             prof->op[i] = drt_op_name((drt_op)i);
@@ -391,6 +439,7 @@ static drt_status forward_entered(drt_session *s, const int32_t *ids, int T, flo
     }
     s->pos += T;
     s->last = f;
+    s->probe.have = pr && pr->st == DRT_OK;
     return DRT_OK;
 }
 
@@ -437,16 +486,6 @@ static void *fetch(const drt_tensor *t, size_t n, drt_status *st) {
     return h;
 }
 
-/* The attention probe's inputs, the last token's row of each layer's q
- * after RoPE (H*maps, dk) and of lambda (H) for diff-v2, copied as a re-run
- * of the last forward computes them (an observer: no forward keeps them). */
-typedef struct {
-    const drt_forward_graph *f;
-    int n_layers;
-    float **q, **lam;
-    drt_status st;
-} probe_ctx;
-
 /* the layer whose q_rope (*lam 0) or lambda (*lam 1) t is, or -1 */
 static int probe_layer(const probe_ctx *c, const drt_tensor *t, int *lam) {
     *lam = 0;
@@ -474,7 +513,7 @@ static int probe_seen(void *ctx, const drt_node_seen *ev, const drt_exec *ex) {
         return 1;
     }
     memcpy(*dst, (const char *)ev->data + ev->nbytes - row, row);
-    return 0;
+    return --c->left == 0;
 }
 
 static drt_status last_attention_entered(drt_session *s, float *weights) {
@@ -487,22 +526,26 @@ static drt_status last_attention_entered(drt_session *s, float *weights) {
     double *acc = calloc((size_t)P, sizeof(double)), *a[2];
     a[0] = malloc(sizeof(double) * (size_t)P);
     a[1] = malloc(sizeof(double) * (size_t)P);
-    probe_ctx pc = {.f = f, .n_layers = NL, .q = calloc((size_t)NL, sizeof(float *)),
-                    .lam = calloc((size_t)NL, sizeof(float *))};
-    drt_status st = acc && a[0] && a[1] && pc.q && pc.lam ? DRT_OK : drt_set_error(DRT_ERR_OOM, "out of memory");
-    /* the same forward again at the same position computes the same values
-     * (it rewrites its own cache rows with them) */
-    drt_exec ex = {.p0 = s->pos - f->T};
-    drt_plan_observer po = {.want = probe_want, .seen = probe_seen, .ctx = &pc};
-    if (st == DRT_OK) st = drt_plan_run_observed(f->plan, &ex, &po);
-    if (st == DRT_OK) st = pc.st;
-    for (int l = 0; st == DRT_OK && l < NL; l++)
-        if (!pc.q[l] || (f->lambda[l] && !pc.lam[l]))
-            st = drt_set_error(DRT_ERR_INVALID_ARG, "attention probe: layer %d's q was not seen", l);
+    drt_status st = acc && a[0] && a[1] ? DRT_OK : drt_set_error(DRT_ERR_OOM, "out of memory");
+    probe_ctx *pc = &s->probe;
+    if (st == DRT_OK && !(pc->have && pc->f == f)) {
+        /* the same forward again at the same position computes the same
+         * values (it rewrites its own cache rows with them), up to the last
+         * node wanted */
+        *pc = (probe_ctx){.f = f, .n_layers = NL, .q = pc->q, .lam = pc->lam};
+        for (int l = 0; l < NL; l++) pc->left += 1 + (f->lambda[l] != NULL);
+        drt_exec ex = {.p0 = s->pos - f->T};
+        drt_plan_observer po = {.want = probe_want, .seen = probe_seen, .ctx = pc};
+        st = drt_plan_run_observed(f->plan, &ex, &po);
+        if (st == DRT_OK) st = pc->st;
+        pc->have = st == DRT_OK && pc->left == 0;
+        if (st == DRT_OK && !pc->have)
+            st = drt_set_error(DRT_ERR_INVALID_ARG, "attention probe: the re-run did not reach every layer's q");
+    }
     double scale = 1.0 / sqrt((double)dk);
     for (int l = 0; st == DRT_OK && l < NL; l++) {
         const drt_layer_tensors *L = &s->mt.layers[l];
-        const float *q = pc.q[l], *lam = pc.lam[l];
+        const float *q = pc->q[l], *lam = f->lambda[l] ? pc->lam[l] : NULL;
         float *k = fetch(L->k_cache, (size_t)P * (size_t)G * (size_t)km * (size_t)dk * sizeof(float), &st);
         for (int h = 0; st == DRT_OK && h < H; h++) {
             int g = h * G / H;
@@ -526,12 +569,6 @@ static drt_status last_attention_entered(drt_session *s, float *weights) {
         free(k);
     }
     for (int j = 0; st == DRT_OK && j < P; j++) weights[j] = (float)(acc[j] / ((double)I->n_layers * H));
-    for (int l = 0; l < NL; l++) {
-        if (pc.q) free(pc.q[l]);
-        if (pc.lam) free(pc.lam[l]);
-    }
-    free(pc.q);
-    free(pc.lam);
     free(acc);
     free(a[0]);
     free(a[1]);

@@ -25,6 +25,7 @@
 #include "diffrt/diffrt.h"
 #include "drt_graph.h"
 #include "drt_test.h"
+#include "session.h" /* drt_session_keep_attention */
 
 /* ---- a device-memory backend that refuses SIGMOID ------------------------------- */
 
@@ -344,14 +345,16 @@ static void test_session(const char *model, const char *be) {
     int32_t ids[T];
     for (int i = 0; i < T; i++) ids[i] = (int32_t)((i * 37 + 5) % I.vocab);
     drt_session_opts so = {.backend = be, .max_ctx = 64};
-    drt_session *plain = NULL, *all = NULL, *some = NULL;
+    drt_session *plain = NULL, *all = NULL, *some = NULL, *kept = NULL;
     DRT_CHECK(drt_session_create(m, &so, &plain) == DRT_OK && drt_session_create(m, &so, &all) == DRT_OK &&
-                  drt_session_create(m, &so, &some) == DRT_OK,
+                  drt_session_create(m, &so, &some) == DRT_OK && drt_session_create(m, &so, &kept) == DRT_OK,
               "%s/%s: sessions: %s", model, be, drt_last_error());
     float *l0 = malloc(sizeof(float) * (size_t)I.vocab), *l1 = malloc(sizeof(float) * (size_t)I.vocab);
     float *w0 = malloc(sizeof(float) * (T + 1)), *w1 = malloc(sizeof(float) * (T + 1));
     session_seen *sa = calloc(1, sizeof *sa), *ss = calloc(1, sizeof *ss);
-    if (!plain || !all || !some) goto out;
+    if (!plain || !all || !some || !kept) goto out;
+    /* kept: the probe's rows copied during the forwards (niah --attention) */
+    DRT_CHECK(drt_session_keep_attention(kept, 1) == DRT_OK, "%s/%s: keep_attention", model, be);
     ss->want_suffix = ".mlp_residual";
     drt_observer oa = {.on_node = on_node, .ctx = sa}, os = {.want = want_suffix, .on_node = on_node, .ctx = ss};
     DRT_CHECK(drt_session_set_observer(all, &oa) == DRT_OK && drt_session_set_observer(some, &os) == DRT_OK,
@@ -412,6 +415,20 @@ static void test_session(const char *model, const char *be) {
     DRT_CHECK(drt_session_last_attention(plain, w0) == DRT_OK && drt_session_last_attention(all, w1) == DRT_OK,
               "%s/%s: probe: %s", model, be, drt_last_error());
     DRT_CHECK(!memcmp(w0, w1, sizeof(float) * (T + 1)), "%s/%s: the probe differs when observed", model, be);
+    /* the rows kept during the forward give what a re-run gives, after a
+     * prefill and after a decode step */
+    DRT_CHECK(drt_session_forward(kept, ids, T, l1, 0) == DRT_OK && drt_session_last_attention(kept, w1) == DRT_OK,
+              "%s/%s: kept prefill: %s", model, be, drt_last_error());
+    drt_session_reset(plain);
+    DRT_CHECK(drt_session_forward(plain, ids, T, l0, 0) == DRT_OK && drt_session_last_attention(plain, w0) == DRT_OK,
+              "%s/%s: prefill again: %s", model, be, drt_last_error());
+    DRT_CHECK(!memcmp(w0, w1, sizeof(float) * T), "%s/%s: kept rows give another probe after a prefill", model, be);
+    DRT_CHECK(drt_session_forward(kept, &next, 1, l1, 0) == DRT_OK && drt_session_last_attention(kept, w1) == DRT_OK &&
+                  drt_session_forward(plain, &next, 1, l0, 0) == DRT_OK &&
+                  drt_session_last_attention(plain, w0) == DRT_OK,
+              "%s/%s: kept decode: %s", model, be, drt_last_error());
+    DRT_CHECK(!memcmp(w0, w1, sizeof(float) * (T + 1)), "%s/%s: kept rows give another probe after a decode", model,
+              be);
     double sum = 0;
     for (int j = 0; j < T + 1; j++) sum += w0[j];
     DRT_CHECK(isfinite(sum) && sum != 0, "%s/%s: probe weights sum to %g", model, be, sum);
@@ -435,6 +452,7 @@ out:
     drt_session_free(plain);
     drt_session_free(all);
     drt_session_free(some);
+    drt_session_free(kept);
     drt_model_free(m);
 }
 
