@@ -280,8 +280,8 @@ void drt_plan_free(drt_plan *p);
  * intermediates' sizes it replaces (one buffer each without planning). */
 size_t drt_plan_arena_bytes(const drt_plan *p, size_t *unplanned);
 drt_status drt_plan_run(drt_plan *p, const drt_exec *ex);
-/* Finding where a NaN or Inf came from (DIFFRT_CHECK_FINITE): runs the
- * plan's nodes one at a time at ex, synchronizing and reading each node's
+/* Finding where a NaN or Inf came from (DIFFRT_CHECK_FINITE), an observer
+ * of every node (drt_plan_run_observed below): runs the plan's nodes one at a time at ex, synchronizing and reading each node's
  * output back after it ran (a KV_WRITE: the rows it wrote), and stops at the
  * first output that holds a NaN or Inf. Slow: for diagnosis only. Running
  * the plan again at the same ex computes the same values (the cache rows
@@ -295,7 +295,8 @@ typedef struct {
     float weight_value;
 } drt_nonfinite;
 drt_status drt_plan_find_nonfinite(drt_plan *p, const drt_exec *ex, drt_nonfinite *out);
-/* Profiling (diffrt bench): runs the plan's nodes one at a time at ex,
+/* Profiling (diffrt bench), an observer of every node that reads no
+ * output back (drt_plan_run_observed below): runs the plan's nodes one at a time at ex,
  * synchronizing the backend after each and timing it with a monotonic
  * clock, and ADDS per op type into *prof (zero it before the first call):
  * wall seconds, node count, nodes run on the CPU reference, and the op
