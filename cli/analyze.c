@@ -25,11 +25,6 @@
 #include "analysis.h"
 #include "niah.h"
 
-static void print_row(const char *what, const drt_mag_stats *s) {
-    printf("%-28s %12.4g %12.4g %12.4g %14llu\n", what, s->top[0], s->top[DRT_STATS_TOPK - 1], drt_mag_stats_median(s),
-           (unsigned long long)s->n);
-}
-
 static cJSON *stats_json(const drt_mag_stats *s) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "top1", s->top[0]);
@@ -108,13 +103,7 @@ static int analyze_report(const analyze_args *a, const drt_model_info *I, const 
     const int diff = I->arch != DRT_ARCH_TRANSFORMER;
     printf("activation statistics, %s (%s), %d NIAH prompts (ctx %ld, seed %ld), reference backend\n", a->model,
            I->arch_name, total, a->ctx, a->seed);
-    printf("%-28s %12s %12s %12s %14s\n", "activation", "top-1 |x|", "top-10 |x|", "median |x|", "values");
-    print_row(diff ? "attention logits (both maps)" : "attention logits", both);
-    if (diff) {
-        print_row("  map 1 (q1.k1)", &an->logits[0]);
-        print_row("  map 2 (q2.k2)", &an->logits[1]);
-    }
-    print_row("hidden states", &an->hidden);
+    drt_act_stats_print(stdout, an, both, diff);
     if (!a->json) return 0;
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "model", a->model);

@@ -19,7 +19,7 @@
 #include "niah.h"
 #include "session.h"     /* drt_session_set_attn_bits */
 
-#define MAX_LIST 32
+#define MAX_LIST DRT_NIAH_MAX_LIST
 
 typedef struct {
     const char *model, *backend, *device, *json, *compare;
@@ -112,9 +112,7 @@ typedef struct {
     int top1_same, n_cmp;
     cJSON *jarr;
     int total, done_n, tty, all;
-    int correct[MAX_LIST][MAX_LIST];
-    double att_ans[MAX_LIST], att_noise[MAX_LIST];
-    int att_n[MAX_LIST];
+    drt_niah_tally t;
     double t0;
 } niah_eval;
 
@@ -186,11 +184,11 @@ static int niah_query(niah_eval *e, const drt_niah_prompt *p, int c, int d, int 
     if (st == DRT_OK) st = drt_niah_answer(e->s, e->tok, e->I.vocab, e->I.eos_id, e->logits, gen, &ng, pred, sizeof pred);
     if (st != DRT_OK) return cli_fail("niah");
     int ok = strcmp(pred, p->answer) == 0;
-    e->correct[c][d] += ok;
+    e->t.correct[c][d] += ok;
     if (a->attention) {
-        e->att_ans[d] += ans;
-        e->att_noise[d] += noise;
-        e->att_n[d]++;
+        e->t.att_ans[d] += ans;
+        e->t.att_noise[d] += noise;
+        e->t.att_n[d]++;
     }
     if (e->jarr) {
         cJSON *o = cJSON_CreateObject();
@@ -216,7 +214,7 @@ static int niah_query(niah_eval *e, const drt_niah_prompt *p, int c, int d, int 
     e->done_n++;
     if (e->tty || e->done_n == e->total || e->done_n % (e->total / 20 > 0 ? e->total / 20 : 1) == 0)
         fprintf(stderr, "%s[%d/%d] ctx %d depth %d%%: %d correct so far, %.1f s%s", e->tty ? "\r" : "", e->done_n,
-                e->total, a->ctxs[c], a->depths[d], e->correct[c][d], drt_now_s() - e->t0, e->tty ? "" : "\n");
+                e->total, a->ctxs[c], a->depths[d], e->t.correct[c][d], drt_now_s() - e->t0, e->tty ? "" : "\n");
     return 0;
 }
 
@@ -255,36 +253,10 @@ static int niah_eval_all(niah_eval *e) {
 /* the accuracy table, the attention table, the --logits-vs line */
 static void niah_print(niah_eval *e) {
     const niah_args *a = e->a;
-    printf("multi-needle retrieval accuracy (N=%d, R=%d, %d samples x %d queries per cell, seed %llu)\n", a->needles,
-           a->queries, a->samples, a->queries, a->seed);
-    printf("%-8s", "depth");
-    for (int c = 0; c < a->n_ctx; c++) printf(" ctx %-6d", a->ctxs[c]);
-    printf("\n");
-    e->all = 0;
-    for (int d = 0; d < a->n_depth; d++) {
-        printf("%3d%%    ", a->depths[d]);
-        for (int c = 0; c < a->n_ctx; c++) {
-            printf(" %-10.3f", (double)e->correct[c][d] / (a->samples * a->queries));
-            e->all += e->correct[c][d];
-        }
-        printf("\n");
-    }
-    printf("overall  %.3f (%d/%d)\n", (double)e->all / e->total, e->all, e->total);
-    if (a->attention) {
-        printf("\nattention at the final query token, mean over heads and layers (%s)\n",
-               e->I.arch == DRT_ARCH_TRANSFORMER ? "softmax map" : "differential map A1 - lambda A2");
-        printf("%-8s %-12s %-12s\n", "depth", "answer", "noise");
-        double ta = 0, tn = 0;
-        int tc = 0;
-        for (int d = 0; d < a->n_depth; d++) {
-            printf("%3d%%     %-12.4f %-12.4f\n", a->depths[d], e->att_ans[d] / e->att_n[d],
-                   e->att_noise[d] / e->att_n[d]);
-            ta += e->att_ans[d];
-            tn += e->att_noise[d];
-            tc += e->att_n[d];
-        }
-        printf("all      %-12.4f %-12.4f\n", ta / tc, tn / tc);
-    }
+    const drt_niah_grid g = {.needles = a->needles, .queries = a->queries, .samples = a->samples, .seed = a->seed,
+                             .ctxs = a->ctxs, .depths = a->depths, .n_ctx = a->n_ctx, .n_depth = a->n_depth};
+    e->all = drt_niah_print_accuracy(stdout, &g, &e->t, e->total);
+    if (a->attention) drt_niah_print_attention(stdout, &g, &e->t, e->I.arch != DRT_ARCH_TRANSFORMER);
     if (e->rs && e->n_cmp)
         printf("\nlogits of the prompt's last token vs %s: NMSE mean %.3g, max %.3g; top-1 agreement %.3f "
                "(%d/%d)\n",

@@ -190,3 +190,18 @@ void drt_logits_compare(const float *a, const float *ref, int n, double *nmse, i
     *nmse = den > 0 ? num / den : num;
     *same_top1 = a1 == a2;
 }
+
+static void print_row(FILE *f, const char *what, const drt_mag_stats *s) {
+    fprintf(f, "%-28s %12.4g %12.4g %12.4g %14llu\n", what, s->top[0], s->top[DRT_STATS_TOPK - 1],
+            drt_mag_stats_median(s), (unsigned long long)s->n);
+}
+
+void drt_act_stats_print(FILE *f, const drt_act_stats *a, const drt_mag_stats *both, int diff) {
+    fprintf(f, "%-28s %12s %12s %12s %14s\n", "activation", "top-1 |x|", "top-10 |x|", "median |x|", "values");
+    print_row(f, diff ? "attention logits (both maps)" : "attention logits", both);
+    if (diff) {
+        print_row(f, "  map 1 (q1.k1)", &a->logits[0]);
+        print_row(f, "  map 2 (q2.k2)", &a->logits[1]);
+    }
+    print_row(f, "hidden states", &a->hidden);
+}

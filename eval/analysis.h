@@ -8,6 +8,7 @@
 #define DRT_EVAL_ANALYSIS_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "diffrt/diffrt.h"
 
@@ -52,6 +53,11 @@ void drt_act_stats_free(drt_act_stats *a);
  * the statistics are those of the reference backend's own logits; the K
  * cache must be in host memory (the cpu and ref backends). */
 drt_status drt_act_stats_observe(drt_act_stats *a, drt_session *s);
+
+/* Table 5: the column header, then a row of top-1, top-10 and median |x|
+ * and the count for the attention logits (both: the two maps pooled, for a
+ * DIFF model), each map of a DIFF model (diff), and the hidden states */
+void drt_act_stats_print(FILE *f, const drt_act_stats *a, const drt_mag_stats *both, int diff);
 
 /* logits against reference logits (n values each): NMSE sum((a-r)^2) /
  * sum(r^2) (the plain sum when r is all zero), and whether their argmax

@@ -374,3 +374,38 @@ void drt_niah_attention(const float *attn, const drt_niah_prompt *p, double *ans
     *answer = ans;
     *noise = rest;
 }
+
+int drt_niah_print_accuracy(FILE *f, const drt_niah_grid *g, const drt_niah_tally *t, int total) {
+    fprintf(f, "multi-needle retrieval accuracy (N=%d, R=%d, %d samples x %d queries per cell, seed %llu)\n",
+            g->needles, g->queries, g->samples, g->queries, g->seed);
+    fprintf(f, "%-8s", "depth");
+    for (int c = 0; c < g->n_ctx; c++) fprintf(f, " ctx %-6d", g->ctxs[c]);
+    fprintf(f, "\n");
+    int all = 0;
+    for (int d = 0; d < g->n_depth; d++) {
+        fprintf(f, "%3d%%    ", g->depths[d]);
+        for (int c = 0; c < g->n_ctx; c++) {
+            fprintf(f, " %-10.3f", (double)t->correct[c][d] / (g->samples * g->queries));
+            all += t->correct[c][d];
+        }
+        fprintf(f, "\n");
+    }
+    fprintf(f, "overall  %.3f (%d/%d)\n", (double)all / total, all, total);
+    return all;
+}
+
+void drt_niah_print_attention(FILE *f, const drt_niah_grid *g, const drt_niah_tally *t, int diff) {
+    fprintf(f, "\nattention at the final query token, mean over heads and layers (%s)\n",
+            diff ? "differential map A1 - lambda A2" : "softmax map");
+    fprintf(f, "%-8s %-12s %-12s\n", "depth", "answer", "noise");
+    double ta = 0, tn = 0;
+    int tc = 0;
+    for (int d = 0; d < g->n_depth; d++) {
+        fprintf(f, "%3d%%     %-12.4f %-12.4f\n", g->depths[d], t->att_ans[d] / t->att_n[d],
+                t->att_noise[d] / t->att_n[d]);
+        ta += t->att_ans[d];
+        tn += t->att_noise[d];
+        tc += t->att_n[d];
+    }
+    fprintf(f, "all      %-12.4f %-12.4f\n", ta / tc, tn / tc);
+}

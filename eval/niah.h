@@ -5,6 +5,7 @@
 #define DRT_NIAH_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "diffrt/diffrt.h"
 #include "diffrt/tokenizer.h"
@@ -54,5 +55,31 @@ drt_status drt_niah_answer(drt_session *s, const drt_tokenizer *tok, int vocab, 
  * (attn as drt_session_last_attention gives it), split into the answer
  * needle's tokens and the rest (the paper's Table 3). */
 void drt_niah_attention(const float *attn, const drt_niah_prompt *p, double *answer, double *noise);
+
+/* ---- the paper's tables ---------------------------------------------- */
+#define DRT_NIAH_MAX_LIST 32
+
+/* the settings of a run: every (length, depth) cell holds samples x queries answers */
+typedef struct {
+    int needles, queries, samples;
+    unsigned long long seed;
+    const int *ctxs, *depths; /* at most DRT_NIAH_MAX_LIST each */
+    int n_ctx, n_depth;
+} drt_niah_grid;
+
+/* what a run counts */
+typedef struct {
+    int correct[DRT_NIAH_MAX_LIST][DRT_NIAH_MAX_LIST]; /* [ctx][depth] */
+    /* --attention: per depth, the sums of drt_niah_attention over att_n queries */
+    double att_ans[DRT_NIAH_MAX_LIST], att_noise[DRT_NIAH_MAX_LIST];
+    int att_n[DRT_NIAH_MAX_LIST];
+} drt_niah_tally;
+
+/* Table 2 / Figure 5: accuracy per depth (rows) x context length (columns)
+ * and overall, over total answers; returns the correct ones */
+int drt_niah_print_accuracy(FILE *f, const drt_niah_grid *g, const drt_niah_tally *t, int total);
+/* Table 3: mean attention of the final query token to the answer needle
+ * and to the rest, per depth and over all (diff: of the differential map) */
+void drt_niah_print_attention(FILE *f, const drt_niah_grid *g, const drt_niah_tally *t, int diff);
 
 #endif

@@ -130,6 +130,53 @@ static void check_compare(void) {
     remove(path);
 }
 
+/* the tables, printed from a tally: lengths as columns, depths as rows */
+static void check_tables(void) {
+    static const int ctxs[2] = {128, 256}, depths[3] = {0, 50, 100};
+    const drt_niah_grid g = {.needles = 2, .queries = 2, .samples = 5, .seed = 9, .ctxs = ctxs, .depths = depths,
+                             .n_ctx = 2, .n_depth = 3};
+    drt_niah_tally t;
+    memset(&t, 0, sizeof t);
+    t.correct[0][0] = 10, t.correct[1][0] = 5, t.correct[0][2] = 1; /* of 10 per cell */
+    for (int d = 0; d < 3; d++) t.att_ans[d] = 0.5 * (d + 1), t.att_noise[d] = 1, t.att_n[d] = 2;
+    char buf[4096] = "";
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    int all = drt_niah_print_accuracy(f, &g, &t, 60);
+    drt_niah_print_attention(f, &g, &t, 1);
+    fclose(f);
+    static const char *const says[] = {
+        "multi-needle retrieval accuracy (N=2, R=2, 5 samples x 2 queries per cell, seed 9)\n",
+        "depth    ctx 128    ctx 256   \n",
+        "  0%     1.000      0.500     \n",
+        " 50%     0.000      0.000     \n",
+        "100%     0.100      0.000     \n",
+        "overall  0.267 (16/60)\n",
+        "(differential map A1 - lambda A2)\n",
+        " 50%     0.5000       0.5000      \n", /* 1.0 / 2, 1 / 2 */
+        "all      0.5000       0.5000      \n", /* 3.0 / 6, 3 / 6 */
+    };
+    DRT_CHECK(all == 16, "%d correct, expected 16", all);
+    for (size_t i = 0; i < sizeof says / sizeof says[0]; i++)
+        DRT_CHECK(strstr(buf, says[i]) != NULL, "the tables lack \"%s\":\n%s", says[i], buf);
+
+    drt_act_stats a;
+    drt_mag_stats both;
+    DRT_CHECK(drt_act_stats_init(&a) == DRT_OK && drt_mag_stats_init(&both) == DRT_OK, "%s", drt_last_error());
+    drt_mag_stats_add(&both, -3);
+    drt_mag_stats_add(&a.hidden, 2);
+    for (int diff = 0; diff < 2; diff++) {
+        f = fmemopen(buf, sizeof buf - 1, "w");
+        drt_act_stats_print(f, &a, &both, diff);
+        fclose(f);
+        const char *row = diff ? "attention logits (both maps)            3            0"
+                               : "attention logits                        3            0";
+        DRT_CHECK(strstr(buf, row) && strstr(buf, "hidden states                           2            0") && !strstr(buf, "map 2 (q2.k2)") == !diff,
+                  "Table 5 (diff %d):\n%s", diff, buf);
+    }
+    drt_act_stats_free(&a);
+    drt_mag_stats_free(&both);
+}
+
 static int get_int(cJSON *o, const char *k) {
     cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsNumber(v) ? (int)v->valuedouble : -1;
@@ -197,6 +244,7 @@ int main(int argc, char **argv) {
               "ctx 8 accepted: %s", drt_last_error());
     check_scoring();
     check_compare();
+    check_tables();
     free(text);
     drt_tokenizer_free(tok);
     return drt_test_summary("test_niah");
