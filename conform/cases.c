@@ -102,6 +102,8 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_ROPE, .T = 1, .H = 4, .d = 64, .p0 = 17},
     {.op = DRT_OP_ROPE, .T = 37, .H = 3, .d = 128},
     {.op = DRT_OP_ROPE, .T = 5, .H = 8, .d = 16, .p0 = 3000},
+    /* rows of several sequences (batches): each row at its own position */
+    {.op = DRT_OP_ROPE, .T = 9, .H = 2, .d = 64, .p0 = 500, .runs = {1, 5, 1, 2}},
     /* DUAL_SOFTMAX: scores (H, T, S), p0 = S - T */
     {.op = DRT_OP_DUAL_SOFTMAX, .H = 4, .T = 1, .S = 33, .lambda = 0.8f},
     {.op = DRT_OP_DUAL_SOFTMAX, .H = 3, .T = 37, .S = 37, .lambda = 0.3f},
@@ -137,7 +139,21 @@ const cf_opcase CF_CASES[] = {
      .lambda = 0.6f},
     {.op = DRT_OP_DIFF_ATTN, .T = 1, .H = 4, .G = 2, .m = 1, .dk = 64, .dv = 64, .p0 = 20, .lambda_th = 1,
      .decomposed = 1},
+    /* batches: rows of several sequences, each attending its own slot's
+     * keys (runs: row counts; sequence i from position p0*i/(n-1)): decode
+     * rows alone, a prompt chunk among decode rows, a chunk longer than a
+     * vector of queries, GQA, m = 1, per-token lambda, logits of 300 */
+    {.op = DRT_OP_DIFF_ATTN, .T = 5, .H = 4, .G = 2, .m = 2, .dk = 64, .dv = 128, .p0 = 90, .lambda = 0.6f,
+     .runs = {1, 1, 1, 1, 1}},
+    {.op = DRT_OP_DIFF_ATTN, .T = 12, .H = 4, .G = 4, .m = 2, .dk = 64, .dv = 64, .p0 = 40, .lambda = 0.3f,
+     .runs = {1, 9, 1, 1}},
+    {.op = DRT_OP_DIFF_ATTN, .T = 41, .H = 2, .G = 1, .m = 1, .dk = 128, .dv = 128, .p0 = 60, .lambda_th = 1,
+     .runs = {2, 37, 2}},
+    {.op = DRT_OP_DIFF_ATTN, .T = 8, .H = 6, .G = 3, .m = 2, .dk = 64, .dv = 128, .p0 = 300, .mag = 300,
+     .lambda = 0.5f, .runs = {3, 1, 4}},
     /* ATTN: q (T, H, dk), k (S, G, dk), v (S, G, dv), S = p0 + T */
+    {.op = DRT_OP_ATTN, .T = 6, .H = 4, .G = 2, .dk = 64, .dv = 64, .p0 = 70, .runs = {1, 1, 3, 1}},
+    {.op = DRT_OP_ATTN, .T = 24, .H = 2, .G = 1, .dk = 64, .dv = 128, .p0 = 33, .mag = 300, .runs = {1, 20, 3}},
     {.op = DRT_OP_ATTN, .T = 1, .H = 8, .G = 2, .dk = 64, .dv = 64, .p0 = 76},
     {.op = DRT_OP_ATTN, .T = 37, .H = 4, .G = 4, .dk = 128, .dv = 128},
     {.op = DRT_OP_ATTN, .T = 7, .H = 6, .G = 2, .dk = 64, .dv = 256, .p0 = 83},
@@ -162,6 +178,9 @@ const cf_opcase CF_CASES[] = {
      * (cap, G, d) */
     {.op = DRT_OP_KV_WRITE, .T = 1, .cap = 64, .G = 2, .m = 2, .d = 64, .p0 = 63},
     {.op = DRT_OP_KV_WRITE, .T = 7, .cap = 40, .G = 3, .d = 128, .p0 = 5},
+    /* several sequences, each into its own slot of cap rows */
+    {.op = DRT_OP_KV_WRITE, .T = 6, .cap = 24, .G = 2, .m = 2, .d = 64, .p0 = 17, .runs = {1, 4, 1}},
+    {.op = DRT_OP_KV_WRITE, .T = 5, .cap = 16, .G = 1, .d = 32, .p0 = 9, .runs = {1, 1, 1, 1, 1}},
     {.op = DRT_OP_KV_WRITE, .T = 37, .cap = 37, .G = 1, .m = 1, .d = 16},
     /* PERMUTE: x (ne[0..nd)) to axes perm[0..nd) */
     {.op = DRT_OP_PERMUTE, .nd = 4, .ne = {3, 5, 2, 7}, .perm = {2, 1, 0, 3}},
@@ -319,6 +338,7 @@ static const struct {
     F(ne, OPB(PERMUTE)),
     F(perm, OPB(PERMUTE)),
     F(p0, OPB(ROPE) | ATTN_OPS | OPB(KV_WRITE)),
+    F(runs, OPB(ROPE) | ATTN_OPS | OPB(KV_WRITE)),
     F(mag, OPB(RMSNORM) | OPB(MATMUL) | OPB(DUAL_SOFTMAX) | ATTN_OPS | OPB(SWIGLU) | OPB(SIGMOID) | OPB(ADD)),
     F(scale, OPB(MATMUL) | OPB(GROUPNORM)),
     F(eps, OPB(RMSNORM)),
@@ -375,32 +395,89 @@ static void build_matmul(const cf_opcase *c, cf_built *b) {
              drt_dtype_name(c->wt), tr ? " trans_w" : "", (double)scale);
 }
 
-/* DIFF_ATTN and ATTN: the caches get 3 spare rows past S, NaN (the
- * decomposed lowering reads every row: exactly S) */
+/* The case's rows into b (drt_exec): one sequence of T rows at p0, or the
+ * sequences of c->runs, sequence i at positions p0*i/(n-1).. in slot n-1-i
+ * (slots of slot_rows cache rows; slot_rows 0: as the positions need, plus
+ * 3 spare rows). Returns the number of sequences, 0 when they do not fit. */
+static int case_rows(const cf_opcase *c, int slot_rows, cf_built *b) {
+    int n = 0, len[8] = {c->T}, at[8] = {c->p0};
+    while (n < 8 && c->runs[n]) n++;
+    if (n == 0) n = 1;
+    else
+        for (int i = 0; i < n; i++) {
+            len[i] = c->runs[i];
+            at[i] = n > 1 ? (int)((int64_t)c->p0 * i / (n - 1)) : c->p0;
+        }
+    int rows = 0, need = 0;
+    for (int i = 0; i < n; i++) {
+        rows += len[i];
+        if (at[i] + len[i] > need) need = at[i] + len[i];
+    }
+    if (rows != c->T || c->T > CF_MAX_ROWS) return 0;
+    b->slot_rows = slot_rows ? slot_rows : need + 3;
+    if (need > b->slot_rows) return 0;
+    size_t o = strlen(b->desc);
+    if (c->runs[0]) o += (size_t)snprintf(b->desc + o, sizeof b->desc - o, " seqs");
+    for (int i = 0, t = 0; i < n; i++) {
+        int slot = n - 1 - i;
+        for (int j = 0; j < len[i]; j++, t++) {
+            b->rows[2 * t] = slot * b->slot_rows;
+            b->rows[2 * t + 1] = at[i] + j;
+        }
+        if (c->runs[0] && o < sizeof b->desc)
+            o += (size_t)snprintf(b->desc + o, sizeof b->desc - o, "%s slot%d@%dx%d", i ? "," : "", slot, at[i],
+                                  len[i]);
+    }
+    b->n_rows = c->T;
+    return n;
+}
+
+int cf_row_visible(const cf_built *b, int64_t r) {
+    for (int t = 0; t < b->n_rows; t++)
+        if (r >= b->rows[2 * t] && r <= (int64_t)b->rows[2 * t] + b->rows[2 * t + 1]) return 1;
+    return 0;
+}
+
+/* DIFF_ATTN and ATTN: the caches get 3 spare rows past each sequence's last
+ * position; rows no row attends are NaN (the decomposed lowering reads every
+ * row: exactly S) */
 static void build_attention(const cf_opcase *c, cf_built *b) {
     drt_graph *g = b->g;
     int T = c->T, H = c->H, G = c->G, m = c->m, dk = c->dk, dv = c->dv, S = c->p0 + T;
     float mag = or1(c->mag);
-    int cap = c->decomposed ? S : S + 3;
-    if (c->op == DRT_OP_ATTN) {
-        drt_tensor *q = add_in(b, drt_new_tensor_3d(g, DRT_F32, T, H, dk, "q"), IN_UNIFORM, mag, 0);
-        drt_tensor *k = add_in(b, drt_new_tensor_3d(g, DRT_F32, cap, G, dk, "k"), IN_CACHE, 1, S);
-        drt_tensor *v = add_in(b, drt_new_tensor_3d(g, DRT_F32, cap, G, dv, "v"), IN_CACHE, 1, S);
-        b->node = drt_attn(g, q, k, v);
+    if (c->decomposed) {
+        drt_tensor *q = add_in(b, drt_new_tensor_4d(g, DRT_F32, T, H, 2, dk, "q"), IN_UNIFORM, mag, 0);
+        drt_tensor *k = add_in(b, drt_new_tensor_4d(g, DRT_F32, S, G, m, dk, "k"), IN_CACHE, 1, S);
+        drt_tensor *v = add_in(b, drt_new_tensor_3d(g, DRT_F32, S, G, dv, "v"), IN_CACHE, 1, S);
+        drt_tensor *l = c->lambda_th ? add_in(b, drt_new_tensor_2d(g, DRT_F32, T, H, "lambda"), IN_UNIT, 1, 0) : NULL;
+        b->node = drt_diff_attn_decomposed(g, q, k, v, c->lambda, l);
+        snprintf(b->desc, sizeof b->desc, "decomposed T=%d S=%d p0=%d H=%d G=%d m=%d dk=%d dv=%d lambda=%s |q|<=%g", T,
+                 S, c->p0, H, G, m, dk, dv, l ? "per-token" : "scalar", (double)mag);
+        return;
+    }
+    if (c->op == DRT_OP_ATTN)
         snprintf(b->desc, sizeof b->desc, "T=%d S=%d p0=%d H=%d G=%d dk=%d dv=%d |q|<=%g", T, S, c->p0, H, G, dk, dv,
                  (double)mag);
+    else
+        snprintf(b->desc, sizeof b->desc, "T=%d S=%d p0=%d H=%d G=%d m=%d dk=%d dv=%d lambda=%s |q|<=%g", T, S, c->p0,
+                 H, G, m, dk, dv, c->lambda_th ? "per-token" : "scalar", (double)mag);
+    int n = case_rows(c, 0, b);
+    if (!n) return;
+    int64_t cap = (int64_t)n * b->slot_rows;
+    drt_tensor *rows = drt_new_rows(g, T);
+    if (c->op == DRT_OP_ATTN) {
+        drt_tensor *q = add_in(b, drt_new_tensor_3d(g, DRT_F32, T, H, dk, "q"), IN_UNIFORM, mag, 0);
+        drt_tensor *k = add_in(b, drt_new_tensor_3d(g, DRT_F32, cap, G, dk, "k"), IN_CACHE, 1, 0);
+        drt_tensor *v = add_in(b, drt_new_tensor_3d(g, DRT_F32, cap, G, dv, "v"), IN_CACHE, 1, 0);
+        b->node = drt_attn(g, q, k, v, rows);
         return;
     }
     drt_tensor *q = add_in(b, drt_new_tensor_4d(g, DRT_F32, T, H, 2, dk, "q"), IN_UNIFORM, mag, 0);
-    drt_tensor *k = add_in(b, drt_new_tensor_4d(g, DRT_F32, cap, G, m, dk, "k"), IN_CACHE, 1, S);
-    drt_tensor *v = add_in(b, drt_new_tensor_3d(g, DRT_F32, cap, G, dv, "v"), IN_CACHE, 1, S);
+    drt_tensor *k = add_in(b, drt_new_tensor_4d(g, DRT_F32, cap, G, m, dk, "k"), IN_CACHE, 1, 0);
+    drt_tensor *v = add_in(b, drt_new_tensor_3d(g, DRT_F32, cap, G, dv, "v"), IN_CACHE, 1, 0);
     drt_tensor *l =
         c->lambda_th ? add_in(b, drt_new_tensor_2d(g, DRT_F32, T, H, "lambda"), IN_UNIT, 1, 0) : NULL;
-    b->node = c->decomposed ? drt_diff_attn_decomposed(g, q, k, v, c->lambda, l)
-                            : drt_diff_attn(g, q, k, v, c->lambda, l);
-    snprintf(b->desc, sizeof b->desc, "%sT=%d S=%d p0=%d H=%d G=%d m=%d dk=%d dv=%d lambda=%s |q|<=%g",
-             c->decomposed ? "decomposed " : "", T, S, c->p0, H, G, m, dk, dv, l ? "per-token" : "scalar",
-             (double)mag);
+    b->node = drt_diff_attn(g, q, k, v, c->lambda, l, rows);
 }
 
 static void build_norm(const cf_opcase *c, cf_built *b) {
@@ -436,9 +513,14 @@ static void build_elementwise(const cf_opcase *c, cf_built *b) {
     snprintf(b->desc, sizeof b->desc, "%dx%d |x|<=%g", c->rows, c->cols, (double)mag);
 }
 
+/* KV_WRITE: cap cache rows per sequence's slot */
 static void build_kv_write(const cf_opcase *c, cf_built *b) {
     drt_graph *g = b->g;
-    int T = c->T, Sc = c->cap, G = c->G, m = c->m, d = c->d;
+    int T = c->T, G = c->G, m = c->m, d = c->d;
+    snprintf(b->desc, sizeof b->desc, "T=%d cache=%d rows of %dx%dx%d p0=%d", T, c->cap, G, m ? m : 1, d, c->p0);
+    int n = case_rows(c, c->cap, b);
+    if (!n) return;
+    int64_t Sc = (int64_t)n * c->cap;
     drt_tensor *src, *cache;
     if (m) {
         src = drt_new_tensor_4d(g, DRT_F32, T, G, m, d, "src");
@@ -449,8 +531,7 @@ static void build_kv_write(const cf_opcase *c, cf_built *b) {
     }
     add_in(b, src, IN_UNIFORM, 1, 0);
     add_in(b, cache, IN_KV_DST, 1, 0);
-    b->node = drt_kv_write(g, src, cache);
-    snprintf(b->desc, sizeof b->desc, "T=%d cache=%d rows of %dx%dx%d p0=%d", T, Sc, G, m ? m : 1, d, c->p0);
+    b->node = drt_kv_write(g, src, cache, drt_new_rows(g, T));
 }
 
 /* the ops of one or two tensors and a few parameters */
@@ -465,10 +546,11 @@ static void build_small(const cf_opcase *c, cf_built *b) {
         break;
     }
     case DRT_OP_ROPE: {
+        snprintf(b->desc, sizeof b->desc, "T=%d Hn=%d d=%d p0=%d", c->T, c->H, c->d, c->p0);
+        if (!case_rows(c, 0, b)) break;
         drt_tensor *x = add_in(b, drt_new_tensor_3d(g, DRT_F32, c->T, c->H, c->d, "x"), IN_UNIFORM, 1, 0);
         drt_tensor *f = add_in(b, drt_new_tensor_1d(g, DRT_F32, c->d / 2, "inv_freq"), IN_INV_FREQ, 1, c->d);
-        b->node = drt_rope(g, x, f);
-        snprintf(b->desc, sizeof b->desc, "T=%d Hn=%d d=%d p0=%d", c->T, c->H, c->d, c->p0);
+        b->node = drt_rope(g, x, f, drt_new_rows(g, c->T));
         break;
     }
     case DRT_OP_DUAL_SOFTMAX: {
@@ -520,9 +602,11 @@ drt_status cf_build_case(const cf_opcase *c, cf_built *b) {
     case DRT_OP_PERMUTE: build_small(c, b); break;
     default: return drt_set_error(DRT_ERR_INVALID_ARG, "conform: no case builder for %s", drt_op_name(c->op));
     }
+    if (!b->node && !g->err)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "conform case %s %s: runs[] must sum to T (at most %d rows) and fit",
+                             drt_op_name(c->op), b->desc, CF_MAX_ROWS);
     if (!b->node)
-        return drt_set_error(g->err ? g->err : DRT_ERR_INVALID_ARG, "conform case %s %s: %s", drt_op_name(c->op),
-                             b->desc, drt_last_error());
+        return drt_set_error(g->err, "conform case %s %s: %s", drt_op_name(c->op), b->desc, drt_last_error());
     b->out = c->op == DRT_OP_KV_WRITE ? b->node->src[1] : b->node;
     /* read after the run, and poisoned before it: its own storage, so no
      * earlier node of a multi-node case writes over the poison */

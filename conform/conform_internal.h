@@ -43,6 +43,11 @@ typedef struct {
     int nd, ne[4], perm[4]; /* PERMUTE: x (ne[0..nd)), axes perm[0..nd) */
     int p0;            /* position of the first row (attention S = p0 + T,
                         * ROPE, KV_WRITE) */
+    int runs[8];       /* ROPE, KV_WRITE, attention: the T rows are the
+                        * sequences of runs[] (row counts, ending at a 0),
+                        * sequence i at positions p0*i/(n-1).. in slot n-1-i
+                        * of the cache (cases.c, case_rows); unset: one
+                        * sequence at p0 */
     float mag;         /* inputs uniform in [-mag, mag]; attention: of q (the
                         * logit scale) (0 = 1) */
     float scale;       /* MATMUL, GROUPNORM */
@@ -58,10 +63,12 @@ extern const int CF_N_CASES;
 extern const cf_opcase CF_PERF_CASES[]; /* --perf shapes */
 extern const int CF_N_PERF;
 
+#define CF_MAX_ROWS 1024 /* rows of a position op's case */
+
 /* How a case's inputs are drawn (runner.c). IN_UNIT: uniform in [0,1)
- * (lambda); IN_INV_FREQ: theta-10000 RoPE frequencies; IN_CACHE: rows past
- * `bound` (= S) are NaN, never to be read; IN_KV_DST: the rows KV_WRITE must
- * write start as NaN */
+ * (lambda); IN_INV_FREQ: theta-10000 RoPE frequencies; IN_CACHE: rows no row of the case
+ * attends are NaN, never to be read; IN_KV_DST: the rows KV_WRITE must write
+ * start as NaN */
 enum { IN_UNIFORM, IN_IDS, IN_UNIT, IN_INV_FREQ, IN_CACHE, IN_KV_DST };
 
 /* A case built as a graph. */
@@ -75,7 +82,11 @@ typedef struct {
     int bound[5]; /* IN_IDS: exclusive upper bound */
     int n_in;
     int p0;
-    char desc[200];
+    /* the position ops' rows (drt_exec): n_rows of base, pos; slot_rows:
+     * cache rows of each sequence's slot */
+    int n_rows, slot_rows;
+    int32_t rows[2 * CF_MAX_ROWS];
+    char desc[320];
 } cf_built;
 
 /* DRT_OK, or DRT_ERR_INVALID_ARG naming a field c's op does not read. */
@@ -92,6 +103,8 @@ const char *cf_case_dtype(const cf_opcase *c);
  * keep, the built case is kept there (the caller frees keep->g). */
 drt_status cf_run_case(drt_backend *be, const cf_opcase *c, uint64_t seed, float **out_host, int64_t *n_out,
                        int *supported, double *times, int warmup, int repeats, cf_built *keep);
+/* Is cache row r one that a row of b attends (base .. base + pos)? */
+int cf_row_visible(const cf_built *b, int64_t r);
 /* The verdict of out against the reference: NMSE within bound, and no NaN/Inf
  * where the reference is finite (a poisoned element left unwritten). */
 void cf_compare(const float *out, const float *ref, int64_t n, double bound, cf_case *c);

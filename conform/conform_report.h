@@ -52,7 +52,7 @@ typedef struct {
     char model[256];   /* model name (CF_KIND_MODEL) */
     char path[1024];   /* model directory */
     int be;            /* index into cf_run.be */
-    char desc[240];    /* shapes and parameters (ops), layout, dtype and prompt (models) */
+    char desc[320];    /* shapes and parameters (ops), layout, dtype and prompt (models) */
     const char *dtype; /* weight dtype (MATMUL w, EMBED E, the model's), else f32 */
     uint64_t seed;
     int has_seed;

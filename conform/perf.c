@@ -94,7 +94,8 @@ static drt_status perf_case_on(cf_run *run, int i, int k, perf_state *ps, FILE *
     }
     qsort(ps->times, (size_t)ps->reps, sizeof(double), median_cmp);
     double med = ps->times[ps->reps / 2];
-    drt_exec ex = {.p0 = b.p0};
+    drt_exec ex;
+    drt_exec_rows(&ex, b.n_rows ? b.rows : NULL, b.n_rows);
     double fl = 0, by = 0; /* every node's napkin math: a decomposed case counts its own work */
     for (int q = 0; q < b.g->n_nodes; q++) {
         const drt_op_info *info = drt_op_get(b.g->nodes[q]->op);

@@ -59,13 +59,13 @@ static drt_status fill_inputs(cf_built *b, uint64_t seed) {
         void *h = input_values(b, i, seed);
         if (!h) return drt_set_error(DRT_ERR_OOM, "out of memory");
         int64_t row = t->ne[0] ? n / t->ne[0] : 0;
-        if (b->kind[i] == IN_KV_DST) {
-            /* the rows KV_WRITE must write are poisoned: unwritten rows fail */
-            int64_t T = b->node->src[0]->ne[0];
-            for (int64_t j = (int64_t)b->p0 * row; j < (b->p0 + T) * row && j < n; j++) ((float *)h)[j] = NAN;
-        }
-        if (b->kind[i] == IN_CACHE) /* rows past S must never be read */
-            for (int64_t j = (int64_t)b->bound[i] * row; j < n; j++) ((float *)h)[j] = NAN;
+        if (b->kind[i] == IN_KV_DST) /* the rows KV_WRITE must write are poisoned: unwritten rows fail */
+            for (int r = 0; r < b->n_rows; r++)
+                for (int64_t j = 0; j < row; j++) ((float *)h)[((int64_t)b->rows[2 * r] + b->rows[2 * r + 1]) * row + j] = NAN;
+        if (b->kind[i] == IN_CACHE) /* rows no row attends must never be read */
+            for (int64_t r = 0; r < t->ne[0]; r++)
+                if (b->bound[i] ? r >= b->bound[i] : !cf_row_visible(b, r))
+                    for (int64_t j = 0; j < row; j++) ((float *)h)[r * row + j] = NAN;
         drt_status st = drt_tensor_set(t, h, drt_nbytes(t));
         free(h);
         if (st != DRT_OK) return st;
@@ -104,7 +104,8 @@ drt_status cf_run_case(drt_backend *be, const cf_opcase *c, uint64_t seed, float
     drt_plan *p = NULL;
     st = drt_plan_create(b.g, be, &p);
     if (st == DRT_OK) st = fill_inputs(&b, seed);
-    drt_exec ex = {.p0 = b.p0};
+    drt_exec ex;
+    if (st == DRT_OK) st = drt_exec_rows(&ex, b.n_rows ? b.rows : NULL, b.n_rows);
     if (st == DRT_OK && !times) st = drt_plan_run(p, &ex);
     if (st == DRT_OK && times) {
         for (int i = 0; st == DRT_OK && i < warmup; i++) st = drt_plan_run(p, &ex);
@@ -213,7 +214,7 @@ drt_status cf_run_op_cases(cf_run *run, drt_backend *ref) {
         cf_built b;
         drt_status st = cf_run_case(ref, c, seed, &refout, &n, &sup, NULL, 0, 0, &b);
         if (st != DRT_OK) return st;
-        char desc[200];
+        char desc[320];
         snprintf(desc, sizeof desc, "%s", b.desc);
         drt_graph_free(b.g);
         for (int k = 0; k < run->nbe; k++) {

@@ -1,7 +1,18 @@
 /* Sessions: a model's weights uploaded once to a backend, a KV cache that
- * stays there, and forward graphs built once per shape class (decode T=1 is
- * built at creation; a prefill graph is kept for its T and rebuilt only when
- * a prompt of another length comes). Running a built graph allocates nothing. */
+ * stays there, and forward graphs built once per shape class.
+ *
+ * A batch session holds max_seqs sequences (slots) of ctx positions each.
+ * A forward runs n rows, each a token of some slot at its next position:
+ * the graph's ROPE, KV_WRITE and attention read each row's cache base (its
+ * slot's first cache row) and position from the rows tensor (drt_exec), so
+ * one forward carries rows of many sequences and reads each weight once.
+ * Graphs are built per shape class (T rows, L of them with logits): T is n
+ * rounded up to a bucket (1, 2, 4, 8, 16, then multiples of 16) and the rows
+ * past n are padding: token 0 at position 0 of a scratch cache row past
+ * every slot, so a plan keeps fixed shapes and allocates nothing. Up to
+ * N_GRAPHS graphs are kept, the least recently used one rebuilt when another
+ * is needed; the one-row graph is built at creation. A drt_session is the
+ * one-sequence case: a batch session with one slot. */
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -23,6 +34,7 @@ typedef struct {
     const drt_forward_graph *f; /* the graph whose nodes are observed */
     int n_layers;
     float **q, **lam; /* per layer: malloc'd rows, NULL before the first */
+    int row;          /* the row of the forward whose q and lambda are kept (its last real one) */
     int left;         /* nodes still to see: the rest of a re-run is skipped */
     int have;         /* the rows are those of the last forward (f) */
     drt_status st;
@@ -32,15 +44,21 @@ static int probe_layer(const probe_ctx *c, const drt_tensor *t, int *lam);
 static bool probe_want(void *ctx, const drt_tensor *t);
 static int probe_seen(void *ctx, const drt_node_seen *ev, const drt_exec *ex);
 
-struct drt_session {
+#define N_GRAPHS 8
+
+struct drt_batch_session {
     drt_model *m; /* a reference (model_ref.c) */
     drt_backend *be;
     drt_graph *store; /* owns the weight and cache tensors */
     drt_model_tensors mt;
-    int max_ctx, pos;
+    int max_seqs, ctx, max_rows; /* slots, positions per slot, rows per forward */
+    int *len;                    /* per slot: positions held */
     int check_finite; /* drt_session_opts.check_finite or DIFFRT_CHECK_FINITE */
-    drt_forward_graph decode, prefill;
-    drt_forward_graph *last; /* the graph of the last successful forward */
+    drt_forward_graph graph[N_GRAPHS]; /* g NULL: a free entry */
+    uint64_t used[N_GRAPHS], tick;     /* least recently used goes first */
+    drt_forward_graph *last;           /* the graph of the last successful forward */
+    int last_row;                      /* its last real row (the attention probe's) */
+    int32_t *ids, *rows, *sel;         /* host staging, max_rows each (rows: 2 per row) */
     int64_t fallback_runs[DRT_OP_COUNT];
     drt_observer obs; /* on_node NULL: none (drt_session_set_observer) */
     int attn_bits;    /* drt_session_set_attn_bits: put on every attention node built */
@@ -48,13 +66,18 @@ struct drt_session {
     probe_ctx probe;  /* its rows; probe.f: the forward they are of, NULL: none */
     /* held by whichever thread is inside the session (diffrt.h): a second
      * thread gets DRT_ERR_BUSY from the calls with a status and waits in the
-     * others, so two forwards never share the KV cache, pos and the graphs'
-     * arenas (they did: most forwards from two threads came out wrong) */
+     * others, so two forwards never share the KV cache, the lengths and the
+     * graphs' arenas (they did: most forwards from two threads came out wrong) */
     pthread_mutex_t mu;
 };
 
+/* the one-sequence session: slot 0 of a batch session */
+struct drt_session {
+    drt_batch_session b;
+};
+
 /* Takes the session for this call, or DRT_ERR_BUSY naming `what`. */
-static drt_status enter(drt_session *s, const char *what) {
+static drt_status enter(drt_batch_session *s, const char *what) {
     if (pthread_mutex_trylock(&s->mu) != 0)
         return drt_set_error(DRT_ERR_BUSY, "%s: the session is in use by another thread", what);
     return DRT_OK;
@@ -62,11 +85,11 @@ static drt_status enter(drt_session *s, const char *what) {
 
 /* For the calls without a status: wait for the thread inside. The getters
  * take a const session; the mutex is its one mutable part. */
-static void wait_enter(const drt_session *s) { pthread_mutex_lock((pthread_mutex_t *)&s->mu); }
+static void wait_enter(const drt_batch_session *s) { pthread_mutex_lock((pthread_mutex_t *)&s->mu); }
 
-static void leave(const drt_session *s) { pthread_mutex_unlock((pthread_mutex_t *)&s->mu); }
+static void leave(const drt_batch_session *s) { pthread_mutex_unlock((pthread_mutex_t *)&s->mu); }
 
-static drt_tensor *upload(drt_session *s, const drt_host_weight *w, drt_status *st) {
+static drt_tensor *upload(drt_batch_session *s, const drt_host_weight *w, drt_status *st) {
     if (*st != DRT_OK || !w->data) return NULL;
     drt_tensor *t = drt_new_tensor(s->store, w->type, w->nd, w->ne, w->name);
     if (!t) {
@@ -101,21 +124,24 @@ static void forward_free(drt_forward_graph *f) {
     memset(f, 0, sizeof *f);
 }
 
-void drt_session_free(drt_session *s) {
+void drt_batch_session_free(drt_batch_session *s) {
     if (!s) return;
     /* a forward in flight on another thread finishes first (its last use of
      * s, diffrt.h); unlocked again so that the mutex is destroyed unlocked */
     wait_enter(s);
     leave(s);
     pthread_mutex_destroy(&s->mu);
-    forward_free(&s->decode);
-    forward_free(&s->prefill);
+    for (int i = 0; i < N_GRAPHS; i++) forward_free(&s->graph[i]);
     for (int l = 0; l < s->probe.n_layers; l++) {
         if (s->probe.q) free(s->probe.q[l]);
         if (s->probe.lam) free(s->probe.lam[l]);
     }
     free(s->probe.q);
     free(s->probe.lam);
+    free(s->len);
+    free(s->ids);
+    free(s->rows);
+    free(s->sel);
     drt_graph_free(s->store);
     free(s->mt.layers);
     drt_backend_close(s->be);
@@ -125,6 +151,8 @@ void drt_session_free(drt_session *s) {
     if (m) drt_model_unref(m);
 }
 
+void drt_session_free(drt_session *s) { drt_batch_session_free(s ? &s->b : NULL); }
+
 /* attention nodes carry the logit quantization in ip[1] (ref_ops.h) */
 static void put_attn_bits(drt_forward_graph *f, int bits) {
     for (int i = 0; f->g && i < f->g->n_nodes; i++) {
@@ -133,46 +161,107 @@ static void put_attn_bits(drt_forward_graph *f, int bits) {
     }
 }
 
-static drt_status build(drt_session *s, int T, int all_logits, drt_forward_graph *f) {
-    drt_status st = drt_build_forward(s->m, &s->mt, T, all_logits, f);
+
+static drt_status build(drt_batch_session *s, int T, int L, drt_forward_graph *f) {
+    drt_status st = drt_build_forward(s->m, &s->mt, T, L, f);
     if (st == DRT_OK) put_attn_bits(f, s->attn_bits);
     if (st == DRT_OK) st = drt_plan_create(f->g, s->be, &f->plan);
     if (st != DRT_OK) forward_free(f);
     return st;
 }
 
-drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_session **out) {
-    if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_create: out is NULL");
+/* The graph for T rows with L logits rows: a kept one, else built in a free
+ * entry or in place of the least recently used. */
+static drt_status graph_for(drt_batch_session *s, int T, int L, drt_forward_graph **out) {
+    int victim = 0;
+    for (int i = 0; i < N_GRAPHS; i++) {
+        drt_forward_graph *f = &s->graph[i];
+        if (f->g && f->T == T && f->L == L) {
+            s->used[i] = ++s->tick;
+            *out = f;
+            return DRT_OK;
+        }
+        if (!f->g || (s->graph[victim].g && s->used[i] < s->used[victim])) victim = i;
+    }
+    drt_forward_graph *f = &s->graph[victim];
+    if (s->last == f) s->last = NULL;
+    if (s->probe.f == f) s->probe.f = NULL;
+    forward_free(f);
+    drt_status st = build(s, T, L, f);
+    if (st != DRT_OK) return st;
+    s->used[victim] = ++s->tick;
+    *out = f;
+    return DRT_OK;
+}
+
+/* rows per forward, as built: n rounded up to 1, 2, 4, 8, 16, then a
+ * multiple of 16 (at most 15 rows of padding), never past max */
+static int bucket(int n, int max) {
+    int b = 1;
+    if (n <= 16)
+        while (b < n) b *= 2;
+    else
+        b = (n + 15) / 16 * 16;
+    return b < max ? b : max;
+}
+
+static drt_status create(drt_model *m, const drt_session_opts *opts, const drt_batch_opts *bo, const char *fn,
+                         drt_batch_session **out) {
+    if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "%s: out is NULL", fn);
     *out = NULL;
-    if (!m) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_create: no model (m is NULL)");
+    if (!m) return drt_set_error(DRT_ERR_INVALID_ARG, "%s: no model (m is NULL)", fn);
     drt_session_opts o = {0};
     if (opts) o = *opts;
+    drt_batch_opts b = {0};
+    if (bo) b = *bo;
     const drt_model_info *I = &m->info;
     if (o.max_ctx < 0 || o.max_ctx > DRT_MAX_CTX)
         return drt_set_error(DRT_ERR_INVALID_ARG,
                              "max_ctx %d is out of range: 1 .. %d positions (0: the model's "
                              "max_position_embeddings)",
                              o.max_ctx, DRT_MAX_CTX);
-    int ctx = o.max_ctx > 0 ? o.max_ctx : (I->max_ctx < 4096 ? I->max_ctx : 4096);
+    if (b.max_seqs < 0 || b.max_seqs > DRT_MAX_SEQS)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "max_seqs %d is out of range: 1 .. %d sequences (0: 1)",
+                             b.max_seqs, DRT_MAX_SEQS);
+    if (b.ctx_per_seq < 0 || b.ctx_per_seq > DRT_MAX_CTX)
+        return drt_set_error(DRT_ERR_INVALID_ARG,
+                             "ctx_per_seq %d is out of range: 1 .. %d positions (0: as max_ctx decides)",
+                             b.ctx_per_seq, DRT_MAX_CTX);
+    if (b.max_batch_rows < 0 || b.max_batch_rows > DRT_MAX_BATCH_ROWS)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "max_batch_rows %d is out of range: 1 .. %d rows (0: %d)",
+                             b.max_batch_rows, DRT_MAX_BATCH_ROWS, DRT_DEFAULT_BATCH_ROWS);
+    int ctx = b.ctx_per_seq > 0 ? b.ctx_per_seq : o.max_ctx > 0 ? o.max_ctx : (I->max_ctx < 4096 ? I->max_ctx : 4096);
     if (ctx <= 0)
         return drt_set_error(DRT_ERR_INVALID_ARG,
                              "the model's max_position_embeddings is %d: give the context "
                              "(max_ctx, --ctx) explicitly",
                              I->max_ctx);
+    int seqs = b.max_seqs > 0 ? b.max_seqs : 1;
+    if ((int64_t)seqs * ctx + 1 > INT32_MAX)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "%d sequences x %d positions is more than one cache holds (%d rows)",
+                             seqs, ctx, INT32_MAX - 1);
     int env_finite; /* check_finite (DIFFRT_CHECK_FINITE=1 for every session) */
     drt_status est = drt_setting_bool(o.settings, "check_finite", &env_finite);
     if (est != DRT_OK) return est;
-    drt_session *s = calloc(1, sizeof *s);
+    /* the one-sequence session is the start of a batch session (drt_session) */
+    drt_batch_session *s = calloc(1, sizeof(drt_session) > sizeof *s ? sizeof(drt_session) : sizeof *s);
     if (!s) return drt_set_error(DRT_ERR_OOM, "out of memory");
     if (pthread_mutex_init(&s->mu, NULL) != 0) {
         free(s);
-        return drt_set_error(DRT_ERR_OOM, "drt_session_create: cannot initialise the session's mutex");
+        return drt_set_error(DRT_ERR_OOM, "%s: cannot initialise the session's mutex", fn);
     }
     s->m = m;
-    drt_model_ref(m); /* dropped by drt_session_free, failure below included */
-    s->max_ctx = ctx;
+    drt_model_ref(m); /* dropped by drt_batch_session_free, failure below included */
+    s->max_seqs = seqs;
+    s->ctx = ctx;
+    s->max_rows = b.max_batch_rows > 0 ? b.max_batch_rows : bo ? DRT_DEFAULT_BATCH_ROWS : ctx;
     s->check_finite = o.check_finite || env_finite;
-    drt_status st = drt_backend_open_settings(o.backend, o.device, o.threads, o.settings, &s->be);
+    s->len = calloc((size_t)seqs, sizeof *s->len);
+    s->ids = malloc(sizeof(int32_t) * (size_t)s->max_rows);
+    s->rows = malloc(2 * sizeof(int32_t) * (size_t)s->max_rows);
+    s->sel = malloc(sizeof(int32_t) * (size_t)s->max_rows);
+    drt_status st = s->len && s->ids && s->rows && s->sel ? DRT_OK : drt_set_error(DRT_ERR_OOM, "out of memory");
+    if (st == DRT_OK) st = drt_backend_open_settings(o.backend, o.device, o.threads, o.settings, &s->be);
     if (st == DRT_OK) {
         s->store = drt_graph_new();
         s->mt.layers = calloc((size_t)I->n_layers, sizeof *s->mt.layers);
@@ -188,6 +277,9 @@ drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_se
     s->mt.lm_head = I->tied_embeddings ? s->mt.embed : upload(s, &m->lm_head, &st);
     drt_host_weight fw = {.name = "inv_freq", .type = DRT_F32, .nd = 1, .ne = {I->dk / 2}, .data = m->inv_freq};
     s->mt.inv_freq = upload(s, &fw, &st);
+    /* slot i's positions are cache rows i*ctx .., then one scratch row that
+     * the padding rows write and read */
+    const int64_t cache_rows = (int64_t)s->max_seqs * s->ctx + 1;
     for (int l = 0; st == DRT_OK && l < I->n_layers; l++) {
         const drt_layer_weights *lw = &m->layers[l];
         drt_layer_tensors *L = &s->mt.layers[l];
@@ -206,12 +298,12 @@ drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_se
         char nm[32];
         snprintf(nm, sizeof nm, "k_cache.%d", l);
         if (I->arch == DRT_ARCH_TRANSFORMER)
-            L->k_cache = drt_new_tensor_3d(s->store, DRT_F32, s->max_ctx, I->n_kv_groups, I->dk, nm);
+            L->k_cache = drt_new_tensor_3d(s->store, DRT_F32, cache_rows, I->n_kv_groups, I->dk, nm);
         else
-            L->k_cache = drt_new_tensor_4d(s->store, DRT_F32, s->max_ctx, I->n_kv_groups, I->kv_m,
+            L->k_cache = drt_new_tensor_4d(s->store, DRT_F32, cache_rows, I->n_kv_groups, I->kv_m,
                                            I->dk, nm);
         snprintf(nm, sizeof nm, "v_cache.%d", l);
-        L->v_cache = drt_new_tensor_3d(s->store, DRT_F32, s->max_ctx, I->n_kv_groups, I->dv, nm);
+        L->v_cache = drt_new_tensor_3d(s->store, DRT_F32, cache_rows, I->n_kv_groups, I->dv, nm);
         if (!L->k_cache || !L->v_cache) {
             st = s->store->err;
             break;
@@ -221,16 +313,34 @@ drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_se
         drt_tensor *kv[2] = {L->k_cache, L->v_cache};
         st = drt_alloc_tensors(s->be, kv, 2);
     }
-    if (st == DRT_OK) st = build(s, 1, 1, &s->decode);
+    drt_forward_graph *f;
+    if (st == DRT_OK) st = graph_for(s, 1, 1, &f);
     if (st != DRT_OK) {
-        drt_session_free(s);
+        drt_batch_session_free(s);
         return st;
     }
     *out = s;
     return DRT_OK;
 }
 
-static void add_fallbacks(drt_session *s, const drt_plan *p, const int64_t before[DRT_OP_COUNT]) {
+drt_status drt_batch_session_create(drt_model *m, const drt_session_opts *opts, const drt_batch_opts *b,
+                                    drt_batch_session **out) {
+    drt_batch_opts d = {0};
+    return create(m, opts, b ? b : &d, "drt_batch_session_create", out);
+}
+
+drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_session **out) {
+    if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_create: out is NULL");
+    drt_batch_session *b;
+    /* one slot, a forward of up to the whole context */
+    drt_status st = create(m, opts, NULL, "drt_session_create", &b);
+    *out = (drt_session *)b;
+    return st;
+}
+
+
+
+static void add_fallbacks(drt_batch_session *s, const drt_plan *p, const int64_t before[DRT_OP_COUNT]) {
     const int64_t *now = drt_plan_fallback_runs(p);
     for (int i = 0; i < DRT_OP_COUNT; i++) s->fallback_runs[i] += now[i] - before[i];
 }
@@ -239,20 +349,20 @@ static const char *nonfinite_kind(float v) {
     return isnan(v) ? "NaN" : v > 0 ? "Inf" : "-Inf";
 }
 
-/* The logits of the forward f just ran at p0 are not finite, first at
- * sequence position `at` (value v). With the finite check on, the forward
- * is run again op by op to name the first op whose output was not finite,
- * and a weight of it that holds the NaN or Inf. */
-static drt_status nonfinite_error(drt_session *s, drt_forward_graph *f, int p0, int at, float v) {
+/* The logits of the forward f just ran at ex are not finite, first those of
+ * row `row` (value v). With the finite check on, the forward is run again op
+ * by op to name the first op whose output was not finite, and a weight of it
+ * that holds the NaN or Inf. */
+static drt_status nonfinite_error(drt_batch_session *s, drt_forward_graph *f, const drt_exec *ex, int row,
+                                  float v) {
     char why[512];
     if (!s->check_finite) {
         snprintf(why, sizeof why,
                  "the model's weights or activations overflowed; rerun with -v (or "
                  "DIFFRT_CHECK_FINITE=1) to find the first op");
     } else {
-        drt_exec ex = {.p0 = p0};
         drt_nonfinite nf;
-        drt_status st = drt_plan_find_nonfinite(f->plan, &ex, &nf);
+        drt_status st = drt_plan_find_nonfinite(f->plan, ex, &nf);
         int layer = -1;
         if (st != DRT_OK) {
             snprintf(why, sizeof why, "the finite check could not re-run the forward: %.300s",
@@ -272,8 +382,12 @@ static drt_status nonfinite_error(drt_session *s, drt_forward_graph *f, int p0, 
                      drt_op_name(nf.node->op), nf.node->name, lay, wt);
         }
     }
-    return drt_set_error(DRT_ERR_NUMERIC, "logits at position %d are not finite (%s); %s", at,
-                         nonfinite_kind(v), why);
+    int pos = ex->rows[2 * row + 1], seq = ex->rows[2 * row] / s->ctx;
+    if (s->max_seqs == 1)
+        return drt_set_error(DRT_ERR_NUMERIC, "logits at position %d are not finite (%s); %s", pos,
+                             nonfinite_kind(v), why);
+    return drt_set_error(DRT_ERR_NUMERIC, "logits of sequence %d at position %d are not finite (%s); %s", seq,
+                         pos, nonfinite_kind(v), why);
 }
 
 /* The index of the first NaN or Inf of x[0..n), or -1. The common all-finite
@@ -306,12 +420,33 @@ static void node_tensor(const drt_tensor *t, const void *data, drt_node_tensor *
 }
 
 /* The session's observer, a profile and the attention probe's rows (each
- * may be absent) on one run. */
+ * may be absent) on one run of graph f with n real rows, n_flag of them
+ * with logits. */
 typedef struct {
     const drt_observer *obs;
     drt_plan_profile *prof;
     probe_ctx *probe;
+    const drt_forward_graph *f;
+    int n, n_flag;
 } observe_ctx;
+
+/* Is t past the gather of the logits rows (L rows, not T)? */
+static int in_head(const drt_forward_graph *f, const drt_tensor *t) {
+    if (t == f->sel) return 1;
+    for (int i = f->g->n_nodes - 1; i >= 0; i--) {
+        if (f->g->nodes[i] == t) return 1;
+        if (f->g->nodes[i]->op == DRT_OP_EMBED && f->g->nodes[i]->src[0] == f->sel) break; /* logit_rows: the first */
+    }
+    return 0;
+}
+
+/* An observer sees the forward's rows, not the padding the session adds at
+ * their end: a tensor of the graph's rows shows the real ones. */
+static void trim_rows(const observe_ctx *c, const drt_tensor *t, drt_node_tensor *nt) {
+    if (t->flags & (DRT_TF_WEIGHT | DRT_TF_CACHE) || nt->nd < 1) return;
+    int head = in_head(c->f, t);
+    if (nt->ne[0] == (head ? c->f->L : c->f->T)) nt->ne[0] = head ? c->n_flag : c->n;
+}
 
 static bool user_wants(const drt_observer *o, const drt_tensor *t) {
     return !o->want || o->want(o->ctx, drt_op_name(t->op), t->name, layer_of(t->name));
@@ -330,18 +465,23 @@ static int observe_seen(void *ctx, const drt_node_seen *ev, const drt_exec *ex) 
     if (c->prof) drt_plan_profile_add(c->prof, ev, ex);
     /* wanted for the others: asked again */
     if (!c->obs || ((c->prof || c->probe) && !user_wants(c->obs, t))) return 0;
-    drt_node_event e = {.op = drt_op_name(t->op), .layer = layer_of(t->name), .p0 = ex->p0,
+    drt_node_event e = {.op = drt_op_name(t->op), .layer = layer_of(t->name), .p0 = ex->first_pos,
                         .seconds = ev->seconds, .fallback = ev->fallback};
     node_tensor(t, ev->data, &e.out);
-    if (t->op == DRT_OP_KV_WRITE) e.out.ne[0] = t->src[0]->ne[0]; /* the rows it wrote */
-    for (int j = 0; j < DRT_MAX_SRC; j++)
-        if (t->src[j]) node_tensor(t->src[j], drt_host_ptr(t->src[j]), &e.src[e.n_src++]);
+    if (t->op == DRT_OP_KV_WRITE) e.out.ne[0] = c->n; /* the rows it wrote */
+    else trim_rows(c, t, &e.out);
+    for (int j = 0; j < DRT_MAX_SRC; j++) {
+        if (!t->src[j]) continue;
+        node_tensor(t->src[j], drt_host_ptr(t->src[j]), &e.src[e.n_src]);
+        trim_rows(c, t->src[j], &e.src[e.n_src++]);
+    }
     c->obs->on_node(c->obs->ctx, &e);
     return 0;
 }
 
-drt_status drt_session_set_observer(drt_session *s, const drt_observer *obs) {
-    if (!s) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_set_observer: the session is NULL");
+drt_status drt_session_set_observer(drt_session *ss, const drt_observer *obs) {
+    if (!ss) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_set_observer: the session is NULL");
+    drt_batch_session *s = &ss->b;
     drt_status st = enter(s, "drt_session_set_observer");
     if (st != DRT_OK) return st;
     if (obs && obs->on_node)
@@ -352,7 +492,8 @@ drt_status drt_session_set_observer(drt_session *s, const drt_observer *obs) {
     return DRT_OK;
 }
 
-drt_status drt_session_keep_attention(drt_session *s, int on) {
+drt_status drt_session_keep_attention(drt_session *ss, int on) {
+    drt_batch_session *s = &ss->b;
     drt_status st = enter(s, "drt_session_keep_attention");
     if (st != DRT_OK) return st;
     s->keep_probe = on != 0;
@@ -360,56 +501,124 @@ drt_status drt_session_keep_attention(drt_session *s, int on) {
     return DRT_OK;
 }
 
-drt_status drt_session_set_attn_bits(drt_session *s, int bits) {
+drt_status drt_session_set_attn_bits(drt_session *ss, int bits) {
+    drt_batch_session *s = &ss->b;
     if (bits && strcmp(s->be->ops->name, "ref") != 0)
         return drt_set_error(DRT_ERR_UNSUPPORTED, "attention logit quantization runs on the ref backend only (not %s)",
                              s->be->ops->name);
     drt_status st = enter(s, "drt_session_set_attn_bits");
     if (st != DRT_OK) return st;
     s->attn_bits = bits;
-    put_attn_bits(&s->decode, bits);
-    put_attn_bits(&s->prefill, bits);
+    for (int i = 0; i < N_GRAPHS; i++) put_attn_bits(&s->graph[i], bits);
     leave(s);
     return DRT_OK;
 }
 
-/* forward() with the session entered */
-static drt_status forward_entered(drt_session *s, const int32_t *ids, int T, float *logits, int all_logits,
-                                  drt_profile *prof) {
-    if (!ids || !logits)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_forward: %s is NULL", !ids ? "ids" : "logits");
-    const drt_model_info *I = &s->m->info;
-    if (T <= 0) return drt_set_error(DRT_ERR_INVALID_ARG, "forward: %d tokens (need at least 1)", T);
-    if (T > s->max_ctx - s->pos)
-        return drt_set_error(DRT_ERR_INVALID_ARG,
-                             "forward: %d + %d tokens exceed the context of %d (raise --ctx)", s->pos,
-                             T, s->max_ctx);
-    for (int i = 0; i < T; i++)
-        if (ids[i] < 0 || ids[i] >= I->vocab)
+/* ---- forwards ------------------------------------------------------------------ */
+
+/* A forward's rows as the entry points give them: drt_batch, or (seq NULL)
+ * the one sequence of a drt_session. flags NULL: the last row of each
+ * sequence's run has logits, or every row when all. */
+typedef struct {
+    int n;
+    const int32_t *token, *seq, *pos;
+    const int8_t *flags;
+    int all;
+} rowset;
+
+static int row_seq(const rowset *r, int i) { return r->seq ? r->seq[i] : 0; }
+
+static int row_flag(const rowset *r, int i) {
+    if (r->all) return 1;
+    if (r->flags) return r->flags[i] != 0;
+    return i + 1 == r->n || row_seq(r, i + 1) != row_seq(r, i);
+}
+
+/* The rules of a batch (diffrt.h), each broken one a message naming the row;
+ * *n_flag: the rows with logits. Writes nothing: the staging buffers still
+ * hold the last forward's rows (the attention probe re-runs it). */
+static drt_status check_rows(drt_batch_session *s, const rowset *r, int *n_flag) {
+    const int V = s->m->info.vocab;
+    if (r->n < 1 || r->n > s->max_rows)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_batch_forward: %d rows (a forward takes 1 .. %d: max_batch_rows)",
+                             r->n, s->max_rows);
+    if (!r->token || (!r->seq && s->max_seqs > 1))
+        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_batch_forward: %s is NULL", !r->token ? "token" : "seq");
+    *n_flag = 0;
+    int start = 0; /* first row of the current sequence's run */
+    for (int i = 0; i < r->n; i++) {
+        int seq = row_seq(r, i);
+        if (r->token[i] < 0 || r->token[i] >= V)
+            return drt_set_error(DRT_ERR_INVALID_ARG, "row %d: token id %d is outside the vocabulary [0, %d)", i,
+                                 r->token[i], V);
+        if (seq < 0 || seq >= s->max_seqs)
+            return drt_set_error(DRT_ERR_INVALID_ARG, "row %d: sequence %d is not a slot of this session (0 .. %d)",
+                                 i, seq, s->max_seqs - 1);
+        if (i > 0 && seq != row_seq(r, i - 1)) {
+            start = i;
+            for (int j = 0; j < i; j++)
+                if (row_seq(r, j) == seq)
+                    return drt_set_error(DRT_ERR_INVALID_ARG,
+                                         "row %d: sequence %d also has rows %d .. %d: a sequence's rows must be "
+                                         "contiguous",
+                                         i, seq, j, i - 1);
+        }
+        int want = s->len[seq] + (i - start), pos = r->pos ? r->pos[i] : want;
+        if (pos != want)
             return drt_set_error(DRT_ERR_INVALID_ARG,
-                                 "token id %d (position %d) is outside the vocabulary [0, %d)", ids[i],
-                                 i, I->vocab);
+                                 "row %d: position %d of sequence %d, which holds %d positions: its rows continue "
+                                 "at %d (drt_seq_truncate first to rewrite)",
+                                 i, pos, seq, s->len[seq], want);
+        if (pos >= s->ctx)
+            return drt_set_error(DRT_ERR_INVALID_ARG,
+                                 "row %d: position %d of sequence %d is past its context of %d positions", i, pos,
+                                 seq, s->ctx);
+        *n_flag += row_flag(r, i);
+    }
+    return DRT_OK;
+}
+
+/* A forward of checked rows with the session entered: logits receives
+ * [rows with logits, vocab] in row order. */
+static drt_status run_rows(drt_batch_session *s, const rowset *r, int n_flag, float *logits, drt_profile *prof) {
+    const drt_model_info *I = &s->m->info;
+    const int n = r->n, T = bucket(n, s->max_rows);
+    const int L = n_flag <= s->max_seqs ? (T < s->max_seqs ? T : s->max_seqs) : T;
     drt_forward_graph *f;
-    if (T == 1) {
-        f = &s->decode;
-    } else {
-        f = &s->prefill;
-        if (!f->g || f->T != T || f->all_logits != all_logits) {
-            forward_free(f);
-            drt_status st = build(s, T, all_logits, f);
-            if (st != DRT_OK) return st;
+    drt_status st = graph_for(s, T, L, &f);
+    if (st != DRT_OK) return st;
+    /* the rows, then the padding: token 0 at position 0 of the scratch row */
+    int nf = 0;
+    for (int i = 0, start = 0; i < T; i++) {
+        if (i < n) {
+            int seq = row_seq(r, i);
+            if (i > 0 && seq != row_seq(r, i - 1)) start = i;
+            s->ids[i] = r->token[i];
+            s->rows[2 * i] = seq * s->ctx;
+            s->rows[2 * i + 1] = s->len[seq] + (i - start);
+            if (row_flag(r, i)) s->sel[nf++] = i;
+        } else {
+            s->ids[i] = 0;
+            s->rows[2 * i] = s->max_seqs * s->ctx;
+            s->rows[2 * i + 1] = 0;
         }
     }
+    for (int i = nf; i < L; i++) s->sel[i] = 0;
+    drt_exec ex;
+    st = drt_exec_rows(&ex, s->rows, T);
     int64_t before[DRT_OP_COUNT];
     memcpy(before, drt_plan_fallback_runs(f->plan), sizeof before);
-    drt_status st = drt_tensor_set(f->ids, ids, sizeof(int32_t) * (size_t)T);
-    drt_exec ex = {.p0 = s->pos};
+    if (st == DRT_OK) st = drt_tensor_set(f->ids, s->ids, sizeof(int32_t) * (size_t)T);
+    if (st == DRT_OK) st = drt_tensor_set(f->sel, s->sel, sizeof(int32_t) * (size_t)L);
+    s->last = NULL;
     s->probe.have = 0;
     probe_ctx *pr = s->keep_probe ? &s->probe : NULL;
-    if (pr) *pr = (probe_ctx){.f = f, .n_layers = pr->n_layers, .q = pr->q, .lam = pr->lam, .left = -1};
+    if (pr)
+        *pr = (probe_ctx){.f = f, .n_layers = pr->n_layers, .q = pr->q, .lam = pr->lam, .row = n - 1, .left = -1};
     if (st == DRT_OK && (prof || s->obs.on_node || pr)) {
         drt_plan_profile pp = {0};
-        observe_ctx oc = {.obs = s->obs.on_node ? &s->obs : NULL, .prof = prof ? &pp : NULL, .probe = pr};
+        observe_ctx oc = {.obs = s->obs.on_node ? &s->obs : NULL, .prof = prof ? &pp : NULL, .probe = pr,
+                          .f = f, .n = n, .n_flag = nf};
         drt_plan_observer po = {.want = observe_want, .seen = observe_seen, .ctx = &oc,
                                 .no_data = !oc.obs && !pr};
         st = drt_plan_run_observed(f->plan, &ex, &po);
@@ -427,30 +636,96 @@ static drt_status forward_entered(drt_session *s, const int32_t *ids, int T, flo
         st = drt_plan_run(f->plan, &ex);
     }
     add_fallbacks(s, f->plan, before);
-    /* (T, V) when all_logits, else (1, V): the last row only */
-    if (st == DRT_OK) st = drt_tensor_get(f->logits, logits, drt_nbytes(f->logits));
+    const int64_t V = I->vocab;
+    if (st == DRT_OK && nf > 0) st = drt_tensor_get(f->logits, logits, sizeof(float) * (size_t)nf * (size_t)V);
     if (st != DRT_OK) return st;
-    /* a NaN or Inf is never handed on as if it were a distribution: the
-     * position does not advance, and the probes have nothing to read */
-    int64_t rows = f->logits->ne[0], V = I->vocab, i = first_nonfinite(logits, rows * V);
-    if (i >= 0) {
-        s->last = NULL;
-        return nonfinite_error(s, f, s->pos, s->pos + T - (int)rows + (int)(i / V), logits[i]);
-    }
-    s->pos += T;
+    /* a NaN or Inf is never handed on as if it were a distribution: no
+     * sequence advances, and the probes have nothing to read */
+    int64_t i = first_nonfinite(logits, nf * V);
+    if (i >= 0) return nonfinite_error(s, f, &ex, s->sel[i / V], logits[i]);
+    for (int k = 0; k < n; k++) s->len[row_seq(r, k)] = s->rows[2 * k + 1] + 1;
     s->last = f;
+    s->last_row = n - 1;
     s->probe.have = pr && pr->st == DRT_OK;
+    return DRT_OK;
+}
+
+static drt_status forward_rows(drt_batch_session *s, const rowset *r, float *logits, drt_profile *prof,
+                               const char *fn) {
+    int n_flag = 0;
+    drt_status st = check_rows(s, r, &n_flag);
+    if (st == DRT_OK && n_flag > 0 && !logits) st = drt_set_error(DRT_ERR_INVALID_ARG, "%s: logits is NULL", fn);
+    if (st == DRT_OK) st = run_rows(s, r, n_flag, logits, prof);
+    return st;
+}
+
+drt_status drt_batch_forward(drt_batch_session *s, const drt_batch *b, float *logits) {
+    if (!s || !b)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_batch_forward: %s is NULL", !s ? "the session" : "the batch");
+    drt_status st = enter(s, "drt_batch_forward");
+    if (st != DRT_OK) return st;
+    rowset r = {.n = b->n, .token = b->token, .seq = b->seq, .pos = b->pos, .flags = b->logits};
+    if (!b->seq) st = drt_set_error(DRT_ERR_INVALID_ARG, "drt_batch_forward: seq is NULL");
+    if (st == DRT_OK) st = forward_rows(s, &r, logits, NULL, "drt_batch_forward");
+    leave(s);
+    return st;
+}
+
+drt_status drt_seq_truncate(drt_batch_session *s, int seq, int new_len) {
+    if (!s) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_seq_truncate: the session is NULL");
+    drt_status st = enter(s, "drt_seq_truncate");
+    if (st != DRT_OK) return st;
+    if (seq < 0 || seq >= s->max_seqs)
+        st = drt_set_error(DRT_ERR_INVALID_ARG, "drt_seq_truncate: sequence %d is not a slot of this session (0 .. %d)",
+                           seq, s->max_seqs - 1);
+    else if (new_len < 0 || new_len > s->len[seq])
+        st = drt_set_error(DRT_ERR_INVALID_ARG,
+                           "drt_seq_truncate: sequence %d holds %d positions; it can be cut to 0 .. %d, not %d", seq,
+                           s->len[seq], s->len[seq], new_len);
+    else
+        s->len[seq] = new_len;
+    if (st == DRT_OK) s->last = NULL; /* the probe's positions are gone */
+    leave(s);
+    return st;
+}
+
+int drt_seq_len(const drt_batch_session *s, int seq) {
+    if (!s || seq < 0 || seq >= s->max_seqs) return -1;
+    wait_enter(s);
+    int n = s->len[seq];
+    leave(s);
+    return n;
+}
+
+drt_status drt_batch_session_get_opts(const drt_batch_session *s, drt_batch_opts *out) {
+    if (!s || !out)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_batch_session_get_opts: %s is NULL", !s ? "the session" : "out");
+    *out = (drt_batch_opts){.max_seqs = s->max_seqs, .ctx_per_seq = s->ctx, .max_batch_rows = s->max_rows};
     return DRT_OK;
 }
 
 /* drt_session_forward, and with prof drt_session_forward_profiled. The busy
  * check comes before the arguments' (a rejected call never ran anyway). */
-static drt_status forward(drt_session *s, const int32_t *ids, int T, float *logits, int all_logits,
+static drt_status forward(drt_session *ss, const int32_t *ids, int T, float *logits, int all_logits,
                           drt_profile *prof) {
-    if (!s) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_forward: the session is NULL");
+    if (!ss) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_forward: the session is NULL");
+    drt_batch_session *s = &ss->b;
     drt_status st = enter(s, prof ? "drt_session_forward_profiled" : "drt_session_forward");
     if (st != DRT_OK) return st;
-    st = forward_entered(s, ids, T, logits, all_logits, prof);
+    const int V = s->m->info.vocab;
+    if (!ids || !logits)
+        st = drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_forward: %s is NULL", !ids ? "ids" : "logits");
+    else if (T <= 0)
+        st = drt_set_error(DRT_ERR_INVALID_ARG, "forward: %d tokens (need at least 1)", T);
+    else if (T > s->ctx - s->len[0])
+        st = drt_set_error(DRT_ERR_INVALID_ARG, "forward: %d + %d tokens exceed the context of %d (raise --ctx)",
+                           s->len[0], T, s->ctx);
+    for (int i = 0; st == DRT_OK && i < T; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            st = drt_set_error(DRT_ERR_INVALID_ARG, "token id %d (position %d) is outside the vocabulary [0, %d)",
+                               ids[i], i, V);
+    rowset r = {.n = T, .token = ids, .all = all_logits != 0};
+    if (st == DRT_OK) st = forward_rows(s, &r, logits, prof, "drt_session_forward");
     leave(s);
     return st;
 }
@@ -469,10 +744,11 @@ drt_status drt_session_forward_profiled(drt_session *s, const int32_t *ids, int 
     return forward(s, ids, T, logits, 0, prof);
 }
 
-void drt_session_reset(drt_session *s) {
-    if (!s) return;
+void drt_session_reset(drt_session *ss) {
+    if (!ss) return;
+    drt_batch_session *s = &ss->b;
     wait_enter(s);
-    s->pos = 0;
+    s->len[0] = 0;
     s->last = NULL;
     leave(s);
 }
@@ -504,7 +780,7 @@ static bool probe_want(void *ctx, const drt_tensor *t) {
 static int probe_seen(void *ctx, const drt_node_seen *ev, const drt_exec *ex) {
     probe_ctx *c = ctx;
     int lam, l = probe_layer(c, ev->node, &lam);
-    size_t row = ev->nbytes / (size_t)ev->node->ne[0]; /* the last of its T rows */
+    size_t row = ev->nbytes / (size_t)ev->node->ne[0]; /* the bytes of one of its T rows */
     float **dst = lam ? &c->lam[l] : &c->q[l];
     free(*dst);
     *dst = malloc(row);
@@ -512,16 +788,16 @@ static int probe_seen(void *ctx, const drt_node_seen *ev, const drt_exec *ex) {
         c->st = drt_set_error(DRT_ERR_OOM, "out of memory");
         return 1;
     }
-    memcpy(*dst, (const char *)ev->data + ev->nbytes - row, row);
+    memcpy(*dst, (const char *)ev->data + (size_t)c->row * row, row); /* the last real row's */
     return --c->left == 0;
 }
 
-static drt_status last_attention_entered(drt_session *s, float *weights) {
+static drt_status last_attention_entered(drt_batch_session *s, float *weights) {
     const drt_model *m = s->m;
     const drt_model_info *I = &m->info;
     drt_forward_graph *f = s->last;
     if (!f) return drt_set_error(DRT_ERR_INVALID_ARG, "attention probe: no forward has run since the last reset");
-    int P = s->pos, H = I->n_heads, G = I->n_kv_groups, dk = I->dk, km = I->kv_m, NL = I->n_layers;
+    int P = s->len[0], H = I->n_heads, G = I->n_kv_groups, dk = I->dk, km = I->kv_m, NL = I->n_layers;
     int diff = I->arch != DRT_ARCH_TRANSFORMER, maps = diff ? 2 : 1;
     double *acc = calloc((size_t)P, sizeof(double)), *a[2];
     a[0] = malloc(sizeof(double) * (size_t)P);
@@ -532,11 +808,12 @@ static drt_status last_attention_entered(drt_session *s, float *weights) {
         /* the same forward again at the same position computes the same
          * values (it rewrites its own cache rows with them), up to the last
          * node wanted */
-        *pc = (probe_ctx){.f = f, .n_layers = NL, .q = pc->q, .lam = pc->lam};
+        *pc = (probe_ctx){.f = f, .n_layers = NL, .q = pc->q, .lam = pc->lam, .row = s->last_row};
         for (int l = 0; l < NL; l++) pc->left += 1 + (f->lambda[l] != NULL);
-        drt_exec ex = {.p0 = s->pos - f->T};
+        drt_exec ex; /* the staging buffers hold the last forward's rows */
+        st = drt_exec_rows(&ex, s->rows, f->T);
         drt_plan_observer po = {.want = probe_want, .seen = probe_seen, .ctx = pc};
-        st = drt_plan_run_observed(f->plan, &ex, &po);
+        if (st == DRT_OK) st = drt_plan_run_observed(f->plan, &ex, &po);
         if (st == DRT_OK) st = pc->st;
         pc->have = st == DRT_OK && pc->left == 0;
         if (st == DRT_OK && !pc->have)
@@ -575,10 +852,11 @@ static drt_status last_attention_entered(drt_session *s, float *weights) {
     return st;
 }
 
-drt_status drt_session_last_attention(drt_session *s, float *weights) {
-    if (!s || !weights)
+drt_status drt_session_last_attention(drt_session *ss, float *weights) {
+    if (!ss || !weights)
         return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_last_attention: %s is NULL",
-                             !s ? "the session" : "weights");
+                             !ss ? "the session" : "weights");
+    drt_batch_session *s = &ss->b;
     drt_status st = enter(s, "drt_session_last_attention");
     if (st != DRT_OK) return st;
     st = last_attention_entered(s, weights);
@@ -586,33 +864,32 @@ drt_status drt_session_last_attention(drt_session *s, float *weights) {
     return st;
 }
 
-int drt_session_pos(const drt_session *s) {
-    if (!s) return -1;
-    wait_enter(s);
-    int pos = s->pos;
-    leave(s);
-    return pos;
-}
+int drt_session_pos(const drt_session *s) { return s ? drt_seq_len(&s->b, 0) : -1; }
 
-int drt_session_ctx(const drt_session *s) { return s ? s->max_ctx : -1; }
+int drt_session_ctx(const drt_session *s) { return s ? s->b.ctx : -1; }
 
-size_t drt_session_activation_bytes(const drt_session *s, size_t *unplanned) {
-    if (!s) {
+size_t drt_session_activation_bytes(const drt_session *ss, size_t *unplanned) {
+    if (!ss) {
         if (unplanned) *unplanned = 0;
         return 0;
     }
+    const drt_batch_session *s = &ss->b;
     wait_enter(s);
-    const drt_forward_graph *f = s->last ? s->last : &s->decode;
-    size_t bytes = drt_plan_arena_bytes(f->plan, unplanned);
+    const drt_forward_graph *f = s->last;
+    for (int i = 0; !f && i < N_GRAPHS; i++)
+        if (s->graph[i].g && s->graph[i].T == 1) f = &s->graph[i];
+    size_t bytes = f ? drt_plan_arena_bytes(f->plan, unplanned) : 0;
+    if (!f && unplanned) *unplanned = 0;
     leave(s);
     return bytes;
 }
 
-int drt_session_fallbacks(const drt_session *s, char *lines, size_t n) {
+int drt_session_fallbacks(const drt_session *ss, char *lines, size_t n) {
     int64_t total = 0;
     size_t o = 0;
     if (lines && n) lines[0] = 0;
-    if (!s) return 0;
+    if (!ss) return 0;
+    const drt_batch_session *s = &ss->b;
     wait_enter(s);
     for (int i = 0; i < DRT_OP_COUNT; i++) {
         if (!s->fallback_runs[i]) continue;

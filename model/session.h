@@ -18,22 +18,24 @@ typedef struct {
     int n_layers;
 } drt_model_tensors;
 
-/* One built graph for a shape class: T new tokens, all or last logits. */
+/* One built graph for a shape class: T rows, L of them with logits. */
 typedef struct {
-    int T, all_logits;
+    int T, L;
     drt_graph *g;
     drt_plan *plan;
     drt_tensor *ids;    /* (T) i32 */
-    drt_tensor *logits; /* (T, V) or (1, V) */
+    drt_tensor *sel;    /* (L) i32: the rows whose logits are computed */
+    drt_tensor *logits; /* (L, V) */
     /* per layer, the nodes the attention probe observes (in the arena like
      * every intermediate): q after RoPE, (T, H*maps, dk); lambda (T, H) for
      * diff-v2, else NULL */
     drt_tensor **q_rope, **lambda;
 } drt_forward_graph;
 
-/* Builds the forward graph for T tokens into g (weights and cache from mt).
- * Every model graph uses the fused attention ops. */
-drt_status drt_build_forward(const drt_model *m, const drt_model_tensors *mt, int T, int all_logits,
+/* Builds the forward graph for T rows, L of them with logits, into out
+ * (weights and cache from mt). Every model graph uses the fused attention
+ * ops. */
+drt_status drt_build_forward(const drt_model *m, const drt_model_tensors *mt, int T, int L,
                              drt_forward_graph *out);
 
 /* Every ATTN / DIFF_ATTN node of the session's graphs, built and to be

@@ -18,7 +18,11 @@
  * uploaded back. Every such node is counted per op, so a fallback is never
  * silent (docs/design.md section 5). Mirrors are per tensor and refreshed from
  * the device before every fallback node that reads them, so a tensor whose
- * arena bytes were reused in between is read as it is now, when it is live. */
+ * arena bytes were reused in between is read as it is now, when it is live.
+ *
+ * The position ops of a graph share one rows tensor (drt_exec): every run
+ * first uploads the run's rows into it, so a plan is valid at every position
+ * and for every mix of sequences. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,6 +48,7 @@ struct drt_plan {
     int n_mirrors;
     drt_buffer *arena; /* the planned intermediates; NULL when there are none */
     size_t arena_bytes, unplanned_bytes;
+    drt_tensor *rows; /* the position ops' rows input, NULL: none */
 };
 
 /* ---- activation planning ------------------------------------------------- */
@@ -250,6 +255,12 @@ drt_status drt_plan_create(drt_graph *g, drt_backend *be, drt_plan **out) {
                 s = drt_set_error(DRT_ERR_INVALID_ARG, "%s: input %s has no storage",
                                   drt_op_name(t->op), t->src[j]->name);
         if (s != DRT_OK) break;
+        drt_tensor *r = t->src[DRT_SRC_ROWS];
+        if (r && p->rows && r != p->rows)
+            s = drt_set_error(DRT_ERR_INVALID_ARG, "%s %s: the graph's position ops take two rows tensors",
+                              drt_op_name(t->op), t->name);
+        if (r) p->rows = r;
+        if (s != DRT_OK) break;
         if (be->ops->supports(be, t)) continue;
         p->fallback[i] = 1;
         p->fallback_nodes[t->op]++;
@@ -304,12 +315,14 @@ static drt_status run_range(drt_plan *p, int i, int end, const drt_exec *ex) {
     return DRT_OK;
 }
 
+/* The run's checks, then its rows into the graph's rows tensor. */
 static drt_status check_exec_all(const drt_plan *p, const drt_exec *ex) {
     for (int i = 0; i < p->g->n_nodes; i++) {
         drt_status s = drt_op_check_exec(p->g->nodes[i], ex);
         if (s != DRT_OK) return s;
     }
-    return DRT_OK;
+    if (!p->rows) return DRT_OK;
+    return drt_tensor_set(p->rows, ex->rows, sizeof(int32_t) * 2 * (size_t)ex->n_rows);
 }
 
 drt_status drt_plan_run(drt_plan *p, const drt_exec *ex) {
@@ -320,22 +333,19 @@ drt_status drt_plan_run(drt_plan *p, const drt_exec *ex) {
 
 /* ---- observing nodes --------------------------------------------------------- */
 
-/* Node t's output in host memory for an observer: bytes [*off, *off + *n)
- * of it (a KV_WRITE: the rows p0 .. p0 + T - 1 it wrote; the rest is other
+/* Node t's output in host memory for an observer (a KV_WRITE: the T rows
+ * it wrote, (T, ...), gathered from their cache rows; the rest is other
  * runs'), in place when host-visible, else downloaded into *tmp (grown to
  * *cap bytes). */
 static drt_status read_output(const drt_tensor *t, const drt_exec *ex, void **tmp, size_t *cap,
                               const void **data, size_t *n) {
-    size_t off = 0;
     *n = drt_nbytes(t);
-    if (t->op == DRT_OP_KV_WRITE && t->ne[0] > 0) {
-        size_t row = *n / (size_t)t->ne[0];
-        off = (size_t)ex->p0 * row;
-        *n = (size_t)t->src[0]->ne[0] * row;
-    }
+    int kv = t->op == DRT_OP_KV_WRITE && t->ne[0] > 0;
+    size_t row = kv ? *n / (size_t)t->ne[0] : 0;
+    if (kv) *n = (size_t)t->src[0]->ne[0] * row;
     const char *h = drt_host_ptr(t);
-    if (h) {
-        *data = h + off;
+    if (h && !kv) {
+        *data = h;
         return DRT_OK;
     }
     if (*n > *cap) {
@@ -345,7 +355,15 @@ static drt_status read_output(const drt_tensor *t, const drt_exec *ex, void **tm
         *cap = *n;
     }
     *data = *tmp;
-    return t->buf->be->ops->download(t->buf->be, t->buf, t->offs + off, *tmp, *n);
+    if (!kv) return t->buf->be->ops->download(t->buf->be, t->buf, t->offs, *tmp, *n);
+    drt_status s = DRT_OK;
+    for (int i = 0; s == DRT_OK && i < ex->n_rows; i++) {
+        size_t at = (size_t)(ex->rows[2 * i] + ex->rows[2 * i + 1]) * row;
+        char *dst = (char *)*tmp + (size_t)i * row;
+        if (h) memcpy(dst, h + at, row);
+        else s = t->buf->be->ops->download(t->buf->be, t->buf, t->offs + at, dst, row);
+    }
+    return s;
 }
 
 drt_status drt_plan_run_observed(drt_plan *p, const drt_exec *ex, const drt_plan_observer *obs) {

@@ -10,7 +10,10 @@
 #include "diffrt/diffrt.h"
 
 #define DRT_MAX_DIMS 4
-#define DRT_MAX_SRC 4
+#define DRT_MAX_SRC 5
+/* The position ops (ROPE, KV_WRITE, ATTN, DIFF_ATTN) take the forward's rows
+ * tensor (drt_new_rows) as this input. */
+#define DRT_SRC_ROWS 4
 
 /* One enum; the op table in ops.c is indexed by it. */
 typedef enum {
@@ -72,9 +75,28 @@ size_t drt_nbytes(const drt_tensor *t);
 void *drt_host_ptr(const drt_tensor *t);
 
 /* ---- runtime state every op reads ------------------------------------ */
+/* A forward's rows (docs/design.md section 3). Row t of the position ops is
+ * token pos[t] of a sequence whose KV cache rows start at row base[t]: ROPE
+ * turns it by pos[t], KV_WRITE stores it at cache row base[t] + pos[t], and
+ * ATTN / DIFF_ATTN read the keys at rows base[t] .. base[t] + pos[t]. One
+ * sequence of T tokens from position p0 is base 0, pos p0 .. p0+T-1; a batch
+ * of sequences gives each its own base (its slot of the cache). Kernels read
+ * the graph's rows tensor, (T, 2) i32 {base, pos} per row, which the plan
+ * fills from `rows` before a run; the host copy is for checks, dispatch
+ * sizes and napkin math. */
 typedef struct {
-    int p0; /* position of the first new token; S = p0 + T */
+    int n_rows;          /* rows (the graph's T); 0: the graph has no position op */
+    const int32_t *rows; /* (n_rows, 2): base, pos */
+    int max_keys;        /* the most keys a row attends: max of pos + 1 */
+    int first_pos;       /* pos of row 0 */
+    double key_pairs;    /* keys attended by all rows: sum of pos + 1 */
 } drt_exec;
+
+/* ex for rows (n of them, base and pos each >= 0; NULL when n is 0). */
+drt_status drt_exec_rows(drt_exec *ex, const int32_t *rows, int n);
+/* rows[2T] for T tokens of one sequence at positions p0.. from cache row
+ * base, and ex for them (ex may be NULL). */
+drt_status drt_exec_seq(drt_exec *ex, int32_t *rows, int T, int base, int p0);
 
 /* ---- the graph -------------------------------------------------------- */
 typedef struct drt_graph {
@@ -108,20 +130,26 @@ drt_tensor *drt_rmsnorm(drt_graph *g, drt_tensor *x, drt_tensor *w, float eps);
 /* x (T,K) or (B,T,K); w (N,K) or (Bw,N,K) [trans_w: (Bw,K,N)]; y = scale * x w^T */
 drt_tensor *drt_matmul(drt_graph *g, drt_tensor *x, drt_tensor *w);
 drt_tensor *drt_matmul_ex(drt_graph *g, drt_tensor *x, drt_tensor *w, int trans_w, float scale);
-drt_tensor *drt_rope(drt_graph *g, drt_tensor *x, drt_tensor *inv_freq);
+/* The rows tensor of a graph of T rows: (T, 2) i32, an input the plan fills
+ * from drt_exec.rows. Every position op of a graph takes the same one. */
+drt_tensor *drt_new_rows(drt_graph *g, int64_t T);
+/* x (T,Hn,d) turned by each row's position (rows, drt_new_rows) */
+drt_tensor *drt_rope(drt_graph *g, drt_tensor *x, drt_tensor *inv_freq, drt_tensor *rows);
 /* lambda_th (T,H) or NULL for the scalar lambda */
 drt_tensor *drt_dual_softmax(drt_graph *g, drt_tensor *s1, drt_tensor *s2, float lambda,
                              drt_tensor *lambda_th);
-/* q (T,H,2,dk); k (S_cap,G,m,dk); v (S_cap,G,dv); reads S = p0+T rows of k, v */
+/* q (T,H,2,dk); k (S_cap,G,m,dk); v (S_cap,G,dv); row t reads the cache rows
+ * base[t] .. base[t] + pos[t] of k and v (rows) */
 drt_tensor *drt_diff_attn(drt_graph *g, drt_tensor *q, drt_tensor *k, drt_tensor *v, float lambda,
-                          drt_tensor *lambda_th);
-drt_tensor *drt_attn(drt_graph *g, drt_tensor *q, drt_tensor *k, drt_tensor *v);
+                          drt_tensor *lambda_th, drt_tensor *rows);
+drt_tensor *drt_attn(drt_graph *g, drt_tensor *q, drt_tensor *k, drt_tensor *v, drt_tensor *rows);
 drt_tensor *drt_groupnorm(drt_graph *g, drt_tensor *x, drt_tensor *w, float eps, float scale);
 drt_tensor *drt_swiglu(drt_graph *g, drt_tensor *gate, drt_tensor *up);
 drt_tensor *drt_sigmoid(drt_graph *g, drt_tensor *x);
 drt_tensor *drt_add(drt_graph *g, drt_tensor *a, drt_tensor *b);
-/* writes src (T, ...) into rows p0.. of cache (S_cap, ...); returns a view of cache */
-drt_tensor *drt_kv_write(drt_graph *g, drt_tensor *src, drt_tensor *cache);
+/* writes row t of src (T, ...) into row base[t] + pos[t] of cache (S_cap, ...)
+ * (rows); returns a view of cache */
+drt_tensor *drt_kv_write(drt_graph *g, drt_tensor *src, drt_tensor *cache, drt_tensor *rows);
 /* y dim a = x dim perm[a] */
 drt_tensor *drt_permute(drt_graph *g, drt_tensor *x, int p0, int p1, int p2, int p3);
 
@@ -159,7 +187,8 @@ typedef struct {
 
 const drt_op_info *drt_op_get(drt_op op);
 const char *drt_op_name(drt_op op);
-/* Runtime checks that depend on ex (e.g. p0 + T <= cache rows). */
+/* Runtime checks that depend on ex: each row's cache row base + pos inside
+ * the cache, ex's row count that of the node's rows tensor. */
 drt_status drt_op_check_exec(const drt_tensor *node, const drt_exec *ex);
 
 /* ---- backends ---------------------------------------------------------- */

@@ -180,9 +180,15 @@ drt_tensor *drt_matmul(drt_graph *g, drt_tensor *x, drt_tensor *w) {
     return drt_matmul_ex(g, x, w, 0, 1.0f);
 }
 
-drt_tensor *drt_rope(drt_graph *g, drt_tensor *x, drt_tensor *inv_freq) {
+drt_tensor *drt_new_rows(drt_graph *g, int64_t T) {
+    drt_tensor *t = drt_new_tensor_2d(g, DRT_I32, T, 2, "rows");
+    if (t) t->flags |= DRT_TF_INPUT;
+    return t;
+}
+
+drt_tensor *drt_rope(drt_graph *g, drt_tensor *x, drt_tensor *inv_freq, drt_tensor *rows) {
     if (!x) return fail(g, g->err ? g->err : DRT_ERR_INVALID_ARG);
-    return new_node(g, DRT_OP_ROPE, DRT_F32, x->nd, x->ne, SRCS(x, inv_freq), 2, NULL, NULL);
+    return new_node(g, DRT_OP_ROPE, DRT_F32, x->nd, x->ne, SRCS(x, inv_freq, NULL, NULL, rows), 5, NULL, NULL);
 }
 
 drt_tensor *drt_dual_softmax(drt_graph *g, drt_tensor *s1, drt_tensor *s2, float lambda,
@@ -194,17 +200,17 @@ drt_tensor *drt_dual_softmax(drt_graph *g, drt_tensor *s1, drt_tensor *s2, float
 }
 
 drt_tensor *drt_diff_attn(drt_graph *g, drt_tensor *q, drt_tensor *k, drt_tensor *v, float lambda,
-                          drt_tensor *lambda_th) {
+                          drt_tensor *lambda_th, drt_tensor *rows) {
     if (!q || !v) return fail(g, g->err ? g->err : DRT_ERR_INVALID_ARG);
     int64_t ne[3] = {q->ne[0], q->ne[1], v->ne[v->nd - 1]};
     float fp[4] = {lambda};
-    return new_node(g, DRT_OP_DIFF_ATTN, DRT_F32, 3, ne, SRCS(q, k, v, lambda_th), 4, fp, NULL);
+    return new_node(g, DRT_OP_DIFF_ATTN, DRT_F32, 3, ne, SRCS(q, k, v, lambda_th, rows), 5, fp, NULL);
 }
 
-drt_tensor *drt_attn(drt_graph *g, drt_tensor *q, drt_tensor *k, drt_tensor *v) {
+drt_tensor *drt_attn(drt_graph *g, drt_tensor *q, drt_tensor *k, drt_tensor *v, drt_tensor *rows) {
     if (!q || !v) return fail(g, g->err ? g->err : DRT_ERR_INVALID_ARG);
     int64_t ne[3] = {q->ne[0], q->ne[1], v->ne[v->nd - 1]};
-    return new_node(g, DRT_OP_ATTN, DRT_F32, 3, ne, SRCS(q, k, v), 3, NULL, NULL);
+    return new_node(g, DRT_OP_ATTN, DRT_F32, 3, ne, SRCS(q, k, v, NULL, rows), 5, NULL, NULL);
 }
 
 drt_tensor *drt_groupnorm(drt_graph *g, drt_tensor *x, drt_tensor *w, float eps, float scale) {
@@ -228,10 +234,10 @@ drt_tensor *drt_add(drt_graph *g, drt_tensor *a, drt_tensor *b) {
     return new_node(g, DRT_OP_ADD, DRT_F32, a->nd, a->ne, SRCS(a, b), 2, NULL, NULL);
 }
 
-drt_tensor *drt_kv_write(drt_graph *g, drt_tensor *src, drt_tensor *cache) {
+drt_tensor *drt_kv_write(drt_graph *g, drt_tensor *src, drt_tensor *cache, drt_tensor *rows) {
     if (!cache) return fail(g, g->err ? g->err : DRT_ERR_INVALID_ARG);
-    drt_tensor *t =
-        new_node(g, DRT_OP_KV_WRITE, DRT_F32, cache->nd, cache->ne, SRCS(src, cache), 2, NULL, NULL);
+    drt_tensor *t = new_node(g, DRT_OP_KV_WRITE, DRT_F32, cache->nd, cache->ne,
+                             SRCS(src, cache, NULL, NULL, rows), 5, NULL, NULL);
     if (!t) return NULL;
     /* the result is the cache itself, written in place */
     t->view_src = base_of(cache);

@@ -42,6 +42,16 @@ static bool need_f32(const drt_tensor *t, const char *what, char *err, size_t n)
 
 /* ---- checks ------------------------------------------------------------ */
 
+/* the position ops' rows input: (T, 2) i32 for the T rows of x */
+static bool check_rows(const drt_tensor *t, int64_t T, char *err, size_t n) {
+    const drt_tensor *r = t->src[DRT_SRC_ROWS];
+    SHAPEBUF;
+    if (!r) return WHY("the rows input (base, pos per row) is missing");
+    if (r->type != DRT_I32 || r->nd != 2 || r->ne[0] != T || r->ne[1] != 2)
+        return WHY("rows must be i32 (T=%lld,2), got %s %s", (long long)T, drt_dtype_name(r->type), SHAPE(r));
+    return true;
+}
+
 static bool check_embed(const drt_tensor *t, char *err, size_t n) {
     const drt_tensor *ids = t->src[0], *E = t->src[1];
     SHAPEBUF;
@@ -91,7 +101,7 @@ static bool check_rope(const drt_tensor *t, char *err, size_t n) {
     if (x->nd != 3 || x->ne[2] % 2) return WHY("x must be (T,Hn,d) with d even, got %s", SHAPE(x));
     if (f->type != DRT_F32 || f->nd != 1 || f->ne[0] != x->ne[2] / 2)
         return WHY("inv_freq must be f32 (%lld), got %s", (long long)x->ne[2] / 2, SHAPE(f));
-    return true;
+    return check_rows(t, x->ne[0], err, n);
 }
 
 static bool check_lambda_th(const drt_tensor *l, int64_t T, int64_t H, char *err, size_t n) {
@@ -124,8 +134,8 @@ static bool check_diff_attn(const drt_tensor *t, char *err, size_t n) {
         return WHY("v must be (S,G,dv) with S, G of k %s, got %s", SHAPE(k), SHAPE(v));
     int64_t H = q->ne[1], G = k->ne[1];
     if (G < 1 || G > H || H % G) return WHY("H=%lld is not a multiple of G=%lld", (long long)H, (long long)G);
-    if (k->ne[0] < q->ne[0]) return WHY("cache rows %lld < T=%lld", (long long)k->ne[0], (long long)q->ne[0]);
-    return check_lambda_th(t->src[3], q->ne[0], H, err, n);
+    if (!check_lambda_th(t->src[3], q->ne[0], H, err, n)) return false;
+    return check_rows(t, q->ne[0], err, n);
 }
 
 static bool check_attn(const drt_tensor *t, char *err, size_t n) {
@@ -139,8 +149,8 @@ static bool check_attn(const drt_tensor *t, char *err, size_t n) {
         return WHY("v must be (S,G,dv) with S, G of k %s, got %s", SHAPE(k), SHAPE(v));
     int64_t H = q->ne[1], G = k->ne[1];
     if (G < 1 || G > H || H % G) return WHY("H=%lld is not a multiple of G=%lld", (long long)H, (long long)G);
-    if (k->ne[0] < q->ne[0]) return WHY("cache rows %lld < T=%lld", (long long)k->ne[0], (long long)q->ne[0]);
-    return true;
+    if (t->src[3]) return WHY("ATTN takes no lambda");
+    return check_rows(t, q->ne[0], err, n);
 }
 
 static bool check_groupnorm(const drt_tensor *t, char *err, size_t n) {
@@ -169,10 +179,10 @@ static bool check_kv_write(const drt_tensor *t, char *err, size_t n) {
     const drt_tensor *src = t->src[0], *c = t->src[1];
     SHAPEBUF;
     if (!need_f32(src, "src", err, n) || !need_f32(c, "cache", err, n)) return false;
-    bool ok = src->nd == c->nd && src->ne[0] <= c->ne[0];
+    bool ok = src->nd == c->nd;
     for (int i = 1; ok && i < c->nd; i++) ok = src->ne[i] == c->ne[i];
     if (!ok) return WHY("src %s does not fit cache %s", SHAPE(src), SHAPE(c));
-    return true;
+    return check_rows(t, src->ne[0], err, n);
 }
 
 static bool check_permute(const drt_tensor *t, char *err, size_t n) {
@@ -190,13 +200,14 @@ static bool check_permute(const drt_tensor *t, char *err, size_t n) {
 
 /* ---- napkin math ----------------------------------------------------------
  * bytes: every input read once, the output written once (what a kernel with
- * perfect reuse moves). Attention reads S = p0 + T rows of the cache. */
+ * perfect reuse moves), the rows tensor aside. Attention reads each row's
+ * pos + 1 keys of the cache (ex->key_pairs over all rows). */
 
 static double tbytes(const drt_tensor *t) { return t ? (double)drt_nbytes(t) : 0; }
 
 static double bytes_io(const drt_tensor *t, const drt_exec *ex) {
     double b = tbytes(t);
-    for (int i = 0; i < DRT_MAX_SRC; i++) b += tbytes(t->src[i]);
+    for (int i = 0; i < DRT_MAX_SRC; i++) b += i == DRT_SRC_ROWS ? 0 : tbytes(t->src[i]);
     return b;
 }
 
@@ -209,26 +220,37 @@ static double flops_matmul(const drt_tensor *t, const drt_exec *ex) {
     return 2.0 * (double)drt_nelem(t) * (double)x->ne[x->nd - 1];
 }
 
-/* keys visited by a causal query block: sum over t of (p0 + t + 1) */
-static double causal_pairs(int64_t T, int64_t p0) { return (double)T * (double)p0 + (double)T * (T + 1) / 2.0; }
+/* (query, key) pairs the rows attend: sum over rows of pos + 1 */
+static double causal_pairs(const drt_exec *ex) { return ex ? ex->key_pairs : 0; }
 
 static double flops_diff_attn(const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *q = t->src[0], *v = t->src[2];
-    int64_t T = q->ne[0], H = q->ne[1], dk = q->ne[3], dv = v->ne[2];
+    int64_t H = q->ne[1], dk = q->ne[3], dv = v->ne[2];
     /* two q.k dots (2*2*dk) and one combined weight times v (2*dv) per pair */
-    return causal_pairs(T, ex ? ex->p0 : 0) * (double)H * (4.0 * dk + 2.0 * dv);
+    return causal_pairs(ex) * (double)H * (4.0 * dk + 2.0 * dv);
 }
 
 static double flops_attn(const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *q = t->src[0], *v = t->src[2];
-    int64_t T = q->ne[0], H = q->ne[1], dk = q->ne[2], dv = v->ne[2];
-    return causal_pairs(T, ex ? ex->p0 : 0) * (double)H * (2.0 * dk + 2.0 * dv);
+    int64_t H = q->ne[1], dk = q->ne[2], dv = v->ne[2];
+    return causal_pairs(ex) * (double)H * (2.0 * dk + 2.0 * dv);
+}
+
+/* every key a row attends read once: rows of one sequence share theirs
+ * (the longest of them), separate sequences do not */
+static double keys_read(const drt_exec *ex) {
+    double keys = 0;
+    for (int t = 0; ex && t < ex->n_rows; t++) {
+        const int32_t *r = ex->rows + 2 * t;
+        int last = t + 1 == ex->n_rows || r[2] != r[0] || r[3] != r[1] + 1;
+        if (last) keys += r[1] + 1; /* the last row of a run of one sequence */
+    }
+    return keys;
 }
 
 static double bytes_attn(const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *k = t->src[1], *v = t->src[2];
-    int64_t T = t->ne[0], S = (ex ? ex->p0 : 0) + T;
-    double kv = (double)S * (double)(drt_nelem(k) / k->ne[0] + drt_nelem(v) / v->ne[0]) * 4.0;
+    double kv = keys_read(ex) * (double)(drt_nelem(k) / k->ne[0] + drt_nelem(v) / v->ne[0]) * 4.0;
     return tbytes(t->src[0]) + kv + tbytes(t) + tbytes(t->src[3]);
 }
 
@@ -245,15 +267,15 @@ static const drt_op_info g_ops[DRT_OP_COUNT] = {
     [DRT_OP_EMBED] = {"EMBED", 2, 2, check_embed, flops_zero, bytes_io},
     [DRT_OP_RMSNORM] = {"RMSNORM", 1, 2, check_rmsnorm, flops_norm, bytes_io},
     [DRT_OP_MATMUL] = {"MATMUL", 2, 2, check_matmul, flops_matmul, bytes_io},
-    [DRT_OP_ROPE] = {"ROPE", 2, 2, check_rope, flops_elem4, bytes_io},
+    [DRT_OP_ROPE] = {"ROPE", 2, 5, check_rope, flops_elem4, bytes_io},
     [DRT_OP_DUAL_SOFTMAX] = {"DUAL_SOFTMAX", 2, 3, check_dual_softmax, flops_dual_softmax, bytes_io},
-    [DRT_OP_DIFF_ATTN] = {"DIFF_ATTN", 3, 4, check_diff_attn, flops_diff_attn, bytes_attn},
-    [DRT_OP_ATTN] = {"ATTN", 3, 3, check_attn, flops_attn, bytes_attn},
+    [DRT_OP_DIFF_ATTN] = {"DIFF_ATTN", 3, 5, check_diff_attn, flops_diff_attn, bytes_attn},
+    [DRT_OP_ATTN] = {"ATTN", 3, 5, check_attn, flops_attn, bytes_attn},
     [DRT_OP_GROUPNORM] = {"GROUPNORM", 1, 2, check_groupnorm, flops_norm, bytes_io},
     [DRT_OP_SWIGLU] = {"SWIGLU", 2, 2, check_binary, flops_elem4, bytes_io},
     [DRT_OP_SIGMOID] = {"SIGMOID", 1, 1, check_unary, flops_elem4, bytes_io},
     [DRT_OP_ADD] = {"ADD", 2, 2, check_binary, flops_elem, bytes_io},
-    [DRT_OP_KV_WRITE] = {"KV_WRITE", 2, 2, check_kv_write, flops_zero, bytes_kv_write},
+    [DRT_OP_KV_WRITE] = {"KV_WRITE", 2, 5, check_kv_write, flops_zero, bytes_kv_write},
     [DRT_OP_PERMUTE] = {"PERMUTE", 1, 1, check_permute, flops_zero, bytes_io},
 };
 
@@ -263,22 +285,43 @@ const drt_op_info *drt_op_get(drt_op op) {
 
 const char *drt_op_name(drt_op op) { return drt_op_get(op)->name; }
 
-drt_status drt_op_check_exec(const drt_tensor *t, const drt_exec *ex) {
-    int64_t T;
-    switch (t->op) {
-    case DRT_OP_DIFF_ATTN:
-    case DRT_OP_ATTN:
-    case DRT_OP_KV_WRITE:
-        T = t->src[0]->ne[0];
-        if (ex->p0 < 0 || ex->p0 + T > t->src[1]->ne[0])
-            return drt_set_error(DRT_ERR_INVALID_ARG,
-                                 "%s: positions %d..%lld exceed the cache of %lld rows", drt_op_name(t->op),
-                                 ex->p0, (long long)(ex->p0 + T - 1), (long long)t->src[1]->ne[0]);
-        return DRT_OK;
-    case DRT_OP_ROPE:
-        if (ex->p0 < 0) return drt_set_error(DRT_ERR_INVALID_ARG, "ROPE: negative position %d", ex->p0);
-        return DRT_OK;
-    default:
-        return DRT_OK;
+drt_status drt_exec_rows(drt_exec *ex, const int32_t *rows, int n) {
+    *ex = (drt_exec){.n_rows = n, .rows = rows};
+    if (n < 0 || (n > 0 && !rows)) return drt_set_error(DRT_ERR_INVALID_ARG, "rows: %d rows at %p", n, (const void *)rows);
+    for (int t = 0; t < n; t++) {
+        int32_t base = rows[2 * t], pos = rows[2 * t + 1];
+        if (base < 0 || pos < 0 || pos == INT32_MAX)
+            return drt_set_error(DRT_ERR_INVALID_ARG, "row %d: cache base %d, position %d (each must be >= 0)", t,
+                                 base, pos);
+        if (pos + 1 > ex->max_keys) ex->max_keys = pos + 1;
+        ex->key_pairs += (double)pos + 1;
     }
+    ex->first_pos = n ? rows[1] : 0;
+    return DRT_OK;
+}
+
+drt_status drt_exec_seq(drt_exec *ex, int32_t *rows, int T, int base, int p0) {
+    for (int t = 0; t < T; t++) {
+        rows[2 * t] = base;
+        rows[2 * t + 1] = p0 + t;
+    }
+    drt_exec tmp;
+    return drt_exec_rows(ex ? ex : &tmp, rows, T);
+}
+
+drt_status drt_op_check_exec(const drt_tensor *t, const drt_exec *ex) {
+    const drt_tensor *r = t->src[DRT_SRC_ROWS];
+    if (!r) return DRT_OK;
+    if (!ex->rows || ex->n_rows != r->ne[0])
+        return drt_set_error(DRT_ERR_INVALID_ARG, "%s: the run gives %d rows, the graph has %lld", drt_op_name(t->op),
+                             ex->rows ? ex->n_rows : 0, (long long)r->ne[0]);
+    if (t->op == DRT_OP_ROPE) return DRT_OK; /* every pos >= 0 (drt_exec_rows) */
+    int64_t cap = t->src[1]->ne[0];
+    for (int i = 0; i < ex->n_rows; i++) {
+        int64_t base = ex->rows[2 * i], pos = ex->rows[2 * i + 1];
+        if (base + pos >= cap)
+            return drt_set_error(DRT_ERR_INVALID_ARG, "%s: row %d (cache base %lld, position %lld) is past the cache of %lld rows",
+                                 drt_op_name(t->op), i, (long long)base, (long long)pos, (long long)cap);
+    }
+    return DRT_OK;
 }

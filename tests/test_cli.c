@@ -391,8 +391,10 @@ static void ref_oom_names_ref(void) {
         node.src[2] = &v;
         snprintf(node.name, sizeof node.name, "attn.7");
         float y = 0, in = 0;
-        void *srcs[DRT_MAX_SRC] = {&in, &in, &in};
-        drt_exec ex = {.p0 = (1 << 28) - 1};
+        int32_t rows[2] = {0, (1 << 28) - 1}; /* one row at position 2^28 - 1 */
+        void *srcs[DRT_MAX_SRC] = {&in, &in, &in, NULL, rows};
+        drt_exec ex;
+        drt_exec_rows(&ex, rows, 1);
         drt_status s = drt_ref_run_node(&node, &y, srcs, &ex);
         _exit(s == DRT_ERR_OOM && isnan(y) && strstr(drt_last_error(), "ref: ATTN attn.7: cannot allocate") ? 0
               : s == DRT_OK                                                                                 ? 1

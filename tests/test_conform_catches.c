@@ -1,9 +1,13 @@
-/* The conformance harness must catch wrong kernels. Four deliberately wrong
+/* The conformance harness must catch wrong kernels. Six deliberately wrong
  * backends (built only here) wrap the CPU reference and break one thing:
  *   wrong-mask    DIFF_ATTN and DUAL_SOFTMAX see one key past the causal mask
  *   wrong-lambda  DIFF_ATTN and DUAL_SOFTMAX drop lambda (A1 alone)
  *   wrong-scale   DIFF_ATTN and ATTN forget the 1/sqrt(dk) scale
  *   wrong-tail    every op leaves the last element of its output unwritten
+ *   wrong-slot    the position ops ignore each row's cache base (every row
+ *                 in the first sequence's slot)
+ *   wrong-pos     the position ops take row t at position pos[0] + t (one
+ *                 sequence), not its own
  * Each must come out of drt_conform_run as a named FAIL for exactly the ops
  * it breaks, while the ops it leaves alone still pass. */
 #include <math.h>
@@ -15,27 +19,39 @@
 #include "drt_graph.h"
 #include "drt_test.h"
 
-enum { BREAK_MASK = 1, BREAK_LAMBDA = 2, BREAK_SCALE = 4, BREAK_TAIL = 8 };
+enum { BREAK_MASK = 1, BREAK_LAMBDA = 2, BREAK_SCALE = 4, BREAK_TAIL = 8, BREAK_SLOT = 16, BREAK_POS = 32 };
+#define BREAK_ROWS (BREAK_SLOT | BREAK_POS)
+
+/* rows as the wrong-slot and wrong-pos backends read them: a copy of n rows */
+static int32_t *knob_rows(const int32_t *rows, int n, int brk) {
+    int32_t *r = malloc(sizeof(int32_t) * 2 * (size_t)n);
+    for (int t = 0; t < n; t++) {
+        r[2 * t] = brk & BREAK_SLOT ? rows[0] : rows[2 * t];
+        r[2 * t + 1] = brk & BREAK_POS ? rows[1] + t : rows[2 * t + 1];
+    }
+    return r;
+}
 
 /* A plain differential attention with knobs for each break. q (T,H,2,dk),
- * k (S,G,m,dk), v (S,G,dv), o (T,H,dv). ATTN is the same with one map
- * (q2 = none, lambda = 0): pass maps = 1. */
-static void knob_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
-                      int m, int dk, int dv, int maps, float lambda, const float *lth, int brk) {
-    int p0 = S - T;
+ * k (S_cap,G,m,dk), v (S_cap,G,dv), o (T,H,dv), rows (T,2). ATTN is the same
+ * with one map (q2 = none, lambda = 0): pass maps = 1. */
+static void knob_attn(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H,
+                      int G, int m, int dk, int dv, int maps, float lambda, const float *lth, int brk) {
+    int S = 0;
+    for (int t = 0; t < T; t++) S = rows[2 * t + 1] + 2 > S ? rows[2 * t + 1] + 2 : S;
     double s = brk & BREAK_SCALE ? 1.0 : 1.0 / sqrt((double)dk);
     double *w = malloc(sizeof(double) * 2 * (size_t)S);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++) {
             int g = h * G / H;
-            int last = p0 + t + (brk & BREAK_MASK ? 1 : 0);
-            if (last > S - 1) last = S - 1;
+            int last = rows[2 * t + 1] + (brk & BREAK_MASK ? 1 : 0);
+            size_t base = (size_t)rows[2 * t];
             for (int c = 0; c < maps; c++) {
                 const float *qq = q + ((size_t)(t * H + h) * maps + c) * dk;
                 int kc = maps == 1 ? 0 : (c == 0 ? 0 : m - 1);
                 double mx = -INFINITY, sum = 0;
                 for (int j = 0; j <= last; j++) {
-                    const float *kk = k + ((size_t)(j * G + g) * (maps == 1 ? 1 : m) + kc) * dk;
+                    const float *kk = k + (((base + (size_t)j) * G + g) * (maps == 1 ? 1 : m) + kc) * dk;
                     double d = 0;
                     for (int i = 0; i < dk; i++) d += (double)qq[i] * kk[i];
                     w[c * S + j] = d * s;
@@ -48,7 +64,7 @@ static void knob_attn(float *o, const float *q, const float *k, const float *v, 
             for (int e = 0; e < dv; e++) {
                 double acc = 0;
                 for (int j = 0; j <= last; j++)
-                    acc += (w[j] - (maps == 2 ? lam * w[S + j] : 0)) * v[(size_t)(j * G + g) * dv + e];
+                    acc += (w[j] - (maps == 2 ? lam * w[S + j] : 0)) * v[((base + (size_t)j) * G + g) * dv + e];
                 o[(size_t)(t * H + h) * dv + e] = (float)acc;
             }
         }
@@ -92,12 +108,20 @@ static drt_status wrong_compute(drt_backend *be, drt_tensor *const *nodes, int n
         for (int j = 0; j < DRT_MAX_SRC; j++) srcs[j] = ptr(t->src[j]);
         float *dst = ptr(t);
         int T = (int)q->ne[0];
-        if (t->op == DRT_OP_DIFF_ATTN && (brk & (BREAK_MASK | BREAK_LAMBDA | BREAK_SCALE))) {
-            knob_attn(dst, srcs[0], srcs[1], srcs[2], T, ex->p0 + T, (int)q->ne[1], (int)k->ne[1], (int)k->ne[2],
+        int32_t *rows = t->src[DRT_SRC_ROWS] ? knob_rows(srcs[DRT_SRC_ROWS], T, brk) : NULL;
+        if (t->op == DRT_OP_DIFF_ATTN && (brk & (BREAK_MASK | BREAK_LAMBDA | BREAK_SCALE | BREAK_ROWS))) {
+            knob_attn(dst, srcs[0], srcs[1], srcs[2], T, rows, (int)q->ne[1], (int)k->ne[1], (int)k->ne[2],
                       (int)q->ne[3], (int)t->ne[2], 2, t->fp[0], srcs[3], brk);
-        } else if (t->op == DRT_OP_ATTN && (brk & BREAK_SCALE)) {
-            knob_attn(dst, srcs[0], srcs[1], srcs[2], T, ex->p0 + T, (int)q->ne[1], (int)k->ne[1], 1,
+        } else if (t->op == DRT_OP_ATTN && (brk & (BREAK_SCALE | BREAK_ROWS))) {
+            knob_attn(dst, srcs[0], srcs[1], srcs[2], T, rows, (int)q->ne[1], (int)k->ne[1], 1,
                       (int)q->ne[2], (int)t->ne[2], 1, 0, NULL, brk);
+        } else if ((t->op == DRT_OP_ROPE || t->op == DRT_OP_KV_WRITE) && (brk & BREAK_ROWS)) {
+            srcs[DRT_SRC_ROWS] = rows;
+            drt_status s = drt_ref_run_node(t, dst, srcs, ex);
+            if (s != DRT_OK) {
+                free(rows);
+                return s;
+            }
         } else if (t->op == DRT_OP_DUAL_SOFTMAX && (brk & (BREAK_MASK | BREAK_LAMBDA))) {
             knob_dual_softmax(dst, srcs[0], srcs[1], (int)q->ne[0], (int)q->ne[1], (int)q->ne[2], t->fp[0], srcs[2], brk);
         } else if (brk & BREAK_TAIL) {
@@ -106,19 +130,29 @@ static drt_status wrong_compute(drt_backend *be, drt_tensor *const *nodes, int n
             size_t nb = drt_nbytes(dt);
             char *tmp = malloc(nb);
             memcpy(tmp, ptr(dt), nb);
-            drt_status s = drt_ref_run_node(t, tmp, t->op == DRT_OP_KV_WRITE ? (void *[]){srcs[0], tmp} : srcs, ex);
+            drt_status s = drt_ref_run_node(
+                t, tmp, t->op == DRT_OP_KV_WRITE ? (void *[]){srcs[0], tmp, NULL, NULL, srcs[DRT_SRC_ROWS]} : srcs, ex);
             size_t es = drt_dtype_size(dt->type);
+            /* a KV_WRITE: the last element of the last row it writes */
+            const int32_t *r = srcs[DRT_SRC_ROWS];
             size_t last = t->op == DRT_OP_KV_WRITE
-                              ? (size_t)(ex->p0 + t->src[0]->ne[0]) * (nb / (size_t)dt->ne[0]) - es
+                              ? (size_t)(r[2 * (T - 1)] + r[2 * (T - 1) + 1] + 1) * (nb / (size_t)dt->ne[0]) - es
                               : nb - es;
             memcpy(ptr(dt), tmp, last); /* the last element keeps its poison */
             if (t->op == DRT_OP_KV_WRITE) memcpy((char *)ptr(dt) + last + es, tmp + last + es, nb - last - es);
             free(tmp);
-            if (s != DRT_OK) return s;
+            if (s != DRT_OK) {
+                free(rows);
+                return s;
+            }
         } else {
             drt_status s = drt_ref_run_node(t, dst, srcs, ex);
-            if (s != DRT_OK) return s;
+            if (s != DRT_OK) {
+                free(rows);
+                return s;
+            }
         }
+        free(rows);
     }
     return DRT_OK;
 }
@@ -146,15 +180,19 @@ WRONG_INIT(init_mask, BREAK_MASK)
 WRONG_INIT(init_lambda, BREAK_LAMBDA)
 WRONG_INIT(init_scale, BREAK_SCALE)
 WRONG_INIT(init_tail, BREAK_TAIL)
+WRONG_INIT(init_slot, BREAK_SLOT)
+WRONG_INIT(init_pos, BREAK_POS)
 
 #define WRONG_OPS(nm, initfn)                                                                                        \
     {.name = nm, .probe = w_probe, .device_name = w_name, .init = initfn, .shutdown = w_shutdown,                \
      .buf_alloc = w_alloc, .buf_free = w_free, .upload = w_up, .download = w_down, .supports = w_supports,         \
      .compute = wrong_compute, .synchronize = w_sync}
 
-static const drt_backend_ops WRONG[4] = {
-    WRONG_OPS("wrong-mask", init_mask), WRONG_OPS("wrong-lambda", init_lambda),
-    WRONG_OPS("wrong-scale", init_scale), WRONG_OPS("wrong-tail", init_tail)};
+#define N_WRONG 6
+static const drt_backend_ops WRONG[N_WRONG] = {
+    WRONG_OPS("wrong-mask", init_mask),   WRONG_OPS("wrong-lambda", init_lambda),
+    WRONG_OPS("wrong-scale", init_scale), WRONG_OPS("wrong-tail", init_tail),
+    WRONG_OPS("wrong-slot", init_slot),   WRONG_OPS("wrong-pos", init_pos)};
 
 typedef struct {
     const char *backend;
@@ -170,6 +208,9 @@ static const expectation EXPECT[] = {
      {"EMBED", "RMSNORM", "MATMUL", "ROPE", "DUAL_SOFTMAX", "DIFF_ATTN", "ATTN", "GROUPNORM", "SWIGLU", "SIGMOID",
       "ADD", "KV_WRITE", "PERMUTE"},
      {NULL}},
+    /* only the cases of several sequences (runs) catch these */
+    {"wrong-slot", {"DIFF_ATTN", "ATTN", "KV_WRITE"}, {"ROPE", "MATMUL", "DUAL_SOFTMAX"}},
+    {"wrong-pos", {"DIFF_ATTN", "ATTN", "KV_WRITE", "ROPE"}, {"MATMUL", "DUAL_SOFTMAX", "GROUPNORM"}},
 };
 
 /* the table row of op for the single selected backend: "OP  <cell>" */
@@ -192,7 +233,7 @@ static const char *row_cell(const char *report, const char *op, char *buf, size_
 }
 
 int main(void) {
-    for (int i = 0; i < 4; i++) DRT_CHECK(drt_registry_add(&WRONG[i]) == DRT_OK, "register %s", WRONG[i].name);
+    for (int i = 0; i < N_WRONG; i++) DRT_CHECK(drt_registry_add(&WRONG[i]) == DRT_OK, "register %s", WRONG[i].name);
     for (size_t e = 0; e < sizeof EXPECT / sizeof EXPECT[0]; e++) {
         char *report = NULL;
         size_t len = 0;

@@ -77,16 +77,19 @@ static void shape_errors(void) {
         {"matmul inner dims", "MATMUL"}, {"diff_attn q without 2 maps", "DIFF_ATTN"},
         {"add shapes differ", "ADD"},    {"rope odd d", "ROPE"},
         {"G does not divide H", "DIFF_ATTN"}, {"embed f32 ids", "EMBED"},
+        {"attn rows of another T", "rows must be i32 (T=2,2)"}, {"kv_write without rows", "rows input"},
     };
-    for (int c = 0; c < 6; c++) {
+    for (int c = 0; c < 8; c++) {
         drt_graph *g = drt_graph_new();
         drt_tensor *r = NULL;
         switch (c) {
         case 0: r = drt_matmul(g, drt_new_tensor_2d(g, DRT_F32, 3, 5, "x"), drt_new_tensor_2d(g, DRT_F32, 4, 6, "w")); break;
-        case 1: r = drt_diff_attn(g, drt_new_tensor_4d(g, DRT_F32, 2, 4, 1, 8, "q"), drt_new_tensor_4d(g, DRT_F32, 2, 2, 2, 8, "k"), drt_new_tensor_3d(g, DRT_F32, 2, 2, 16, "v"), 0.5f, NULL); break;
+        case 1: r = drt_diff_attn(g, drt_new_tensor_4d(g, DRT_F32, 2, 4, 1, 8, "q"), drt_new_tensor_4d(g, DRT_F32, 2, 2, 2, 8, "k"), drt_new_tensor_3d(g, DRT_F32, 2, 2, 16, "v"), 0.5f, NULL, drt_new_rows(g, 2)); break;
         case 2: r = drt_add(g, drt_new_tensor_2d(g, DRT_F32, 3, 5, "a"), drt_new_tensor_2d(g, DRT_F32, 5, 3, "b")); break;
-        case 3: r = drt_rope(g, drt_new_tensor_3d(g, DRT_F32, 2, 2, 7, "x"), drt_new_tensor_1d(g, DRT_F32, 3, "f")); break;
-        case 4: r = drt_diff_attn(g, drt_new_tensor_4d(g, DRT_F32, 2, 4, 2, 8, "q"), drt_new_tensor_4d(g, DRT_F32, 2, 3, 2, 8, "k"), drt_new_tensor_3d(g, DRT_F32, 2, 3, 16, "v"), 0.5f, NULL); break;
+        case 3: r = drt_rope(g, drt_new_tensor_3d(g, DRT_F32, 2, 2, 7, "x"), drt_new_tensor_1d(g, DRT_F32, 3, "f"), drt_new_rows(g, 2)); break;
+        case 4: r = drt_diff_attn(g, drt_new_tensor_4d(g, DRT_F32, 2, 4, 2, 8, "q"), drt_new_tensor_4d(g, DRT_F32, 2, 3, 2, 8, "k"), drt_new_tensor_3d(g, DRT_F32, 2, 3, 16, "v"), 0.5f, NULL, drt_new_rows(g, 2)); break;
+        case 6: r = drt_attn(g, drt_new_tensor_3d(g, DRT_F32, 2, 4, 8, "q"), drt_new_tensor_3d(g, DRT_F32, 9, 2, 8, "k"), drt_new_tensor_3d(g, DRT_F32, 9, 2, 8, "v"), drt_new_rows(g, 3)); break;
+        case 7: r = drt_kv_write(g, drt_new_tensor_3d(g, DRT_F32, 2, 2, 8, "src"), drt_new_tensor_3d(g, DRT_F32, 9, 2, 8, "cache"), NULL); break;
         case 5: r = drt_embed(g, drt_new_tensor_1d(g, DRT_F32, 3, "ids"), drt_new_tensor_2d(g, DRT_F32, 10, 4, "E")); break;
         }
         DRT_CHECK(r == NULL && g->err == DRT_ERR_INVALID_ARG, "shape case '%s' was accepted", cases[c].what);
@@ -107,8 +110,9 @@ static void flop_counts(void) {
     /* T=4 queries at p0=6: keys 7+8+9+10 = 34 pairs per head */
     drt_tensor *da = drt_diff_attn(g, drt_new_tensor_4d(g, DRT_F32, 4, 2, 2, 8, "q"),
                                    drt_new_tensor_4d(g, DRT_F32, 16, 1, 2, 8, "k"),
-                                   drt_new_tensor_3d(g, DRT_F32, 16, 1, 16, "v"), 0.3f, NULL);
-    ex.p0 = 6;
+                                   drt_new_tensor_3d(g, DRT_F32, 16, 1, 16, "v"), 0.3f, NULL, drt_new_rows(g, 4));
+    int32_t rows[8];
+    drt_exec_seq(&ex, rows, 4, 0, 6);
     DRT_CHECK(drt_op_get(DRT_OP_DIFF_ATTN)->flops(da, &ex) == 34.0 * 2 * (4 * 8 + 2 * 16), "diff_attn flops %g",
               drt_op_get(DRT_OP_DIFF_ATTN)->flops(da, &ex));
     for (int op = 1; op < DRT_OP_COUNT; op++)
@@ -180,7 +184,7 @@ static void fused_vs_decomposed(const char *backend, const attn_case *c) {
     drt_tensor *k = drt_new_tensor_4d(g, DRT_F32, c->S, c->G, c->m, c->dk, "k");
     drt_tensor *v = drt_new_tensor_3d(g, DRT_F32, c->S, c->G, c->dv, "v");
     drt_tensor *lam = c->per_token ? drt_new_tensor_2d(g, DRT_F32, c->T, c->H, "lambda") : NULL;
-    drt_tensor *fused = drt_diff_attn(g, q, k, v, 0.37f, lam);
+    drt_tensor *fused = drt_diff_attn(g, q, k, v, 0.37f, lam, drt_new_rows(g, c->T));
     drt_tensor *dec = drt_diff_attn_decomposed(g, q, k, v, 0.37f, lam);
     /* both are poisoned before the run and read after it */
     if (fused) fused->flags |= DRT_TF_OUTPUT;
@@ -205,8 +209,11 @@ static void fused_vs_decomposed(const char *backend, const attn_case *c) {
         drt_fill_nan(b, n);
         drt_tensor_set(fused, a, (size_t)n * 4); /* poison */
         drt_tensor_set(dec, b, (size_t)n * 4);
-        drt_exec ex = {.p0 = c->S - c->T};
+        drt_exec ex;
+        int32_t *rows = malloc(sizeof(int32_t) * 2 * (size_t)c->T);
+        drt_exec_seq(&ex, rows, c->T, 0, c->S - c->T);
         DRT_CHECK(drt_plan_run(p, &ex) == DRT_OK, "run: %s", drt_last_error());
+        free(rows);
         drt_tensor_get(fused, a, (size_t)n * 4);
         drt_tensor_get(dec, b, (size_t)n * 4);
         double e = drt_nmse(a, b, n);

@@ -115,9 +115,10 @@ static void build_attention(drt_graph *g) {
     int64_t ne[3] = {AT_T, AT_H, AT_DK};
     drt_tensor *q = drt_matmul(g, x, W);
     drt_tensor *k = drt_sigmoid(g, drt_matmul(g, x, W));
-    drt_tensor *kw = drt_kv_write(g, drt_view(g, k, 3, ne, 0), kc);
-    drt_tensor *vw = drt_kv_write(g, drt_view(g, x, 3, ne, 0), vc);
-    drt_tensor *o = drt_attn(g, drt_view(g, q, 3, ne, 0), kw, vw);
+    drt_tensor *rows = drt_new_rows(g, AT_T);
+    drt_tensor *kw = drt_kv_write(g, drt_view(g, k, 3, ne, 0), kc, rows);
+    drt_tensor *vw = drt_kv_write(g, drt_view(g, x, 3, ne, 0), vc, rows);
+    drt_tensor *o = drt_attn(g, drt_view(g, q, 3, ne, 0), kw, vw, rows);
     int64_t ne2[2] = {AT_T, AT_H * AT_DK};
     drt_matmul(g, drt_view(g, o, 2, ne2, 0), W);
 }
@@ -187,7 +188,7 @@ static int seen(void *ctx, const drt_node_seen *ev, const drt_exec *ex) {
         DRT_CHECK(ev->node == r->only, "%s/%s: saw node %d (%s), wanted only another", r->c->name, r->be, i, nm);
     DRT_CHECK(ev->fallback == (r->dev && ev->node->op == DRT_OP_SIGMOID), "%s/%s: node %d (%s) fallback %d",
               r->c->name, r->be, i, nm, ev->fallback);
-    DRT_CHECK(ex->p0 == r->c->p0, "%s/%s: p0 %d", r->c->name, r->be, ex->p0);
+    DRT_CHECK(ex->first_pos == r->c->p0, "%s/%s: first position %d", r->c->name, r->be, ex->first_pos);
     if (r->expect_data && i < r->g->n_nodes) {
         const bytes *b = &r->ref[i];
         DRT_CHECK(ev->data && ev->nbytes == b->n && memcmp(ev->data, b->data, b->n) == 0,
@@ -217,7 +218,10 @@ static void test_case(const obs_case *c, const char *be_name) {
     drt_status s = drt_backend_open(be_name, NULL, &be);
     DRT_CHECK(s == DRT_OK, "%s: open %s: %s", c->name, be_name, drt_last_error());
     if (s != DRT_OK) return;
-    drt_exec ex = {.p0 = c->p0};
+    drt_exec ex;
+    int32_t rows[2 * AT_T];
+    drt_exec_seq(&ex, rows, AT_T, 0, c->p0);
+    if (c->build != build_attention) drt_exec_rows(&ex, NULL, 0); /* no position op */
 
     /* the reference: every node keeps its own buffer */
     drt_graph *g0 = drt_graph_new();

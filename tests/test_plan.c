@@ -160,7 +160,7 @@ static void build_kv(drt_graph *g) {
     drt_tensor *c2 = drt_new_tensor_3d(g, DRT_F32, 8, 2, 32, "c2");
     cache->flags |= DRT_TF_CACHE;
     drt_tensor *k = drt_sigmoid(g, drt_add(g, x, x));
-    drt_tensor *kc = drt_kv_write(g, k, cache);
+    drt_tensor *kc = drt_kv_write(g, k, cache, drt_new_rows(g, 3));
     drt_sigmoid(g, drt_add(g, kc, c2));
 }
 
@@ -173,7 +173,7 @@ static void build_attn(drt_graph *g) {
     drt_tensor *v = drt_new_tensor_3d(g, DRT_F32, S, G, dv, "v");
     drt_tensor *f = drt_new_tensor_1d(g, DRT_F32, dk / 2, "inv_freq");
     int64_t ne3[3] = {T, 2 * H, dk}, ne4[4] = {T, H, 2, dk};
-    drt_tensor *qr = drt_rope(g, drt_view(g, q, 3, ne3, 0), f);
+    drt_tensor *qr = drt_rope(g, drt_view(g, q, 3, ne3, 0), f, drt_new_rows(g, T));
     drt_tensor *o = drt_diff_attn_decomposed(g, drt_view(g, qr, 4, ne4, 0), k, v, 0.4f, NULL);
     drt_sigmoid(g, o);
 }
@@ -310,7 +310,13 @@ static drt_status run_case(drt_backend *be, const plan_case *c, int planned, flo
         drt_tensor_set(t, h, (size_t)n * 4);
         free(h);
     }
-    drt_exec ex = {.p0 = c->p0};
+    /* one sequence at p0 over the graph's rows tensor, if it has one */
+    drt_exec ex;
+    int32_t rows[2 * 16];
+    int T = 0;
+    for (int i = 0; i < g->n_owned; i++)
+        if (g->owned[i]->type == DRT_I32 && !strcmp(g->owned[i]->name, "rows")) T = (int)g->owned[i]->ne[0];
+    drt_exec_seq(&ex, rows, T, 0, c->p0);
     for (int run = 0; s == DRT_OK && run < 2; run++) {
         /* poison every node result (the arena too) before each run */
         for (int i = 0; i < g->n_nodes; i++) {

@@ -38,6 +38,17 @@ static void *xalloc(int64_t n, size_t size) {
 }
 
 static float *falloc(int64_t n) { return xalloc(n, sizeof(float)); }
+
+/* the rows (drt_exec) of T tokens of one sequence from position p0, in one of
+ * four buffers (a call may take two), reused by later calls */
+static const int32_t *seq_rows(int T, int p0) {
+    static int32_t *buf[4];
+    static int next;
+    int32_t *r = buf[next] = realloc(buf[next], sizeof(int32_t) * 2 * (size_t)(T > 0 ? T : 1));
+    next = (next + 1) % 4;
+    drt_exec_seq(NULL, r, T, 0, p0);
+    return r;
+}
 static double *dalloc(int64_t n) { return xalloc(n, sizeof(double)); }
 
 /* out and want are (n): every |out - want| <= tol * max(1, |want|). */
@@ -397,7 +408,7 @@ static void test_rope_hand(void) {
         const int n = cases[c].T * cases[c].Hn * cases[c].d;
         float y[16];
         drt_fill_nan(y, n);
-        drt_ref_rope(y, cases[c].x, cases[c].T, cases[c].Hn, cases[c].d, cases[c].p0,
+        drt_ref_rope(y, cases[c].x, cases[c].T, cases[c].Hn, cases[c].d, seq_rows(cases[c].T, cases[c].p0),
                  cases[c].inv_freq);
         expect_near(cases[c].name, y, cases[c].want, n, cases[c].tol);
     }
@@ -467,8 +478,8 @@ static void test_rope_interleaved(void) {
         permute_even_odd(kp, k, T * Hk, d);
         drt_fill_nan(qh, nq);
         drt_fill_nan(kh, nk);
-        drt_ref_rope(qh, qp, T, Hq, d, p0, inv);
-        drt_ref_rope(kh, kp, T, Hk, d, p0, inv);
+        drt_ref_rope(qh, qp, T, Hq, d, seq_rows(T, p0), inv);
+        drt_ref_rope(kh, kp, T, Hk, d, seq_rows(T, p0), inv);
         expect_near(name, qh, qip, nq, 1e-6);
         expect_near(name, kh, kip, nk, 1e-6);
         /* attention only sees q.k, which both orders must agree on */
@@ -548,7 +559,7 @@ static void test_kv_write(void) {
             want[i] = s >= 0 && s < cases[c].T ? src[s * row + i % row] : -9.0f;
             cache[i] = -9.0f;
         }
-        drt_ref_kv_write(cache, src, cases[c].T, row, cases[c].p0);
+        drt_ref_kv_write(cache, src, cases[c].T, row, seq_rows(cases[c].T, cases[c].p0));
         expect_near(cases[c].name, cache, want, n, 0);
     }
 }
@@ -762,15 +773,15 @@ static void test_diff_attn_hand(void) {
     const float want[2] = {4, 9};
     float o[2];
     drt_fill_nan(o, 2);
-    drt_ref_diff_attn(o, q_m1, k_m1, v, 2, 2, 1, 1, 1, 1, 1, 0.5f, NULL);
+    drt_ref_diff_attn(o, q_m1, k_m1, v, 2, seq_rows(2, 0), 1, 1, 1, 1, 1, 0.5f, NULL);
     expect_near("diff_attn T=2 S=2 H=1 G=1 m=1 dk=1 dv=1 lambda=0.5", o, want, 2, 1e-6);
     drt_fill_nan(o, 2);
-    drt_ref_diff_attn(o, q_m2, k_m2, v, 2, 2, 1, 1, 2, 1, 1, 0.5f, NULL);
+    drt_ref_diff_attn(o, q_m2, k_m2, v, 2, seq_rows(2, 0), 1, 1, 2, 1, 1, 0.5f, NULL);
     expect_near("diff_attn T=2 S=2 H=1 G=1 m=2 dk=1 dv=1 lambda=0.5", o, want, 2, 1e-6);
     /* ATTN, same keys: query 0 -> 8; query 1 -> 8/4 + 16*3/4 = 14 */
     const float qa[2] = {LN3, LN3}, want_a[2] = {8, 14};
     drt_fill_nan(o, 2);
-    drt_ref_attn(o, qa, k_m1, v, 2, 2, 1, 1, 1, 1);
+    drt_ref_attn(o, qa, k_m1, v, 2, seq_rows(2, 0), 1, 1, 1, 1);
     expect_near("attn T=2 S=2 H=1 G=1 dk=1 dv=1", o, want_a, 2, 1e-6);
 }
 
@@ -817,7 +828,7 @@ static void test_diff_attn_decomposed(void) {
         const float *lam_th = cases[c].per_token ? lam : NULL;
         const float lam_s1 = lam_th ? 123.0f : cases[c].lambda; /* ignored with lambda_th */
         drt_fill_nan(o, no);
-        drt_ref_diff_attn(o, q, k, v, T, S, H, G, m, dk, dv, lam_s1, lam_th);
+        drt_ref_diff_attn(o, q, k, v, T, seq_rows(T, S - T), H, G, m, dk, dv, lam_s1, lam_th);
         decomposed_diff_attn(od, q, k, v, T, S, H, G, m, dk, dv, lam_s1, lam_th);
         naive_diff_attn(ref, q, k, v, T, S, H, G, m, dk, dv, lam_s1, lam_th);
         DRT_CHECK(drt_all_finite(o, no), "%s: non-finite output", name);
@@ -858,8 +869,8 @@ static void test_attn(void) {
             memcpy(qd + th * 2 * dk, q + th * dk, sizeof(float) * dk);
         drt_fill_nan(o, no);
         drt_fill_nan(od, no);
-        drt_ref_attn(o, q, k, v, T, S, H, G, dk, dv);
-        drt_ref_diff_attn(od, qd, k, v, T, S, H, G, 1, dk, dv, 0.0f, NULL);
+        drt_ref_attn(o, q, k, v, T, seq_rows(T, S - T), H, G, dk, dv);
+        drt_ref_diff_attn(od, qd, k, v, T, seq_rows(T, S - T), H, G, 1, dk, dv, 0.0f, NULL);
         DRT_CHECK(drt_all_finite(o, no), "%s: non-finite output", name);
         expect_nmse(name, "attn vs diff_attn lambda=0", o, od, no, 1e-14);
         free(q), free(qd), free(k), free(v), free(o), free(od);
@@ -918,7 +929,7 @@ static void test_attn_large_logits(void) {
                   name, reach, cases[c].min_logit);
 
         drt_fill_nan(o, no);
-        drt_ref_diff_attn(o, q, k, v, T, S, H, G, m, dk, dv, cases[c].lambda, NULL);
+        drt_ref_diff_attn(o, q, k, v, T, seq_rows(T, S - T), H, G, m, dk, dv, cases[c].lambda, NULL);
         naive_diff_attn(ref, q, k, v, T, S, H, G, m, dk, dv, cases[c].lambda, NULL);
         DRT_CHECK(drt_all_finite(o, no), "%s: diff_attn output not finite", name);
         expect_nmse(name, "diff_attn vs double", o, ref, no, 1e-12);
@@ -934,7 +945,7 @@ static void test_attn_large_logits(void) {
             for (int th = 0; th < T * H; th++)
                 memcpy(qa + th * dk, q + th * 2 * dk, sizeof(float) * dk);
             drt_fill_nan(o, no);
-            drt_ref_attn(o, qa, k, v, T, S, H, G, dk, dv);
+            drt_ref_attn(o, qa, k, v, T, seq_rows(T, S - T), H, G, dk, dv);
             naive_diff_attn(ref, q, k, v, T, S, H, G, 1, dk, dv, 0.0f, NULL);
             DRT_CHECK(drt_all_finite(o, no), "%s: attn output not finite", name);
             expect_nmse(name, "attn vs double", o, ref, no, 1e-12);
@@ -954,7 +965,7 @@ static void test_attn_bits(void) {
     const float v[S * DV] = {1, 2, -3, 0.5f, 4, -1};
     for (int bits = 2; bits <= 8; bits += 3) {
         float o[T * DV];
-        drt_ref_attn_bits(o, q, k, v, T, S, 1, 1, DK, DV, bits);
+        drt_ref_attn_bits(o, q, k, v, T, seq_rows(T, S - T), 1, 1, DK, DV, bits);
         for (int t = 0; t < T; t++) {
             double l[S], m = 0, L = ldexp(1.0, bits - 1) - 1, mx = -1e300, den = 0, acc[DV] = {0};
             for (int j = 0; j <= t; j++) {
@@ -978,19 +989,20 @@ static void test_attn_bits(void) {
     }
     /* 0 bits is the plain kernel; a node's ip[1] reaches the kernel */
     float plain[T * DV], zero[T * DV], two[T * DV], node2[T * DV];
-    drt_ref_attn(plain, q, k, v, T, S, 1, 1, DK, DV);
-    drt_ref_attn_bits(zero, q, k, v, T, S, 1, 1, DK, DV, 0);
-    drt_ref_attn_bits(two, q, k, v, T, S, 1, 1, DK, DV, 2);
+    drt_ref_attn(plain, q, k, v, T, seq_rows(T, S - T), 1, 1, DK, DV);
+    drt_ref_attn_bits(zero, q, k, v, T, seq_rows(T, S - T), 1, 1, DK, DV, 0);
+    drt_ref_attn_bits(two, q, k, v, T, seq_rows(T, S - T), 1, 1, DK, DV, 2);
     DRT_CHECK(!memcmp(plain, zero, sizeof plain), "attn_bits 0 is not the plain kernel");
     drt_graph *g = drt_graph_new();
     drt_tensor *tq = drt_new_tensor_3d(g, DRT_F32, T, 1, DK, "q"), *tk = drt_new_tensor_3d(g, DRT_F32, S, 1, DK, "k");
     drt_tensor *tv = drt_new_tensor_3d(g, DRT_F32, S, 1, DV, "v");
-    drt_tensor *node = drt_attn(g, tq, tk, tv);
+    drt_tensor *node = drt_attn(g, tq, tk, tv, drt_new_rows(g, T));
     DRT_CHECK(node != NULL, "attn node: %s", drt_last_error());
     if (node) {
         node->ip[1] = 2;
-        void *srcs[DRT_MAX_SRC] = {(void *)q, (void *)k, (void *)v, NULL};
-        drt_exec ex = {.p0 = S - T};
+        void *srcs[DRT_MAX_SRC] = {(void *)q, (void *)k, (void *)v, NULL, (void *)seq_rows(T, S - T)};
+        drt_exec ex;
+        drt_exec_rows(&ex, seq_rows(T, S - T), T);
         DRT_CHECK(drt_ref_run_node(node, node2, srcs, &ex) == DRT_OK, "run attn node: %s", drt_last_error());
         DRT_CHECK(!memcmp(node2, two, sizeof two), "an ATTN node with ip[1] = 2 is not the 2-bit kernel");
     }

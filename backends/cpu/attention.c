@@ -5,8 +5,12 @@
  * A "row" below is one (query, map) pair: DIFF_ATTN has maps = 2 (A1 with
  * q[t,h,0] and k[.,g,0]; A2 with q[t,h,1] and k[.,g,m-1]), ATTN has maps = 1.
  *
- * Prefill (T > DEC_T): flash attention with the queries in vector lanes. A
- * task is (head h, VL queries); their q rows are transposed once into
+ * Rows: row t attends the keys base .. base + pos of its rows entry. The
+ * host (backend.c) cuts the rows into flash groups (up to VL consecutive rows
+ * of one sequence, from a run of more than CPU_ATTN_DEC_T) and decode rows.
+ *
+ * Flash groups: flash attention with the queries in vector lanes. A
+ * task is (head h, a group); their q rows are transposed once into
  * (maps, dk, VL). For each block of KB keys: logits = sum_d q^T[d] * k[j][d]
  * (a K element broadcast per FMA, K read in place), the causal mask, the
  * running max, exp, sums and rescaling as lane-wise vector ops (no
@@ -15,7 +19,7 @@
  * (T*p0 + T*T/2) flops (the decomposed path does twice that, plus two
  * (H,T,S) matrices written and read).
  *
- * Decode (T <= DEC_T): per (t, h) two passes over the visible keys: logits
+ * Decode rows: per (t, h) two passes over the visible keys: logits
  * by vector dot products, exp, then P . V with dv held in registers. When
  * heads alone leave threads idle, keys are split into n_split ranges whose
  * partial (max, sum, acc) are merged by attn_combine (flash decoding). */
@@ -30,7 +34,6 @@
 #else
 #define KB 4
 #endif
-#define DEC_T 2       /* up to this many queries: the decode path */
 
 /* ---- prefill ------------------------------------------------------------------ */
 
@@ -100,19 +103,20 @@ VINL void flash_step(const cpu_attn_args *a, const float *qt, const float *const
     }
 }
 
-/* queries t0..t0+VL of head h (lanes past T repeat the last query and are
- * never written) */
-static void flash_group(const cpu_attn_args *a, float *scratch, int h, int t0) {
-    const int dk = a->dk, dv = a->dv, maps = a->maps, p0 = a->S - a->T;
+/* the nq <= VL queries t0.. of head h, one sequence at consecutive
+ * positions (lanes past nq repeat the last query and are never written) */
+static void flash_group(const cpu_attn_args *a, float *scratch, int h, int t0, int nq) {
+    const int dk = a->dk, dv = a->dv, maps = a->maps;
     const int g = (int)((int64_t)h * a->G / a->H);
-    const int nq = a->T - t0 < VL ? a->T - t0 : VL;
+    const int64_t base = a->rows[2 * t0];
+    const float *kb = a->k + base * a->G * a->m * dk, *vb = a->v + base * a->G * dv;
     float *qt = scratch;                        /* (maps, dk, VL) */
     float *o = qt + (int64_t)maps * dk * VL;    /* (maps, dv, VL) */
-    float *zrow = o + (int64_t)maps * dv * VL;  /* (max(2 dk, dv)) zeros: rows past S */
+    float *zrow = o + (int64_t)maps * dv * VL;  /* (max(2 dk, dv)) zeros: keys past the last row's */
     float posf[VL];
     for (int i = 0; i < VL; i++) {
         const int t = t0 + (i < nq ? i : nq - 1);
-        posf[i] = (float)(p0 + t);
+        posf[i] = (float)a->rows[2 * t + 1];
         for (int mp = 0; mp < maps; mp++) {
             const float *q = a->q + (((int64_t)t * a->H + h) * maps + mp) * dk;
             for (int d = 0; d < dk; d++) qt[((int64_t)mp * dk + d) * VL + i] = q[d];
@@ -122,13 +126,13 @@ static void flash_group(const cpu_attn_args *a, float *scratch, int h, int t0) {
     memset(zrow, 0, sizeof(float) * (size_t)(2 * dk > dv ? 2 * dk : dv));
     const vf pos = vload(posf);
     vf m[2] = {vset1(-INFINITY), vset1(-INFINITY)}, l[2] = {vzero(), vzero()};
-    const int kend = p0 + t0 + nq; /* keys the last query sees */
+    const int kend = a->rows[2 * (t0 + nq - 1) + 1] + 1; /* keys the last query sees */
     const float *krow[KB], *vrow[KB];
     for (int j0 = 0; j0 < kend; j0 += KB) {
         for (int j = 0; j < KB; j++) {
             const int key = j0 + j;
-            krow[j] = key < a->S ? a->k + ((int64_t)key * a->G + g) * a->m * dk : zrow;
-            vrow[j] = key < a->S ? a->v + ((int64_t)key * a->G + g) * dv : zrow;
+            krow[j] = key < kend ? kb + ((int64_t)key * a->G + g) * a->m * dk : zrow;
+            vrow[j] = key < kend ? vb + ((int64_t)key * a->G + g) * dv : zrow;
         }
         if (maps == 2) flash_step(a, qt, krow, vrow, pos, j0, m, l, o, 2);
         else flash_step(a, qt, krow, vrow, pos, j0, m, l, o, 1);
@@ -161,10 +165,13 @@ VINL float dotv(const float *a, const float *b, int n) {
     return s;
 }
 
-/* Keys ja..jb of query t, head h: per map the max, the sum of exp(l - max)
- * and acc[e] = sum_j exp(l_j - max) v[j][e]; out (maps, 2 + dv). */
+/* Keys ja..jb of query t (its sequence's, from its cache base), head h: per
+ * map the max, the sum of exp(l - max) and acc[e] = sum_j exp(l_j - max)
+ * v[j][e]; out (maps, 2 + dv). */
 static void decode_range(const cpu_attn_args *a, float *scratch, int t, int h, int ja, int jb, float *out) {
     const int dk = a->dk, dv = a->dv, maps = a->maps;
+    ja += a->rows[2 * t]; /* cache rows */
+    jb += a->rows[2 * t];
     const int g = (int)((int64_t)h * a->G / a->H);
     const float scale = 1.0f / sqrtf((float)dk);
     const int n = jb - ja;
@@ -269,51 +276,51 @@ static void combine(const cpu_attn_args *a, int t, int h, const float *part, int
     }
 }
 
-static void decode(const cpu_attn_args *a, int ith, int nth) {
-    const int ns = a->n_split, p0 = a->S - a->T;
+/* decode row i of drow, head h, key range s of n_split */
+static void decode_task(const cpu_attn_args *a, float *scratch, int i, int h, int s) {
+    const int ns = a->n_split, t = a->drow[i];
     const int64_t ps = (int64_t)a->maps * (2 + a->dv);
-    float *scratch = a->scratch[ith];
-    float *mine = scratch + 2 * (int64_t)a->S; /* ns == 1: one partial */
-    const int64_t ntasks = (int64_t)a->T * a->H * ns;
-    for (int64_t task = ith; task < ntasks; task += nth) {
-        const int s = (int)(task % ns), h = (int)(task / ns % a->H), t = (int)(task / ns / a->H);
-        const int keys = p0 + t + 1, len = (keys + ns - 1) / ns;
-        const int ja = s * len, jb = ja + len < keys ? ja + len : keys;
-        if (ns == 1) {
-            decode_range(a, scratch, t, h, ja, jb, mine);
-            combine(a, t, h, mine, 1, ps);
-        } else {
-            decode_range(a, scratch, t, h, ja, jb, a->partial + (((int64_t)t * a->H + h) * ns + s) * ps);
-        }
+    const int keys = a->rows[2 * t + 1] + 1, len = (keys + ns - 1) / ns;
+    const int ja = s * len, jb = ja + len < keys ? ja + len : keys;
+    if (ns == 1) {
+        float *mine = scratch + 2 * (int64_t)a->S;
+        decode_range(a, scratch, t, h, ja, jb, mine);
+        combine(a, t, h, mine, 1, ps);
+    } else {
+        decode_range(a, scratch, t, h, ja, jb, a->partial + (((int64_t)i * a->H + h) * ns + s) * ps);
     }
 }
 
 void KFN(cpu_attn_combine)(void *args, int ith, int nth) {
     const cpu_attn_args *a = args;
     const int64_t ps = (int64_t)a->maps * (2 + a->dv);
-    for (int64_t i = ith; i < (int64_t)a->T * a->H; i += nth)
-        combine(a, (int)(i / a->H), (int)(i % a->H), a->partial + i * a->n_split * ps, a->n_split, ps);
+    for (int64_t i = ith; i < (int64_t)a->n_drow * a->H; i += nth)
+        combine(a, a->drow[i / a->H], (int)(i % a->H), a->partial + i * a->n_split * ps, a->n_split, ps);
 }
 
+/* Tasks from a shared counter: the flash groups' (head, group), last groups
+ * first (causal: later groups see more keys, so the longest start early),
+ * then the decode rows' (row, head, key range). */
 void KFN(cpu_attn)(void *args, int ith, int nth) {
     cpu_attn_args *a = args;
-    if (a->T <= DEC_T) {
-        decode(a, ith, nth);
-        return;
-    }
-    /* groups of VL queries per head, taken from a shared counter (causal:
-     * later groups see more keys) */
-    const int ngrp = (a->T + VL - 1) / VL;
+    const int64_t nflash = (int64_t)a->H * a->n_fseg, ntasks = nflash + (int64_t)a->n_drow * a->H * a->n_split;
+    (void)nth;
     for (;;) {
         const int64_t task = atomic_fetch_add(&a->next_task, 1);
-        if (task >= (int64_t)a->H * ngrp) break;
-        /* last query groups first: the longest tasks start early */
-        const int gi = ngrp - 1 - (int)(task / a->H), h = (int)(task % a->H);
-        flash_group(a, a->scratch[ith], h, gi * VL);
+        if (task >= ntasks) break;
+        if (task < nflash) {
+            const int gi = a->n_fseg - 1 - (int)(task / a->H), h = (int)(task % a->H);
+            flash_group(a, a->scratch[ith], h, a->fseg[2 * gi], a->fseg[2 * gi + 1]);
+        } else {
+            const int64_t d = task - nflash;
+            const int s = (int)(d % a->n_split), h = (int)(d / a->n_split % a->H), i = (int)(d / a->n_split / a->H);
+            decode_task(a, a->scratch[ith], i, h, s);
+        }
     }
 }
 
 int64_t KFN(cpu_attn_scratch_floats)(const cpu_attn_args *a) {
-    if (a->T <= DEC_T) return 2 * (int64_t)a->S + (int64_t)a->maps * (2 + a->dv);
-    return (int64_t)a->maps * (a->dk + a->dv) * VL + (2 * a->dk > a->dv ? 2 * a->dk : a->dv);
+    const int64_t dec = 2 * (int64_t)a->S + (int64_t)a->maps * (2 + a->dv);
+    const int64_t fl = (int64_t)a->maps * (a->dk + a->dv) * VL + (2 * a->dk > a->dv ? 2 * a->dk : a->dv);
+    return (a->n_drow ? dec : 0) > (a->n_fseg ? fl : 0) ? dec : (a->n_fseg ? fl : 0);
 }

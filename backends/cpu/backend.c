@@ -46,6 +46,8 @@ typedef struct {
     int64_t scratch_floats;
     float *shared; /* ensure_shared() */
     int64_t shared_floats;
+    int32_t *attn_work; /* attention's flash groups and decode rows (attn_plan) */
+    int64_t attn_work_cap;
 } cpu_ctx;
 
 /* ---- choosing threads and ISA ---------------------------------------------- */
@@ -446,6 +448,39 @@ static void permute_task(void *args, int ith, int nth) {
 
 static int64_t rows_of(const drt_tensor *t) { return drt_nelem(t) / t->ne[t->nd - 1]; }
 
+/* Cuts a's rows into flash groups and decode rows (cpu_fast.h): a run of
+ * consecutive rows of one sequence longer than CPU_ATTN_DEC_T gives groups of
+ * up to vl rows, every other row is a decode row. */
+static drt_status attn_plan(cpu_ctx *c, cpu_attn_args *a) {
+    const int64_t need = 3 * (int64_t)a->T; /* fseg (2 per group) and drow: at most 3 per row */
+    if (need > c->attn_work_cap) {
+        int32_t *w = realloc(c->attn_work, sizeof(int32_t) * (size_t)need);
+        if (!w) return drt_set_error(DRT_ERR_OOM, "cpu: out of memory planning attention over %d rows", a->T);
+        c->attn_work = w;
+        c->attn_work_cap = need;
+    }
+    int32_t *fseg = c->attn_work, *drow = c->attn_work + 2 * (int64_t)a->T;
+    const int32_t *r = a->rows;
+    a->n_fseg = a->n_drow = 0;
+    for (int t0 = 0; t0 < a->T;) {
+        int t1 = t0 + 1; /* the run is t0 .. t1-1 */
+        while (t1 < a->T && r[2 * t1] == r[2 * t0] && r[2 * t1 + 1] == r[2 * (t1 - 1) + 1] + 1) t1++;
+        if (t1 - t0 <= CPU_ATTN_DEC_T) {
+            for (int t = t0; t < t1; t++) drow[a->n_drow++] = t;
+        } else {
+            for (int t = t0; t < t1; t += c->k->vlen) {
+                fseg[2 * a->n_fseg] = t;
+                fseg[2 * a->n_fseg + 1] = t1 - t < c->k->vlen ? t1 - t : c->k->vlen;
+                a->n_fseg++;
+            }
+        }
+        t0 = t1;
+    }
+    a->fseg = fseg;
+    a->drow = drow;
+    return DRT_OK;
+}
+
 static drt_status run_attn(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
     const int diff = t->op == DRT_OP_DIFF_ATTN;
@@ -455,8 +490,10 @@ static drt_status run_attn(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
         .k = drt_host_ptr(k),
         .v = drt_host_ptr(v),
         .lambda_th = diff && t->src[3] ? drt_host_ptr(t->src[3]) : NULL,
+        .rows = drt_host_ptr(t->src[DRT_SRC_ROWS]),
         .lambda = diff ? t->fp[0] : 0.0f,
         .T = (int)q->ne[0],
+        .S = ex->max_keys,
         .H = (int)q->ne[1],
         .G = (int)k->ne[1],
         .m = diff ? (int)k->ne[2] : 1,
@@ -465,17 +502,18 @@ static drt_status run_attn(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
         .maps = diff ? 2 : 1,
         .n_split = 1,
     };
-    a.S = ex->p0 + a.T;
-    /* decode: split keys when heads alone leave threads idle */
-    if (a.T <= 2 && a.T * a.H < 2 * c->nth && a.S >= 256) {
-        int ns = (2 * c->nth + a.T * a.H - 1) / (a.T * a.H);
+    drt_status s = attn_plan(c, &a);
+    if (s != DRT_OK) return s;
+    /* decode rows: split keys when heads alone leave threads idle */
+    if (a.n_fseg == 0 && a.n_drow * a.H < 2 * c->nth && a.S >= 256) {
+        int ns = (2 * c->nth + a.n_drow * a.H - 1) / (a.n_drow * a.H);
         if (ns > a.S / 128) ns = a.S / 128;
         if (ns > MAX_SPLIT) ns = MAX_SPLIT;
         a.n_split = ns < 1 ? 1 : ns;
     }
-    drt_status s = ensure_scratch(c, c->k->attn_scratch_floats(&a));
+    s = ensure_scratch(c, c->k->attn_scratch_floats(&a));
     if (s == DRT_OK && a.n_split > 1)
-        s = ensure_shared(c, (int64_t)a.T * a.H * a.n_split * a.maps * (2 + a.dv));
+        s = ensure_shared(c, (int64_t)a.n_drow * a.H * a.n_split * a.maps * (2 + a.dv));
     if (s != DRT_OK) return s;
     a.scratch = c->scratch;
     a.partial = c->shared;
@@ -489,7 +527,8 @@ static drt_status run_node(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
     const drt_tensor *a = t->src[0], *b = t->src[1];
     float *y = drt_host_ptr(t);
     const float *x0 = a ? drt_host_ptr(a) : NULL, *x1 = b ? drt_host_ptr(b) : NULL;
-    cpu_ew_args e = {.y = y, .a = x0, .b = x1, .p0 = ex->p0};
+    const int32_t *rows = t->src[DRT_SRC_ROWS] ? drt_host_ptr(t->src[DRT_SRC_ROWS]) : NULL;
+    cpu_ew_args e = {.y = y, .a = x0, .b = x1, .pos_rows = rows};
     switch (t->op) {
     case DRT_OP_EMBED: {
         const int32_t *ids = (const int32_t *)x0;
@@ -579,8 +618,8 @@ static drt_status run_node(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
         cpu_pool_run(c->pool, t->op == DRT_OP_SWIGLU ? c->k->swiglu : t->op == DRT_OP_SIGMOID ? c->k->sigmoid : c->k->add, &e);
         return DRT_OK;
     case DRT_OP_KV_WRITE: {
-        /* one block copy; the node is a view of the cache (srcs[1]) */
-        void *srcs[DRT_MAX_SRC] = {(void *)x0, (void *)x1};
+        /* a row copy each; the node is a view of the cache (srcs[1]) */
+        void *srcs[DRT_MAX_SRC] = {(void *)x0, (void *)x1, NULL, NULL, (void *)rows};
         return drt_ref_run_node(t, y, srcs, ex);
     }
     case DRT_OP_PERMUTE: {
@@ -628,6 +667,7 @@ static void cpu_shutdown(drt_backend *be) {
     for (int i = 0; c->scratch && i < c->nth; i++) free(c->scratch[i]);
     free(c->scratch);
     free(c->shared);
+    free(c->attn_work);
     free(c);
     be->ctx = NULL;
 }

@@ -74,16 +74,27 @@ typedef struct {
 
 /* DIFF_ATTN (maps = 2) and ATTN (maps = 1), shapes as in drt_ref_diff_attn /
  * drt_ref_attn: o (T,H,dv); q (T,H,maps,dk); k (S_cap,G,m,dk) (m = 1 for ATTN);
- * v (S_cap,G,dv); lambda_th (T,H) or NULL. */
+ * v (S_cap,G,dv); lambda_th (T,H) or NULL; rows (T,2): row t attends the keys
+ * rows[2t] .. rows[2t] + rows[2t+1] of the cache.
+ *
+ * The host cuts the rows into work (backend.c, attn_plan): a run of more
+ * than CPU_ATTN_DEC_T consecutive rows of one sequence (same base, positions
+ * one apart) becomes flash groups of at most VL rows (fseg: first row, row
+ * count), every other row is a decode row (drow). */
+#define CPU_ATTN_DEC_T 2
 typedef struct {
     float *o;
     const float *q, *k, *v, *lambda_th;
+    const int32_t *rows;
     float lambda;
-    int T, S, H, G, m, dk, dv, maps;
-    int n_split;           /* decode: key ranges per head (1: no split) */
-    float *partial;        /* n_split > 1: (H, n_split, maps, 2 + dv) */
+    int T, S, H, G, m, dk, dv, maps; /* S: the most keys a row attends */
+    const int32_t *fseg;   /* (n_fseg, 2) */
+    const int32_t *drow;   /* (n_drow) */
+    int n_fseg, n_drow;
+    int n_split;           /* decode rows: key ranges per head (1: no split) */
+    float *partial;        /* n_split > 1: (n_drow, H, n_split, maps, 2 + dv) */
     float **scratch;       /* per thread, cpu_attn_scratch_floats() each */
-    atomic_int next_task;  /* prefill: dynamic task counter, zeroed by the caller */
+    atomic_int next_task;  /* dynamic task counter, zeroed by the caller */
 } cpu_attn_args;
 
 /* Row-wise and elementwise ops: one struct, fields used per op (backend.c). */
@@ -94,7 +105,8 @@ typedef struct {
     drt_dtype wt;
     const int32_t *ids;
     int64_t n, rows, cols;   /* elementwise: n; row ops: rows x cols */
-    int T, H, d, p0;
+    int T, H, d;
+    const int32_t *pos_rows; /* ROPE: (T, 2), the position is pos_rows[2t+1] */
     float eps, scale, lambda;
     float **scratch; /* DUAL_SOFTMAX: per slice, cols floats */
 } cpu_ew_args;

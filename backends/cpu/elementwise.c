@@ -59,7 +59,7 @@ void KFN(cpu_embed)(void *args, int ith, int nth) {
     }
 }
 
-/* y, a are (T, H, d); b is inv_freq (d/2); token t at position p0 + t.
+/* y, a are (T, H, d); b is inv_freq (d/2); row t at position pos_rows[2t+1].
  * rotate_half pairs (i, i + d/2); the angle is formed in double as in the
  * reference (pos * inv_freq reaches ~1e3 at long positions), cos/sin once per
  * (t, i) for all H heads. Threads split tokens. */
@@ -70,7 +70,7 @@ void KFN(cpu_rope)(void *args, int ith, int nth) {
     cpu_split(a->T, 1, ith, nth, &lo, &hi);
     float cs[2 * 512]; /* cos, sin for half <= 512 (op check: d <= 1024) */
     for (int64_t t = lo; t < hi; t++) {
-        const double pos = (double)(a->p0 + t);
+        const double pos = (double)a->pos_rows[2 * t + 1];
         for (int i = 0; i < half; i++) {
             const double ang = pos * (double)a->b[i];
             cs[i] = (float)cos(ang);

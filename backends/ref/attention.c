@@ -1,8 +1,10 @@
 /* CPU reference: DUAL_SOFTMAX, DIFF_ATTN and ATTN (docs/design.md section 3).
  * Logits, softmax numerators and denominators and the weighted sums over V are
- * all kept in double; each output element is rounded to f32 once. Causal mask
- * with offset p0 = S - T: query t sits at position p0+t and sees keys
- * j <= p0+t, i.e. the first p0+t+1 of the S keys. */
+ * all kept in double; each output element is rounded to f32 once.
+ * DUAL_SOFTMAX's causal mask has offset p0 = S - T: query t sits at position
+ * p0+t and sees keys j <= p0+t. The fused ops read per row (rows, (T,2)):
+ * query t sits at position pos = rows[2t+1] of the sequence whose keys start
+ * at cache row base = rows[2t], and sees its keys base .. base + pos. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,14 @@ static void quantize_row(double *l, int n, int bits) {
     if (!(m > 0)) return;
     const double L = ldexp(1.0, bits - 1) - 1;
     for (int j = 0; j < n; j++) l[j] = round(l[j] / m * L) * m / L;
+}
+
+/* the most keys a row sees: max of pos + 1 */
+static int max_keys(const int32_t *rows, int T) {
+    int n = 0;
+    for (int t = 0; t < T; t++)
+        if (rows[2 * t + 1] + 1 > n) n = rows[2 * t + 1] + 1;
+    return n;
 }
 
 /* These functions return void, so when their scratch row cannot be
@@ -86,15 +96,16 @@ int drt_ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int 
  *   A1 = softmax_j(s * q[t,h,0] . k[j,g,0])
  *   A2 = softmax_j(s * q[t,h,1] . k[j,g,m-1])   (m = 1: both maps share k)
  *   o[t,h] = sum_j (A1[j] - lambda * A2[j]) v[j,g]
- * Napkin math, causal: ~T*H*(p0+T/2)*(4*dk + 2*dv) flops. */
-int drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
-                   int G, int m, int dk, int dv, float lambda, const float *lambda_th) {
-    return drt_ref_diff_attn_bits(o, q, k, v, T, S, H, G, m, dk, dv, lambda, lambda_th, 0);
+ * Napkin math: ~H*sum(pos+1)*(4*dk + 2*dv) flops. */
+int drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows,
+                      int H, int G, int m, int dk, int dv, float lambda, const float *lambda_th) {
+    return drt_ref_diff_attn_bits(o, q, k, v, T, rows, H, G, m, dk, dv, lambda, lambda_th, 0);
 }
 
-int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
-                           int G, int m, int dk, int dv, float lambda, const float *lambda_th, int attn_bits) {
-    const int p0 = S - T;
+int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float *v, int T,
+                           const int32_t *rows, int H, int G, int m, int dk, int dv, float lambda,
+                           const float *lambda_th, int attn_bits) {
+    const int S = max_keys(rows, T);
     const double s = 1.0 / sqrt((double)dk);
     /* (2*S + dv): the two maps' logits over keys, then one output row */
     double *l1 = malloc(sizeof(double) * (2 * (size_t)S + (size_t)dv));
@@ -104,13 +115,14 @@ int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float
     }
     double *l2 = l1 + S, *acc = l2 + S;
     for (int t = 0; t < T; t++) {
-        const int n = p0 + t + 1;
+        const int64_t base = rows[2 * t];
+        const int n = rows[2 * t + 1] + 1;
         for (int h = 0; h < H; h++) {
             const int64_t g = (int64_t)h * G / H;
             const float *q1 = q + ((int64_t)t * H + h) * 2 * dk;
             const float *q2 = q1 + dk;
             for (int j = 0; j < n; j++) {
-                const float *k1 = k + ((int64_t)j * G + g) * m * dk;
+                const float *k1 = k + ((base + j) * G + g) * m * dk;
                 const float *k2 = k1 + (int64_t)(m - 1) * dk;
                 l1[j] = s * dot(q1, k1, dk);
                 l2[j] = s * dot(q2, k2, dk);
@@ -123,7 +135,7 @@ int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float
             for (int e = 0; e < dv; e++) acc[e] = 0.0;
             for (int j = 0; j < n; j++) {
                 const double w = l1[j] / sum1 - lam * l2[j] / sum2;
-                const float *vj = v + ((int64_t)j * G + g) * dv;
+                const float *vj = v + ((base + j) * G + g) * dv;
                 for (int e = 0; e < dv; e++) acc[e] += w * (double)vj[e];
             }
             float *ot = o + ((int64_t)t * H + h) * dv;
@@ -134,17 +146,17 @@ int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float
     return 1;
 }
 
-/* o is (T,H,dv); q is (T,H,dk); k is (S,G,dk); v is (S,G,dv); head h reads
- * kv group floor(h*G/H); scale 1/sqrt(dk); same causal mask as above.
- * Napkin math, causal: ~T*H*(p0+T/2)*(2*dk + 2*dv) flops. */
-int drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
-              int dk, int dv) {
-    return drt_ref_attn_bits(o, q, k, v, T, S, H, G, dk, dv, 0);
+/* o is (T,H,dv); q is (T,H,dk); k is (S_cap,G,dk); v is (S_cap,G,dv); head h
+ * reads kv group floor(h*G/H); scale 1/sqrt(dk); rows as above.
+ * Napkin math: ~H*sum(pos+1)*(2*dk + 2*dv) flops. */
+int drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H,
+                 int G, int dk, int dv) {
+    return drt_ref_attn_bits(o, q, k, v, T, rows, H, G, dk, dv, 0);
 }
 
-int drt_ref_attn_bits(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
-                      int dk, int dv, int attn_bits) {
-    const int p0 = S - T;
+int drt_ref_attn_bits(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows,
+                      int H, int G, int dk, int dv, int attn_bits) {
+    const int S = max_keys(rows, T);
     const double s = 1.0 / sqrt((double)dk);
     /* (S + dv): logits over keys, then one output row */
     double *l = malloc(sizeof(double) * ((size_t)S + (size_t)dv));
@@ -154,17 +166,18 @@ int drt_ref_attn_bits(float *o, const float *q, const float *k, const float *v, 
     }
     double *acc = l + S;
     for (int t = 0; t < T; t++) {
-        const int n = p0 + t + 1;
+        const int64_t base = rows[2 * t];
+        const int n = rows[2 * t + 1] + 1;
         for (int h = 0; h < H; h++) {
             const int64_t g = (int64_t)h * G / H;
             const float *qt = q + ((int64_t)t * H + h) * dk;
-            for (int j = 0; j < n; j++) l[j] = s * dot(qt, k + ((int64_t)j * G + g) * dk, dk);
+            for (int j = 0; j < n; j++) l[j] = s * dot(qt, k + ((base + j) * G + g) * dk, dk);
             quantize_row(l, n, attn_bits);
             const double sum = exp_row(l, n);
             for (int e = 0; e < dv; e++) acc[e] = 0.0;
             for (int j = 0; j < n; j++) {
                 const double w = l[j] / sum;
-                const float *vj = v + ((int64_t)j * G + g) * dv;
+                const float *vj = v + ((base + j) * G + g) * dv;
                 for (int e = 0; e < dv; e++) acc[e] += w * (double)vj[e];
             }
             float *ot = o + ((int64_t)t * H + h) * dv;

@@ -22,7 +22,7 @@ drt_status drt_ref_run_node(const drt_tensor *t, void *dst, void *const *srcs, c
     const drt_tensor *a = t->src[0], *b = t->src[1];
     float *y = dst;
     const float *x0 = srcs[0], *x1 = srcs[1];
-    int p0 = ex->p0;
+    const int32_t *rows = srcs[DRT_SRC_ROWS]; /* the position ops' (T, 2) */
     switch (t->op) {
     case DRT_OP_EMBED: {
         const int32_t *ids = srcs[0];
@@ -45,7 +45,7 @@ drt_status drt_ref_run_node(const drt_tensor *t, void *dst, void *const *srcs, c
         return DRT_OK;
     }
     case DRT_OP_ROPE:
-        drt_ref_rope(y, x0, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], p0, x1);
+        drt_ref_rope(y, x0, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], rows, x1);
         return DRT_OK;
     case DRT_OP_DUAL_SOFTMAX:
         if (!drt_ref_dual_softmax(y, x0, x1, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], t->fp[0], srcs[2]))
@@ -53,16 +53,16 @@ drt_status drt_ref_run_node(const drt_tensor *t, void *dst, void *const *srcs, c
         return DRT_OK;
     case DRT_OP_DIFF_ATTN: {
         int T = (int)a->ne[0];
-        if (!drt_ref_diff_attn_bits(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)b->ne[2],
+        if (!drt_ref_diff_attn_bits(y, x0, x1, srcs[2], T, rows, (int)a->ne[1], (int)b->ne[1], (int)b->ne[2],
                                     (int)a->ne[3], (int)t->src[2]->ne[2], t->fp[0], srcs[3], t->ip[1]))
-            return scratch_oom(t, p0 + T);
+            return scratch_oom(t, ex->max_keys);
         return DRT_OK;
     }
     case DRT_OP_ATTN: {
         int T = (int)a->ne[0];
-        if (!drt_ref_attn_bits(y, x0, x1, srcs[2], T, p0 + T, (int)a->ne[1], (int)b->ne[1], (int)a->ne[2],
+        if (!drt_ref_attn_bits(y, x0, x1, srcs[2], T, rows, (int)a->ne[1], (int)b->ne[1], (int)a->ne[2],
                                (int)t->src[2]->ne[2], t->ip[1]))
-            return scratch_oom(t, p0 + T);
+            return scratch_oom(t, ex->max_keys);
         return DRT_OK;
     }
     case DRT_OP_GROUPNORM:
@@ -73,7 +73,7 @@ drt_status drt_ref_run_node(const drt_tensor *t, void *dst, void *const *srcs, c
     case DRT_OP_ADD: drt_ref_add(y, x0, x1, drt_nelem(t)); return DRT_OK;
     case DRT_OP_KV_WRITE:
         /* dst aliases the cache (srcs[1]) */
-        drt_ref_kv_write(y, x0, (int)a->ne[0], drt_nelem(a) / (a->ne[0] ? a->ne[0] : 1), p0);
+        drt_ref_kv_write(y, x0, (int)a->ne[0], drt_nelem(a) / (a->ne[0] ? a->ne[0] : 1), rows);
         return DRT_OK;
     case DRT_OP_PERMUTE: {
         int64_t ne[4];

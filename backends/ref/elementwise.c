@@ -16,16 +16,16 @@ void drt_ref_embed(float *out, const int32_t *ids, int T, const void *E, drt_dty
     }
 }
 
-/* x, y are (T,Hn,d); inv_freq is (d/2); token t is at position p0+t.
+/* x, y are (T,Hn,d); inv_freq is (d/2); row t is at position rows[2t+1].
  * rotate_half pairs element i with i+d/2 (not 2i with 2i+1: checkpoints with
  * interleaved RoPE have their q/k rows permuted at load time instead).
  * Both inputs of a pair are read before either output is written, so y == x
  * works. The angle is formed in double: pos*inv_freq reaches ~1e3 at long
  * positions, where an f32 product would be off by ~1e-4 radians. */
-void drt_ref_rope(float *y, const float *x, int T, int Hn, int d, int p0, const float *inv_freq) {
+void drt_ref_rope(float *y, const float *x, int T, int Hn, int d, const int32_t *rows, const float *inv_freq) {
     const int half = d / 2;
     for (int t = 0; t < T; t++) {
-        const double pos = (double)(p0 + t);
+        const double pos = (double)rows[2 * t + 1];
         for (int h = 0; h < Hn; h++) {
             const int64_t off = ((int64_t)t * Hn + h) * d;
             for (int i = 0; i < half; i++) {
@@ -58,10 +58,12 @@ void drt_ref_add(float *y, const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
-/* cache is (S_cap,row); src is (T,row). Rows are contiguous in both, so the
- * T new rows land as one block at row p0. */
-void drt_ref_kv_write(float *cache, const float *src, int T, int64_t row, int p0) {
-    memcpy(cache + (int64_t)p0 * row, src, (size_t)((int64_t)T * row) * sizeof(float));
+/* cache is (S_cap,row); src is (T,row); row t lands at cache row
+ * rows[2t] + rows[2t+1] (its sequence's base plus its position). */
+void drt_ref_kv_write(float *cache, const float *src, int T, int64_t row, const int32_t *rows) {
+    for (int t = 0; t < T; t++)
+        memcpy(cache + ((int64_t)rows[2 * t] + rows[2 * t + 1]) * row, src + (int64_t)t * row,
+               (size_t)row * sizeof(float));
 }
 
 /* x has shape ne[0..3] (row-major, ne[3] fastest); y has shape

@@ -27,11 +27,14 @@ void drt_ref_rmsnorm(float *y, const float *x, int T, int C, const float *w, flo
 void drt_ref_matmul(float *y, const float *x, const void *w, drt_dtype wt, int B, int Bw, int T, int N,
                 int K, int trans_w, float scale);
 
-/* y, x are (T,Hn,d), d even; token t is at position p0+t; inv_freq is (d/2).
+/* rows is (T,2): row t is token rows[2t+1] (its position) of the sequence
+ * whose cache rows start at rows[2t] (drt_exec in drt_graph.h). */
+
+/* y, x are (T,Hn,d), d even; row t is at position pos[t] (rows); inv_freq is (d/2).
  * rotate_half ("NeoX"): for i < d/2, with a = pos*inv_freq[i],
  *   y[i]       = x[i] cos a - x[i+d/2] sin a
  *   y[i+d/2]   = x[i+d/2] cos a + x[i] sin a */
-void drt_ref_rope(float *y, const float *x, int T, int Hn, int d, int p0, const float *inv_freq);
+void drt_ref_rope(float *y, const float *x, int T, int Hn, int d, const int32_t *rows, const float *inv_freq);
 
 /* a, s1, s2 are (H,T,S), S >= T, mask offset p0 = S - T: query t sees keys j <= p0+t.
  * a = softmax(s1 + M) - lambda * softmax(s2 + M); masked entries of a are 0.
@@ -40,15 +43,17 @@ int drt_ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int 
                          const float *lambda_th);
 
 /* Fused differential attention, docs/design.md section 3.
- * o is (T,H,dv); q is (T,H,2,dk); k is (S,G,m,dk) with m in {1,2}; v is (S,G,dv).
- * p0 = S - T; diff-head h uses kv group g = floor(h*G/H); scale 1/sqrt(dk).
+ * o is (T,H,dv); q is (T,H,2,dk); k is (S_cap,G,m,dk) with m in {1,2}; v is
+ * (S_cap,G,dv). Row t attends the keys base .. base + pos of its rows entry;
+ * diff-head h uses kv group g = floor(h*G/H); scale 1/sqrt(dk).
  * lambda_th is (T,H) or NULL (then scalar lambda). */
-int drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
-                      int G, int m, int dk, int dv, float lambda, const float *lambda_th);
+int drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows,
+                      int H, int G, int m, int dk, int dv, float lambda, const float *lambda_th);
 
-/* Standard causal attention. o is (T,H,dv); q is (T,H,dk); k is (S,G,dk); v is (S,G,dv). */
-int drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
-                 int dk, int dv);
+/* Standard causal attention. o is (T,H,dv); q is (T,H,dk); k is (S_cap,G,dk);
+ * v is (S_cap,G,dv); rows as above. */
+int drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H,
+                 int G, int dk, int dv);
 
 /* The three above return 1, or 0 when their scratch row (a few doubles per
  * key position) cannot be allocated: the output is then all NaN, and
@@ -65,8 +70,9 @@ void drt_ref_sigmoid(float *y, const float *x, int64_t n);
 /* y, a, b are (n) */
 void drt_ref_add(float *y, const float *a, const float *b, int64_t n);
 
-/* cache is (S_cap, row) floats; src is (T, row); writes rows p0..p0+T-1. */
-void drt_ref_kv_write(float *cache, const float *src, int T, int64_t row, int p0);
+/* cache is (S_cap, row) floats; src is (T, row); row t goes to cache row
+ * base + pos of its rows entry. */
+void drt_ref_kv_write(float *cache, const float *src, int T, int64_t row, const int32_t *rows);
 
 /* General 4-d permuted copy. x has shape ne[0..3] (row-major, ne[3] fastest);
  * y has shape ne[perm[0]], ne[perm[1]], ne[perm[2]], ne[perm[3]] and
@@ -78,9 +84,10 @@ void drt_ref_permute(float *y, const float *x, const int64_t ne[4], const int pe
  * symmetric per-row absmax to that many bits (diffrt niah --attn-bits, the
  * paper's Fig. 8): m = max|l|, L = 2^(bits-1) - 1, l <- round(l / m * L) * m / L.
  * A graph's ATTN / DIFF_ATTN node asks for it in ip[1] (drt_ref_run_node). */
-int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float *v, int T, int S, int H,
-                           int G, int m, int dk, int dv, float lambda, const float *lambda_th, int attn_bits);
-int drt_ref_attn_bits(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
-                      int dk, int dv, int attn_bits);
+int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float *v, int T,
+                           const int32_t *rows, int H, int G, int m, int dk, int dv, float lambda,
+                           const float *lambda_th, int attn_bits);
+int drt_ref_attn_bits(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows,
+                      int H, int G, int dk, int dv, int attn_bits);
 
 #endif

@@ -269,6 +269,65 @@ size_t drt_session_activation_bytes(const drt_session *s, size_t *unplanned);
  * backend's q (after RoPE), KV cache and lambda. weights holds pos floats. */
 drt_status drt_session_last_attention(drt_session *s, float *weights);
 
+/* ---- batch sessions: many sequences in one forward -------------------- */
+/* A batch session holds up to max_seqs sequences ("slots") of ctx_per_seq
+ * positions each, over one copy of the model's weights on its backend. One
+ * forward (drt_batch_forward) runs up to max_batch_rows rows, each a token of
+ * some sequence at that sequence's next position: decode steps of many
+ * sequences and prompt chunks of others can share a forward, and every
+ * weight is read once for all its rows. A drt_session is the one-sequence
+ * case of the same machinery. Threads: as a drt_session (above). */
+typedef struct drt_batch_session drt_batch_session;
+
+#define DRT_MAX_SEQS 4096
+#define DRT_MAX_BATCH_ROWS 65536
+#define DRT_DEFAULT_BATCH_ROWS 512
+
+typedef struct {
+    int max_seqs;       /* sequences held at once, 1 .. DRT_MAX_SEQS; 0: 1 */
+    int ctx_per_seq;    /* positions each holds, 1 .. DRT_MAX_CTX; 0: as drt_session_opts.max_ctx
+                           decides (0 there too: the model's max_position_embeddings, capped at 4096) */
+    int max_batch_rows; /* rows per forward, 1 .. DRT_MAX_BATCH_ROWS; 0: DRT_DEFAULT_BATCH_ROWS */
+} drt_batch_opts;
+
+/* opts as for drt_session_create (max_ctx is ctx_per_seq's default); b NULL:
+ * all defaults. The KV cache holds max_seqs * ctx_per_seq positions. */
+drt_status drt_batch_session_create(drt_model *m, const drt_session_opts *opts, const drt_batch_opts *b,
+                                    drt_batch_session **out);
+void drt_batch_session_free(drt_batch_session *s); /* NULL: nothing; a call in flight is waited for */
+/* The options as decided (defaults filled in). */
+drt_status drt_batch_session_get_opts(const drt_batch_session *s, drt_batch_opts *out);
+
+/* The rows of one forward. Rules, each broken one DRT_ERR_INVALID_ARG naming
+ * the row, and nothing run: 1 <= n <= max_batch_rows; token[i] inside the
+ * vocabulary; seq[i] in [0, max_seqs); a sequence's rows are contiguous and
+ * at consecutive positions starting at its length (drt_seq_len): to rewrite
+ * a sequence, cut it first (drt_seq_truncate); a position stays below
+ * ctx_per_seq. */
+typedef struct {
+    int n;                /* rows */
+    const int32_t *token; /* [n] token ids */
+    const int32_t *seq;   /* [n] the sequence (slot) of each row */
+    const int32_t *pos;   /* [n] each row's position in its sequence, checked; NULL: implied */
+    const int8_t *logits; /* [n] nonzero: return this row's logits; NULL: the last row of each
+                             sequence's rows */
+} drt_batch;
+
+/* Runs b's rows. logits receives [rows with logits, vocab] floats, in row
+ * order (it may be NULL when no row asks for logits). On success each
+ * sequence in b is longer by its rows. Logits that hold a NaN or Inf are
+ * DRT_ERR_NUMERIC naming the sequence and position; then no sequence
+ * advances. Rows of one sequence give the same logits as a drt_session fed
+ * the same tokens, within the backend's conformance bound (batch
+ * composition can change how a GEMM sums, so greedy near-ties may differ on
+ * cpu and GPU backends; the ref backend is exact). */
+drt_status drt_batch_forward(drt_batch_session *s, const drt_batch *b, float *logits);
+/* Cuts sequence seq back to new_len positions (0 .. its length; 0 frees the
+ * slot for a new sequence). */
+drt_status drt_seq_truncate(drt_batch_session *s, int seq, int new_len);
+/* Positions sequence seq holds; -1 for NULL or a seq out of range. */
+int drt_seq_len(const drt_batch_session *s, int seq);
+
 /* Per-op profile of forwards (diffrt bench), one entry per op type of the
  * graph IR: op[i] is its name ("MATMUL", "DIFF_ATTN", ...); entries whose
  * nodes count is 0 did not occur. Sums over every profiled forward. */
@@ -311,12 +370,13 @@ typedef struct {
 typedef struct {
     const char *op; /* the op's name: "MATMUL", "ROPE", "DIFF_ATTN", ... */
     int layer;      /* l of a "layers.<l>." name, else -1 */
-    int p0;         /* position of the forward's first token */
-    /* the node's output; a KV_WRITE's is the T rows it wrote at positions
-     * p0 .. p0+T-1 of the cache, (T, ...) */
+    int p0;         /* position of the forward's first row */
+    /* the node's output; a KV_WRITE's is the T rows it wrote, (T, ...) */
     drt_node_tensor out;
     int n_src;
-    drt_node_tensor src[4]; /* its inputs, in the op's order */
+    /* its inputs, in the op's order; ROPE, KV_WRITE, ATTN and DIFF_ATTN end
+     * with "rows", (T, 2) i32: each row's first cache row and position */
+    drt_node_tensor src[5];
     double seconds;         /* wall time since the previous wanted node ended */
     int fallback;           /* it ran on the CPU reference instead of the session's backend */
 } drt_node_event;

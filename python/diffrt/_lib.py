@@ -141,7 +141,7 @@ class NodeEventC(Structure):
         ("p0", c_int),
         ("out", NodeTensorC),
         ("n_src", c_int),
-        ("src", NodeTensorC * 4),
+        ("src", NodeTensorC * 5),
         ("seconds", c_double),
         ("fallback", c_int),
     ]
