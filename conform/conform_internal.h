@@ -142,7 +142,12 @@ typedef struct {
  * it (sorted); other directories are recorded in run->skipped. No model at
  * all is a usage error. */
 drt_status cf_find_models(const char *dir, cf_run *run, cf_model_ref **out, int *n_out, drt_conform_result *r);
-/* Every model on every backend against the reference's logits and greedy tokens. */
+/* The batch_* cases of model m (conform/batch.c) on every backend, its
+ * sequences made of prompt's tokens. */
+drt_status cf_run_batch_cases(cf_run *run, drt_model *m, const cf_model_ref *mref, const int32_t *prompt,
+                              int n_prompt);
+/* Every model on every backend against the reference's logits and greedy
+ * tokens, then its batch_* cases. */
 drt_status cf_run_models(cf_run *run, const cf_model_ref *models, int n_models);
 
 /* ---- --perf (perf.c) --------------------------------------------------------- */

@@ -29,6 +29,9 @@ void cf_case_line(const cf_run *run, const cf_case *c, char *buf, size_t n) {
         o = snprintf(buf, n, "%s %s dtype=%s seed=%llu on %s: %s", c->op, c->desc, c->dtype,
                      (unsigned long long)c->seed, be,
                      c->detail[0] ? c->detail : CF_STATUS_NAME[c->st]);
+    else if (c->kind == CF_KIND_BATCH)
+        o = snprintf(buf, n, "%s of model %s (%s) on %s: %s", c->op, c->model, c->desc, be,
+                     c->detail[0] ? c->detail : CF_STATUS_NAME[c->st]);
     else
         o = snprintf(buf, n, "model %s (%s) on %s: %s", c->model, c->desc, be,
                      c->detail[0] ? c->detail : CF_STATUS_NAME[c->st]);
@@ -39,7 +42,7 @@ void cf_case_line(const cf_run *run, const cf_case *c, char *buf, size_t n) {
         snprintf(buf + o, n - (size_t)o, " (max|d| %.3e)", c->maxerr);
     else if (c->measured && !c->nonfinite)
         snprintf(buf + o, n - (size_t)o, " (%sNMSE %.3e vs bound %.0e, max|d| %.3e)",
-                 c->kind == CF_KIND_MODEL ? "logits " : "", c->nmse, c->bound, c->maxerr);
+                 c->kind != CF_KIND_OP ? "logits " : "", c->nmse, c->bound, c->maxerr);
     else if (c->bound > 0)
         snprintf(buf + o, n - (size_t)o, " (bound %.0e)", c->bound);
 }
@@ -148,9 +151,10 @@ static cJSON *backend_json(const cf_run *run, int k) {
 
 static cJSON *case_json(const cf_run *run, const cf_case *c) {
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "kind", c->kind == CF_KIND_OP ? "op" : "model");
+    cJSON_AddStringToObject(j, "kind", c->kind == CF_KIND_OP ? "op" : c->kind == CF_KIND_MODEL ? "model" : "batch");
     cJSON_AddItemToObject(j, "op", str_or_null(c->kind == CF_KIND_OP ? c->op : NULL));
-    cJSON_AddItemToObject(j, "model", str_or_null(c->kind == CF_KIND_MODEL ? c->model : NULL));
+    cJSON_AddItemToObject(j, "model", str_or_null(c->kind != CF_KIND_OP ? c->model : NULL));
+    if (c->kind == CF_KIND_BATCH) cJSON_AddStringToObject(j, "case", c->op);
     cJSON_AddStringToObject(j, "backend", run->be[c->be].name);
     cJSON_AddStringToObject(j, "description", c->desc);
     cJSON_AddStringToObject(j, "dtype", c->dtype);
@@ -169,6 +173,7 @@ static cJSON *case_json(const cf_run *run, const cf_case *c) {
     cJSON_AddItemToObject(j, "bound",
                           c->bound > 0 ? cJSON_CreateNumber(c->bound) : cJSON_CreateNull());
     cJSON_AddNumberToObject(j, "time_s", c->time_s);
+    if (c->kind == CF_KIND_BATCH) cJSON_AddStringToObject(j, "path", c->path);
     if (c->kind == CF_KIND_MODEL) {
         cJSON_AddStringToObject(j, "path", c->path);
         cJSON_AddNumberToObject(j, "fallbacks", c->fallbacks);
@@ -413,6 +418,9 @@ drt_status cf_write_junit(const cf_run *run, FILE *f, const char *path) {
             if (cc->kind == CF_KIND_OP) {
                 snprintf(cls, sizeof cls, "conform.%s.%s", b->name, cc->op);
                 snprintf(name, sizeof name, "%s seed=%llu", cc->desc, (unsigned long long)cc->seed);
+            } else if (cc->kind == CF_KIND_BATCH) {
+                snprintf(cls, sizeof cls, "conform.%s.%s", b->name, cc->op);
+                snprintf(name, sizeof name, "%s: %s", cc->model, cc->desc);
             } else {
                 snprintf(cls, sizeof cls, "conform.%s.model", b->name);
                 snprintf(name, sizeof name, "%s: %s", cc->model, cc->desc);
@@ -433,7 +441,7 @@ drt_status cf_write_junit(const cf_run *run, FILE *f, const char *path) {
                 xml_attr(f, "type", cc->fail_type ? cc->fail_type : "error");
                 fputs(">", f);
                 xml_put(f, line, 0);
-                if (cc->kind == CF_KIND_MODEL) {
+                if (cc->kind != CF_KIND_OP) {
                     fputs("\nmodel directory: ", f);
                     xml_put(f, cc->path, 0);
                 }

@@ -44,12 +44,14 @@ typedef struct {
     double model_bound;
 } cf_backend;
 
-enum { CF_KIND_OP, CF_KIND_MODEL };
+/* an op case; a whole model against the reference; a batch_* case of a
+ * model (conform/batch.c: its op field holds the case's name) */
+enum { CF_KIND_OP, CF_KIND_MODEL, CF_KIND_BATCH };
 
 typedef struct {
     int kind;
-    const char *op;    /* op name (CF_KIND_OP) */
-    char model[256];   /* model name (CF_KIND_MODEL) */
+    const char *op;    /* op name (CF_KIND_OP), batch case name (CF_KIND_BATCH) */
+    char model[256];   /* model name (CF_KIND_MODEL, CF_KIND_BATCH) */
     char path[1024];   /* model directory */
     int be;            /* index into cf_run.be */
     char desc[320];    /* shapes and parameters (ops), layout, dtype and prompt (models) */

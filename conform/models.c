@@ -313,6 +313,7 @@ drt_status cf_run_models(cf_run *run, const cf_model_ref *models, int n_models) 
             cc->dtype = mr.m ? drt_dtype_name(mr.I.weight_dtype) : "f32";
             model_case_on(&mr, &run->be[k], cc);
         }
+        if (st == DRT_OK && mr.m && !mr.why[0]) st = cf_run_batch_cases(run, mr.m, &models[mi], mr.pr.tok, mr.pr.n_tok);
         model_ref_free(&mr);
         if (st != DRT_OK) return st;
     }

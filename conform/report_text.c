@@ -59,8 +59,9 @@ static void print_op_row(const cf_run *run, drt_op op, FILE *out) {
 static void print_model_rows(const cf_run *run, FILE *out) {
     for (int i = 0; i < run->n_cases; i += run->nbe) {
         const cf_case *c = &run->cases[i];
-        if (c->kind != CF_KIND_MODEL) continue;
-        fprintf(out, "model:%-18s", c->model);
+        if (c->kind == CF_KIND_OP) continue;
+        if (c->kind == CF_KIND_MODEL) fprintf(out, "model:%-18s", c->model);
+        else fprintf(out, "  %-22s", c->op); /* a batch case of the model above */
         for (int k = 0; k < run->nbe; k++) {
             const cf_case *ck = &run->cases[i + k];
             const char *txt = !run->be[k].be       ? "n/a"
@@ -92,7 +93,7 @@ static void print_failures(const cf_run *run, FILE *out) {
         }
     for (int i = 0; i < run->n_cases; i++) {
         const cf_case *c = &run->cases[i];
-        if (c->kind != CF_KIND_MODEL || !run->be[c->be].be || !c->detail[0]) continue;
+        if (c->kind == CF_KIND_OP || !run->be[c->be].be || !c->detail[0]) continue;
         cf_case_line(run, c, line, sizeof line);
         fprintf(out, "  %s %s: %s\n", c->st == CF_FAIL ? "FAIL" : "note", run->be[c->be].name, line);
     }

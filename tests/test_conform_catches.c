@@ -22,12 +22,14 @@
 enum { BREAK_MASK = 1, BREAK_LAMBDA = 2, BREAK_SCALE = 4, BREAK_TAIL = 8, BREAK_SLOT = 16, BREAK_POS = 32 };
 #define BREAK_ROWS (BREAK_SLOT | BREAK_POS)
 
-/* rows as the wrong-slot and wrong-pos backends read them: a copy of n rows */
-static int32_t *knob_rows(const int32_t *rows, int n, int brk) {
+/* rows as the wrong-slot and wrong-pos backends read them: a copy of n
+ * rows, kept inside a cache of cap rows (0: no cache) */
+static int32_t *knob_rows(const int32_t *rows, int n, int64_t cap, int brk) {
     int32_t *r = malloc(sizeof(int32_t) * 2 * (size_t)n);
     for (int t = 0; t < n; t++) {
         r[2 * t] = brk & BREAK_SLOT ? rows[0] : rows[2 * t];
         r[2 * t + 1] = brk & BREAK_POS ? rows[1] + t : rows[2 * t + 1];
+        if (cap && r[2 * t] + r[2 * t + 1] >= cap) r[2 * t + 1] = (int32_t)(cap - 1 - r[2 * t]);
     }
     return r;
 }
@@ -108,7 +110,9 @@ static drt_status wrong_compute(drt_backend *be, drt_tensor *const *nodes, int n
         for (int j = 0; j < DRT_MAX_SRC; j++) srcs[j] = ptr(t->src[j]);
         float *dst = ptr(t);
         int T = (int)q->ne[0];
-        int32_t *rows = t->src[DRT_SRC_ROWS] ? knob_rows(srcs[DRT_SRC_ROWS], T, brk) : NULL;
+        int32_t *rows = t->src[DRT_SRC_ROWS]
+                            ? knob_rows(srcs[DRT_SRC_ROWS], T, t->op == DRT_OP_ROPE ? 0 : k->ne[0], brk)
+                            : NULL;
         if (t->op == DRT_OP_DIFF_ATTN && (brk & (BREAK_MASK | BREAK_LAMBDA | BREAK_SCALE | BREAK_ROWS))) {
             knob_attn(dst, srcs[0], srcs[1], srcs[2], T, rows, (int)q->ne[1], (int)k->ne[1], (int)k->ne[2],
                       (int)q->ne[3], (int)t->ne[2], 2, t->fp[0], srcs[3], brk);
@@ -262,6 +266,29 @@ int main(void) {
         /* show what a failure looks like */
         const char *f = strstr(report, "failures");
         printf("== %s ==\n%s", EXPECT[e].backend, f ? f : report);
+        free(report);
+    }
+    /* whole models: a slot or a position read wrong breaks every batch_*
+     * case (rows of several sequences; the one-sequence model case may
+     * pass, or fail on the padding rows of its prompt's graph) */
+    static const char *const batch_cases[] = {"batch_lengths", "batch_mixed", "batch_truncate", "batch_reuse"};
+    for (int w = 4; w < N_WRONG; w++) {
+        char *report = NULL;
+        size_t len = 0;
+        FILE *mem = open_memstream(&report, &len);
+        drt_conform_opts o = {.backends = WRONG[w].name, .ops = "none", .models_dir = DRT_FIXTURES_DIR "/diff_v2",
+                              .out = mem};
+        drt_conform_result r;
+        drt_status s = drt_conform_run(&o, &r);
+        fclose(mem);
+        DRT_CHECK(s == DRT_OK && r.fail >= 4, "%s on a model: %d failed (want the 4 batch cases): %s", WRONG[w].name,
+                  r.fail, s == DRT_OK ? "" : drt_last_error());
+        for (int k = 0; k < 4; k++) {
+            char named[96];
+            snprintf(named, sizeof named, "FAIL %s: %s of model diff_v2", WRONG[w].name, batch_cases[k]);
+            DRT_CHECK(strstr(report, named), "%s: no failure line \"%s\"", WRONG[w].name, named);
+        }
+        printf("== %s, batch cases ==\n%s", WRONG[w].name, strstr(report, "failures") ? strstr(report, "failures") : report);
         free(report);
     }
     /* a required name that is no backend is a usage error, never a silent pass */
