@@ -313,8 +313,8 @@ drt_status drt_plan_run(drt_plan *p, const drt_exec *ex);
  * of every node (drt_plan_run_observed below): runs the plan's nodes one at a time at ex, synchronizing and reading each node's
  * output back after it ran (a KV_WRITE: the rows it wrote), and stops at the
  * first output that holds a NaN or Inf. Slow: for diagnosis only. Running
- * the plan again at the same ex computes the same values (the cache rows
- * before ex->p0 are not written). */
+ * the plan again at the same ex computes the same values (it writes only
+ * its rows' own cache rows, which it reads after writing them). */
 typedef struct {
     const drt_tensor *node;   /* the first node whose output is not finite; NULL: none */
     int64_t index;            /* its first non-finite element */
@@ -352,7 +352,8 @@ typedef struct {
     const drt_tensor *node;
     /* its output: host memory valid during the call (the tensor itself when
      * host-visible, else a read-back copy); a KV_WRITE's is the T rows it
-     * wrote at rows p0.. of the cache; NULL when the observer set no_data */
+     * wrote, (T, ...), gathered from their cache rows; NULL when the
+     * observer set no_data */
     const void *data;
     size_t nbytes; /* bytes at data */
     /* wall seconds from the end of the previous wanted node (or the run's
