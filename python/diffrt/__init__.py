@@ -22,6 +22,7 @@ from ._lib import (
 )
 from .model import (
     BackendInfo,
+    BatchSession,
     Device,
     Generation,
     Model,
@@ -40,6 +41,7 @@ __all__ = [
     "DRT_MAX_CTX",
     "ArgumentOverflow",
     "BackendInfo",
+    "BatchSession",
     "Busy",
     "Device",
     "Error",

@@ -50,6 +50,8 @@ class Status(enum.IntEnum):
     BUSY = 9
 
 
+DRT_MAX_SEQS = 4096
+DRT_MAX_BATCH_ROWS = 65536
 DRT_MAX_CTX = 1 << 24
 
 c_enum = c_int  # C enums are int-sized on every ABI diffrt targets
@@ -162,6 +164,28 @@ class ObserverC(Structure):
     ]
 
 
+class BatchOptsC(Structure):
+    """drt_batch_opts."""
+
+    _fields_ = [
+        ("max_seqs", c_int),
+        ("ctx_per_seq", c_int),
+        ("max_batch_rows", c_int),
+    ]
+
+
+class BatchC(Structure):
+    """drt_batch: the rows of one forward (addresses of int32 / int8 arrays)."""
+
+    _fields_ = [
+        ("n", c_int),
+        ("token", c_void_p),
+        ("seq", c_void_p),
+        ("pos", c_void_p),
+        ("logits", c_void_p),
+    ]
+
+
 class SamplerOptsC(Structure):
     _fields_ = [
         ("temperature", c_float),
@@ -211,6 +235,14 @@ _PROTOTYPES = {
     "drt_session_fallbacks": (c_int, [c_void_p, c_char_p, c_size_t]),
     "drt_session_last_attention": (c_enum, [c_void_p, c_void_p]),
     "drt_session_set_observer": (c_enum, [c_void_p, POINTER(ObserverC)]),
+    # batch sessions
+    "drt_batch_session_create": (
+        c_enum, [c_void_p, POINTER(SessionOptsC), POINTER(BatchOptsC), POINTER(c_void_p)]),
+    "drt_batch_session_free": (None, [c_void_p]),
+    "drt_batch_session_get_opts": (c_enum, [c_void_p, POINTER(BatchOptsC)]),
+    "drt_batch_forward": (c_enum, [c_void_p, POINTER(BatchC), c_void_p]),
+    "drt_seq_truncate": (c_enum, [c_void_p, c_int, c_int]),
+    "drt_seq_len": (c_int, [c_void_p, c_int]),
     # sampling
     "drt_sampler_create": (c_enum, [POINTER(SamplerOptsC), c_int, POINTER(c_void_p)]),
     "drt_sampler_free": (None, [c_void_p]),

@@ -207,6 +207,10 @@ class Model(_lib.Handle):
         return Session(self, backend=backend, device=device, ctx=ctx, threads=threads,
                        check_finite=check_finite, settings=settings)
 
+    def batch_session(self, max_seqs=0, ctx_per_seq=0, max_batch_rows=0, **kw):
+        """A :class:`BatchSession` of this model (keyword arguments as there)."""
+        return BatchSession(self, max_seqs=max_seqs, ctx_per_seq=ctx_per_seq, max_batch_rows=max_batch_rows, **kw)
+
     def generate(self, prompt, n=None, *, backend="cpu", device=None, ctx=0, threads=0,
                  temperature=0.0, top_k=0, top_p=1.0, seed=0, stop=True, on_text=None,
                  check_finite=False, settings=None):
@@ -607,6 +611,97 @@ class Session(_lib.Handle):
 
 
 # ---- sampling ----------------------------------------------------------------
+
+
+class BatchSession(_lib.Handle):
+    """Many sequences over one copy of a model on a backend
+    (drt_batch_session): up to ``max_seqs`` sequences ("slots") of
+    ``ctx_per_seq`` positions each; a forward runs up to ``max_batch_rows``
+    rows, each a token of some sequence at its next position, so decode
+    steps of many sequences and prompt chunks of others share a forward and
+    read each weight once. backend, device, threads, check_finite and
+    settings as for :class:`Session`; 0 takes a default (diffrt.h).
+
+    One thread at a time, as a Session."""
+
+    _free_fn = "drt_batch_session_free"
+
+    def __init__(self, model, max_seqs=0, ctx_per_seq=0, max_batch_rows=0, backend="cpu", device=None,
+                 threads=0, check_finite=False, settings=None):
+        self._h = None
+        self.backend, opts = _session_opts(backend, device, 0, threads, check_finite)
+        bo = _lib.BatchOptsC(max_seqs=_lib.int32(max_seqs, "max_seqs", 0, _lib.DRT_MAX_SEQS),
+                             ctx_per_seq=_lib.int32(ctx_per_seq, "ctx_per_seq", 0, _lib.DRT_MAX_CTX),
+                             max_batch_rows=_lib.int32(max_batch_rows, "max_batch_rows", 0,
+                                                       _lib.DRT_MAX_BATCH_ROWS))
+        self.model = model
+        self.vocab = model.info.vocab
+        h = c_void_p()
+        with _Settings(settings) as sh, model._shared() as mh:
+            opts.settings = sh.value
+            _lib.check(_lib.lib().drt_batch_session_create(mh, byref(opts), byref(bo), byref(h)))
+        self._h = h
+        _lib.check(_lib.lib().drt_batch_session_get_opts(h, byref(bo)))  # as decided
+        self.max_seqs, self.ctx_per_seq, self.max_batch_rows = bo.max_seqs, bo.ctx_per_seq, bo.max_batch_rows
+
+    def __repr__(self):
+        return (f"<diffrt.BatchSession {self.backend} {self.max_seqs} seqs x {self.ctx_per_seq} positions, "
+                f"{self.max_batch_rows} rows a forward>")
+
+    def forward(self, tokens, seqs, logits=None, pos=None):
+        """Runs one forward of rows: ``tokens[i]`` of sequence ``seqs[i]``
+        (a sequence's rows contiguous, continuing where it stands);
+        ``logits``: which rows return logits (booleans, one a row; None: the
+        last row of each sequence's rows); ``pos``: each row's position,
+        checked (None: implied). Returns float32 logits, [rows with logits,
+        vocab], in row order. A broken rule raises InvalidArgument naming the
+        row, and nothing runs."""
+        tok = _check_vocab(as_ids(tokens), self.vocab)
+        seq = as_ids(seqs)
+        n = len(tok)
+        if len(seq) != n:
+            raise InvalidArgument(f"{n} tokens but {len(seq)} seqs: one sequence a row")
+        bad = np.flatnonzero((seq < 0) | (seq >= self.max_seqs))
+        if bad.size:
+            raise InvalidArgument(f"row {int(bad[0])}: sequence {int(seq[bad[0]])} is not a slot of this session "
+                                  f"(0 .. {self.max_seqs - 1})")
+        if logits is None:
+            flag = np.zeros(n, dtype=np.int8)
+            if n:
+                flag[-1] = 1
+                flag[:-1] = seq[1:] != seq[:-1]
+        else:
+            flag = np.ascontiguousarray([1 if bool(f) else 0 for f in logits], dtype=np.int8)
+            if len(flag) != n:
+                raise InvalidArgument(f"{n} tokens but {len(flag)} logits flags: one a row")
+        p = None
+        if pos is not None:
+            p = as_ids(pos)
+            if len(p) != n:
+                raise InvalidArgument(f"{n} tokens but {len(p)} positions: one a row")
+        out = np.empty((int(flag.sum()), self.vocab), dtype=np.float32)
+        b = _lib.BatchC(n=_lib.int32(n, "len(tokens)", 0, _lib.DRT_MAX_BATCH_ROWS), token=tok.ctypes.data,
+                        seq=seq.ctypes.data, pos=p.ctypes.data if p is not None else None,
+                        logits=flag.ctypes.data)
+        with self._exclusive() as h:
+            st = _lib.lib().drt_batch_forward(h, byref(b), out.ctypes.data if out.size else None)
+        if st:
+            err = _lib.error(st)
+            if st == Status.NUMERIC:
+                err.logits = out
+            raise err
+        return out
+
+    def truncate(self, seq, length=0):
+        """Cuts sequence ``seq`` back to ``length`` positions (0 frees its slot)."""
+        with self._exclusive() as h:
+            _lib.check(_lib.lib().drt_seq_truncate(h, _lib.int32(seq, "seq"), _lib.int32(length, "length")))
+
+    def seq_len(self, seq):
+        """Positions sequence ``seq`` holds."""
+        s = _lib.int32(seq, "seq", 0, self.max_seqs - 1)
+        with self._exclusive(wait=True) as h:
+            return int(_lib.lib().drt_seq_len(h, s))
 
 
 class Sampler(_lib.Handle):

@@ -390,6 +390,76 @@ class TestModel(unittest.TestCase):
         self.assertIn("broken.json", cm.exception.message)
 
 
+class TestBatchSession(unittest.TestCase):
+    """BatchSession: rows of several sequences in one forward give what a
+    Session gives each sequence (bit for bit on ref), and every rule of a
+    batch is an InvalidArgument naming the row."""
+
+    def test_rows_match_single_sequences(self):
+        for name in MODELS:
+            with diffrt.Model(os.path.join(MODELS_DIR, name)) as m:
+                V = m.info.vocab
+                seqs = {0: [(7 * i + 3) % V for i in range(9)], 2: [(5 * i + 1) % V for i in range(4)]}
+                for be in ("ref", "cpu"):
+                    with m.batch_session(max_seqs=3, ctx_per_seq=32, backend=be) as b, \
+                            m.session(backend=be, ctx=32) as s:
+                        # sequence 2's 4 tokens, then 6 of sequence 0: every row's logits
+                        toks = seqs[2] + seqs[0][:6]
+                        rows = [2] * 4 + [0] * 6
+                        got = b.forward(toks, rows, logits=[1] * 10)
+                        # then a decode row of each, and sequence 0's last 3 in one chunk
+                        got2 = b.forward([seqs[2][0], *seqs[0][6:9]], [2, 0, 0, 0], logits=[1, 0, 0, 1])
+                        self.assertEqual((b.seq_len(0), b.seq_len(1), b.seq_len(2)), (9, 0, 5))
+                        want = []
+                        for k, seq in ((2, seqs[2]), (0, seqs[0][:6])):
+                            for t in range(len(seq)):
+                                s.reset()
+                                want.append(s.forward(seq[:t + 1]))
+                        for k, seq in ((2, seqs[2] + [seqs[2][0]]), (0, seqs[0])):
+                            s.reset()
+                            want.append(s.forward(seq))
+                        want = np.stack(want)
+                        have = np.concatenate([got, got2])
+                        if be == "ref":
+                            self.assertTrue(np.array_equal(have, want), f"{name}/ref: not bit-identical")
+                        else:
+                            nmse = float(((have - want) ** 2).sum() / (want ** 2).sum())
+                            self.assertLess(nmse, 1e-6, f"{name}/{be}: NMSE {nmse}")
+                        # cut back and rewritten: as a session fed the new prefix
+                        b.truncate(0, 4)
+                        got3 = b.forward([11, 12], [0, 0])
+                        s.reset()
+                        w3 = s.forward(seqs[0][:4] + [11, 12])
+                        self.assertLess(float(np.abs(got3[0] - w3).max()), 1e-3 if be != "ref" else 1e-30)
+
+    def test_rules(self):
+        with diffrt.Model(os.path.join(MODELS_DIR, "diff-v1-tiny")) as m:
+            with m.batch_session(max_seqs=2, ctx_per_seq=8, max_batch_rows=4, backend="ref") as b:
+                self.assertEqual((b.max_seqs, b.ctx_per_seq, b.max_batch_rows), (2, 8, 4))
+                cases = [
+                    (([1, 2], [0, 2]), "sequence 2 is not a slot"),
+                    (([1, 2, 3], [0, 1, 0]), "contiguous"),
+                    (([1] * 5, [0] * 5), "5 rows"),
+                    (([m.info.vocab], [0]), "outside the vocabulary"),
+                    (([1], [0], None, [3]), "continue at 0"),
+                ]
+                for args, says in cases:
+                    with self.assertRaises(diffrt.Error) as cm:
+                        b.forward(*args)
+                    self.assertEqual(cm.exception.status, diffrt.Status.INVALID_ARG)
+                    self.assertIn(says, str(cm.exception))
+                    self.assertEqual((b.seq_len(0), b.seq_len(1)), (0, 0), "a refused batch changed a sequence")
+                b.forward([1, 2, 3, 4], [0] * 4)
+                b.forward([1, 2, 3, 4], [0] * 4)
+                with self.assertRaises(diffrt.Error) as cm:
+                    b.forward([1], [0])
+                self.assertIn("past its context of 8", str(cm.exception))
+                with self.assertRaises(diffrt.Error):
+                    b.truncate(0, 9)
+                b.truncate(0, 0)
+                self.assertEqual(b.seq_len(0), 0)
+
+
 class TestTokenizer(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
