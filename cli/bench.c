@@ -14,6 +14,10 @@
  *             decode step at position p (node by node, synchronized), kept
  *             apart from the timed runs so it does not slow them; each op
  *             type's time is its least over the r forwards
+ *   parallel  with --parallel N,...: per N, a batch session of N sequences
+ *             (drt_batch_forward, like llama-batched-bench): r x: every
+ *             sequence cut to 0, the N prompts of p tokens (forwards of up
+ *             to 512 rows), then n decode steps of N rows each
  * Token ids come from a fixed LCG over the vocabulary: no tokenizer. */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -37,6 +41,8 @@
 
 #define MAX_BACKENDS 8
 #define MAX_REPS 1000
+#define BENCH_MAX_PAR 8    /* --parallel values */
+#define PAR_ROWS 512       /* --parallel: rows per prefill forward */
 
 static const char BENCH_ABOUT[] =
     "Prefill (pp) and decode (tg) tokens per second of the model on each backend of LIST\n"
@@ -195,6 +201,12 @@ typedef struct {
     drt_profile prof_pp, prof_tg;
     int n_fallbacks;
     char fallbacks[512];
+    /* --parallel: per sequence count, prefill and decode tok/s of all
+     * sequences together */
+    struct {
+        int n_seq;
+        stat pp, tg;
+    } par[BENCH_MAX_PAR];
 } bench_backend;
 
 /* What the record says about the device a backend instance runs on: its
@@ -227,6 +239,7 @@ typedef struct {
     int fmt;                       /* 0 text, 1 csv, 2 md */
     const char *json_path;
     const drt_settings *settings; /* --set, for every backend measured (NULL: none) */
+    int par[BENCH_MAX_PAR], n_par; /* --parallel: sequence counts */
 } bench_opts;
 
 static uint64_t g_lcg;
@@ -307,6 +320,88 @@ static int backend_peaks(const bench_opts *o, const drt_model_info *I, bench_bac
     }
     drt_backend_close(be);
     return 0;
+}
+
+/* --parallel: N sequences in one batch session, llama-batched-bench's test:
+ * their prompts of p tokens (sequence s's are ids shifted by 131 s over the
+ * vocabulary, so that no two are alike), then n steps of one decode row
+ * each; tok/s over all N sequences. */
+static int run_parallel(const bench_opts *o, drt_model *m, const drt_model_info *I, const int32_t *ids,
+                        bench_backend *r, int k) {
+    const int N = r->par[k].n_seq, P = (int)o->p, G = (int)o->n;
+    char line[128];
+    drt_session_opts so = {.backend = r->name, .device = r->device_sel, .threads = (int)o->threads,
+                           .settings = o->settings};
+    drt_batch_opts bo = {.max_seqs = N, .ctx_per_seq = P + G + 4, .max_batch_rows = PAR_ROWS};
+    drt_batch_session *s = NULL;
+    int32_t *tok = malloc(sizeof(int32_t) * PAR_ROWS), *seq = malloc(sizeof(int32_t) * PAR_ROWS);
+    int8_t *flag = malloc(PAR_ROWS);
+    float *logits = malloc(sizeof(float) * (size_t)I->vocab * (size_t)(N < PAR_ROWS ? N : PAR_ROWS));
+    r->par[k].pp.v = calloc((size_t)o->r + 1, sizeof(double));
+    r->par[k].tg.v = calloc((size_t)o->r + 1, sizeof(double));
+    int rc = 0;
+    if (!tok || !seq || !flag || !logits || !r->par[k].pp.v || !r->par[k].tg.v) {
+        r->failed = 1;
+        snprintf(r->error, sizeof r->error, "out of memory");
+        rc = 1;
+        goto done;
+    }
+    if (drt_batch_session_create(m, &so, &bo, &s) != DRT_OK) {
+        rc = fail_backend(r, "batch session");
+        goto done;
+    }
+    /* a warm-up round, then r timed ones */
+    for (int rep = -1; rep < o->r; rep++) {
+        if (rep == 0) {
+            snprintf(line, sizeof line, "parallel %d: pp%d + tg%d x %ld", N, P, G, o->r);
+            progress(r->name, line);
+        }
+        for (int q = 0; q < N; q++) drt_seq_truncate(s, q, 0);
+        double t0 = drt_now_s();
+        /* the prompts, packed into forwards of up to PAR_ROWS rows; the
+         * last row of each prompt has logits */
+        int n = 0;
+        for (int q = 0; q < N; q++)
+            for (int i = 0; i < P; i++) {
+                tok[n] = (int32_t)(((int64_t)ids[i] + 131 * q) % I->vocab);
+                seq[n] = q;
+                flag[n] = (int8_t)(i + 1 == P);
+                if (++n == PAR_ROWS || (q + 1 == N && i + 1 == P)) {
+                    drt_batch b = {.n = n, .token = tok, .seq = seq, .logits = flag};
+                    if (drt_batch_forward(s, &b, logits) != DRT_OK) {
+                        rc = fail_backend(r, "parallel prefill");
+                        goto done;
+                    }
+                    n = 0;
+                }
+            }
+        double t1 = drt_now_s();
+        for (int i = 0; i < G; i++) {
+            for (int q = 0; q < N; q++) {
+                tok[q] = ids[(i + q) % (P > G ? P : G)];
+                seq[q] = q;
+                flag[q] = 1;
+            }
+            drt_batch b = {.n = N, .token = tok, .seq = seq, .logits = flag};
+            if (drt_batch_forward(s, &b, logits) != DRT_OK) {
+                rc = fail_backend(r, "parallel decode");
+                goto done;
+            }
+        }
+        double t2 = drt_now_s();
+        if (rep < 0) continue;
+        if (P) r->par[k].pp.v[r->par[k].pp.n++] = (double)N * P / (t1 - t0);
+        if (G) r->par[k].tg.v[r->par[k].tg.n++] = (double)N * G / (t2 - t1);
+    }
+    stat_finish(&r->par[k].pp);
+    stat_finish(&r->par[k].tg);
+done:
+    drt_batch_session_free(s);
+    free(tok);
+    free(seq);
+    free(flag);
+    free(logits);
+    return rc;
 }
 
 static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *I,
@@ -395,6 +490,10 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
      * GPUs' L2 / Infinity Cache) may be served from the cache instead */
     r->decode.in_cache = r->decode.work < 128.0 * 1048576;
     r->prefill = make_roof(r->pp.mean, P > 0 ? prefill_flops(I, P) / P : 0, r->peak.gflops);
+    for (int k = 0; rc == 0 && k < o->n_par; k++) {
+        r->par[k].n_seq = o->par[k];
+        rc = run_parallel(o, m, I, ids, r, k);
+    }
 done:
     free(logits);
     drt_session_free(s);
@@ -526,6 +625,39 @@ static void print_ops(FILE *f, const bench_opts *o, int md, const bench_backend 
     }
 }
 
+/* --parallel: a row per backend and sequence count, llama-batched-bench's
+ * columns: prefill and decode tok/s over all sequences, decode tok/s of
+ * one sequence, and decode against the first count's */
+static void print_parallel(FILE *f, const bench_opts *o, int md, const bench_backend *b, int nb) {
+    fprintf(f, md ? "\n**parallel sequences** (pp%ld, tg%ld each)\n\n" : "\nparallel sequences (pp%ld, tg%ld each)\n",
+            o->p, o->n);
+    if (md)
+        fprintf(f, "| backend | seqs | pp tok/s (all) | tg tok/s (all) | tg tok/s (one seq) | tg vs %d seq |\n"
+                   "|---|---:|---:|---:|---:|---:|\n",
+                o->par[0]);
+    else
+        fprintf(f, "%-8s %5s %-22s %-22s %-18s %s\n", "backend", "seqs", "pp tok/s (all)", "tg tok/s (all)",
+                "tg tok/s (one)", "tg vs first");
+    for (int i = 0; i < nb; i++) {
+        if (b[i].failed) continue;
+        for (int k = 0; k < o->n_par; k++) {
+            const stat *pp = &b[i].par[k].pp, *tg = &b[i].par[k].tg;
+            int N = b[i].par[k].n_seq;
+            char a[64] = "-", c[64] = "-", d[64] = "-", e[32] = "-";
+            if (o->p) snprintf(a, sizeof a, "%.2f \xc2\xb1 %.2f", pp->mean, pp->sd);
+            if (o->n) {
+                snprintf(c, sizeof c, "%.2f \xc2\xb1 %.2f", tg->mean, tg->sd);
+                snprintf(d, sizeof d, "%.2f", tg->mean / N);
+                if (b[i].par[0].tg.mean > 0) snprintf(e, sizeof e, "%.2fx", tg->mean / b[i].par[0].tg.mean);
+            }
+            if (md)
+                fprintf(f, "| %s | %d | %s | %s | %s | %s |\n", b[i].name, N, a, c, d, e);
+            else
+                fprintf(f, "%-8s %5d %-23s %-23s %-18s %s\n", b[i].name, N, a, c, d, e);
+        }
+    }
+}
+
 static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I,
                         const char *model_name, const host_info *h, bench_backend *b, int nb) {
     int md = o->fmt == 2;
@@ -607,6 +739,7 @@ static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I,
     }
     for (int i = 0; i < nb; i++)
         if (!b[i].failed) print_ops(f, o, md, &b[i]);
+    if (o->n_par) print_parallel(f, o, md, b, nb);
 }
 
 /* ---- JSON (docs/bench-json.md) -------------------------------------------------- */
@@ -756,6 +889,20 @@ static int write_json(const char *path, const bench_opts *o, const drt_model_inf
         cJSON *jo = cJSON_AddObjectToObject(e, "ops");
         if (o->p) cJSON_AddItemToObject(jo, "prefill", json_profile(&b[i].prof_pp, o->p, 0));
         cJSON_AddItemToObject(jo, "decode", json_profile(&b[i].prof_tg, 1, o->p));
+        if (o->n_par) {
+            cJSON *jpar = cJSON_AddArrayToObject(e, "parallel");
+            for (int k = 0; k < o->n_par; k++) {
+                cJSON *x = cJSON_CreateObject();
+                int N = b[i].par[k].n_seq;
+                cJSON_AddNumberToObject(x, "n_seq", N);
+                if (o->p) cJSON_AddItemToObject(x, "pp", json_stat(&b[i].par[k].pp, o->p * N));
+                if (o->n) {
+                    cJSON_AddItemToObject(x, "tg", json_stat(&b[i].par[k].tg, o->n * N));
+                    cJSON_AddNumberToObject(x, "tg_per_seq_tok_s", b[i].par[k].tg.mean / N);
+                }
+                cJSON_AddItemToArray(jpar, x);
+            }
+        }
         cJSON_AddItemToArray(ja, e);
     }
     char *txt = cJSON_Print(root);
@@ -766,6 +913,23 @@ static int write_json(const char *path, const bench_opts *o, const drt_model_inf
 }
 
 /* ---- arguments ------------------------------------------------------------------ */
+
+/* --parallel N,...: 1 .. BENCH_MAX_PAR counts of 1 .. DRT_MAX_SEQS */
+static int parse_parallel(const char *spec, bench_opts *o) {
+    const char *p = spec;
+    o->n_par = 0;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 1 || v > DRT_MAX_SEQS || (*end && *end != ','))
+            return cli_die("bench: --parallel wants sequence counts 1 .. 4096, comma-separated (got \"%s\")", spec);
+        if (o->n_par == BENCH_MAX_PAR) return cli_die("bench: --parallel takes at most 8 counts (got \"%s\")", spec);
+        o->par[o->n_par++] = (int)v;
+        if (!*end) return 0;
+        p = end + 1;
+    }
+}
 
 static int known_backend(const char *name) {
     for (int i = 0; i < drt_backend_count(); i++) {
@@ -851,7 +1015,7 @@ static const char *base_name(const char *path, char *buf, size_t n) {
 
 int cmd_bench(int argc, char **argv) {
     bench_opts o = {.p = 512, .n = 128, .r = 5};
-    const char *backends = NULL, *devices = NULL, *set_spec = NULL;
+    const char *backends = NULL, *devices = NULL, *set_spec = NULL, *par_spec = NULL;
     int csv = 0, md = 0;
     const cli_opt opts[] = {
         {.name = "--model", .kind = CLI_STR, .dst = &o.model_dir, .meta = "DIR", .help = "the model directory"},
@@ -875,6 +1039,9 @@ int cmd_bench(int argc, char **argv) {
          .help = "use X GB/s (e.g. the datasheet's) as every backend's bandwidth\npeak instead of measuring it"},
         {.name = "--peak-gflops", .kind = CLI_DOUBLE, .dst = &o.peak_gflops, .meta = "X", .ok = cli_positive,
          .bad = "--peak-gflops wants a number > 0", .help = "the same for the GEMM peak, in GFLOP/s"},
+        {.name = "--parallel", .kind = CLI_STR, .dst = &par_spec, .meta = "N,...",
+         .help = "also decode N sequences together after their prompts of -p\ntokens (a batch session, as "
+                 "llama-batched-bench), for each N\n(1 .. 4096; at most 8 values)"},
         {.name = "--json", .kind = CLI_STR, .dst = &o.json_path, .meta = "FILE",
          .help = "also write the results as JSON (docs/bench-json.md)"},
         {.name = "--csv", .kind = CLI_FLAG, .dst = &csv, .help = "print CSV instead of the text table"},
@@ -894,6 +1061,7 @@ int cmd_bench(int argc, char **argv) {
     if (!backends)
         return cli_die("bench: --backend LIST is required, e.g. --backend cpu,vulkan%s", "");
     if (!o.p && !o.n) return cli_die("bench: -p 0 and -n 0 leave nothing to measure%s", "");
+    if (par_spec && parse_parallel(par_spec, &o)) return 2;
     bench_backend b[MAX_BACKENDS];
     memset(b, 0, sizeof b);
     int nb = 0;
@@ -948,6 +1116,10 @@ done:
     for (int i = 0; i < nb; i++) {
         free(b[i].pp.v);
         free(b[i].tg.v);
+        for (int k = 0; k < BENCH_MAX_PAR; k++) {
+            free(b[i].par[k].pp.v);
+            free(b[i].par[k].tg.v);
+        }
     }
     free(ids);
     free(devdup);
