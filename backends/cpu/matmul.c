@@ -4,10 +4,13 @@
  * trans_w), accumulated in f32.
  *
  * Two paths:
- *  - GEMV (T <= GEMV_T, trans_w = 0; decode): threads split the B*N output
- *    columns; each weight row is streamed once, widened to f32 in registers,
- *    and dotted with every x row. Napkin math: the weights dominate, N*K
- *    elements read once per call: memory bound.
+ *  - GEMV (T <= GEMV_MAX_T, trans_w = 0; decode, and decode steps of up to
+ *    32 sequences in one forward): threads split the B*N output columns;
+ *    each group of 4 weight rows is streamed once from memory, widened to
+ *    f32 in registers, and dotted with every x row, GEMV_T x rows per pass
+ *    (the registers' limit; the group's later passes read it from L1).
+ *    Napkin math: the weights dominate, N*K elements read once per call:
+ *    memory bound (compute bound from about 16 rows on two cores).
  *  - GEMM (prefill): x is packed once into MR-row slivers, KC deep, shared
  *    by all threads (phase 0). Then threads take tasks (batch, block of NB
  *    panels of NR weight columns) from a shared counter; per K block a task
@@ -33,7 +36,8 @@
 #define NR (NV * VL)  /* columns per panel */
 #define KC 256        /* depth of one packed block */
 #define NB 4          /* panels per task */
-#define GEMV_T 8      /* up to this many x rows: the GEMV path */
+#define GEMV_T 8      /* x rows a GEMV kernel pass holds in registers */
+#define GEMV_MAX_T 32 /* up to this many x rows: the GEMV path */
 /* The GEMVs prefetch the weight bytes DRT_PF_ROWS rows ahead into L2
  * (prefetcht1), not L1. On the 134M model's decode (85 weights, 219 MB of
  * f16 read once per step, 2 threads) the f16 kernel streamed 25-26 GB/s so,
@@ -53,7 +57,7 @@
 #define HAVE_BF16 0
 #endif
 
-/* ---- GEMV: T <= GEMV_T, w (N,K) ------------------------------------------------ */
+/* ---- GEMV: T <= GEMV_MAX_T, w (N,K) -------------------------------------------- */
 
 /* y[t*N + n + i] for i < 4 (n4 rows, 1..4) and t < TT: the dot products of
  * weight rows n..n+n4 with x rows 0..TT. TT and dt are constants after inlining. */
@@ -362,17 +366,26 @@ QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, drt_dtype dt, i
         for (int t = 0; t < TT; t++) y[(int64_t)t * N + n + i] = scale * _mm512_reduce_add_ps(acc[i][t]);
 }
 
-#define QDOT_T(dt)                                                                 \
-    switch (a->T) {                                                                \
-    case 1: qdot_rows(yb, xq, wb, dt, n, (int)n4, 1, N, K, a->scale); break;       \
-    case 2: qdot_rows(yb, xq, wb, dt, n, (int)n4, 2, N, K, a->scale); break;       \
-    case 3: qdot_rows(yb, xq, wb, dt, n, (int)n4, 3, N, K, a->scale); break;       \
-    case 4: qdot_rows(yb, xq, wb, dt, n, (int)n4, 4, N, K, a->scale); break;       \
-    case 5: qdot_rows(yb, xq, wb, dt, n, (int)n4, 5, N, K, a->scale); break;       \
-    case 6: qdot_rows(yb, xq, wb, dt, n, (int)n4, 6, N, K, a->scale); break;       \
-    case 7: qdot_rows(yb, xq, wb, dt, n, (int)n4, 7, N, K, a->scale); break;       \
-    default: qdot_rows(yb, xq, wb, dt, n, (int)n4, 8, N, K, a->scale); break;      \
+/* qdot_rows with TT = tt (1 .. GEMV_T) as a constant */
+QDOT_FN void qdot_rows_tt(float *y, const float *xq, const void *w, drt_dtype dt, int64_t n, int n4, int tt, int N,
+                          int K, float scale) {
+    switch (tt) {
+    case 1: qdot_rows(y, xq, w, dt, n, n4, 1, N, K, scale); break;
+    case 2: qdot_rows(y, xq, w, dt, n, n4, 2, N, K, scale); break;
+    case 3: qdot_rows(y, xq, w, dt, n, n4, 3, N, K, scale); break;
+    case 4: qdot_rows(y, xq, w, dt, n, n4, 4, N, K, scale); break;
+    case 5: qdot_rows(y, xq, w, dt, n, n4, 5, N, K, scale); break;
+    case 6: qdot_rows(y, xq, w, dt, n, n4, 6, N, K, scale); break;
+    case 7: qdot_rows(y, xq, w, dt, n, n4, 7, N, K, scale); break;
+    default: qdot_rows(y, xq, w, dt, n, n4, 8, N, K, scale); break;
     }
+}
+
+/* weight rows n.. (n4) against all T prepared x rows, GEMV_T at a time */
+#define QDOT_T(dt)                                                                                                 \
+    for (int t0 = 0; t0 < a->T; t0 += GEMV_T)                                                                      \
+        qdot_rows_tt(yb + (int64_t)t0 * N, xq + (int64_t)t0 * qdot_row_floats(K, dt), wb, dt, n, (int)n4,          \
+                     a->T - t0 < GEMV_T ? a->T - t0 : GEMV_T, N, K, a->scale);
 
 /* ---- the T == 1 GEMV on repacked weights (cpu_mm_args.wpack)
  * Above, a block's values fill four (q4_0) or eight (q8_0) i32 lanes, so
@@ -561,8 +574,30 @@ void KFN(cpu_mm_pack)(void *args, int ith, int nth) {
 
 static int use_qdot(const cpu_mm_args *a) { return a->qdot && (a->wt == DRT_Q8_0 || a->wt == DRT_Q4_0); }
 
-VINL void gemv_range(const cpu_mm_args *a, int64_t lo, int64_t hi, drt_dtype dt, int TT) {
-    const int N = a->N, K = a->K;
+/* weight rows n.. (n4) against x rows 0..tt (tt <= GEMV_T), tt a constant */
+VINL void gemv_pass(float *y, const float *x, const void *w, drt_dtype dt, int64_t n, int n4, int tt, int N, int K,
+                    float scale) {
+#define GEMV_PASS(TT)                                                                                              \
+    if (dt == DRT_Q8_0 || dt == DRT_Q4_0) gemv_rows_q(y, x, w, dt, n, n4, TT, N, K, scale);                        \
+    else gemv_rows(y, x, w, dt, n, n4, TT, N, K, scale);                                                          \
+    break;
+    switch (tt) {
+    case 1: GEMV_PASS(1)
+    case 2: GEMV_PASS(2)
+    case 3: GEMV_PASS(3)
+    case 4: GEMV_PASS(4)
+    case 5: GEMV_PASS(5)
+    case 6: GEMV_PASS(6)
+    case 7: GEMV_PASS(7)
+    default: GEMV_PASS(8)
+    }
+#undef GEMV_PASS
+}
+
+/* Output columns [lo, hi) of every batch: a group of 4 weight rows at a
+ * time, against all T x rows in passes of GEMV_T (the group stays in L1) */
+VINL void gemv_range(const cpu_mm_args *a, int64_t lo, int64_t hi, drt_dtype dt) {
+    const int N = a->N, K = a->K, T = a->T;
     for (int64_t c = lo; c < hi;) {
         const int b = (int)(c / N);
         const int64_t n = c % N;
@@ -570,27 +605,14 @@ VINL void gemv_range(const cpu_mm_args *a, int64_t lo, int64_t hi, drt_dtype dt,
         if (N - n < n4) n4 = N - n;
         const int64_t bw = (int64_t)b * a->Bw / a->B;
         const void *wb = (const char *)a->w + bw * wbytes(dt, (int64_t)N * K);
-        if (dt == DRT_Q8_0 || dt == DRT_Q4_0)
-            gemv_rows_q(a->y + (int64_t)b * a->T * N, a->x + (int64_t)b * a->T * K, wb, dt, n, (int)n4, TT, N, K,
-                        a->scale);
-        else
-            gemv_rows(a->y + (int64_t)b * a->T * N, a->x + (int64_t)b * a->T * K, wb, dt, n, (int)n4, TT, N, K,
-                      a->scale);
+        float *y = a->y + (int64_t)b * T * N;
+        const float *x = a->x + (int64_t)b * T * K;
+        for (int t0 = 0; t0 < T; t0 += GEMV_T)
+            gemv_pass(y + (int64_t)t0 * N, x + (int64_t)t0 * K, wb, dt, n, (int)n4,
+                      T - t0 < GEMV_T ? T - t0 : GEMV_T, N, K, a->scale);
         c += n4;
     }
 }
-
-#define GEMV_DT(dt)                                                              \
-    switch (a->T) {                                                              \
-    case 1: gemv_range(a, lo, hi, dt, 1); break;                                 \
-    case 2: gemv_range(a, lo, hi, dt, 2); break;                                 \
-    case 3: gemv_range(a, lo, hi, dt, 3); break;                                 \
-    case 4: gemv_range(a, lo, hi, dt, 4); break;                                 \
-    case 5: gemv_range(a, lo, hi, dt, 5); break;                                 \
-    case 6: gemv_range(a, lo, hi, dt, 6); break;                                 \
-    case 7: gemv_range(a, lo, hi, dt, 7); break;                                 \
-    default: gemv_range(a, lo, hi, dt, 8); break;                                \
-    }
 
 /* Threads split the columns into contiguous halves (thirds, ...): each
  * streams one linear range of weight rows, which the prefetchers follow
@@ -604,17 +626,11 @@ static void gemv(const cpu_mm_args *a, int ith, int nth) {
 #endif
     int64_t lo, hi;
     cpu_split((int64_t)a->B * a->N, 4, ith, nth, &lo, &hi);
-    if (a->wt == DRT_F16) {
-        GEMV_DT(DRT_F16)
-    } else if (a->wt == DRT_BF16) {
-        GEMV_DT(DRT_BF16)
-    } else if (a->wt == DRT_Q8_0) {
-        GEMV_DT(DRT_Q8_0)
-    } else if (a->wt == DRT_Q4_0) {
-        GEMV_DT(DRT_Q4_0)
-    } else {
-        GEMV_DT(DRT_F32)
-    }
+    if (a->wt == DRT_F16) gemv_range(a, lo, hi, DRT_F16);
+    else if (a->wt == DRT_BF16) gemv_range(a, lo, hi, DRT_BF16);
+    else if (a->wt == DRT_Q8_0) gemv_range(a, lo, hi, DRT_Q8_0);
+    else if (a->wt == DRT_Q4_0) gemv_range(a, lo, hi, DRT_Q4_0);
+    else gemv_range(a, lo, hi, DRT_F32);
 }
 
 /* ---- GEMM ------------------------------------------------------------------ */
@@ -871,7 +887,7 @@ static void gemm(cpu_mm_args *a, int ith) {
     }
 }
 
-static int use_gemv(const cpu_mm_args *a) { return a->T <= GEMV_T && !a->trans_w; }
+static int use_gemv(const cpu_mm_args *a) { return a->T <= GEMV_MAX_T && !a->trans_w; }
 
 /* Runs as two pool jobs for the GEMM path: phase 0 packs x (a->phase = 0),
  * phase 1 computes; the GEMV path needs only phase 1. */
