@@ -334,6 +334,7 @@ static int cmd_info(int argc, char **argv) {
                          .opts = opts};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_PARSED) return rc;
+    if (backend && !model) return cli_die("info: --backend needs --model DIR%s", "");
     drt_settings *set = NULL;
     if ((rc = cli_settings("info", set_spec, &set)) != 0) {
         drt_settings_free(set);
@@ -377,13 +378,9 @@ static int info_body(const char *model, const char *backend, const drt_settings 
         if (drt_model_load(model, &m) != DRT_OK) return cli_fail("info");
         drt_model_free(m);
         print_model(model);
-        print_settings(set);
-        if (backend) return fallback_check(model, backend, set);
-    } else if (backend) {
-        return cli_die("info: --backend needs --model DIR%s", "");
     }
     print_settings(set);
-    return 0;
+    return backend ? fallback_check(model, backend, set) : 0;
 }
 
 static int parse_tokens(const char *s, int32_t **out, int *n) {

@@ -2,7 +2,8 @@
  *   - `diffrt run --temp 0` on every fixture prints the source
  *     implementation's 32 greedy tokens;
  *   - bad arguments exit 2 with one line on stderr; a bad model exits 1;
- *   - info lists every backend, and the model summary;
+ *   - info lists every backend, the model summary and the settings, each
+ *     block once;
  *   - `diffrt niah --compare` on the bundled diff-v1 model: agrees with its
  *     own --json output, and reports (exit 1) a tampered answer. */
 #include <dirent.h>
@@ -290,6 +291,38 @@ static void help_matches_docs(void) {
     free(doc);
 }
 
+/* diffrt info prints each block once: the backends, the model (with
+ * --model), the settings in force, and (with --backend) the fallback line;
+ * --backend without --model is a usage error before any output. */
+static void info_blocks_once(void) {
+    static const struct {
+        const char *args;
+        int model, fallback;
+    } cases[] = {
+        {"info", 0, 0},
+        {"info --model " DRT_MODELS_DIR "/diff-v1-tiny", 1, 0},
+        {"info --model " DRT_MODELS_DIR "/diff-v1-tiny --backend cpu --set cpu.threads=1", 1, 1},
+    };
+    static const char *heads[] = {"backends\n", "\nmodel ", "\nsettings (", "\nbackend cpu: prefill"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[2048], out[16384];
+        snprintf(cmd, sizeof cmd, "'%s' %s 2>/dev/null", DRT_CLI_PATH, cases[i].args);
+        int rc = run(cmd, out, sizeof out);
+        const int want[4] = {1, cases[i].model, 1, cases[i].fallback};
+        for (int h = 0; h < 4; h++) {
+            int n = 0;
+            for (const char *p = strstr(out, heads[h]); p; p = strstr(p + 1, heads[h])) n++;
+            DRT_CHECK(rc == 0 && n == want[h], "diffrt %s: exit %d, \"%s\" %d times (want %d):\n%s",
+                      cases[i].args, rc, heads[h], n, want[h], out);
+        }
+    }
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "'%s' info --backend cpu 2>&1", DRT_CLI_PATH);
+    int rc = run(cmd, out, sizeof out);
+    DRT_CHECK(rc == 2 && strcmp(out, "diffrt: info: --backend needs --model DIR\n") == 0,
+              "diffrt info --backend cpu: exit %d (want 2), want one line:\n%s", rc, out);
+}
+
 /* The option parser on hostile and odd arguments: exit status and the one
  * line it prints. */
 static void option_parser(void) {
@@ -428,6 +461,7 @@ int main(void) {
     last_argument();
     help_lists_options();
     help_matches_docs();
+    info_blocks_once();
     option_parser();
     ref_oom_names_ref();
 
