@@ -323,8 +323,7 @@ static int cmd_info(int argc, char **argv) {
         {.name = "--model", .kind = CLI_STR, .dst = &model, .meta = "DIR", .help = "a summary of the checkpoint"},
         {.name = "--backend", .kind = CLI_STR, .dst = &backend, .meta = "B",
          .help = "with --model: one prefill + decode step on B and the per-op\ncount of CPU fallbacks"},
-        {.name = "--set", .kind = CLI_STR, .dst = &set_spec, .meta = "NAME=VALUE,...",
-         .help = "settings (docs/environment.md) shown as in force, and used by\nthe --backend step"},
+        CLI_OPT_SET(&set_spec),
         {0}};
     const cli_cmd cmd = {.name = "info",
                          .synopsis = "[--model DIR [--backend B]] [--set NAME=VALUE,...]",
@@ -448,9 +447,7 @@ static int run_parse(int argc, char **argv, run_args *r) {
          .help = "CPU threads for cpu (default: DIFFRT_THREADS, else the physical\ncores this process may use)"},
         {.name = "--device", .kind = CLI_STR, .dst = &r->device, .meta = "D",
          .help = "device index or name substring (default: DIFFRT_DEVICE, else the\nbackend's first device)"},
-        {.name = "--set", .kind = CLI_STR, .dst = &r->set, .meta = "NAME=VALUE,...",
-         .help = "settings (docs/environment.md: cpu.precision, vulkan.fp16, ...);\na flag wins over its "
-                 "environment variable"},
+        CLI_OPT_SET(&r->set),
         {.name = "--ctx", .kind = CLI_LONG, .dst = &r->ctx, .meta = "N", .lo = 1, .hi = DRT_MAX_CTX,
          .help = "KV cache length (default: the prompt + -n, at least 4096 where\nthe model has that many, and never "
                  "past its max_position_embeddings;\na longer prompt is an error before any work). Past\n"
@@ -645,6 +642,7 @@ done:
 
 static int cmd_conform(int argc, char **argv) {
     drt_conform_opts o = {.out = stdout, .repeats = 5, .warmup = 1};
+    const char *set_spec = NULL;
     const cli_opt opts[] = {
         {.name = "--backend", .kind = CLI_STR, .dst = &o.backends, .meta = "LIST",
          .help = "backend names (cpu, ref, opencl, vulkan, cuda) to check"},
@@ -657,6 +655,7 @@ static int cmd_conform(int argc, char **argv) {
         {.name = "--device", .kind = CLI_STR, .dst = &o.devices, .meta = "BACKEND=SEL,...",
          .help = "a device per backend: an index or a case-insensitive name\nsubstring (see diffrt info); a backend "
                  "not named takes\nDIFFRT_DEVICE, else its default; never applies to ref"},
+        CLI_OPT_SET(&set_spec),
         {.name = "--models", .kind = CLI_STR, .dst = &o.models_dir, .meta = "DIR",
          .help = "a model directory (config.json + weights), or a folder of\nthem; the prompt is "
                  "DIR/expected.safetensors' tokens when\npresent, else a fixed one; folders that are not models "
@@ -679,17 +678,23 @@ static int cmd_conform(int argc, char **argv) {
         .about = "Every op case on every selected backend against the CPU reference (ref) (NMSE <= 1e-8,\n"
                  "or the reduced-precision bound a kernel declares, at most 5e-4; NaN-poisoned outputs),\n"
                  "and with --models every model (logits NMSE <= 1e-6 and 32 identical greedy tokens\n"
-                 "against ref); prints an op x backend table.\n",
+                 "against ref); prints an op x backend table. --set applies to the backends checked,\n"
+                 "never to the reference.\n",
         .footer = "Exit status: 0 all pass; 1 a failure, or a required backend unavailable or incomplete;\n"
                   "2 a bad argument (an unknown op, backend or device, a --models DIR without models).\n"};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_PARSED) return rc;
-    drt_conform_result r;
-    if (drt_conform_run(&o, &r) != DRT_OK) {
-        if (r.usage_error) return cli_die("%s", drt_last_error());
-        return cli_fail("conform");
+    drt_settings *set = NULL;
+    if ((rc = cli_settings("conform", set_spec, &set)) == 0) {
+        o.settings = set; /* every backend checked; never the oracle ref */
+        drt_conform_result r;
+        if (drt_conform_run(&o, &r) == DRT_OK)
+            rc = r.fail || r.unavailable_required ? 1 : 0;
+        else
+            rc = r.usage_error ? cli_die("%s", drt_last_error()) : cli_fail("conform");
     }
-    return r.fail || r.unavailable_required ? 1 : 0;
+    drt_settings_free(set);
+    return rc;
 }
 
 static int dispatch(int argc, char **argv) {

@@ -49,6 +49,14 @@ typedef struct {
     int *n_positional;
 } cli_cmd;
 
+/* --set NAME=VALUE,...: the one entry of every command that opens backends or
+ * sessions; the command turns *dst into a drt_settings with cli_settings()
+ * (cli.h) before any work */
+#define CLI_OPT_SET(dst_)                                                                          \
+    {.name = "--set", .kind = CLI_STR, .dst = (dst_), .meta = "NAME=VALUE,...",                    \
+     .help = "settings (docs/environment.md: cpu.threads, vulkan.fp16, ...);\na flag wins over "   \
+             "its environment variable; diffrt info shows them"}
+
 /* parses argv[0..argc): CLI_PARSED to go on, else the exit status (0 after --help, 2 after a
  * message) */
 int cli_parse(const cli_cmd *c, int argc, char **argv);

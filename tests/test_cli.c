@@ -188,15 +188,15 @@ static void last_argument(void) {
         const char *cmd, *value_opts;
     } cmds[] = {
         {"run", "--model --tokens --prompt --prompt-file --backend --device -n --ctx --threads --top-k --seed --temp "
-                "--top-p"},
+                "--top-p --set"},
         {"niah", "--model --backend --device --threads --json --compare --logits-vs --attn-bits --min-accuracy "
-                 "--min-agree --needles --queries --samples --seed --ctx --depths"},
-        {"conform", "--backend --op --require --device --models --json --junit --repeats --warmup"},
-        {"bench", "--model --backend --device --json -p -n -r --threads --peak-gbps --peak-gflops"},
+                 "--min-agree --needles --queries --samples --seed --ctx --depths --set"},
+        {"conform", "--backend --op --require --device --models --json --junit --repeats --warmup --set"},
+        {"bench", "--model --backend --device --json -p -n -r --threads --peak-gbps --peak-gflops --set"},
         {"report", "--out"},
         {"quantize", "--model --type --out"},
-        {"analyze", "--model --json --samples --seed --ctx --depths"},
-        {"info", "--model --backend"},
+        {"analyze", "--model --json --samples --seed --ctx --depths --set"},
+        {"info", "--model --backend --set"},
     };
     for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
         char cmd[1024], out[4096], want[256], after[128];
@@ -230,19 +230,19 @@ static void help_lists_options(void) {
     static const struct {
         const char *cmd, *opts;
     } cmds[] = {
-        {"run", "--model --tokens --prompt --prompt-file -n --backend --threads --device --ctx --temp --top-k --top-p "
-                "--seed --no-stop -v,_--verbose -h,_--help"},
-        {"niah", "--model --needles --queries --ctx --depths --samples --seed --backend --device --threads "
+        {"run", "--model --tokens --prompt --prompt-file -n --backend --threads --device --set --ctx --temp --top-k "
+                "--top-p --seed --no-stop -v,_--verbose -h,_--help"},
+        {"niah", "--model --needles --queries --ctx --depths --samples --seed --backend --device --threads --set "
                  "--attention --json --compare --min-accuracy --min-agree --no-fallback --logits-vs --attn-bits "
                  "-h,_--help"},
-        {"conform", "--backend --require --op --device --models --json --junit --list --perf --repeats --warmup "
-                    "-h,_--help"},
-        {"bench", "--model --backend -p -n -r --device --threads --peak-gbps --peak-gflops --json --csv --md "
+        {"conform", "--backend --require --op --device --set --models --json --junit --list --perf --repeats "
+                    "--warmup -h,_--help"},
+        {"bench", "--model --backend -p -n -r --device --threads --set --peak-gbps --peak-gflops --json --csv --md "
                   "-h,_--help"},
         {"report", "--out -h,_--help"},
         {"quantize", "--model --type --out --force -h,_--help"},
-        {"analyze", "--model --samples --depths --seed --ctx --json -h,_--help"},
-        {"info", "--model --backend -h,_--help"},
+        {"analyze", "--model --samples --depths --seed --ctx --json --set -h,_--help"},
+        {"info", "--model --backend --set -h,_--help"},
     };
     for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++)
         for (int h = 0; h < 2; h++) {
