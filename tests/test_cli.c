@@ -267,26 +267,40 @@ static void help_lists_options(void) {
         }
 }
 
-/* docs/cli.md shows each command's --help as the binary prints it: the
- * option tables are the one source, and the page must not drift from them. */
+/* docs/cli.md shows `diffrt --help` and each command's --help as the
+ * binary prints them: the option tables are the one source, and the page
+ * must not drift from them. `diffrt --help` is the commands' table: a line
+ * per command, and no command's options. */
 static void help_matches_docs(void) {
     char *doc = NULL;
     if (drt_read_text_file(DRT_FIXTURES_DIR "/../../docs/cli.md", &doc, NULL) != DRT_OK) {
         DRT_CHECK(0, "docs/cli.md: %s", drt_last_error());
         return;
     }
-    static const char *cmds[] = {"info", "run", "conform", "niah", "bench", "report", "quantize", "analyze"};
-    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
-        char head[64], cmd[1024], out[16384];
+    static const char *cmds[] = {"info", "run", "conform", "niah", "bench", "report", "quantize", "analyze", "--help"};
+    const size_t n_cmds = sizeof cmds / sizeof cmds[0];
+    char top[16384], cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --help 2>/dev/null", DRT_CLI_PATH);
+    int top_rc = run(cmd, top, sizeof top);
+    DRT_CHECK(top_rc == 0 && !strstr(top, "\n  --"), "diffrt --help: exit %d, should list commands, not options:\n%s",
+              top_rc, top);
+    for (size_t c = 0; c + 1 < n_cmds; c++) {
+        char line[64];
+        snprintf(line, sizeof line, "\n  %s ", cmds[c]);
+        DRT_CHECK(strstr(top, line) != NULL, "diffrt --help: no line for the command %s:\n%s", cmds[c], top);
+    }
+    for (size_t c = 0; c < n_cmds; c++) {
+        char head[64], out[16384];
         snprintf(head, sizeof head, "### diffrt %s\n\n```\n", cmds[c]);
         const char *at = strstr(doc, head);
         const char *end = at ? strstr(at + strlen(head), "```") : NULL;
-        snprintf(cmd, sizeof cmd, "'%s' %s --help 2>/dev/null", DRT_CLI_PATH, cmds[c]);
+        const char *name = strcmp(cmds[c], "--help") ? cmds[c] : "";
+        snprintf(cmd, sizeof cmd, "'%s' %s --help 2>/dev/null", DRT_CLI_PATH, name);
         int rc = run(cmd, out, sizeof out);
         size_t n = at && end ? (size_t)(end - at - strlen(head)) : 0;
         DRT_CHECK(rc == 0 && at && end && n == strlen(out) && memcmp(at + strlen(head), out, n) == 0,
-                  "docs/cli.md: the section \"### diffrt %s\" should hold `diffrt %s --help` as it prints:\n%s",
-                  cmds[c], cmds[c], out);
+                  "docs/cli.md: the section \"### diffrt %s\" should hold `diffrt %s%s--help` as it prints:\n%s",
+                  cmds[c], name, *name ? " " : "", out);
     }
     free(doc);
 }
