@@ -17,6 +17,7 @@
  * Token ids come from a fixed LCG over the vocabulary: no tokenizer. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +33,6 @@
 #include "diffrt/diffrt.h"
 #include "drt_graph.h"
 #include "drt_peak.h"
-#include "drt_settings.h"
 #include "diffrt/diffrt.h"
 
 #define MAX_BACKENDS 8
@@ -242,8 +242,10 @@ static int host_threads(const char *backend, long threads, const drt_settings *s
     /* the cpu backend's default: cpu.threads (--set, else DIFFRT_THREADS;
      * docs/environment.md); an unusable value is the backend's error,
      * reported before this is used */
-    long long n = 0;
-    if (drt_setting_int(settings, "cpu.threads", &n) != DRT_OK || n <= 0) n = drt_physical_cores();
+    char v[32];
+    long n = 0;
+    if (drt_settings_get(settings, "cpu.threads", v, sizeof v, NULL) != DRT_OK || !cli_parse_long(v, 1, INT_MAX, &n))
+        n = drt_physical_cores(); /* "": automatic */
     return (int)n;
 }
 
