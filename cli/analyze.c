@@ -41,7 +41,7 @@ static const char ABOUT_A[] =
     "(every layer's output).\n";
 
 typedef struct {
-    const char *model, *json;
+    const char *model, *json, *set;
     long samples, seed, ctx;
     int depths[16], n_depth;
 } analyze_args;
@@ -61,6 +61,7 @@ static int analyze_parse(int argc, char **argv, analyze_args *a) {
          .bad = "--ctx wants 16..1048576", .help = "prompt length (default: the model's max positions, at most 4096)"},
         {.name = "--json", .kind = CLI_STR, .dst = &a->json, .meta = "FILE",
          .help = "also write the statistics as JSON"},
+        CLI_OPT_SET(&a->set),
         {0}};
     const cli_cmd cmd = {.name = "analyze", .synopsis = "--model DIR [options]", .about = ABOUT_A, .opts = opts};
     int rc = cli_parse(&cmd, argc, argv);
@@ -129,14 +130,20 @@ int cmd_analyze(int argc, char **argv) {
     int rc = analyze_parse(argc, argv, &a);
     if (rc != CLI_PARSED) return rc;
 
-    rc = 1;
     drt_model *m = NULL;
     drt_session *s = NULL;
     drt_tokenizer *tok = NULL;
     float *logits = NULL;
+    drt_settings *set = NULL;
+    if ((rc = cli_settings("analyze", a.set, &set)) != 0) { /* 2: a usage error, before any work */
+        drt_settings_free(set);
+        return rc;
+    }
+    rc = 1;
     drt_act_stats an;
     if (drt_act_stats_init(&an) != DRT_OK) {
         fprintf(stderr, "diffrt: analyze: out of memory\n");
+        drt_settings_free(set);
         return 1;
     }
     char tpath[4096];
@@ -148,7 +155,7 @@ int cmd_analyze(int argc, char **argv) {
     drt_model_info I;
     drt_model_get_info(m, &I);
     if (!a.ctx) a.ctx = I.max_ctx < 4096 ? I.max_ctx : 4096;
-    drt_session_opts so = {.backend = "ref", .max_ctx = (int)a.ctx};
+    drt_session_opts so = {.backend = "ref", .max_ctx = (int)a.ctx, .settings = set};
     if (drt_session_create(m, &so, &s) != DRT_OK) {
         rc = cli_fail("analyze");
         goto done;
@@ -168,6 +175,7 @@ int cmd_analyze(int argc, char **argv) {
         rc = analyze_report(&a, &I, &an, &an.logits[0], total);
     }
 done:
+    drt_settings_free(set);
     drt_act_stats_free(&an);
     free(logits);
     drt_session_free(s);

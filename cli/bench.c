@@ -21,6 +21,7 @@
  * Token ids come from a fixed LCG over the vocabulary: no tokenizer. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +37,6 @@
 #include "diffrt/diffrt.h"
 #include "drt_graph.h"
 #include "drt_peak.h"
-#include "drt_settings.h"
 #include "diffrt/diffrt.h"
 
 #define MAX_BACKENDS 8
@@ -255,8 +255,10 @@ static int host_threads(const char *backend, long threads, const drt_settings *s
     /* the cpu backend's default: cpu.threads (--set, else DIFFRT_THREADS;
      * docs/environment.md); an unusable value is the backend's error,
      * reported before this is used */
-    long long n = 0;
-    if (drt_setting_int(settings, "cpu.threads", &n) != DRT_OK || n <= 0) n = drt_physical_cores();
+    char v[32];
+    long n = 0;
+    if (drt_settings_get(settings, "cpu.threads", v, sizeof v, NULL) != DRT_OK || !cli_parse_long(v, 1, INT_MAX, &n))
+        n = drt_physical_cores(); /* "": automatic */
     return (int)n;
 }
 
@@ -1032,8 +1034,7 @@ int cmd_bench(int argc, char **argv) {
                  "GPU)"},
         {.name = "--threads", .kind = CLI_LONG, .dst = &o.threads, .meta = "N", .lo = 1, .hi = 1024,
          .help = "CPU threads for cpu (default: DIFFRT_THREADS, else the\nphysical cores)"},
-        {.name = "--set", .kind = CLI_STR, .dst = &set_spec, .meta = "NAME=VALUE,...",
-         .help = "settings for every backend (docs/environment.md); a flag wins over\nits environment variable"},
+        CLI_OPT_SET(&set_spec),
         {.name = "--peak-gbps", .kind = CLI_DOUBLE, .dst = &o.peak_gbps, .meta = "X", .ok = cli_positive,
          .bad = "--peak-gbps wants a number > 0",
          .help = "use X GB/s (e.g. the datasheet's) as every backend's bandwidth\npeak instead of measuring it"},

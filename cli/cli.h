@@ -4,7 +4,6 @@
 
 #include <stdio.h>
 
-void cli_usage(FILE *f);
 /* prints "diffrt: <fmt with arg>" to stderr, returns 2 (usage error) */
 int cli_die(const char *fmt, const char *arg);
 /* prints "diffrt: <what>: <drt_last_error()>", returns 1 */

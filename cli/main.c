@@ -1,4 +1,4 @@
-/* The diffrt command: info, run. */
+/* The diffrt command: the table of commands, and info, run, conform. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -13,125 +13,7 @@
 #include "outfile.h"
 #include "diffrt/diffrt.h"
 #include "drt_conform.h"
-#include "diffrt/diffrt.h"
 #include "text.h"
-
-static const char *USAGE =
-    "diffrt: run DIFF Transformer models (DIFF V1, DIFF V2, baseline Llama) on GPUs and CPUs\n"
-    "\n"
-    "usage:\n"
-    "  diffrt info [--model DIR [--backend B]] [--set NAME=VALUE,...]\n"
-    "      backends compiled in, devices found (or why a backend is unavailable);\n"
-    "      with --model, a summary of the checkpoint; with --backend too, one\n"
-    "      prefill + decode step on B and the per-op count of CPU fallbacks\n"
-    "  diffrt run --model DIR --tokens ID,ID,... [options]\n"
-    "      prefill the prompt tokens, generate, print the generated ids on stdout and\n"
-    "      prefill/decode tokens per second on stderr\n"
-    "  diffrt run --model DIR (--prompt TEXT | --prompt-file F) [options]\n"
-    "      the same with text: the prompt is encoded with DIR/tokenizer.json (F = - reads\n"
-    "      stdin) and the generated text is streamed to stdout as it is produced\n"
-    "\n"
-    "run options:\n"
-    "  -n N              tokens to generate (default: up to 16, fewer when the\n"
-    "                    context ends sooner; an explicit N must fit)\n"
-    "  --backend B       cpu | ref | opencl | vulkan | cuda (default cpu: the fast CPU\n"
-    "                    backend; ref is the plain reference every backend is checked against)\n"
-    "  --threads N       CPU threads for cpu (default: DIFFRT_THREADS, else the physical\n"
-    "                    cores this process may use)\n"
-    "  --device D        device index or name substring (default: DIFFRT_DEVICE, else the\n"
-    "                    backend's first device)\n"
-    "  --ctx N           KV cache length (default: the prompt + -n, at least 4096 where\n"
-    "                    the model has that many, and never past its max_position_embeddings;\n"
-    "                    a longer prompt is an error before any work). Past\n"
-    "                    max_position_embeddings is allowed, with a warning: the model was\n"
-    "                    not trained on those positions\n"
-    "  --temp T          sampling temperature, 0 = greedy (default 0)\n"
-    "  --top-k K         keep the K most likely tokens, 0 = off (default 0)\n"
-    "  --top-p P         nucleus sampling mass in (0,1], 1 = off (default 1)\n"
-    "  --seed S          sampler seed (default 0)\n"
-    "  --no-stop         do not stop at the model's eos token\n"
-    "                    (with text, eos is the config's eos_token_id, else the tokenizer's)\n"
-    "  -v, --verbose     print per-op CPU fallback counts and the prefill's activation\n"
-    "                    memory (planned arena vs one buffer per intermediate); when the\n"
-    "                    logits are NaN or Inf, name the first op and layer whose output\n"
-    "                    was (re-runs that forward op by op; DIFFRT_CHECK_FINITE=1 does the\n"
-    "                    same for every command)\n"
-    "\n"
-    "  diffrt conform [--backend LIST] [--op LIST] [--require LIST]\n"
-    "                 [--device BACKEND=SEL[,BACKEND=SEL]] [--models DIR]\n"
-    "                 [--json FILE] [--junit FILE] [--list] [--perf [--repeats N] [--warmup N]]\n"
-    "      every op case on every selected backend against the CPU reference (ref)\n"
-    "      (NMSE <= 1e-8, or the reduced-precision bound a kernel declares, at most\n"
-    "      5e-4; NaN-poisoned outputs), and with --models every model (logits\n"
-    "      NMSE <= 1e-6 and 32 identical greedy tokens against ref); prints an\n"
-    "      op x backend table.\n"
-    "      --backend, --require  backend names (cpu, ref, opencl, vulkan, cuda); a\n"
-    "                    required backend that is unavailable, lacks an op or falls\n"
-    "                    back to the CPU fails the run\n"
-    "      --op LIST     op names (EMBED, MATMUL, DIFF_ATTN, ...; --list shows the\n"
-    "                    cases), or none: only the --models checks\n"
-    "      --device      a device per backend: an index or a case-insensitive name\n"
-    "                    substring (see diffrt info); a backend not named takes\n"
-    "                    DIFFRT_DEVICE, else its default; never applies to ref\n"
-    "      --models DIR  a model directory (config.json + weights), or a folder of\n"
-    "                    them; the prompt is DIR/expected.safetensors' tokens when\n"
-    "                    present, else a fixed one; folders that are not models are\n"
-    "                    reported\n"
-    "      --json FILE   the run as one object (docs/conform-json.md)\n"
-    "      --junit FILE  JUnit XML: a testsuite per backend, a testcase per case\n"
-    "      exit status: 0 all pass; 1 a failure, or a required backend unavailable\n"
-    "      or incomplete; 2 a bad argument (an unknown op, backend or device, a\n"
-    "      --models DIR without models)\n"
-    "      --perf times the perf shapes instead: median ms, GFLOP/s, GB/s\n"
-    "\n"
-    "  diffrt niah --model DIR [--needles N] [--queries R] [--ctx L,...]\n"
-    "              [--depths 0,25,50,75,100] [--samples K] [--seed S] [--backend B]\n"
-    "              [--device D] [--threads N] [--attention] [--json FILE] [--compare FILE]\n"
-    "              [--min-accuracy X] [--min-agree X] [--no-fallback] [--logits-vs DIR2]\n"
-    "              [--attn-bits B]\n"
-    "      multi-needle retrieval (docs/niah_spec.md): accuracy per depth x context\n"
-    "      length; --attention adds the mean attention of the final query token to\n"
-    "      the answer needle and to the rest of the context (for diff models the\n"
-    "      differential map A1 - lambda A2). Defaults: N=1 R=1, ctx = the model's\n"
-    "      max positions (at most 4096), 40 samples, seed 0. At most 10000000\n"
-    "      prompts (lengths x depths x samples x queries).\n"
-    "      --compare FILE matches every sample with another run of the same\n"
-    "      settings (python/niah/eval.py's niah_python.json, or --json output) and\n"
-    "      prints the per-sample answer agreement; exit status 1 when it is below\n"
-    "      --min-agree (default 0.99), the accuracy is below --min-accuracy, or\n"
-    "      (--no-fallback) any node ran on the CPU reference instead of B\n"
-    "      --logits-vs DIR2 also runs every prompt through the model in DIR2 (e.g. the\n"
-    "      f16 model a quantized DIR was made from) and prints the NMSE of the last\n"
-    "      token's logits and how often their top-1 token agrees\n"
-    "      --attn-bits B (--backend ref only): every row of attention logits quantized to\n"
-    "      B bits (symmetric, per-row absmax) before its softmax, as in the paper's Fig. 8\n"
-    "\n"
-    "  diffrt bench --model DIR --backend LIST [--device B=SEL,...] [-p 512] [-n 128]\n"
-    "               [-r 5] [--threads N] [--json FILE] [--csv | --md]\n"
-    "      prefill (pp) and decode (tg) tokens/s, mean +- sd, on each backend of LIST;\n"
-    "      the time per op type; decode and prefill as fractions of the roofline\n"
-    "      against the backend's measured bandwidth and GEMM peaks (diffrt bench --help)\n"
-    "  diffrt report FILE... --out DIR\n"
-    "      merges bench --json files from any machines into DIR/report.md and SVG charts\n"
-    "\n"
-    "  diffrt quantize --model DIR --type q8_0|q4_0 --out DIR2 [--force]\n"
-    "      DIR with its projection weights in 8-bit or 4-bit blocks (docs/quantization.md),\n"
-    "      written to DIR2 with config.json and tokenizer.json; runs like any model\n"
-    "\n"
-    "  diffrt analyze --model DIR [--samples K] [--depths ...] [--seed S] [--ctx L] [--json F]\n"
-    "      the paper's Table 5 over the NIAH prompts, on the reference backend: top-1,\n"
-    "      top-10 and median |value| of the attention logits (both maps of a DIFF head)\n"
-    "      and of the hidden states (diffrt analyze --help)\n"
-    "\n"
-    "  diffrt COMMAND --help\n"
-    "      that command's options, one line each\n"
-    "  diffrt --help\n"
-    "  diffrt --version\n"
-    "      the version, the git commit, and each backend: built in, its module\n"
-    "      (libdiffrt-<name>.so, from the library's directory or DIFFRT_BACKEND_PATH),\n"
-    "      or why it is unavailable\n";
-
-void cli_usage(FILE *f) { fputs(USAGE, f); }
 
 int cli_die(const char *fmt, const char *arg) {
     fprintf(stderr, "diffrt: ");
@@ -323,8 +205,7 @@ static int cmd_info(int argc, char **argv) {
         {.name = "--model", .kind = CLI_STR, .dst = &model, .meta = "DIR", .help = "a summary of the checkpoint"},
         {.name = "--backend", .kind = CLI_STR, .dst = &backend, .meta = "B",
          .help = "with --model: one prefill + decode step on B and the per-op\ncount of CPU fallbacks"},
-        {.name = "--set", .kind = CLI_STR, .dst = &set_spec, .meta = "NAME=VALUE,...",
-         .help = "settings (docs/environment.md) shown as in force, and used by\nthe --backend step"},
+        CLI_OPT_SET(&set_spec),
         {0}};
     const cli_cmd cmd = {.name = "info",
                          .synopsis = "[--model DIR [--backend B]] [--set NAME=VALUE,...]",
@@ -334,6 +215,7 @@ static int cmd_info(int argc, char **argv) {
                          .opts = opts};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_PARSED) return rc;
+    if (backend && !model) return cli_die("info: --backend needs --model DIR%s", "");
     drt_settings *set = NULL;
     if ((rc = cli_settings("info", set_spec, &set)) != 0) {
         drt_settings_free(set);
@@ -377,13 +259,9 @@ static int info_body(const char *model, const char *backend, const drt_settings 
         if (drt_model_load(model, &m) != DRT_OK) return cli_fail("info");
         drt_model_free(m);
         print_model(model);
-        print_settings(set);
-        if (backend) return fallback_check(model, backend, set);
-    } else if (backend) {
-        return cli_die("info: --backend needs --model DIR%s", "");
     }
     print_settings(set);
-    return 0;
+    return backend ? fallback_check(model, backend, set) : 0;
 }
 
 static int parse_tokens(const char *s, int32_t **out, int *n) {
@@ -451,9 +329,7 @@ static int run_parse(int argc, char **argv, run_args *r) {
          .help = "CPU threads for cpu (default: DIFFRT_THREADS, else the physical\ncores this process may use)"},
         {.name = "--device", .kind = CLI_STR, .dst = &r->device, .meta = "D",
          .help = "device index or name substring (default: DIFFRT_DEVICE, else the\nbackend's first device)"},
-        {.name = "--set", .kind = CLI_STR, .dst = &r->set, .meta = "NAME=VALUE,...",
-         .help = "settings (docs/environment.md: cpu.precision, vulkan.fp16, ...);\na flag wins over its "
-                 "environment variable"},
+        CLI_OPT_SET(&r->set),
         {.name = "--ctx", .kind = CLI_LONG, .dst = &r->ctx, .meta = "N", .lo = 1, .hi = DRT_MAX_CTX,
          .help = "KV cache length (default: the prompt + -n, at least 4096 where\nthe model has that many, and never "
                  "past its max_position_embeddings;\na longer prompt is an error before any work). Past\n"
@@ -648,6 +524,7 @@ done:
 
 static int cmd_conform(int argc, char **argv) {
     drt_conform_opts o = {.out = stdout, .repeats = 5, .warmup = 1};
+    const char *set_spec = NULL;
     const cli_opt opts[] = {
         {.name = "--backend", .kind = CLI_STR, .dst = &o.backends, .meta = "LIST",
          .help = "backend names (cpu, ref, opencl, vulkan, cuda) to check"},
@@ -660,6 +537,7 @@ static int cmd_conform(int argc, char **argv) {
         {.name = "--device", .kind = CLI_STR, .dst = &o.devices, .meta = "BACKEND=SEL,...",
          .help = "a device per backend: an index or a case-insensitive name\nsubstring (see diffrt info); a backend "
                  "not named takes\nDIFFRT_DEVICE, else its default; never applies to ref"},
+        CLI_OPT_SET(&set_spec),
         {.name = "--models", .kind = CLI_STR, .dst = &o.models_dir, .meta = "DIR",
          .help = "a model directory (config.json + weights), or a folder of\nthem; the prompt is "
                  "DIR/expected.safetensors' tokens when\npresent, else a fixed one; folders that are not models "
@@ -682,38 +560,62 @@ static int cmd_conform(int argc, char **argv) {
         .about = "Every op case on every selected backend against the CPU reference (ref) (NMSE <= 1e-8,\n"
                  "or the reduced-precision bound a kernel declares, at most 5e-4; NaN-poisoned outputs),\n"
                  "and with --models every model (logits NMSE <= 1e-6 and 32 identical greedy tokens\n"
-                 "against ref); prints an op x backend table.\n",
+                 "against ref); prints an op x backend table. --set applies to the backends checked,\n"
+                 "never to the reference.\n",
         .footer = "Exit status: 0 all pass; 1 a failure, or a required backend unavailable or incomplete;\n"
                   "2 a bad argument (an unknown op, backend or device, a --models DIR without models).\n"};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_PARSED) return rc;
-    drt_conform_result r;
-    if (drt_conform_run(&o, &r) != DRT_OK) {
-        if (r.usage_error) return cli_die("%s", drt_last_error());
-        return cli_fail("conform");
+    drt_settings *set = NULL;
+    if ((rc = cli_settings("conform", set_spec, &set)) == 0) {
+        o.settings = set; /* every backend checked; never the oracle ref */
+        drt_conform_result r;
+        if (drt_conform_run(&o, &r) == DRT_OK)
+            rc = r.fail || r.unavailable_required ? 1 : 0;
+        else
+            rc = r.usage_error ? cli_die("%s", drt_last_error()) : cli_fail("conform");
     }
-    return r.fail || r.unavailable_required ? 1 : 0;
+    drt_settings_free(set);
+    return rc;
+}
+
+/* The commands: they dispatch, and `diffrt --help` lists them; each
+ * command's options are in its own table (diffrt COMMAND --help). */
+static const cli_command COMMANDS[] = {
+    {"info", "backends, devices and the settings in force; with --model, the checkpoint", cmd_info},
+    {"run", "generate from a prompt of token ids or text", cmd_run},
+    {"conform", "every op case and model on each backend against the CPU reference", cmd_conform},
+    {"niah", "multi-needle retrieval accuracy per depth and context length", cmd_niah},
+    {"bench", "prefill and decode tokens/s, the time per op, roofline fractions", cmd_bench},
+    {"report", "bench --json files from any machines merged into markdown and SVG", cmd_report},
+    {"quantize", "a model with its projection weights in q8_0 or q4_0 blocks", cmd_quantize},
+    {"analyze", "the paper's Table 5: attention-logit and hidden-state magnitudes", cmd_analyze},
+    {0}};
+
+static void cli_usage(FILE *f) {
+    fprintf(f, "diffrt: run DIFF Transformer models (DIFF V1, DIFF V2, baseline Llama) on GPUs and CPUs\n"
+               "\n"
+               "usage: diffrt COMMAND [options]\n"
+               "       diffrt COMMAND --help   that command's options\n"
+               "       diffrt --version        the version, the git commit and each backend\n"
+               "\n"
+               "commands:\n");
+    cli_print_commands(COMMANDS, f);
 }
 
 static int dispatch(int argc, char **argv) {
     if (argc < 2) {
-        fputs(USAGE, stderr);
+        cli_usage(stderr);
         return 2;
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
-        fputs(USAGE, stdout);
+        cli_usage(stdout);
         return 0;
     }
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) return cmd_version();
-    if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
-    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
-    if (strcmp(cmd, "conform") == 0) return cmd_conform(argc - 2, argv + 2);
-    if (strcmp(cmd, "niah") == 0) return cmd_niah(argc - 2, argv + 2);
-    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
-    if (strcmp(cmd, "report") == 0) return cmd_report(argc - 2, argv + 2);
-    if (strcmp(cmd, "quantize") == 0) return cmd_quantize(argc - 2, argv + 2);
-    if (strcmp(cmd, "analyze") == 0) return cmd_analyze(argc - 2, argv + 2);
+    for (const cli_command *c = COMMANDS; c->name; c++)
+        if (strcmp(cmd, c->name) == 0) return c->run(argc - 2, argv + 2);
     return cli_die("unknown command \"%s\" (see diffrt --help)", cmd);
 }
 

@@ -22,7 +22,7 @@
 #define MAX_LIST DRT_NIAH_MAX_LIST
 
 typedef struct {
-    const char *model, *backend, *device, *json, *compare;
+    const char *model, *backend, *device, *json, *compare, *set;
     const char *logits_vs; /* a reference model whose last-token logits each prompt is compared with */
     int attn_bits;         /* > 0: the reference path's attention logits quantized (eval/analysis.h) */
     int needles, queries, samples, attention, no_fallback, threads;
@@ -57,6 +57,7 @@ static int niah_parse(int argc, char **argv, niah_args *a) {
          .help = "device index or name substring"},
         {.name = "--threads", .kind = CLI_INT, .dst = &a->threads, .meta = "N", .lo = 1, .hi = 1024,
          .help = "CPU threads for cpu"},
+        CLI_OPT_SET(&a->set),
         {.name = "--attention", .kind = CLI_FLAG, .dst = &a->attention,
          .help = "also the mean attention of the final query token to the answer\nneedle and to the rest of the "
                  "context (for diff models the\ndifferential map A1 - lambda A2)"},
@@ -106,6 +107,7 @@ typedef struct {
     drt_model *m, *rm;
     drt_session *s, *rs;
     drt_tokenizer *tok;
+    drt_settings *set; /* --set: both models' sessions */
     drt_model_info I;
     float *logits, *attn, *rlogits;
     double nmse_sum, nmse_max;
@@ -133,7 +135,8 @@ static int niah_setup(niah_eval *e) {
                 "positions from %d on were never trained and retrieval there may degrade\n",
                 max_ctx, e->I.max_ctx, e->I.max_ctx);
     drt_session_opts so = {.backend = a->backend, .device = a->device,
-                           .max_ctx = max_ctx + DRT_NIAH_MAX_NEW_TOKENS, .threads = a->threads};
+                           .max_ctx = max_ctx + DRT_NIAH_MAX_NEW_TOKENS, .threads = a->threads,
+                           .settings = e->set};
     if (drt_session_create(e->m, &so, &e->s) != DRT_OK) return cli_fail("niah");
     /* the probe's rows copied during each forward: no re-run per prompt */
     if (a->attention && drt_session_keep_attention(e->s, 1) != DRT_OK) return cli_fail("niah");
@@ -326,7 +329,8 @@ int cmd_niah(int argc, char **argv) {
     if (!e) return cli_die("niah: out of memory%s", "");
     e->a = &a;
     e->jarr = a.json || a.compare ? cJSON_CreateArray() : NULL;
-    if (!(rc = niah_setup(e)) && !(rc = niah_eval_all(e))) {
+    /* a bad --set is a usage error (2) before any work */
+    if (!(rc = cli_settings("niah", a.set, &e->set)) && !(rc = niah_setup(e)) && !(rc = niah_eval_all(e))) {
         niah_print(e);
         rc = a.json ? niah_write_json(e) : 0;
         if (!rc) rc = niah_verdict(e);
@@ -340,6 +344,7 @@ int cmd_niah(int argc, char **argv) {
     drt_session_free(e->rs);
     drt_model_free(e->m);
     drt_model_free(e->rm);
+    drt_settings_free(e->set);
     free(e);
     return rc;
 }

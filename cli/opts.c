@@ -63,6 +63,11 @@ void cli_print_help(const cli_cmd *c, FILE *f) {
     if (c->footer) fprintf(f, "\n%s", c->footer);
 }
 
+void cli_print_commands(const cli_command *cmds, FILE *f) {
+    for (const cli_command *c = cmds; c->name; c++)
+        print_opt(f, c->name, c->summary);
+}
+
 static int bad_value(const cli_cmd *c, const cli_opt *o, const char *v) {
     if (o->bad)
         fprintf(stderr, "diffrt: %s: %s, got \"%s\"\n", c->name, o->bad, v);

@@ -49,11 +49,31 @@ typedef struct {
     int *n_positional;
 } cli_cmd;
 
+/* --set NAME=VALUE,...: the one entry of every command that opens backends or
+ * sessions; the command turns *dst into a drt_settings with cli_settings()
+ * (cli.h) before any work */
+#define CLI_OPT_SET(dst_)                                                                          \
+    {.name = "--set", .kind = CLI_STR, .dst = (dst_), .meta = "NAME=VALUE,...",                    \
+     .help = "settings (docs/environment.md: cpu.threads, vulkan.fp16, ...);\na flag wins over "   \
+             "its environment variable; diffrt info shows them"}
+
+/* A command of diffrt: one row of main.c's table, which dispatches and
+ * prints `diffrt --help` (the name and the one-line summary of each); the
+ * command's options and its own --help come from its cli_cmd. */
+typedef struct {
+    const char *name;
+    const char *summary; /* one line, lower case, no period */
+    int (*run)(int argc, char **argv);
+} cli_command;
+
 /* parses argv[0..argc): CLI_PARSED to go on, else the exit status (0 after --help, 2 after a
  * message) */
 int cli_parse(const cli_cmd *c, int argc, char **argv);
 /* the usage generated from c's table */
 void cli_print_help(const cli_cmd *c, FILE *f);
+/* a line per command of cmds (ended by {0}): its name and summary, as
+ * options are printed */
+void cli_print_commands(const cli_command *cmds, FILE *f);
 
 /* predicates for CLI_DOUBLE */
 int cli_finite_nonneg(double x); /* x >= 0, finite */

@@ -21,6 +21,8 @@ typedef struct {
     int perf;               /* time the perf shapes instead of checking the conformance table */
     int repeats, warmup;    /* perf: median of repeats after warmup runs */
     int list;               /* print the case table and exit */
+    const drt_settings *settings; /* for every backend checked and its model sessions (the
+                                   * CLI's --set); NULL = none. The oracle ref never takes them */
     FILE *out;              /* where the report goes; NULL = silent */
 } drt_conform_opts;
 

@@ -71,12 +71,13 @@ static drt_status read_prompt(const char *dir, const drt_model_info *I, prompt_t
 }
 
 /* prefill logits (T,V), CF_GREEDY_N greedy tokens, and the fallback count */
-static drt_status model_run(drt_model *m, const char *backend, const char *device, const prompt_t *p, float *logits,
-                            int32_t *greedy, int *fallbacks, char *fb, size_t fbn) {
+static drt_status model_run(drt_model *m, const char *backend, const char *device, const drt_settings *set,
+                            const prompt_t *p, float *logits, int32_t *greedy, int *fallbacks, char *fb, size_t fbn) {
     drt_model_info I;
     drt_model_get_info(m, &I);
     drt_session *s;
-    drt_session_opts so = {.backend = backend, .device = device, .max_ctx = p->n_tok + CF_GREEDY_N + 1};
+    drt_session_opts so = {
+        .backend = backend, .device = device, .max_ctx = p->n_tok + CF_GREEDY_N + 1, .settings = set};
     *fallbacks = 0;
     drt_status st = drt_session_create(m, &so, &s);
     if (st != DRT_OK) return st;
@@ -203,7 +204,7 @@ static drt_status model_reference(const char *dir, model_ref_run *mr) {
         if (!mr->rl || !mr->bl) return drt_set_error(DRT_ERR_OOM, "out of memory");
         int fbn;
         char fb[300] = "";
-        if (model_run(mr->m, "ref", "", &mr->pr, mr->rl, mr->rg, &fbn, fb, sizeof fb) != DRT_OK)
+        if (model_run(mr->m, "ref", "", NULL, &mr->pr, mr->rl, mr->rg, &fbn, fb, sizeof fb) != DRT_OK)
             snprintf(mr->why, sizeof mr->why, "the reference run failed: %s", drt_last_error());
     }
     if (mr->m)
@@ -265,8 +266,8 @@ static void model_verdict(const model_ref_run *mr, const int32_t *bg, const cf_b
     }
 }
 
-/* the model of mr on backend bk, into the record cc */
-static void model_case_on(model_ref_run *mr, const cf_backend *bk, cf_case *cc) {
+/* the model of mr on backend bk (with the run's settings), into the record cc */
+static void model_case_on(model_ref_run *mr, const cf_backend *bk, const drt_settings *set, cf_case *cc) {
     if (!bk->be) {
         cf_not_run(bk, cc);
         return;
@@ -285,7 +286,7 @@ static void model_case_on(model_ref_run *mr, const cf_backend *bk, cf_case *cc) 
     char fb[300] = "";
     double t0 = drt_now_s();
     drt_status s2 =
-        model_run(mr->m, bk->name, bk->be->device >= 0 ? dev : "", &mr->pr, mr->bl, bg, &fbn, fb, sizeof fb);
+        model_run(mr->m, bk->name, bk->be->device >= 0 ? dev : "", set, &mr->pr, mr->bl, bg, &fbn, fb, sizeof fb);
     cc->time_s = drt_now_s() - t0;
     cc->fallbacks = fbn;
     if (s2 != DRT_OK) {
@@ -311,7 +312,7 @@ drt_status cf_run_models(cf_run *run, const cf_model_ref *models, int n_models) 
             snprintf(cc->path, sizeof cc->path, "%s", models[mi].path);
             snprintf(cc->desc, sizeof cc->desc, "%s", mr.desc);
             cc->dtype = mr.m ? drt_dtype_name(mr.I.weight_dtype) : "f32";
-            model_case_on(&mr, &run->be[k], cc);
+            model_case_on(&mr, &run->be[k], run->o->settings, cc);
         }
         if (st == DRT_OK && mr.m && !mr.why[0]) st = cf_run_batch_cases(run, mr.m, &models[mi], mr.pr.tok, mr.pr.n_tok);
         model_ref_free(&mr);

@@ -185,12 +185,13 @@ static drt_status parse_devices(const drt_conform_opts *o, char *devs, size_t dn
     return DRT_OK;
 }
 
-/* Opens registry entry i as b on the device --device (sel) names, else
- * DIFFRT_DEVICE (env; never on ref: the oracle and its own row run on its
- * one device), else the backend's default. A backend that cannot be opened
+/* Opens registry entry i as b, with the run's settings, on the device
+ * --device (sel) names, else DIFFRT_DEVICE (env; never on ref: the oracle
+ * and its own row run on its one device), else the backend's default. A backend that cannot be opened
  * is recorded as unavailable with why; only a --device naming no device is
  * an error (a usage error). */
-static drt_status open_backend(int i, const char *sel, const char *env, cf_backend *b, drt_conform_result *r) {
+static drt_status open_backend(int i, const char *sel, const char *env, const drt_settings *set, cf_backend *b,
+                               drt_conform_result *r) {
     const drt_backend_ops *ops = drt_registry_get(i);
     const char *name = b->name;
     if (!ops) {
@@ -221,7 +222,7 @@ static drt_status open_backend(int i, const char *sel, const char *env, cf_backe
     }
     char idx[16] = "";
     if (dev >= 0) snprintf(idx, sizeof idx, "%d", dev);
-    if (drt_backend_open(name, idx, &b->be) != DRT_OK) {
+    if (drt_backend_open_settings(name, idx, 0, set, &b->be) != DRT_OK) {
         snprintf(b->why, sizeof b->why, "%s", drt_last_error());
         return DRT_OK;
     }
@@ -252,7 +253,7 @@ drt_status cf_select_backends(const drt_conform_opts *o, cf_run *run, drt_confor
         b->dev_from = "default";
         b->precision = "f32";
         b->model_bound = CF_MODEL_NMSE;
-        st = open_backend(i, i < CF_MAX_REG ? sel[i] : NULL, env, b, r);
+        st = open_backend(i, i < CF_MAX_REG ? sel[i] : NULL, env, o->settings, b, r);
         if (st != DRT_OK) return st;
     }
     return DRT_OK;

@@ -1,5 +1,6 @@
-/* Greedy generation through the public API: generate MODEL_DIR PROMPT
- * (README.md shows this file whole; the ctests example_generate and readme_example keep both right) */
+/* Greedy generation through the public API: generate MODEL_DIR PROMPT.
+ * README.md shows the lines between "README: begin" and "README: end"; the
+ * ctests example_generate (it must answer " 6019.") and readme_example keep both right. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,38 +8,40 @@
 #include <diffrt/diffrt.h>
 #include <diffrt/tokenizer.h>
 
-#define CHECK(ok) do { if (!(ok)) { fprintf(stderr, "generate: %s\n", drt_last_error()); return 1; } } while (0)
+/* a failed call: the library's one-line message, exit status 1 */
+static int fail(void) { return fprintf(stderr, "generate: %s\n", drt_last_error()), 1; }
+#define TRY(call) do { if ((call) != DRT_OK) return fail(); } while (0)
 
 int main(int argc, char **argv) {
     if (argc != 3) return fprintf(stderr, "usage: generate MODEL_DIR PROMPT\n"), 2;
-    drt_model *m;
-    drt_model_info info;
-    drt_tokenizer *tok;
-    char path[4096], *text;
+    const char *dir = argv[1], *prompt = argv[2];
+    char tokenizer_json[4096];
+    snprintf(tokenizer_json, sizeof tokenizer_json, "%s/tokenizer.json", dir);
+    /* README: begin */
+    drt_model *m; drt_model_info info; drt_tokenizer *tok; drt_session *s; drt_sampler *smp;
     int32_t *ids, out[16];
     int n_ids, n = 0;
-    CHECK(drt_model_load(argv[1], &m) == DRT_OK);
-    CHECK(drt_model_get_info(m, &info) == DRT_OK);
-    snprintf(path, sizeof path, "%s/tokenizer.json", argv[1]);
-    CHECK(drt_tokenizer_load(path, &tok) == DRT_OK);
-    CHECK(drt_tokenizer_encode(tok, argv[2], strlen(argv[2]), 1, &ids, &n_ids) == DRT_OK); /* 1: with BOS */
-    drt_session *s; /* the model on a backend, with its KV cache; NULL options: cpu, the model's context */
-    CHECK(drt_session_create(m, NULL, &s) == DRT_OK);
-    drt_sampler *smp;
-    drt_sampler_opts so = {.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0}; /* greedy */
-    CHECK(drt_sampler_create(&so, info.vocab, &smp) == DRT_OK);
-    float *logits = malloc(sizeof(float) * (size_t)info.vocab); /* [vocab]: the last position's */
-    CHECK(logits != NULL);
-    CHECK(drt_session_forward(s, ids, n_ids, logits, 0) == DRT_OK); /* the whole prompt at once */
+    char *text;
+    TRY(drt_model_load(dir, &m));
+    TRY(drt_model_get_info(m, &info));
+    TRY(drt_tokenizer_load(tokenizer_json, &tok));
+    TRY(drt_tokenizer_encode(tok, prompt, strlen(prompt), 1, &ids, &n_ids)); /* 1: with BOS */
+    TRY(drt_session_create(m, NULL, &s)); /* the model on cpu with its KV cache (NULL: default options) */
+    drt_sampler_opts greedy = {.temperature = 0, .top_p = 1};
+    TRY(drt_sampler_create(&greedy, info.vocab, &smp));
+    float *logits = malloc(sizeof(float) * (size_t)info.vocab); /* the last position's */
+    if (!logits) return fprintf(stderr, "generate: out of memory\n"), 1;
+    TRY(drt_session_forward(s, ids, n_ids, logits, 0)); /* the whole prompt at once */
     while (n < 16 && drt_session_pos(s) < drt_session_ctx(s)) {
         int32_t t = drt_sampler_sample(smp, logits);
-        CHECK(t >= 0);
+        if (t < 0) return fail();
         if (t == info.eos_id) break;
         out[n++] = t;
-        CHECK(drt_session_forward(s, &t, 1, logits, 0) == DRT_OK); /* one token: the next logits */
+        TRY(drt_session_forward(s, &t, 1, logits, 0)); /* one token: the next logits */
     }
-    CHECK(drt_tokenizer_decode(tok, out, n, 1, &text, NULL) == DRT_OK);
+    TRY(drt_tokenizer_decode(tok, out, n, 1, &text, NULL));
     printf("%s\n", text);
+    /* README: end */
     free(text);
     free(logits);
     free(ids);

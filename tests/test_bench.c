@@ -552,7 +552,7 @@ static void bad_inputs(const char *A, const char *dir) {
         {"bench --model /nonexistent --backend cpu", 1, "/nonexistent/config.json"},
         {"bench --help", 0, "--peak-gbps"},
         {"report --help", 0, "--out DIR"},
-        {"--help", 0, "diffrt bench"},
+        {"--help", 0, "\n  bench "},
     };
     snprintf(cases[1].args, sizeof cases[1].args, "report '%s'", A);
     snprintf(cases[2].args, sizeof cases[2].args, "report /nonexistent.json --out '%s'", dir);

@@ -2,7 +2,8 @@
  *   - `diffrt run --temp 0` on every fixture prints the source
  *     implementation's 32 greedy tokens;
  *   - bad arguments exit 2 with one line on stderr; a bad model exits 1;
- *   - info lists every backend, and the model summary;
+ *   - info lists every backend, the model summary and the settings, each
+ *     block once;
  *   - `diffrt niah --compare` on the bundled diff-v1 model: agrees with its
  *     own --json output, and reports (exit 1) a tampered answer. */
 #include <dirent.h>
@@ -187,15 +188,15 @@ static void last_argument(void) {
         const char *cmd, *value_opts;
     } cmds[] = {
         {"run", "--model --tokens --prompt --prompt-file --backend --device -n --ctx --threads --top-k --seed --temp "
-                "--top-p"},
+                "--top-p --set"},
         {"niah", "--model --backend --device --threads --json --compare --logits-vs --attn-bits --min-accuracy "
-                 "--min-agree --needles --queries --samples --seed --ctx --depths"},
-        {"conform", "--backend --op --require --device --models --json --junit --repeats --warmup"},
-        {"bench", "--model --backend --device --json -p -n -r --threads --peak-gbps --peak-gflops"},
+                 "--min-agree --needles --queries --samples --seed --ctx --depths --set"},
+        {"conform", "--backend --op --require --device --models --json --junit --repeats --warmup --set"},
+        {"bench", "--model --backend --device --json -p -n -r --threads --peak-gbps --peak-gflops --set"},
         {"report", "--out"},
         {"quantize", "--model --type --out"},
-        {"analyze", "--model --json --samples --seed --ctx --depths"},
-        {"info", "--model --backend"},
+        {"analyze", "--model --json --samples --seed --ctx --depths --set"},
+        {"info", "--model --backend --set"},
     };
     for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
         char cmd[1024], out[4096], want[256], after[128];
@@ -229,19 +230,19 @@ static void help_lists_options(void) {
     static const struct {
         const char *cmd, *opts;
     } cmds[] = {
-        {"run", "--model --tokens --prompt --prompt-file -n --backend --threads --device --ctx --temp --top-k --top-p "
-                "--seed --no-stop -v,_--verbose -h,_--help"},
-        {"niah", "--model --needles --queries --ctx --depths --samples --seed --backend --device --threads "
+        {"run", "--model --tokens --prompt --prompt-file -n --backend --threads --device --set --ctx --temp --top-k "
+                "--top-p --seed --no-stop -v,_--verbose -h,_--help"},
+        {"niah", "--model --needles --queries --ctx --depths --samples --seed --backend --device --threads --set "
                  "--attention --json --compare --min-accuracy --min-agree --no-fallback --logits-vs --attn-bits "
                  "-h,_--help"},
-        {"conform", "--backend --require --op --device --models --json --junit --list --perf --repeats --warmup "
-                    "-h,_--help"},
-        {"bench", "--model --backend -p -n -r --device --threads --peak-gbps --peak-gflops --json --csv --md "
+        {"conform", "--backend --require --op --device --set --models --json --junit --list --perf --repeats "
+                    "--warmup -h,_--help"},
+        {"bench", "--model --backend -p -n -r --device --threads --set --peak-gbps --peak-gflops --json --csv --md "
                   "-h,_--help"},
         {"report", "--out -h,_--help"},
         {"quantize", "--model --type --out --force -h,_--help"},
-        {"analyze", "--model --samples --depths --seed --ctx --json -h,_--help"},
-        {"info", "--model --backend -h,_--help"},
+        {"analyze", "--model --samples --depths --seed --ctx --json --set -h,_--help"},
+        {"info", "--model --backend --set -h,_--help"},
     };
     for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++)
         for (int h = 0; h < 2; h++) {
@@ -266,28 +267,74 @@ static void help_lists_options(void) {
         }
 }
 
-/* docs/cli.md shows each command's --help as the binary prints it: the
- * option tables are the one source, and the page must not drift from them. */
+/* docs/cli.md shows `diffrt --help` and each command's --help as the
+ * binary prints them: the option tables are the one source, and the page
+ * must not drift from them. `diffrt --help` is the commands' table: a line
+ * per command, and no command's options. */
 static void help_matches_docs(void) {
     char *doc = NULL;
     if (drt_read_text_file(DRT_FIXTURES_DIR "/../../docs/cli.md", &doc, NULL) != DRT_OK) {
         DRT_CHECK(0, "docs/cli.md: %s", drt_last_error());
         return;
     }
-    static const char *cmds[] = {"info", "run", "conform", "niah", "bench", "report", "quantize", "analyze"};
-    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
-        char head[64], cmd[1024], out[16384];
+    static const char *cmds[] = {"info", "run", "conform", "niah", "bench", "report", "quantize", "analyze", "--help"};
+    const size_t n_cmds = sizeof cmds / sizeof cmds[0];
+    char top[16384], cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --help 2>/dev/null", DRT_CLI_PATH);
+    int top_rc = run(cmd, top, sizeof top);
+    DRT_CHECK(top_rc == 0 && !strstr(top, "\n  --"), "diffrt --help: exit %d, should list commands, not options:\n%s",
+              top_rc, top);
+    for (size_t c = 0; c + 1 < n_cmds; c++) {
+        char line[64];
+        snprintf(line, sizeof line, "\n  %s ", cmds[c]);
+        DRT_CHECK(strstr(top, line) != NULL, "diffrt --help: no line for the command %s:\n%s", cmds[c], top);
+    }
+    for (size_t c = 0; c < n_cmds; c++) {
+        char head[64], out[16384];
         snprintf(head, sizeof head, "### diffrt %s\n\n```\n", cmds[c]);
         const char *at = strstr(doc, head);
         const char *end = at ? strstr(at + strlen(head), "```") : NULL;
-        snprintf(cmd, sizeof cmd, "'%s' %s --help 2>/dev/null", DRT_CLI_PATH, cmds[c]);
+        const char *name = strcmp(cmds[c], "--help") ? cmds[c] : "";
+        snprintf(cmd, sizeof cmd, "'%s' %s --help 2>/dev/null", DRT_CLI_PATH, name);
         int rc = run(cmd, out, sizeof out);
         size_t n = at && end ? (size_t)(end - at - strlen(head)) : 0;
         DRT_CHECK(rc == 0 && at && end && n == strlen(out) && memcmp(at + strlen(head), out, n) == 0,
-                  "docs/cli.md: the section \"### diffrt %s\" should hold `diffrt %s --help` as it prints:\n%s",
-                  cmds[c], cmds[c], out);
+                  "docs/cli.md: the section \"### diffrt %s\" should hold `diffrt %s%s--help` as it prints:\n%s",
+                  cmds[c], name, *name ? " " : "", out);
     }
     free(doc);
+}
+
+/* diffrt info prints each block once: the backends, the model (with
+ * --model), the settings in force, and (with --backend) the fallback line;
+ * --backend without --model is a usage error before any output. */
+static void info_blocks_once(void) {
+    static const struct {
+        const char *args;
+        int model, fallback;
+    } cases[] = {
+        {"info", 0, 0},
+        {"info --model " DRT_MODELS_DIR "/diff-v1-tiny", 1, 0},
+        {"info --model " DRT_MODELS_DIR "/diff-v1-tiny --backend cpu --set cpu.threads=1", 1, 1},
+    };
+    static const char *heads[] = {"backends\n", "\nmodel ", "\nsettings (", "\nbackend cpu: prefill"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[2048], out[16384];
+        snprintf(cmd, sizeof cmd, "'%s' %s 2>/dev/null", DRT_CLI_PATH, cases[i].args);
+        int rc = run(cmd, out, sizeof out);
+        const int want[4] = {1, cases[i].model, 1, cases[i].fallback};
+        for (int h = 0; h < 4; h++) {
+            int n = 0;
+            for (const char *p = strstr(out, heads[h]); p; p = strstr(p + 1, heads[h])) n++;
+            DRT_CHECK(rc == 0 && n == want[h], "diffrt %s: exit %d, \"%s\" %d times (want %d):\n%s",
+                      cases[i].args, rc, heads[h], n, want[h], out);
+        }
+    }
+    char cmd[1024], out[4096];
+    snprintf(cmd, sizeof cmd, "'%s' info --backend cpu 2>&1", DRT_CLI_PATH);
+    int rc = run(cmd, out, sizeof out);
+    DRT_CHECK(rc == 2 && strcmp(out, "diffrt: info: --backend needs --model DIR\n") == 0,
+              "diffrt info --backend cpu: exit %d (want 2), want one line:\n%s", rc, out);
 }
 
 /* The option parser on hostile and odd arguments: exit status and the one
@@ -430,6 +477,7 @@ int main(void) {
     last_argument();
     help_lists_options();
     help_matches_docs();
+    info_blocks_once();
     option_parser();
     ref_oom_names_ref();
 

@@ -355,7 +355,9 @@ static void vulkan_ranges(void) {
 }
 
 /* the CLI: flag > env > default in diffrt info, and a bad --set exits 2
- * naming the setting (run, bench and info have the flag) */
+ * naming the setting, before any work (every command that opens a backend or
+ * a session has the flag: info, run, bench, conform, niah, analyze); conform
+ * hands it to the backends it checks */
 static void cli(void) {
     static const struct {
         const char *cmd, *want; /* want: a line of stdout (exit 0) */
@@ -373,6 +375,12 @@ static void cli(void) {
          "diffrt: run: --set wants NAME=VALUE[,NAME=VALUE...], got \"cpu.threads\""},
         {DRT_CLI_PATH " bench --model " DRT_MODELS_DIR "/diff-v1-tiny --backend cpu --set cpu.thread=1 2>&1", NULL,
          "diffrt: bench: --set: unknown setting \"cpu.thread\""},
+        {DRT_CLI_PATH " niah --model /nonexistent --set cpu.thread=1 2>&1", NULL,
+         "diffrt: niah: --set: unknown setting \"cpu.thread\""},
+        {DRT_CLI_PATH " analyze --model /nonexistent --set vulkan.fp17=1 2>&1", NULL,
+         "diffrt: analyze: --set: unknown setting \"vulkan.fp17\""},
+        {DRT_CLI_PATH " conform --backend cpu --set cpu.precision=f64 2>&1", NULL,
+         "diffrt: conform: --set: setting cpu.precision: expected one of f32, bf16, got \"f64\""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         FILE *f = popen(cases[i].cmd, "r");
@@ -389,6 +397,21 @@ static void cli(void) {
         int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
         DRT_CHECK(rc == (cases[i].want ? 0 : 2) && found, "%s: exit %d, \"%s\" %s", cases[i].cmd, rc,
                   cases[i].want ? cases[i].want : cases[i].says, found ? "found" : "missing");
+    }
+    /* conform --set reaches the backend it checks: its header line says
+     * "precision bf16", or (a CPU without AVX512-BF16) why cpu.precision=bf16
+     * cannot run; without the flag it says neither */
+    for (int with = 0; with < 2; with++) {
+        char cmd[1024], out[4096] = "";
+        snprintf(cmd, sizeof cmd, "%s conform --backend cpu --op none%s 2>&1", DRT_CLI_PATH,
+                 with ? " --set cpu.precision=bf16" : "");
+        FILE *f = popen(cmd, "r");
+        size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+        out[n] = 0;
+        int st = f ? pclose(f) : -1;
+        int said = strstr(out, "precision bf16") || strstr(out, "cpu.precision=bf16");
+        DRT_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0 && said == with, "%s: exit %d, bf16 %s:\n%s", cmd,
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -1, said ? "named" : "not named", out);
     }
 }
 

@@ -97,17 +97,6 @@ static mm_plan plan_of(const vk_ctx *c, uint32_t T, uint32_t trans) {
     return p;
 }
 
-static void node_dims(const drt_tensor *t, uint32_t *B, uint32_t *Bw, uint32_t *T, uint32_t *K,
-                      uint32_t *N, uint32_t *trans) {
-    const drt_tensor *a = t->src[0], *w = t->src[1];
-    *B = a->nd == 3 ? (uint32_t)a->ne[0] : 1;
-    *Bw = w->nd == 3 ? (uint32_t)w->ne[0] : 1;
-    *T = (uint32_t)a->ne[a->nd - 2];
-    *K = (uint32_t)a->ne[a->nd - 1];
-    *N = (uint32_t)t->ne[t->nd - 1];
-    *trans = t->ip[0] != 0;
-}
-
 static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo_x, uint32_t eo_w,
                                mm_plan *p, uint32_t spec[10]);
 static uint64_t bind_bytes(const drt_tensor *w);
@@ -119,9 +108,8 @@ const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t) {
     static _Thread_local int next;
     if (t->op != DRT_OP_MATMUL) return NULL;
     if (drt_dtype_block(t->src[1]->type) > 1) return vk_matmul_q_variant(c, t);
-    uint32_t B, Bw, T, K, N, trans;
-    node_dims(t, &B, &Bw, &T, &K, &N, &trans);
-    mm_plan p = plan_of(c, T, trans);
+    const drt_matmul_shape m = drt_matmul_dims(t);
+    mm_plan p = plan_of(c, (uint32_t)m.T, m.trans_w != 0);
     char *s = buf[next++ & 7];
     if (p.kind == MM_GEMV) {
         uint32_t spec[10];
@@ -143,9 +131,9 @@ const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t) {
 static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo_x, uint32_t eo_w,
                                mm_plan *p, uint32_t spec[10]) {
     const drt_tensor *w = t->src[1];
-    uint32_t B, Bw, T, K, N, trans;
-    node_dims(t, &B, &Bw, &T, &K, &N, &trans);
-    *p = plan_of(c, T, trans);
+    const drt_matmul_shape m = drt_matmul_dims(t);
+    const uint32_t K = (uint32_t)m.K, trans = m.trans_w != 0;
+    *p = plan_of(c, (uint32_t)m.T, trans);
     memset(spec, 0, sizeof(uint32_t) * 10);
     spec[0] = p->wg;
     spec[1] = c->use_sg;
@@ -202,11 +190,10 @@ static uint64_t bind_bytes(const drt_tensor *w) {
 
 bool vk_matmul_splits(const vk_ctx *c, const drt_tensor *t) {
     if (t->op != DRT_OP_MATMUL || drt_dtype_block(t->src[1]->type) > 1) return false;
-    uint32_t B, Bw, T, K, N, trans;
-    node_dims(t, &B, &Bw, &T, &K, &N, &trans);
+    const drt_matmul_shape m = drt_matmul_dims(t);
     /* a block of 16 rows must fit one binding */
-    return B == 1 && Bw == 1 && T == 1 && !trans &&
-           16 * (uint64_t)K * drt_dtype_size(t->src[1]->type) + VK_BIND_ALIGN + 16 <=
+    return m.B == 1 && m.Bw == 1 && m.T == 1 && !m.trans_w &&
+           16 * (uint64_t)m.K * drt_dtype_size(t->src[1]->type) + VK_BIND_ALIGN + 16 <=
                c->split_bytes;
 }
 
@@ -217,7 +204,8 @@ bool vk_matmul_splits(const vk_ctx *c, const drt_tensor *t) {
  * holds in the first. */
 static drt_status matvec_split(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *w = t->src[1];
-    const uint64_t K = (uint64_t)w->ne[w->nd - 1], N = (uint64_t)w->ne[w->nd - 2];
+    const drt_matmul_shape m = drt_matmul_dims(t); /* B = T = 1, w (N,K) */
+    const uint64_t K = (uint64_t)m.K, N = (uint64_t)m.N;
     const uint64_t row = K * drt_dtype_size(w->type);
     const uint64_t rows = (c->split_bytes - VK_BIND_ALIGN - 16) / row / 16 * 16;
     if (rows == 0)
@@ -246,8 +234,9 @@ drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     if (drt_dtype_block(t->src[1]->type) > 1) return vk_matmul_q(c, t);
     const drt_tensor *a = t->src[0], *w = t->src[1];
     if (bind_bytes(w) > c->split_bytes && vk_matmul_splits(c, t)) return matvec_split(c, t, ex);
-    uint32_t B, Bw, T, K, N, trans;
-    node_dims(t, &B, &Bw, &T, &K, &N, &trans);
+    const drt_matmul_shape m = drt_matmul_dims(t);
+    const uint32_t B = (uint32_t)m.B, Bw = (uint32_t)m.Bw, T = (uint32_t)m.T, K = (uint32_t)m.K,
+                   N = (uint32_t)m.N, trans = m.trans_w != 0;
     mm_plan p;
     uint32_t spec[10];
     vk_shader sh = matmul_select(c, t, vk_eoff(a), vk_eoff(w), &p, spec);

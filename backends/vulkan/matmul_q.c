@@ -18,16 +18,6 @@ typedef struct {
     float scale;
 } matmul_q_pc;
 
-static void node_dims(const drt_tensor *t, uint32_t *B, uint32_t *Bw, uint32_t *T, uint32_t *K,
-                      uint32_t *N) {
-    const drt_tensor *a = t->src[0], *w = t->src[1];
-    *B = a->nd == 3 ? (uint32_t)a->ne[0] : 1;
-    *Bw = w->nd == 3 ? (uint32_t)w->ne[0] : 1;
-    *T = (uint32_t)a->ne[a->nd - 2];
-    *K = (uint32_t)a->ne[a->nd - 1];
-    *N = (uint32_t)t->ne[t->nd - 1];
-}
-
 /* rows per lane of the rows kernel: 2, measured on lavapipe (T=1 K=4096
  * N=16384: q8_0 50/38/49 ms, q4_0 24/25/37 ms for 1/2/4 rows);
  * 0: the output kernel. eo_x, o_w: x's element offset, W's byte offset in
@@ -47,13 +37,13 @@ const char *vk_matmul_q_variant(const vk_ctx *c, const drt_tensor *t) {
     static _Thread_local char buf[8][64];
     static _Thread_local int next;
     const char *q = t->src[1]->type == DRT_Q8_0 ? "q8_0" : "q4_0";
-    uint32_t B, Bw, T, K, N;
-    node_dims(t, &B, &Bw, &T, &K, &N);
-    uint32_t r = rows_per_lane(c, K, t->src[0]->buf ? vk_eoff(t->src[0]) : 0,
+    const drt_matmul_shape m = drt_matmul_dims(t);
+    uint32_t r = rows_per_lane(c, (uint32_t)m.K, t->src[0]->buf ? vk_eoff(t->src[0]) : 0,
                                t->src[1]->buf ? vk_eoff(t->src[1]) : 0);
     char *s = buf[next++ & 7];
     if (r)
-        snprintf(s, sizeof buf[0], "%s rows wg%u x%u t%u", q, vk_cpu_lanes(c), r, rows_t(T));
+        snprintf(s, sizeof buf[0], "%s rows wg%u x%u t%u", q, vk_cpu_lanes(c), r,
+                 rows_t((uint32_t)m.T));
     else
         snprintf(s, sizeof buf[0], "%s blocks, invocation per output", q);
     return s;
@@ -61,8 +51,9 @@ const char *vk_matmul_q_variant(const vk_ctx *c, const drt_tensor *t) {
 
 drt_status vk_matmul_q(vk_ctx *c, const drt_tensor *t) {
     const drt_tensor *a = t->src[0], *w = t->src[1];
-    uint32_t B, Bw, T, K, N;
-    node_dims(t, &B, &Bw, &T, &K, &N);
+    const drt_matmul_shape m = drt_matmul_dims(t);
+    const uint32_t B = (uint32_t)m.B, Bw = (uint32_t)m.Bw, T = (uint32_t)m.T, K = (uint32_t)m.K,
+                   N = (uint32_t)m.N;
     const bool q8 = w->type == DRT_Q8_0;
     vk_binds b = {.src = {a, w}, .dst = t};
     matmul_q_pc pc = {vk_eoff(a), vk_eoff(w), vk_eoff(t), B, Bw, T, N, K, t->fp[0]};

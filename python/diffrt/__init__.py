@@ -62,3 +62,8 @@ __all__ = [
     "library_path",
     "version",
 ]
+
+# the settings table and the values in force (settings.py)
+from .settings import SettingInfo, SettingValue, setting, settings_in_force, settings_table  # noqa: E402
+
+__all__ += ["SettingInfo", "SettingValue", "setting", "settings_in_force", "settings_table"]

@@ -751,7 +751,8 @@ class TestArgumentChecks(unittest.TestCase):
 
 class TestSettings(unittest.TestCase):
     """settings= (drt_settings): a value set there wins over its variable, and
-    a bad name or value is an Error naming it."""
+    a bad name or value is an Error naming it; settings_table() and setting()
+    read the table and the values in force."""
 
     def test_settings(self):
         m = diffrt.Model(model_path("diff-v1-tiny"))
@@ -776,6 +777,60 @@ class TestSettings(unittest.TestCase):
         with self.assertRaises(TypeError):
             m.session(settings={1: "x"})
         m.close()
+
+    def test_table(self):
+        """settings_table() is the C table: the rows `diffrt info` prints, in
+        its order, each with its variable, values, default, doc and kind."""
+        rows = diffrt.settings_table()
+        _, out, _ = cli("info")
+        info_names = [ln.split()[0] for ln in out.split("\nsettings (", 1)[1].splitlines()[1:] if ln.strip()]
+        self.assertEqual([r.name for r in rows], info_names)
+        by = {r.name: r for r in rows}
+        self.assertEqual(by["cpu.precision"], diffrt.SettingInfo(
+            "cpu.precision", "DIFFRT_CPU_PRECISION", None, "f32, bf16", "f32",
+            "bf16: prefill GEMMs on AVX512-BF16, declared bound 5e-4", "user", False))
+        self.assertEqual((by["vulkan.fp16"].old_env, by["vulkan.fp16"].kind), ("DIFFRT_VK_FP16", "debug"))
+        self.assertTrue(by["no_mmap"].env_only)
+        self.assertEqual(by["cpu.threads"].default, "")  # automatic
+        for r in rows:
+            self.assertTrue(r.env.startswith("DIFFRT_") and r.values and r.doc, r)
+            self.assertIn(r.kind, ("user", "debug"))
+
+    def test_value_in_force(self):
+        """setting(): settings= > the variable (or its deprecated alias) >
+        the default, with the source; a bad value names where it came from."""
+        saved = {k: os.environ.pop(k, None) for k in ("DIFFRT_THREADS", "DIFFRT_VULKAN_TUNE", "DIFFRT_VK_TUNE")}
+        try:
+            self.assertEqual(diffrt.setting("cpu.precision"), ("cpu.precision", "f32", "default"))
+            self.assertEqual(diffrt.setting("cpu.threads"), ("cpu.threads", "", "default"))
+            os.environ["DIFFRT_THREADS"] = "5"
+            self.assertEqual(diffrt.setting("cpu.threads"), ("cpu.threads", "5", "env"))
+            self.assertEqual(diffrt.setting("cpu.threads", settings={"cpu.threads": 2}),
+                             ("cpu.threads", "2", "caller"))
+            os.environ["DIFFRT_VK_TUNE"] = "gpu"  # the deprecated alias (one line on stderr)
+            self.assertEqual(diffrt.setting("vulkan.tune"), ("vulkan.tune", "gpu", "env"))
+            now = diffrt.settings_in_force({"cpu.precision": "bf16"})
+            self.assertEqual(set(now), {r.name for r in diffrt.settings_table()})
+            self.assertEqual((now["cpu.precision"].value, now["cpu.precision"].source), ("bf16", "caller"))
+            self.assertEqual(now["cpu.threads"].source, "env")
+            os.environ["DIFFRT_THREADS"] = "0"
+            with self.assertRaisesRegex(diffrt.Error, "DIFFRT_THREADS"):
+                diffrt.setting("cpu.threads")
+            with self.assertRaisesRegex(diffrt.Error, "DIFFRT_THREADS"):
+                diffrt.settings_in_force()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        for name, kw, says in (("no.such", {}, "unknown setting"),
+                               ("cpu.precision", {"settings": {"cpu.precision": "f16"}}, "setting cpu.precision"),
+                               ("cpu.threads", {"settings": {"no_mmap": 1}}, "environment only")):
+            with self.assertRaisesRegex(diffrt.Error, says):
+                diffrt.setting(name, **kw)
+        with self.assertRaises(TypeError):
+            diffrt.setting(3)
 
 
 class TestThreads(unittest.TestCase):
