@@ -98,6 +98,25 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_MATMUL, .B = 2, .T = 1, .K = 544, .N = 7, .wt = Q8, .scale = 0.5f},
     {.op = DRT_OP_MATMUL, .B = 2, .T = 9, .K = 300, .N = 130, .trans_w = 1, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 8, .K = 1000, .N = 77, .scale = 1},
+    /* the decode step of a batch (issue 27): 2..32 rows, each weight read
+     * once for all rows; K past whole 64-wide tiles and several K splits
+     * (q: K a multiple of 32), N past whole 64-column tiles */
+    {.op = DRT_OP_MATMUL, .T = 2, .K = 200, .N = 70, .wt = F16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 5, .K = 136, .N = 67, .wt = BF16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 8, .K = 256, .N = 65, .wt = F16, .scale = 0.5f},
+    {.op = DRT_OP_MATMUL, .T = 16, .K = 1000, .N = 130, .wt = F16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 16, .K = 200, .N = 67, .wt = BF16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 32, .K = 520, .N = 70, .wt = BF16, .scale = 0.5f},
+    {.op = DRT_OP_MATMUL, .T = 32, .K = 136, .N = 129, .wt = F16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 2, .K = 160, .N = 70, .wt = Q8, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 5, .K = 160, .N = 67, .wt = Q4, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 8, .K = 288, .N = 65, .wt = Q8, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 16, .K = 160, .N = 130, .wt = Q4, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 16, .K = 544, .N = 67, .wt = Q8, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 32, .K = 288, .N = 70, .wt = Q4, .scale = 0.5f},
+    {.op = DRT_OP_MATMUL, .T = 32, .K = 1056, .N = 129, .wt = Q8, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 16, .K = 200, .N = 67, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 32, .K = 136, .N = 70, .scale = 1},
     /* ROPE: x (T, H, d); inv_freq of theta 10000 */
     {.op = DRT_OP_ROPE, .T = 1, .H = 4, .d = 64, .p0 = 17},
     {.op = DRT_OP_ROPE, .T = 37, .H = 3, .d = 128},

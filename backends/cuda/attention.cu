@@ -1,10 +1,11 @@
 /* CUDA: DUAL_SOFTMAX, DIFF_ATTN and ATTN (docs/design.md section 3). Reference:
  * backends/ref/attention.c (drt_ref_dual_softmax, drt_ref_diff_attn, drt_ref_attn).
  *
- * DIFF_ATTN, per diff-head h (kv group g = h*G/H), query t at position p0+t,
- * keys j <= p0+t, s = 1/sqrt(dk):
- *   A1 = softmax_j(s q[t,h,0].k[j,g,0]),  A2 = softmax_j(s q[t,h,1].k[j,g,m-1])
- *   o[t,h] = sum_j (A1[j] - lambda A2[j]) v[j,g]
+ * DIFF_ATTN, per diff-head h (kv group g = h*G/H), query row t with rows entry
+ * {base, pos} (rows (T,2), device memory), keys j = 0 .. pos at cache rows
+ * base + j, s = 1/sqrt(dk):
+ *   A1 = softmax_j(s q[t,h,0].k[base+j,g,0]),  A2 = softmax_j(s q[t,h,1].k[base+j,g,m-1])
+ *   o[t,h] = sum_j (A1[j] - lambda A2[j]) v[base+j,g]
  * Both softmaxes are computed online (flash-style): per map a running max m,
  * a running denominator l and a running numerator acc[dv], rescaled by
  * exp(m_old - m_new) whenever the max grows, so that
@@ -14,15 +15,23 @@
  *
  * Kernels, llm.c-style (simple first, faster beside it):
  *   attn_kernel1      f32, CUDA cores. One block per (query, head, KV split).
- *                     Any T, S, dk <= 1024, dv <= 512, m, GQA. The f32 path
- *                     (conformance bound 1e-8) and the decode path: at T = 1
- *                     the keys are split across nsplit blocks (split-K), each
- *                     writes (m, l, acc) partials, attn_combine_kernel1 merges
- *                     them. nsplit is fixed from the cache size at launch and
- *                     each block derives its key range from the p0 it reads
- *                     from device memory, so a captured graph stays valid.
+ *                     Any rows, dk <= 1024, dv <= 512, m, GQA. The f32 path
+ *                     (conformance bound 1e-8) and the decode path: when T*H
+ *                     leaves SMs idle the keys are split across nsplit blocks
+ *                     (split-K), each writes (m, l, acc) partials,
+ *                     attn_combine_kernel1 merges them. nsplit is fixed from
+ *                     T, H and the cache size at launch and each block derives
+ *                     its key range from its row's pos, read from device
+ *                     memory, so a captured graph stays valid.
  *   attn_tc_kernel2   tensor cores (mma.sync m16n8k16, f16 in, f32 accumulate),
- *                     fast mode, T > 1. One block per (64 queries, head). For
+ *                     fast mode, the rows in runs of at least TC_MIN_RUN
+ *                     (consecutive rows of one sequence, consecutive
+ *                     positions: a prompt or a prompt chunk); kernel 1 takes
+ *                     the other rows (decode rows of a batch) in the same
+ *                     graph, each kernel deciding per row from device memory
+ *                     (in_run_of). One block per (64 queries, head); its rows
+ *                     may hold several runs: it takes them one after the
+ *                     other, each over its own sequence's keys. For
  *                     DIFF_ATTN 8 warps: warps 0-3 own map 1, warps 4-7 map 2,
  *                     16 query rows each; every K/V tile is loaded into shared
  *                     memory ONCE per block and serves both maps; dv = 2 dk is
@@ -31,7 +40,8 @@
  *                     (128,128), (128,256)} (DIFF) and {(64,64), (128,128)}
  *                     (ATTN); other shapes use kernel 1.
  *
- * Napkin math (causal, p0 = 0): pairs = T(T+1)/2 per head;
+ * Napkin math (one sequence from position 0): pairs = T(T+1)/2 per head
+ * (in general sum over rows of pos + 1, drt_exec.key_pairs);
  *   DIFF_ATTN useful flops = pairs*H*(4 dk + 2 dv) (the op table's count);
  *   kernel 2 executes pairs*H*(4 dk + 4 dv) MMA flops (two PV products);
  *   K/V bytes per block = S*(m dk + dv)*4, read once per 64 queries. */
@@ -44,10 +54,30 @@ typedef struct {
     const float *lam;       /* (T,H) or NULL */
     float *o;               /* (T,H,dv) */
     float *part;            /* split-K partials: (T*H, nsplit, 4 + 2 dv) */
-    const int *p0;          /* device: runtime p0 */
+    const int32_t *rows;    /* (T,2) device: per row {cache base, pos} */
+    int tc_min;             /* > 0: kernel 2 runs too, owns the rows in runs of >= tc_min */
     int T, H, G, m, dk, dv, nq, nsplit;
     float lambda, scale;
 } attn_params;
+
+/* The shortest run of rows (consecutive rows of one sequence at consecutive
+ * positions) that kernel 2 takes in fast mode: shorter runs are decode rows,
+ * better served by kernel 1's split-K (and then identical to f32 mode). */
+#define TC_MIN_RUN 4
+
+/* rows (T,2): does row t continue row t-1's run (same base, next position)? */
+__device__ __forceinline__ bool cont_run(const int32_t *rows, int t) {
+    return t > 0 && rows[2 * t] == rows[2 * t - 2] && rows[2 * t + 1] == rows[2 * t - 1] + 1;
+}
+
+/* Is row t in a run of at least n rows? Reads at most 2n rows; every thread
+ * of a block gets the same answer (it decides which kernel owns the row). */
+__device__ __forceinline__ bool in_run_of(const int32_t *rows, int T, int t, int n) {
+    int a = t, b = t;
+    while (b - a + 1 < n && a > 0 && cont_run(rows, a)) a--;
+    while (b - a + 1 < n && b + 1 < T && cont_run(rows, b + 1)) b++;
+    return b - a + 1 >= n;
+}
 
 /* ---- DUAL_SOFTMAX ------------------------------------------------------------------ */
 
@@ -96,14 +126,18 @@ extern "C" drt_status cu_dual_softmax(cu_ctx *c, float *a, const float *s1, cons
 #define V1_BN 64 /* keys per tile */
 #define V1_EPT (CU_ATTN_MAX_DV / V1_THREADS) /* output elements per thread */
 #define MAX_SPLIT 64
+#define V1_MIN_CHUNK 32 /* the fewest keys a split takes */
 
 /* grid (T*H, nsplit), block V1_THREADS, shared (nq*dk + nq*V1_BN) floats.
- * Per key tile: each warp computes whole dot products (lanes over dk,
- * coalesced k rows) for its keys, both maps at once; every thread then
- * reads the tile's logits from shared memory to form the new max and the
- * weights; thread e accumulates output element e over the tile's keys
- * (coalesced v rows). Everything is f32 with fmaf; exp is expf (no fast
- * math), so the result is within ~1e-6 relative of the double reference. */
+ * Row t sees keys j = 0 .. pos at cache rows base + j; split s takes chunk
+ * s of them (at least V1_MIN_CHUNK keys each). A block of a row kernel 2
+ * owns (P.tc_min) leaves at once. Per key tile: each warp computes whole dot
+ * products (lanes over dk, coalesced k rows) for its keys, both maps at
+ * once; every thread then reads the tile's logits from shared memory to
+ * form the new max and the weights; thread e accumulates output element e
+ * over the tile's keys (coalesced v rows). Everything is f32 with fmaf; exp
+ * is expf (no fast math), so the result is within ~1e-6 relative of the
+ * double reference. */
 __global__ void __launch_bounds__(V1_THREADS) attn_kernel1(attn_params P) {
     CU_DYN_SMEM(float, sm1);
     const int nq = P.nq, dk = P.dk, dv = P.dv;
@@ -114,10 +148,10 @@ __global__ void __launch_bounds__(V1_THREADS) attn_kernel1(attn_params P) {
     const int t = (int)(th / P.H), h = (int)(th % P.H);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = (int)((int64_t)h * P.G / P.H);
-    const int p0 = *P.p0;
-    const int S = p0 + P.T;
-    const int n = p0 + t + 1; /* keys this query sees */
-    const int chunk = (S + P.nsplit - 1) / P.nsplit;
+    if (P.tc_min && in_run_of(P.rows, P.T, t, P.tc_min)) return; /* kernel 2's row: the whole block leaves */
+    const int64_t base = P.rows[2 * t];
+    const int n = P.rows[2 * t + 1] + 1; /* keys this query sees */
+    const int chunk = max((n + P.nsplit - 1) / P.nsplit, V1_MIN_CHUNK);
     const int jb = split * chunk;
     const int je = min(n, jb + chunk);
     const int64_t vstride = (int64_t)P.G * dv; /* one key to the next in v */
@@ -134,7 +168,7 @@ __global__ void __launch_bounds__(V1_THREADS) attn_kernel1(attn_params P) {
         const int nt = min(V1_BN, je - j0);
         /* logits of this tile: warp w takes keys w, w+4, ... */
         for (int jj = warp; jj < nt; jj += V1_THREADS / 32) {
-            const int64_t krow = ((int64_t)(j0 + jj) * P.G + g) * P.m;
+            const int64_t krow = ((base + j0 + jj) * P.G + g) * P.m;
             for (int mm = 0; mm < nq; mm++) {
                 const float *kr = P.k + (krow + (P.m == 2 ? mm : 0)) * dk;
                 float d = 0.0f;
@@ -168,7 +202,7 @@ __global__ void __launch_bounds__(V1_THREADS) attn_kernel1(attn_params P) {
             lrun[mm] = lrun[mm] * corr[mm] + z;
             mrun[mm] = mnew[mm];
         }
-        const float *vt = P.v + ((int64_t)j0 * P.G + g) * dv;
+        const float *vt = P.v + ((base + j0) * P.G + g) * dv;
 #pragma unroll
         for (int ei = 0; ei < V1_EPT; ei++) {
             const int e = tid + ei * V1_THREADS;
@@ -216,13 +250,15 @@ __global__ void __launch_bounds__(V1_THREADS) attn_kernel1(attn_params P) {
     }
 }
 
-/* grid (T*H), block 128: merges the nsplit partials of one (t,h):
+/* grid (T*H), block 128: merges the nsplit partials of one (t,h) (none for
+ * a row kernel 2 owns):
  *   M = max_s m_s,  L = sum_s l_s e^(m_s - M),  O = sum_s acc_s e^(m_s - M)
  * per map, then o = O1/L1 - lambda O2/L2 (ATTN: O1/L1).
  * Napkin math: reads T*H*nsplit*(4 + 2 dv)*4 bytes. */
 __global__ void attn_combine_kernel1(attn_params P) {
     __shared__ float wsh[2][MAX_SPLIT];
     const int64_t th = blockIdx.x;
+    if (P.tc_min && in_run_of(P.rows, P.T, (int)(th / P.H), P.tc_min)) return;
     const int ns = P.nsplit, dv = P.dv, nq = P.nq;
     const int64_t stride = 4 + 2 * (int64_t)dv;
     const float *pp = P.part + th * ns * stride;
@@ -297,20 +333,31 @@ template <int DK, int DV, int NQ> struct tc_cfg {
 
 /* grid (ceil(T/64), H), block 128*NQ, dynamic shared tc_cfg::SMEM.
  * Warp w: map w/4, query rows 16*(w%4) .. +15 of the block's 64.
- * Per key tile (BN keys, up to min(S, p0 + t0 + 64)):
+ * The block's rows are cut into runs (rows of one sequence at consecutive
+ * positions); a run kernel 2 owns (in_run_of, P.tc_min) is one segment of
+ * the block's rows, one cache base, keys 0 .. the pos of its last row. The
+ * segments are taken one after the other, each over its own keys; a row
+ * outside the segment sees no key of it, so its softmax state is left as it
+ * is, and a warp without rows in it skips the products. One sequence's
+ * prompt is one segment: the plain flash loop.
+ * Per key tile (BN keys of the segment):
  *   all threads: K tile(s) and V tile f32 -> f16 into shared (V transposed,
- *     so PV's B fragments are 32-bit loads like QK's)
+ *     so PV's B fragments are 32-bit loads like QK's); keys past the
+ *     segment's last position are zero, never read (another sequence's)
  *   per warp:    S = Q K^T (16 x BN, f32) on tensor cores; scale, causal
  *     mask; online softmax on the fragments (each thread holds 2 rows; the
  *     4 threads of a quad share a row: max/sum via 2 shuffles); P -> f16
  *     A-fragments in registers (the accumulator layout of S is the A layout
  *     of the next product); acc (16 x DV) += P V on tensor cores.
+ * Only the rows of owned runs are stored; kernel 1 writes the others.
  * DIFF: map-2 warps park lambda*acc2/l2 in shared memory; map-1 warps
  * subtract it from acc1/l1 and store. f16 inputs: declared fast mode. */
 template <int DK, int DV, int NQ>
 __global__ void __launch_bounds__(128 * NQ) attn_tc_kernel2(attn_params P) {
     typedef tc_cfg<DK, DV, NQ> C;
     CU_DYN_SMEM(unsigned char, smem2);
+    __shared__ int32_t rs[2 * C::BM]; /* the block's rows entries */
+    __shared__ int sg[2];             /* the segment: block rows sg[0] .. sg[1]-1 */
     __half *Qs = reinterpret_cast<__half *>(smem2);
     __half *Ks = Qs + C::Q_HALFS;
     __half *Vt = Ks + C::K_HALFS;
@@ -323,11 +370,11 @@ __global__ void __launch_bounds__(128 * NQ) attn_tc_kernel2(attn_params P) {
     const int h = blockIdx.y;
     const int T = P.T, H = P.H, G = P.G, m = P.m;
     const int g = (int)((int64_t)h * G / H);
-    const int p0 = *P.p0;
-    const int S = p0 + T;
+    const int nr = min(C::BM, T - t0);          /* rows of this block */
     const int km = (NQ == 2 && m == 2) ? 2 : 1; /* key maps in a tile */
     const int kmap = m == 2 ? map : 0;          /* the one this warp reads */
 
+    for (int i = tid; i < 2 * nr; i += C::NT) rs[i] = P.rows[2 * (int64_t)t0 + i];
     /* Q tile, all maps, f16; rows past T are zero (their outputs are dropped) */
     for (int idx = tid; idx < NQ * C::BM * (DK / 4); idx += C::NT) {
         const int c4 = idx % (DK / 4);
@@ -347,111 +394,144 @@ __global__ void __launch_bounds__(128 * NQ) attn_tc_kernel2(attn_params P) {
     for (int nt = 0; nt < DV / 8; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
     float mrow[2] = {-CUDART_INF_F, -CUDART_INF_F}, lrow[2] = {0.0f, 0.0f};
     const float sl2 = P.scale * LOG2E_F; /* exp(s x) = exp2(s log2(e) x) */
-    const int rlo = t0 + wr + grp;        /* query of this thread's rows: rlo, rlo + 8 */
-    const int kv_end = min(S, p0 + t0 + C::BM);
+    const int rlo = wr + grp;            /* block rows of this thread: rlo, rlo + 8 */
     const __half *Qw = Qs + (map * C::BM + wr) * C::LDQ;
     const __half *Kw = Ks + kmap * C::BN * C::LDK;
+    __syncthreads(); /* rs stored */
 
-    for (int j0 = 0; j0 < kv_end; j0 += C::BN) {
-        __syncthreads(); /* Q stored (first tile) / previous tile consumed */
-        for (int idx = tid; idx < km * C::BN * (DK / 4); idx += C::NT) {
-            const int c4 = idx % (DK / 4);
-            const int jj = (idx / (DK / 4)) % C::BN;
-            const int mm = idx / (C::BN * (DK / 4));
-            const int j = j0 + jj;
-            float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (j < S) f = *reinterpret_cast<const float4 *>(P.k + (((int64_t)j * G + g) * m + mm) * DK + c4 * 4);
-            uint2 u;
-            u.x = pack_half2(f.x, f.y);
-            u.y = pack_half2(f.z, f.w);
-            *reinterpret_cast<uint2 *>(Ks + (mm * C::BN + jj) * C::LDK + c4 * 4) = u;
+    for (int ra = 0; ra < nr;) {
+        int rb = ra + 1; /* the run is block rows ra .. rb-1 */
+        while (rb < nr && rs[2 * rb] == rs[2 * ra] && rs[2 * rb + 1] == rs[2 * rb - 1] + 1) rb++;
+        const int seg_a = ra;
+        ra = rb;
+        if (!in_run_of(P.rows, T, t0 + seg_a, P.tc_min)) continue; /* kernel 1's rows */
+        /* the segment's bounds live in shared memory, read again after
+         * every barrier: registers are what this loop is short of */
+        __syncthreads(); /* the previous segment's bounds read */
+        if (tid == 0) {
+            sg[0] = seg_a;
+            sg[1] = rb;
         }
-        for (int idx = tid; idx < (C::BN / 2) * DV; idx += C::NT) {
-            const int c = idx % DV, kp = idx / DV, j = j0 + 2 * kp;
-            const float v0 = j < S ? P.v[((int64_t)j * G + g) * DV + c] : 0.0f;
-            const float v1 = j + 1 < S ? P.v[((int64_t)(j + 1) * G + g) * DV + c] : 0.0f;
-            *reinterpret_cast<uint32_t *>(Vt + c * C::LDV + 2 * kp) = pack_half2(v0, v1);
-        }
-        __syncthreads();
+        for (int j0 = 0;; j0 += C::BN) {
+            __syncthreads(); /* Q, sg stored (first tile) / previous tile consumed */
+            const int kv_end = rs[2 * sg[1] - 1] + 1; /* keys 0 .. the last row's pos */
+            if (j0 >= kv_end) break;
+            const int base = rs[2 * sg[0]];
+            for (int idx = tid; idx < km * C::BN * (DK / 4); idx += C::NT) {
+                const int c4 = idx % (DK / 4);
+                const int jj = (idx / (DK / 4)) % C::BN;
+                const int mm = idx / (C::BN * (DK / 4));
+                const int j = j0 + jj;
+                float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (j < kv_end)
+                    f = *reinterpret_cast<const float4 *>(P.k + (((int64_t)(base + j) * G + g) * m + mm) * DK + c4 * 4);
+                uint2 u;
+                u.x = pack_half2(f.x, f.y);
+                u.y = pack_half2(f.z, f.w);
+                *reinterpret_cast<uint2 *>(Ks + (mm * C::BN + jj) * C::LDK + c4 * 4) = u;
+            }
+            for (int idx = tid; idx < (C::BN / 2) * DV; idx += C::NT) {
+                const int c = idx % DV, kp = idx / DV, j = j0 + 2 * kp;
+                const float v0 = j < kv_end ? P.v[((int64_t)(base + j) * G + g) * DV + c] : 0.0f;
+                const float v1 = j + 1 < kv_end ? P.v[((int64_t)(base + j + 1) * G + g) * DV + c] : 0.0f;
+                *reinterpret_cast<uint32_t *>(Vt + c * C::LDV + 2 * kp) = pack_half2(v0, v1);
+            }
+            __syncthreads();
+            if (wr >= sg[1] || wr + 16 <= sg[0]) continue; /* no row of the warp in it (warp-uniform) */
+            /* the last key each of this thread's rows sees: its pos, or -1
+             * outside the segment */
+            int lim[2];
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++) {
+                const int r = rlo + 8 * rr;
+                lim[rr] = r >= sg[0] && r < sg[1] ? rs[2 * r + 1] : -1;
+            }
 
-        /* S (16 x BN) = Q (16 x DK) K^T */
-        float s[C::BN / 8][4];
+            /* S (16 x BN) = Q (16 x DK) K^T */
+            float s[C::BN / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < C::BN / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+            for (int nt = 0; nt < C::BN / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
-        for (int ks = 0; ks < DK / 16; ks++) {
-            const __half *qa = Qw + grp * C::LDQ + ks * 16 + 2 * tig;
-            const uint32_t a[4] = {ld32(qa), ld32(qa + 8 * C::LDQ), ld32(qa + 8), ld32(qa + 8 * C::LDQ + 8)};
+            for (int ks = 0; ks < DK / 16; ks++) {
+                const __half *qa = Qw + grp * C::LDQ + ks * 16 + 2 * tig;
+                const uint32_t a[4] = {ld32(qa), ld32(qa + 8 * C::LDQ), ld32(qa + 8), ld32(qa + 8 * C::LDQ + 8)};
 #pragma unroll
-            for (int nt = 0; nt < C::BN / 8; nt++) {
-                const __half *kb = Kw + (nt * 8 + grp) * C::LDK + ks * 16 + 2 * tig;
-                mma_16816(s[nt], a, ld32(kb), ld32(kb + 8));
+                for (int nt = 0; nt < C::BN / 8; nt++) {
+                    const __half *kb = Kw + (nt * 8 + grp) * C::LDK + ks * 16 + 2 * tig;
+                    mma_16816(s[nt], a, ld32(kb), ld32(kb + 8));
+                }
             }
-        }
-        /* to log2 units; key j is visible to query t iff j <= p0 + t and j < S */
+            /* to log2 units; key j is visible to a row iff j <= lim */
 #pragma unroll
-        for (int nt = 0; nt < C::BN / 8; nt++)
+            for (int nt = 0; nt < C::BN / 8; nt++)
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int row = rlo + (i >> 1) * 8;
-                const int col = j0 + nt * 8 + 2 * tig + (i & 1);
-                s[nt][i] = (col <= p0 + row && col < S) ? s[nt][i] * sl2 : -CUDART_INF_F;
+                for (int i = 0; i < 4; i++) {
+                    const int col = j0 + nt * 8 + 2 * tig + (i & 1);
+                    s[nt][i] = col <= lim[i >> 1] ? s[nt][i] * sl2 : -CUDART_INF_F;
+                }
+            /* online softmax: rr = 0 is row rlo (elements 0,1), rr = 1 row
+             * rlo+8; a row that sees no key of the tile keeps its state
+             * (corr = 1, or 0 times an all-zero state) */
+#pragma unroll
+            for (int rr = 0; rr < 2; rr++) {
+                float mx = -CUDART_INF_F;
+#pragma unroll
+                for (int nt = 0; nt < C::BN / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * rr], s[nt][2 * rr + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mnew = fmaxf(mrow[rr], mx);
+                const float mref = mnew == -CUDART_INF_F ? 0.0f : mnew; /* no inf - inf */
+                const float corr = exp2f(mrow[rr] - mref);
+                mrow[rr] = mnew;
+                float ls = 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < C::BN / 8; nt++) {
+                    const float e0 = exp2f(s[nt][2 * rr] - mref), e1 = exp2f(s[nt][2 * rr + 1] - mref);
+                    s[nt][2 * rr] = e0;
+                    s[nt][2 * rr + 1] = e1;
+                    ls += e0 + e1;
+                }
+                lrow[rr] = lrow[rr] * corr + ls; /* this thread's columns; quad-summed at the end */
+#pragma unroll
+                for (int nt = 0; nt < DV / 8; nt++) {
+                    acc[nt][2 * rr] *= corr;
+                    acc[nt][2 * rr + 1] *= corr;
+                }
             }
-        /* online softmax: rr = 0 is row rlo (elements 0,1), rr = 1 row rlo+8 */
+            /* acc (16 x DV) += P (16 x BN) V (BN x DV) */
 #pragma unroll
-        for (int rr = 0; rr < 2; rr++) {
-            float mx = -CUDART_INF_F;
+            for (int kk = 0; kk < C::BN / 16; kk++) {
+                const uint32_t a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
+                                       pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                       pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-            for (int nt = 0; nt < C::BN / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * rr], s[nt][2 * rr + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float mnew = fmaxf(mrow[rr], mx);
-            const float mref = mnew == -CUDART_INF_F ? 0.0f : mnew; /* no inf - inf */
-            const float corr = exp2f(mrow[rr] - mref);
-            mrow[rr] = mnew;
-            float ls = 0.0f;
-#pragma unroll
-            for (int nt = 0; nt < C::BN / 8; nt++) {
-                const float e0 = exp2f(s[nt][2 * rr] - mref), e1 = exp2f(s[nt][2 * rr + 1] - mref);
-                s[nt][2 * rr] = e0;
-                s[nt][2 * rr + 1] = e1;
-                ls += e0 + e1;
-            }
-            lrow[rr] = lrow[rr] * corr + ls; /* this thread's columns; quad-summed at the end */
-#pragma unroll
-            for (int nt = 0; nt < DV / 8; nt++) {
-                acc[nt][2 * rr] *= corr;
-                acc[nt][2 * rr + 1] *= corr;
-            }
-        }
-        /* acc (16 x DV) += P (16 x BN) V (BN x DV) */
-#pragma unroll
-        for (int kk = 0; kk < C::BN / 16; kk++) {
-            const uint32_t a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]), pack_half2(s[2 * kk][2], s[2 * kk][3]),
-                                   pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                   pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-            for (int nt = 0; nt < DV / 8; nt++) {
-                const __half *vb = Vt + (nt * 8 + grp) * C::LDV + kk * 16 + 2 * tig;
-                mma_16816(acc[nt], a, ld32(vb), ld32(vb + 8));
+                for (int nt = 0; nt < DV / 8; nt++) {
+                    const __half *vb = Vt + (nt * 8 + grp) * C::LDV + kk * 16 + 2 * tig;
+                    mma_16816(acc[nt], a, ld32(vb), ld32(vb + 8));
+                }
             }
         }
     }
 
+    /* bit rr: this thread's row rr is in a run kernel 2 owns (found again
+     * rather than kept through the loop: registers) */
+    int mine = 0;
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++)
+        if (rlo + 8 * rr < nr && in_run_of(P.rows, T, t0 + rlo + 8 * rr, P.tc_min)) mine |= 1 << rr;
     float inv[2];
 #pragma unroll
     for (int rr = 0; rr < 2; rr++) {
         float l = lrow[rr];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
-        inv[rr] = 1.0f / l; /* l >= 1: key 0 is visible to every row */
+        inv[rr] = mine >> rr & 1 ? 1.0f / l : 0.0f; /* l >= 1: key 0 is visible to every row */
     }
     if (NQ == 1) {
 #pragma unroll
         for (int rr = 0; rr < 2; rr++) {
-            const int t = rlo + 8 * rr;
-            if (t >= T) continue;
-            float *ot = P.o + ((int64_t)t * H + h) * DV + 2 * tig;
+            if (!(mine >> rr & 1)) continue;
+            float *ot = P.o + ((int64_t)(t0 + rlo + 8 * rr) * H + h) * DV + 2 * tig;
 #pragma unroll
             for (int nt = 0; nt < DV / 8; nt++)
                 *reinterpret_cast<float2 *>(ot + nt * 8) =
@@ -465,8 +545,8 @@ __global__ void __launch_bounds__(128 * NQ) attn_tc_kernel2(attn_params P) {
     if (map == 1) {
 #pragma unroll
         for (int rr = 0; rr < 2; rr++) {
-            const int r = wr + grp + 8 * rr, t = t0 + r;
-            const float lam = t < T ? (P.lam ? P.lam[(int64_t)t * H + h] : P.lambda) : 0.0f;
+            const int r = rlo + 8 * rr, t = t0 + r;
+            const float lam = mine >> rr & 1 ? (P.lam ? P.lam[(int64_t)t * H + h] : P.lambda) : 0.0f;
             const float f = lam * inv[rr];
 #pragma unroll
             for (int nt = 0; nt < DV / 8; nt++)
@@ -478,8 +558,8 @@ __global__ void __launch_bounds__(128 * NQ) attn_tc_kernel2(attn_params P) {
     if (map == 0) {
 #pragma unroll
         for (int rr = 0; rr < 2; rr++) {
-            const int r = wr + grp + 8 * rr, t = t0 + r;
-            if (t >= T) continue;
+            if (!(mine >> rr & 1)) continue;
+            const int r = rlo + 8 * rr, t = t0 + r;
             float *ot = P.o + ((int64_t)t * H + h) * DV + 2 * tig;
 #pragma unroll
             for (int nt = 0; nt < DV / 8; nt++) {
@@ -520,8 +600,10 @@ extern "C" drt_status cu_attention_init(cu_ctx *c) {
     return DRT_OK;
 }
 
+/* kernel 2 for these shapes, or NULL; with fewer than TC_MIN_RUN rows no
+ * row can be its */
 static const tc_entry *tc_pick(const cu_ctx *c, int nq, int T, int dk, int dv) {
-    if (c->prec != CU_PREC_FAST || T < 2 || c->cc_major < 8) return NULL;
+    if (c->prec != CU_PREC_FAST || T < TC_MIN_RUN || c->cc_major < 8) return NULL;
     for (int i = 0; i < N_TC; i++)
         if (TC_KERNELS[i].nq == nq && TC_KERNELS[i].dk == dk && TC_KERNELS[i].dv == dv &&
             (size_t)TC_KERNELS[i].smem <= c->smem_optin)
@@ -530,11 +612,12 @@ static const tc_entry *tc_pick(const cu_ctx *c, int nq, int T, int dk, int dv) {
 }
 
 /* blocks per (t,h) for kernel 1: enough to give every SM ~2 blocks when
- * T*H is small (decode), at least 32 cache rows per split */
+ * T*H is small (decode), at least V1_MIN_CHUNK cache rows per split (a row
+ * with fewer keys leaves the last splits empty) */
 static int attn_nsplit(const cu_ctx *c, int T, int S_cap, int H) {
     const int64_t units = (int64_t)T * H;
     int64_t want = (2 * (int64_t)c->n_sm + units - 1) / units;
-    int64_t most = S_cap / 32;
+    int64_t most = S_cap / V1_MIN_CHUNK;
     if (want > most) want = most;
     if (want > MAX_SPLIT) want = MAX_SPLIT;
     return want < 1 ? 1 : (int)want;
@@ -550,7 +633,7 @@ static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 extern "C" drt_status cu_attention(cu_ctx *c, float *o, const float *q, const float *k, const float *v, int nq,
                                    int T, int S_cap, int H, int G, int m, int dk, int dv, float lambda,
-                                   const float *lambda_th) {
+                                   const float *lambda_th, const int32_t *rows) {
     if (T <= 0 || H <= 0) return DRT_OK;
     attn_params P;
     P.q = q;
@@ -559,7 +642,8 @@ extern "C" drt_status cu_attention(cu_ctx *c, float *o, const float *q, const fl
     P.lam = lambda_th;
     P.o = o;
     P.part = (float *)c->scratch;
-    P.p0 = c->d_p0;
+    P.rows = rows;
+    P.tc_min = 0;
     P.T = T;
     P.H = H;
     P.G = G;
@@ -570,16 +654,23 @@ extern "C" drt_status cu_attention(cu_ctx *c, float *o, const float *q, const fl
     P.lambda = lambda;
     P.scale = (float)(1.0 / sqrt((double)dk));
 
-    const tc_entry *tc = tc_pick(c, nq, T, dk, dv);
-    if (tc && aligned16(q) && aligned16(k) && aligned16(o)) {
-        P.nsplit = 1;
-        dim3 grid((unsigned)((T + 63) / 64), (unsigned)H);
-        CU_LAUNCH(tc->fn, grid, 128 * nq, tc->smem, c->stream)(P);
-        return cu_launched(nq == 2 ? "DIFF_ATTN (tensor cores)" : "ATTN (tensor cores)");
-    }
     if (dk > CU_ATTN_MAX_DK || dv > CU_ATTN_MAX_DV)
         return drt_set_error(DRT_ERR_UNSUPPORTED, "cuda: attention with dk=%d dv=%d (max %d, %d)", dk, dv,
                              CU_ATTN_MAX_DK, CU_ATTN_MAX_DV);
+    /* Which rows kernel 2 takes depends on the rows, which only device
+     * memory knows: with kernel 2 both kernels are launched and each takes
+     * its rows (in_run_of), so the launches depend on shapes alone. A
+     * one-sequence prompt leaves kernel 1 blocks that read a few rows and
+     * leave; a batch of decode rows leaves kernel 2 blocks that do the same. */
+    const tc_entry *tc = tc_pick(c, nq, T, dk, dv);
+    if (tc && aligned16(q) && aligned16(k) && aligned16(o)) {
+        P.nsplit = 1;
+        P.tc_min = TC_MIN_RUN;
+        dim3 grid((unsigned)((T + 63) / 64), (unsigned)H);
+        CU_LAUNCH(tc->fn, grid, 128 * nq, tc->smem, c->stream)(P);
+        drt_status s = cu_launched(nq == 2 ? "DIFF_ATTN (tensor cores)" : "ATTN (tensor cores)");
+        if (s != DRT_OK) return s;
+    }
     P.nsplit = attn_nsplit(c, T, S_cap, H);
     const size_t smem = sizeof(float) * (size_t)nq * (dk + V1_BN);
     dim3 grid((unsigned)((int64_t)T * H), (unsigned)P.nsplit);

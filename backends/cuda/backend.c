@@ -19,10 +19,11 @@
  * and inputs): the first time a key is seen the nodes run eagerly (this also
  * warms up cuBLAS), the second time they are captured into a CUDA graph
  * (stream capture), and from then on the graph is replayed with one
- * cudaGraphLaunch. What changes between steps is p0: it is not baked into
- * the graph but written to device memory (cu_set_p0) right before the nodes
- * or the graph; kernels read it there and size their grids from static
- * shapes (cache rows), so the graph is valid at every position. The scratch
+ * cudaGraphLaunch. What changes between steps is the rows tensor (each row's
+ * cache base and position, drt_exec): the plan uploads it before the run, so
+ * it is not baked into the graph; kernels read it from device memory and size
+ * their grids from static shapes (T, cache rows), so the graph is valid at
+ * every position and for every mix of sequences. The scratch
  * buffer is part of what a graph captures: when it must grow, every cached
  * graph is dropped. DIFFRT_CUDA_GRAPH=0 turns graphs off; DIFFRT_CUDA_VERBOSE=1
  * prints how many runs were eager, captured and replayed when the backend
@@ -190,7 +191,6 @@ static void cuda_shutdown(drt_backend *be) {
     free(st->cur);
     if (c->blas) cublasDestroy(c->blas);
     cudaFree(c->blas_ws);
-    cudaFree(c->d_p0);
     cudaFree(c->scratch);
     if (c->h_err) cudaFreeHost(c->h_err);
     if (c->stream) cudaStreamDestroy(c->stream);
@@ -241,8 +241,6 @@ static drt_status cuda_init(drt_backend *be, int device) {
                      "device attributes");
     c->smem_optin = (size_t)optin;
     if (s == DRT_OK) s = cuda_err(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    if (s == DRT_OK) s = cuda_err(cudaMalloc((void **)&c->d_p0, sizeof(int)), "cudaMalloc");
-    if (s == DRT_OK) s = cuda_err(cudaMemset(c->d_p0, 0, sizeof(int)), "cudaMemset");
     if (s == DRT_OK) s = cuda_err(cudaHostAlloc((void **)&c->h_err, sizeof(int), cudaHostAllocMapped), "cudaHostAlloc");
     if (s == DRT_OK) {
         *c->h_err = 0;
@@ -370,6 +368,7 @@ static size_t node_scratch(const cu_ctx *c, const drt_tensor *t) {
 /* The node -> kernel arguments mapping of drt_ref_run_node, on device addresses. */
 static drt_status run_node(cu_ctx *c, const drt_tensor *t) {
     const drt_tensor *a = t->src[0], *b = t->src[1];
+    const int32_t *rows = dp(t->src[DRT_SRC_ROWS]); /* the position ops' (T,2) rows */
     float *y = dp(t);
     switch (t->op) {
     case DRT_OP_EMBED:
@@ -381,17 +380,17 @@ static drt_status run_node(cu_ctx *c, const drt_tensor *t) {
         return cu_matmul(c, y, dp(a), dp(b), m.wtype, (int)m.B, (int)m.Bw, (int)m.T, (int)m.N, (int)m.K, m.trans_w,
                          m.scale);
     }
-    case DRT_OP_ROPE: return cu_rope(c, y, dp(a), (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], dp(b));
+    case DRT_OP_ROPE: return cu_rope(c, y, dp(a), (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], dp(b), rows);
     case DRT_OP_DUAL_SOFTMAX:
         return cu_dual_softmax(c, y, dp(a), dp(b), (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], t->fp[0],
                                dp(t->src[2]));
     case DRT_OP_DIFF_ATTN:
         return cu_attention(c, y, dp(a), dp(b), dp(t->src[2]), 2, (int)a->ne[0], (int)b->ne[0], (int)a->ne[1],
                             (int)b->ne[1], (int)b->ne[2], (int)a->ne[3], (int)t->src[2]->ne[2], t->fp[0],
-                            dp(t->src[3]));
+                            dp(t->src[3]), rows);
     case DRT_OP_ATTN:
         return cu_attention(c, y, dp(a), dp(b), dp(t->src[2]), 1, (int)a->ne[0], (int)b->ne[0], (int)a->ne[1],
-                            (int)b->ne[1], 1, (int)a->ne[2], (int)t->src[2]->ne[2], 0.0f, NULL);
+                            (int)b->ne[1], 1, (int)a->ne[2], (int)t->src[2]->ne[2], 0.0f, NULL, rows);
     case DRT_OP_GROUPNORM:
         return cu_norm_rows(c, y, dp(a), a->ne[0] * a->ne[1], (int)a->ne[2], dp(b), t->fp[0], t->fp[1]);
     case DRT_OP_SWIGLU: return cu_swiglu(c, y, dp(a), dp(b), drt_nelem(t));
@@ -400,7 +399,7 @@ static drt_status run_node(cu_ctx *c, const drt_tensor *t) {
     case DRT_OP_KV_WRITE: {
         /* in place: the node is a view of the cache src[1] */
         float *cache = t->view_src ? (float *)dp(b) : y;
-        return cu_kv_write(c, cache, dp(a), (int)a->ne[0], drt_nelem(a) / (a->ne[0] ? a->ne[0] : 1));
+        return cu_kv_write(c, cache, dp(a), (int)a->ne[0], drt_nelem(a) / (a->ne[0] ? a->ne[0] : 1), rows);
     }
     case DRT_OP_PERMUTE: {
         int64_t ne[4];
@@ -422,7 +421,7 @@ static drt_status run_nodes(cu_ctx *c, drt_tensor *const *nodes, int n) {
     return DRT_OK;
 }
 
-/* ---- compute: scratch, p0, graphs --------------------------------------------------------- */
+/* ---- compute: scratch, graphs --------------------------------------------------------- */
 
 static drt_status ensure_scratch(cuda_state *st, size_t need) {
     cu_ctx *c = &st->k;
@@ -446,6 +445,7 @@ static drt_status ensure_scratch(cuda_state *st, size_t need) {
 }
 
 static drt_status make_keys(cuda_state *st, drt_tensor *const *nodes, int n) {
+    if (n <= 0) return DRT_OK; /* (compute runs an empty run eagerly; this also tells gcc n > 0) */
     if (n > st->cur_cap) {
         node_key *nk = realloc(st->cur, sizeof *nk * (size_t)n);
         if (!nk) return drt_set_error(DRT_ERR_OOM, "out of memory");
@@ -515,6 +515,7 @@ static drt_status capture(cuda_state *st, drt_tensor *const *nodes, int n, cudaG
 static drt_status cuda_compute(drt_backend *be, drt_tensor *const *nodes, int n, const drt_exec *ex) {
     cuda_state *st = be->ctx;
     cu_ctx *c = &st->k;
+    (void)ex; /* its rows are in the graph's rows tensor, uploaded by the plan before the run */
     cudaSetDevice(c->device);
     size_t need = 0;
     for (int i = 0; i < n; i++) {
@@ -522,7 +523,6 @@ static drt_status cuda_compute(drt_backend *be, drt_tensor *const *nodes, int n,
         if (s > need) need = s;
     }
     drt_status s = ensure_scratch(st, need);
-    if (s == DRT_OK) s = cu_set_p0(c, ex->p0);
     if (s != DRT_OK) return s;
     if (!st->graphs || n == 0) {
         st->n_eager++;

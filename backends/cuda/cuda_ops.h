@@ -11,10 +11,12 @@
  * DRT_ERR_BACKEND with a message. Nothing here allocates or synchronizes, so
  * a whole run of launchers can be captured into one CUDA graph.
  *
- * Positions: kernels that depend on the runtime p0 (ROPE, KV_WRITE, ATTN,
- * DIFF_ATTN) read it from device memory (c->d_p0), written once per run
- * before the nodes. A captured graph is therefore valid for every p0, and
- * every grid is sized from static shapes (cache rows, never p0 + T). */
+ * Positions: the position ops (ROPE, KV_WRITE, ATTN, DIFF_ATTN) take the
+ * graph's rows tensor, (T,2) i32 {cache base, position} per row (drt_exec in
+ * drt_graph.h), in device memory: the plan uploads it before every run. They
+ * read base and position there, and every grid is sized from static shapes
+ * (T, cache rows, never a position), so a captured graph is valid for every
+ * position and every mix of sequences. */
 #ifndef DRT_CUDA_OPS_H
 #define DRT_CUDA_OPS_H
 
@@ -35,8 +37,9 @@ extern "C" {
  *     activations; f16/bf16 weights are widened exactly. cuBLAS runs with
  *     CUBLAS_DEFAULT_MATH (no TF32). Conformance bound NMSE <= 1e-8.
  *   CU_PREC_FAST ("fast"): tensor cores with reduced-precision inputs and f32
- *     accumulation: ATTN/DIFF_ATTN prefill (T > 1) rounds q, k, v and the
- *     softmax weights to f16; MATMUL with f16/bf16 weights and T > 8 rounds
+ *     accumulation: ATTN/DIFF_ATTN prefill (rows in runs of >= 4 rows of
+ *     one sequence, attention.cu) rounds q, k, v and the softmax weights to
+ *     f16; MATMUL with f16/bf16 weights and T > 8 rounds
  *     the activations to the weight's dtype; MATMUL with f32 weights uses
  *     TF32. Declared reduced-precision mode: bound NMSE <= 5e-4 (docs/design.md section 6). */
 typedef enum { CU_PREC_F32 = 0, CU_PREC_FAST = 1 } cu_precision;
@@ -46,7 +49,6 @@ typedef struct {
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_ws; /* cuBLAS workspace, set once so capture never allocates */
-    int *d_p0;     /* device int: p0 of the current run */
     int *h_err;    /* mapped pinned host int: kernels set it on bad input */
     int *d_err;    /* its device address */
     void *scratch; /* per-node temporary (conversions, split-K partials) */
@@ -59,20 +61,22 @@ typedef struct {
 
 /* ---- elementwise.cu ------------------------------------------------------- */
 
-/* *c->d_p0 = p0 (stream-ordered; precedes the nodes of a run) */
-drt_status cu_set_p0(cu_ctx *c, int p0);
 /* out is (T,D); ids is (T); E is (V,D) of dtype et. An id outside [0,V)
  * writes a NaN row and sets *c->d_err = 1 (checked at synchronize). */
 drt_status cu_embed(cu_ctx *c, float *out, const int32_t *ids, int T, const void *E, drt_dtype et,
                     int V, int D);
-/* y, x are (T,Hn,d); token t at position *d_p0 + t; inv_freq is (d/2) */
-drt_status cu_rope(cu_ctx *c, float *y, const float *x, int T, int Hn, int d, const float *inv_freq);
+/* y, x are (T,Hn,d); row t at position rows[2t+1] (rows (T,2), device);
+ * inv_freq is (d/2) */
+drt_status cu_rope(cu_ctx *c, float *y, const float *x, int T, int Hn, int d, const float *inv_freq,
+                   const int32_t *rows);
 /* y, g, u are (n) */
 drt_status cu_swiglu(cu_ctx *c, float *y, const float *g, const float *u, int64_t n);
 drt_status cu_sigmoid(cu_ctx *c, float *y, const float *x, int64_t n);
 drt_status cu_add(cu_ctx *c, float *y, const float *a, const float *b, int64_t n);
-/* cache is (S_cap,row); src is (T,row); rows *d_p0 .. *d_p0+T-1 */
-drt_status cu_kv_write(cu_ctx *c, float *cache, const float *src, int T, int64_t row);
+/* cache is (S_cap,row); src is (T,row); row t goes to cache row
+ * rows[2t] + rows[2t+1] (rows (T,2), device) */
+drt_status cu_kv_write(cu_ctx *c, float *cache, const float *src, int T, int64_t row,
+                       const int32_t *rows);
 /* x has shape ne[0..3]; y = x permuted, y dim a = x dim perm[a] (drt_ref_permute) */
 drt_status cu_permute(cu_ctx *c, float *y, const float *x, const int64_t ne[4], const int perm[4]);
 
@@ -98,14 +102,16 @@ size_t cu_matmul_scratch(const cu_ctx *c, drt_dtype wt, int B, int Bw, int T, in
 /* a, s1, s2 are (H,T,S); mask offset S - T; lambda_th is (T,H) or NULL */
 drt_status cu_dual_softmax(cu_ctx *c, float *a, const float *s1, const float *s2, int H, int T,
                            int S, float lambda, const float *lambda_th);
-/* Fused causal attention with S = *d_p0 + T keys.
+/* Fused causal attention over each row's own keys: rows is (T,2) in device
+ * memory, row t attends the cache rows base .. base + pos (base = rows[2t],
+ * pos = rows[2t+1]; drt_ref_diff_attn, drt_ref_attn).
  * nq = 2 (DIFF_ATTN): q is (T,H,2,dk), k is (S_cap,G,m,dk), m in {1,2},
  *   lambda_th (T,H) or NULL (then lambda);
  * nq = 1 (ATTN): q is (T,H,dk), k is (S_cap,G,dk) (m = 1), no lambda.
  * v is (S_cap,G,dv); o is (T,H,dv). */
 drt_status cu_attention(cu_ctx *c, float *o, const float *q, const float *k, const float *v, int nq,
                         int T, int S_cap, int H, int G, int m, int dk, int dv, float lambda,
-                        const float *lambda_th);
+                        const float *lambda_th, const int32_t *rows);
 size_t cu_attention_scratch(const cu_ctx *c, int nq, int T, int S_cap, int H, int dv);
 /* the largest dk, dv the attention kernels take */
 #define CU_ATTN_MAX_DK 1024

@@ -6,15 +6,6 @@
  * perf reports. */
 #include "common.cuh"
 
-/* ---- p0 ------------------------------------------------------------------------- */
-
-__global__ void set_p0_kernel(int *d_p0, int p0) { *d_p0 = p0; }
-
-extern "C" drt_status cu_set_p0(cu_ctx *c, int p0) {
-    CU_LAUNCH(set_p0_kernel, 1, 1, 0, c->stream)(c->d_p0, p0);
-    return cu_launched("set p0");
-}
-
 /* ---- EMBED ------------------------------------------------------------------------ */
 
 /* out is (T,D); ids is (T); E is (V,D) of dtype et. One block per token.
@@ -44,22 +35,21 @@ extern "C" drt_status cu_embed(cu_ctx *c, float *out, const int32_t *ids, int T,
 
 /* ---- ROPE --------------------------------------------------------------------------- */
 
-/* y, x are (T,Hn,d); inv_freq is (d/2); token t at position *p0 + t.
- * One thread per rotate_half pair (i, i+d/2). As in drt_ref_rope the angle and
- * its sine/cosine are in double: pos*inv_freq reaches ~1e3 rad at long
+/* y, x are (T,Hn,d); inv_freq is (d/2); rows is (T,2): row t at position
+ * rows[2t+1]. One thread per rotate_half pair (i, i+d/2). As in
+ * drt_ref_rope the angle and its sine/cosine are in double: pos*inv_freq reaches ~1e3 rad at long
  * positions, where an f32 angle would be off by ~1e-4.
  * Napkin math: reads and writes 2*T*Hn*d floats (+ inv_freq). */
 __global__ void rope_kernel(float *y, const float *x, int T, int Hn, int d, const float *inv_freq,
-                            const int *p0) {
+                            const int32_t *rows) {
     const int half = d / 2;
     const int64_t n = (int64_t)T * Hn * half;
-    const int base = *p0;
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < n;
          idx += (int64_t)gridDim.x * blockDim.x) {
         const int i = (int)(idx % half);
         const int64_t th = idx / half; /* t*Hn + h */
         const int t = (int)(th / Hn);
-        const double a = (double)(base + t) * (double)inv_freq[i];
+        const double a = (double)rows[2 * t + 1] * (double)inv_freq[i];
         double s, co;
         sincos(a, &s, &co);
         const int64_t off = th * d;
@@ -70,10 +60,10 @@ __global__ void rope_kernel(float *y, const float *x, int T, int Hn, int d, cons
 }
 
 extern "C" drt_status cu_rope(cu_ctx *c, float *y, const float *x, int T, int Hn, int d,
-                              const float *inv_freq) {
+                              const float *inv_freq, const int32_t *rows) {
     const int64_t n = (int64_t)T * Hn * (d / 2);
     if (n <= 0) return DRT_OK;
-    CU_LAUNCH(rope_kernel, cu_grid_for(c, n, 256), 256, 0, c->stream)(y, x, T, Hn, d, inv_freq, c->d_p0);
+    CU_LAUNCH(rope_kernel, cu_grid_for(c, n, 256), 256, 0, c->stream)(y, x, T, Hn, d, inv_freq, rows);
     return cu_launched("ROPE");
 }
 
@@ -123,21 +113,27 @@ extern "C" drt_status cu_add(cu_ctx *c, float *y, const float *a, const float *b
 
 /* ---- KV_WRITE ---------------------------------------------------------------------------- */
 
-/* cache is (S_cap,row); src is (T,row): the T rows land as one block at row
- * *p0 (the op table checked p0 + T <= S_cap before the run).
+/* cache is (S_cap,row); src is (T,row); rows is (T,2): row t of src lands at
+ * cache row rows[2t] + rows[2t+1] (a scatter: the rows of a batch go to
+ * their sequences' slots; the op table checked every one against S_cap
+ * before the run). grid (x, min(T, 65535)): blockIdx.y picks rows, x strides
+ * over a row's floats, so reads and writes stay coalesced.
  * Napkin math: 2*T*row floats moved. */
-__global__ void kv_write_kernel(float *cache, const float *src, int64_t n, int64_t row,
-                                const int *p0) {
-    float *dst = cache + (int64_t)(*p0) * row;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = src[i];
+__global__ void kv_write_kernel(float *cache, const float *src, int T, int64_t row, const int32_t *rows) {
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
+        float *dst = cache + ((int64_t)rows[2 * t] + rows[2 * t + 1]) * row;
+        const float *s = src + (int64_t)t * row;
+        for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < row;
+             e += (int64_t)gridDim.x * blockDim.x)
+            dst[e] = s[e];
+    }
 }
 
-extern "C" drt_status cu_kv_write(cu_ctx *c, float *cache, const float *src, int T, int64_t row) {
-    const int64_t n = (int64_t)T * row;
-    if (n <= 0) return DRT_OK;
-    CU_LAUNCH(kv_write_kernel, cu_grid_for(c, n, 256), 256, 0, c->stream)(cache, src, n, row, c->d_p0);
+extern "C" drt_status cu_kv_write(cu_ctx *c, float *cache, const float *src, int T, int64_t row,
+                                  const int32_t *rows) {
+    if (T <= 0 || row <= 0) return DRT_OK;
+    const dim3 grid(cu_grid_for(c, row, 256), (unsigned)(T < 65535 ? T : 65535));
+    CU_LAUNCH(kv_write_kernel, grid, 256, 0, c->stream)(cache, src, T, row, rows);
     return cu_launched("KV_WRITE");
 }
 

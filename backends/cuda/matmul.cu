@@ -16,6 +16,11 @@
  *   f16/bf16, 2-d, T <= 8 (decode)
  *                 gemv_lowp_kernel1: weights streamed once, widened exactly to
  *                 f32, f32 FMA. Memory-bound: this is what decode speed is.
+ *   f16/bf16, 2-d, 8 < T <= 32, f32 mode (decode of a batch of sequences)
+ *                 gemm_rows_kernel2: weights streamed once for all rows,
+ *                 widened exactly in shared memory, f32 FMA.
+ *   q8_0/q4_0, 2-d: gemv_q_kernel (T <= 8), gemm_rows_kernel2 (T <= 32),
+ *                 either mode, weights read once; otherwise widened below.
  *   f16/bf16, otherwise
  *                 f32 mode: the weights are widened into scratch (row chunks
  *                   of <= 64 MiB) and multiplied by cublasSgemm: exact inputs,
@@ -26,6 +31,8 @@
  *                   Reduced precision: activations lose 13 (f16) / 16 (bf16)
  *                   mantissa bits; NMSE ~1e-7 (f16) / ~1e-5 (bf16).
  * Napkin math: 2*B*T*N*K flops; reads B*T*K*4 + Bw*N*K*sizeof(w) bytes. */
+#include <type_traits>
+
 #include "common.cuh"
 
 #define GEMV_MAX_T 8
@@ -197,6 +204,176 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+/* ---- batches of rows: GEMM of 9..32 rows, weights read once ------------------------------ */
+
+/* y (T,N) = scale * x (T,K) w^T with GEMV_MAX_T < T <= MR_MAX_T: the decode
+ * step of a batch of sequences. gemv_*_kernel keep T partial sums per lane
+ * and read x once per output column, which stops scaling past 8 rows; here
+ * a block owns MR_NB columns and all rows, walks K in tiles of MR_KC: the
+ * weight tile is read from DRAM once (coalesced, 16-byte loads for f16/bf16,
+ * whole q8_0/q4_0 blocks) and widened exactly to f32 in shared memory, the x
+ * tile (8*RT rows, zero past T) beside it; thread (tx, ty) accumulates rows
+ * ty*RT .. +RT-1 times columns tx + 16j (j < 4) in f32 FMA from float4
+ * shared loads (x rows: one broadcast per half-warp; w rows: pitch MR_LD
+ * keeps 16 lanes on distinct bank quads). When N gives too few blocks to
+ * fill the device, K is split over gridDim.y (whole tiles per split) and
+ * split_sum_kernel adds the partials in a fixed order: deterministic.
+ * Numerics as the f32 path: exact weights, f32 accumulation.
+ * Napkin math: N*K weight bytes once (+ x: T*K*4 per block from L2);
+ * 2*T*N*K flops, CUDA-core f32: compute-bound near T = 32 on a GPU whose
+ * f32 FMA rate / DRAM bandwidth is ~10 flop/byte (A100/H100). */
+#define MR_MAX_T 32
+#define MR_NB 64                  /* columns per block */
+#define MR_KC 64                  /* k per tile: two q8_0/q4_0 blocks */
+#define MR_THREADS 128            /* 16 column lanes x 8 row groups */
+#define MR_LD (MR_KC + 4)         /* shared row pitch (floats): 16-byte rows */
+#define MR_MIN_SPLIT_K (4 * MR_KC) /* the fewest k a split takes */
+#define MR_MAX_SPLIT 16
+
+/* weight formats of the kernel */
+enum { MR_F16, MR_BF16, MR_Q8, MR_Q4 };
+
+/* Ws (MR_NB, MR_LD): Ws[r][k] = w[n0 + r][k0 + k] widened, 0 past N and K.
+ * vec: 16-byte loads of 8 weights (f16/bf16: K % 8 == 0, w aligned). */
+template <int WF>
+__device__ __forceinline__ void mr_load_w(float *Ws, const void *w, int n0, int k0, int N, int K, int vec) {
+    if constexpr (WF == MR_Q8 || WF == MR_Q4) {
+        /* one q block (32 weights) per thread: k0 is a multiple of 64, K of 32 */
+        const int q4 = WF == MR_Q4, bs = q4 ? 18 : 34, nb = K >> 5;
+        for (int idx = threadIdx.x; idx < MR_NB * (MR_KC / 32); idx += MR_THREADS) {
+            const int r = idx / (MR_KC / 32), b = idx % (MR_KC / 32);
+            const int n = n0 + r, kb = (k0 >> 5) + b;
+            float *o = Ws + r * MR_LD + 32 * b;
+            if (n >= N || kb >= nb) {
+                for (int j = 0; j < 32; j += 4)
+                    *reinterpret_cast<float4 *>(o + j) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                continue;
+            }
+            const unsigned char *blk = (const unsigned char *)w + ((int64_t)n * nb + kb) * bs;
+            const float d = f16_bits_to_float((unsigned)blk[0] | (unsigned)blk[1] << 8);
+            for (int j = 0; j < 32; j += 4) {
+                float q[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int jj = j + i;
+                    q[i] = q4 ? (float)((jj < 16 ? (blk[2 + jj] & 15) : (blk[2 + jj - 16] >> 4)) - 8)
+                              : (float)(signed char)blk[2 + jj];
+                }
+                *reinterpret_cast<float4 *>(o + j) = make_float4(d * q[0], d * q[1], d * q[2], d * q[3]);
+            }
+        }
+    } else {
+        typedef typename std::conditional<WF == MR_BF16, __nv_bfloat16, __half>::type WT;
+        typedef typename lowp2<WT>::type WT2;
+        /* 8 threads per row of the tile: 128 contiguous bytes of w's row */
+        for (int idx = threadIdx.x; idx < MR_NB * (MR_KC / 8); idx += MR_THREADS) {
+            const int r = idx / (MR_KC / 8), g = idx % (MR_KC / 8);
+            const int n = n0 + r, k = k0 + 8 * g;
+            float f[8];
+            const WT *wr = (const WT *)w + (int64_t)(n < N ? n : 0) * K;
+            if (n < N && vec && k + 8 <= K) {
+                const uint4 raw = __ldg(reinterpret_cast<const uint4 *>(wr + k));
+                const WT2 *h2 = reinterpret_cast<const WT2 *>(&raw);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float2 v = lowp2_to_float2(h2[i]);
+                    f[2 * i] = v.x;
+                    f[2 * i + 1] = v.y;
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) f[i] = n < N && k + i < K ? lowp_to_float(wr[k + i]) : 0.0f;
+            }
+            float *o = Ws + r * MR_LD + 8 * g;
+            *reinterpret_cast<float4 *>(o) = make_float4(f[0], f[1], f[2], f[3]);
+            *reinterpret_cast<float4 *>(o + 4) = make_float4(f[4], f[5], f[6], f[7]);
+        }
+    }
+}
+
+/* grid (ceil(N/MR_NB), splits), block MR_THREADS, dynamic shared
+ * (8*RT + MR_NB) * MR_LD floats. Split s takes k in [s*kchunk, (s+1)*kchunk)
+ * (kchunk a multiple of MR_KC); one split writes y, several write part
+ * (splits, T, N). RT = 2: T <= 16, RT = 4: T <= 32. vecx: K % 4 == 0 and x
+ * aligned. */
+template <int WF, int RT>
+__global__ void __launch_bounds__(MR_THREADS)
+    gemm_rows_kernel2(float *y, float *part, const float *x, const void *w, int T, int N, int K, int kchunk,
+                      float scale, int vecw, int vecx) {
+    CU_DYN_SMEM(float, mrs);
+    float *Xs = mrs;                    /* (8*RT, MR_LD) */
+    float *Ws = mrs + 8 * RT * MR_LD;   /* (MR_NB, MR_LD) */
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int n0 = blockIdx.x * MR_NB;
+    const int kb = blockIdx.y * kchunk, ke = min(K, kb + kchunk);
+    float acc[RT][4];
+#pragma unroll
+    for (int i = 0; i < RT; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+
+    for (int k0 = kb; k0 < ke; k0 += MR_KC) {
+        __syncthreads(); /* the previous tile consumed */
+        for (int idx = threadIdx.x; idx < 8 * RT * (MR_KC / 4); idx += MR_THREADS) {
+            const int t = idx / (MR_KC / 4), k = k0 + 4 * (idx % (MR_KC / 4));
+            float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (t < T) {
+                const float *xr = x + (int64_t)t * K;
+                if (vecx && k + 4 <= K) {
+                    f = __ldg(reinterpret_cast<const float4 *>(xr + k));
+                } else {
+                    f.x = k < K ? xr[k] : 0.0f;
+                    f.y = k + 1 < K ? xr[k + 1] : 0.0f;
+                    f.z = k + 2 < K ? xr[k + 2] : 0.0f;
+                    f.w = k + 3 < K ? xr[k + 3] : 0.0f;
+                }
+            }
+            *reinterpret_cast<float4 *>(Xs + t * MR_LD + (k - k0)) = f;
+        }
+        mr_load_w<WF>(Ws, w, n0, k0, N, K, vecw);
+        __syncthreads();
+#pragma unroll 4
+        for (int kq = 0; kq < MR_KC; kq += 4) {
+            float4 xv[RT], wv[4];
+#pragma unroll
+            for (int i = 0; i < RT; i++) xv[i] = *reinterpret_cast<const float4 *>(Xs + (ty * RT + i) * MR_LD + kq);
+#pragma unroll
+            for (int j = 0; j < 4; j++) wv[j] = *reinterpret_cast<const float4 *>(Ws + (tx + 16 * j) * MR_LD + kq);
+#pragma unroll
+            for (int i = 0; i < RT; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    float a = acc[i][j];
+                    a = fmaf(xv[i].x, wv[j].x, a);
+                    a = fmaf(xv[i].y, wv[j].y, a);
+                    a = fmaf(xv[i].z, wv[j].z, a);
+                    a = fmaf(xv[i].w, wv[j].w, a);
+                    acc[i][j] = a;
+                }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RT; i++) {
+        const int t = ty * RT + i;
+        if (t >= T) continue;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int n = n0 + tx + 16 * j;
+            if (n >= N) continue;
+            if (gridDim.y == 1) y[(int64_t)t * N + n] = scale * acc[i][j];
+            else part[((int64_t)blockIdx.y * T + t) * N + n] = acc[i][j];
+        }
+    }
+}
+
+/* y (n) = scale * sum_s part (ns, n), s in order. Napkin math: (ns+1)*n*4 bytes. */
+__global__ void split_sum_kernel(float *y, const float *part, int64_t n, int ns, float scale) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int sp = 0; sp < ns; sp++) s += part[sp * n + i];
+        y[i] = scale * s;
+    }
+}
+
 /* ---- launchers ------------------------------------------------------------------------- */
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
@@ -206,6 +383,26 @@ static int use_gemv(drt_dtype wt, int B, int Bw, int T, int trans_w) {
 }
 
 static int is_quant(drt_dtype wt) { return wt == DRT_Q8_0 || wt == DRT_Q4_0; }
+
+/* gemm_rows_kernel2: block weights in either mode; f16/bf16 in f32 mode (fast
+ * mode keeps cuBLAS on tensor cores, which reads the weights once too) */
+static int use_rows(const cu_ctx *c, drt_dtype wt, int B, int Bw, int T, int trans_w) {
+    return wt != DRT_F32 && B == 1 && Bw == 1 && !trans_w && T > GEMV_MAX_T && T <= MR_MAX_T &&
+           (is_quant(wt) || c->prec == CU_PREC_F32);
+}
+
+/* K per split of gemm_rows_kernel2 (a multiple of MR_KC) and the splits:
+ * about 4 blocks per SM, at least MR_MIN_SPLIT_K per split */
+static int rows_kchunk(const cu_ctx *c, int N, int K, int *splits) {
+    const int64_t nbn = (N + MR_NB - 1) / MR_NB;
+    int64_t ns = (4 * (int64_t)c->n_sm + nbn - 1) / nbn;
+    if (ns > K / MR_MIN_SPLIT_K) ns = K / MR_MIN_SPLIT_K;
+    if (ns > MR_MAX_SPLIT) ns = MR_MAX_SPLIT;
+    if (ns < 1) ns = 1;
+    const int kchunk = (int)(((K + ns - 1) / ns + MR_KC - 1) / MR_KC * MR_KC);
+    *splits = (K + kchunk - 1) / kchunk;
+    return kchunk;
+}
 
 /* rows of one weight batch widened per chunk (f32 mode, lowp weights) */
 static int64_t widen_rows(int N, int K, int trans_w) {
@@ -218,6 +415,11 @@ static int64_t widen_rows(int N, int K, int trans_w) {
 extern "C" size_t cu_matmul_scratch(const cu_ctx *c, drt_dtype wt, int B, int Bw, int T, int N,
                                     int K, int trans_w) {
     if (wt == DRT_F32 || use_gemv(wt, B, Bw, T, trans_w)) return 0;
+    if (use_rows(c, wt, B, Bw, T, trans_w)) {
+        int ns;
+        rows_kchunk(c, N, K, &ns);
+        return ns > 1 ? (size_t)ns * T * N * sizeof(float) : 0;
+    }
     if (c->prec == CU_PREC_FAST && !is_quant(wt)) return (size_t)B * T * K * 2;
     return (size_t)widen_rows(N, K, trans_w) * K * 4;
 }
@@ -229,6 +431,28 @@ static drt_status launch_gemv(cu_ctx *c, float *y, const float *x, const void *w
     CU_LAUNCH(gemv_lowp_kernel1<WT>, (unsigned)((N + 7) / 8), 256, 0, c->stream)(y, x, (const WT *)w, T, N, K,
                                                                           scale, vec);
     return cu_launched("MATMUL (gemv)");
+}
+
+template <int WF>
+static drt_status launch_rows(cu_ctx *c, float *y, const float *x, const void *w, int T, int N, int K,
+                              float scale) {
+    int ns;
+    const int kchunk = rows_kchunk(c, N, K, &ns);
+    const int vecw = (WF == MR_F16 || WF == MR_BF16) && K % 8 == 0 && aligned16(w);
+    const int vecx = K % 4 == 0 && aligned16(x);
+    float *part = (float *)c->scratch;
+    const dim3 grid((unsigned)((N + MR_NB - 1) / MR_NB), (unsigned)ns);
+    if (T <= 16)
+        CU_LAUNCH((gemm_rows_kernel2<WF, 2>), grid, MR_THREADS, sizeof(float) * (16 + MR_NB) * MR_LD, c->stream)(
+            y, part, x, w, T, N, K, kchunk, scale, vecw, vecx);
+    else
+        CU_LAUNCH((gemm_rows_kernel2<WF, 4>), grid, MR_THREADS, sizeof(float) * (32 + MR_NB) * MR_LD, c->stream)(
+            y, part, x, w, T, N, K, kchunk, scale, vecw, vecx);
+    drt_status s = cu_launched("MATMUL (rows)");
+    if (s != DRT_OK || ns == 1) return s;
+    const int64_t n = (int64_t)T * N;
+    CU_LAUNCH(split_sum_kernel, cu_grid_for(c, n, 256), 256, 0, c->stream)(y, part, n, ns, scale);
+    return cu_launched("MATMUL (rows, split sum)");
 }
 
 template <typename WT>
@@ -277,6 +501,11 @@ extern "C" drt_status cu_matmul(cu_ctx *c, float *y, const float *x, const void 
         }
         return bf ? launch_gemv<__nv_bfloat16>(c, y, x, w, T, N, K, scale)
                   : launch_gemv<__half>(c, y, x, w, T, N, K, scale);
+    }
+    if (use_rows(c, wt, B, Bw, T, trans_w)) {
+        if (wt == DRT_Q8_0) return launch_rows<MR_Q8>(c, y, x, w, T, N, K, scale);
+        if (wt == DRT_Q4_0) return launch_rows<MR_Q4>(c, y, x, w, T, N, K, scale);
+        return bf ? launch_rows<MR_BF16>(c, y, x, w, T, N, K, scale) : launch_rows<MR_F16>(c, y, x, w, T, N, K, scale);
     }
 
     /* block weights: widened to f32 chunk by chunk below in either mode (the

@@ -82,7 +82,8 @@ static drt_status open_cuda(const char *prec, drt_backend **be) {
 }
 
 /* a one-node graph on a fresh backend instance in precision prec; returns
- * the median time and the node's op-table flops */
+ * the median time and the node's op-table flops. T rows of one sequence
+ * from position 0 for a position op (T = 0: none). */
 typedef struct {
     const char *what;
     const char *prec;
@@ -90,7 +91,7 @@ typedef struct {
     int fallbacks;
 } measure;
 
-static drt_status run_node_graph(drt_graph *g, drt_tensor *node, drt_backend *be, measure *m) {
+static drt_status run_node_graph(drt_graph *g, drt_tensor *node, int T, drt_backend *be, measure *m) {
     drt_plan *p = NULL;
     drt_status s = g->err != DRT_OK || !node ? g->err : drt_plan_create(g, be, &p);
     if (s != DRT_OK) return s;
@@ -98,10 +99,13 @@ static drt_status run_node_graph(drt_graph *g, drt_tensor *node, drt_backend *be
     uint64_t seed = 1;
     for (int i = 0; s == DRT_OK && i < g->n_owned; i++)
         if (g->owned[i]->op == DRT_OP_NONE && !g->owned[i]->view_src) s = fill(g->owned[i], 1.0f, seed++);
-    drt_exec ex = {.p0 = 0};
+    int32_t *rows = T ? malloc(sizeof(int32_t) * 2 * (size_t)T) : NULL;
+    drt_exec ex = {0};
+    if (s == DRT_OK && T) s = rows ? drt_exec_seq(&ex, rows, T, 0, 0) : DRT_ERR_OOM;
     if (s == DRT_OK) s = time_plan(p, &ex, &m->seconds);
     m->flops = drt_op_get(node->op)->flops(node, &ex);
     drt_plan_free(p);
+    free(rows);
     return s;
 }
 
@@ -114,7 +118,7 @@ static drt_status bench_matmul(const char *prec, int M, int N, int K, measure *m
     drt_tensor *w = drt_new_tensor_2d(g, DRT_BF16, N, K, "w");
     drt_tensor *y = drt_matmul(g, x, w);
     m->prec = prec;
-    s = run_node_graph(g, y, be, m);
+    s = run_node_graph(g, y, 0, be, m);
     drt_graph_free(g);
     drt_backend_close(be);
     return s;
@@ -131,15 +135,15 @@ static drt_status bench_attn(const char *prec, int diff, int T, int H, int dk, i
         drt_tensor *q = drt_new_tensor_4d(g, DRT_F32, T, H, 2, dk, "q");
         drt_tensor *k = drt_new_tensor_4d(g, DRT_F32, T, H, 2, dk, "k");
         drt_tensor *v = drt_new_tensor_3d(g, DRT_F32, T, H, dv, "v");
-        node = drt_diff_attn(g, q, k, v, 0.5f, NULL);
+        node = drt_diff_attn(g, q, k, v, 0.5f, NULL, drt_new_rows(g, T));
     } else {
         drt_tensor *q = drt_new_tensor_3d(g, DRT_F32, T, H, dk, "q");
         drt_tensor *k = drt_new_tensor_3d(g, DRT_F32, T, H, dk, "k");
         drt_tensor *v = drt_new_tensor_3d(g, DRT_F32, T, H, dv, "v");
-        node = drt_attn(g, q, k, v);
+        node = drt_attn(g, q, k, v, drt_new_rows(g, T));
     }
     m->prec = prec;
-    s = run_node_graph(g, node, be, m);
+    s = run_node_graph(g, node, T, be, m);
     drt_graph_free(g);
     drt_backend_close(be);
     return s;
