@@ -225,7 +225,7 @@ static const struct {
     [OCL_K_SWIGLU] = {"swiglu", OCL_P_ELEMENTWISE},
     [OCL_K_SIGMOID] = {"sigmoid", OCL_P_ELEMENTWISE},
     [OCL_K_ADD] = {"add", OCL_P_ELEMENTWISE},
-    [OCL_K_COPY] = {"copy_f32", OCL_P_ELEMENTWISE},
+    [OCL_K_KV_WRITE] = {"kv_write", OCL_P_ELEMENTWISE},
     [OCL_K_PERMUTE] = {"permute", OCL_P_ELEMENTWISE},
     [OCL_K_RMSNORM] = {"rmsnorm", OCL_P_NORM},
     [OCL_K_MATVEC_F32] = {"matvec_f32", OCL_P_MATMUL},
@@ -685,7 +685,7 @@ static drt_status run_node(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) 
     case DRT_OP_EMBED: x->embed_pending = 1; return ocl_embed(x, t);
     case DRT_OP_RMSNORM: return ocl_rmsnorm(x, t);
     case DRT_OP_MATMUL: return ocl_matmul(x, t);
-    case DRT_OP_ROPE: return ocl_rope(x, t, ex);
+    case DRT_OP_ROPE: return ocl_rope(x, t);
     case DRT_OP_DUAL_SOFTMAX: return ocl_dual_softmax(x, t);
     case DRT_OP_DIFF_ATTN: return ocl_diff_attn(x, t, ex);
     case DRT_OP_ATTN: return ocl_attn(x, t, ex);
@@ -693,7 +693,7 @@ static drt_status run_node(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) 
     case DRT_OP_SWIGLU: return ocl_swiglu(x, t);
     case DRT_OP_SIGMOID: return ocl_sigmoid(x, t);
     case DRT_OP_ADD: return ocl_add(x, t);
-    case DRT_OP_KV_WRITE: return ocl_kv_write(x, t, ex);
+    case DRT_OP_KV_WRITE: return ocl_kv_write(x, t);
     case DRT_OP_PERMUTE: return ocl_permute(x, t);
     case DRT_OP_NONE:
     case DRT_OP_COUNT: break;

@@ -32,7 +32,7 @@ typedef enum {
     OCL_K_SWIGLU,
     OCL_K_SIGMOID,
     OCL_K_ADD,
-    OCL_K_COPY,
+    OCL_K_KV_WRITE,
     OCL_K_PERMUTE,
     OCL_K_RMSNORM,
     OCL_K_MATVEC_F32,
@@ -208,11 +208,11 @@ drt_status ocl_rmsnorm(ocl_ctx *x, const drt_tensor *t);
 drt_status ocl_groupnorm(ocl_ctx *x, const drt_tensor *t);
 
 drt_status ocl_embed(ocl_ctx *x, const drt_tensor *t);
-drt_status ocl_rope(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex);
+drt_status ocl_rope(ocl_ctx *x, const drt_tensor *t);
 drt_status ocl_swiglu(ocl_ctx *x, const drt_tensor *t);
 drt_status ocl_sigmoid(ocl_ctx *x, const drt_tensor *t);
 drt_status ocl_add(ocl_ctx *x, const drt_tensor *t);
-drt_status ocl_kv_write(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex);
+drt_status ocl_kv_write(ocl_ctx *x, const drt_tensor *t);
 drt_status ocl_permute(ocl_ctx *x, const drt_tensor *t);
 
 #endif
