@@ -253,6 +253,9 @@ static const struct {
     [OCL_K_DOT_F32] = {"dot_f32", OCL_P_MATMUL},
     [OCL_K_DOT_F16] = {"dot_f16", OCL_P_MATMUL},
     [OCL_K_DOT_BF16] = {"dot_bf16", OCL_P_MATMUL},
+    [OCL_K_ROWS_F32] = {"rows_f32", OCL_P_MATMUL},
+    [OCL_K_ROWS_F16] = {"rows_f16", OCL_P_MATMUL},
+    [OCL_K_ROWS_BF16] = {"rows_bf16", OCL_P_MATMUL},
     [OCL_K_OUTER_F32] = {"outer_f32", OCL_P_MATMUL},
     [OCL_K_OUTER_F16] = {"outer_f16", OCL_P_MATMUL},
     [OCL_K_OUTER_BF16] = {"outer_bf16", OCL_P_MATMUL},
@@ -266,6 +269,8 @@ static const struct {
     [OCL_K_GEMV_Q4_0] = {"gemv_q4_0", OCL_P_MATMUL_Q},
     [OCL_K_DOT_Q8_0] = {"dot_q8_0", OCL_P_MATMUL_Q},
     [OCL_K_DOT_Q4_0] = {"dot_q4_0", OCL_P_MATMUL_Q},
+    [OCL_K_ROWS_Q8_0] = {"rows_q8_0", OCL_P_MATMUL_Q},
+    [OCL_K_ROWS_Q4_0] = {"rows_q4_0", OCL_P_MATMUL_Q},
 };
 
 static const char *const ocl_prog_files[OCL_P_COUNT] = {"elementwise.cl", "norm.cl", "matmul.cl",
@@ -465,7 +470,7 @@ static drt_status ocl_init(drt_backend *be, int device) {
     for (int i = OCL_K_GEMV_F32; i <= OCL_K_OUTER_BF16; i++)
         while (x->rb_wg > 1 && x->kwg[i] < x->rb_wg)
             x->rb_wg /= 2;
-    for (int i = OCL_K_GEMV_Q8_0; i <= OCL_K_DOT_Q4_0; i++)
+    for (int i = OCL_K_GEMV_Q8_0; i <= OCL_K_ROWS_Q4_0; i++)
         while (x->rb_wg > 1 && x->kwg[i] < x->rb_wg)
             x->rb_wg /= 2;
     /* attention: the most rows per work-group that both kernels can run */

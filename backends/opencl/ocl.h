@@ -61,6 +61,9 @@ typedef enum {
     OCL_K_DOT_F32,
     OCL_K_DOT_F16,
     OCL_K_DOT_BF16,
+    OCL_K_ROWS_F32, /* a few rows, w read once for all (matmul.cl section 3) */
+    OCL_K_ROWS_F16,
+    OCL_K_ROWS_BF16,
     OCL_K_OUTER_F32,
     OCL_K_OUTER_F16,
     OCL_K_OUTER_BF16,
@@ -75,6 +78,8 @@ typedef enum {
     OCL_K_GEMV_Q4_0,
     OCL_K_DOT_Q8_0,
     OCL_K_DOT_Q4_0,
+    OCL_K_ROWS_Q8_0,
+    OCL_K_ROWS_Q4_0,
     OCL_K_COUNT
 } ocl_kernel_id;
 
@@ -90,6 +95,7 @@ typedef enum {
     OCL_MM_GEMV,   /* registers: 1 x RB_GEMV_NR dot products */
     OCL_MM_SKINNY, /* registers: 2 x RB_SKINNY_NR dot products */
     OCL_MM_DOT,    /* registers: RB_MR x RB_NR dot products */
+    OCL_MM_ROWS,   /* registers: RB_NR weight rows x all T <= OCL_MM_ROWS_MAX rows */
     OCL_MM_OUTER,  /* registers: RB_OMR x RB_OV*RB_V outer products (trans_w) */
     OCL_MM_CLBLAST,
     OCL_MM_COUNT
@@ -104,6 +110,7 @@ typedef enum {
 #define OCL_ROW_WG_MAX 256 /* NORM_WG_MAX, SM_WG_MAX */
 #define OCL_ATT_BQ_MAX 8   /* rows per attention work-group: 1, 2, 4 or 8 */
 #define OCL_PF_ROWS 16      /* CPU devices: GEMV weight rows prefetched ahead */
+#define OCL_MM_ROWS_MAX 32  /* CPU devices: the most rows of the rows kernels */
 
 typedef struct {
     cl_platform_id platform;
