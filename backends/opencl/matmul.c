@@ -61,13 +61,13 @@ static drt_status clblast_matmul(ocl_ctx *x, const drt_tensor *t, int B, int Bw,
  * vectors for dot, MR*OV + OV + 1 for outer; 32 vector registers with
  * AVX-512, 16 with AVX2) */
 typedef struct {
-    int v, gemv_nr, skinny_nr, mr, nr, omr, ov, sw;
+    int v, gemv_nr, mr, nr, omr, ov, sw;
 } rb_shape;
 
 static rb_shape rb_pick(int v) {
-    if (v >= 16) return (rb_shape){16, 8, 8, 4, 4, 4, 2, 16};
-    if (v >= 8) return (rb_shape){8, 8, 4, 2, 4, 4, 2, 16};
-    return (rb_shape){4, 8, 4, 2, 4, 4, 2, 16};
+    if (v >= 16) return (rb_shape){16, 8, 4, 4, 4, 2, 16};
+    if (v >= 8) return (rb_shape){8, 8, 2, 4, 4, 2, 16};
+    return (rb_shape){4, 8, 2, 4, 4, 2, 16};
 }
 
 int ocl_matmul_options(ocl_ctx *x, char *buf, size_t n) {
@@ -78,8 +78,6 @@ int ocl_matmul_options(ocl_ctx *x, char *buf, size_t n) {
     snprintf(x->mm_name[OCL_MM_TILED], sizeof x->mm_name[0], "tiled local %dx%d/4x4",
              OCL_MM_TM, OCL_MM_TN);
     snprintf(x->mm_name[OCL_MM_GEMV], sizeof x->mm_name[0], "gemv regs 1x%d v%d", r.gemv_nr, r.v);
-    snprintf(x->mm_name[OCL_MM_SKINNY], sizeof x->mm_name[0], "dot regs 2x%d v%d", r.skinny_nr,
-             r.v);
     snprintf(x->mm_name[OCL_MM_DOT], sizeof x->mm_name[0], "dot regs %dx%d v%d", r.mr, r.nr, r.v);
     snprintf(x->mm_name[OCL_MM_ROWS], sizeof x->mm_name[0], "rows regs Tx%d in %dx%d v%d", r.nr,
              r.mr, r.nr, r.v);
@@ -87,9 +85,9 @@ int ocl_matmul_options(ocl_ctx *x, char *buf, size_t n) {
              r.ov * r.v, r.v);
     snprintf(x->mm_name[OCL_MM_CLBLAST], sizeof x->mm_name[0], "clblast sgemm");
     return snprintf(buf, n,
-                    " -DRB_V=%d -DRB_GEMV_NR=%d -DRB_SKINNY_NR=%d -DRB_MR=%d -DRB_NR=%d -DRB_OMR=%d "
-                    "-DRB_OV=%d -DRB_SW=%d",
-                    r.v, r.gemv_nr, r.skinny_nr, r.mr, r.nr, r.omr, r.ov, r.sw);
+                    " -DRB_V=%d -DRB_GEMV_NR=%d -DRB_MR=%d -DRB_NR=%d -DRB_OMR=%d -DRB_OV=%d "
+                    "-DRB_SW=%d",
+                    r.v, r.gemv_nr, r.mr, r.nr, r.omr, r.ov, r.sw);
 }
 
 /* The variant table: CLBlast when asked for (f32 weights); register blocks on
@@ -137,9 +135,8 @@ drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t) {
     int wt = w->type == DRT_F16 ? 1 : w->type == DRT_BF16 ? 2 : 0;
     static const ocl_kernel_id base[OCL_MM_COUNT] = {
         [OCL_MM_MATVEC] = OCL_K_MATVEC_F32, [OCL_MM_TILED] = OCL_K_MATMUL_F32,
-        [OCL_MM_GEMV] = OCL_K_GEMV_F32,     [OCL_MM_SKINNY] = OCL_K_DOT_SKINNY_F32,
-        [OCL_MM_DOT] = OCL_K_DOT_F32,       [OCL_MM_OUTER] = OCL_K_OUTER_F32,
-        [OCL_MM_ROWS] = OCL_K_ROWS_F32,
+        [OCL_MM_GEMV] = OCL_K_GEMV_F32,     [OCL_MM_DOT] = OCL_K_DOT_F32,
+        [OCL_MM_ROWS] = OCL_K_ROWS_F32,     [OCL_MM_OUTER] = OCL_K_OUTER_F32,
     };
     ocl_call c;
     ocl_begin(&c, x, (ocl_kernel_id)(base[var] + wt));
@@ -167,13 +164,8 @@ drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t) {
     /* register blocks: one item per MR x NR tile (rows: per NR weight rows),
      * a 1-d range per batch */
     rb_shape r = rb_pick(x->rb_v);
-    int mr = var == OCL_MM_GEMV     ? 1
-             : var == OCL_MM_SKINNY ? 2
-             : var == OCL_MM_DOT    ? r.mr
-             : var == OCL_MM_ROWS   ? T
-                                    : r.omr;
-    int nr = var == OCL_MM_GEMV     ? r.gemv_nr
-             : var == OCL_MM_SKINNY ? r.skinny_nr
+    int mr = var == OCL_MM_GEMV ? 1 : var == OCL_MM_DOT ? r.mr : var == OCL_MM_ROWS ? T : r.omr;
+    int nr = var == OCL_MM_GEMV                        ? r.gemv_nr
              : var == OCL_MM_DOT || var == OCL_MM_ROWS ? r.nr
                                                        : r.ov * r.v;
     return rb_run(x, &c, B, T, N, mr, nr);

@@ -211,9 +211,6 @@ TILED(matmul_bf16, WT_BF16)
 #ifndef RB_GEMV_NR
 #define RB_GEMV_NR 8
 #endif
-#ifndef RB_SKINNY_NR
-#define RB_SKINNY_NR 8
-#endif
 #ifndef RB_MR
 #define RB_MR 4
 #endif
@@ -479,7 +476,6 @@ inline void outer_body(__global float *y, __global const float *x, __global cons
     }
 #define RB_KERNELS(wt, sfx)                                                                        \
     RB_KERNEL(gemv_##sfx, dot_body, wt, 1, RB_GEMV_NR)                                             \
-    RB_KERNEL(dot_skinny_##sfx, dot_body, wt, 2, RB_SKINNY_NR)                                     \
     RB_KERNEL(dot_##sfx, dot_body, wt, RB_MR, RB_NR)                                               \
     RB_KERNEL(rows_##sfx, rows_body, wt, RB_MR, RB_NR)                                             \
     RB_KERNEL(outer_##sfx, outer_body, wt, RB_OMR, RB_OV)

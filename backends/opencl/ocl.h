@@ -55,9 +55,6 @@ typedef enum {
     OCL_K_GEMV_F32,
     OCL_K_GEMV_F16,
     OCL_K_GEMV_BF16,
-    OCL_K_DOT_SKINNY_F32,
-    OCL_K_DOT_SKINNY_F16,
-    OCL_K_DOT_SKINNY_BF16,
     OCL_K_DOT_F32,
     OCL_K_DOT_F16,
     OCL_K_DOT_BF16,
@@ -93,7 +90,6 @@ typedef enum {
     OCL_MM_MATVEC, /* local memory: T == 1 reduction over K */
     OCL_MM_TILED,  /* local memory: 64x64 tiles */
     OCL_MM_GEMV,   /* registers: 1 x RB_GEMV_NR dot products */
-    OCL_MM_SKINNY, /* registers: 2 x RB_SKINNY_NR dot products */
     OCL_MM_DOT,    /* registers: RB_MR x RB_NR dot products */
     OCL_MM_ROWS,   /* registers: RB_NR weight rows x all T <= OCL_MM_ROWS_MAX rows */
     OCL_MM_OUTER,  /* registers: RB_OMR x RB_OV*RB_V outer products (trans_w) */
