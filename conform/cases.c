@@ -117,6 +117,30 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_MATMUL, .T = 32, .K = 1056, .N = 129, .wt = Q8, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 16, .K = 200, .N = 67, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 32, .K = 136, .N = 70, .scale = 1},
+    /* batched decode (issue 27): T = 2..32 rows reading each weight once
+     * (the OpenCL rows kernels: 4 weight rows x all T, in tiles of 4, then
+     * 2 and 1 rows): T of 2, 3 (2+1), 5 (4+1), 8, 16, 31 (4*7+2+1), 32; N
+     * past whole groups of 4, K with a tail past whole vectors, batches
+     * with shared and own w */
+    {.op = DRT_OP_MATMUL, .T = 2, .K = 200, .N = 37, .wt = F16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 3, .K = 136, .N = 38, .wt = F16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 5, .K = 200, .N = 37, .wt = F16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 8, .K = 768, .N = 66, .wt = F16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 16, .K = 136, .N = 35, .wt = F16, .scale = 0.5f},
+    {.op = DRT_OP_MATMUL, .T = 32, .K = 256, .N = 70, .wt = F16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .B = 2, .T = 11, .K = 96, .N = 21, .wt = F16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 2, .K = 256, .N = 37, .wt = Q8, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 5, .K = 160, .N = 38, .wt = Q8, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 8, .K = 768, .N = 66, .wt = Q8, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 16, .K = 96, .N = 35, .wt = Q8, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 32, .K = 256, .N = 70, .wt = Q8, .scale = 0.5f},
+    {.op = DRT_OP_MATMUL, .T = 2, .K = 256, .N = 37, .wt = Q4, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 5, .K = 160, .N = 38, .wt = Q4, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 8, .K = 768, .N = 66, .wt = Q4, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 16, .K = 96, .N = 35, .wt = Q4, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 31, .K = 64, .N = 13, .wt = Q4, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 32, .K = 256, .N = 70, .wt = Q4, .scale = 1},
+    {.op = DRT_OP_MATMUL, .B = 3, .Bw = 3, .T = 7, .K = 64, .N = 9, .wt = Q4, .scale = 1},
     /* ROPE: x (T, H, d); inv_freq of theta 10000 */
     {.op = DRT_OP_ROPE, .T = 1, .H = 4, .d = 64, .p0 = 17},
     {.op = DRT_OP_ROPE, .T = 37, .H = 3, .d = 128},

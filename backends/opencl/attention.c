@@ -1,9 +1,12 @@
 /* OpenCL host side of DUAL_SOFTMAX, DIFF_ATTN and ATTN (kernels in
  * attention.cl); shapes as in drt_ref_run_node. DIFF_ATTN and ATTN read
- * S = p0 + T rows of the cache and size their local-memory tiles from dk, dv.
- * On CPU-class devices (att_vl > 0) they run the barrier-free kernels
- * instead: flash (rows of a kv group in vector lanes) for prefill, decode
- * (a row per work-item, split-K) for a few rows per group; see pick_path. */
+ * each row's keys base .. base + pos from the rows tensor (the kernels read
+ * it on the device; the host copy in drt_exec only sizes the launches: up to
+ * max_keys keys, the runs of the rows) and size their local-memory tiles
+ * from dk, dv. On CPU-class devices (att_vl > 0) they run the barrier-free
+ * kernels instead: flash (rows of a kv group in vector lanes) for prefill,
+ * decode (a row per work-item, split-K) for a few rows per group; see
+ * plan_attn. */
 #include <math.h>
 
 #include "drt_error.h"
@@ -40,7 +43,9 @@ static void tile_floats(const ocl_ctx *x, int bq, int nq, int m, int dk, int dv,
 
 /* rows per work-group: the smallest of 1, 2, 4, 8 that holds all T*H/G rows
  * of a group, at most att_bq_max (a decode step without GQA has one row per
- * group: one row of work-items, not eight); returns log2 of it */
+ * group: one row of work-items, not eight); returns log2 of it. T is the
+ * longest run (rows of several sequences: a block holding several makes a
+ * pass per sequence, so decode rows of many get blocks of H/G rows). */
 static int rows_log2(const ocl_ctx *x, int T, int H, int G) {
     int rows = T * (H / G), l = 0;
     while ((1 << l) < rows && (2 << l) <= x->att_bq_max)
@@ -92,40 +97,131 @@ static drt_status ensure_part(ocl_ctx *x, size_t bytes) {
     return DRT_OK;
 }
 
-/* merges nsplit partial results in part into o (attn_combine) */
-static drt_status combine(ocl_ctx *x, const drt_tensor *o, const drt_tensor *lam, float lambda,
-                          int nq, int dv, int T, int H, int nsplit) {
+/* merges nsplit partial results in part into the rows of o that are
+ * decode rows of dec_t (attn_combine) */
+static drt_status combine(ocl_ctx *x, const drt_tensor *o, int dec_t, int nsplit) {
+    const int diff = o->op == DRT_OP_DIFF_ATTN, nq = diff ? 2 : 1;
+    const drt_tensor *lam = diff ? o->src[3] : NULL;
+    const int T = (int)o->ne[0], H = (int)o->ne[1], dv = (int)o->ne[2];
     ocl_call cc;
     ocl_begin(&cc, x, OCL_K_ATTN_COMBINE);
     ocl_arg_tensor(&cc, o);
     ocl_arg_mem(&cc, x->part);
     ocl_arg_tensor(&cc, lam ? lam : o); /* unread when has_lam = 0 */
     ocl_arg_int(&cc, lam != NULL);
-    ocl_arg_float(&cc, lambda);
+    ocl_arg_float(&cc, diff ? o->fp[0] : 0.0f);
+    ocl_arg_tensor(&cc, o->src[DRT_SRC_ROWS]);
     ocl_arg_int(&cc, T * H);
     ocl_arg_int(&cc, H);
     ocl_arg_int(&cc, dv);
     ocl_arg_int(&cc, nq);
     ocl_arg_int(&cc, nsplit);
+    ocl_arg_int(&cc, dec_t);
     size_t g2[2] = {(size_t)dv, (size_t)T * H}, l2[2] = {64, 1};
     return ocl_run(&cc, 2, g2, l2);
 }
 
-/* The kernel family for an attention node: the local-memory kernels
- * (attention_body), or on CPU-class devices (att_vl > 0) flash with rows in
- * vector lanes when a kv group has more than 4 rows and its work-items (VL
- * rows each) cover the compute units, else decode (one row per work-item,
- * split-K; dk and dv whole vectors): a decode step under MQA/GQA (T = 1,
- * H/G rows in one flash item) runs H items, split further when S is long. */
+/* The kernel family for an attention node of one sequence: the local-memory
+ * kernels (attention_body), or on CPU-class devices (att_vl > 0) flash with
+ * rows in vector lanes when a kv group has more than 4 rows and its
+ * work-items (VL rows each) cover the compute units, else decode (one row
+ * per work-item, split-K; dk and dv whole vectors): a decode step under
+ * MQA/GQA (T = 1, H/G rows in one flash item) runs H items, split further
+ * when S is long. */
 typedef enum { ATT_LOCAL, ATT_FLASH, ATT_DECODE } att_path;
+
+static int dec_ok(const ocl_ctx *x, int dk, int dv) {
+    return dk % x->att_vl == 0 && dv % x->att_vl == 0 && dk <= 256;
+}
 
 static att_path pick_path(const ocl_ctx *x, int T, int H, int G, int dk, int dv) {
     if (!x->att_vl) return ATT_LOCAL;
     int rows = T * (H / G), items = (rows + x->att_vl - 1) / x->att_vl * G;
-    int dec_ok = dk % x->att_vl == 0 && dv % x->att_vl == 0 && dk <= 256;
-    if (rows > 4 && ((cl_uint)items >= x->cu || !dec_ok)) return ATT_FLASH;
-    if (dec_ok) return ATT_DECODE;
+    int dok = dec_ok(x, dk, dv);
+    if (rows > 4 && ((cl_uint)items >= x->cu || !dok)) return ATT_FLASH;
+    if (dok) return ATT_DECODE;
     return rows > 4 ? ATT_FLASH : ATT_LOCAL;
+}
+
+/* In a forward of several sequences, the runs of at most this many rows are
+ * decode rows on CPU-class devices (as the cpu backend's CPU_ATTN_DEC_T) */
+#define DEC_T 2
+
+/* What runs a node for ex's rows. One sequence (one run): pick_path's
+ * family over all rows. Several: the local kernels with blocks sized by the
+ * longest run; on CPU-class devices, decode over the rows of runs of at most
+ * DEC_T and flash over the others, one launch each (each kernel leaves the
+ * other's rows, dec_row in attention.cl), or flash over all when decode
+ * cannot take dk, dv (its passes then serve one sequence each). */
+typedef struct {
+    int local, lb;     /* the local kernels, 1 << lb rows per work-group */
+    int flash, decode; /* the CPU-class launches */
+    int dec_t;         /* their split of the rows (dec_row) */
+    int n_dec;         /* the rows decode takes */
+} att_plan;
+
+static att_plan plan_attn(const ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) {
+    const drt_tensor *q = t->src[0], *k = t->src[1];
+    const int T = (int)q->ne[0], H = (int)q->ne[1], G = (int)k->ne[1];
+    const int dk = (int)q->ne[q->nd - 1], dv = (int)t->src[2]->ne[2];
+    const int32_t *r = ex->rows;
+    int runs = 0, longest = 0, n_dec = 0;
+    for (int t0 = 0; r && t0 < T;) {
+        int t1 = t0 + 1; /* the run is t0 .. t1-1 */
+        while (t1 < T && r[2 * t1] == r[2 * t0] && r[2 * t1 + 1] == r[2 * t1 - 1] + 1)
+            t1++;
+        runs++;
+        if (t1 - t0 > longest) longest = t1 - t0;
+        if (t1 - t0 <= DEC_T) n_dec += t1 - t0;
+        t0 = t1;
+    }
+    att_plan p = {0};
+    if (runs <= 1) {
+        att_path path = pick_path(x, T, H, G, dk, dv);
+        p.local = path == ATT_LOCAL;
+        p.lb = rows_log2(x, T, H, G);
+        p.flash = path == ATT_FLASH;
+        p.decode = path == ATT_DECODE;
+        p.dec_t = p.n_dec = p.decode ? T : 0;
+    } else if (!x->att_vl) {
+        p.local = 1;
+        p.lb = rows_log2(x, longest, H, G);
+    } else if (!dec_ok(x, dk, dv)) {
+        p.flash = 1; /* dec_t 0: every row flash's */
+    } else {
+        p.flash = n_dec < T;
+        p.decode = n_dec > 0;
+        p.dec_t = !p.flash ? T : !p.decode ? 0 : DEC_T;
+        p.n_dec = n_dec;
+    }
+    return p;
+}
+
+/* Starts a call of attention kernel id for node t with every argument up
+ * to scale: dec_t (dec_row) for the CPU-class kernels, none when < 0 */
+static void begin_attn(ocl_call *c, ocl_ctx *x, ocl_kernel_id id, const drt_tensor *t, int dec_t) {
+    const int diff = t->op == DRT_OP_DIFF_ATTN;
+    const drt_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2], *lam = diff ? t->src[3] : NULL;
+    const int dk = (int)q->ne[q->nd - 1];
+    ocl_begin(c, x, id);
+    ocl_arg_tensor(c, t);
+    ocl_arg_tensor(c, q);
+    ocl_arg_tensor(c, k);
+    ocl_arg_tensor(c, v);
+    if (diff) {
+        ocl_arg_tensor(c, lam ? lam : q); /* unread when has_lam = 0 */
+        ocl_arg_int(c, lam != NULL);
+        ocl_arg_float(c, t->fp[0]);
+    }
+    ocl_arg_tensor(c, t->src[DRT_SRC_ROWS]);
+    ocl_arg_int(c, (int)q->ne[0]);
+    ocl_arg_int(c, (int)q->ne[1]);
+    ocl_arg_int(c, (int)k->ne[1]);
+    if (diff) ocl_arg_int(c, (int)k->ne[2]);
+    ocl_arg_int(c, dk);
+    ocl_arg_int(c, (int)v->ne[2]);
+    if (dec_t >= 0) ocl_arg_int(c, dec_t);
+    ocl_arg_float(c, (float)(1.0 / sqrt((double)dk)));
 }
 
 /* flash: arguments up to scale are set; one item per VL rows of a group,
@@ -152,12 +248,11 @@ static drt_status launch_flash(ocl_call *c, ocl_ctx *x, int nq, int dk, int dv, 
     return s;
 }
 
-/* decode: arguments up to scale are set; one item per (split, row) */
-static drt_status launch_decode(ocl_call *c, ocl_ctx *x, const drt_tensor *o,
-                                const drt_tensor *lam, float lambda, int nq, int dv, int T, int H,
-                                int p0) {
-    int S = p0 + T;
-    int klen = split_len(x, S, T * H);
+/* decode: arguments up to scale are set; one item per (split, row), keys
+ * split by the longest row's S, n_dec rows of the node's T to do */
+static drt_status launch_decode(ocl_call *c, ocl_ctx *x, const drt_tensor *o, int nq, int dv, int T,
+                                int H, int S, int n_dec, int dec_t) {
+    int klen = split_len(x, S, n_dec * H);
     int nsplit = (S + klen - 1) / klen;
     if (nsplit > 1) {
         drt_status s = ensure_part(x, (size_t)nsplit * T * H * nq * (2 + dv) * sizeof(float));
@@ -168,17 +263,16 @@ static drt_status launch_decode(ocl_call *c, ocl_ctx *x, const drt_tensor *o,
     size_t g[2] = {(size_t)nsplit, (size_t)T * H}, l[2] = {1, 1};
     drt_status s = ocl_run(c, 2, g, l);
     if (s != DRT_OK || nsplit == 1) return s;
-    return combine(x, o, lam, lambda, nq, dv, T, H, nsplit);
+    return combine(x, o, dec_t, nsplit);
 }
 
 /* Completes the arguments of an attention kernel (klen, part, the four local
  * tiles) and launches ATT_NT x bq work-groups, nsplit along dimension 0;
- * then merges the splits into o when there are several. lam is NULL for
- * ATTN and for a scalar lambda. */
-static drt_status launch(ocl_call *c, ocl_ctx *x, const drt_tensor *o, const drt_tensor *lam,
-                         float lambda, int nq, int m, int dk, int dv, int T, int H, int G, int p0,
-                         int bq) {
-    int rows = T * (H / G), S = p0 + T;
+ * then merges the splits into o when there are several. S: the most keys
+ * a row sees. */
+static drt_status launch(ocl_call *c, ocl_ctx *x, const drt_tensor *o, int nq, int m, int dk,
+                         int dv, int T, int H, int G, int S, int bq) {
+    int rows = T * (H / G);
     int klen = split_len(x, S, G * ((rows + bq - 1) / bq));
     int nsplit = (S + klen - 1) / klen;
     if (nsplit > 1) {
@@ -195,70 +289,48 @@ static drt_status launch(ocl_call *c, ocl_ctx *x, const drt_tensor *o, const drt
     size_t l[3] = {(size_t)x->att_nt, (size_t)bq, 1};
     drt_status s = ocl_run(c, 3, g, l);
     if (s != DRT_OK || nsplit == 1) return s;
-    return combine(x, o, lam, lambda, nq, dv, T, H, nsplit);
+    return combine(x, o, T, nsplit);
 }
 
-/* q (T,H,2,dk), k (S_cap,G,m,dk), v (S_cap,G,dv), lambda fp[0] or
- * lambda_th (T,H) -> o (T,H,dv); keys 0..p0+T-1 */
+/* DIFF_ATTN: q (T,H,2,dk), k (S_cap,G,m,dk), v (S_cap,G,dv), lambda fp[0]
+ * or lambda_th (T,H); ATTN: q (T,H,dk), k (S_cap,G,dk), v (S_cap,G,dv);
+ * rows (T,2) -> o (T,H,dv), row t over the keys base .. base + pos. With
+ * decode and flash both (plan_attn), decode and its merge go first: flash
+ * takes the part buffer as its scratch after them. */
+static drt_status run_attn(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) {
+    const int diff = t->op == DRT_OP_DIFF_ATTN, nq = diff ? 2 : 1;
+    const drt_tensor *q = t->src[0], *k = t->src[1];
+    const int T = (int)q->ne[0], H = (int)q->ne[1], G = (int)k->ne[1];
+    const int m = diff ? (int)k->ne[2] : 1, dk = (int)q->ne[q->nd - 1], dv = (int)t->src[2]->ne[2];
+    const int S = ex->max_keys > 0 ? ex->max_keys : 1;
+    const att_plan p = plan_attn(x, t, ex);
+    ocl_call c;
+    if (p.local) {
+        ocl_kernel_id id = (ocl_kernel_id)((diff ? OCL_K_DIFF_ATTN_Q1 : OCL_K_ATTN_Q1) + p.lb);
+        begin_attn(&c, x, id, t, -1);
+        return launch(&c, x, t, nq, m, dk, dv, T, H, G, S, 1 << p.lb);
+    }
+    drt_status s = DRT_OK;
+    if (p.decode) {
+        begin_attn(&c, x, diff ? OCL_K_DIFF_ATTN_DECODE : OCL_K_ATTN_DECODE, t, p.dec_t);
+        s = launch_decode(&c, x, t, nq, dv, T, H, S, p.n_dec, p.dec_t);
+    }
+    if (s == DRT_OK && p.flash) {
+        begin_attn(&c, x, diff ? OCL_K_DIFF_ATTN_FLASH : OCL_K_ATTN_FLASH, t, p.dec_t);
+        s = launch_flash(&c, x, nq, dk, dv, T, H, G);
+    }
+    return s;
+}
+
 drt_status ocl_diff_attn(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) {
-    const drt_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2], *lam = t->src[3];
-    int T = (int)q->ne[0], H = (int)q->ne[1], dk = (int)q->ne[3];
-    int G = (int)k->ne[1], m = (int)k->ne[2], dv = (int)v->ne[2];
-    int lb = rows_log2(x, T, H, G);
-    att_path path = pick_path(x, T, H, G, dk, dv);
-    ocl_call c;
-    ocl_begin(&c, x,
-              path == ATT_FLASH    ? OCL_K_DIFF_ATTN_FLASH
-              : path == ATT_DECODE ? OCL_K_DIFF_ATTN_DECODE
-                                   : (ocl_kernel_id)(OCL_K_DIFF_ATTN_Q1 + lb));
-    ocl_arg_tensor(&c, t);
-    ocl_arg_tensor(&c, q);
-    ocl_arg_tensor(&c, k);
-    ocl_arg_tensor(&c, v);
-    ocl_arg_tensor(&c, lam ? lam : q); /* unread when has_lam = 0 */
-    ocl_arg_int(&c, lam != NULL);
-    ocl_arg_float(&c, t->fp[0]);
-    ocl_arg_int(&c, T);
-    ocl_arg_int(&c, H);
-    ocl_arg_int(&c, G);
-    ocl_arg_int(&c, m);
-    ocl_arg_int(&c, dk);
-    ocl_arg_int(&c, dv);
-    ocl_arg_int(&c, ex->p0);
-    ocl_arg_float(&c, (float)(1.0 / sqrt((double)dk)));
-    if (path == ATT_FLASH) return launch_flash(&c, x, 2, dk, dv, T, H, G);
-    if (path == ATT_DECODE) return launch_decode(&c, x, t, lam, t->fp[0], 2, dv, T, H, ex->p0);
-    return launch(&c, x, t, lam, t->fp[0], 2, m, dk, dv, T, H, G, ex->p0, 1 << lb);
+    return run_attn(x, t, ex);
 }
 
-/* q (T,H,dk), k (S_cap,G,dk), v (S_cap,G,dv) -> o (T,H,dv) */
 drt_status ocl_attn(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) {
-    const drt_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
-    int T = (int)q->ne[0], H = (int)q->ne[1], dk = (int)q->ne[2];
-    int G = (int)k->ne[1], dv = (int)v->ne[2];
-    int lb = rows_log2(x, T, H, G);
-    att_path path = pick_path(x, T, H, G, dk, dv);
-    ocl_call c;
-    ocl_begin(&c, x,
-              path == ATT_FLASH    ? OCL_K_ATTN_FLASH
-              : path == ATT_DECODE ? OCL_K_ATTN_DECODE
-                                   : (ocl_kernel_id)(OCL_K_ATTN_Q1 + lb));
-    ocl_arg_tensor(&c, t);
-    ocl_arg_tensor(&c, q);
-    ocl_arg_tensor(&c, k);
-    ocl_arg_tensor(&c, v);
-    ocl_arg_int(&c, T);
-    ocl_arg_int(&c, H);
-    ocl_arg_int(&c, G);
-    ocl_arg_int(&c, dk);
-    ocl_arg_int(&c, dv);
-    ocl_arg_int(&c, ex->p0);
-    ocl_arg_float(&c, (float)(1.0 / sqrt((double)dk)));
-    if (path == ATT_FLASH) return launch_flash(&c, x, 1, dk, dv, T, H, G);
-    if (path == ATT_DECODE) return launch_decode(&c, x, t, NULL, 0.0f, 1, dv, T, H, ex->p0);
-    return launch(&c, x, t, NULL, 0.0f, 1, 1, dk, dv, T, H, G, ex->p0, 1 << lb);
+    return run_attn(x, t, ex);
 }
 
+/* the family of one sequence's rows (kernel_variant has no rows) */
 const char *ocl_attn_variant(const ocl_ctx *x, const drt_tensor *t) {
     static const char *const names[2][4] = {
         {"attn local q1", "attn local q2", "attn local q4", "attn local q8"},

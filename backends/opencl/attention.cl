@@ -1,7 +1,12 @@
 /* OpenCL kernels: DUAL_SOFTMAX, DIFF_ATTN and ATTN (docs/design.md section 3;
- * reference in backends/cpu/attention.c). Causal mask with offset p0 = S - T:
- * query t sits at position p0+t and sees keys j <= p0+t. Every softmax
- * subtracts a (running) maximum, so logits of +-300 and more stay finite.
+ * reference in backends/ref/attention.c). DUAL_SOFTMAX's causal mask has
+ * offset p0 = S - T: query t sits at position p0+t and sees keys j <= p0+t.
+ * DIFF_ATTN and ATTN read rows, (T,2) i32 {base, pos} (drt_exec): query t is
+ * token pos of the sequence whose cache rows start at base, and sees the
+ * keys at cache rows base .. base + pos. The rows of one sequence are
+ * contiguous at consecutive positions (a run); a forward may hold several.
+ * Every softmax subtracts a (running) maximum, so logits of +-300 and more
+ * stay finite.
  *
  * Build-time constants (chosen by the host from the device's local memory):
  * and the rows per work-group bq in {1, 2, 4, 8}: one kernel each (suffix
@@ -26,6 +31,26 @@
  * the +1 spreads the transposing stores over the banks */
 #define KS (ATT_BK + 1)
 #define SM_WG_MAX 256
+
+/* Row t's run (the rows around it of the same base at consecutive
+ * positions) has at most dec_t rows: t is a decode row. dec_t <= 0: no row
+ * is, dec_t >= T: every row is (one run: the host knows, nothing is read).
+ * The CPU-class kernels below split a forward's rows this way between flash
+ * (long runs) and decode (the rest), one launch each. */
+inline int dec_row(__global const int *rows, int t, int T, int dec_t) {
+    if (dec_t <= 0) return 0;
+    if (dec_t >= T) return 1;
+    int n = 1;
+    for (int u = t; u > 0 && n <= dec_t && rows[2 * u - 2] == rows[2 * u] &&
+                    rows[2 * u - 1] + 1 == rows[2 * u + 1];
+         u--)
+        n++;
+    for (int u = t; u + 1 < T && n <= dec_t && rows[2 * u + 2] == rows[2 * u] &&
+                    rows[2 * u + 3] == rows[2 * u + 1] + 1;
+         u++)
+        n++;
+    return n <= dec_t;
+}
 
 /* ---- DUAL_SOFTMAX ----------------------------------------------------------
  * a, s1, s2 are (H,T,S); lam is (T,H) when has_lam, else the scalar lambda.
@@ -86,8 +111,8 @@ __kernel void dual_softmax(__global float *a, ulong ao, __global const float *s1
 }
 
 /* ---- DIFF_ATTN and ATTN: one fused kernel body ------------------------------
- * o is (T,H,dv); q is (T,H,nq,dk); k is (S,G,m,dk); v is (S,G,dv);
- * nq = 2, m in {1,2} for DIFF_ATTN; nq = 1, m = 1 for ATTN.
+ * o is (T,H,dv); q is (T,H,nq,dk); k is (S_cap,G,m,dk); v is (S_cap,G,dv);
+ * nq = 2, m in {1,2} for DIFF_ATTN; nq = 1, m = 1 for ATTN; rows (T,2).
  * Diff-head h reads kv group g = h / (H/G) (= floor(h*G/H), as H % G == 0);
  * scale 1/sqrt(dk); lam is (T,H) when has_lam, else the scalar lambda.
  *   A1 = softmax_j(s q[t,h,0].k[j,g,0]),  A2 = softmax_j(s q[t,h,1].k[j,g,m-1])
@@ -104,6 +129,11 @@ __kernel void dual_softmax(__global float *a, ulong ao, __global const float *s1
  * items compute the tile's BQ x BK logits (dot products over dk); each row's
  * items find the tile max, turn logits into exp(l - new max), then rescale
  * and accumulate their dv/ATT_NT output columns.
+ * Sequences: the tiles are one sequence's keys, so a block whose rows hold
+ * several (batched decode rows, a run's edge) makes one pass over the tiles
+ * per distinct base, the rows of other bases idle in it (one sequence: one
+ * pass; the host sizes bq from the longest run, so decode rows of distinct
+ * sequences and no GQA get blocks of one row).
  * Split S (flash decoding): when T*H/G rows leave most compute units idle
  * (a decode step), the keys are cut into nsplit ranges of `klen` keys, one
  * work-group each (group id 0); each writes its running (max, sum, acc) per
@@ -111,14 +141,14 @@ __kernel void dual_softmax(__global float *a, ulong ao, __global const float *s1
  * Global (ATT_NT*nsplit, ceil(T*Hg/bq)*bq, G).
  * Local: qs (bq,nq,dk) pre-scaled queries; ks (m*dk, BK+1) transposed; vs (BK,dv);
  * ss (nq,bq,BK) logits then probabilities.
- * Napkin math: ~T*H*(p0+T/2)*(2*nq*dk + 2*nq*dv) flops; K/V of the group are
- * read once per work-group. */
+ * Napkin math: ~H*key_pairs*(2*nq*dk + 2*nq*dv) flops (key_pairs = sum over
+ * rows of pos+1); K/V of the group are read once per work-group and pass. */
 inline void attention_body(__global float *o, __global const float *q, __global const float *k,
                            __global const float *v, __global const float *lam, int has_lam,
-                           float lambda, int T, int H, int G, int m, int dk, int dv, int p0,
-                           float scale, int klen, __global float *part, __local float *qs,
-                           __local float *ks, __local float *vs, __local float *ss, const int nq,
-                           const int bq) {
+                           float lambda, __global const int *rows, int T, int H, int G, int m,
+                           int dk, int dv, float scale, int klen, __global float *part,
+                           __local float *qs, __local float *ks, __local float *vs,
+                           __local float *ss, const int nq, const int bq) {
     const int lane = get_local_id(0), qi = get_local_id(1);
     const int wg = bq * ATT_NT;
     const int tid = qi * ATT_NT + lane;
@@ -128,6 +158,7 @@ inline void attention_body(__global float *o, __global const float *q, __global 
     const int row = r0 + qi;
     const int active = row < nrows;
     const int t = (active ? row : r0) / Hg, h = g * Hg + (active ? row : r0) % Hg;
+    const int mybase = rows[2 * t], mypos = rows[2 * t + 1];
     const int qw = nq * dk, kw = m * dk;
     const int nvp = (dv + ATT_NT - 1) / ATT_NT; /* column slots in use */
 
@@ -137,10 +168,8 @@ inline void attention_body(__global float *o, __global const float *q, __global 
         if (rw < nrows) val = q[((size_t)(rw / Hg) * H + g * Hg + rw % Hg) * qw + c] * scale;
         qs[i] = val;
     }
-    /* keys 0 .. p0 + (t of the block's last row), within this split */
     const int split = get_group_id(0), nsplit = get_num_groups(0);
-    const int jbeg = split * klen;
-    const int nkeys = min(p0 + (min(nrows, r0 + bq) - 1) / Hg + 1, jbeg + klen);
+    const int jbeg = split * klen, rend = min(nrows, r0 + bq);
 
     float m1 = -INFINITY, m2 = -INFINITY, z1 = 0.0f, z2 = 0.0f;
     float o1[ATT_DVP], o2[ATT_DVP];
@@ -148,76 +177,94 @@ inline void attention_body(__global float *o, __global const float *q, __global 
         o1[i] = o2[i] = 0.0f;
     __local float *p1 = ss + qi * ATT_BK, *p2 = p1 + bq * ATT_BK;
 
-    for (int j0 = jbeg; j0 < nkeys; j0 += ATT_BK) {
-        barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is consumed */
-        for (int i = tid; i < ATT_BK * kw; i += wg) {
-            const int jj = i / kw, c = i - jj * kw, j = j0 + jj;
-            ks[c * KS + jj] = j < nkeys ? k[((size_t)j * G + g) * kw + c] : 0.0f;
-        }
-        for (int i = tid; i < ATT_BK * dv; i += wg) {
-            const int jj = i / dv, j = j0 + jj;
-            vs[i] = j < nkeys ? v[((size_t)j * G + g) * dv + (i - jj * dv)] : 0.0f;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        /* logits; masked ones (inactive rows, keys past a row's position)
-         * are not computed and never read below */
-        for (int i = tid; i < bq * ATT_BK; i += wg) {
-            const int rr = i / ATT_BK, jj = i - rr * ATT_BK, rw = r0 + rr, j = j0 + jj;
-            if (rw >= nrows || j > p0 + rw / Hg) continue;
-            __local const float *qa = qs + rr * qw, *ka = ks + jj;
-            float d1 = 0.0f;
-            for (int c = 0; c < dk; c++)
-                d1 += qa[c] * ka[c * KS];
-            ss[i] = d1;
-            if (nq == 2) {
-                qa += dk;
-                ka += (m - 1) * dk * KS;
-                float d2 = 0.0f;
+    /* one pass per distinct base among the block's rows, led by its first
+     * row (the same test in every item: the barriers below stay uniform) */
+    for (int lr = r0; lr < rend; lr++) {
+        const int base = rows[2 * (lr / Hg)];
+        int seen = 0;
+        for (int pr = r0; pr < lr; pr++)
+            seen |= rows[2 * (pr / Hg)] == base;
+        if (seen) continue;
+        /* keys 0 .. the largest pos of the pass's rows, within this split */
+        int kmax = 0;
+        for (int pr = lr; pr < rend; pr++)
+            if (rows[2 * (pr / Hg)] == base) kmax = max(kmax, rows[2 * (pr / Hg) + 1] + 1);
+        const int nkeys = min(kmax, jbeg + klen);
+        const int mine = active && mybase == base;
+        __global const float *kb = k + (size_t)base * G * kw, *vb = v + (size_t)base * G * dv;
+
+        for (int j0 = jbeg; j0 < nkeys; j0 += ATT_BK) {
+            barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is consumed */
+            for (int i = tid; i < ATT_BK * kw; i += wg) {
+                const int jj = i / kw, c = i - jj * kw, j = j0 + jj;
+                ks[c * KS + jj] = j < nkeys ? kb[((size_t)j * G + g) * kw + c] : 0.0f;
+            }
+            for (int i = tid; i < ATT_BK * dv; i += wg) {
+                const int jj = i / dv, j = j0 + jj;
+                vs[i] = j < nkeys ? vb[((size_t)j * G + g) * dv + (i - jj * dv)] : 0.0f;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            /* logits; masked ones (inactive rows, rows of another pass, keys
+             * past a row's position) are not computed and never read below */
+            for (int i = tid; i < bq * ATT_BK; i += wg) {
+                const int rr = i / ATT_BK, jj = i - rr * ATT_BK, rw = r0 + rr, j = j0 + jj;
+                if (rw >= nrows || rows[2 * (rw / Hg)] != base || j > rows[2 * (rw / Hg) + 1])
+                    continue;
+                __local const float *qa = qs + rr * qw, *ka = ks + jj;
+                float d1 = 0.0f;
                 for (int c = 0; c < dk; c++)
-                    d2 += qa[c] * ka[c * KS];
-                ss[bq * ATT_BK + i] = d2;
+                    d1 += qa[c] * ka[c * KS];
+                ss[i] = d1;
+                if (nq == 2) {
+                    qa += dk;
+                    ka += (m - 1) * dk * KS;
+                    float d2 = 0.0f;
+                    for (int c = 0; c < dk; c++)
+                        d2 += qa[c] * ka[c * KS];
+                    ss[bq * ATT_BK + i] = d2;
+                }
             }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        /* keys of this tile the row sees: j0 .. j0+jn-1 */
-        const int jn = active ? clamp(min(p0 + t + 1, nkeys) - j0, 0, ATT_BK) : 0;
-        float t1 = -INFINITY, t2 = -INFINITY;
-        for (int jj = 0; jj < jn; jj++) {
-            t1 = fmax(t1, p1[jj]);
-            if (nq == 2) t2 = fmax(t2, p2[jj]);
-        }
-        const float n1 = fmax(m1, t1), n2 = fmax(m2, t2);
-        /* a map that has seen no key yet has nothing to rescale */
-        const float a1 = m1 == -INFINITY ? 0.0f : exp(m1 - n1);
-        const float a2 = m2 == -INFINITY ? 0.0f : exp(m2 - n2);
-        barrier(CLK_LOCAL_MEM_FENCE); /* every item of the row has read the logits */
-        for (int jj = lane; jj < jn; jj += ATT_NT) {
-            p1[jj] = exp(p1[jj] - n1);
-            if (nq == 2) p2[jj] = exp(p2[jj] - n2);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        z1 *= a1;
-        z2 *= a2;
-        for (int jj = 0; jj < jn; jj++) {
-            z1 += p1[jj];
-            if (nq == 2) z2 += p2[jj];
-        }
-        /* column slots i < nvp hold columns; the test is uniform, so slots
-         * past dv cost nothing (dv = 128 uses 4 of 8) */
-        for (int i = 0; i < ATT_DVP; i++) {
-            if (i >= nvp) break;
-            const int e = min(lane + ATT_NT * i, dv - 1); /* past dv: read, never written */
-            float s1 = o1[i] * a1, s2 = o2[i] * a2;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            /* keys of this tile the row sees: j0 .. j0+jn-1 */
+            const int jn = mine ? clamp(min(mypos + 1, nkeys) - j0, 0, ATT_BK) : 0;
+            float t1 = -INFINITY, t2 = -INFINITY;
             for (int jj = 0; jj < jn; jj++) {
-                const float ve = vs[jj * dv + e];
-                s1 += p1[jj] * ve;
-                if (nq == 2) s2 += p2[jj] * ve;
+                t1 = fmax(t1, p1[jj]);
+                if (nq == 2) t2 = fmax(t2, p2[jj]);
             }
-            o1[i] = s1;
-            o2[i] = s2;
+            const float n1 = fmax(m1, t1), n2 = fmax(m2, t2);
+            /* a map that has seen no key yet has nothing to rescale */
+            const float a1 = m1 == -INFINITY ? 0.0f : exp(m1 - n1);
+            const float a2 = m2 == -INFINITY ? 0.0f : exp(m2 - n2);
+            barrier(CLK_LOCAL_MEM_FENCE); /* every item of the row has read the logits */
+            for (int jj = lane; jj < jn; jj += ATT_NT) {
+                p1[jj] = exp(p1[jj] - n1);
+                if (nq == 2) p2[jj] = exp(p2[jj] - n2);
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            z1 *= a1;
+            z2 *= a2;
+            for (int jj = 0; jj < jn; jj++) {
+                z1 += p1[jj];
+                if (nq == 2) z2 += p2[jj];
+            }
+            /* column slots i < nvp hold columns; the test is uniform, so slots
+             * past dv cost nothing (dv = 128 uses 4 of 8) */
+            for (int i = 0; i < ATT_DVP; i++) {
+                if (i >= nvp) break;
+                const int e = min(lane + ATT_NT * i, dv - 1); /* past dv: read, never written */
+                float s1 = o1[i] * a1, s2 = o2[i] * a2;
+                for (int jj = 0; jj < jn; jj++) {
+                    const float ve = vs[jj * dv + e];
+                    s1 += p1[jj] * ve;
+                    if (nq == 2) s2 += p2[jj] * ve;
+                }
+                o1[i] = s1;
+                o2[i] = s2;
+            }
+            m1 = n1;
+            m2 = n2;
         }
-        m1 = n1;
-        m2 = n2;
     }
     if (!active) return;
     const size_t r = (size_t)t * H + h;
@@ -252,12 +299,14 @@ inline void attention_body(__global float *o, __global const float *q, __global 
  *   M = max_s m_s,  Z = sum_s z_s e^(m_s - M),  A = sum_s acc_s e^(m_s - M)
  * (a split that saw no key has m = -inf and weighs 0; split 0 always holds
  * key 0), then o = A1/Z1 - lambda A2/Z2 (nq = 2) or A1/Z1.
- * part is (nsplit, T*H, nq, 2 + dv); o is (T,H,dv). Global (dv, T*H). */
+ * part is (nsplit, T*H, nq, 2 + dv); o is (T,H,dv); only the decode rows of
+ * dec_t (dec_row; T: all) are merged. Global (dv, T*H). */
 __kernel void attn_combine(__global float *o, ulong oo, __global const float *part,
-                           __global const float *lam, ulong lo, int has_lam, float lambda, int TH,
-                           int H, int dv, int nq, int nsplit) {
+                           __global const float *lam, ulong lo, int has_lam, float lambda,
+                           __global const int *rows, ulong ro, int TH, int H, int dv, int nq,
+                           int nsplit, int dec_t) {
     const int e = get_global_id(0), r = get_global_id(1);
-    if (e >= dv || r >= TH) return;
+    if (e >= dv || r >= TH || !dec_row(rows + ro, r / H, TH / H, dec_t)) return;
     const size_t stride = (size_t)TH * nq * (2 + dv);
     float res[2];
     for (int mp = 0; mp < nq; mp++) {
@@ -283,19 +332,19 @@ __kernel void attn_combine(__global float *o, ulong oo, __global const float *pa
     __kernel __attribute__((reqd_work_group_size(ATT_NT, BQ, 1))) void diff_attn_q##BQ(            \
         __global float *o, ulong oo, __global const float *q, ulong qo, __global const float *k,   \
         ulong ko, __global const float *v, ulong vo, __global const float *lam, ulong lo,          \
-        int has_lam, float lambda, int T, int H, int G, int m, int dk, int dv, int p0,             \
-        float scale, int klen, __global float *part, __local float *qs, __local float *ks,         \
-        __local float *vs, __local float *ss) {                                                    \
-        attention_body(o + oo, q + qo, k + ko, v + vo, lam + lo, has_lam, lambda, T, H, G, m, dk,  \
-                       dv, p0, scale, klen, part, qs, ks, vs, ss, 2, BQ);                          \
+        int has_lam, float lambda, __global const int *rows, ulong ro, int T, int H, int G, int m, \
+        int dk, int dv, float scale, int klen, __global float *part, __local float *qs,            \
+        __local float *ks, __local float *vs, __local float *ss) {                                 \
+        attention_body(o + oo, q + qo, k + ko, v + vo, lam + lo, has_lam, lambda, rows + ro, T, H, \
+                       G, m, dk, dv, scale, klen, part, qs, ks, vs, ss, 2, BQ);                    \
     }                                                                                              \
     __kernel __attribute__((reqd_work_group_size(ATT_NT, BQ, 1))) void attn_q##BQ(                 \
         __global float *o, ulong oo, __global const float *q, ulong qo, __global const float *k,   \
-        ulong ko, __global const float *v, ulong vo, int T, int H, int G, int dk, int dv, int p0,  \
-        float scale, int klen, __global float *part, __local float *qs, __local float *ks,         \
-        __local float *vs, __local float *ss) {                                                    \
-        attention_body(o + oo, q + qo, k + ko, v + vo, v, 0, 0.0f, T, H, G, 1, dk, dv, p0, scale,  \
-                       klen, part, qs, ks, vs, ss, 1, BQ);                                         \
+        ulong ko, __global const float *v, ulong vo, __global const int *rows, ulong ro, int T,    \
+        int H, int G, int dk, int dv, float scale, int klen, __global float *part,                 \
+        __local float *qs, __local float *ks, __local float *vs, __local float *ss) {              \
+        attention_body(o + oo, q + qo, k + ko, v + vo, v, 0, 0.0f, rows + ro, T, H, G, 1, dk, dv,  \
+                       scale, klen, part, qs, ks, vs, ss, 1, BQ);                                  \
     }
 ATTENTION_KERNELS(1)
 ATTENTION_KERNELS(2)
@@ -318,14 +367,18 @@ ATTENTION_KERNELS(8)
  * ot (nq, dv, VL) += p_j * v[j][e] with each V element broadcast once for both
  * maps. Global (items, G) from item ib0 on (the host launches the
  * ceil(T*Hg/VL) items of a group in chunks so that the scratch, (items, G,
- * nq*(dk+dv)*VL) floats, stays bounded for long prompts).
+ * nq*(dk+dv)*VL) floats, stays bounded for long prompts). The item's rows
+ * of decode runs (dec_row) are left to decode; the rest make one pass over
+ * the keys per distinct base (one sequence: one pass), lanes of other
+ * passes following the pass leader's position and never written.
  *
  * decode (few rows per group): a work-item owns one row (t, h) and one key
  * range (split-K, as attention_body: part/attn_combine when nsplit > 1); q and
  * the dv accumulators of both maps sit in registers (dk, dv multiples of
  * VL). Per block of VL keys: the VL dot products per map are reduced into one
  * vector (lane = key) by a transposing tree of adds, then max/exp/sum on that
- * vector, and acc += p_j * v[j] (VL columns per fma). Global (nsplit, T*H). */
+ * vector, and acc += p_j * v[j] (VL columns per fma). Rows that are not
+ * decode rows (dec_row) are flash's and return at once. Global (nsplit, T*H). */
 
 #ifndef ATT_VL
 #define ATT_VL 16
@@ -394,8 +447,9 @@ inline avf tree_sum(const avf *s) {
 
 inline void flash_body(__global float *o, __global const float *q, __global const float *k,
                        __global const float *v, __global const float *lam, int has_lam,
-                       float lambda, int T, int H, int G, int m, int dk, int dv, int p0,
-                       float scale, int ib0, __global float *scr, const int nq) {
+                       float lambda, __global const int *rows, int T, int H, int G, int m, int dk,
+                       int dv, int dec_t, float scale, int ib0, __global float *scr,
+                       const int nq) {
     const int ib = ib0 + get_global_id(0), g = get_global_id(1);
     const int Hg = H / G, nrows = T * Hg;
     const int r0 = ib * ATT_VL;
@@ -404,113 +458,137 @@ inline void flash_body(__global float *o, __global const float *q, __global cons
     __global float *qt =
         scr + ((size_t)g * get_global_size(0) + get_global_id(0)) * nq * (dk + dv) * ATT_VL;
     __global float *ot = qt + (size_t)nq * dk * ATT_VL;
-    float posf[ATT_VL];
+    /* lane i: its row's base and pos; pos -1 for a decode row or past nr */
+    int bs[ATT_VL], ps[ATT_VL];
     #pragma unroll
     for (int i = 0; i < ATT_VL; i++) {
         const int rw = r0 + min(i, nr - 1), t = rw / Hg, h = g * Hg + rw % Hg;
-        posf[i] = (float)(p0 + t);
+        bs[i] = rows[2 * t];
+        ps[i] = i < nr && !dec_row(rows, t, T, dec_t) ? rows[2 * t + 1] : -1;
         __global const float *qr = q + ((size_t)t * H + h) * nq * dk;
         for (int c = 0; c < nq * dk; c++)
             qt[c * ATT_VL + i] = qr[c] * scale;
     }
-    for (int i = 0; i < nq * dv; i++)
-        avstore((avf)(0.0f), i, ot);
-    const avf pos = avload(0, posf);
-    const int kend = p0 + (r0 + nr - 1) / Hg + 1; /* keys the last row sees */
     const int kw = m * dk, mo = m == 2 ? dk : 0;
-    avf mx[2], l[2];
-    #pragma unroll
-    for (int mp = 0; mp < 2; mp++) {
-        mx[mp] = (avf)(-INFINITY);
-        l[mp] = (avf)(0.0f);
-    }
-    for (int j0 = 0; j0 < kend; j0 += ATT_FKB) {
-        __global const float *kr[ATT_FKB], *vr[ATT_FKB];
+    /* one pass per distinct base, led by its first lane */
+    for (int ld = 0; ld < nr; ld++) {
+        if (ps[ld] < 0) continue;
+        int seen = 0;
+        for (int i = 0; i < ld; i++)
+            seen |= ps[i] >= 0 && bs[i] == bs[ld];
+        if (seen) continue;
+        const int base = bs[ld];
+        float posf[ATT_VL];
+        int kend = 0; /* keys the pass's last row sees */
         #pragma unroll
-        for (int j = 0; j < ATT_FKB; j++) {
-            const int key = min(j0 + j, kend - 1); /* past kend: a real row, masked */
-            kr[j] = k + ((size_t)key * G + g) * kw;
-            vr[j] = v + ((size_t)key * G + g) * dv;
+        for (int i = 0; i < ATT_VL; i++) {
+            const int in = ps[i] >= 0 && bs[i] == base;
+            posf[i] = (float)(in ? ps[i] : ps[ld]);
+            if (in) kend = max(kend, ps[i] + 1);
         }
-        avf p[2][ATT_FKB];
+        for (int i = 0; i < nq * dv; i++)
+            avstore((avf)(0.0f), i, ot);
+        const avf pos = avload(0, posf);
+        __global const float *kb = k + (size_t)base * G * kw, *vb = v + (size_t)base * G * dv;
+        avf mx[2], l[2];
         #pragma unroll
-        for (int mp = 0; mp < nq; mp++)
+        for (int mp = 0; mp < 2; mp++) {
+            mx[mp] = (avf)(-INFINITY);
+            l[mp] = (avf)(0.0f);
+        }
+        for (int j0 = 0; j0 < kend; j0 += ATT_FKB) {
+            __global const float *kr[ATT_FKB], *vr[ATT_FKB];
             #pragma unroll
-            for (int j = 0; j < ATT_FKB; j++)
-                p[mp][j] = (avf)(0.0f);
-        for (int d = 0; d < dk; d++)
+            for (int j = 0; j < ATT_FKB; j++) {
+                const int key = min(j0 + j, kend - 1); /* past kend: a real row, masked */
+                kr[j] = kb + ((size_t)key * G + g) * kw;
+                vr[j] = vb + ((size_t)key * G + g) * dv;
+            }
+            avf p[2][ATT_FKB];
             #pragma unroll
-            for (int mp = 0; mp < nq; mp++) {
-                const avf qv = avload(mp * dk + d, qt);
+            for (int mp = 0; mp < nq; mp++)
                 #pragma unroll
                 for (int j = 0; j < ATT_FKB; j++)
-                    p[mp][j] = fma(qv, (avf)(kr[j][d + mp * mo]), p[mp][j]);
+                    p[mp][j] = (avf)(0.0f);
+            for (int d = 0; d < dk; d++)
+                #pragma unroll
+                for (int mp = 0; mp < nq; mp++) {
+                    const avf qv = avload(mp * dk + d, qt);
+                    #pragma unroll
+                    for (int j = 0; j < ATT_FKB; j++)
+                        p[mp][j] = fma(qv, (avf)(kr[j][d + mp * mo]), p[mp][j]);
+                }
+            avf corr[2];
+            #pragma unroll
+            for (int mp = 0; mp < nq; mp++) {
+                avf nm = mx[mp];
+                #pragma unroll
+                for (int j = 0; j < ATT_FKB; j++) {
+                    p[mp][j] = select((avf)(-INFINITY), p[mp][j], islessequal((avf)(j0 + j), pos));
+                    nm = fmax(nm, p[mp][j]);
+                }
+                /* every lane sees key 0, so nm is finite from the first block on */
+                corr[mp] = exp(mx[mp] - nm);
+                mx[mp] = nm;
+                avf sum = (avf)(0.0f);
+                #pragma unroll
+                for (int j = 0; j < ATT_FKB; j++) {
+                    p[mp][j] = exp(p[mp][j] - nm); /* masked: exp(-inf) = 0 */
+                    sum += p[mp][j];
+                }
+                l[mp] = fma(l[mp], corr[mp], sum);
             }
-        avf corr[2];
-        #pragma unroll
-        for (int mp = 0; mp < nq; mp++) {
-            avf nm = mx[mp];
-            #pragma unroll
-            for (int j = 0; j < ATT_FKB; j++) {
-                p[mp][j] = select((avf)(-INFINITY), p[mp][j], islessequal((avf)(j0 + j), pos));
-                nm = fmax(nm, p[mp][j]);
-            }
-            /* every lane sees key 0, so nm is finite from the first block on */
-            corr[mp] = exp(mx[mp] - nm);
-            mx[mp] = nm;
-            avf sum = (avf)(0.0f);
-            #pragma unroll
-            for (int j = 0; j < ATT_FKB; j++) {
-                p[mp][j] = exp(p[mp][j] - nm); /* masked: exp(-inf) = 0 */
-                sum += p[mp][j];
-            }
-            l[mp] = fma(l[mp], corr[mp], sum);
-        }
-        for (int e = 0; e < dv; e++) {
-            avf acc[2];
-            #pragma unroll
-            for (int mp = 0; mp < nq; mp++)
-                acc[mp] = avload(mp * dv + e, ot) * corr[mp];
-            #pragma unroll
-            for (int j = 0; j < ATT_FKB; j++) {
-                const avf ve = (avf)(vr[j][e]);
+            for (int e = 0; e < dv; e++) {
+                avf acc[2];
                 #pragma unroll
                 for (int mp = 0; mp < nq; mp++)
-                    acc[mp] = fma(p[mp][j], ve, acc[mp]);
+                    acc[mp] = avload(mp * dv + e, ot) * corr[mp];
+                #pragma unroll
+                for (int j = 0; j < ATT_FKB; j++) {
+                    const avf ve = (avf)(vr[j][e]);
+                    #pragma unroll
+                    for (int mp = 0; mp < nq; mp++)
+                        acc[mp] = fma(p[mp][j], ve, acc[mp]);
+                }
+                #pragma unroll
+                for (int mp = 0; mp < nq; mp++)
+                    avstore(acc[mp], mp * dv + e, ot);
             }
-            #pragma unroll
-            for (int mp = 0; mp < nq; mp++)
-                avstore(acc[mp], mp * dv + e, ot);
         }
-    }
-    float l0[ATT_VL], l1[ATT_VL];
-    avstore(l[0], 0, l0);
-    avstore(l[1], 0, l1);
-    for (int i = 0; i < nr; i++) {
-        const int rw = r0 + i, t = rw / Hg, h = g * Hg + rw % Hg;
-        const size_t r = (size_t)t * H + h;
-        __global float *orow = o + r * dv;
-        if (nq == 1) {
-            const float inv = 1.0f / l0[i];
-            for (int e = 0; e < dv; e++)
-                orow[e] = ot[e * ATT_VL + i] * inv;
-        } else {
-            const float lm = has_lam ? lam[r] : lambda;
-            for (int e = 0; e < dv; e++)
-                orow[e] = ot[e * ATT_VL + i] / l0[i] - lm * (ot[(dv + e) * ATT_VL + i] / l1[i]);
+        float l0[ATT_VL], l1[ATT_VL];
+        avstore(l[0], 0, l0);
+        avstore(l[1], 0, l1);
+        for (int i = 0; i < nr; i++) {
+            if (ps[i] < 0 || bs[i] != base) continue;
+            const int rw = r0 + i, t = rw / Hg, h = g * Hg + rw % Hg;
+            const size_t r = (size_t)t * H + h;
+            __global float *orow = o + r * dv;
+            if (nq == 1) {
+                const float inv = 1.0f / l0[i];
+                for (int e = 0; e < dv; e++)
+                    orow[e] = ot[e * ATT_VL + i] * inv;
+            } else {
+                const float lm = has_lam ? lam[r] : lambda;
+                for (int e = 0; e < dv; e++)
+                    orow[e] = ot[e * ATT_VL + i] / l0[i] - lm * (ot[(dv + e) * ATT_VL + i] / l1[i]);
+            }
         }
     }
 }
 
 inline void decode_body(__global float *o, __global const float *q, __global const float *k,
                         __global const float *v, __global const float *lam, int has_lam,
-                        float lambda, int T, int H, int G, int m, int dk, int dv, int p0,
-                        float scale, int klen, __global float *part, const int nq) {
+                        float lambda, __global const int *rows, int T, int H, int G, int m,
+                        int dk, int dv, int dec_t, float scale, int klen, __global float *part,
+                        const int nq) {
     const int split = get_global_id(0), nsplit = get_global_size(0), r = get_global_id(1);
     if (r >= T * H) return;
     const int t = r / H, h = r % H, g = h / (H / G);
-    const int jbeg = split * klen, jend = min(p0 + t + 1, jbeg + klen);
+    if (!dec_row(rows, t, T, dec_t)) return; /* flash's */
+    const int jbeg = split * klen, jend = min(rows[2 * t + 1] + 1, jbeg + klen);
     const int nvk = dk / ATT_VL, nvv = dv / ATT_VL, kw = m * dk, mo = (m - 1) * dk;
+    k += (size_t)rows[2 * t] * G * kw; /* the sequence's cache rows */
+    v += (size_t)rows[2 * t] * G * dv;
     avf qv[2][ATT_DK_MAX / ATT_VL], acc[2][ATT_DV_MAX / ATT_VL];
     __global const float *qr = q + (size_t)r * nq * dk;
     #pragma unroll
@@ -594,30 +672,32 @@ inline void decode_body(__global float *o, __global const float *q, __global con
 __kernel void diff_attn_flash(__global float *o, ulong oo, __global const float *q, ulong qo,
                               __global const float *k, ulong ko, __global const float *v, ulong vo,
                               __global const float *lam, ulong lo, int has_lam, float lambda,
-                              int T, int H, int G, int m, int dk, int dv, int p0, float scale,
-                              int ib0, __global float *scr) {
-    flash_body(o + oo, q + qo, k + ko, v + vo, lam + lo, has_lam, lambda, T, H, G, m, dk, dv, p0,
-               scale, ib0, scr, 2);
+                              __global const int *rows, ulong ro, int T, int H, int G, int m,
+                              int dk, int dv, int dec_t, float scale, int ib0,
+                              __global float *scr) {
+    flash_body(o + oo, q + qo, k + ko, v + vo, lam + lo, has_lam, lambda, rows + ro, T, H, G, m,
+               dk, dv, dec_t, scale, ib0, scr, 2);
 }
 __kernel void attn_flash(__global float *o, ulong oo, __global const float *q, ulong qo,
                          __global const float *k, ulong ko, __global const float *v, ulong vo,
-                         int T, int H, int G, int dk, int dv, int p0, float scale, int ib0,
-                         __global float *scr) {
-    flash_body(o + oo, q + qo, k + ko, v + vo, v, 0, 0.0f, T, H, G, 1, dk, dv, p0, scale, ib0, scr,
-               1);
+                         __global const int *rows, ulong ro, int T, int H, int G, int dk, int dv,
+                         int dec_t, float scale, int ib0, __global float *scr) {
+    flash_body(o + oo, q + qo, k + ko, v + vo, v, 0, 0.0f, rows + ro, T, H, G, 1, dk, dv, dec_t,
+               scale, ib0, scr, 1);
 }
 __kernel void diff_attn_decode(__global float *o, ulong oo, __global const float *q, ulong qo,
                                __global const float *k, ulong ko, __global const float *v,
                                ulong vo, __global const float *lam, ulong lo, int has_lam,
-                               float lambda, int T, int H, int G, int m, int dk, int dv, int p0,
-                               float scale, int klen, __global float *part) {
-    decode_body(o + oo, q + qo, k + ko, v + vo, lam + lo, has_lam, lambda, T, H, G, m, dk, dv, p0,
-                scale, klen, part, 2);
+                               float lambda, __global const int *rows, ulong ro, int T, int H,
+                               int G, int m, int dk, int dv, int dec_t, float scale, int klen,
+                               __global float *part) {
+    decode_body(o + oo, q + qo, k + ko, v + vo, lam + lo, has_lam, lambda, rows + ro, T, H, G, m,
+                dk, dv, dec_t, scale, klen, part, 2);
 }
 __kernel void attn_decode(__global float *o, ulong oo, __global const float *q, ulong qo,
                           __global const float *k, ulong ko, __global const float *v, ulong vo,
-                          int T, int H, int G, int dk, int dv, int p0, float scale, int klen,
-                          __global float *part) {
-    decode_body(o + oo, q + qo, k + ko, v + vo, v, 0, 0.0f, T, H, G, 1, dk, dv, p0, scale, klen,
-                part, 1);
+                          __global const int *rows, ulong ro, int T, int H, int G, int dk, int dv,
+                          int dec_t, float scale, int klen, __global float *part) {
+    decode_body(o + oo, q + qo, k + ko, v + vo, v, 0, 0.0f, rows + ro, T, H, G, 1, dk, dv, dec_t,
+                scale, klen, part, 1);
 }

@@ -225,7 +225,7 @@ static const struct {
     [OCL_K_SWIGLU] = {"swiglu", OCL_P_ELEMENTWISE},
     [OCL_K_SIGMOID] = {"sigmoid", OCL_P_ELEMENTWISE},
     [OCL_K_ADD] = {"add", OCL_P_ELEMENTWISE},
-    [OCL_K_COPY] = {"copy_f32", OCL_P_ELEMENTWISE},
+    [OCL_K_KV_WRITE] = {"kv_write", OCL_P_ELEMENTWISE},
     [OCL_K_PERMUTE] = {"permute", OCL_P_ELEMENTWISE},
     [OCL_K_RMSNORM] = {"rmsnorm", OCL_P_NORM},
     [OCL_K_MATVEC_F32] = {"matvec_f32", OCL_P_MATMUL},
@@ -247,12 +247,12 @@ static const struct {
     [OCL_K_GEMV_F32] = {"gemv_f32", OCL_P_MATMUL},
     [OCL_K_GEMV_F16] = {"gemv_f16", OCL_P_MATMUL},
     [OCL_K_GEMV_BF16] = {"gemv_bf16", OCL_P_MATMUL},
-    [OCL_K_DOT_SKINNY_F32] = {"dot_skinny_f32", OCL_P_MATMUL},
-    [OCL_K_DOT_SKINNY_F16] = {"dot_skinny_f16", OCL_P_MATMUL},
-    [OCL_K_DOT_SKINNY_BF16] = {"dot_skinny_bf16", OCL_P_MATMUL},
     [OCL_K_DOT_F32] = {"dot_f32", OCL_P_MATMUL},
     [OCL_K_DOT_F16] = {"dot_f16", OCL_P_MATMUL},
     [OCL_K_DOT_BF16] = {"dot_bf16", OCL_P_MATMUL},
+    [OCL_K_ROWS_F32] = {"rows_f32", OCL_P_MATMUL},
+    [OCL_K_ROWS_F16] = {"rows_f16", OCL_P_MATMUL},
+    [OCL_K_ROWS_BF16] = {"rows_bf16", OCL_P_MATMUL},
     [OCL_K_OUTER_F32] = {"outer_f32", OCL_P_MATMUL},
     [OCL_K_OUTER_F16] = {"outer_f16", OCL_P_MATMUL},
     [OCL_K_OUTER_BF16] = {"outer_bf16", OCL_P_MATMUL},
@@ -266,6 +266,8 @@ static const struct {
     [OCL_K_GEMV_Q4_0] = {"gemv_q4_0", OCL_P_MATMUL_Q},
     [OCL_K_DOT_Q8_0] = {"dot_q8_0", OCL_P_MATMUL_Q},
     [OCL_K_DOT_Q4_0] = {"dot_q4_0", OCL_P_MATMUL_Q},
+    [OCL_K_ROWS_Q8_0] = {"rows_q8_0", OCL_P_MATMUL_Q},
+    [OCL_K_ROWS_Q4_0] = {"rows_q4_0", OCL_P_MATMUL_Q},
 };
 
 static const char *const ocl_prog_files[OCL_P_COUNT] = {"elementwise.cl", "norm.cl", "matmul.cl",
@@ -465,7 +467,7 @@ static drt_status ocl_init(drt_backend *be, int device) {
     for (int i = OCL_K_GEMV_F32; i <= OCL_K_OUTER_BF16; i++)
         while (x->rb_wg > 1 && x->kwg[i] < x->rb_wg)
             x->rb_wg /= 2;
-    for (int i = OCL_K_GEMV_Q8_0; i <= OCL_K_DOT_Q4_0; i++)
+    for (int i = OCL_K_GEMV_Q8_0; i <= OCL_K_ROWS_Q4_0; i++)
         while (x->rb_wg > 1 && x->kwg[i] < x->rb_wg)
             x->rb_wg /= 2;
     /* attention: the most rows per work-group that both kernels can run */
@@ -685,7 +687,7 @@ static drt_status run_node(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) 
     case DRT_OP_EMBED: x->embed_pending = 1; return ocl_embed(x, t);
     case DRT_OP_RMSNORM: return ocl_rmsnorm(x, t);
     case DRT_OP_MATMUL: return ocl_matmul(x, t);
-    case DRT_OP_ROPE: return ocl_rope(x, t, ex);
+    case DRT_OP_ROPE: return ocl_rope(x, t);
     case DRT_OP_DUAL_SOFTMAX: return ocl_dual_softmax(x, t);
     case DRT_OP_DIFF_ATTN: return ocl_diff_attn(x, t, ex);
     case DRT_OP_ATTN: return ocl_attn(x, t, ex);
@@ -693,7 +695,7 @@ static drt_status run_node(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) 
     case DRT_OP_SWIGLU: return ocl_swiglu(x, t);
     case DRT_OP_SIGMOID: return ocl_sigmoid(x, t);
     case DRT_OP_ADD: return ocl_add(x, t);
-    case DRT_OP_KV_WRITE: return ocl_kv_write(x, t, ex);
+    case DRT_OP_KV_WRITE: return ocl_kv_write(x, t);
     case DRT_OP_PERMUTE: return ocl_permute(x, t);
     case DRT_OP_NONE:
     case DRT_OP_COUNT: break;

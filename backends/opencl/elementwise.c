@@ -25,8 +25,8 @@ drt_status ocl_embed(ocl_ctx *x, const drt_tensor *t) {
     return ocl_run(&c, 2, g, l);
 }
 
-/* x (T,Hn,d), inv_freq (d/2) -> y (T,Hn,d); positions p0.. */
-drt_status ocl_rope(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) {
+/* x (T,Hn,d), inv_freq (d/2), rows (T,2) -> y (T,Hn,d); row t at its pos */
+drt_status ocl_rope(ocl_ctx *x, const drt_tensor *t) {
     const drt_tensor *a = t->src[0];
     int T = (int)a->ne[0], Hn = (int)a->ne[1], d = (int)a->ne[2];
     ocl_call c;
@@ -34,10 +34,10 @@ drt_status ocl_rope(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) {
     ocl_arg_tensor(&c, t);
     ocl_arg_tensor(&c, a);
     ocl_arg_tensor(&c, t->src[1]);
+    ocl_arg_tensor(&c, t->src[DRT_SRC_ROWS]);
     ocl_arg_int(&c, T);
     ocl_arg_int(&c, Hn);
     ocl_arg_int(&c, d);
-    ocl_arg_int(&c, ex->p0);
     size_t g[3] = {(size_t)d / 2, (size_t)Hn, (size_t)T}, l[3] = {32, 1, 1};
     return ocl_run(&c, 3, g, l);
 }
@@ -68,20 +68,22 @@ drt_status ocl_sigmoid(ocl_ctx *x, const drt_tensor *t) {
     return ocl_run_1d(&c, drt_nelem(t));
 }
 
-/* src (T, row...) -> rows p0..p0+T-1 of the cache src[1] (S_cap, row...), in
- * place: the node is a view of the cache, so nothing else is written. */
-drt_status ocl_kv_write(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) {
+/* src (T, row...) -> the cache src[1] (S_cap, row...), row t to cache row
+ * base + pos of its rows entry (rows (T,2)), in place: the node is a view
+ * of the cache, so nothing else is written. */
+drt_status ocl_kv_write(ocl_ctx *x, const drt_tensor *t) {
     const drt_tensor *src = t->src[0], *cache = t->src[1];
     int64_t T = src->ne[0], row = T ? drt_nelem(src) / T : 0;
-    int64_t n = T * row;
+    if (T == 0 || row == 0) return DRT_OK;
     ocl_call c;
-    ocl_begin(&c, x, OCL_K_COPY);
-    /* the destination is row p0 of the cache, not the tensor's start */
-    ocl_arg_mem(&c, ocl_mem(cache));
-    ocl_arg_ulong(&c, ocl_elem_off(cache) + (size_t)ex->p0 * (size_t)row);
+    ocl_begin(&c, x, OCL_K_KV_WRITE);
+    ocl_arg_tensor(&c, cache);
     ocl_arg_tensor(&c, src);
-    ocl_arg_int(&c, (int)n);
-    return ocl_run_1d(&c, n);
+    ocl_arg_tensor(&c, t->src[DRT_SRC_ROWS]);
+    ocl_arg_int(&c, (int)row);
+    ocl_arg_int(&c, (int)T);
+    size_t g[2] = {(size_t)row, (size_t)T}, l[2] = {64, 1};
+    return ocl_run(&c, 2, g, l);
 }
 
 /* x of nd <= 4 dims, padded at the front to 4; y dim a = x dim perm[a] */

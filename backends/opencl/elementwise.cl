@@ -1,5 +1,5 @@
-/* OpenCL kernels: EMBED, ROPE, SWIGLU, SIGMOID, ADD, the copy behind
- * KV_WRITE, and PERMUTE (docs/design.md section 3). The plain reference for each is
+/* OpenCL kernels: EMBED, ROPE, SWIGLU, SIGMOID, ADD, KV_WRITE's scatter
+ * and PERMUTE (docs/design.md section 3). The plain reference for each is
  * in backends/cpu/elementwise.c; shapes below use its names.
  *
  * Every tensor comes as (base pointer, element offset): views share their
@@ -51,7 +51,8 @@ __kernel void embed_bf16(__global float *y, ulong yo, __global const int *ids, u
     embed_body(y + yo, ids + io, E, eo, T, V, D, err, WT_BF16);
 }
 
-/* y, x are (T,Hn,d); inv_freq is (d/2); token t is at position p0+t.
+/* y, x are (T,Hn,d); inv_freq is (d/2); rows is (T,2) {base, pos}: token t
+ * is at position pos = rows[2t+1] (its sequence's; the base is not read).
  * rotate_half: for i < d/2, a = pos*inv_freq[i],
  *   y[i] = x[i] cos a - x[i+d/2] sin a,   y[i+d/2] = x[i+d/2] cos a + x[i] sin a.
  * The reference forms pos*inv_freq in double. Here the product is split into
@@ -61,13 +62,14 @@ __kernel void embed_bf16(__global float *y, ulong yo, __global const int *ids, u
  * Global (d/2, Hn, T); y may equal x (each pair is read before it is written).
  * Napkin math: reads and writes T*Hn*d floats. */
 __kernel void rope(__global float *y, ulong yo, __global const float *x, ulong xo,
-                   __global const float *inv_freq, ulong fo, int T, int Hn, int d, int p0) {
+                   __global const float *inv_freq, ulong fo, __global const int *rows, ulong ro,
+                   int T, int Hn, int d) {
     const int i = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
     const int half_d = d / 2;
     if (i >= half_d || h >= Hn || t >= T) return;
     y += yo;
     x += xo;
-    const float pos = (float)(p0 + t);
+    const float pos = (float)rows[ro + 2 * t + 1];
     const float f = inv_freq[fo + i];
     const float hi = pos * f;
     const float lo = fma(pos, f, -hi);
@@ -104,12 +106,15 @@ __kernel void add(__global float *y, ulong yo, __global const float *a, ulong ao
     y[yo + i] = a[ao + i] + b[bo + i];
 }
 
-/* y, x are (n): the T new rows of KV_WRITE land as one block (the host
- * points y at row p0 of the cache). Global (n). */
-__kernel void copy_f32(__global float *y, ulong yo, __global const float *x, ulong xo, int n) {
-    const int i = get_global_id(0);
-    if (i >= n) return;
-    y[yo + i] = x[xo + i];
+/* KV_WRITE: x is (T,row), y the cache (S_cap,row); rows is (T,2) {base, pos}:
+ * row t of x goes to cache row base + pos (rows of several sequences scatter
+ * to their slots). Global (row, T). Napkin math: 2*T*row floats moved. */
+__kernel void kv_write(__global float *y, ulong yo, __global const float *x, ulong xo,
+                       __global const int *rows, ulong ro, int row, int T) {
+    const int i = get_global_id(0), t = get_global_id(1);
+    if (i >= row || t >= T) return;
+    const size_t dst = (size_t)rows[ro + 2 * t] + (size_t)rows[ro + 2 * t + 1];
+    y[yo + dst * row + i] = x[xo + (size_t)t * row + i];
 }
 
 /* Permuted copy, padded to 4 dims. y has shape (y0,y1,y2,y3) = (ne[perm[0]],

@@ -10,7 +10,8 @@
  *   1024^3 against the local tiles' ~3-4, CLBlast's ~4):
  *     trans_w               -> outer_<dtype>  (4 rows x 2 vectors of columns)
  *     T == 1                -> gemv_<dtype>   (1 x 8 dot products)
- *     T <= 3                -> dot_skinny_<dtype> (2 x 8)
+ *     T <= 32               -> rows_<dtype>   (4 weight rows x all T rows per
+ *                              item, in 4 x 4 tiles: w read once for all rows)
  *     otherwise             -> dot_<dtype>    (4 x 4)
  *     (for 16-lane vectors; rb_pick sizes them from the native float width)
  *   f32 weights with DIFFRT_OPENCL_GEMM=clblast -> CLBlastSgemm (when built
@@ -60,13 +61,13 @@ static drt_status clblast_matmul(ocl_ctx *x, const drt_tensor *t, int B, int Bw,
  * vectors for dot, MR*OV + OV + 1 for outer; 32 vector registers with
  * AVX-512, 16 with AVX2) */
 typedef struct {
-    int v, gemv_nr, skinny_nr, mr, nr, omr, ov, sw;
+    int v, gemv_nr, mr, nr, omr, ov, sw;
 } rb_shape;
 
 static rb_shape rb_pick(int v) {
-    if (v >= 16) return (rb_shape){16, 8, 8, 4, 4, 4, 2, 16};
-    if (v >= 8) return (rb_shape){8, 8, 4, 2, 4, 4, 2, 16};
-    return (rb_shape){4, 8, 4, 2, 4, 4, 2, 16};
+    if (v >= 16) return (rb_shape){16, 8, 4, 4, 4, 2, 16};
+    if (v >= 8) return (rb_shape){8, 8, 2, 4, 4, 2, 16};
+    return (rb_shape){4, 8, 2, 4, 4, 2, 16};
 }
 
 int ocl_matmul_options(ocl_ctx *x, char *buf, size_t n) {
@@ -77,22 +78,23 @@ int ocl_matmul_options(ocl_ctx *x, char *buf, size_t n) {
     snprintf(x->mm_name[OCL_MM_TILED], sizeof x->mm_name[0], "tiled local %dx%d/4x4",
              OCL_MM_TM, OCL_MM_TN);
     snprintf(x->mm_name[OCL_MM_GEMV], sizeof x->mm_name[0], "gemv regs 1x%d v%d", r.gemv_nr, r.v);
-    snprintf(x->mm_name[OCL_MM_SKINNY], sizeof x->mm_name[0], "dot regs 2x%d v%d", r.skinny_nr,
-             r.v);
     snprintf(x->mm_name[OCL_MM_DOT], sizeof x->mm_name[0], "dot regs %dx%d v%d", r.mr, r.nr, r.v);
+    snprintf(x->mm_name[OCL_MM_ROWS], sizeof x->mm_name[0], "rows regs Tx%d in %dx%d v%d", r.nr,
+             r.mr, r.nr, r.v);
     snprintf(x->mm_name[OCL_MM_OUTER], sizeof x->mm_name[0], "outer regs %dx%d v%d", r.omr,
              r.ov * r.v, r.v);
     snprintf(x->mm_name[OCL_MM_CLBLAST], sizeof x->mm_name[0], "clblast sgemm");
     return snprintf(buf, n,
-                    " -DRB_V=%d -DRB_GEMV_NR=%d -DRB_SKINNY_NR=%d -DRB_MR=%d -DRB_NR=%d -DRB_OMR=%d "
-                    "-DRB_OV=%d -DRB_SW=%d",
-                    r.v, r.gemv_nr, r.skinny_nr, r.mr, r.nr, r.omr, r.ov, r.sw);
+                    " -DRB_V=%d -DRB_GEMV_NR=%d -DRB_MR=%d -DRB_NR=%d -DRB_OMR=%d -DRB_OV=%d "
+                    "-DRB_SW=%d",
+                    r.v, r.gemv_nr, r.mr, r.nr, r.omr, r.ov, r.sw);
 }
 
 /* The variant table: CLBlast when asked for (f32 weights); register blocks on
  * CPU-class devices (or DIFFRT_OPENCL_GEMM=regs) by shape class: trans_w ->
- * outer, T == 1 -> gemv, T <= 3 -> skinny, else dot; local-memory tiles
- * elsewhere (T == 1 -> matvec, else tiled). */
+ * outer, T == 1 -> gemv, T <= OCL_MM_ROWS_MAX -> rows, else dot;
+ * local-memory tiles elsewhere (T == 1 -> matvec, else tiled: a weight tile
+ * serves 64 rows). */
 ocl_mm_variant ocl_matmul_variant(const ocl_ctx *x, const drt_tensor *t) {
     const drt_matmul_shape m = drt_matmul_dims(t);
     const int64_t T = m.T;
@@ -101,7 +103,7 @@ ocl_mm_variant ocl_matmul_variant(const ocl_ctx *x, const drt_tensor *t) {
     if (x->mm_regs) {
         if (trans_w) return OCL_MM_OUTER;
         if (T == 1) return OCL_MM_GEMV;
-        if (T <= 3) return OCL_MM_SKINNY;
+        if (T <= OCL_MM_ROWS_MAX) return OCL_MM_ROWS;
         return OCL_MM_DOT;
     }
     return ocl_matmul_uses_matvec(T, trans_w) ? OCL_MM_MATVEC : OCL_MM_TILED;
@@ -133,8 +135,8 @@ drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t) {
     int wt = w->type == DRT_F16 ? 1 : w->type == DRT_BF16 ? 2 : 0;
     static const ocl_kernel_id base[OCL_MM_COUNT] = {
         [OCL_MM_MATVEC] = OCL_K_MATVEC_F32, [OCL_MM_TILED] = OCL_K_MATMUL_F32,
-        [OCL_MM_GEMV] = OCL_K_GEMV_F32,     [OCL_MM_SKINNY] = OCL_K_DOT_SKINNY_F32,
-        [OCL_MM_DOT] = OCL_K_DOT_F32,       [OCL_MM_OUTER] = OCL_K_OUTER_F32,
+        [OCL_MM_GEMV] = OCL_K_GEMV_F32,     [OCL_MM_DOT] = OCL_K_DOT_F32,
+        [OCL_MM_ROWS] = OCL_K_ROWS_F32,     [OCL_MM_OUTER] = OCL_K_OUTER_F32,
     };
     ocl_call c;
     ocl_begin(&c, x, (ocl_kernel_id)(base[var] + wt));
@@ -159,13 +161,13 @@ drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t) {
         size_t l[3] = {OCL_MM_TW, OCL_MM_TW, 1};
         return ocl_run(&c, 3, g, l);
     }
-    /* register blocks: one item per MR x NR tile, a 1-d range per batch */
+    /* register blocks: one item per MR x NR tile (rows: per NR weight rows),
+     * a 1-d range per batch */
     rb_shape r = rb_pick(x->rb_v);
-    int mr = var == OCL_MM_GEMV ? 1 : var == OCL_MM_SKINNY ? 2 : var == OCL_MM_DOT ? r.mr : r.omr;
-    int nr = var == OCL_MM_GEMV     ? r.gemv_nr
-             : var == OCL_MM_SKINNY ? r.skinny_nr
-             : var == OCL_MM_DOT    ? r.nr
-                                    : r.ov * r.v;
+    int mr = var == OCL_MM_GEMV ? 1 : var == OCL_MM_DOT ? r.mr : var == OCL_MM_ROWS ? T : r.omr;
+    int nr = var == OCL_MM_GEMV                        ? r.gemv_nr
+             : var == OCL_MM_DOT || var == OCL_MM_ROWS ? r.nr
+                                                       : r.ov * r.v;
     return rb_run(x, &c, B, T, N, mr, nr);
 }
 
@@ -179,13 +181,15 @@ void ocl_matmul_shutdown(ocl_ctx *x) {
 }
 
 /* q8_0 / q4_0 weights (matmul_q.cl): register blocks on CPU-class devices
- * (1 x 8 q8_0 and 1 x 4 q4_0 rows for T == 1, else 4 x 4), else one
- * work-group of 32 items per output */
+ * (1 x 8 q8_0 and 1 x 4 q4_0 rows for T == 1; 4 weight rows x all T rows
+ * for T <= OCL_MM_ROWS_MAX; else 4 x 4), else one work-group of 32 items
+ * per output */
 static ocl_kernel_id matmul_q_kernel(const ocl_ctx *x, const drt_tensor *t) {
     const drt_matmul_shape m = drt_matmul_dims(t);
     const int q8 = m.wtype == DRT_Q8_0, T = (int)m.T;
     if (!x->mm_regs) return q8 ? OCL_K_MATMUL_Q8_0 : OCL_K_MATMUL_Q4_0;
     if (T == 1) return q8 ? OCL_K_GEMV_Q8_0 : OCL_K_GEMV_Q4_0;
+    if (T <= OCL_MM_ROWS_MAX) return q8 ? OCL_K_ROWS_Q8_0 : OCL_K_ROWS_Q4_0;
     return q8 ? OCL_K_DOT_Q8_0 : OCL_K_DOT_Q4_0;
 }
 
@@ -195,6 +199,8 @@ const char *ocl_matmul_q_variant(const ocl_ctx *x, const drt_tensor *t) {
     case OCL_K_GEMV_Q4_0: return "q4_0 gemv regs 1x4 v16";
     case OCL_K_DOT_Q8_0: return "q8_0 dot regs 4x4 v16";
     case OCL_K_DOT_Q4_0: return "q4_0 dot regs 4x4 v16";
+    case OCL_K_ROWS_Q8_0: return "q8_0 rows regs Tx4 in 4x4 v16";
+    case OCL_K_ROWS_Q4_0: return "q4_0 rows regs Tx4 in 4x4 v16";
     case OCL_K_MATMUL_Q8_0: return "q8_0 blocks, work-group per output";
     default: return "q4_0 blocks, work-group per output";
     }
@@ -220,6 +226,7 @@ drt_status ocl_matmul_q(ocl_ctx *x, const drt_tensor *t) {
     if (k == OCL_K_GEMV_Q8_0) return rb_run(x, &c, B, T, N, 1, 8);
     if (k == OCL_K_GEMV_Q4_0) return rb_run(x, &c, B, T, N, 1, 4);
     if (k == OCL_K_DOT_Q8_0 || k == OCL_K_DOT_Q4_0) return rb_run(x, &c, B, T, N, 4, 4);
+    if (k == OCL_K_ROWS_Q8_0 || k == OCL_K_ROWS_Q4_0) return rb_run(x, &c, B, T, N, T, 4);
     size_t g[3] = {(size_t)N * 32, (size_t)T, (size_t)B}, l[3] = {32, 1, 1};
     return ocl_run(&c, 3, g, l);
 }

@@ -163,6 +163,12 @@ TILED(matmul_bf16, WT_BF16)
  *         the MR x NR outputs keeps an RB_V-wide partial sum along K; one
  *         horizontal sum at the end. Per step: MR + NR vector loads, MR*NR
  *         fmas. MR = 1 is the GEMV (decode) variant.
+ *   rows  (trans_w == 0, a few rows: batched decode): an item owns NR weight
+ *         rows and every row of x, walked in dot tiles of MR rows (then 2
+ *         and 1 for the rest), each over all of K: the first tile streams the
+ *         NR weight rows from memory, the others find them in L1/L2, so w is
+ *         read from memory once for all T rows (dot's bands of tiles read it
+ *         once per row tile).
  *   outer (trans_w == 1, w (K,N)): each item owns MR rows x OV*RB_V columns;
  *         per k: OV vector loads of w's row k, MR broadcasts of x, MR*OV fmas
  *         (the BLAS micro-kernel). Partial column blocks take a scalar path.
@@ -178,6 +184,7 @@ TILED(matmul_bf16, WT_BF16)
 #define vload_f vload16
 #define vstore_f vstore16
 #define vload_h vload_half16
+#define vushort ushort16
 #define vconv_u convert_uint16
 #define as_vfloat as_float16
 #elif RB_V == 8
@@ -185,6 +192,7 @@ TILED(matmul_bf16, WT_BF16)
 #define vload_f vload8
 #define vstore_f vstore8
 #define vload_h vload_half8
+#define vushort ushort8
 #define vconv_u convert_uint8
 #define as_vfloat as_float8
 #else
@@ -192,6 +200,7 @@ TILED(matmul_bf16, WT_BF16)
 #define vload_f vload4
 #define vstore_f vstore4
 #define vload_h vload_half4
+#define vushort ushort4
 #define vconv_u convert_uint4
 #define as_vfloat as_float4
 #endif
@@ -201,9 +210,6 @@ TILED(matmul_bf16, WT_BF16)
 /* the variants' register blocks (the host may set them from the device) */
 #ifndef RB_GEMV_NR
 #define RB_GEMV_NR 8
-#endif
-#ifndef RB_SKINNY_NR
-#define RB_SKINNY_NR 8
 #endif
 #ifndef RB_MR
 #define RB_MR 4
@@ -218,11 +224,26 @@ TILED(matmul_bf16, WT_BF16)
 #define RB_OV 2
 #endif
 
-/* RB_V consecutive weights from element i (any alignment) as floats */
-inline vfloat load_wv(__global const uchar *w, size_t i, const int wt) {
-    if (wt == WT_F16) return vload_h(0, (__global const half *)w + i);
+/* RB_V consecutive weights from element i as floats. f16: PoCL's
+ * vload_halfN claims the alignment of the whole vector (2*RB_V bytes); the
+ * GEMV relies on it folding into vcvtph2ps from memory, but where register
+ * pressure split the load from its convert it became an aligned move that
+ * faulted on rows of K not a multiple of 8. So al (the caller's: every
+ * address it passes is a multiple of 2*RB_V bytes) takes vload_halfN, and
+ * other addresses go through a private copy loaded as ushort (slower). */
+inline vfloat load_wv(__global const uchar *w, size_t i, const int wt, const int al) {
+    if (wt == WT_F16) {
+        if (al) return vload_h(0, (__global const half *)w + i);
+        const vushort u = vload_f(0, (__global const ushort *)w + i);
+        return vload_h(0, (const half *)&u);
+    }
     if (wt == WT_BF16) return as_vfloat(vconv_u(vload_f(0, (__global const ushort *)w + i)) << 16);
     return vload_f(0, (__global const float *)w + i);
+}
+
+/* element i of w (2-byte f16) starts a vector load_wv may take aligned */
+inline int wv_aligned(__global const uchar *w, size_t i) {
+    return ((size_t)(w + 2 * i) & (2 * RB_V - 1)) == 0;
 }
 
 inline float hsum(vfloat v) {
@@ -260,27 +281,23 @@ inline void band_tile(int i, int nMt, int nNt, int *mb, int *nb) {
 #define PREFETCH_L2(p)
 #endif
 
-/* Global (ceil(T/MR)*ceil(N/NR), B), any local size. */
-inline void dot_body(__global float *y, __global const float *x, __global const uchar *w,
-                     size_t wo, int B, int Bw, int T, int N, int K, float scale, const int wt,
-                     const int MR, const int NR) {
-    const int nMt = (T + MR - 1) / MR, nNt = (N + NR - 1) / NR;
-    const int i = get_global_id(0), b = get_global_id(1);
-    if (i >= nMt * nNt) return;
-    int mb, nb;
-    band_tile(i, nMt, nNt, &mb, &nb);
-    const int m0 = mb * MR, n0 = nb * NR;
-    const size_t wb = wo + (size_t)((long)b * Bw / B) * N * K;
-    x += (size_t)b * T * K;
-    y += (size_t)b * T * N;
-    __global const float *xr[RB_MAX];
+/* One MR x NR tile of y at (m0, n0) over all of K: rows m0.. of x (past T:
+ * the last, not stored) times weight rows n0.. (past N: the last, not
+ * stored) of the batch's weights from element wb; pf: prefetch the weight
+ * rows PF_ROWS ahead into L2; al: load_wv's (dot_tile decides it). */
+inline __attribute__((always_inline)) void dot_tile_al(__global float *y, __global const float *x,
+                                                       __global const uchar *w, size_t wb, int m0,
+                                                       int n0, int T, int N, int K, float scale,
+                                                       const int wt, const int MR, const int NR,
+                                                       const int pf, const int al) {
     size_t wr[RB_MAX];
-    #pragma unroll
-    for (int r = 0; r < MR; r++)
-        xr[r] = x + (size_t)min(m0 + r, T - 1) * K;
     #pragma unroll
     for (int c = 0; c < NR; c++)
         wr[c] = wb + (size_t)min(n0 + c, N - 1) * K;
+    __global const float *xr[RB_MAX];
+    #pragma unroll
+    for (int r = 0; r < MR; r++)
+        xr[r] = x + (size_t)min(m0 + r, T - 1) * K;
     vfloat acc[RB_MAX][RB_MAX];
     #pragma unroll
     for (int r = 0; r < MR; r++)
@@ -295,9 +312,9 @@ inline void dot_body(__global float *y, __global const float *x, __global const 
             a[r] = vload_f(0, xr[r] + k);
         #pragma unroll
         for (int c = 0; c < NR; c++)
-            bv[c] = load_wv(w, wr[c] + k, wt);
+            bv[c] = load_wv(w, wr[c] + k, wt, al);
 #ifdef PF_ROWS
-        if (MR == 1)
+        if (pf)
             #pragma unroll
             for (int c = 0; c < NR; c++)
                 PREFETCH_L2(w + (wr[c] + (size_t)PF_ROWS * K + k) * (wt == WT_F32 ? 4 : 2));
@@ -331,6 +348,59 @@ inline void dot_body(__global float *y, __global const float *x, __global const 
     }
 }
 
+/* dot_tile_al, with the f16 loads aligned when every weight row starts a
+ * whole aligned vector (k steps keep it): the loop is compiled both ways */
+inline __attribute__((always_inline)) void dot_tile(__global float *y, __global const float *x,
+                                                    __global const uchar *w, size_t wb, int m0,
+                                                    int n0, int T, int N, int K, float scale,
+                                                    const int wt, const int MR, const int NR,
+                                                    const int pf) {
+    int al = wt == WT_F16;
+    #pragma unroll
+    for (int c = 0; c < NR; c++)
+        al &= wv_aligned(w, wb + (size_t)min(n0 + c, N - 1) * K);
+    if (al) dot_tile_al(y, x, w, wb, m0, n0, T, N, K, scale, wt, MR, NR, pf, 1);
+    else dot_tile_al(y, x, w, wb, m0, n0, T, N, K, scale, wt, MR, NR, pf, 0);
+}
+
+/* Global (ceil(T/MR)*ceil(N/NR), B), any local size. */
+inline void dot_body(__global float *y, __global const float *x, __global const uchar *w,
+                     size_t wo, int B, int Bw, int T, int N, int K, float scale, const int wt,
+                     const int MR, const int NR) {
+    const int nMt = (T + MR - 1) / MR, nNt = (N + NR - 1) / NR;
+    const int i = get_global_id(0), b = get_global_id(1);
+    if (i >= nMt * nNt) return;
+    int mb, nb;
+    band_tile(i, nMt, nNt, &mb, &nb);
+    const size_t wb = wo + (size_t)((long)b * Bw / B) * N * K;
+    dot_tile(y + (size_t)b * T * N, x + (size_t)b * T * K, w, wb, mb * MR, nb * NR, T, N, K, scale,
+             wt, MR, NR, MR == 1);
+}
+
+/* Global (ceil(N/NR), B), any local size: item i owns weight rows NR*i.. and
+ * all T rows of x (rows, above). */
+inline void rows_body(__global float *y, __global const float *x, __global const uchar *w,
+                      size_t wo, int B, int Bw, int T, int N, int K, float scale, const int wt,
+                      const int MR, const int NR) {
+    const int i = get_global_id(0), b = get_global_id(1);
+    if (i >= (N + NR - 1) / NR) return;
+    const int n0 = i * NR;
+    const size_t wb = wo + (size_t)((long)b * Bw / B) * N * K;
+    y += (size_t)b * T * N;
+    x += (size_t)b * T * K;
+    int m0 = 0;
+    if (T >= MR) { /* the first tile streams w (prefetching), the rest reuse it */
+        dot_tile(y, x, w, wb, 0, n0, T, N, K, scale, wt, MR, NR, 1);
+        for (m0 = MR; m0 + MR <= T; m0 += MR)
+            dot_tile(y, x, w, wb, m0, n0, T, N, K, scale, wt, MR, NR, 0);
+    }
+    if (MR > 2 && T - m0 >= 2) {
+        dot_tile(y, x, w, wb, m0, n0, T, N, K, scale, wt, 2, NR, m0 == 0);
+        m0 += 2;
+    }
+    if (m0 < T) dot_tile(y, x, w, wb, m0, n0, T, N, K, scale, wt, 1, NR, m0 == 0);
+}
+
 /* Global (ceil(T/MR)*ceil(N/(OV*RB_V)), B), any local size. */
 inline void outer_body(__global float *y, __global const float *x, __global const uchar *w,
                        size_t wo, int B, int Bw, int T, int N, int K, float scale, const int wt,
@@ -350,6 +420,8 @@ inline void outer_body(__global float *y, __global const float *x, __global cons
     for (int r = 0; r < MR; r++)
         xr[r] = x + (size_t)min(m0 + r, T - 1) * K;
     if (n0 + NC <= N) {
+        /* f16: row k's vectors aligned when the first is and N is whole vectors */
+        const int al = N % RB_V == 0 && wv_aligned(w, wb);
         vfloat acc[RB_MAX][4];
         #pragma unroll
         for (int r = 0; r < MR; r++)
@@ -360,7 +432,7 @@ inline void outer_body(__global float *y, __global const float *x, __global cons
             vfloat bv[4];
             #pragma unroll
             for (int c = 0; c < OV; c++)
-                bv[c] = load_wv(w, wb + (size_t)k * N + c * RB_V, wt);
+                bv[c] = load_wv(w, wb + (size_t)k * N + c * RB_V, wt, al);
             #pragma unroll
             for (int r = 0; r < MR; r++) {
                 const vfloat a = (vfloat)(xr[r][k]);
@@ -404,8 +476,8 @@ inline void outer_body(__global float *y, __global const float *x, __global cons
     }
 #define RB_KERNELS(wt, sfx)                                                                        \
     RB_KERNEL(gemv_##sfx, dot_body, wt, 1, RB_GEMV_NR)                                             \
-    RB_KERNEL(dot_skinny_##sfx, dot_body, wt, 2, RB_SKINNY_NR)                                     \
     RB_KERNEL(dot_##sfx, dot_body, wt, RB_MR, RB_NR)                                               \
+    RB_KERNEL(rows_##sfx, rows_body, wt, RB_MR, RB_NR)                                             \
     RB_KERNEL(outer_##sfx, outer_body, wt, RB_OMR, RB_OV)
 RB_KERNELS(WT_F32, f32)
 RB_KERNELS(WT_F16, f16)

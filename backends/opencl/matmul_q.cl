@@ -16,7 +16,11 @@
  *    into two float16 vectors once and uses them for every x row, summing
  *    d * (x . q) per lane; one horizontal sum per output at the end. No
  *    local memory, no barriers (PoCL runs those as loops over the items).
- *    For T == 1: one x row times 8 (q8_0) or 4 (q4_0) weight rows.
+ *    For T == 1: one x row times 8 (q8_0) or 4 (q4_0) weight rows; for a few
+ *    rows (batched decode, 2 <= T <= 32) the rows kernels: an item owns 4
+ *    weight rows and every row of x, in tiles of 4 rows (then 2, 1) over
+ *    all of K, so its weight rows come from memory once for all T rows
+ *    (the first tile) and from L1/L2 for the others.
  * Napkin math: N*K/32*(34|18) bytes of weights per row of x. */
 
 #define QWG 32
@@ -147,3 +151,92 @@ QRB_KERNEL(gemv_q8_0, 34, q8_vals, 1, 8)
 QRB_KERNEL(gemv_q4_0, 18, q4_vals, 1, 4)
 QRB_KERNEL(dot_q8_0, 34, q8_vals, 4, 4)
 QRB_KERNEL(dot_q4_0, 18, q4_vals, 4, 4)
+
+/* One MR x NR tile of the rows kernels: rows m0.. of x (past T: the last,
+ * not stored) times weight rows n0.. (past N: the last, not stored) from
+ * the batch's weights wb, as the tiles above; pf: prefetch the weight rows
+ * PF_ROWS ahead (the tile that streams them). */
+inline __attribute__((always_inline)) void q_tile(__global float *y, __global const float *x,
+                                                  __global const uchar *wb, int m0, int n0, int T,
+                                                  int N, int K, float scale, const int q8,
+                                                  const int MR, const int NR, const int pf) {
+    const int BS = q8 ? 34 : 18, nb = K / 32;
+    const long rs = (long)nb * BS; /* bytes per weight row */
+    __global const uchar *wr[4];
+    __global const float *xr[4];
+    #pragma unroll
+    for (int c = 0; c < NR; c++)
+        wr[c] = wb + (long)min(n0 + c, N - 1) * rs;
+    #pragma unroll
+    for (int r = 0; r < MR; r++)
+        xr[r] = x + (long)min(m0 + r, T - 1) * K;
+    float16 acc[4][4];
+    #pragma unroll
+    for (int r = 0; r < MR; r++)
+        #pragma unroll
+        for (int c = 0; c < NR; c++)
+            acc[r][c] = (float16)(0.0f);
+    for (int blk = 0; blk < nb; blk++) {
+        float16 x0[4], x1[4];
+        #pragma unroll
+        for (int r = 0; r < MR; r++) {
+            x0[r] = vload16(0, xr[r] + blk * 32);
+            x1[r] = vload16(0, xr[r] + blk * 32 + 16);
+        }
+        ushort sb[4];
+        #pragma unroll
+        for (int c = 0; c < NR; c++)
+            sb[c] = (ushort)(wr[c][(long)blk * BS] | wr[c][(long)blk * BS + 1] << 8);
+        float d[4];
+        vstore4(vload_half4(0, (const half *)sb), 0, d);
+        #pragma unroll
+        for (int c = 0; c < NR; c++) {
+            __global const uchar *p = wr[c] + (long)blk * BS;
+            if (pf) PREFETCH_L2(p + PF_ROWS * rs);
+            const float16 w0 = q8 ? q8_vals(p, 0) : q4_vals(p, 0);
+            const float16 w1 = q8 ? q8_vals(p, 1) : q4_vals(p, 1);
+            #pragma unroll
+            for (int r = 0; r < MR; r++)
+                acc[r][c] = fma((float16)(d[c]), fma(x0[r], w0, x1[r] * w1), acc[r][c]);
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < MR; r++)
+        #pragma unroll
+        for (int c = 0; c < NR; c++)
+            if (m0 + r < T && n0 + c < N) y[(long)(m0 + r) * N + n0 + c] = scale * hsum16(acc[r][c]);
+}
+
+/* Global (ceil(N/4), B), any local size: item i owns weight rows 4i.. and
+ * all T rows of x (2 <= T <= 32: batched decode) */
+inline void q_rows_body(__global float *y, __global const float *x, __global const uchar *w,
+                        ulong wo, int B, int Bw, int T, int N, int K, float scale, const int q8) {
+    const int i = get_global_id(0), b = get_global_id(1);
+    if (i >= (N + 3) / 4) return;
+    const int bw = (int)((long)b * Bw / B), n0 = 4 * i;
+    __global const uchar *wb = w + wo + (long)bw * N * (K / 32) * (q8 ? 34 : 18);
+    y += (long)b * T * N;
+    x += (long)b * T * K;
+    int m0 = 0;
+    if (T >= 4) { /* the first tile streams w (prefetching), the rest reuse it */
+        q_tile(y, x, wb, 0, n0, T, N, K, scale, q8, 4, 4, 1);
+        for (m0 = 4; m0 + 4 <= T; m0 += 4)
+            q_tile(y, x, wb, m0, n0, T, N, K, scale, q8, 4, 4, 0);
+    }
+    if (T - m0 >= 2) {
+        q_tile(y, x, wb, m0, n0, T, N, K, scale, q8, 2, 4, m0 == 0);
+        m0 += 2;
+    }
+    if (m0 < T) q_tile(y, x, wb, m0, n0, T, N, K, scale, q8, 1, 4, m0 == 0);
+}
+
+__kernel void rows_q8_0(__global float *y, ulong yo, __global const float *x, ulong xo,
+                        __global const uchar *w, ulong wo, int B, int Bw, int T, int N, int K,
+                        float scale) {
+    q_rows_body(y + yo, x + xo, w, wo, B, Bw, T, N, K, scale, 1);
+}
+__kernel void rows_q4_0(__global float *y, ulong yo, __global const float *x, ulong xo,
+                        __global const uchar *w, ulong wo, int B, int Bw, int T, int N, int K,
+                        float scale) {
+    q_rows_body(y + yo, x + xo, w, wo, B, Bw, T, N, K, scale, 0);
+}

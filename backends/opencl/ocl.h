@@ -32,7 +32,7 @@ typedef enum {
     OCL_K_SWIGLU,
     OCL_K_SIGMOID,
     OCL_K_ADD,
-    OCL_K_COPY,
+    OCL_K_KV_WRITE,
     OCL_K_PERMUTE,
     OCL_K_RMSNORM,
     OCL_K_MATVEC_F32,
@@ -55,12 +55,12 @@ typedef enum {
     OCL_K_GEMV_F32,
     OCL_K_GEMV_F16,
     OCL_K_GEMV_BF16,
-    OCL_K_DOT_SKINNY_F32,
-    OCL_K_DOT_SKINNY_F16,
-    OCL_K_DOT_SKINNY_BF16,
     OCL_K_DOT_F32,
     OCL_K_DOT_F16,
     OCL_K_DOT_BF16,
+    OCL_K_ROWS_F32, /* a few rows, w read once for all (matmul.cl section 3) */
+    OCL_K_ROWS_F16,
+    OCL_K_ROWS_BF16,
     OCL_K_OUTER_F32,
     OCL_K_OUTER_F16,
     OCL_K_OUTER_BF16,
@@ -75,6 +75,8 @@ typedef enum {
     OCL_K_GEMV_Q4_0,
     OCL_K_DOT_Q8_0,
     OCL_K_DOT_Q4_0,
+    OCL_K_ROWS_Q8_0,
+    OCL_K_ROWS_Q4_0,
     OCL_K_COUNT
 } ocl_kernel_id;
 
@@ -88,8 +90,8 @@ typedef enum {
     OCL_MM_MATVEC, /* local memory: T == 1 reduction over K */
     OCL_MM_TILED,  /* local memory: 64x64 tiles */
     OCL_MM_GEMV,   /* registers: 1 x RB_GEMV_NR dot products */
-    OCL_MM_SKINNY, /* registers: 2 x RB_SKINNY_NR dot products */
     OCL_MM_DOT,    /* registers: RB_MR x RB_NR dot products */
+    OCL_MM_ROWS,   /* registers: RB_NR weight rows x all T <= OCL_MM_ROWS_MAX rows */
     OCL_MM_OUTER,  /* registers: RB_OMR x RB_OV*RB_V outer products (trans_w) */
     OCL_MM_CLBLAST,
     OCL_MM_COUNT
@@ -104,6 +106,7 @@ typedef enum {
 #define OCL_ROW_WG_MAX 256 /* NORM_WG_MAX, SM_WG_MAX */
 #define OCL_ATT_BQ_MAX 8   /* rows per attention work-group: 1, 2, 4 or 8 */
 #define OCL_PF_ROWS 16      /* CPU devices: GEMV weight rows prefetched ahead */
+#define OCL_MM_ROWS_MAX 32  /* CPU devices: the most rows of the rows kernels */
 
 typedef struct {
     cl_platform_id platform;
@@ -208,11 +211,11 @@ drt_status ocl_rmsnorm(ocl_ctx *x, const drt_tensor *t);
 drt_status ocl_groupnorm(ocl_ctx *x, const drt_tensor *t);
 
 drt_status ocl_embed(ocl_ctx *x, const drt_tensor *t);
-drt_status ocl_rope(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex);
+drt_status ocl_rope(ocl_ctx *x, const drt_tensor *t);
 drt_status ocl_swiglu(ocl_ctx *x, const drt_tensor *t);
 drt_status ocl_sigmoid(ocl_ctx *x, const drt_tensor *t);
 drt_status ocl_add(ocl_ctx *x, const drt_tensor *t);
-drt_status ocl_kv_write(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex);
+drt_status ocl_kv_write(ocl_ctx *x, const drt_tensor *t);
 drt_status ocl_permute(ocl_ctx *x, const drt_tensor *t);
 
 #endif
