@@ -1436,37 +1436,33 @@ static int bpe_word(enc *e, const unsigned char *w, size_t n) {
     return 1;
 }
 
-typedef struct {
-    size_t start, end;
-    int match;
-} piece;
-typedef struct {
-    piece *v;
-    size_t n, cap;
-} pvec;
-
-static int pvec_push(pvec *a, size_t s, size_t e, int match) {
-    if (a->n == a->cap) {
-        size_t nc = a->cap ? a->cap * 2 : 32;
-        piece *nv = realloc(a->v, nc * sizeof *nv);
-        if (!nv) return 0;
-        a->v = nv;
-        a->cap = nc;
-    }
-    a->v[a->n++] = (piece){s, e, match};
-    return 1;
+/* pcre2_match calls regex_pieces made on this thread (tests bound it: an
+ * encode over the caller's limit stops after about `limit` pieces). */
+static _Thread_local size_t regex_calls;
+size_t drt_tokenizer_regex_calls(void); /* for tests; not in the public header */
+size_t drt_tokenizer_regex_calls(void) {
+    return regex_calls;
 }
 
+/* Takes one piece s[start..end) of a regex_pieces text, match or gap;
+ * returns 0 (e->err set) to stop. */
+typedef int (*piece_fn)(enc *e, void *arg, size_t start, size_t end, int match);
+
 /* Pattern::find_matches for a regex over s[0..n): matches and the gaps
- * between them, in order, offsets added to `base`. An empty match only marks
- * a boundary. Returns 0 and sets e->err on failure. */
-static int regex_pieces(enc *e, const pcre2_code *re, const char *s, size_t n, size_t base,
-                        pvec *out) {
+ * between them, in order, each handed to `fn` as soon as it is found. An
+ * empty match only marks a boundary. So the pieces go down the steps one
+ * at a time, and a text over the caller's limit stops the regex there,
+ * wherever the tokens come from: splitting the whole text first ran a
+ * `\p{L}*!|.` Split (quadratic in a word's length) over all of a 100 KB
+ * prompt for a context of 64. Returns 0 and sets e->err on failure. */
+static int regex_pieces(enc *e, const pcre2_code *re, const char *s, size_t n, piece_fn fn,
+                        void *arg) {
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     if (!md) return e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory"), 0;
     size_t prev = 0, off = 0;
     int ok = 1;
-    while (off <= n) {
+    while (ok && off <= n) {
+        regex_calls++;
         int rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, md, NULL);
         /* JIT code backtracks on a machine stack of fixed size (32 KiB by
          * default): a word of a few thousand letters overflows it. The
@@ -1486,8 +1482,8 @@ static int regex_pieces(enc *e, const pcre2_code *re, const char *s, size_t n, s
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t ms = ov[0], me = ov[1];
-        if (ms > prev && !pvec_push(out, base + prev, base + ms, 0)) goto oom;
-        if (me > ms && !pvec_push(out, base + ms, base + me, 1)) goto oom;
+        if (ms > prev) ok = fn(e, arg, prev, ms, 0);
+        if (ok && me > ms) ok = fn(e, arg, ms, me, 1);
         prev = me;
         if (me > ms) {
             off = me;
@@ -1498,13 +1494,19 @@ static int regex_pieces(enc *e, const pcre2_code *re, const char *s, size_t n, s
             off = ms + (size_t)k;
         }
     }
-    if (ok && prev < n && !pvec_push(out, base + prev, base + n, 0)) goto oom;
+    if (ok && prev < n) ok = fn(e, arg, prev, n, 0);
     pcre2_match_data_free(md);
     return ok;
-oom:
-    pcre2_match_data_free(md);
-    e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
-    return 0;
+}
+
+/* BPE of one part of a ByteLevel piece (arg: the piece), then the limit. */
+static int bpe_piece(enc *e, void *arg, size_t start, size_t end, int match) {
+    (void)match;
+    if (!bpe_word(e, (const unsigned char *)arg + start, end - start)) {
+        e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
+        return 0;
+    }
+    return within(e);
 }
 
 /* The ByteLevel step on one piece: optional prefix space, the GPT-2 regex,
@@ -1519,60 +1521,39 @@ static int bytelevel_piece(enc *e, const char *s, size_t n) {
         memcpy(own + 1, s, n);
         s = own, n = n + 1;
     }
-    int ok = 1;
-    if (!t->bl_re) {
-        ok = bpe_word(e, (const unsigned char *)s, n);
-        if (!ok) e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
-        if (ok) ok = within(e);
-    } else {
-        pvec pv = {0};
-        ok = regex_pieces(e, t->bl_re, s, n, 0, &pv);
-        for (size_t i = 0; ok && i < pv.n; i++) {
-            ok = bpe_word(e, (const unsigned char *)s + pv.v[i].start, pv.v[i].end - pv.v[i].start);
-            if (!ok) e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
-            if (ok) ok = within(e);
-        }
-        free(pv.v);
-    }
+    int ok = t->bl_re ? regex_pieces(e, t->bl_re, s, n, bpe_piece, (void *)s)
+                      : bpe_piece(e, (void *)s, 0, n, 0);
     free(own);
     return ok;
 }
 
+static int split_from(enc *e, int k, const char *s, size_t n);
+
+typedef struct {
+    const char *s;
+    int k;
+} split_arg;
+
+/* A piece of Split step k: dropped when "Removed" takes it, else on to the
+ * next step. */
+static int split_piece(enc *e, void *arg, size_t start, size_t end, int match) {
+    const split_arg *a = arg;
+    const split_step *sp = &e->t->splits[a->k];
+    if (sp->behavior == SPLIT_REMOVED && match != sp->invert) return 1;
+    return split_from(e, a->k + 1, a->s + start, end - start);
+}
+
+/* Split steps k.. and then ByteLevel on s[0..n) (never empty: regex_pieces
+ * makes no empty piece), depth first. */
+static int split_from(enc *e, int k, const char *s, size_t n) {
+    if (k == e->t->n_splits) return bytelevel_piece(e, s, n);
+    split_arg a = {s, k};
+    return regex_pieces(e, e->t->splits[k].re, s, n, split_piece, &a);
+}
+
 /* Pre-tokenizes and BPE-encodes text[0..n) (no added tokens in it). */
 static int encode_plain(enc *e, const char *text, size_t n) {
-    const drt_tokenizer *t = e->t;
-    if (!n) return 1;
-    pvec cur = {0}, next = {0};
-    if (!pvec_push(&cur, 0, n, 0)) {
-        e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
-        return 0;
-    }
-    int ok = 1;
-    for (int k = 0; ok && k < t->n_splits; k++) {
-        const split_step *sp = &t->splits[k];
-        next.n = 0;
-        for (size_t i = 0; ok && i < cur.n; i++) {
-            size_t before = next.n;
-            ok = regex_pieces(e, sp->re, text + cur.v[i].start, cur.v[i].end - cur.v[i].start,
-                              cur.v[i].start, &next);
-            if (!ok) break;
-            if (sp->behavior == SPLIT_REMOVED) { /* drop what (after invert) matched */
-                size_t w = before;
-                for (size_t j = before; j < next.n; j++)
-                    if (next.v[j].match == sp->invert) next.v[w++] = next.v[j];
-                next.n = w;
-            }
-        }
-        pvec tmp = cur;
-        cur = next;
-        next = tmp;
-    }
-    for (size_t i = 0; ok && i < cur.n; i++)
-        if (cur.v[i].end > cur.v[i].start)
-            ok = bytelevel_piece(e, text + cur.v[i].start, cur.v[i].end - cur.v[i].start);
-    free(cur.v);
-    free(next.v);
-    return ok;
+    return n ? split_from(e, 0, text, n) : 1;
 }
 
 static int is_word_at(const drt_tokenizer *t, const char *s, size_t n, size_t at) {

@@ -1205,6 +1205,96 @@ static void test_encode_max(void) {
     drt_tokenizer_free(t);
 }
 
+size_t drt_tokenizer_regex_calls(void); /* model/tokenizer.c, for tests */
+
+/* s with its first `from` replaced by `to` (s is freed; NULL if not there) */
+static char *replace_once(char *s, size_t *n, const char *from, const char *to) {
+    const char *at = s ? strstr(s, from) : NULL;
+    DRT_CHECK(at != NULL, "test bug: \"%.40s\" not in the tokenizer", from);
+    if (!at) {
+        free(s);
+        return NULL;
+    }
+    size_t pre = (size_t)(at - s), fl = strlen(from), tl = strlen(to);
+    char *o = malloc(*n - fl + tl + 1);
+    memcpy(o, s, pre);
+    memcpy(o + pre, to, tl);
+    memcpy(o + pre + tl, at + fl, *n - pre - fl + 1);
+    *n = *n - fl + tl;
+    free(s);
+    return o;
+}
+
+/* The caller's limit stops pre-tokenizing once it is passed, also where the
+ * early refusal (more bytes than the limit times the longest token) cannot
+ * be made: one very long vocab entry, a Split that removes text, an added
+ * token that strips whitespace. A `\p{L}*!|.` Split (quadratic in a word)
+ * ran over the whole text first: as many regex calls as letters, 6.6 s for
+ * 100 KB with a limit of 64. Now a few per token of the limit. */
+static void test_limit_stops_pretokenizer(void) {
+    static const char quad[] = "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\p{L}*!|.\"},"
+                               "\"behavior\":\"Isolated\",\"invert\":false}";
+    static const char bl[] =
+        "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}";
+    char *long_entry = malloc(5000 + 32);
+    strcpy(long_entry, "\"vocab\":{\"");
+    memset(long_entry + strlen(long_entry), 'x', 5000);
+    strcpy(long_entry + 10 + 5000, "\":256,");
+    static const struct {
+        const char *name;
+        const char *split2;    /* a second Split after quad, or "" */
+        const char *from, *to; /* one more change to bytes256.json, or NULL */
+        int long_vocab;        /* add a vocab entry of 5000 bytes */
+    } cases[] = {
+        {"one vocab entry of 5000 bytes", "", NULL, NULL, 1},
+        {"a Split that removes spaces",
+         ",{\"type\":\"Split\",\"pattern\":{\"Regex\":\" "
+         "\"},\"behavior\":\"Removed\",\"invert\":false}",
+         NULL, NULL, 0},
+        {"an added token with lstrip", "", "\"added_tokens\":[]",
+         "\"added_tokens\":[{\"id\":256,\"content\":\"<x>\",\"lstrip\":true}]", 0},
+        {"an added token with rstrip", "", "\"added_tokens\":[]",
+         "\"added_tokens\":[{\"id\":256,\"content\":\"<x>\",\"rstrip\":true}]", 0},
+    };
+    enum { N = 30000, LIMIT = 64 };
+    char *letters = malloc(N);
+    memset(letters, 'a', N);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char pre[512];
+        snprintf(pre, sizeof pre,
+                 "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[%s%s,%s]}", quad,
+                 cases[c].split2, bl);
+        size_t jn;
+        char *json = bytes256_with(BYTES256_PRE, pre, &jn);
+        if (json && cases[c].from) json = replace_once(json, &jn, cases[c].from, cases[c].to);
+        if (json && cases[c].long_vocab) json = replace_once(json, &jn, "\"vocab\":{", long_entry);
+        drt_tokenizer *t = NULL;
+        drt_status s = json ? drt_tokenizer_load_json(json, jn, "limit.json", &t) : DRT_ERR_IO;
+        free(json);
+        DRT_CHECK(s == DRT_OK, "%s: %s", cases[c].name, drt_last_error());
+        if (s != DRT_OK) continue;
+        int32_t *ids = NULL;
+        int k = -1;
+        size_t before = drt_tokenizer_regex_calls();
+        s = drt_tokenizer_encode_max(t, letters, N, 0, LIMIT, &ids, &k);
+        size_t calls = drt_tokenizer_regex_calls() - before;
+        DRT_CHECK(s == DRT_ERR_INVALID_ARG && ids == NULL &&
+                      strstr(drt_last_error(), "more than 64 tokens"),
+                  "%s: %d letters over a limit of %d: %s: %s", cases[c].name, N, LIMIT,
+                  drt_status_str(s), drt_last_error());
+        /* a piece takes a match and a last failed search per step */
+        DRT_CHECK(calls <= 4 * (LIMIT + 1),
+                  "%s: %zu regex calls for %d letters over a limit of %d (at most %d)",
+                  cases[c].name, calls, N, LIMIT, 4 * (LIMIT + 1));
+        if (g_verbose)
+            printf("  %s: %zu regex calls, %s\n", cases[c].name, calls, drt_last_error());
+        free(ids);
+        drt_tokenizer_free(t);
+    }
+    free(letters);
+    free(long_entry);
+}
+
 /* ---- cli/text.c --------------------------------------------------------------- */
 
 static void copy_file(const char *from, const char *to) {
@@ -1402,6 +1492,7 @@ int main(void) {
     test_added_tokens_linear();
     test_long_word();
     test_encode_max();
+    test_limit_stops_pretokenizer();
     test_cli_text();
     bench("gpt2");
     bench("llama3");
