@@ -487,7 +487,9 @@ static drt_status compile_regex(const ctx *c, const char *field, const char *pat
     if (!literal && !pat) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", c->name);
     int err;
     PCRE2_SIZE at;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    /* PCRE2_LITERAL refuses PCRE2_UCP (which only changes classes: a
+     * literal has none), so every String pattern failed to compile */
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)(literal ? pattern : pat), PCRE2_ZERO_TERMINATED,
                                    opts, &err, &at, NULL);
     free(pat);

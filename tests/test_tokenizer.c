@@ -1225,6 +1225,59 @@ static char *replace_once(char *s, size_t *n, const char *from, const char *to) 
     return o;
 }
 
+/* Split steps that drop text, by a String (taken literally) or a Regex
+ * pattern, inverted or not: the text encodes as `want` does without them
+ * (bytes256 has no merges, so only dropped bytes change the ids). A String
+ * pattern did not compile at all (PCRE2_LITERAL refuses PCRE2_UCP). */
+static void test_split_removed(void) {
+    static const struct {
+        const char *pattern, *behavior;
+        int invert;
+        const char *text, *want;
+    } cases[] = {
+        {"{\"String\":\" \"}", "Removed", 0, "ab  cd e ", "abcde"},
+        {"{\"String\":\".\"}", "Removed", 0, "a.b..c", "abc"},
+        {"{\"String\":\"->\"}", "Removed", 0, "a->b-->c>", "ab-c>"},
+        {"{\"String\":\"+\"}", "Isolated", 0, "a+b", "a+b"},
+        {"{\"Regex\":\".\"}", "Removed", 0, "a.b", ""},
+        {"{\"Regex\":\"\\\\p{L}+\"}", "Removed", 1, ", ab, cd!e", "abcde"},
+        {"{\"Regex\":\"\\\\s+\"}", "Removed", 1, "a b\t c", " \t "},
+    };
+    drt_tokenizer *plain = NULL;
+    if (drt_tokenizer_load(TOKDIR "/bytes256.json", &plain) != DRT_OK) {
+        DRT_CHECK(0, "%s", drt_last_error());
+        return;
+    }
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char pre[512];
+        snprintf(pre, sizeof pre,
+                 "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+                 "\"pattern\":%s,\"behavior\":\"%s\",\"invert\":%s},{\"type\":\"ByteLevel\","
+                 "\"add_prefix_space\":false,\"use_regex\":false}]}",
+                 cases[c].pattern, cases[c].behavior, cases[c].invert ? "true" : "false");
+        size_t jn;
+        char *json = bytes256_with(BYTES256_PRE, pre, &jn);
+        drt_tokenizer *t = NULL;
+        drt_status s = json ? drt_tokenizer_load_json(json, jn, "split.json", &t) : DRT_ERR_IO;
+        free(json);
+        DRT_CHECK(s == DRT_OK, "Split %s %s: %s", cases[c].pattern, cases[c].behavior,
+                  drt_last_error());
+        if (s != DRT_OK) continue;
+        int32_t *ids = NULL, *want = NULL;
+        int k = -1, nw = -1;
+        s = drt_tokenizer_encode(t, cases[c].text, strlen(cases[c].text), 0, &ids, &k);
+        drt_tokenizer_encode(plain, cases[c].want, strlen(cases[c].want), 0, &want, &nw);
+        DRT_CHECK(s == DRT_OK && k == nw && memcmp(ids, want, (size_t)k * sizeof *ids) == 0,
+                  "Split %s %s%s: \"%s\" should encode as \"%s\": %s", cases[c].pattern,
+                  cases[c].behavior, cases[c].invert ? " inverted" : "", cases[c].text,
+                  cases[c].want, s ? drt_last_error() : "other ids");
+        free(ids);
+        free(want);
+        drt_tokenizer_free(t);
+    }
+    drt_tokenizer_free(plain);
+}
+
 /* The caller's limit stops pre-tokenizing once it is passed, also where the
  * early refusal (more bytes than the limit times the longest token) cannot
  * be made: one very long vocab entry, a Split that removes text, an added
@@ -1493,6 +1546,7 @@ int main(void) {
     test_long_word();
     test_encode_max();
     test_limit_stops_pretokenizer();
+    test_split_removed();
     test_cli_text();
     bench("gpt2");
     bench("llama3");
