@@ -1619,6 +1619,7 @@ static int encode_added(enc *e, const char *s, size_t n, int pass) {
     /* leftmost-longest, as the aho-corasick crate's LeftmostLongest that HF
      * uses: the first position where a token starts, the longest one there */
     size_t start_offset = 0, pos = 0;
+    size_t ws_from = 1, ws_to = 0; /* s[ws_from..ws_to) is whitespace up to a non-space or n */
     while (best) {
         while (pos < n && best[pos] < 0)
             pos++;
@@ -1631,9 +1632,16 @@ static int encode_added(enc *e, const char *s, size_t n, int pass) {
             int stop_space = stop == n || !is_word_at(t, s, n, stop);
             if (!start_space || !stop_space) continue;
         }
+        /* The strips look at each byte once: lstrip stops at start_offset
+         * (what lies before it is not taken anyway), and rstrip skips the
+         * run of whitespace it already walked (matches move forward, so a
+         * match ending inside that run gets the same end). Scanning the
+         * whole run at every match cost text x text for a whitespace token
+         * on a text of spaces. */
         if (a->lstrip) { /* start of the whitespace run that ends at start */
             size_t ns = start;
-            while (ns > 0) {
+            while (ns > start_offset) {
+                added_steps++;
                 size_t p = utf8_prev(s, ns);
                 int k;
                 if (!is_white_space(utf8_decode((const unsigned char *)s + p, &k))) break;
@@ -1641,12 +1649,17 @@ static int encode_added(enc *e, const char *s, size_t n, int pass) {
             }
             start = ns > start_offset ? ns : start_offset;
         }
-        if (a->rstrip) {
+        if (a->rstrip && stop >= ws_from && stop <= ws_to) {
+            stop = ws_to;
+        } else if (a->rstrip) {
+            ws_from = stop;
             while (stop < n) {
+                added_steps++;
                 int k;
                 if (!is_white_space(utf8_decode((const unsigned char *)s + stop, &k))) break;
                 stop += (size_t)k;
             }
+            ws_to = stop;
         }
         if (start > start_offset) {
             int ok = pass == 1 ? encode_added(e, s + start_offset, start - start_offset, 2)

@@ -1064,6 +1064,60 @@ static void test_added_tokens_linear(void) {
     free(ab);
 }
 
+/* An added token that strips whitespace looks at each space once: lstrip
+ * scanned back to the start of the whitespace run and rstrip forward to its
+ * end at every match, so a " " token with either on 10 KB of spaces cost
+ * text x text. The ids are as before (find_matches: each match takes the
+ * whitespace next to it that no earlier match took; "_": the plain use). */
+static void test_strip_linear(void) {
+    enum { N = 10000 };
+    static const struct {
+        const char *token, *flag, *unit; /* the text is unit repeated */
+        int ids_per_unit;                /* all the token's id */
+    } cases[] = {
+        {"_", "lstrip", " _", 1},
+        {" ", "lstrip", " ", 1},
+        {" ", "rstrip", " ", 1},
+        {"_", "rstrip", "_ ", 1},
+    };
+    char *text = malloc(N);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char list[256];
+        snprintf(list, sizeof list,
+                 "\"added_tokens\":[{\"id\":256,\"content\":\"%s\",\"%s\":true}]", cases[c].token,
+                 cases[c].flag);
+        size_t jn;
+        char *json = bytes256_with("\"added_tokens\":[]", list, &jn);
+        drt_tokenizer *t = NULL;
+        drt_status s = json ? drt_tokenizer_load_json(json, jn, "strip.json", &t) : DRT_ERR_IO;
+        free(json);
+        DRT_CHECK(s == DRT_OK, "%s: %s", cases[c].flag, drt_last_error());
+        if (s != DRT_OK) continue;
+        size_t ul = strlen(cases[c].unit);
+        for (size_t i = 0; i < N; i++)
+            text[i] = cases[c].unit[i % ul];
+        int32_t id = drt_tokenizer_token_to_id(t, cases[c].token);
+        size_t before = drt_tokenizer_added_steps();
+        int32_t *ids = NULL;
+        int k = 0;
+        s = drt_tokenizer_encode(t, text, N, 0, &ids, &k);
+        size_t steps = drt_tokenizer_added_steps() - before;
+        int same = s == DRT_OK && (size_t)k == N / ul * (size_t)cases[c].ids_per_unit;
+        for (int i = 0; same && i < k; i++)
+            same = ids[i] == id;
+        DRT_CHECK(same, "\"%s\" %s on \"%s\" x %zu: %d ids: %s", cases[c].token, cases[c].flag,
+                  cases[c].unit, N / ul, k, s ? drt_last_error() : "not all the token");
+        /* two automaton steps and one whitespace step per byte */
+        DRT_CHECK(steps <= 3 * (size_t)N, "\"%s\" %s on %d bytes: %zu steps (at most %d)",
+                  cases[c].token, cases[c].flag, N, steps, 3 * N);
+        if (g_verbose)
+            printf("  \"%s\" %s on %d bytes: %zu steps\n", cases[c].token, cases[c].flag, N, steps);
+        free(ids);
+        drt_tokenizer_free(t);
+    }
+    free(text);
+}
+
 /* A word of 200k letters encodes: a regex whose JIT code backtracks on the
  * machine stack (a repeated group) ran out of PCRE2's 32 KiB JIT stack and
  * failed with "JIT stack limit reached"; the fixtures' regexes take it too. */
@@ -1543,6 +1597,7 @@ int main(void) {
     test_many_added_tokens();
     test_added_tokens_random();
     test_added_tokens_linear();
+    test_strip_linear();
     test_long_word();
     test_encode_max();
     test_limit_stops_pretokenizer();
