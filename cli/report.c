@@ -582,14 +582,16 @@ static int find_backends(const char *s, const char **b0, const char **b1) {
  * a time (a tree is ten times the size of its text). NULL: not valid JSON. */
 static cJSON *parse_top(const char *txt, const char **b0, const char **b1) {
     *b0 = *b1 = NULL;
-    if (!find_backends(txt, b0, b1)) return cJSON_Parse(txt);
+    /* the whole text is the one value (cJSON_Parse stops after it: a file
+     * with a second object or junk appended read as fine) */
+    if (!find_backends(txt, b0, b1)) return cJSON_ParseWithOpts(txt, NULL, 1);
     size_t head = (size_t)(*b0 - txt), tail = strlen(*b1);
     char *top = malloc(head + 2 + tail + 1);
     if (!top) return NULL;
     memcpy(top, txt, head);
     memcpy(top + head, "[]", 2);
     memcpy(top + head + 2, *b1, tail + 1);
-    cJSON *root = cJSON_Parse(top);
+    cJSON *root = cJSON_ParseWithOpts(top, NULL, 1);
     free(top);
     return root;
 }

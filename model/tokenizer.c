@@ -1143,14 +1143,9 @@ drt_status drt_tokenizer_load_json(const char *json, size_t len, const char *nam
                              "%s: not valid UTF-8 (byte %zu of %zu is 0x%02X); expected a UTF-8 "
                              "JSON file",
                              name, bad_at, len, (unsigned char)json[bad_at]);
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        if (at && at >= json && at <= json + len)
-            return drt_set_error(DRT_ERR_FORMAT, "%s: not valid JSON (error near byte %zu)", name,
-                                 (size_t)(at - json));
-        return drt_set_error(DRT_ERR_FORMAT, "%s: not valid JSON", name);
-    }
+    cJSON *root = NULL;
+    drt_status pst = drt_json_parse(json, len, name, NULL, &root);
+    if (pst != DRT_OK) return pst;
     drt_tokenizer *t = calloc(1, sizeof *t);
     if (!t) {
         cJSON_Delete(root);

@@ -401,6 +401,10 @@ static void skimmed_backends(void) {
         {"{" TOP ", \"backends\": [" ERR("a") " x " ERR("c") "]}", "not valid JSON"},
         {"{" TOP ", \"backends\": [" ERR("a") ", " ERR("c") "}", "not valid JSON"},
         {"{" TOP ", \"backends\": [" ERR("a") ", " ERR("c") "], \"x\": }", "not valid JSON"},
+        /* one value, as Python's json reads it: nothing after it but blanks */
+        {"{" TOP ", \"backends\": [" ERR("a") ", " ERR("c") "]} x", "not valid JSON"},
+        {"{\"backends\": [" ERR("a") "," ERR("c") "], " TOP "}\n{\"kind\": 1}\n", "not valid JSON"},
+        {"{" TOP ", \"back\\u0065nds\": [" ERR("a") ", " ERR("c") "]}{}", "not valid JSON"},
         {"{" TOP ", \"backends\": [" ERR("a") ", 7]}", "backends[1].backend: missing"},
         {"{" TOP ", \"backends\": {}}", "backends: expected an array"},
     };

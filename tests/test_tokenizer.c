@@ -606,6 +606,18 @@ static void test_bad_files(void) {
         {"{\"version\"", "[{\"version\"", DRT_ERR_FORMAT, "not valid JSON", NULL},
         {"\"model\":{\"type\"", "\"model\":{\"type\"\"", DRT_ERR_FORMAT, "not valid JSON",
          "near byte"},
+        /* as strict as serde_json (HF) and Python's json: text after the value,
+         * a BOM, a control byte raw in a string or between values */
+        {"\"merges\":[\"a b\"]}}", "\"merges\":[\"a b\"]}} x", DRT_ERR_FORMAT,
+         "not valid JSON: text after the value at byte 578", NULL},
+        {"\"merges\":[\"a b\"]}}", "\"merges\":[\"a b\"]}}{}", DRT_ERR_FORMAT,
+         "text after the value at byte 577", NULL},
+        {"{\"version\"", "\xEF\xBB\xBF{\"version\"", DRT_ERR_FORMAT,
+         "starts with a UTF-8 byte order mark", NULL},
+        {"\"version\":\"1.0\"", "\"version\":\"1\x01.0\"", DRT_ERR_FORMAT,
+         "not valid JSON: control byte 0x01 at byte 13", NULL},
+        {"\"version\":\"1.0\",", "\"version\":\"1.0\",\x0c", DRT_ERR_FORMAT,
+         "control byte 0x0C at byte 17", NULL},
         /* one reading, HF's: a key twice (HF keeps the last vocab entry; cJSON
          * lookups gave the first) or a string cut short by a NUL is refused */
         {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\":5,\"a\":0", DRT_ERR_FORMAT, "duplicate key \"a\"",
