@@ -111,7 +111,7 @@ static const char *USAGE =
     "      prefill (pp) and decode (tg) tokens/s, mean +- sd, on each backend of LIST;\n"
     "      the time per op type; decode and prefill as fractions of the roofline\n"
     "      against the backend's measured bandwidth and GEMM peaks (diffrt bench --help)\n"
-    "  diffrt report FILE... --out DIR\n"
+    "  diffrt report FILE... --out DIR [--force]\n"
     "      merges bench --json files from any machines into DIR/report.md and SVG charts\n"
     "\n"
     "  diffrt quantize --model DIR --type q8_0|q4_0 --out DIR2 [--force]\n"
