@@ -15,7 +15,7 @@
  * duplicate runs are found through a hash set of row indices, a file's
  * backends entries are parsed one at a time from its text (no tree of the
  * whole file), and the tables' rows are grouped by one counting sort. */
-#define _DEFAULT_SOURCE /* realpath */
+#define _DEFAULT_SOURCE 1 /* realpath (1: as features.h defines it, for tests/test_report_work.c) */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <math.h>
@@ -120,6 +120,13 @@ const char *cli_ellipsize(const char *s, int max, char *buf, size_t n) {
 }
 /* ---- interned strings ----------------------------------------------------------- */
 
+/* Steps the lookups among what was read before took: a slot of the string
+ * pool or of the run set probed, a table compared. Every such lookup counts
+ * here, so tests/test_report_work.c can hold report to a few steps a row:
+ * a linear scan of the earlier rows for a duplicate (which made 60k rows
+ * take 38 s) or a hash that puts every row in one probe chain fails it. */
+static size_t report_steps;
+
 /* Every string a row keeps (host, device, backend, error, op names) is
  * copied once into an arena and looked up by hash: 600k rows that say the
  * same error hold one copy, the JSON trees are freed file by file, and two
@@ -171,7 +178,7 @@ static const char *intern(strpool *p, const char *s) {
     size_t len = strlen(s);
     uint64_t h = hash_bytes(s, len);
     size_t k = h & (p->nslots - 1);
-    for (; p->slots[k].s; k = (k + 1) & (p->nslots - 1))
+    for (; report_steps++, p->slots[k].s; k = (k + 1) & (p->nslots - 1))
         if (p->slots[k].h == h && strcmp(p->slots[k].s, s) == 0) return p->slots[k].s;
     chunk *c = p->chunks;
     if (!c || c->cap - c->used < len + 1) {
@@ -260,7 +267,7 @@ static uint64_t key_hash(const row *r) {
 /* the slot of the run of r in s: the row of an earlier same run, or empty */
 static size_t key_find(const keyset *s, const row *rows, const row *r) {
     size_t i = key_hash(r) & (s->n - 1);
-    for (; s->slot[i]; i = (i + 1) & (s->n - 1)) {
+    for (; report_steps++, s->slot[i]; i = (i + 1) & (s->n - 1)) {
         const row *o = &rows[s->slot[i] - 1];
         if (o->host == r->host && o->device == r->device && o->backend == r->backend &&
             o->group == r->group)
@@ -407,6 +414,7 @@ static void read_ops(report *R, const cJSON *ops, const char *key, row *r, int k
 /* the group (table) of g: found, or added */
 static int find_group(report *R, const group *g, rerr *e) {
     for (int gi = 0; gi < R->ngroups; gi++) {
+        report_steps++;
         const group *h = &R->groups[gi];
         /* interned: equal strings are equal pointers */
         if (h->arch == g->arch && h->dtype == g->dtype && h->params == g->params &&

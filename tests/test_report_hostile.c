@@ -2,8 +2,8 @@
  *   - many rows (thousands, over several files and two tables): every row is
  *     in its table once, in file order, with its bars; a run given twice
  *     (also an ok run that repeats an error row, and across files) is an
- *     error naming both files. The command is linear in the rows; the
- *     scaling is measured by hand, not timed here (see the commit log);
+ *     error naming both files. That the command is linear in the rows is
+ *     tests/test_report_work.c's (counted, not timed);
  *   - hostile numbers: a measured figure that is negative, infinite (1e999)
  *     or absurd (1e300) is "?" in report.md and leaves no geometry in the
  *     SVGs (no "nan", "inf", negative or wrapped sizes); a number that shapes
