@@ -5,9 +5,9 @@
 
 #include "diffrt/diffrt.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <stdio_ext.h>
 #include <stdlib.h>

@@ -25,9 +25,9 @@
 #include <string.h>
 
 #include "cli.h"
-#include "diffrt/diffrt.h"
 #include "opts.h"
 #include "outfile.h"
+#include "diffrt/diffrt.h"
 #include "safetensors.h" /* drt_read_text_file, drt_printable */
 
 static const char REPORT_ABOUT[] =

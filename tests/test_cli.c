@@ -229,19 +229,14 @@ static void help_lists_options(void) {
     static const struct {
         const char *cmd, *opts;
     } cmds[] = {
-        {"run", "--model --tokens --prompt --prompt-file -n --backend --threads --device --ctx "
-                "--temp --top-k --top-p "
+        {"run", "--model --tokens --prompt --prompt-file -n --backend --threads --device --ctx --temp --top-k --top-p "
                 "--seed --no-stop -v,_--verbose -h,_--help"},
-        {"niah",
-         "--model --needles --queries --ctx --depths --samples --seed --backend --device --threads "
-         "--attention --json --compare --min-accuracy --min-agree --no-fallback --logits-vs "
-         "--attn-bits "
-         "-h,_--help"},
-        {"conform", "--backend --require --op --device --models --json --junit --list --perf "
-                    "--repeats --warmup "
+        {"niah", "--model --needles --queries --ctx --depths --samples --seed --backend --device --threads "
+                 "--attention --json --compare --min-accuracy --min-agree --no-fallback --logits-vs --attn-bits "
+                 "-h,_--help"},
+        {"conform", "--backend --require --op --device --models --json --junit --list --perf --repeats --warmup "
                     "-h,_--help"},
-        {"bench", "--model --backend -p -n -r --device --threads --peak-gbps --peak-gflops --json "
-                  "--csv --md "
+        {"bench", "--model --backend -p -n -r --device --threads --peak-gbps --peak-gflops --json --csv --md "
                   "-h,_--help"},
         {"report", "--out --force -h,_--help"},
         {"quantize", "--model --type --out --force -h,_--help"},
