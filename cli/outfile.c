@@ -12,6 +12,7 @@
 #include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -91,8 +92,63 @@ static int dir_is_empty(const char *path) {
     return empty;
 }
 
+/* name is ".<base>.tmp." (base cut as cli_outdir_open's template cuts it)
+ * and six characters of mkdtemp's alphabet: a temp of this target */
+static int is_outdir_temp(const char *name, const char *base) {
+    char pre[256];
+    int k = snprintf(pre, sizeof pre, ".%.200s.tmp.", base);
+    if (k < 0 || strncmp(name, pre, (size_t)k) != 0 || strlen(name) != (size_t)k + 6) return 0;
+    for (const char *c = name + k; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')))
+            return 0;
+    return 1;
+}
+
+/* Removes from dir the temps of target base that killed runs left (see
+ * cli/outfile.h): the exact name, a directory (never through a symlink),
+ * this user's, changed before `start`, and its flock free. The flock is
+ * what tells a live run's temp (held until commit or discard) from a dead
+ * one's: a kill releases it. Where flock does not work, nothing is removed. */
+static void remove_stale_temps(const char *what, const char *dir, const char *base,
+                               const struct timespec *start) {
+    DIR *dh = opendir(dir);
+    struct dirent *e;
+    while (dh && (e = readdir(dh))) {
+        if (!is_outdir_temp(e->d_name, base)) continue;
+        char p[PATH_MAX];
+        struct stat sb;
+        if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p || lstat(p, &sb) != 0 ||
+            !S_ISDIR(sb.st_mode) || sb.st_uid != geteuid())
+            continue;
+        if (sb.st_mtim.tv_sec > start->tv_sec ||
+            (sb.st_mtim.tv_sec == start->tv_sec && sb.st_mtim.tv_nsec >= start->tv_nsec))
+            continue; /* made since this run began: another run's */
+        int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            if (cli_remove_tree(p) == 0)
+                fprintf(stderr, "diffrt: %s: removed %s, left by a run that did not finish\n", what,
+                        p);
+            else
+                fprintf(stderr,
+                        "diffrt: %s: warning: %s, left by a run that did not finish, was not fully "
+                        "removed: %s\n",
+                        what, p, strerror(errno));
+        }
+        close(fd);
+    }
+    if (dh) closedir(dh);
+}
+
+static void outdir_unlock(cli_outdir *d) {
+    if (d->locked) close(d->lock);
+    d->locked = 0;
+}
+
 int cli_outdir_open(cli_outdir *d, const char *what, const char *path, int force, const char *protect) {
     memset(d, 0, sizeof *d);
+    struct timespec start;
+    clock_gettime(CLOCK_REALTIME, &start);
     d->shown = path;
     d->force = force;
     char buf[PATH_MAX], real[PATH_MAX], rprot[PATH_MAX];
@@ -170,18 +226,26 @@ int cli_outdir_open(cli_outdir *d, const char *what, const char *path, int force
         d->tmp[0] = 0;
         return 1;
     }
+    remove_stale_temps(what, dir, base, &start);
     if (!mkdtemp(d->tmp)) {
         fprintf(stderr, "diffrt: %s: --out %s: cannot create a directory in %s: %s\n", what, path, dir,
                 strerror(errno));
         d->tmp[0] = 0;
         return 1;
     }
+    /* held until commit or discard: a later run leaves a locked temp alone */
+    d->lock = open(d->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d->lock >= 0 && flock(d->lock, LOCK_EX | LOCK_NB) == 0)
+        d->locked = 1;
+    else if (d->lock >= 0)
+        close(d->lock);
     return 0;
 }
 
 void cli_outdir_discard(cli_outdir *d) {
     if (d->tmp[0]) cli_remove_tree(d->tmp);
     d->tmp[0] = 0;
+    outdir_unlock(d);
 }
 
 int cli_outdir_commit(cli_outdir *d, const char *what) {
@@ -203,6 +267,7 @@ int cli_outdir_commit(cli_outdir *d, const char *what) {
             fprintf(stderr, "diffrt: %s: warning: the old %s, moved to %s, was not fully removed: %s\n", what,
                     d->shown, d->tmp, strerror(errno));
         d->tmp[0] = 0;
+        outdir_unlock(d);
         return 0;
     } else if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
         err = errno;
@@ -228,5 +293,6 @@ int cli_outdir_commit(cli_outdir *d, const char *what) {
         return 1;
     }
     d->tmp[0] = 0;
+    outdir_unlock(d);
     return 0;
 }

@@ -72,12 +72,21 @@ int cli_remove_tree(const char *path);
  * exchanging the two (renameat2 RENAME_EXCHANGE; where the file system has
  * none, the old one is renamed aside first) and then removing the old tree,
  * so no file of the old directory survives. Until then a previous output at
- * path is untouched, and a killed run leaves only the dot-named temp. */
+ * path is untouched, and a killed run leaves only the dot-named temp.
+ *
+ * A run holds a flock on its temp until commit or discard. cli_outdir_open
+ * removes (with one line on stderr) the temps that runs for the same target
+ * left when killed: directories beside it named exactly ".<name>.tmp." and
+ * six letters or digits, owned by this user, last changed before this run
+ * began and not locked, i.e. no live run's. Nothing else is touched: no
+ * other name, no file, no symlink, no ".<name>.old.*" (the previous output,
+ * were a run killed between the two renames of the fallback above). */
 typedef struct cli_outdir {
     char path[PATH_MAX]; /* the target, absolute, its parent resolved */
     char tmp[PATH_MAX];  /* write here; "" when not open */
     const char *shown;   /* the target as given, for messages */
     int force;           /* a non-empty target may be replaced */
+    int lock, locked;    /* an fd of tmp holding its flock, when locked */
 } cli_outdir;
 
 int cli_outdir_open(cli_outdir *d, const char *what, const char *path, int force, const char *protect);

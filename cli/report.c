@@ -15,28 +15,30 @@
  * duplicate runs are found through a hash set of row indices, a file's
  * backends entries are parsed one at a time from its text (no tree of the
  * whole file), and the tables' rows are grouped by one counting sort. */
+#define _DEFAULT_SOURCE 1 /* realpath (1: as features.h defines it, for tests/test_report_work.c) */
 #include <cjson/cJSON.h>
-#include <errno.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli.h"
 #include "opts.h"
 #include "outfile.h"
 #include "diffrt/diffrt.h"
-#include "safetensors.h" /* drt_read_text_file */
+#include "safetensors.h" /* drt_read_text_file, drt_printable */
 
 static const char REPORT_ABOUT[] =
     "Merges `diffrt bench --json` files (any machines, backends) into DIR/report.md: one table\n"
     "per model and pp/tg setting, a row per (host, device, backend) with pp and tg tok/s, the\n"
     "decode and prefill roofline fractions and the top ops; and SVG charts next to it:\n"
     "tokens_per_s-K.svg (pp and tg bars) and ops-K.svg (time per op type) for table K.\n"
-    "DIR is created when missing. Exit status 2 on bad arguments or a file that is not a\n"
-    "bench result (named), 1 when DIR cannot be written.\n";
+    "DIR is written whole: beside itself under a temporary name, then moved into place, so\n"
+    "a failure leaves the previous report as it was. A DIR that holds only a report's files\n"
+    "is replaced as a whole; one that holds anything else needs --force. Exit status 2 on\n"
+    "bad arguments or a file that is not a bench result (named), 1 when DIR cannot be written.\n";
 
 /* ---- escaping ------------------------------------------------------------------ */
 
@@ -118,6 +120,13 @@ const char *cli_ellipsize(const char *s, int max, char *buf, size_t n) {
 }
 /* ---- interned strings ----------------------------------------------------------- */
 
+/* Steps the lookups among what was read before took: a slot of the string
+ * pool or of the run set probed, a table compared. Every such lookup counts
+ * here, so tests/test_report_work.c can hold report to a few steps a row:
+ * a linear scan of the earlier rows for a duplicate (which made 60k rows
+ * take 38 s) or a hash that puts every row in one probe chain fails it. */
+static size_t report_steps;
+
 /* Every string a row keeps (host, device, backend, error, op names) is
  * copied once into an arena and looked up by hash: 600k rows that say the
  * same error hold one copy, the JSON trees are freed file by file, and two
@@ -169,7 +178,7 @@ static const char *intern(strpool *p, const char *s) {
     size_t len = strlen(s);
     uint64_t h = hash_bytes(s, len);
     size_t k = h & (p->nslots - 1);
-    for (; p->slots[k].s; k = (k + 1) & (p->nslots - 1))
+    for (; report_steps++, p->slots[k].s; k = (k + 1) & (p->nslots - 1))
         if (p->slots[k].h == h && strcmp(p->slots[k].s, s) == 0) return p->slots[k].s;
     chunk *c = p->chunks;
     if (!c || c->cap - c->used < len + 1) {
@@ -258,7 +267,7 @@ static uint64_t key_hash(const row *r) {
 /* the slot of the run of r in s: the row of an earlier same run, or empty */
 static size_t key_find(const keyset *s, const row *rows, const row *r) {
     size_t i = key_hash(r) & (s->n - 1);
-    for (; s->slot[i]; i = (i + 1) & (s->n - 1)) {
+    for (; report_steps++, s->slot[i]; i = (i + 1) & (s->n - 1)) {
         const row *o = &rows[s->slot[i] - 1];
         if (o->host == r->host && o->device == r->device && o->backend == r->backend &&
             o->group == r->group)
@@ -405,6 +414,7 @@ static void read_ops(report *R, const cJSON *ops, const char *key, row *r, int k
 /* the group (table) of g: found, or added */
 static int find_group(report *R, const group *g, rerr *e) {
     for (int gi = 0; gi < R->ngroups; gi++) {
+        report_steps++;
         const group *h = &R->groups[gi];
         /* interned: equal strings are equal pointers */
         if (h->arch == g->arch && h->dtype == g->dtype && h->params == g->params &&
@@ -582,14 +592,16 @@ static int find_backends(const char *s, const char **b0, const char **b1) {
  * a time (a tree is ten times the size of its text). NULL: not valid JSON. */
 static cJSON *parse_top(const char *txt, const char **b0, const char **b1) {
     *b0 = *b1 = NULL;
-    if (!find_backends(txt, b0, b1)) return cJSON_Parse(txt);
+    /* the whole text is the one value (cJSON_Parse stops after it: a file
+     * with a second object or junk appended read as fine) */
+    if (!find_backends(txt, b0, b1)) return cJSON_ParseWithOpts(txt, NULL, 1);
     size_t head = (size_t)(*b0 - txt), tail = strlen(*b1);
     char *top = malloc(head + 2 + tail + 1);
     if (!top) return NULL;
     memcpy(top, txt, head);
     memcpy(top + head, "[]", 2);
     memcpy(top + head + 2, *b1, tail + 1);
-    cJSON *root = cJSON_Parse(top);
+    cJSON *root = cJSON_ParseWithOpts(top, NULL, 1);
     free(top);
     return root;
 }
@@ -1016,6 +1028,27 @@ static int write_ops_svg(FILE *f, const table *T, const group *G) {
 
 /* ---- the command ---------------------------------------------------------------- */
 
+/* The first entry of the directory at path that report does not write
+ * (report.md, tokens_per_s-K.svg, ops-K.svg) into name[n]: 1 when there is
+ * one, 0 when there is none or no such directory. */
+static int foreign_entry(const char *path, char *name, size_t n) {
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d))) {
+        const char *s = e->d_name;
+        if (!strcmp(s, ".") || !strcmp(s, "..") || !strcmp(s, "report.md")) continue;
+        size_t k = !strncmp(s, "tokens_per_s-", 13) ? 13 : !strncmp(s, "ops-", 4) ? 4 : 0;
+        size_t digits = k ? strspn(s + k, "0123456789") : 0;
+        if (k && digits && s[k] != '0' && !strcmp(s + k + digits, ".svg")) continue;
+        snprintf(name, n, "%s", s);
+        found = 1;
+    }
+    closedir(d);
+    return found;
+}
+
 /* DIR/name written whole or not at all (cli/outfile.h): 1, or 0 with the message printed */
 static int write_out(const char *dir, const char *name, int (*fn)(FILE *, const void *), const void *arg) {
     char path[PATH_MAX];
@@ -1058,14 +1091,22 @@ static int ops_writer(FILE *f, const void *p) {
 
 int cmd_report(int argc, char **argv) {
     const char *out = NULL;
+    int force = 0;
     char **files = calloc((size_t)argc + 1, sizeof *files);
     int nfiles = 0;
     if (!files) return cli_die("report: out of memory%s", "");
-    const cli_opt opts[] = {
-        {.name = "--out", .kind = CLI_STR, .dst = &out, .meta = "DIR", .help = "where report.md and the charts go"},
-        {0}};
+    const cli_opt opts[] = {{.name = "--out",
+                             .kind = CLI_STR,
+                             .dst = &out,
+                             .meta = "DIR",
+                             .help = "where report.md and the charts go"},
+                            {.name = "--force",
+                             .kind = CLI_FLAG,
+                             .dst = &force,
+                             .help = "replace DIR as a whole even when it holds other files"},
+                            {0}};
     const cli_cmd cmd = {.name = "report",
-                         .synopsis = "FILE... --out DIR",
+                         .synopsis = "FILE... --out DIR [--force]",
                          .about = REPORT_ABOUT,
                          .opts = opts,
                          .positional = files,
@@ -1088,6 +1129,7 @@ int cmd_report(int argc, char **argv) {
     report R = {0};
     size_t *idx = NULL, start[MAX_GROUPS + 1] = {0};
     rerr e = {0};
+    cli_outdir od = {0};
     R.fhost = calloc((size_t)nfiles, sizeof *R.fhost);
     R.fcreated = calloc((size_t)nfiles, sizeof *R.fcreated);
     if (!R.fhost || !R.fcreated) {
@@ -1116,32 +1158,54 @@ int cmd_report(int argc, char **argv) {
         for (size_t i = 0; i < R.nrows; i++)
             idx[fill[R.rows[i].group]++] = i;
     }
-    if (mkdir(out, 0777) != 0 && errno != EEXIST) {
-        fprintf(stderr, "diffrt: report: cannot create --out %s: %s\n", out, strerror(errno));
-        rc = 1;
+    /* The files are one set (report.md links its charts): written into a
+     * fresh directory beside DIR that then takes DIR's place, as quantize
+     * does (cli_outdir), so a failure or a kill midway leaves the previous
+     * set whole, never a new report.md with the old charts. A previous
+     * report is replaced as a whole without asking (no chart of a table it
+     * had and this one lacks survives); other files only with --force. */
+    char foreign[256], shown[600];
+    if (!force && foreign_entry(out, foreign, sizeof foreign)) {
+        fprintf(stderr,
+                "diffrt: report: --out %s holds \"%s\", which is not a file report writes; pass "
+                "--force to replace the directory as a whole, or name another one\n",
+                out, drt_printable(foreign, shown, sizeof shown));
+        rc = 2;
         goto done;
     }
+    char rout[PATH_MAX], rin[PATH_MAX];
+    for (int i = 0; i < nfiles && realpath(out, rout); i++) {
+        size_t k = strlen(rout);
+        if (realpath(files[i], rin) && !strncmp(rin, rout, k) && rin[k] == '/') {
+            fprintf(
+                stderr,
+                "diffrt: report: --out %s holds the input %s, which replacing it would delete\n",
+                out, files[i]);
+            rc = 2;
+            goto done;
+        }
+    }
+    if ((rc = cli_outdir_open(&od, "report", out, 1, NULL))) goto done;
     md_args ma = {files, nfiles, &R, idx, start};
-    if (!write_out(out, "report.md", md_writer, &ma)) {
-        rc = 1;
-        goto done;
-    }
-    printf("report: wrote %s/report.md", out);
+    rc = 1;
+    if (!write_out(od.tmp, "report.md", md_writer, &ma)) goto done;
     for (int g = 0; g < R.ngroups; g++) {
         table T = {&R, idx + start[g], start[g + 1] - start[g]};
         svg_args sa = {&T, &R.groups[g]};
         for (int k = 0; k < 2; k++) {
             char name[64];
             snprintf(name, sizeof name, "%s-%d.svg", k ? "ops" : "tokens_per_s", g + 1);
-            if (!write_out(out, name, k ? ops_writer : tok_writer, &sa)) {
-                rc = 1;
-                goto done;
-            }
-            printf(", %s", name);
+            if (!write_out(od.tmp, name, k ? ops_writer : tok_writer, &sa)) goto done;
         }
     }
+    if (cli_outdir_commit(&od, "report")) goto done;
+    rc = 0;
+    printf("report: wrote %s/report.md", out);
+    for (int g = 0; g < R.ngroups; g++)
+        printf(", tokens_per_s-%d.svg, ops-%d.svg", g + 1, g + 1);
     printf(" (%zu rows, %d table%s)\n", R.nrows, R.ngroups, R.ngroups == 1 ? "" : "s");
 done:
+    if (rc) cli_outdir_discard(&od);
     report_free(&R);
     free(idx);
     free(files);

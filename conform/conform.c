@@ -12,6 +12,7 @@
 #include "conform_internal.h"
 #include "drt_outfile.h"
 #include "drt_util.h"
+#include "safetensors.h" /* drt_printable */
 
 /* ---- records ---------------------------------------------------------------------- */
 
@@ -80,8 +81,11 @@ static void print_backends(const cf_run *run, drt_conform_result *r) {
                     b->dev_sel[0] ? " " : "", b->dev_sel, b->dev_desc[0] ? b->dev_desc : "?", b->precision);
         }
     }
-    for (int i = 0; out && i < run->n_skipped; i++)
-        fprintf(out, "models: %s: %s, skipped\n", run->skipped[i].path, run->skipped[i].why);
+    for (int i = 0; out && i < run->n_skipped; i++) { /* a folder's name: shown escaped */
+        char shown[4 * sizeof run->skipped[i].path];
+        fprintf(out, "models: %s: %s, skipped\n",
+                drt_printable(run->skipped[i].path, shown, sizeof shown), run->skipped[i].why);
+    }
 }
 
 /* --list: the selected cases of the table, as the reports describe them */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "conform_internal.h"
+#include "safetensors.h" /* drt_printable */
 
 /* ---- per (op, backend) aggregates ------------------------------------------------ */
 
@@ -55,12 +56,15 @@ static void print_op_row(const cf_run *run, drt_op op, FILE *out) {
     fprintf(out, "\n");
 }
 
-/* the rows of the models: their records come a backend each, in order */
+/* the rows of the models: their records come a backend each, in order. A
+ * model's name is its folder's, shown escaped (drt_printable) as every
+ * string from a file: no ESC or C1 control in it reaches the terminal. */
 static void print_model_rows(const cf_run *run, FILE *out) {
     for (int i = 0; i < run->n_cases; i += run->nbe) {
         const cf_case *c = &run->cases[i];
         if (c->kind == CF_KIND_OP) continue;
-        if (c->kind == CF_KIND_MODEL) fprintf(out, "model:%-18s", c->model);
+        char shown[4 * sizeof c->model];
+        if (c->kind == CF_KIND_MODEL) fprintf(out, "model:%-18s", drt_printable(c->model, shown, sizeof shown));
         else fprintf(out, "  %-22s", c->op); /* a batch case of the model above */
         for (int k = 0; k < run->nbe; k++) {
             const cf_case *ck = &run->cases[i + k];
@@ -74,10 +78,11 @@ static void print_model_rows(const cf_run *run, FILE *out) {
     }
 }
 
-/* the worst failure per op and backend, then every model's note or failure */
+/* the worst failure per op and backend, then every model's note or failure
+ * (its line holds the folder's name and path: shown escaped) */
 static void print_failures(const cf_run *run, FILE *out) {
     int hdr = 0;
-    char line[1400];
+    char line[1400], shown[4 * sizeof line];
     for (int op = 1; op < DRT_OP_COUNT; op++)
         for (int k = 0; k < run->nbe; k++) {
             cell cl = {0};
@@ -95,7 +100,8 @@ static void print_failures(const cf_run *run, FILE *out) {
         const cf_case *c = &run->cases[i];
         if (c->kind == CF_KIND_OP || !run->be[c->be].be || !c->detail[0]) continue;
         cf_case_line(run, c, line, sizeof line);
-        fprintf(out, "  %s %s: %s\n", c->st == CF_FAIL ? "FAIL" : "note", run->be[c->be].name, line);
+        fprintf(out, "  %s %s: %s\n", c->st == CF_FAIL ? "FAIL" : "note", run->be[c->be].name,
+                drt_printable(line, shown, sizeof shown));
     }
 }
 

@@ -22,7 +22,15 @@ int drt_niah_compare(const char *path, const cJSON *ours, int needles, int queri
         drt_set_error(DRT_ERR_IO, "--compare %s: cannot read: %s", path, drt_last_error());
         return 2;
     }
-    cJSON *root = cJSON_Parse(txt);
+    /* the whole file is the one value: cJSON_Parse stops after it */
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(txt, &end, 1);
+    if (!root) {
+        drt_set_error(DRT_ERR_FORMAT, "--compare %s: not valid JSON (error near byte %zu)", path,
+                      end && end >= txt ? (size_t)(end - txt) : (size_t)0);
+        free(txt);
+        return 2;
+    }
     free(txt);
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "samples");
     const cJSON *summ = cJSON_GetObjectItemCaseSensitive(root, "summary");

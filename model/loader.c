@@ -765,17 +765,12 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
     drt_status s = drt_read_text_file(cpath, &text, &len);
     cfg_t c = {cpath, NULL};
     if (s == DRT_OK) {
-        c.root = cJSON_ParseWithLength(text, len);
-        if (!c.root) {
-            const char *at = cJSON_GetErrorPtr();
-            long off = (at && text && at >= text && at <= text + len) ? (long)(at - text) : -1;
-            s = drt_set_error(DRT_ERR_FORMAT, "%s: not valid JSON (parse error near byte %ld)",
-                              cpath, off);
-        } else if (!cJSON_IsObject(c.root)) {
+        s = drt_json_parse(text, len, cpath, NULL, &c.root);
+        if (s == DRT_OK && !cJSON_IsObject(c.root)) {
             const cJSON *r = c.root;
             s = drt_set_error(DRT_ERR_FORMAT, "%s: expected a JSON object, got %s", cpath,
                               cJSON_IsArray(r) ? "an array" : cJSON_IsNumber(r) ? "a number" : json_kind(r));
-        } else {
+        } else if (s == DRT_OK) {
             s = drt_json_check(c.root, text, len, cpath);
         }
     }

@@ -254,6 +254,61 @@ drt_status drt_json_check(const cJSON *root, const char *text, size_t len, const
     return r ? DRT_ERR_FORMAT : DRT_OK;
 }
 
+static int json_ws(unsigned char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+drt_status drt_json_parse(const char *text, size_t len, const char *name, const char *what,
+                          cJSON **out) {
+    *out = NULL;
+    const char *w = what ? what : "", *sp = what ? " " : "", *is = what ? " is " : "";
+    /* cJSON skips a BOM; json.loads raises on one (transformers reads
+     * config.json as utf-8, not utf-8-sig) and so does serde_json */
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: %s%sstarts with a UTF-8 byte order mark (EF BB BF), which "
+                             "Python's json and Hugging Face refuse; save it without one",
+                             name, w, sp);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) {
+        size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+        return drt_set_error(DRT_ERR_FORMAT, "%s: %s%snot valid JSON (error near byte %zu)", name,
+                             w, is, at);
+    }
+    size_t n = (size_t)(end - text);
+    /* cJSON takes any byte below 0x20 as whitespace and inside strings;
+     * JSON (and Python's json, serde_json) allows tab, LF, CR and space
+     * between values and none of them raw in a string */
+    int in_str = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (in_str && c == '\\') {
+            i++;
+            continue;
+        }
+        if (c == '"') in_str = !in_str;
+        if (c < 0x20 && (in_str || !json_ws(c))) {
+            cJSON_Delete(root);
+            return drt_set_error(DRT_ERR_FORMAT,
+                                 "%s: %s%snot valid JSON: control byte 0x%02X at byte %zu (JSON "
+                                 "allows none in a string, only tab, LF and CR between values)",
+                                 name, w, is, c, i);
+        }
+    }
+    /* cJSON stops after the value; json.loads raises "Extra data" */
+    for (size_t i = n; i < len; i++)
+        if (!json_ws((unsigned char)text[i])) {
+            cJSON_Delete(root);
+            return drt_set_error(DRT_ERR_FORMAT,
+                                 "%s: %s%snot valid JSON: text after the value at byte %zu "
+                                 "(Python's json: \"Extra data\")",
+                                 name, w, is, i);
+        }
+    *out = root;
+    return DRT_OK;
+}
+
 /* A JSON number that is an integer in [0, 2^53]. */
 static int json_uint(const cJSON *v, uint64_t *out) {
     if (!cJSON_IsNumber(v)) return 0;
@@ -513,15 +568,13 @@ static drt_status parse_header(drt_st_file *f) {
         return drt_set_error(DRT_ERR_OOM, "%s: out of memory for the header", path);
     memcpy(text, m + 8, (size_t)hlen);
     text[hlen] = 0;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
-    if (!root) {
-        size_t at = end ? (size_t)(end - text) : 0;
+    cJSON *root = NULL;
+    drt_status cs = drt_json_parse(text, (size_t)hlen, path, "header", &root);
+    if (cs != DRT_OK) {
         free(text);
-        return drt_set_error(DRT_ERR_FORMAT,
-                             "%s: header is not valid JSON (error at byte %zu)", path, at);
+        return cs;
     }
-    drt_status cs = drt_json_check(root, text, (size_t)hlen, path);
+    cs = drt_json_check(root, text, (size_t)hlen, path);
     free(text);
     if (cs != DRT_OK) {
         cJSON_Delete(root);
@@ -823,12 +876,11 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
                              "may hold",
                              ipath);
     }
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(buf, &end, 1);
-    if (!root) {
-        size_t at = end ? (size_t)(end - buf) : 0;
+    cJSON *root = NULL;
+    st = drt_json_parse(buf, len, ipath, NULL, &root);
+    if (st != DRT_OK) {
         free(buf);
-        return drt_set_error(DRT_ERR_FORMAT, "%s: not valid JSON (error at byte %zu)", ipath, at);
+        return st;
     }
     st = drt_json_check(root, buf, len, ipath);
     free(buf);

@@ -103,6 +103,14 @@ drt_status drt_open_regular(const char *path, int *fd, uint64_t *size);
 const char *drt_printable(const char *s, char *buf, size_t n);
 
 struct cJSON;
+/* Parses text[0..len) as one JSON document, as strictly as Python's json and
+ * serde_json (cJSON alone is laxer): a UTF-8 BOM at the start, a control
+ * byte other than tab, LF, CR between values or any inside a string, and
+ * text after the value (trailing whitespace aside) are DRT_ERR_FORMAT, one
+ * line naming the file (and `what` in it, e.g. "header"; NULL: the file
+ * itself) and the byte offset. The caller then runs drt_json_check. */
+drt_status drt_json_parse(const char *text, size_t len, const char *name, const char *what,
+                          struct cJSON **out);
 /* Checks a parsed JSON document (root, parsed from text[0..len)) so that it
  * is read as Python's json and Hugging Face read it, or refused: a key that
  * appears twice in one object, at any depth (cJSON keeps both and a lookup

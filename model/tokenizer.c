@@ -240,14 +240,18 @@ typedef struct {
     unsigned char special, lstrip, rstrip, single_word, normalized;
 } added_tok;
 
-/* Added tokens of one kind (normalized or not), sorted by bytes (a prefix
- * before its extensions), for leftmost-longest matching: the tokens that
- * start with the d bytes at a position are one run of idx[], narrowed byte by
- * byte with binary searches (find_added). */
+/* Added tokens of one kind (normalized or not) for leftmost-longest
+ * matching: an Aho-Corasick automaton over the tokens written backwards, so
+ * that one right-to-left pass over a text gives, at every position, the
+ * longest token starting there (longest_from). Nodes are numbered
+ * breadth-first, so the children of node v are the nodes child[v] ..
+ * child[v+1]-1, sorted by the byte on their edge. */
 typedef struct {
-    int32_t *idx; /* into added[] */
-    int n;
-    int first[257]; /* idx[first[b] .. first[b+1]) start with byte b */
+    int32_t *child;      /* n_nodes + 1 */
+    unsigned char *byte; /* byte on the edge into the node */
+    int32_t *fail;       /* longest proper suffix that is a node */
+    int32_t *out;        /* longest token (into added[]) that is a suffix of the node, -1: none */
+    int32_t n_nodes;     /* 0: no tokens of this kind */
 } matcher;
 
 enum { SPLIT_ISOLATED, SPLIT_REMOVED };
@@ -483,7 +487,9 @@ static drt_status compile_regex(const ctx *c, const char *field, const char *pat
     if (!literal && !pat) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", c->name);
     int err;
     PCRE2_SIZE at;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    /* PCRE2_LITERAL refuses PCRE2_UCP (which only changes classes: a
+     * literal has none), so every String pattern failed to compile */
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)(literal ? pattern : pat), PCRE2_ZERO_TERMINATED,
                                    opts, &err, &at, NULL);
     free(pat);
@@ -743,33 +749,125 @@ static _Thread_local struct {
     const char *arena;
 } sort_ctx;
 
-/* By bytes, a token before the tokens it is a prefix of (contents are
- * distinct: parse_added drops a repeat). */
-static int cmp_added(const void *pa, const void *pb) {
+/* By bytes read from the end, a token before the tokens it is a suffix of
+ * (contents are distinct: parse_added drops a repeat). */
+static int cmp_added_rev(const void *pa, const void *pb) {
     const added_tok *a = &sort_ctx.added[*(const int32_t *)pa];
     const added_tok *b = &sort_ctx.added[*(const int32_t *)pb];
-    int c = memcmp(sort_ctx.arena + a->off, sort_ctx.arena + b->off, a->len < b->len ? a->len : b->len);
-    if (c) return c;
+    const unsigned char *ea = (const unsigned char *)sort_ctx.arena + a->off + a->len;
+    const unsigned char *eb = (const unsigned char *)sort_ctx.arena + b->off + b->len;
+    size_t n = a->len < b->len ? a->len : b->len;
+    for (size_t i = 1; i <= n; i++)
+        if (ea[-i] != eb[-i]) return ea[-i] < eb[-i] ? -1 : 1;
     return a->len != b->len ? (a->len < b->len ? -1 : 1) : 0;
 }
 
+/* Node v's child on byte c, -1 when none (a binary search of its children). */
+static int32_t ac_child(const matcher *m, int32_t v, unsigned char c) {
+    int32_t lo = m->child[v], end = m->child[v + 1], hi = end;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (m->byte[mid] < c)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < end && m->byte[lo] == c ? lo : -1;
+}
+
+/* The automaton of the added tokens with normalized == `normalized`. */
 static int build_matcher(drt_tokenizer *t, matcher *m, int normalized) {
-    m->idx = malloc(((size_t)t->n_added + 1) * sizeof *m->idx);
-    if (!m->idx) return 0;
-    m->n = 0;
+    memset(m, 0, sizeof *m);
+    int32_t *idx = malloc(((size_t)t->n_added + 1) * sizeof *idx);
+    if (!idx) return 0;
+    int n = 0;
+    size_t total = 1; /* nodes: at most one per byte, plus the root */
     for (int i = 0; i < t->n_added; i++)
-        if (t->added[i].normalized == normalized) m->idx[m->n++] = i;
+        if (t->added[i].normalized == normalized) idx[n++] = i, total += t->added[i].len;
+    if (!n || total > INT32_MAX) {
+        free(idx);
+        return !n;
+    }
     sort_ctx.added = t->added;
     sort_ctx.arena = t->arena;
-    qsort(m->idx, (size_t)m->n, sizeof *m->idx, cmp_added);
-    int j = 0;
-    for (int b = 0; b < 256; b++) {
-        m->first[b] = j;
-        while (j < m->n && (unsigned char)t->arena[t->added[m->idx[j]].off] == b)
-            j++;
+    qsort(idx, (size_t)n, sizeof *idx, cmp_added_rev);
+
+    /* The trie of the reversed tokens, children as sibling lists. In this
+     * order a new child always comes after its siblings, and a child that
+     * is already there is the last one. */
+    int32_t *first = malloc(total * sizeof *first), *last = malloc(total * sizeof *last);
+    int32_t *next = malloc(total * sizeof *next), *term = malloc(total * sizeof *term);
+    int32_t *order = malloc(total * sizeof *order);
+    unsigned char *by = malloc(total);
+    m->child = malloc((total + 1) * sizeof *m->child);
+    m->byte = malloc(total);
+    m->fail = malloc(total * sizeof *m->fail);
+    m->out = malloc(total * sizeof *m->out);
+    int ok =
+        first && last && next && term && order && by && m->child && m->byte && m->fail && m->out;
+    int32_t nn = 1;
+    if (ok) {
+        first[0] = last[0] = term[0] = -1;
+        for (int k = 0; k < n; k++) {
+            const added_tok *a = &t->added[idx[k]];
+            const unsigned char *s = (const unsigned char *)t->arena + a->off;
+            int32_t v = 0;
+            for (size_t d = a->len; d-- > 0;) {
+                int32_t u = last[v];
+                if (u < 0 || by[u] != s[d]) {
+                    u = nn++;
+                    by[u] = s[d];
+                    first[u] = last[u] = next[u] = term[u] = -1;
+                    if (last[v] < 0)
+                        first[v] = u;
+                    else
+                        next[last[v]] = u;
+                    last[v] = u;
+                }
+                v = u;
+            }
+            term[v] = idx[k];
+        }
+        /* breadth-first numbering: a node's children become one sorted run */
+        int32_t head = 0, tail = 1;
+        order[0] = 0;
+        m->out[0] = -1;
+        for (; head < tail; head++) {
+            m->child[head] = tail;
+            for (int32_t u = first[order[head]]; u >= 0; u = next[u]) {
+                order[tail] = u;
+                m->byte[tail] = by[u];
+                m->out[tail] = term[u];
+                tail++;
+            }
+        }
+        m->child[nn] = nn;
+        /* failure links in that order (a node's suffix is shallower, so
+         * done before it); out: the node's own token, else its suffix's */
+        m->fail[0] = 0;
+        for (int32_t v = 0; v < nn; v++)
+            for (int32_t u = m->child[v]; u < m->child[v + 1]; u++) {
+                int32_t f = 0;
+                if (v) {
+                    int32_t g;
+                    f = m->fail[v];
+                    while ((g = ac_child(m, f, m->byte[u])) < 0 && f)
+                        f = m->fail[f];
+                    f = g >= 0 ? g : 0;
+                }
+                m->fail[u] = f;
+                if (m->out[u] < 0) m->out[u] = m->out[f];
+            }
+        m->n_nodes = nn;
     }
-    m->first[256] = m->n;
-    return 1;
+    free(first);
+    free(last);
+    free(next);
+    free(term);
+    free(order);
+    free(by);
+    free(idx);
+    return ok;
 }
 
 static drt_status parse_normalizer(ctx *c, const cJSON *n) {
@@ -1011,8 +1109,13 @@ void drt_tokenizer_free(drt_tokenizer *t) {
     free(t->merges.slots);
     free(t->ids);
     free(t->added);
-    free(t->m_raw.idx);
-    free(t->m_norm.idx);
+    matcher *ms[2] = {&t->m_raw, &t->m_norm};
+    for (int i = 0; i < 2; i++) {
+        free(ms[i]->child);
+        free(ms[i]->byte);
+        free(ms[i]->fail);
+        free(ms[i]->out);
+    }
     pcre2_code_free(t->word_re);
     for (int i = 0; i < t->n_splits; i++)
         pcre2_code_free(t->splits[i].re);
@@ -1040,14 +1143,9 @@ drt_status drt_tokenizer_load_json(const char *json, size_t len, const char *nam
                              "%s: not valid UTF-8 (byte %zu of %zu is 0x%02X); expected a UTF-8 "
                              "JSON file",
                              name, bad_at, len, (unsigned char)json[bad_at]);
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        if (at && at >= json && at <= json + len)
-            return drt_set_error(DRT_ERR_FORMAT, "%s: not valid JSON (error near byte %zu)", name,
-                                 (size_t)(at - json));
-        return drt_set_error(DRT_ERR_FORMAT, "%s: not valid JSON", name);
-    }
+    cJSON *root = NULL;
+    drt_status pst = drt_json_parse(json, len, name, NULL, &root);
+    if (pst != DRT_OK) return pst;
     drt_tokenizer *t = calloc(1, sizeof *t);
     if (!t) {
         cJSON_Delete(root);
@@ -1205,6 +1303,8 @@ typedef struct {
     pcre2_match_data *md;
     drt_status err;
     size_t max_out; /* the caller's limit on ids; 0: none */
+    int32_t *best[2]; /* longest_from of the added-token passes 1 and 2 */
+    size_t best_cap[2];
 } enc;
 
 /* 0 (message set) once the output holds more ids than the caller allows:
@@ -1333,37 +1433,33 @@ static int bpe_word(enc *e, const unsigned char *w, size_t n) {
     return 1;
 }
 
-typedef struct {
-    size_t start, end;
-    int match;
-} piece;
-typedef struct {
-    piece *v;
-    size_t n, cap;
-} pvec;
-
-static int pvec_push(pvec *a, size_t s, size_t e, int match) {
-    if (a->n == a->cap) {
-        size_t nc = a->cap ? a->cap * 2 : 32;
-        piece *nv = realloc(a->v, nc * sizeof *nv);
-        if (!nv) return 0;
-        a->v = nv;
-        a->cap = nc;
-    }
-    a->v[a->n++] = (piece){s, e, match};
-    return 1;
+/* pcre2_match calls regex_pieces made on this thread (tests bound it: an
+ * encode over the caller's limit stops after about `limit` pieces). */
+static _Thread_local size_t regex_calls;
+size_t drt_tokenizer_regex_calls(void); /* for tests; not in the public header */
+size_t drt_tokenizer_regex_calls(void) {
+    return regex_calls;
 }
 
+/* Takes one piece s[start..end) of a regex_pieces text, match or gap;
+ * returns 0 (e->err set) to stop. */
+typedef int (*piece_fn)(enc *e, void *arg, size_t start, size_t end, int match);
+
 /* Pattern::find_matches for a regex over s[0..n): matches and the gaps
- * between them, in order, offsets added to `base`. An empty match only marks
- * a boundary. Returns 0 and sets e->err on failure. */
-static int regex_pieces(enc *e, const pcre2_code *re, const char *s, size_t n, size_t base,
-                        pvec *out) {
+ * between them, in order, each handed to `fn` as soon as it is found. An
+ * empty match only marks a boundary. So the pieces go down the steps one
+ * at a time, and a text over the caller's limit stops the regex there,
+ * wherever the tokens come from: splitting the whole text first ran a
+ * `\p{L}*!|.` Split (quadratic in a word's length) over all of a 100 KB
+ * prompt for a context of 64. Returns 0 and sets e->err on failure. */
+static int regex_pieces(enc *e, const pcre2_code *re, const char *s, size_t n, piece_fn fn,
+                        void *arg) {
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     if (!md) return e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory"), 0;
     size_t prev = 0, off = 0;
     int ok = 1;
-    while (off <= n) {
+    while (ok && off <= n) {
+        regex_calls++;
         int rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, md, NULL);
         /* JIT code backtracks on a machine stack of fixed size (32 KiB by
          * default): a word of a few thousand letters overflows it. The
@@ -1383,8 +1479,8 @@ static int regex_pieces(enc *e, const pcre2_code *re, const char *s, size_t n, s
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t ms = ov[0], me = ov[1];
-        if (ms > prev && !pvec_push(out, base + prev, base + ms, 0)) goto oom;
-        if (me > ms && !pvec_push(out, base + ms, base + me, 1)) goto oom;
+        if (ms > prev) ok = fn(e, arg, prev, ms, 0);
+        if (ok && me > ms) ok = fn(e, arg, ms, me, 1);
         prev = me;
         if (me > ms) {
             off = me;
@@ -1395,13 +1491,19 @@ static int regex_pieces(enc *e, const pcre2_code *re, const char *s, size_t n, s
             off = ms + (size_t)k;
         }
     }
-    if (ok && prev < n && !pvec_push(out, base + prev, base + n, 0)) goto oom;
+    if (ok && prev < n) ok = fn(e, arg, prev, n, 0);
     pcre2_match_data_free(md);
     return ok;
-oom:
-    pcre2_match_data_free(md);
-    e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
-    return 0;
+}
+
+/* BPE of one part of a ByteLevel piece (arg: the piece), then the limit. */
+static int bpe_piece(enc *e, void *arg, size_t start, size_t end, int match) {
+    (void)match;
+    if (!bpe_word(e, (const unsigned char *)arg + start, end - start)) {
+        e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
+        return 0;
+    }
+    return within(e);
 }
 
 /* The ByteLevel step on one piece: optional prefix space, the GPT-2 regex,
@@ -1416,60 +1518,39 @@ static int bytelevel_piece(enc *e, const char *s, size_t n) {
         memcpy(own + 1, s, n);
         s = own, n = n + 1;
     }
-    int ok = 1;
-    if (!t->bl_re) {
-        ok = bpe_word(e, (const unsigned char *)s, n);
-        if (!ok) e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
-        if (ok) ok = within(e);
-    } else {
-        pvec pv = {0};
-        ok = regex_pieces(e, t->bl_re, s, n, 0, &pv);
-        for (size_t i = 0; ok && i < pv.n; i++) {
-            ok = bpe_word(e, (const unsigned char *)s + pv.v[i].start, pv.v[i].end - pv.v[i].start);
-            if (!ok) e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
-            if (ok) ok = within(e);
-        }
-        free(pv.v);
-    }
+    int ok = t->bl_re ? regex_pieces(e, t->bl_re, s, n, bpe_piece, (void *)s)
+                      : bpe_piece(e, (void *)s, 0, n, 0);
     free(own);
     return ok;
 }
 
+static int split_from(enc *e, int k, const char *s, size_t n);
+
+typedef struct {
+    const char *s;
+    int k;
+} split_arg;
+
+/* A piece of Split step k: dropped when "Removed" takes it, else on to the
+ * next step. */
+static int split_piece(enc *e, void *arg, size_t start, size_t end, int match) {
+    const split_arg *a = arg;
+    const split_step *sp = &e->t->splits[a->k];
+    if (sp->behavior == SPLIT_REMOVED && match != sp->invert) return 1;
+    return split_from(e, a->k + 1, a->s + start, end - start);
+}
+
+/* Split steps k.. and then ByteLevel on s[0..n) (never empty: regex_pieces
+ * makes no empty piece), depth first. */
+static int split_from(enc *e, int k, const char *s, size_t n) {
+    if (k == e->t->n_splits) return bytelevel_piece(e, s, n);
+    split_arg a = {s, k};
+    return regex_pieces(e, e->t->splits[k].re, s, n, split_piece, &a);
+}
+
 /* Pre-tokenizes and BPE-encodes text[0..n) (no added tokens in it). */
 static int encode_plain(enc *e, const char *text, size_t n) {
-    const drt_tokenizer *t = e->t;
-    if (!n) return 1;
-    pvec cur = {0}, next = {0};
-    if (!pvec_push(&cur, 0, n, 0)) {
-        e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
-        return 0;
-    }
-    int ok = 1;
-    for (int k = 0; ok && k < t->n_splits; k++) {
-        const split_step *sp = &t->splits[k];
-        next.n = 0;
-        for (size_t i = 0; ok && i < cur.n; i++) {
-            size_t before = next.n;
-            ok = regex_pieces(e, sp->re, text + cur.v[i].start, cur.v[i].end - cur.v[i].start,
-                              cur.v[i].start, &next);
-            if (!ok) break;
-            if (sp->behavior == SPLIT_REMOVED) { /* drop what (after invert) matched */
-                size_t w = before;
-                for (size_t j = before; j < next.n; j++)
-                    if (next.v[j].match == sp->invert) next.v[w++] = next.v[j];
-                next.n = w;
-            }
-        }
-        pvec tmp = cur;
-        cur = next;
-        next = tmp;
-    }
-    for (size_t i = 0; ok && i < cur.n; i++)
-        if (cur.v[i].end > cur.v[i].start)
-            ok = bytelevel_piece(e, text + cur.v[i].start, cur.v[i].end - cur.v[i].start);
-    free(cur.v);
-    free(next.v);
-    return ok;
+    return n ? split_from(e, 0, text, n) : 1;
 }
 
 static int is_word_at(const drt_tokenizer *t, const char *s, size_t n, size_t at) {
@@ -1484,65 +1565,29 @@ static int is_word_at(const drt_tokenizer *t, const char *s, size_t n, size_t at
     return rc >= 0;
 }
 
-/* Narrowing steps find_added took on this thread (tests bound it: at most
- * one per byte matched plus one per position, however many tokens there are). */
+/* Automaton steps longest_from took on this thread (tests bound it: at
+ * most two per byte, however many and however long the tokens are). */
 static _Thread_local size_t added_steps;
 size_t drt_tokenizer_added_steps(void); /* for tests; not in the public header */
 size_t drt_tokenizer_added_steps(void) { return added_steps; }
 
-/* Byte d of added token idx[j] of m. */
-static unsigned char tok_byte(const drt_tokenizer *t, const matcher *m, int j, size_t d) {
-    return (unsigned char)t->arena[t->added[m->idx[j]].off + d];
-}
-
-/* The longest token of m that starts at s[i], or NULL. [lo, hi) is the run
- * of tokens that share the d bytes s[i..i+d), every one at least d bytes
- * long; the one of exactly d bytes (if any) sorts first, the others are
- * ordered by their byte d, so the next run is found by two binary searches.
- * A position costs O(L log n) for the L bytes matched, where a scan of the
- * tokens with the same first byte cost O(n) (6000 added tokens made a 10 KB
- * prompt take seconds). */
-static const added_tok *longest_at(const drt_tokenizer *t, const matcher *m, const char *s, size_t n,
-                                   size_t i) {
-    unsigned char b0 = (unsigned char)s[i];
-    int lo = m->first[b0], hi = m->first[b0 + 1];
-    const added_tok *best = NULL;
-    for (size_t d = 1; lo < hi; d++) {
-        added_steps++;
-        const added_tok *a = &t->added[m->idx[lo]];
-        if (a->len == d) best = a, lo++;
-        if (lo >= hi || i + d >= n) break;
-        unsigned char c = (unsigned char)s[i + d];
-        int l = lo, h = hi; /* first with byte d >= c */
-        while (l < h) {
-            int mid = l + (h - l) / 2;
-            if (tok_byte(t, m, mid, d) < c) l = mid + 1;
-            else h = mid;
-        }
-        lo = l, h = hi; /* first with byte d > c */
-        while (l < h) {
-            int mid = l + (h - l) / 2;
-            if (tok_byte(t, m, mid, d) <= c) l = mid + 1;
-            else h = mid;
-        }
-        hi = l;
+/* best[i] = the longest token of m that starts at s[i] (into added[]), -1
+ * when none, for every i < n. One pass from the end through the automaton
+ * of the reversed tokens: a byte takes one edge down, and every failure
+ * edge taken goes up, so the pass costs at most 2n steps. A match at each
+ * position tried forward (as before) cost the length of the longest token
+ * that fits there: 6000 added tokens 'a'*k + 'b' made a 10 KB prompt of
+ * 'a's take 2 s. */
+static void longest_from(const matcher *m, const char *s, size_t n, int32_t *best) {
+    int32_t v = 0;
+    for (size_t i = n; i-- > 0;) {
+        unsigned char c = (unsigned char)s[i];
+        int32_t u;
+        while (added_steps++, (u = ac_child(m, v, c)) < 0 && v)
+            v = m->fail[v];
+        v = u >= 0 ? u : 0;
+        best[i] = m->out[v];
     }
-    return best;
-}
-
-/* Leftmost-longest match of any token of m in s[from..n). */
-static int find_added(const drt_tokenizer *t, const matcher *m, const char *s, size_t n,
-                      size_t from, size_t *ms, const added_tok **tok) {
-    if (!m->n) return 0;
-    for (size_t i = from; i < n; i++) {
-        const added_tok *a = longest_at(t, m, s, n, i);
-        if (a) {
-            *ms = i;
-            *tok = a;
-            return 1;
-        }
-    }
-    return 0;
 }
 
 /* AddedVocabulary::find_matches over s[0..n) with the tokens of m; gaps are
@@ -1550,19 +1595,48 @@ static int find_added(const drt_tokenizer *t, const matcher *m, const char *s, s
 static int encode_added(enc *e, const char *s, size_t n, int pass) {
     const drt_tokenizer *t = e->t;
     const matcher *m = pass == 1 ? &t->m_raw : &t->m_norm;
-    size_t start_offset = 0, pos = 0, ms;
-    const added_tok *a;
-    while (pos < n && find_added(t, m, s, n, pos, &ms, &a)) {
-        size_t start = ms, stop = ms + a->len;
+    int32_t *best = NULL;
+    if (m->n_nodes && n) { /* pass 1's array is in use while pass 2 runs */
+        int32_t **buf = &e->best[pass - 1];
+        size_t *cap = &e->best_cap[pass - 1];
+        if (n > *cap) {
+            free(*buf);
+            *cap = 0;
+            if (!(*buf = malloc(n * sizeof **buf))) {
+                e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
+                return 0;
+            }
+            *cap = n;
+        }
+        best = *buf;
+        longest_from(m, s, n, best);
+    }
+    /* leftmost-longest, as the aho-corasick crate's LeftmostLongest that HF
+     * uses: the first position where a token starts, the longest one there */
+    size_t start_offset = 0, pos = 0;
+    size_t ws_from = 1, ws_to = 0; /* s[ws_from..ws_to) is whitespace up to a non-space or n */
+    while (best) {
+        while (pos < n && best[pos] < 0)
+            pos++;
+        if (pos >= n) break;
+        const added_tok *a = &t->added[best[pos]];
+        size_t start = pos, stop = pos + a->len;
         pos = stop; /* the matcher resumes after the match, whatever is done with it */
         if (a->single_word) {
             int start_space = start == 0 || !is_word_at(t, s, n, utf8_prev(s, start));
             int stop_space = stop == n || !is_word_at(t, s, n, stop);
             if (!start_space || !stop_space) continue;
         }
+        /* The strips look at each byte once: lstrip stops at start_offset
+         * (what lies before it is not taken anyway), and rstrip skips the
+         * run of whitespace it already walked (matches move forward, so a
+         * match ending inside that run gets the same end). Scanning the
+         * whole run at every match cost text x text for a whitespace token
+         * on a text of spaces. */
         if (a->lstrip) { /* start of the whitespace run that ends at start */
             size_t ns = start;
-            while (ns > 0) {
+            while (ns > start_offset) {
+                added_steps++;
                 size_t p = utf8_prev(s, ns);
                 int k;
                 if (!is_white_space(utf8_decode((const unsigned char *)s + p, &k))) break;
@@ -1570,12 +1644,17 @@ static int encode_added(enc *e, const char *s, size_t n, int pass) {
             }
             start = ns > start_offset ? ns : start_offset;
         }
-        if (a->rstrip) {
+        if (a->rstrip && stop >= ws_from && stop <= ws_to) {
+            stop = ws_to;
+        } else if (a->rstrip) {
+            ws_from = stop;
             while (stop < n) {
+                added_steps++;
                 int k;
                 if (!is_white_space(utf8_decode((const unsigned char *)s + stop, &k))) break;
                 stop += (size_t)k;
             }
+            ws_to = stop;
         }
         if (start > start_offset) {
             int ok = pass == 1 ? encode_added(e, s + start_offset, start - start_offset, 2)
@@ -1643,6 +1722,8 @@ drt_status drt_tokenizer_encode_max(const drt_tokenizer *t, const char *text, si
     free(e.sym);
     free(e.heap);
     free(e.tmp.p);
+    free(e.best[0]);
+    free(e.best[1]);
     if (!ok) {
         free(e.out.v);
         return e.err ? e.err : DRT_ERR_OOM;

@@ -239,7 +239,7 @@ static void help_lists_options(void) {
                     "--warmup -h,_--help"},
         {"bench", "--model --backend -p -n -r --device --threads --set --peak-gbps --peak-gflops --json --csv --md "
                   "-h,_--help"},
-        {"report", "--out -h,_--help"},
+        {"report", "--out --force -h,_--help"},
         {"quantize", "--model --type --out --force -h,_--help"},
         {"analyze", "--model --samples --depths --seed --ctx --json --set -h,_--help"},
         {"info", "--model --backend --set -h,_--help"},

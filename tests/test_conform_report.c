@@ -9,7 +9,10 @@
  *   - a backend that leaves a NaN in ADD's output and refuses ROPE, run
  *     in-process: the NaN is "fail" with nmse null and nonfinite true (never
  *     a string), ROPE is "unsupported" (a JUnit <skipped>), and once the
- *     backend is required ROPE fails and summary.required_missing names it. */
+ *     backend is required ROPE fails and summary.required_missing names it;
+ *   - model folders with an ESC sequence, invalid UTF-8, a C1 control or a
+ *     bidirectional override in their names are shown escaped in the text
+ *     output (table, failures, skipped folders). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -450,9 +453,85 @@ static void broken_backend(int required) {
     free(doc);
 }
 
+/* ---- folder names on the terminal ---------------------------------------------------------- */
+
+/* Offset of the first byte of s that could act on a terminal (a C0 control
+ * but newline, DEL, a C1 control U+0080..U+009F, a bidirectional override,
+ * a byte that is not UTF-8), or -1. */
+static long raw_control_at(const char *s) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; u[i];) {
+        unsigned c = u[i];
+        size_t len = c < 0x80                 ? 1
+                     : c >= 0xc2 && c <= 0xdf ? 2
+                     : c >= 0xe0 && c <= 0xef ? 3
+                     : c >= 0xf0 && c <= 0xf4 ? 4
+                                              : 0;
+        if ((c < 0x20 && c != '\n') || c == 0x7f || len == 0 ||
+            (c == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f) ||
+            (c == 0xe2 && u[i + 1] == 0x80 && u[i + 2] >= 0xaa && u[i + 2] <= 0xae))
+            return (long)i;
+        for (size_t j = 1; j < len; j++)
+            if ((u[i + j] & 0xc0) != 0x80) return (long)i;
+        i += len;
+    }
+    return -1;
+}
+
+/* Model folders named with an ESC sequence, a byte that is not UTF-8, a C1
+ * CSI and a bidirectional override, as a model that runs, one that does not
+ * load and a folder that is no model: conform's text output (the table, the
+ * failures, the skipped folders) shows each name escaped as the messages
+ * escape file strings (drt_printable), never raw. */
+static void hostile_folder_names(void) {
+    static const struct {
+        const char *raw, *shown;
+    } names[] = {
+        {"esc\x1b[2Jx", "esc\\x1b[2Jx"},
+        {"bad\xff\xfeutf8", "bad\\xff\\xfeutf8"},
+        {"c1\xc2\x9bx", "c1\\u009bx"},
+        {"bidi\xe2\x80\xaex", "bidi\\u202ex"},
+    };
+    static const char *kinds[] = {"ok-", "broken-", "nomodel-"};
+    char root[1024], dir[1200], cmd[4096], out[1 << 16];
+    snprintf(root, sizeof root, "%s/conform_names", DRT_TMP_DIR);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s'", root, root);
+    DRT_CHECK(system(cmd) == 0, "cannot make %s", root);
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        for (int k = 0; k < 3; k++) {
+            snprintf(dir, sizeof dir, "%s/%s%s", root, kinds[k], names[i].raw);
+            if (k < 2)
+                snprintf(cmd, sizeof cmd, "cp -r '%s/hf_llama_gqa' '%s'", DRT_FIXTURES_DIR, dir);
+            else
+                snprintf(cmd, sizeof cmd, "mkdir '%s'", dir);
+            DRT_CHECK(system(cmd) == 0, "cannot make %s", dir);
+            if (k == 1) { /* loads no further than its config */
+                snprintf(cmd, sizeof cmd, "%s/config.json", dir);
+                FILE *f = fopen(cmd, "w");
+                if (f) fputs("{\"model_type\": \"llama\"}\n", f), fclose(f);
+            }
+        }
+    snprintf(cmd, sizeof cmd, "'%s' conform --op ADD --backend cpu --models '%s' 2>&1",
+             DRT_CLI_PATH, root);
+    int rc = run(cmd, out, sizeof out);
+    DRT_CHECK(rc == 1,
+              "conform over hostile folder names: exit %d (want 1: the broken models fail):\n%s",
+              rc, out);
+    long raw = raw_control_at(out);
+    DRT_CHECK(raw < 0, "conform's output holds the raw byte 0x%02x at %ld:\n%.*s",
+              raw < 0 ? 0 : (unsigned char)out[raw], raw, raw < 0 ? 0 : (int)raw + 40, out);
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        for (int k = 0; k < 3; k++) {
+            char want[256];
+            snprintf(want, sizeof want, "%s%s", kinds[k], names[i].shown);
+            DRT_CHECK(strstr(out, want) != NULL, "conform's output does not show %s escaped", want);
+        }
+}
+
 int main(void) {
     xml_check_catches();
     cli_reports();
+    hostile_folder_names();
     DRT_CHECK(drt_registry_add(&BROKEN) == DRT_OK, "register nan-add");
     broken_backend(0);
     broken_backend(1);

@@ -182,6 +182,58 @@ static void run_load_case(const load_case *c) {
     drt_model_free(m);
 }
 
+/* config.json read as strictly as transformers reads it (json.loads of the
+ * text decoded as utf-8): cJSON alone took a second value after the first,
+ * skipped a BOM and took any control byte as blank. Each case is the base
+ * config with text put before it, after its opening brace, or after it. */
+static void config_json_strict(void) {
+    static const struct {
+        const char *name, *before, *inside, *after;
+        drt_status want;
+        const char *says;
+    } cases[] = {
+        {"config_trailing_data", "", "", "\n{\"num_hidden_layers\": 4}\n", DRT_ERR_FORMAT,
+         "config.json: not valid JSON: text after the value at byte"},
+        {"config_trailing_blank", "", "", " \r\n\t\n", DRT_OK, NULL},
+        {"config_bom", "\xEF\xBB\xBF", "", "", DRT_ERR_FORMAT,
+         "config.json: starts with a UTF-8 byte order mark (EF BB BF)"},
+        {"config_control_blank", "", "\x0b", "", DRT_ERR_FORMAT,
+         "config.json: not valid JSON: control byte 0x0B at byte 1"},
+        {"config_control_in_string", "", "\"x\": \"a\x1b[2J\",", "", DRT_ERR_FORMAT,
+         "config.json: not valid JSON: control byte 0x1B at byte 8"},
+    };
+    size_t bl;
+    char *base = read_all(BASE "/config.json", &bl);
+    if (!base || base[0] != '{') {
+        DRT_CHECK(0, "test bug: the base config does not start with '{'");
+        free(base);
+        return;
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        size_t b = strlen(cases[i].before), n = strlen(cases[i].inside), a = strlen(cases[i].after);
+        char *cfg = malloc(b + bl + n + a + 1);
+        memcpy(cfg, cases[i].before, b);
+        cfg[b] = '{';
+        memcpy(cfg + b + 1, cases[i].inside, n);
+        memcpy(cfg + b + 1 + n, base + 1, bl - 1);
+        memcpy(cfg + b + bl + n, cases[i].after, a + 1);
+        char dir[1024];
+        make_dir(dir, sizeof dir, cases[i].name, cfg, 1, NULL, NULL);
+        free(cfg);
+        drt_model *m = NULL;
+        drt_status s = drt_model_load(dir, &m);
+        const char *msg = drt_last_error();
+        printf("%-20s -> %s: %s\n", cases[i].name, drt_status_str(s),
+               s == DRT_OK ? "(loaded)" : msg);
+        DRT_CHECK(s == cases[i].want && (!cases[i].says || strstr(msg, cases[i].says)),
+                  "case %s: %s: \"%s\", expected %s saying \"%s\"", cases[i].name,
+                  drt_status_str(s), s == DRT_OK ? "(loaded)" : msg, drt_status_str(cases[i].want),
+                  cases[i].says ? cases[i].says : "");
+        drt_model_free(m);
+    }
+    free(base);
+}
+
 /* A model directory ~3000 bytes deep: the whole path is in the message,
  * never cut (messages were formatted into 600- and 1024-byte buffers). */
 static void long_path(void) {
@@ -284,6 +336,7 @@ out:
 
 int main(void) {
     for (size_t i = 0; i < sizeof LOAD_CASES / sizeof LOAD_CASES[0]; i++) run_load_case(&LOAD_CASES[i]);
+    config_json_strict();
     diffllama_odd_kv();
     long_path();
     forward_errors();

@@ -123,6 +123,16 @@ static void check_compare(void) {
     int rc = drt_niah_compare(DRT_FIXTURES_DIR "/hf_llama_gqa/config.json", none, 1, 1, 7, 0.9, stdout);
     DRT_CHECK(rc == 2 && strstr(drt_last_error(), "not a niah result"), "a config.json compared: rc %d, %s", rc,
               drt_last_error());
+    /* a second value after the result (cJSON_Parse stopped after the first) */
+    f = fopen(path, "w");
+    if (f) {
+        fputs("{\"summary\": {\"needles\": 1, \"queries\": 1, \"seed\": 7}, \"samples\": []}\n{}",
+              f);
+        fclose(f);
+    }
+    rc = drt_niah_compare(path, none, 1, 1, 7, 0.9, stdout);
+    DRT_CHECK(rc == 2 && strstr(drt_last_error(), "test_niah_compare.json: not valid JSON"),
+              "a result with text after it: rc %d, %s", rc, drt_last_error());
     rc = drt_niah_compare(DRT_TMP_DIR "/no_such_file.json", none, 1, 1, 7, 0.9, stdout);
     DRT_CHECK(rc == 2 && strstr(drt_last_error(), "no_such_file.json: cannot read"), "a missing file: rc %d, %s", rc,
               drt_last_error());

@@ -9,6 +9,8 @@
 #     a symlinked --out, or symlinks in it, are never written through; a
 #     failure during the run (a non-finite weight, a full disk, a kill) leaves
 #     the previous output byte-identical and nothing loadable half written;
+#     the next run removes the temps killed runs left, and nothing else (not
+#     a near name, a file, a symlink, a newer or a locked temp);
 #   - conform --models on the quantized directories: every required backend
 #     computes what the reference computes on the same blocks;
 #   - retrieval: q8_0 answers like PyTorch's f16 model (niah_python.json) on
@@ -190,7 +192,30 @@ same_tree "killed mid-write, the previous output" "$X/real" "$sig"
 "$CLI" info --model "$X/real" | grep >/dev/null -E "weight dtype +q8_0" && cmp -s "$X/real/model.safetensors" \
   "$X/real-copy/model.safetensors" && pass "killed mid-write: the previous output loads" ||
   fail "killed mid-write: the previous output does not load"
-rm -rf "$X"/.real.tmp.*
+# (4) the next run for that target removes what killed runs left, and only
+# that: the exact name of a temp of this target, a directory (not through a
+# symlink), changed before the run began, not locked by a live run
+killed=${l% }
+mkdir "$X/.real.tmp.Ab12Cd" && echo x >"$X/.real.tmp.Ab12Cd/model.safetensors" # stale, as a kill leaves it
+mkdir "$X/.real.tmp.abc12" "$X/.real.tmp.abc1234" "$X/.real.tmp.ab-12c" "$X/.realx.tmp.abc123" \
+  "$X/.real.old.abc123" "$X/real.tmp.abc123" "$X/.real.tmp.locked" "$X/.real.tmp.future" "$X/victim-dir"
+echo keep >"$X/victim-dir/keep.txt"
+echo file >"$X/.real.tmp.file12"                  # a file, not a directory
+ln -s victim-dir "$X/.real.tmp.link12"            # a symlink to a directory
+touch -d "@$(($(date +%s) + 3600))" "$X/.real.tmp.future" # made after this run began
+flock "$X/.real.tmp.locked" sleep 60 & holder=$!     # a live run's
+for _ in $(seq 50); do flock -n "$X/.real.tmp.locked" true 2>/dev/null || break; sleep 0.1; done
+q "$src" real --force
+kill $holder 2>/dev/null; wait $holder 2>/dev/null
+l=$(leftovers)
+want=".real.old.abc123 .real.tmp.ab-12c .real.tmp.abc12 .real.tmp.abc1234 .real.tmp.file12 .real.tmp.future "
+want+=".real.tmp.link12 .real.tmp.locked .realx.tmp.abc123 "
+got=$(echo "$l" | tr ' ' '\n' | LC_ALL=C sort | tr '\n' ' ' | sed 's/^ //')
+[ $rc -eq 0 ] && [ "$got" = "$want" ] && echo "$msg" | grep >/dev/null "removed .*/$killed, left by a run" &&
+  echo "$msg" | grep >/dev/null "removed .*/.real.tmp.Ab12Cd" && [ -f "$X/victim-dir/keep.txt" ] &&
+  [ -d "$X/real.tmp.abc123" ] && pass "the next run removes the killed runs' temps, nothing else" ||
+  fail "the next run: rc $rc, left [$got], want [$want]: $msg"
+rm -rf "$X"/.real.* "$X/real.tmp.abc123" "$X"/.realx.*
 
 rm -rf "$SCRATCH"
 [ $fails -eq 0 ] && echo "test_quantize: all passed" || echo "test_quantize: $fails failed"

@@ -2,19 +2,27 @@
  *   - many rows (thousands, over several files and two tables): every row is
  *     in its table once, in file order, with its bars; a run given twice
  *     (also an ok run that repeats an error row, and across files) is an
- *     error naming both files. The command is linear in the rows; the
- *     scaling is measured by hand, not timed here (see the commit log);
+ *     error naming both files. That the command is linear in the rows is
+ *     tests/test_report_work.c's (counted, not timed);
  *   - hostile numbers: a measured figure that is negative, infinite (1e999)
  *     or absurd (1e300) is "?" in report.md and leaves no geometry in the
  *     SVGs (no "nan", "inf", negative or wrapped sizes); a number that shapes
  *     a table (layers, dim, params, n_prompt, n_gen) out of range, not whole,
  *     or of the wrong type, and a figure of the wrong type, is a one-line
- *     error (exit 2) naming the file and the field. */
+ *     error (exit 2) naming the file and the field;
+ *   - the output set written whole: a write failing or a kill midway leaves
+ *     the previous report.md and SVGs as they were; other files in --out
+ *     need --force; an input inside --out is refused. */
 #include <ctype.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "drt_test.h"
 
@@ -401,6 +409,10 @@ static void skimmed_backends(void) {
         {"{" TOP ", \"backends\": [" ERR("a") " x " ERR("c") "]}", "not valid JSON"},
         {"{" TOP ", \"backends\": [" ERR("a") ", " ERR("c") "}", "not valid JSON"},
         {"{" TOP ", \"backends\": [" ERR("a") ", " ERR("c") "], \"x\": }", "not valid JSON"},
+        /* one value, as Python's json reads it: nothing after it but blanks */
+        {"{" TOP ", \"backends\": [" ERR("a") ", " ERR("c") "]} x", "not valid JSON"},
+        {"{\"backends\": [" ERR("a") "," ERR("c") "], " TOP "}\n{\"kind\": 1}\n", "not valid JSON"},
+        {"{" TOP ", \"back\\u0065nds\": [" ERR("a") ", " ERR("c") "]}{}", "not valid JSON"},
         {"{" TOP ", \"backends\": [" ERR("a") ", 7]}", "backends[1].backend: missing"},
         {"{" TOP ", \"backends\": {}}", "backends: expected an array"},
     };
@@ -426,9 +438,190 @@ static void skimmed_backends(void) {
     }
 }
 
+/* ---- the output set, written whole ------------------------------------------------- */
+
+/* runs `diffrt ARGS` as run() does, under RLIMIT_FSIZE = fsize bytes: a write
+ * past it fails with EFBIG when ignore_xfsz, else SIGXFSZ kills diffrt.
+ * The exit status, or 128 + the signal. */
+static int run_fsize(const char *args, rlim_t fsize, int ignore_xfsz) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "exec '%s' %s", DRT_CLI_PATH, args);
+    int fd[2];
+    if (pipe(fd) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit rl = {fsize, fsize};
+        setrlimit(RLIMIT_FSIZE, &rl);
+        signal(SIGXFSZ, ignore_xfsz ? SIG_IGN : SIG_DFL);
+        dup2(fd[1], 1);
+        dup2(fd[1], 2);
+        close(fd[0]);
+        close(fd[1]);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t k = 0;
+    ssize_t r;
+    while ((r = read(fd[0], g_out + k, sizeof g_out - 1 - k)) > 0)
+        k += (size_t)r;
+    g_out[k] = 0;
+    close(fd[0]);
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* dir's entries as "name size hash\n" lines, sorted (malloc'd; "" when none) */
+static char *dir_listing(const char *dir) {
+    char *names[256], path[1024];
+    int n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && n < 256 && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) names[n++] = strdup(e->d_name);
+    if (d) closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    char *out = calloc((size_t)n + 1, 320);
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        char *s = drt_test_read_file(path);
+        uint64_t h = 1469598103934665603ull;
+        for (const char *p = s; p && *p; p++)
+            h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        o += (size_t)snprintf(out + o, 320, "%.200s %zu %016llx\n", names[i], s ? strlen(s) : 0,
+                              (unsigned long long)h);
+        free(s);
+        free(names[i]);
+    }
+    return out;
+}
+
+/* entries of DRT_TMP_DIR named ".<base>.tmp.*" (what cli_outdir leaves when killed) */
+static int temps_beside(const char *base) {
+    char pre[256];
+    snprintf(pre, sizeof pre, ".%s.tmp.", base);
+    int n = 0;
+    DIR *d = opendir(DRT_TMP_DIR);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        n += strncmp(e->d_name, pre, strlen(pre)) == 0;
+    if (d) closedir(d);
+    return n;
+}
+
+/* report.md links its charts: the files are one set, replaced whole. A
+ * write that fails midway (EFBIG under RLIMIT_FSIZE, after report.md, on
+ * the larger SVG) or a kill there leaves the previous set exactly as it was
+ * (before: the new report.md with the old charts); a good run replaces the
+ * set, dropping a chart of a table the new report lacks; a folder holding
+ * other files is refused without --force. */
+static void set_written_whole(void) {
+    char A1[512], A2[512], B[512], dir[512], scratch[512], args[4096], path[1024];
+    snprintf(A1, sizeof A1, "%s/report_whole_A1.json", DRT_TMP_DIR);
+    snprintf(A2, sizeof A2, "%s/report_whole_A2.json", DRT_TMP_DIR);
+    snprintf(B, sizeof B, "%s/report_whole_B.json", DRT_TMP_DIR);
+    snprintf(dir, sizeof dir, "%s/report_whole", DRT_TMP_DIR);
+    snprintf(scratch, sizeof scratch, "%s/report_whole_scratch", DRT_TMP_DIR);
+    snprintf(args, sizeof args, "rm -rf '%s' '%s' '%s'/.report_whole.tmp.*", dir, scratch,
+             DRT_TMP_DIR);
+    DRT_CHECK(system(args) == 0, "cannot clear %s", dir);
+    write_bench(A1, "a", 16, 0, 3, 0, NULL, NULL, NULL); /* two tables: pp16, pp32 */
+    write_bench(A2, "a", 32, 0, 3, 0, NULL, NULL, NULL);
+    write_bench(B, "b", 16, 0, 40, 0, NULL, NULL, NULL); /* one table, larger charts */
+    snprintf(args, sizeof args, "report '%s' '%s' --out '%s'", A1, A2, dir);
+    int rc = run(args);
+    DRT_CHECK(rc == 0, "diffrt %s: exit %d:\n%s", args, rc, g_out);
+    char *before = dir_listing(dir);
+    DRT_CHECK(count(before, "\n") == 5, "the first report: 5 files expected:\n%s", before);
+
+    /* B's sizes: the limit lets report.md through and stops the larger SVG */
+    snprintf(args, sizeof args, "report '%s' --out '%s'", B, scratch);
+    rc = run(args);
+    size_t md = 0, svg = 0;
+    const char *names[] = {"report.md", "tokens_per_s-1.svg", "ops-1.svg"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", scratch, names[i]);
+        char *s = drt_test_read_file(path);
+        size_t n = s ? strlen(s) : 0;
+        if (i == 0)
+            md = n;
+        else if (n > svg)
+            svg = n;
+        free(s);
+    }
+    DRT_CHECK(rc == 0 && md > 0 && svg > md + 1024,
+              "test bug: B's report.md (%zu bytes) should be well under its largest SVG (%zu)", md,
+              svg);
+    rlim_t limit = (rlim_t)(md + (svg - md) / 2);
+
+    static const struct {
+        const char *name;
+        int ignore_xfsz; /* 1: the write fails (EFBIG); 0: SIGXFSZ kills diffrt */
+    } cases[] = {{"a write fails", 1}, {"killed by SIGXFSZ", 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(args, sizeof args, "report '%s' --out '%s'", B, dir);
+        rc = run_fsize(args, limit, cases[i].ignore_xfsz);
+        char *after = dir_listing(dir);
+        DRT_CHECK(rc != 0 && strcmp(before, after) == 0,
+                  "%s (files over %llu bytes): exit %d, the previous set should be "
+                  "intact:\nbefore:\n%safter:\n%s%s",
+                  cases[i].name, (unsigned long long)limit, rc, before, after, g_out);
+        if (cases[i].ignore_xfsz)
+            DRT_CHECK(rc == 1 && strstr(g_out, "cannot write") && temps_beside("report_whole") == 0,
+                      "%s: exit %d (want 1), a message, no temporary left beside:\n%s",
+                      cases[i].name, rc, g_out);
+        free(after);
+    }
+    snprintf(args, sizeof args, "rm -rf '%s'/.report_whole.tmp.*", DRT_TMP_DIR);
+    DRT_CHECK(system(args) == 0, "cannot clear the temporaries");
+
+    /* a file that is not the report's: refused (exit 2, nothing changed), then --force */
+    snprintf(path, sizeof path, "%s/notes.txt", dir);
+    FILE *f = fopen(path, "w");
+    if (f) fputs("mine\n", f), fclose(f);
+    char *with_notes = dir_listing(dir);
+    snprintf(args, sizeof args, "report '%s' --out '%s'", B, dir);
+    rc = run(args);
+    char *after = dir_listing(dir);
+    DRT_CHECK(rc == 2 && strstr(g_out, "holds \"notes.txt\"") && strstr(g_out, "--force") &&
+                  strcmp(with_notes, after) == 0,
+              "a folder with notes.txt: exit %d (want 2), unchanged:\n%s", rc, g_out);
+    free(after);
+    snprintf(args, sizeof args, "report '%s' --out '%s' --force", B, dir);
+    rc = run(args);
+    after = dir_listing(dir);
+    DRT_CHECK(rc == 0 && count(after, "\n") == 3 && strstr(after, "report.md ") &&
+                  strstr(after, "tokens_per_s-1.svg ") && strstr(after, "ops-1.svg "),
+              "--force: exit %d, only B's three files expected:\n%s%s", rc, after, g_out);
+    free(after);
+    /* a report's own set is replaced without --force: A's two tables back, B's gone */
+    snprintf(args, sizeof args, "report '%s' '%s' --out '%s'", A1, A2, dir);
+    rc = run(args);
+    after = dir_listing(dir);
+    DRT_CHECK(rc == 0 && strcmp(before, after) == 0, "back to A: exit %d:\n%s%s", rc, after, g_out);
+    free(after);
+    /* an input inside --out would be deleted with it: refused, even with --force */
+    snprintf(path, sizeof path, "%s/in.json", dir);
+    snprintf(args, sizeof args, "cp '%s' '%s'", B, path);
+    DRT_CHECK(system(args) == 0, "cannot copy %s", B);
+    snprintf(args, sizeof args, "report '%s' --out '%s' --force", path, dir);
+    rc = run(args);
+    DRT_CHECK(rc == 2 && strstr(g_out, "holds the input"), "an input inside --out: exit %d:\n%s",
+              rc, g_out);
+    free(with_notes);
+    free(before);
+}
+
 int main(void) {
     many_rows();
     hostile_numbers();
     skimmed_backends();
+    set_written_whole();
     return drt_test_summary("test_report_hostile");
 }

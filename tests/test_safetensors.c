@@ -248,6 +248,12 @@ static const header_case header_cases[] = {
     /* not JSON / not an object */
     {"bad_not_json",      "{\"w\": ", 0, 0, DRT_ERR_FORMAT, {"not valid JSON", NULL}, 0},
     {"bad_trailing_junk", "{} x",     0, 0, DRT_ERR_FORMAT, {"not valid JSON", NULL}, 0},
+    /* as strict as serde_json, which the safetensors library reads with:
+     * a second value, a BOM, a control byte cJSON alone takes as blank */
+    {"bad_trailing_value", "{}{}",    0, 0, DRT_ERR_FORMAT, {"header is not valid JSON: text after the value at byte 2", NULL}, 0},
+    {"bad_bom_header",    "\xEF\xBB\xBF{}", 0, 0, DRT_ERR_FORMAT, {"header starts with a UTF-8 byte order mark", NULL}, 0},
+    {"bad_control_blank", "{\x0c}",   0, 0, DRT_ERR_FORMAT, {"header is not valid JSON: control byte 0x0C at byte 1", NULL}, 0},
+    {"bad_control_in_key", "{\"__metadata__\":{\"a\tb\":\"x\"}}", 0, 0, DRT_ERR_FORMAT, {"control byte 0x09 at byte 19", NULL}, 0},
     {"bad_empty_header",  "",         0, 0, DRT_ERR_FORMAT, {"not valid JSON", NULL}, 0},
     {"bad_nul_in_header", "{}\0  ",   5, 0, DRT_ERR_FORMAT, {"NUL byte", NULL}, 0},
     {"bad_array_root",    "[1, 2]",   0, 0, DRT_ERR_FORMAT, {"not an object", NULL}, 0},
@@ -556,6 +562,10 @@ static void test_paths(void) {
         const char *name, *json, *needle;
     } idx[] = {
         {"index_not_json", "{\"weight_map\": ", "not valid JSON"},
+        /* Python's json (transformers reads the index with it) refuses these */
+        {"index_trailing_data", "{\"weight_map\": {}} {\"weight_map\": {}}",
+         "not valid JSON: text after the value at byte 19"},
+        {"index_bom", "\xEF\xBB\xBF{\"weight_map\": {}}", "starts with a UTF-8 byte order mark"},
         {"index_no_weight_map", "{\"metadata\": {}}", "\"weight_map\""},
         {"index_weight_map_array", "{\"weight_map\": [\"a.safetensors\"]}", "\"weight_map\""},
         {"index_root_array", "[{\"weight_map\": {}}]", "\"weight_map\""},

@@ -606,6 +606,18 @@ static void test_bad_files(void) {
         {"{\"version\"", "[{\"version\"", DRT_ERR_FORMAT, "not valid JSON", NULL},
         {"\"model\":{\"type\"", "\"model\":{\"type\"\"", DRT_ERR_FORMAT, "not valid JSON",
          "near byte"},
+        /* as strict as serde_json (HF) and Python's json: text after the value,
+         * a BOM, a control byte raw in a string or between values */
+        {"\"merges\":[\"a b\"]}}", "\"merges\":[\"a b\"]}} x", DRT_ERR_FORMAT,
+         "not valid JSON: text after the value at byte 578", NULL},
+        {"\"merges\":[\"a b\"]}}", "\"merges\":[\"a b\"]}}{}", DRT_ERR_FORMAT,
+         "text after the value at byte 577", NULL},
+        {"{\"version\"", "\xEF\xBB\xBF{\"version\"", DRT_ERR_FORMAT,
+         "starts with a UTF-8 byte order mark", NULL},
+        {"\"version\":\"1.0\"", "\"version\":\"1\x01.0\"", DRT_ERR_FORMAT,
+         "not valid JSON: control byte 0x01 at byte 13", NULL},
+        {"\"version\":\"1.0\",", "\"version\":\"1.0\",\x0c", DRT_ERR_FORMAT,
+         "control byte 0x0C at byte 17", NULL},
         /* one reading, HF's: a key twice (HF keeps the last vocab entry; cJSON
          * lookups gave the first) or a string cut short by a NUL is refused */
         {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\":5,\"a\":0", DRT_ERR_FORMAT, "duplicate key \"a\"",
@@ -824,9 +836,9 @@ static void ref_split(const drt_tokenizer *plain, const ref_tok *tk, int nt, int
 
 /* 6000 added tokens "<t0>".."<t5999>" (special and not, alternately) and a
  * few that overlap them and each other: encoding equals the plain reference
- * on random text built from their pieces, and the matching work per position
- * is bounded by the longest token, not by the number of tokens (a scan of
- * every token starting with '<' at every '<' made a 10 KB prompt take 3.7 s). */
+ * on random text built from their pieces, and the matching work is linear in
+ * the text, not in the number of tokens (a scan of every token starting with
+ * '<' at every '<' made a 10 KB prompt take 3.7 s). */
 static void test_many_added_tokens(void) {
     enum { N_NUM = 6000 };
     static const char *extra[] = {"<t1", "t1>", "ab", "abc", "bcd", "<", "1>", "c<t2", "<t12>x"};
@@ -888,18 +900,18 @@ static void test_many_added_tokens(void) {
     /* 10 KB of near misses: every '<' starts a run of candidates */
     size_t n = 10000;
     char *text = malloc(n);
-    for (size_t i = 0; i < n; i++) text[i] = "<t599"[i % 5];
-    size_t longest = 0;
-    for (int k = 0; k < nt; k++)
-        if (tk[k].len > longest) longest = tk[k].len;
+    for (size_t i = 0; i < n; i++)
+        text[i] = "<t599"[i % 5];
     size_t before = drt_tokenizer_added_steps();
     int32_t *ids = NULL;
     int k = 0;
     drt_status s = drt_tokenizer_encode(t, text, n, 0, &ids, &k);
     size_t steps = drt_tokenizer_added_steps() - before;
-    DRT_CHECK(s == DRT_OK && steps <= n * (longest + 1),
-              "many added tokens: %zu matching steps for %zu bytes (at most %zu: one per byte matched)", steps,
-              n, n * (longest + 1));
+    /* two passes (special and not), at most two automaton steps per byte each */
+    DRT_CHECK(
+        s == DRT_OK && steps <= 4 * n,
+        "many added tokens: %zu matching steps for %zu bytes (at most %zu: two per byte per pass)",
+        steps, n, 4 * n);
     if (g_verbose) printf("  6009 added tokens, 10 KB: %zu matching steps\n", steps);
     free(ids);
     free(text);
@@ -908,6 +920,214 @@ out:
     drt_tokenizer_free(plain);
     free(json);
     free(tk);
+}
+
+/* bytes256.json with the given added tokens (nt of them, each special or
+ * not: special ones are matched in pass 1, the others in pass 2) */
+static drt_tokenizer *with_added(const char *const *tok, const int *special, int nt) {
+    size_t cap = 64;
+    for (int k = 0; k < nt; k++)
+        cap += strlen(tok[k]) + 64;
+    char *list = malloc(cap);
+    size_t len = (size_t)snprintf(list, cap, "\"added_tokens\":[");
+    for (int k = 0; k < nt; k++)
+        len += (size_t)snprintf(list + len, cap - len,
+                                "%s{\"id\":%d,\"content\":\"%s\",\"special\":%s}", k ? "," : "",
+                                1000 + k, tok[k], special[k] ? "true" : "false");
+    snprintf(list + len, cap - len, "]");
+    size_t jn;
+    char *json = bytes256_with("\"added_tokens\":[]", list, &jn);
+    free(list);
+    drt_tokenizer *t = NULL;
+    if (!json || drt_tokenizer_load_json(json, jn, "added.json", &t) != DRT_OK)
+        DRT_CHECK(0, "added tokens: %s", drt_last_error());
+    free(json);
+    return t;
+}
+
+/* Random token sets over {a, b} (where tokens overlap, nest and share
+ * prefixes and suffixes most) on random texts: the split equals the plain
+ * reference, every position tried with every token. */
+static void test_added_tokens_random(void) {
+    drt_tokenizer *plain = NULL;
+    if (drt_tokenizer_load(TOKDIR "/bytes256.json", &plain) != DRT_OK) {
+        DRT_CHECK(0, "%s", drt_last_error());
+        return;
+    }
+    srand(2525);
+    int bad = 0, rounds = 300;
+    for (int round = 0; round < rounds; round++) {
+        ref_tok tk[12];
+        const char *tok[12];
+        int special[12], nt = 0, want_nt = 1 + rand() % 12;
+        while (nt < want_nt) {
+            ref_tok x = {0};
+            x.len = 1 + (size_t)(rand() % 6);
+            for (size_t i = 0; i < x.len; i++)
+                x.s[i] = "ab"[rand() % 2];
+            int dup = 0;
+            for (int k = 0; k < nt; k++)
+                dup |= strcmp(tk[k].s, x.s) == 0;
+            if (dup) continue;
+            x.special = rand() % 2;
+            tk[nt] = x;
+            nt++;
+        }
+        for (int k = 0; k < nt; k++)
+            tok[k] = tk[k].s, special[k] = tk[k].special;
+        drt_tokenizer *t = with_added(tok, special, nt);
+        if (!t) break;
+        for (int k = 0; k < nt; k++)
+            tk[k].id = drt_tokenizer_token_to_id(t, tk[k].s);
+        for (int r = 0; r < 8; r++) {
+            char text[64];
+            size_t n = (size_t)(rand() % 60);
+            for (size_t i = 0; i < n; i++)
+                text[i] = "aab"[rand() % 3];
+            idbuf want = {0};
+            ref_split(plain, tk, nt, 1, text, n, &want);
+            int32_t *ids = NULL;
+            int k = 0;
+            drt_status s = drt_tokenizer_encode(t, text, n, 0, &ids, &k);
+            int same = s == DRT_OK && k == want.n &&
+                       (k == 0 || memcmp(ids, want.v, (size_t)k * sizeof *ids) == 0);
+            if (!same && bad++ < 3) {
+                char got_s[256], want_s[256];
+                fmt_ids(got_s, sizeof got_s, ids, k);
+                fmt_ids(want_s, sizeof want_s, want.v, want.n);
+                DRT_CHECK(0,
+                          "random added tokens: round %d: text \"%.*s\": ids %s, the reference %s",
+                          round, (int)n, text, got_s, want_s);
+            }
+            free(ids);
+            free(want.v);
+        }
+        drt_tokenizer_free(t);
+    }
+    DRT_CHECK(bad == 0, "random added tokens: %d of %d texts differ from the reference", bad,
+              rounds * 8);
+    drt_tokenizer_free(plain);
+}
+
+/* Added-token matching is linear in the text, whatever the tokens: the
+ * automaton steps stay within two per byte (per pass with tokens). Each
+ * case is also checked for its ids: `lead` bytes of plain 'a' ids, then
+ * the added token `tail` (if any), the longest one at the leftmost place. */
+static void test_added_tokens_linear(void) {
+    enum { K = 2000, N = 10000 };
+    /* 'a'*k + 'b' for k = 1..K, the case that cost text x longest token */
+    char **ab = malloc(K * sizeof *ab);
+    for (int k = 0; k < K; k++) {
+        ab[k] = malloc((size_t)k + 3);
+        memset(ab[k], 'a', (size_t)k + 1);
+        ab[k][k + 1] = 'b';
+        ab[k][k + 2] = 0;
+    }
+    static const struct {
+        const char *name;
+        int special; /* the 'a'*k+'b' tokens matched in pass 1 or pass 2 */
+        int with_a;  /* plus the token "a" */
+        int end_b;   /* the text ends in 'b' */
+        size_t lead; /* plain or "a" ids before the last token */
+        int tail_k;  /* 0: no token at the end, else 'a'*tail_k + 'b' */
+    } cases[] = {
+        {"'a'*k+'b' (pass 2), text of 'a's", 0, 0, 0, N, 0},
+        {"'a'*k+'b' (pass 1), text of 'a's", 1, 0, 0, N, 0},
+        {"'a'*k+'b' and \"a\", text of 'a's", 0, 1, 0, N, 0},
+        {"'a'*k+'b', 'a's then 'b'", 0, 0, 1, N - 1 - K, K},
+        {"'a'*k+'b' and \"a\", 'a's then 'b'", 0, 1, 1, N - 1 - K, K},
+    };
+    char *text = malloc(N);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int nt = K + cases[c].with_a;
+        const char **tok = malloc((size_t)nt * sizeof *tok);
+        int *special = malloc((size_t)nt * sizeof *special);
+        for (int k = 0; k < K; k++)
+            tok[k] = ab[k], special[k] = cases[c].special;
+        if (cases[c].with_a) tok[K] = "a", special[K] = cases[c].special;
+        drt_tokenizer *t = with_added(tok, special, nt);
+        free(tok);
+        free(special);
+        if (!t) continue;
+        memset(text, 'a', N);
+        if (cases[c].end_b) text[N - 1] = 'b';
+        int32_t a_id = drt_tokenizer_token_to_id(t, "a");
+        int32_t tail_id =
+            cases[c].tail_k ? drt_tokenizer_token_to_id(t, ab[cases[c].tail_k - 1]) : -1;
+        size_t before = drt_tokenizer_added_steps();
+        int32_t *ids = NULL;
+        int k = 0;
+        drt_status s = drt_tokenizer_encode(t, text, N, 0, &ids, &k);
+        size_t steps = drt_tokenizer_added_steps() - before;
+        int same = s == DRT_OK && (size_t)k == cases[c].lead + (tail_id >= 0);
+        for (int i = 0; same && i < k; i++)
+            same = ids[i] == ((size_t)i < cases[c].lead ? a_id : tail_id);
+        DRT_CHECK(same, "%s: %s", cases[c].name, s ? drt_last_error() : "other ids");
+        DRT_CHECK(steps <= 2 * (size_t)N,
+                  "%s: %zu matching steps for %d bytes (at most %d: two per byte)", cases[c].name,
+                  steps, N, 2 * N);
+        if (g_verbose) printf("  %s: %zu matching steps for %d bytes\n", cases[c].name, steps, N);
+        free(ids);
+        drt_tokenizer_free(t);
+    }
+    free(text);
+    for (int k = 0; k < K; k++)
+        free(ab[k]);
+    free(ab);
+}
+
+/* An added token that strips whitespace looks at each space once: lstrip
+ * scanned back to the start of the whitespace run and rstrip forward to its
+ * end at every match, so a " " token with either on 10 KB of spaces cost
+ * text x text. The ids are as before (find_matches: each match takes the
+ * whitespace next to it that no earlier match took; "_": the plain use). */
+static void test_strip_linear(void) {
+    enum { N = 10000 };
+    static const struct {
+        const char *token, *flag, *unit; /* the text is unit repeated */
+        int ids_per_unit;                /* all the token's id */
+    } cases[] = {
+        {"_", "lstrip", " _", 1},
+        {" ", "lstrip", " ", 1},
+        {" ", "rstrip", " ", 1},
+        {"_", "rstrip", "_ ", 1},
+    };
+    char *text = malloc(N);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char list[256];
+        snprintf(list, sizeof list,
+                 "\"added_tokens\":[{\"id\":256,\"content\":\"%s\",\"%s\":true}]", cases[c].token,
+                 cases[c].flag);
+        size_t jn;
+        char *json = bytes256_with("\"added_tokens\":[]", list, &jn);
+        drt_tokenizer *t = NULL;
+        drt_status s = json ? drt_tokenizer_load_json(json, jn, "strip.json", &t) : DRT_ERR_IO;
+        free(json);
+        DRT_CHECK(s == DRT_OK, "%s: %s", cases[c].flag, drt_last_error());
+        if (s != DRT_OK) continue;
+        size_t ul = strlen(cases[c].unit);
+        for (size_t i = 0; i < N; i++)
+            text[i] = cases[c].unit[i % ul];
+        int32_t id = drt_tokenizer_token_to_id(t, cases[c].token);
+        size_t before = drt_tokenizer_added_steps();
+        int32_t *ids = NULL;
+        int k = 0;
+        s = drt_tokenizer_encode(t, text, N, 0, &ids, &k);
+        size_t steps = drt_tokenizer_added_steps() - before;
+        int same = s == DRT_OK && (size_t)k == N / ul * (size_t)cases[c].ids_per_unit;
+        for (int i = 0; same && i < k; i++)
+            same = ids[i] == id;
+        DRT_CHECK(same, "\"%s\" %s on \"%s\" x %zu: %d ids: %s", cases[c].token, cases[c].flag,
+                  cases[c].unit, N / ul, k, s ? drt_last_error() : "not all the token");
+        /* two automaton steps and one whitespace step per byte */
+        DRT_CHECK(steps <= 3 * (size_t)N, "\"%s\" %s on %d bytes: %zu steps (at most %d)",
+                  cases[c].token, cases[c].flag, N, steps, 3 * N);
+        if (g_verbose)
+            printf("  \"%s\" %s on %d bytes: %zu steps\n", cases[c].token, cases[c].flag, N, steps);
+        free(ids);
+        drt_tokenizer_free(t);
+    }
+    free(text);
 }
 
 /* A word of 200k letters encodes: a regex whose JIT code backtracks on the
@@ -1049,6 +1269,149 @@ static void test_encode_max(void) {
     free(ids);
     free(text);
     drt_tokenizer_free(t);
+}
+
+size_t drt_tokenizer_regex_calls(void); /* model/tokenizer.c, for tests */
+
+/* s with its first `from` replaced by `to` (s is freed; NULL if not there) */
+static char *replace_once(char *s, size_t *n, const char *from, const char *to) {
+    const char *at = s ? strstr(s, from) : NULL;
+    DRT_CHECK(at != NULL, "test bug: \"%.40s\" not in the tokenizer", from);
+    if (!at) {
+        free(s);
+        return NULL;
+    }
+    size_t pre = (size_t)(at - s), fl = strlen(from), tl = strlen(to);
+    char *o = malloc(*n - fl + tl + 1);
+    memcpy(o, s, pre);
+    memcpy(o + pre, to, tl);
+    memcpy(o + pre + tl, at + fl, *n - pre - fl + 1);
+    *n = *n - fl + tl;
+    free(s);
+    return o;
+}
+
+/* Split steps that drop text, by a String (taken literally) or a Regex
+ * pattern, inverted or not: the text encodes as `want` does without them
+ * (bytes256 has no merges, so only dropped bytes change the ids). A String
+ * pattern did not compile at all (PCRE2_LITERAL refuses PCRE2_UCP). */
+static void test_split_removed(void) {
+    static const struct {
+        const char *pattern, *behavior;
+        int invert;
+        const char *text, *want;
+    } cases[] = {
+        {"{\"String\":\" \"}", "Removed", 0, "ab  cd e ", "abcde"},
+        {"{\"String\":\".\"}", "Removed", 0, "a.b..c", "abc"},
+        {"{\"String\":\"->\"}", "Removed", 0, "a->b-->c>", "ab-c>"},
+        {"{\"String\":\"+\"}", "Isolated", 0, "a+b", "a+b"},
+        {"{\"Regex\":\".\"}", "Removed", 0, "a.b", ""},
+        {"{\"Regex\":\"\\\\p{L}+\"}", "Removed", 1, ", ab, cd!e", "abcde"},
+        {"{\"Regex\":\"\\\\s+\"}", "Removed", 1, "a b\t c", " \t "},
+    };
+    drt_tokenizer *plain = NULL;
+    if (drt_tokenizer_load(TOKDIR "/bytes256.json", &plain) != DRT_OK) {
+        DRT_CHECK(0, "%s", drt_last_error());
+        return;
+    }
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char pre[512];
+        snprintf(pre, sizeof pre,
+                 "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+                 "\"pattern\":%s,\"behavior\":\"%s\",\"invert\":%s},{\"type\":\"ByteLevel\","
+                 "\"add_prefix_space\":false,\"use_regex\":false}]}",
+                 cases[c].pattern, cases[c].behavior, cases[c].invert ? "true" : "false");
+        size_t jn;
+        char *json = bytes256_with(BYTES256_PRE, pre, &jn);
+        drt_tokenizer *t = NULL;
+        drt_status s = json ? drt_tokenizer_load_json(json, jn, "split.json", &t) : DRT_ERR_IO;
+        free(json);
+        DRT_CHECK(s == DRT_OK, "Split %s %s: %s", cases[c].pattern, cases[c].behavior,
+                  drt_last_error());
+        if (s != DRT_OK) continue;
+        int32_t *ids = NULL, *want = NULL;
+        int k = -1, nw = -1;
+        s = drt_tokenizer_encode(t, cases[c].text, strlen(cases[c].text), 0, &ids, &k);
+        drt_tokenizer_encode(plain, cases[c].want, strlen(cases[c].want), 0, &want, &nw);
+        DRT_CHECK(s == DRT_OK && k == nw && memcmp(ids, want, (size_t)k * sizeof *ids) == 0,
+                  "Split %s %s%s: \"%s\" should encode as \"%s\": %s", cases[c].pattern,
+                  cases[c].behavior, cases[c].invert ? " inverted" : "", cases[c].text,
+                  cases[c].want, s ? drt_last_error() : "other ids");
+        free(ids);
+        free(want);
+        drt_tokenizer_free(t);
+    }
+    drt_tokenizer_free(plain);
+}
+
+/* The caller's limit stops pre-tokenizing once it is passed, also where the
+ * early refusal (more bytes than the limit times the longest token) cannot
+ * be made: one very long vocab entry, a Split that removes text, an added
+ * token that strips whitespace. A `\p{L}*!|.` Split (quadratic in a word)
+ * ran over the whole text first: as many regex calls as letters, 6.6 s for
+ * 100 KB with a limit of 64. Now a few per token of the limit. */
+static void test_limit_stops_pretokenizer(void) {
+    static const char quad[] = "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\p{L}*!|.\"},"
+                               "\"behavior\":\"Isolated\",\"invert\":false}";
+    static const char bl[] =
+        "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}";
+    char *long_entry = malloc(5000 + 32);
+    strcpy(long_entry, "\"vocab\":{\"");
+    memset(long_entry + strlen(long_entry), 'x', 5000);
+    strcpy(long_entry + 10 + 5000, "\":256,");
+    static const struct {
+        const char *name;
+        const char *split2;    /* a second Split after quad, or "" */
+        const char *from, *to; /* one more change to bytes256.json, or NULL */
+        int long_vocab;        /* add a vocab entry of 5000 bytes */
+    } cases[] = {
+        {"one vocab entry of 5000 bytes", "", NULL, NULL, 1},
+        {"a Split that removes spaces",
+         ",{\"type\":\"Split\",\"pattern\":{\"Regex\":\" "
+         "\"},\"behavior\":\"Removed\",\"invert\":false}",
+         NULL, NULL, 0},
+        {"an added token with lstrip", "", "\"added_tokens\":[]",
+         "\"added_tokens\":[{\"id\":256,\"content\":\"<x>\",\"lstrip\":true}]", 0},
+        {"an added token with rstrip", "", "\"added_tokens\":[]",
+         "\"added_tokens\":[{\"id\":256,\"content\":\"<x>\",\"rstrip\":true}]", 0},
+    };
+    enum { N = 30000, LIMIT = 64 };
+    char *letters = malloc(N);
+    memset(letters, 'a', N);
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char pre[512];
+        snprintf(pre, sizeof pre,
+                 "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[%s%s,%s]}", quad,
+                 cases[c].split2, bl);
+        size_t jn;
+        char *json = bytes256_with(BYTES256_PRE, pre, &jn);
+        if (json && cases[c].from) json = replace_once(json, &jn, cases[c].from, cases[c].to);
+        if (json && cases[c].long_vocab) json = replace_once(json, &jn, "\"vocab\":{", long_entry);
+        drt_tokenizer *t = NULL;
+        drt_status s = json ? drt_tokenizer_load_json(json, jn, "limit.json", &t) : DRT_ERR_IO;
+        free(json);
+        DRT_CHECK(s == DRT_OK, "%s: %s", cases[c].name, drt_last_error());
+        if (s != DRT_OK) continue;
+        int32_t *ids = NULL;
+        int k = -1;
+        size_t before = drt_tokenizer_regex_calls();
+        s = drt_tokenizer_encode_max(t, letters, N, 0, LIMIT, &ids, &k);
+        size_t calls = drt_tokenizer_regex_calls() - before;
+        DRT_CHECK(s == DRT_ERR_INVALID_ARG && ids == NULL &&
+                      strstr(drt_last_error(), "more than 64 tokens"),
+                  "%s: %d letters over a limit of %d: %s: %s", cases[c].name, N, LIMIT,
+                  drt_status_str(s), drt_last_error());
+        /* a piece takes a match and a last failed search per step */
+        DRT_CHECK(calls <= 4 * (LIMIT + 1),
+                  "%s: %zu regex calls for %d letters over a limit of %d (at most %d)",
+                  cases[c].name, calls, N, LIMIT, 4 * (LIMIT + 1));
+        if (g_verbose)
+            printf("  %s: %zu regex calls, %s\n", cases[c].name, calls, drt_last_error());
+        free(ids);
+        drt_tokenizer_free(t);
+    }
+    free(letters);
+    free(long_entry);
 }
 
 /* ---- cli/text.c --------------------------------------------------------------- */
@@ -1244,8 +1607,13 @@ int main(void) {
     test_bad_files();
     test_cut_character_at_arena_end();
     test_many_added_tokens();
+    test_added_tokens_random();
+    test_added_tokens_linear();
+    test_strip_linear();
     test_long_word();
     test_encode_max();
+    test_limit_stops_pretokenizer();
+    test_split_removed();
     test_cli_text();
     bench("gpt2");
     bench("llama3");

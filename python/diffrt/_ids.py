@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ._lib import ArgumentOverflow
+from ._lib import ArgumentOverflow, InvalidArgument
 
 _I32 = np.iinfo(np.int32)
 
@@ -30,3 +30,22 @@ def as_ids(ids):
     if a.size and a.dtype != np.int32 and (a.min() < _I32.min or a.max() > _I32.max):
         raise ArgumentOverflow("token ids must fit in int32")
     return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def check_vocab(arr, vocab):
+    """arr (int32 ids) when every id is in [0, vocab), else InvalidArgument
+    (a ValueError) naming the first that is not, its position and the
+    vocabulary (as drt_session_forward would)."""
+    bad = np.flatnonzero((arr < 0) | (arr >= vocab))
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidArgument(f"token id {int(arr[i])} (position {i}) is outside the vocabulary [0, {vocab})")
+    return arr
+
+
+def check_id(id, vocab):
+    """id (an int) when it is in [0, vocab), else InvalidArgument (a
+    ValueError) naming it and the vocabulary."""
+    if not 0 <= id < vocab:
+        raise InvalidArgument(f"token id {id} is outside the vocabulary [0, {vocab})")
+    return id

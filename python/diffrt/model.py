@@ -9,8 +9,8 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from . import _lib
-from ._ids import as_ids
-from ._lib import Error, InvalidArgument, Status
+from ._ids import as_ids, check_vocab as _check_vocab
+from ._lib import Error, Status
 from .tokenizer import Tokenizer
 
 # ---- library-wide ----------------------------------------------------------
@@ -267,16 +267,6 @@ class Model(_lib.Handle):
         if not ids:
             raise Error(Status.INVALID_ARG, "the prompt has no tokens: nothing to start from")
         return ids, info.eos_id, None
-
-
-def _check_vocab(arr, vocab):
-    """arr (int32 ids) when every id is in [0, vocab), else InvalidArgument
-    naming the first that is not (as drt_session_forward would)."""
-    bad = np.flatnonzero((arr < 0) | (arr >= vocab))
-    if bad.size:
-        i = int(bad[0])
-        raise InvalidArgument(f"token id {int(arr[i])} (position {i}) is outside the vocabulary [0, {vocab})")
-    return arr
 
 
 def _session_opts(backend, device, ctx, threads, check_finite):
@@ -592,7 +582,10 @@ class Session(_lib.Handle):
             for i in range(n):
                 t = sampler.sample(logits)
                 stop_now = stop and eos is not None and t == eos
-                if stream is not None and not stop_now:
+                # an id of the model's past the tokenizer's vocabulary (a
+                # padded embedding) prints nothing, as in cmd_run: push()
+                # would raise for it
+                if stream is not None and not stop_now and t < tok._vocab:
                     emit(stream.push(t))
                 out.append(t)
                 if stop_now:

@@ -5,7 +5,7 @@ import os
 from ctypes import POINTER, byref, c_int, c_int32, c_size_t, c_void_p
 
 from . import _lib
-from ._ids import as_ids
+from ._ids import as_ids, check_id, check_vocab
 
 
 def _utf8(b):
@@ -34,6 +34,7 @@ class Tokenizer(_lib.Handle):
         h = c_void_p()
         _lib.check(_lib.lib().drt_tokenizer_load(_lib.cpath(path), byref(h)))
         self._h = h
+        self._vocab = _lib.lib().drt_tokenizer_vocab_size(h)  # read-only once loaded
 
     @classmethod
     def from_json(cls, json, name="tokenizer.json"):
@@ -53,6 +54,7 @@ class Tokenizer(_lib.Handle):
             _lib.lib().drt_tokenizer_load_json(json, _lib.size_t(len(json), "len(json)"), cname, byref(h))
         )
         self._h = h
+        self._vocab = _lib.lib().drt_tokenizer_vocab_size(h)
         return self
 
     def __repr__(self):
@@ -84,8 +86,10 @@ class Tokenizer(_lib.Handle):
         return None if v < 0 else v
 
     def id_to_token(self, id):
-        """The token's string as stored in tokenizer.json, or None."""
-        id = _lib.int32(id, "id")
+        """The token's string as stored in tokenizer.json, or None for an id
+        in [0, vocab_size) that names no token; an id outside it raises
+        InvalidArgument (a ValueError)."""
+        id = check_id(_lib.int32(id, "id"), self._vocab)
         with self._shared() as h:
             s = _lib.lib().drt_tokenizer_id_to_token(h, id)  # c_char_p: copied to bytes
         return None if s is None else _utf8(s)
@@ -98,8 +102,9 @@ class Tokenizer(_lib.Handle):
         return None if v < 0 else v
 
     def is_special(self, id):
-        """True when the id is an added token marked special."""
-        id = _lib.int32(id, "id")
+        """True when the id is an added token marked special; an id outside
+        [0, vocab_size) raises InvalidArgument (a ValueError)."""
+        id = check_id(_lib.int32(id, "id"), self._vocab)
         with self._shared() as h:
             return bool(_lib.lib().drt_tokenizer_is_special(h, id))
 
@@ -128,9 +133,11 @@ class Tokenizer(_lib.Handle):
             _lib.free(ctypes.cast(ids, c_void_p))
 
     def decode(self, ids, skip_special=False):
-        """The text of ``ids``; skip_special drops special tokens. Ids that
-        name no token are skipped, as Hugging Face does."""
-        arr = as_ids(ids)
+        """The text of ``ids``; skip_special drops special tokens. An id
+        outside [0, vocab_size) raises InvalidArgument (a ValueError) naming
+        it and its position (Hugging Face skips it silently); one inside that
+        names no token is skipped."""
+        arr = check_vocab(as_ids(ids), self._vocab)
         text = c_void_p()
         n = c_size_t()
         L = _lib.lib()
@@ -168,7 +175,10 @@ class StreamDecoder(_lib.Handle):
         return out
 
     def push(self, id):
-        id = _lib.int32(id, "id")
+        """The text completed by ``id``; an id outside the tokenizer's
+        [0, vocab_size) raises InvalidArgument (a ValueError) and changes
+        nothing."""
+        id = check_id(_lib.int32(id, "id"), self.tokenizer._vocab)
         L = _lib.lib()
         with self.tokenizer._shared() as h:
             _lib.check(L.drt_tokenizer_stream_push(h, byref(self._st), id, int(self.skip_special),

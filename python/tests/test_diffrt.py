@@ -480,7 +480,8 @@ class TestTokenizer(unittest.TestCase):
         self.assertNotEqual(t.encode("x", add_special=False)[:1], [t.bos_id])
         self.assertTrue(t.is_special(t.bos_id))
         self.assertEqual(t.token_to_id(t.id_to_token(t.bos_id)), t.bos_id)
-        self.assertIsNone(t.id_to_token(10**6))
+        with self.assertRaises(ValueError):
+            t.id_to_token(10**6)
         self.assertIsNone(t.token_to_id("no such token \u2603"))
         eos = t.eos_id
         self.assertTrue(eos is None or t.is_special(eos))
@@ -507,7 +508,6 @@ class TestTokenizer(unittest.TestCase):
             "random": [int(x) for x in rng.integers(0, t.vocab_size, 300)],
             "high ids": [int(x) for x in rng.integers(t.vocab_size - 200, t.vocab_size, 200)],
             "with specials": [t.bos_id] + t.encode("a b", add_special=False) + [t.bos_id],
-            "unknown id": [5, 10**6, 6],
             "empty": [],
         }
         for name, ids in seqs.items():
@@ -523,6 +523,35 @@ class TestTokenizer(unittest.TestCase):
         if len(ids) > 1:
             with t.stream() as st:
                 self.assertEqual([st.push(i) for i in ids][-1], "\U0001f642")
+
+    def test_ids_outside_the_vocabulary_raise(self):
+        """An id outside [0, vocab_size) is a ValueError naming it and the
+        vocabulary (decode, id_to_token and push returned "" or None)."""
+        t = self.tok
+        V = t.vocab_size
+        for bad in (V, V + 1, 10**6, -1, -2**31):
+            calls = (
+                ("decode", lambda: t.decode([5, bad, 6])),
+                ("decode int64 array", lambda: t.decode(np.array([bad], dtype=np.int64))),
+                ("id_to_token", lambda: t.id_to_token(bad)),
+                ("is_special", lambda: t.is_special(bad)),
+                ("stream push", lambda: t.stream().push(bad)),
+            )
+            for what, call in calls:
+                with self.subTest(what, id=bad):
+                    with self.assertRaises(ValueError) as cm:
+                        call()
+                    self.assertIsInstance(cm.exception, diffrt.InvalidArgument)
+                    self.assertIn(f"token id {bad}", str(cm.exception))
+                    self.assertIn(f"vocabulary [0, {V})", str(cm.exception))
+        # a refused push leaves the stream as it was
+        ids = t.encode("caf\u00e9 \U0001f642 ok", add_special=False)
+        with t.stream() as st:
+            pieces = [st.push(ids[0])]
+            with self.assertRaises(ValueError):
+                st.push(V)
+            pieces += [st.push(i) for i in ids[1:]] + [st.flush()]
+        self.assertEqual("".join(pieces), t.decode(ids))
 
 
 class TestGenerateMatchesCli(unittest.TestCase):
@@ -695,7 +724,7 @@ class TestArgumentChecks(unittest.TestCase):
 
     def test_bad_arguments_raise_before_c(self):
         m, s, tok = self.m, self.s, self.tok
-        V = m.info.vocab
+        V, VT = m.info.vocab, tok.vocab_size
         stream = tok.stream()
         big = 2**32 + 5  # as a C int: 5
         cases = [
@@ -733,6 +762,9 @@ class TestArgumentChecks(unittest.TestCase):
             ("is_special -2**31-1", lambda: tok.is_special(-2**31 - 1), OverflowError),
             ("token_to_id with NUL", lambda: tok.token_to_id("a\0b"), ValueError),
             ("stream push 2**32+5", lambda: stream.push(big), OverflowError),
+            ("stream push past the vocab", lambda: stream.push(VT), ValueError),
+            ("decode id past the vocab", lambda: tok.decode([1, VT]), ValueError),
+            ("id_to_token -1", lambda: tok.id_to_token(-1), ValueError),
         ]
         try:
             for what, call, exc in cases:
