@@ -259,7 +259,8 @@ static void utf8_names(void) {
     cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(root, "cases")) {
         const char *m = cJSON_GetStringValue(cJSON_GetObjectItem(c, "model"));
-        if (m && strcmp(m, "m\xEF\xBF\xBD\xEF\xBF\xBDx") == 0) model++;
+        const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(c, "kind"));
+        if (m && kind && !strcmp(kind, "model") && strcmp(m, "m\xEF\xBF\xBD\xEF\xBF\xBDx") == 0) model++;
     }
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(root, "models_skipped")) {
         const char *m = cJSON_GetStringValue(cJSON_GetObjectItem(c, "path"));

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _lib
 from ._ids import as_ids, check_vocab as _check_vocab
-from ._lib import Error, Status
+from ._lib import Error, InvalidArgument, Status
 from .tokenizer import Tokenizer
 
 # ---- library-wide ----------------------------------------------------------
