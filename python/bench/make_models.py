@@ -21,6 +21,11 @@ outputs are meaningless.
 --tiny writes DIR/diffllama-tiny and DIR/llama-tiny instead (hidden 64, 2 layers,
 4 heads, ffn 160, vocab 256) to test scripts quickly.
 
+--llama-1b writes DIR/llama-1.1b only: TinyLlama-1.1B's shapes (hidden 2048,
+22 layers, 32 heads / 4 kv heads, ffn 5632, vocab 32000, 2048 positions,
+untied lm_head), 1,100,048,384 parameters, for the batched decode against
+llama.cpp (bench/run_batched.sh).
+
 A model whose directory already holds model.safetensors and config.json is
 skipped. DiffLlama constraint: num_key_value_heads must be even (transformers
 splits V into two halves along kv heads, and pairs head h with head h + H/2).
@@ -36,6 +41,9 @@ SEED = 1234
 SHAPES = {
     "134m": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                  num_key_value_heads=12, head_dim=64, intermediate_size=2048,
+                 vocab_size=32000, max_position_embeddings=2048),
+    "1.1b": dict(hidden_size=2048, num_hidden_layers=22, num_attention_heads=32,
+                 num_key_value_heads=4, head_dim=64, intermediate_size=5632,
                  vocab_size=32000, max_position_embeddings=2048),
     "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=4, head_dim=16, intermediate_size=160,
@@ -73,7 +81,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="directory to write the model folders into")
     ap.add_argument("--tiny", action="store_true", help="tiny shapes, to test scripts")
+    ap.add_argument("--llama-1b", action="store_true", help="only a Llama of TinyLlama-1.1B's shapes")
     args = ap.parse_args()
+    if args.llama_1b:
+        make("llama", "1.1b", os.path.join(args.out, "llama-1.1b"))
+        return
     shape = "tiny" if args.tiny else "134m"
     for kind in ("diffllama", "llama"):
         make(kind, shape, os.path.join(args.out, f"{kind}-{shape}"))
