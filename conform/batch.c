@@ -128,8 +128,9 @@ static const struct {
     {"batch_reuse", "a slot freed and reused by a new 5-token sequence while 2 others decode", case_reuse},
 };
 
-/* the verdict of c's rows into cc */
-static void verdict(const bctx *c, const cf_backend *bk, cf_case *cc) {
+/* the verdict of c's rows into cc; fbn node runs fell back to the reference
+ * (fb: which), which fails a required backend */
+static void verdict(const bctx *c, const cf_backend *bk, int fbn, const char *fb, cf_case *cc) {
     cc->measured = 1;
     cc->nonfinite = c->nonfinite;
     cc->nmse = c->nonfinite ? INFINITY : c->den > 0 ? c->num / c->den : (c->num > 0 ? INFINITY : 0);
@@ -147,12 +148,19 @@ static void verdict(const bctx *c, const cf_backend *bk, cf_case *cc) {
         cc->fail_type = "nmse";
         snprintf(cc->detail, sizeof cc->detail, "%d rows against single-sequence forwards: NMSE %.3e%s", c->rows,
                  cc->nmse, exact ? ", not bit-identical" : "");
+    } else if (fbn > 0) {
+        if (bk->required) {
+            cc->st = CF_FAIL;
+            cc->fail_type = "fallback";
+        }
+        snprintf(cc->detail, sizeof cc->detail, "%d node runs fell back to the CPU reference%s: %.170s", fbn,
+                 bk->required ? " on a required backend" : "", fb);
     }
 }
 
 /* case ci of model m on backend bk into cc */
-static void batch_case_on(drt_model *m, const int32_t *prompt, int n_prompt, const cf_backend *bk, int ci,
-                          cf_case *cc) {
+static void batch_case_on(drt_model *m, const int32_t *prompt, int n_prompt, const cf_backend *bk,
+                          const drt_settings *set, int ci, cf_case *cc) {
     if (!bk->be) {
         cf_not_run(bk, cc);
         return;
@@ -161,7 +169,8 @@ static void batch_case_on(drt_model *m, const int32_t *prompt, int n_prompt, con
     drt_model_get_info(m, &I);
     char dev[16];
     snprintf(dev, sizeof dev, "%d", bk->device);
-    drt_session_opts so = {.backend = bk->name, .device = bk->be->device >= 0 ? dev : "", .max_ctx = B_CTX};
+    drt_session_opts so = {
+        .backend = bk->name, .device = bk->be->device >= 0 ? dev : "", .max_ctx = B_CTX, .settings = set};
     drt_batch_opts bo = {.max_seqs = B_SEQS, .ctx_per_seq = B_CTX, .max_batch_rows = B_ROWS};
     bctx c = {.V = I.vocab, .src = prompt, .n_src = n_prompt};
     c.got = malloc(sizeof(float) * (size_t)B_ROWS * (size_t)I.vocab);
@@ -177,7 +186,9 @@ static void batch_case_on(drt_model *m, const int32_t *prompt, int n_prompt, con
         cc->fail_type = "error";
         snprintf(cc->detail, sizeof cc->detail, "run failed: %s", drt_last_error());
     } else {
-        verdict(&c, bk, cc);
+        char fb[300] = "";
+        cc->fallbacks = drt_batch_session_fallbacks(c.bs, fb, sizeof fb);
+        verdict(&c, bk, cc->fallbacks, fb, cc);
     }
     drt_session_free(c.one);
     drt_batch_session_free(c.bs);
@@ -199,7 +210,7 @@ drt_status cf_run_batch_cases(cf_run *run, drt_model *m, const cf_model_ref *mre
             snprintf(cc->desc, sizeof cc->desc, "%s layout, %s weights: %s", I.layout_name,
                      drt_dtype_name(I.weight_dtype), CASES[ci].what);
             cc->dtype = drt_dtype_name(I.weight_dtype);
-            batch_case_on(m, prompt, n_prompt, &run->be[k], (int)ci, cc);
+            batch_case_on(m, prompt, n_prompt, &run->be[k], run->o->settings, (int)ci, cc);
         }
     return DRT_OK;
 }

@@ -498,12 +498,14 @@ static void build_attention(const cf_opcase *c, cf_built *b) {
                  S, c->p0, H, G, m, dk, dv, l ? "per-token" : "scalar", (double)mag);
         return;
     }
+    /* one sequence: its S and p0; several: each one's slot, start and rows (case_rows) */
+    char one[48] = "";
+    if (!c->runs[0]) snprintf(one, sizeof one, " S=%d p0=%d", S, c->p0);
     if (c->op == DRT_OP_ATTN)
-        snprintf(b->desc, sizeof b->desc, "T=%d S=%d p0=%d H=%d G=%d dk=%d dv=%d |q|<=%g", T, S, c->p0, H, G, dk, dv,
-                 (double)mag);
+        snprintf(b->desc, sizeof b->desc, "T=%d%s H=%d G=%d dk=%d dv=%d |q|<=%g", T, one, H, G, dk, dv, (double)mag);
     else
-        snprintf(b->desc, sizeof b->desc, "T=%d S=%d p0=%d H=%d G=%d m=%d dk=%d dv=%d lambda=%s |q|<=%g", T, S, c->p0,
-                 H, G, m, dk, dv, c->lambda_th ? "per-token" : "scalar", (double)mag);
+        snprintf(b->desc, sizeof b->desc, "T=%d%s H=%d G=%d m=%d dk=%d dv=%d lambda=%s |q|<=%g", T, one, H, G, m, dk,
+                 dv, c->lambda_th ? "per-token" : "scalar", (double)mag);
     int n = case_rows(c, 0, b);
     if (!n) return;
     int64_t cap = (int64_t)n * b->slot_rows;
@@ -560,7 +562,8 @@ static void build_elementwise(const cf_opcase *c, cf_built *b) {
 static void build_kv_write(const cf_opcase *c, cf_built *b) {
     drt_graph *g = b->g;
     int T = c->T, G = c->G, m = c->m, d = c->d;
-    snprintf(b->desc, sizeof b->desc, "T=%d cache=%d rows of %dx%dx%d p0=%d", T, c->cap, G, m ? m : 1, d, c->p0);
+    snprintf(b->desc, sizeof b->desc, "T=%d cache=%d rows of %dx%dx%d", T, c->cap, G, m ? m : 1, d);
+    if (!c->runs[0]) snprintf(b->desc + strlen(b->desc), sizeof b->desc - strlen(b->desc), " p0=%d", c->p0);
     int n = case_rows(c, c->cap, b);
     if (!n) return;
     int64_t Sc = (int64_t)n * c->cap;
@@ -589,7 +592,8 @@ static void build_small(const cf_opcase *c, cf_built *b) {
         break;
     }
     case DRT_OP_ROPE: {
-        snprintf(b->desc, sizeof b->desc, "T=%d Hn=%d d=%d p0=%d", c->T, c->H, c->d, c->p0);
+        snprintf(b->desc, sizeof b->desc, "T=%d Hn=%d d=%d", c->T, c->H, c->d);
+        if (!c->runs[0]) snprintf(b->desc + strlen(b->desc), sizeof b->desc - strlen(b->desc), " p0=%d", c->p0);
         if (!case_rows(c, 0, b)) break;
         drt_tensor *x = add_in(b, drt_new_tensor_3d(g, DRT_F32, c->T, c->H, c->d, "x"), IN_UNIFORM, 1, 0);
         drt_tensor *f = add_in(b, drt_new_tensor_1d(g, DRT_F32, c->d / 2, "inv_freq"), IN_INV_FREQ, 1, c->d);

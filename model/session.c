@@ -884,12 +884,11 @@ size_t drt_session_activation_bytes(const drt_session *ss, size_t *unplanned) {
     return bytes;
 }
 
-int drt_session_fallbacks(const drt_session *ss, char *lines, size_t n) {
+int drt_batch_session_fallbacks(const drt_batch_session *s, char *lines, size_t n) {
     int64_t total = 0;
     size_t o = 0;
     if (lines && n) lines[0] = 0;
-    if (!ss) return 0;
-    const drt_batch_session *s = &ss->b;
+    if (!s) return 0;
     wait_enter(s);
     for (int i = 0; i < DRT_OP_COUNT; i++) {
         if (!s->fallback_runs[i]) continue;
@@ -900,4 +899,9 @@ int drt_session_fallbacks(const drt_session *ss, char *lines, size_t n) {
     }
     leave(s);
     return (int)total;
+}
+
+int drt_session_fallbacks(const drt_session *s, char *lines, size_t n) {
+    if (lines && n) lines[0] = 0;
+    return s ? drt_batch_session_fallbacks(&s->b, lines, n) : 0;
 }

@@ -327,6 +327,8 @@ drt_status drt_batch_forward(drt_batch_session *s, const drt_batch *b, float *lo
 drt_status drt_seq_truncate(drt_batch_session *s, int seq, int new_len);
 /* Positions sequence seq holds; -1 for NULL or a seq out of range. */
 int drt_seq_len(const drt_batch_session *s, int seq);
+/* As drt_session_fallbacks: node runs on the CPU reference since creation. */
+int drt_batch_session_fallbacks(const drt_batch_session *s, char *lines, size_t n); /* 0 for NULL */
 
 /* Per-op profile of forwards (diffrt bench), one entry per op type of the
  * graph IR: op[i] is its name ("MATMUL", "DIFF_ATTN", ...); entries whose
