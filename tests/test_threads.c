@@ -8,7 +8,10 @@
  *     thread"); before the lock most came out wrong;
  *   - drt_session_free while another thread is inside a forward waits for
  *     that forward: no crash, no use after free (the ASan and TSan builds
- *     watch), and the forward's logits are right.
+ *     watch), and the forward's logits are right;
+ *   - one batch session, two threads each decoding its own sequence: every
+ *     forward succeeds with its sequence's right logits or is BUSY, and a
+ *     thread's sequence never moves when its call was refused.
  * Threads record what they saw; the checks run on the main thread
  * (DRT_CHECK counts in plain ints). Models: the bundled fixtures (V = 256,
  * 64 positions), and one quantized to q4_0 here: on a CPU with AVX512-VNNI
@@ -274,6 +277,79 @@ static void free_during_forward(const char *dir, const char *backend) {
     drt_model_free(m);
 }
 
+/* ---- one batch session, two threads, a sequence each ---------------------- */
+
+#define B_LEN 12 /* positions a sequence holds before it is cut back to 0 */
+
+typedef struct {
+    drt_batch_session *b;
+    int seq;
+    const float (*want)[V]; /* the logits of the sequence's token at position 0 .. B_LEN-1 */
+    int ok, busy, wrong, other;
+    char other_err[256];
+} batch_job;
+
+static void *batch_thread(void *p) {
+    batch_job *j = p;
+    int32_t tok = 5 + j->seq, seq = j->seq;
+    float lg[V];
+    for (int c = 0; c < HAMMER_CALLS; c++) {
+        int len = drt_seq_len(j->b, seq);
+        drt_batch bt = {.n = 1, .token = &tok, .seq = &seq};
+        drt_status st = len == B_LEN ? drt_seq_truncate(j->b, seq, 0) : drt_batch_forward(j->b, &bt, lg);
+        if (st == DRT_OK && len < B_LEN) {
+            if (memcmp(lg, j->want[len], sizeof lg) != 0) j->wrong++;
+            else j->ok++;
+        } else if (st == DRT_ERR_BUSY) {
+            j->busy++;
+            sched_yield();
+        } else if (st != DRT_OK) {
+            j->other++;
+            snprintf(j->other_err, sizeof j->other_err, "%s: %s", drt_status_str(st), drt_last_error());
+        }
+    }
+    return NULL;
+}
+
+static void batch_two_threads(const char *dir, const char *backend) {
+    drt_model *m = load(dir);
+    drt_session_opts o = {.backend = backend, .threads = 1};
+    drt_batch_opts bo = {.max_seqs = 2, .ctx_per_seq = B_LEN, .max_batch_rows = 2};
+    drt_batch_session *b = NULL;
+    if (!m || drt_batch_session_create(m, &o, &bo, &b) != DRT_OK) {
+        DRT_CHECK(0, "%s: batch session on %s: %s", dir, backend, drt_last_error());
+        drt_model_free(m);
+        return;
+    }
+    /* each sequence's logits, one thread, the same one-row forwards */
+    static float want[2][B_LEN][V];
+    for (int32_t q = 0; q < 2; q++)
+        for (int k = 0; k < B_LEN; k++) {
+            int32_t tok = 5 + q;
+            drt_batch bt = {.n = 1, .token = &tok, .seq = &q};
+            DRT_CHECK(drt_batch_forward(b, &bt, want[q][k]) == DRT_OK, "%s: reference row: %s", dir, drt_last_error());
+        }
+    drt_seq_truncate(b, 0, 0);
+    drt_seq_truncate(b, 1, 0);
+    batch_job j[2] = {{.b = b, .seq = 0, .want = (const float (*)[V])want[0]},
+                      {.b = b, .seq = 1, .want = (const float (*)[V])want[1]}};
+    pthread_t th[2];
+    int started[2];
+    for (int i = 0; i < 2; i++) started[i] = pthread_create(&th[i], NULL, batch_thread, &j[i]) == 0;
+    for (int i = 0; i < 2; i++)
+        if (started[i]) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        DRT_CHECK(started[i], "%s: batch thread %d did not start", dir, i);
+        DRT_CHECK(j[i].wrong == 0, "%s on %s, batch thread %d: %d forwards gave wrong logits", dir, backend, i,
+                  j[i].wrong);
+        DRT_CHECK(j[i].other == 0, "%s on %s, batch thread %d: %d calls failed otherwise, last: %s", dir, backend, i,
+                  j[i].other, j[i].other_err);
+        DRT_CHECK(j[i].ok > 0, "%s on %s: batch thread %d got no forward in", dir, backend, i);
+    }
+    drt_batch_session_free(b);
+    drt_model_free(m);
+}
+
 int main(void) {
     const char *q4 = DRT_TMP_DIR "/threads_q4_0";
     char cmd[2048];
@@ -293,6 +369,7 @@ int main(void) {
             shared_model(models[i], backends[b]);
             one_session_two_threads(models[i], backends[b]);
             free_during_forward(models[i], backends[b]);
+            batch_two_threads(models[i], backends[b]);
         }
     DRT_CHECK(strcmp(drt_status_str(DRT_ERR_BUSY), "busy") == 0, "BUSY: %s", drt_status_str(DRT_ERR_BUSY));
     return drt_test_summary("test_threads");
