@@ -3,11 +3,15 @@
  *
  *   bench_decode_gemv [--backend B] [--device D] [--dtype f16|bf16|f32|q8_0|q4_0]
  *                     [--layers 12] [--dim 768] [--ffn 2048] [--vocab 32000]
- *                     [--reps 20] [--resident] [--tiny]
+ *                     [--reps 20] [--rows 1] [--resident] [--tiny]
  *
  * Per layer: four dim x dim GEMVs (q, k, v, o), two ffn x dim (gate, up) and
  * one dim x ffn (down); then the vocab x dim head. The defaults are the 134M
  * DiffLlama of python/bench/make_models.py: 85 weights.
+ *   --rows N    N rows of activations (N sequences decoding together, issue
+ *               27): each MATMUL is (N, K) x (N_out, K)^T; a backend that
+ *               streams each weight once for all rows stays near the
+ *               one-row time;
  *   --resident  every layer reads the first layer's weights and the head is
  *               dim x dim, so they stay in cache: the kernels' compute
  *               ceiling, against the default's stream from memory;
@@ -37,10 +41,11 @@ static int cmp_d(const void *a, const void *b) {
 static int usage(FILE *f, int rc) {
     fprintf(f, "usage: bench_decode_gemv [--backend B] [--device D] [--dtype f16|bf16|f32|q8_0|q4_0]\n"
                "                         [--layers N] [--dim N] [--ffn N] [--vocab N] [--reps N]\n"
-               "                         [--resident] [--tiny]\n"
+               "                         [--rows N] [--resident] [--tiny]\n"
                "  the weight GEMVs of one decode step (per layer 4 dim x dim, 2 ffn x dim,\n"
                "  1 dim x ffn; then vocab x dim) as one graph; defaults: cpu, f16, the 134M\n"
                "  DiffLlama (12 layers, dim 768, ffn 2048, vocab 32000), 20 reps.\n"
+               "  --rows N: N rows of x (N sequences decoding together; default 1);\n"
                "  --resident: every layer reads layer 0's weights (cache-resident);\n"
                "  --tiny: every shape 32 (per-node cost).\n");
     return rc;
@@ -82,7 +87,7 @@ static void fill(unsigned char *p, size_t n, drt_dtype t, uint32_t *seed) {
 int main(int argc, char **argv) {
     const char *backend = "cpu", *device = NULL;
     drt_dtype dt = DRT_F16;
-    long layers = 12, dim = 768, ffn = 2048, vocab = 32000, reps = 20;
+    long layers = 12, dim = 768, ffn = 2048, vocab = 32000, reps = 20, rows = 1;
     int resident = 0, tiny = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -112,6 +117,7 @@ int main(int argc, char **argv) {
                    : !strcmp(a, "--ffn")  ? arg_int(a, v, 262144, &ffn)
                    : !strcmp(a, "--vocab") ? arg_int(a, v, 1 << 20, &vocab)
                    : !strcmp(a, "--reps") ? arg_int(a, v, 100000, &reps)
+                   : !strcmp(a, "--rows") ? arg_int(a, v, 4096, &rows)
                                           : (fprintf(stderr, "bench_decode_gemv: unknown option %s\n", a), -1))
             return usage(stderr, 2);
     }
@@ -128,7 +134,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     drt_graph *g = drt_graph_new();
-    drt_tensor *x = drt_new_tensor_2d(g, DRT_F32, 1, dim, "x"), *h = drt_new_tensor_2d(g, DRT_F32, 1, ffn, "h");
+    drt_tensor *x = drt_new_tensor_2d(g, DRT_F32, rows, dim, "x"), *h = drt_new_tensor_2d(g, DRT_F32, rows, ffn, "h");
     x->flags |= DRT_TF_INPUT;
     h->flags |= DRT_TF_INPUT;
     /* the weights: per layer q k v o gate up down, then the head */
@@ -177,10 +183,11 @@ int main(int argc, char **argv) {
         /* as a session does once a weight is loaded (cpu: the decode GEMV's repacked copy) */
         if (st == DRT_OK && be->ops->prepare_weight) st = be->ops->prepare_weight(be, w[i]);
     }
-    float *xs = malloc(sizeof(float) * (size_t)(dim > ffn ? dim : ffn));
-    for (long i = 0; xs && i < (dim > ffn ? dim : ffn); i++) xs[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
-    if (st == DRT_OK && xs) st = drt_tensor_set(x, xs, sizeof(float) * (size_t)dim);
-    if (st == DRT_OK && xs) st = drt_tensor_set(h, xs, sizeof(float) * (size_t)ffn);
+    const long nx = rows * (dim > ffn ? dim : ffn);
+    float *xs = malloc(sizeof(float) * (size_t)nx);
+    for (long i = 0; xs && i < nx; i++) xs[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
+    if (st == DRT_OK && xs) st = drt_tensor_set(x, xs, sizeof(float) * (size_t)(rows * dim));
+    if (st == DRT_OK && xs) st = drt_tensor_set(h, xs, sizeof(float) * (size_t)(rows * ffn));
     if (st == DRT_OK && drt_plan_fallback_count(p, DRT_OP_MATMUL) > 0)
         st = drt_set_error(DRT_ERR_UNSUPPORTED, "%s runs %s MATMUL on the CPU reference (a fallback): not measured",
                            backend, drt_dtype_name(dt));
@@ -199,9 +206,9 @@ int main(int argc, char **argv) {
     } else {
         qsort(t, (size_t)reps, sizeof *t, cmp_d);
         double mn = t[0], med = reps % 2 ? t[reps / 2] : (t[reps / 2 - 1] + t[reps / 2]) / 2;
-        printf("%s, %s: %d GEMVs (%ld layers, dim %ld, ffn %ld, %s %ld), %.1f MB of weights a run%s\n",
-               backend, drt_dtype_name(dt), nmm, layers, dim, ffn, resident ? "head" : "vocab",
-               resident ? dim : vocab, bytes / 1e6,
+        printf("%s, %s: %d GEMVs of %ld row%s (%ld layers, dim %ld, ffn %ld, %s %ld), %.1f MB of weights a run%s\n",
+               backend, drt_dtype_name(dt), nmm, rows, rows > 1 ? "s" : "", layers, dim, ffn,
+               resident ? "head" : "vocab", resident ? dim : vocab, bytes / 1e6,
                tiny ? ", tiny shapes" : resident ? ", cache-resident (layer 0's weights reused)" : ", streamed");
         printf("  ms per run: min %.3f median %.3f over %ld runs; weight GB/s: %.2f (min time) %.2f (median)",
                mn * 1e3, med * 1e3, reps, bytes / mn / 1e9, bytes / med / 1e9);
