@@ -3,8 +3,10 @@
  *           and walks them in 4-block super-blocks read as 64-bit words, no
  *           reduction; needs shaderInt64, K % 128 == 0, the W byte offset
  *           % 8 == 0 and the x offset % 4 == 0;
- *   output  otherwise (shaders/matmul_q.comp): one invocation per output,
+ *   output  otherwise (shaders/matmul_q.comp): one invocation per column,
  *           bytewise loads.
+ * Both use each weight they unpack for up to 32 rows t (rows_t): decode
+ * rows of up to 32 sequences stream every weight once.
  * CPU reference: backends/ref/matmul.c. */
 #include <stdio.h>
 
@@ -37,12 +39,18 @@ static uint32_t rows_per_lane(const vk_ctx *c, uint32_t K, uint32_t eo_x, uint32
     return 2;
 }
 
-/* rows t per lane of the rows kernel (prefill): each unpacked weight word
- * serves up to 4 (measured: 1 -> 4 raised the q4_0 134M prefill 18 -> 19
- * tok/s, q8_0 13 -> 15) */
-static uint32_t rows_t(uint32_t T) { return T < 4 ? T : 4; }
+/* rows t per lane (rows kernel) or invocation (output kernel): each
+ * unpacked weight serves up to 32. Measured on lavapipe with the rows
+ * kernel (1 -> 4 raised the q4_0 134M prefill 18 -> 19 tok/s, q8_0 13 ->
+ * 15; then bench_decode_gemv --layers 4 --rows T, 2 loaded cores, min ms,
+ * at most 4 / 8 / 32 rows: T=8 q8_0 106 / 88 / -, q4_0 96 / 85 / -; T=32
+ * q8_0 - / 353 / 276, q4_0 - / 335 / 312; T=128 q8_0 1692 / - / 1052,
+ * q4_0 1517 / 1328 / 1222). On GPUs the same, unmeasured. */
+static uint32_t rows_t(uint32_t T) {
+    return T < 32 ? T : 32;
+}
 
-/* "q4_0 rows wg8 x2 t4", "q8_0 blocks, invocation per output" */
+/* "q4_0 rows wg8 x2 t4", "q8_0 blocks, invocation per column t8" */
 const char *vk_matmul_q_variant(const vk_ctx *c, const drt_tensor *t) {
     static _Thread_local char buf[8][64];
     static _Thread_local int next;
@@ -55,7 +63,7 @@ const char *vk_matmul_q_variant(const vk_ctx *c, const drt_tensor *t) {
     if (r)
         snprintf(s, sizeof buf[0], "%s rows wg%u x%u t%u", q, vk_cpu_lanes(c), r, rows_t(T));
     else
-        snprintf(s, sizeof buf[0], "%s blocks, invocation per output", q);
+        snprintf(s, sizeof buf[0], "%s blocks, invocation per column t%u", q, rows_t(T));
     return s;
 }
 
@@ -76,7 +84,8 @@ drt_status vk_matmul_q(vk_ctx *c, const drt_tensor *t) {
         return vk_dispatch(c, q8 ? VK_SH_MATVEC_Q8 : VK_SH_MATVEC_Q4, spec, 4, &b, &pc, sizeof pc,
                            gx, (T + tt - 1) / tt, B);
     }
-    uint32_t spec[2] = {vk_wg(c, 64, 64), c->use_sg};
-    return vk_dispatch(c, q8 ? VK_SH_MATMUL_Q8 : VK_SH_MATMUL_Q4, spec, 2, &b, &pc, sizeof pc,
-                       (N + spec[0] - 1) / spec[0], T, B);
+    const uint32_t tt = rows_t(T);
+    uint32_t spec[3] = {vk_wg(c, 64, 64), c->use_sg, tt};
+    return vk_dispatch(c, q8 ? VK_SH_MATMUL_Q8 : VK_SH_MATMUL_Q4, spec, 3, &b, &pc, sizeof pc,
+                       (N + spec[0] - 1) / spec[0], (T + tt - 1) / tt, B);
 }
