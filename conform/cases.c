@@ -105,7 +105,7 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_MATMUL, .T = 2, .K = 256, .N = 70, .wt = F16, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 16, .K = 136, .N = 33, .wt = F16, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 32, .K = 260, .N = 67, .wt = F16, .scale = 0.5f},
-    {.op = DRT_OP_MATMUL, .T = 8, .K = 256, .N = 37, .wt = Q8, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 8, .K = 256, .N = 300, .wt = Q8, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 16, .K = 96, .N = 19, .wt = Q8, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 32, .K = 384, .N = 13, .wt = Q8, .scale = 0.5f},
     {.op = DRT_OP_MATMUL, .T = 5, .K = 256, .N = 21, .wt = Q4, .scale = 1},
