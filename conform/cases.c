@@ -141,6 +141,21 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_MATMUL, .T = 31, .K = 64, .N = 13, .wt = Q4, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 32, .K = 256, .N = 70, .wt = Q4, .scale = 1},
     {.op = DRT_OP_MATMUL, .B = 3, .Bw = 3, .T = 7, .K = 64, .N = 9, .wt = Q4, .scale = 1},
+    /* decode rows of several sequences (issue 27): 2..32 rows against one
+     * weight, which the GEMVs stream once for all of them; K % 128 == 0
+     * (the Vulkan rows kernel for CPU devices) and not, rows past a
+     * multiple of a kernel's rows */
+    {.op = DRT_OP_MATMUL, .T = 2, .K = 256, .N = 70, .wt = F16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 16, .K = 136, .N = 33, .wt = F16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 32, .K = 260, .N = 67, .wt = F16, .scale = 0.5f},
+    {.op = DRT_OP_MATMUL, .T = 8, .K = 256, .N = 300, .wt = Q8, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 16, .K = 96, .N = 19, .wt = Q8, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 32, .K = 384, .N = 13, .wt = Q8, .scale = 0.5f},
+    {.op = DRT_OP_MATMUL, .T = 5, .K = 256, .N = 21, .wt = Q4, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 8, .K = 160, .N = 35, .wt = Q4, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 16, .K = 128, .N = 35, .wt = Q4, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 32, .K = 256, .N = 9, .wt = Q4, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 37, .K = 256, .N = 11, .wt = Q8, .scale = 1},
     /* ROPE: x (T, H, d); inv_freq of theta 10000 */
     {.op = DRT_OP_ROPE, .T = 1, .H = 4, .d = 64, .p0 = 17},
     {.op = DRT_OP_ROPE, .T = 37, .H = 3, .d = 128},

@@ -207,7 +207,8 @@ static void test_decomposed(drt_backend *vk, drt_backend *cpu, int m, int lambda
         in[i][2] = drt_new_tensor_3d(g[i], DRT_F32, S, G, dv, "v");
         in[i][3] = lambda_th ? drt_new_tensor_2d(g[i], DRT_F32, T, H, "lambda") : NULL;
         o[i] = i == 0 ? drt_diff_attn_decomposed(g[i], in[i][0], in[i][1], in[i][2], 0.7f, in[i][3])
-                      : drt_diff_attn(g[i], in[i][0], in[i][1], in[i][2], 0.7f, in[i][3]);
+                      : drt_diff_attn(g[i], in[i][0], in[i][1], in[i][2], 0.7f, in[i][3],
+                                      drt_new_rows(g[i], T));
         DRT_CHECK(o[i] != NULL, "build: %s", drt_last_error());
         if (o[i]) DRT_CHECK(drt_plan_create(g[i], bes[i], &p[i]) == DRT_OK, "plan: %s", drt_last_error());
     }
@@ -217,7 +218,9 @@ static void test_decomposed(drt_backend *vk, drt_backend *cpu, int m, int lambda
             drt_rng_seed(&r, 1234);
             for (int j = 0; j < 4; j++)
                 if (in[i][j]) fill(in[i][j], &r, j == 3 ? 0.5f : 1.0f);
-            drt_exec ex = {.p0 = S - T};
+            drt_exec ex;
+            int32_t rows[2 * 9]; /* (T, 2) */
+            drt_exec_seq(&ex, rows, T, 0, S - T);
             DRT_CHECK(drt_plan_run(p[i], &ex) == DRT_OK, "run on %s: %s", bes[i]->ops->name, drt_last_error());
         }
         DRT_CHECK(drt_plan_fallback_count(p[0], DRT_OP_PERMUTE) + drt_plan_fallback_count(p[0], DRT_OP_MATMUL) +
@@ -255,7 +258,7 @@ static void test_split_attention(drt_backend *vk, drt_backend *cpu) {
         in[i][0] = drt_new_tensor_4d(g[i], DRT_F32, 1, H, 2, dk, "q");
         in[i][1] = drt_new_tensor_4d(g[i], DRT_F32, Sc, G, 2, dk, "k");
         in[i][2] = drt_new_tensor_3d(g[i], DRT_F32, Sc, G, dv, "v");
-        o[i] = drt_diff_attn(g[i], in[i][0], in[i][1], in[i][2], 0.6f, NULL);
+        o[i] = drt_diff_attn(g[i], in[i][0], in[i][1], in[i][2], 0.6f, NULL, drt_new_rows(g[i], 1));
         DRT_CHECK(o[i] && drt_plan_create(g[i], bes[i], &p[i]) == DRT_OK, "plan: %s", drt_last_error());
         if (!p[i]) continue;
         drt_rng r;
@@ -263,7 +266,9 @@ static void test_split_attention(drt_backend *vk, drt_backend *cpu) {
         for (int j = 0; j < 3; j++) fill(in[i][j], &r, j == 0 ? 4.0f : 1.0f);
     }
     for (int k = 0; p[0] && p[1] && k < 3; k++) {
-        drt_exec ex = {.p0 = p0s[k]};
+        drt_exec ex;
+        int32_t rows[2];
+        drt_exec_seq(&ex, rows, 1, 0, p0s[k]);
         drt_vk_counters c0, c1;
         vk_counters(&c0);
         DRT_CHECK(drt_plan_run(p[0], &ex) == DRT_OK, "vulkan p0=%d: %s", p0s[k], drt_last_error());
@@ -374,7 +379,7 @@ static void test_copies(drt_backend *vk, drt_backend *cpu, bool cpu_device) {
             } else {
                 in[i][0] = drt_new_tensor_3d(g[i], DRT_F32, 5, 2, 24, "src");
                 in[i][1] = drt_new_tensor_3d(g[i], DRT_F32, 12, 2, 24, "cache");
-                y[i] = drt_kv_write(g[i], in[i][0], in[i][1]);
+                y[i] = drt_kv_write(g[i], in[i][0], in[i][1], drt_new_rows(g[i], 5));
             }
             DRT_CHECK(y[i] && drt_plan_create(g[i], bes[i], &p[i]) == DRT_OK, "plan: %s",
                       drt_last_error());
@@ -387,7 +392,9 @@ static void test_copies(drt_backend *vk, drt_backend *cpu, bool cpu_device) {
                 if (in[i][j]) fill(in[i][j], &r, 1);
             drt_vk_counters c0, c1;
             vk_counters(&c0);
-            drt_exec ex = {.p0 = 6};
+            drt_exec ex;
+            int32_t rows[2 * 5];
+            drt_exec_seq(&ex, rows, 5, 0, 6);
             DRT_CHECK(drt_plan_run(p[i], &ex) == DRT_OK, "%s: run: %s", C[k].what,
                       drt_last_error());
             vk_counters(&c1);

@@ -2,9 +2,10 @@
  * validation): DIFFRT_VK_VALIDATION=1 makes the backend enable
  * VK_LAYER_KHRONOS_validation and a debug-utils messenger that counts every
  * warning and error (backends/vulkan/drt_vulkan.h). Runs every op case of
- * the conformance table (both reduction paths, both f16 paths) and whole
- * fixture models (prefill, then decode steps over the KV cache), and fails
- * on ANY message.
+ * the conformance table (both reduction paths, both f16 paths), whole
+ * fixture models (prefill, then decode steps over the KV cache) and batch
+ * sessions (several sequences in one forward, checked against ref), and
+ * fails on ANY message.
  * When Vulkan is unavailable this test passes with a note, unless the
  * environment variable DIFFRT_REQUIRE names vulkan; the same holds when the
  * validation layer is not installed.
@@ -106,6 +107,59 @@ static void model(const char *name) {
     printf("  model %s (%s): prefill 6 + decode 4, %lld validation messages\n", name, I.layout_name, (long long)n);
     DRT_CHECK(n == 0, "%s: %lld validation messages (printed above)", name, (long long)n);
 }
+
+/* Three sequences in one forward: prompts of 5, 3 and 1 tokens (9 rows: a
+ * graph of 16, whose 7 padding rows all write one scratch cache row), then
+ * two decode steps of the three together (3 rows and one of padding). Each
+ * sequence's logits against a ref session fed its tokens alone: NMSE <=
+ * 1e-6 (docs/design.md section 6). */
+static void batch(const char *name) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", DRT_FIXTURES_DIR, name);
+    drt_model *m = NULL;
+    DRT_CHECK(drt_model_load(dir, &m) == DRT_OK, "load %s: %s", dir, drt_last_error());
+    if (!m) return;
+    drt_model_info I;
+    drt_model_get_info(m, &I);
+    const int32_t prompt[9] = {1, 5, 9, 33, 70, 2, 8, 13, 4}, pseq[9] = {0, 0, 0, 0, 0, 1, 1, 1, 2};
+    const int32_t step[2][3] = {{3, 10, 17}, {6, 12, 21}}, sseq[3] = {0, 1, 2};
+    const int plen[3] = {5, 3, 1}, pat[3] = {0, 5, 8};
+    float *got = malloc(sizeof(float) * (size_t)I.vocab * 9), *want = malloc(sizeof(float) * (size_t)I.vocab);
+    int64_t m0 = messages();
+    drt_batch_session *bs = NULL;
+    drt_session *ref[3] = {0};
+    drt_session_opts so = {.backend = "vulkan", .max_ctx = 16}, ro = {.backend = "ref", .max_ctx = 16};
+    drt_batch_opts bo = {.max_seqs = 3, .ctx_per_seq = 16, .max_batch_rows = 16};
+    DRT_CHECK(drt_batch_session_create(m, &so, &bo, &bs) == DRT_OK, "%s: batch session: %s", name,
+              drt_last_error());
+    for (int i = 0; i < 3; i++)
+        DRT_CHECK(drt_session_create(m, &ro, &ref[i]) == DRT_OK, "%s: ref session: %s", name, drt_last_error());
+    double worst = 0;
+    for (int k = 0; bs && ref[2] && got && want && k < 3; k++) {
+        drt_batch b = {.n = k == 0 ? 9 : 3, .token = k == 0 ? prompt : step[k - 1], .seq = k == 0 ? pseq : sseq};
+        drt_status st = drt_batch_forward(bs, &b, got);
+        DRT_CHECK(st == DRT_OK, "%s: batch forward %d: %s", name, k, drt_last_error());
+        if (st != DRT_OK) break;
+        for (int i = 0; i < 3; i++) {
+            st = k == 0 ? drt_session_forward(ref[i], prompt + pat[i], plen[i], want, 0)
+                        : drt_session_forward(ref[i], &step[k - 1][i], 1, want, 0);
+            DRT_CHECK(st == DRT_OK, "%s: ref forward: %s", name, drt_last_error());
+            double e = drt_nmse(got + (size_t)i * I.vocab, want, I.vocab);
+            if (e > worst) worst = e;
+            DRT_CHECK(e <= 1e-6, "%s: forward %d, sequence %d: logits NMSE %.3e against ref > 1e-6", name, k, i, e);
+        }
+    }
+    for (int i = 0; i < 3; i++) drt_session_free(ref[i]);
+    drt_batch_session_free(bs);
+    drt_model_free(m);
+    free(got);
+    free(want);
+    int64_t n = messages() - m0;
+    printf("  model %s: 3 sequences in one forward, then 2 decode steps together: worst NMSE %.3e against ref, "
+           "%lld validation messages\n",
+           name, worst, (long long)n);
+    DRT_CHECK(n == 0, "%s: %lld validation messages (printed above)", name, (long long)n);
+}
 #endif
 
 int main(void) {
@@ -145,6 +199,8 @@ int main(void) {
     model("unilm_v1");          /* DIFF_ATTN m=2, scalar lambda, GROUPNORM */
     model("hf_diffllama_f16");  /* f16 weights */
     model("hf_llama_bf16");     /* ATTN, bf16 weights */
+    batch("diff_v2");
+    batch("hf_llama_bf16");
     return drt_test_summary("test_vulkan_validation");
 #endif
 }

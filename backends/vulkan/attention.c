@@ -1,12 +1,22 @@
 /* Vulkan: DIFF_ATTN and ATTN, fused, no S x S matrix: on CPU devices
  * shaders/attention_lanes.comp (a lane per query row, keys shared by
- * subgroup shuffles) where a kv group has a subgroup of rows, else
- * shaders/attention_rows.comp (one invocation per query row); elsewhere, or
- * for heads too large for registers, shaders/attention.comp (tiled); split
- * keys merged by shaders/attention_combine.comp. And DUAL_SOFTMAX
+ * subgroup shuffles) where a kv group has a subgroup of rows of one
+ * sequence, else shaders/attention_rows.comp (one invocation per query
+ * row); elsewhere, or for heads too large for registers,
+ * shaders/attention.comp (tiled); split keys merged by
+ * shaders/attention_combine.comp. And DUAL_SOFTMAX
  * (shaders/dual_softmax.comp, the decomposed path). CPU reference:
  * backends/ref/attention.c; node dims -> kernel arguments as in
- * backends/ref/backend.c. */
+ * backends/ref/backend.c.
+ *
+ * Every kernel reads each query row's cache base and position from the
+ * rows (binding 5). The lanes and tiled kernels share keys between the
+ * query rows of a workgroup: they walk its rows run by run (rows of one
+ * sequence at consecutive positions), so a workgroup of one sequence's
+ * prefill walks its keys once and one that holds rows of several sequences
+ * walks each one's keys in turn. The host sizes the workgroups from the
+ * longest run (run_rows): decode rows of many sequences, runs of one row,
+ * take the tiles (or the rows kernel) of one query row. */
 #include <math.h>
 
 #include "drt_error.h"
@@ -14,7 +24,7 @@
 
 typedef struct {
     uint32_t o_q, o_k, o_v, o_l, o_o;
-    uint32_t T, p0, H, G, km;
+    uint32_t T, o_r, H, G, km;
     uint32_t has_l;
     float lambda, scale;
     uint32_t chunk;
@@ -25,6 +35,7 @@ typedef struct {
     uint32_t T, H, DV, nsplit;
     uint32_t has_l;
     float lambda;
+    uint32_t chunk, o_r;
 } combine_pc;
 
 typedef struct {
@@ -83,12 +94,26 @@ static bool pick_tiles(const vk_ctx *c, const attn_dims *d, uint32_t *br, uint32
 }
 
 bool vk_attention_supported(const vk_ctx *c, const drt_tensor *t) {
-    attn_dims d = dims_of(t);
+    attn_dims d = dims_of(t), d1 = d;
     uint32_t br, bc;
     if (d.dk > 512 || d.dv > 1024 || !pick_tiles(c, &d, &br, &bc)) return false;
+    d1.T = 1; /* runs of one row take the tiles of one query row: the most workgroups */
+    if (!pick_tiles(c, &d1, &br, &bc)) return false;
     uint64_t gx = ((uint64_t)d.T * (d.H / d.G) + br - 1) / br;
     return gx <= c->props.limits.maxComputeWorkGroupCount[0] &&
            d.G <= c->props.limits.maxComputeWorkGroupCount[1];
+}
+
+/* The most rows of one run in ex's rows: rows of one sequence (one cache
+ * base) at consecutive positions, which share their keys. */
+static uint32_t run_rows(const drt_exec *ex) {
+    uint32_t best = 1, n = 0;
+    for (int i = 0; i < ex->n_rows; i++) {
+        const int32_t *r = ex->rows + 2 * i;
+        n = i > 0 && r[0] == r[-2] && r[1] == r[-1] + 1 ? n + 1 : 1;
+        if (n > best) best = n;
+    }
+    return best;
 }
 
 /* The one-invocation-per-row kernel (shaders/attention_rows.comp) on CPU
@@ -147,14 +172,30 @@ static uint32_t split_count(const vk_ctx *c, uint64_t wgs, uint32_t S) {
 
 void vk_attention_prepare(vk_ctx *c, const drt_tensor *t) {
     attn_dims d = dims_of(t);
-    const uint32_t S_cap = (uint32_t)t->src[1]->ne[0];
+    const uint32_t S_cap = (uint32_t)t->src[1]->ne[0], T = d.T;
     /* this node's T (both split variants: decode splits once the cache is
-     * long enough), then a prefill long enough for the largest tiles */
-    const uint32_t Ts[2] = {d.T, 1024};
+     * long enough), then a prefill long enough for the largest tiles, then
+     * (T > 1) the decode rows of T sequences: the rows kernel, or the tiles
+     * of one query row, both split variants */
+    const uint32_t Ts[3] = {d.T, 1024, 1};
     VkPipeline p;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < (T > 1 ? 3 : 2); i++) {
         d.T = Ts[i];
-        for (uint32_t split = 0; split < (i == 0 ? 2u : 1u); split++) {
+        for (uint32_t split = 0; split < (i != 1 ? 2u : 1u); split++) {
+            if (i == 2) { /* what vk_attention takes for runs of one row */
+                d.T = T;
+                if (use_rows(c, &d)) {
+                    uint32_t spec[6] = {rows_wg(c, &d), c->use_sg, d.maps, d.dk, d.dv, split};
+                    (void)vk_pipeline(c, VK_SH_ATTENTION_ROWS, spec, 6, &p);
+                    continue;
+                }
+                d.T = 1;
+                uint32_t br, bc;
+                if (!pick_tiles(c, &d, &br, &bc)) continue;
+                uint32_t spec[8] = {ATTN_WG, c->use_sg, d.maps, d.dk, d.dv, br, bc, split};
+                (void)vk_pipeline(c, VK_SH_ATTENTION, spec, 8, &p);
+                continue;
+            }
             if (use_lanes(c, &d)) {
                 /* its unrolled code compiles in seconds: only this node's
                  * T (a longer prefill is another graph, prepared then),
@@ -188,18 +229,30 @@ const char *vk_attention_variant(vk_ctx *c, const drt_tensor *t) {
                            : "attention (tiled, BR rows x BC keys)";
 }
 
-/* o (T,H,dv) from q (T,H,maps,dk), k (S_cap,G,km,dk), v (S_cap,G,dv); S = p0 + T.
- * With few workgroups (decode, short prompts) the keys are split over the
- * grid's z and a second pass merges the splits (flash-decoding). */
+/* o (T,H,dv) from q (T,H,maps,dk), k (S_cap,G,km,dk), v (S_cap,G,dv); row t
+ * reads the keys base .. base + pos of its rows entry. The kernel and its
+ * workgroups are chosen from the longest run (run_rows) where the node's T
+ * would group rows that share no keys: decode rows of many sequences take
+ * the rows kernel, or the tiles of one query row. With few workgroups
+ * (decode, short prompts) the keys are split over the grid's z, each split
+ * a range of every row's own keys, and a second pass merges the splits
+ * (flash-decoding). */
 drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     attn_dims d = dims_of(t);
+    const uint32_t run = run_rows(ex);
+    attn_dims dl = d; /* lanes: the rows one sequence gives a kv group */
+    dl.T = run;
+    attn_dims dt = d; /* tiles: of one query row when every run is one row */
+    dt.T = run > 1 ? d.T : 1;
     uint32_t br, bc;
-    if (!pick_tiles(c, &d, &br, &bc))
+    if (!pick_tiles(c, &dt, &br, &bc))
         return drt_set_error(DRT_ERR_UNSUPPORTED,
                              "vulkan: %s dk=%u dv=%u does not fit in shared memory",
                              drt_op_name(t->op), d.dk, d.dv);
     const drt_tensor *l = t->op == DRT_OP_DIFF_ATTN ? t->src[3] : NULL;
-    const bool lanes = use_lanes(c, &d) && lanes_aligned(t);
+    const drt_tensor *rws = t->src[DRT_SRC_ROWS];
+    /* lanes: the node's rows per lane (its prepared pipeline) */
+    const bool lanes = use_lanes(c, &dl) && lanes_aligned(t);
     const bool rows = !lanes && use_rows(c, &d);
     const uint32_t rwg = rows ? rows_wg(c, &d) : 0, lwg = c->subgroup_size;
     const uint32_t lbr = lanes ? lwg * lanes_rpl(c, &d) : 0; /* lanes: rows per workgroup */
@@ -207,7 +260,7 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
                         : rows ? (d.T * d.H + rwg - 1) / rwg
                                : (d.T * (d.H / d.G) + br - 1) / br;
     const uint32_t gy = rows ? 1 : d.G;
-    const uint32_t S = (uint32_t)ex->p0 + d.T, S_cap = (uint32_t)t->src[1]->ne[0];
+    const uint32_t S = (uint32_t)ex->max_keys, S_cap = (uint32_t)t->src[1]->ne[0];
     /* a split's keys: a multiple of this */
     const uint32_t step = lanes ? lwg : rows ? 1 : bc;
     uint32_t nsplit = split_count(c, (uint64_t)gx * gy, S), chunk = 0;
@@ -232,7 +285,7 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
                   l ? vk_eoff(l) : 0,
                   vk_eoff(t),
                   d.T,
-                  (uint32_t)ex->p0,
+                  vk_eoff(rws),
                   d.H,
                   d.G,
                   d.km,
@@ -240,9 +293,8 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
                   t->fp[0],
                   (float)(1.0 / sqrt((double)d.dk)),
                   chunk};
-    vk_binds b = {.src = {t->src[0], t->src[1], t->src[2], l}, .dst = t};
-    if (nsplit <= 1)
-        return vk_dispatch(c, sh, spec, nspec, &b, &pc, sizeof pc, gx, gy, 1);
+    vk_binds b = {.src = {t->src[0], t->src[1], t->src[2], l}, .dst = t, .rows = rws};
+    if (nsplit <= 1) return vk_dispatch(c, sh, spec, nspec, &b, &pc, sizeof pc, gx, gy, 1);
 
     /* sized for the most splits this node can ever take (S = S_cap), so a
      * growing cache never reallocates it */
@@ -257,8 +309,9 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     if (s != DRT_OK) return s;
     const uint32_t wg = vk_wg(c, 256, 64);
     uint32_t cspec[3] = {wg, c->use_sg, d.maps};
-    combine_pc cpc = {l ? vk_eoff(l) : 0, vk_eoff(t), d.T, d.H, d.dv, nsplit, l != NULL, t->fp[0]};
-    vk_binds cb = {.src = {scratch, NULL, NULL, l}, .dst = t};
+    combine_pc cpc = {l ? vk_eoff(l) : 0, vk_eoff(t), d.T,   d.H,         d.dv, nsplit,
+                      l != NULL,          t->fp[0],   chunk, vk_eoff(rws)};
+    vk_binds cb = {.src = {scratch, NULL, NULL, l}, .dst = t, .rows = rws};
     uint64_t groups = ((uint64_t)d.T * d.H * d.dv + wg - 1) / wg;
     return vk_dispatch(c, VK_SH_ATTENTION_COMBINE, cspec, 3, &cb, &cpc, sizeof cpc,
                        groups < 65535 ? (uint32_t)groups : 65535, 1, 1);

@@ -63,7 +63,8 @@ static drt_status vk_init(drt_backend *be, int device) {
 static bool vk_supports(drt_backend *be, const drt_tensor *t) {
     const vk_ctx *c = be->ctx;
     const VkDeviceSize max_range = c->props.limits.maxStorageBufferRange;
-    const drt_tensor *all[1 + DRT_MAX_SRC] = {t, t->src[0], t->src[1], t->src[2], t->src[3]};
+    const drt_tensor *all[1 + DRT_MAX_SRC] = {t,         t->src[0], t->src[1],
+                                              t->src[2], t->src[3], t->src[4]};
     for (int i = 0; i < 1 + DRT_MAX_SRC; i++) {
         const drt_tensor *x = all[i];
         if (!x) continue;

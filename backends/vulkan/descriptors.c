@@ -1,7 +1,7 @@
 /* Vulkan: descriptor sets, one per distinct set of bound ranges, cached.
  *
  * Every shader has the same layout (bindings 0..3 = src[0..3], 4 = output,
- * 5 = status). A set is keyed by the byte ranges bound at 0..4 (buffer id,
+ * 5 = rows, 6 = status). A set is keyed by the byte ranges bound at 0..5 (buffer id,
  * offset, size), hashed into VK_DS_BUCKETS chains; sets come from pools of
  * 256 made as needed. A freed buffer's sets go back to a free list. */
 #include <stdlib.h>
@@ -26,9 +26,9 @@ void vk_sets_release(vk_ctx *c) {
     c->n_pools = c->n_dsets = 0;
 }
 
-static uint32_t ds_hash(const vk_range key[5]) {
+static uint32_t ds_hash(const vk_range key[VK_N_KEYED]) {
     uint32_t h = 2166136261u;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < VK_N_KEYED; i++) {
         h = (h ^ (uint32_t)key[i].id) * 16777619u;
         h = (h ^ (uint32_t)key[i].off) * 16777619u;
         h = (h ^ (uint32_t)key[i].size) * 16777619u;
@@ -66,8 +66,8 @@ static drt_status new_set(vk_ctx *c, VkDescriptorSet *out) {
     return DRT_OK;
 }
 
-drt_status vk_get_set(vk_ctx *c, const vk_buf *const bufs[5], const vk_range key[5],
-                      VkDescriptorSet *out) {
+drt_status vk_get_set(vk_ctx *c, const vk_buf *const bufs[VK_N_KEYED],
+                      const vk_range key[VK_N_KEYED], VkDescriptorSet *out) {
     uint32_t h = ds_hash(key);
     for (int e = c->buckets[h]; e >= 0; e = c->dsets[e].next)
         if (memcmp(c->dsets[e].key, key, sizeof c->dsets[e].key) == 0) {
@@ -93,7 +93,7 @@ drt_status vk_get_set(vk_ctx *c, const vk_buf *const bufs[5], const vk_range key
     VkDescriptorBufferInfo bi[VK_N_BIND];
     VkWriteDescriptorSet w[VK_N_BIND];
     for (int i = 0; i < VK_N_BIND; i++) {
-        if (i < 5)
+        if (i < VK_N_KEYED)
             bi[i] = (VkDescriptorBufferInfo){bufs[i]->buf, key[i].off, key[i].size};
         else
             bi[i] = (VkDescriptorBufferInfo){c->status.buf, 0, VK_WHOLE_SIZE};
@@ -121,7 +121,7 @@ void vk_forget_sets(vk_ctx *c, uint32_t id) {
         while (*link >= 0) {
             vk_dset *d = &c->dsets[*link];
             bool hit = false;
-            for (int i = 0; i < 5; i++)
+            for (int i = 0; i < VK_N_KEYED; i++)
                 hit |= d->key[i].id == id;
             if (!hit) {
                 link = &d->next;

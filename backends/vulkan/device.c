@@ -474,6 +474,12 @@ static drt_status select_device(vk_ctx *c, int device, dev_info *d) {
                              d->p.deviceName,
                              (unsigned long long)d->p.limits.minStorageBufferOffsetAlignment,
                              VK_BIND_ALIGN);
+    if (d->p.limits.maxPerStageDescriptorStorageBuffers < VK_N_BIND)
+        return drt_set_error(DRT_ERR_UNSUPPORTED,
+                             "vulkan: %s allows %u storage buffers per shader stage; diffrt's "
+                             "shaders bind %d",
+                             d->p.deviceName, d->p.limits.maxPerStageDescriptorStorageBuffers,
+                             VK_N_BIND);
     c->props = d->p;
     c->mem = d->mem;
     c->subgroup_size = d->sg.subgroupSize;

@@ -4,7 +4,7 @@
  * a cached pipeline (pipeline.c), a cached descriptor set (descriptors.c:
  * per set of bound ranges, each tensor's bytes from its offset rounded
  * down to VK_BIND_ALIGN), push constants (element offsets inside those
- * ranges, shapes, p0) and a dispatch, preceded by a buffer memory barrier
+ * ranges, shapes) and a dispatch, preceded by a buffer memory barrier
  * only when it depends on an earlier dispatch (ranges overlap: tensors
  * that share the runtime's activation arena at disjoint offsets do not
  * order each other). synchronize() is one vkQueueSubmit and one fence
@@ -250,10 +250,11 @@ drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec,
     VkPipeline pipe = VK_NULL_HANDLE;
     drt_status s = vk_pipeline(c, sh, spec, nspec, &pipe);
     if (s != DRT_OK) return s;
-    const vk_buf *bufs[5] = {buf_of(c, b->src[0]), buf_of(c, b->src[1]), buf_of(c, b->src[2]),
-                             buf_of(c, b->src[3]), buf_of(c, b->dst)};
-    const vk_range key[5] = {range_of(c, b->src[0]), range_of(c, b->src[1]), range_of(c, b->src[2]),
-                             range_of(c, b->src[3]), range_of(c, b->dst)};
+    const drt_tensor *in[VK_N_KEYED] = {b->src[0], b->src[1], b->src[2], b->src[3], NULL, b->rows};
+    const vk_buf *bufs[VK_N_KEYED] = {buf_of(c, in[0]), buf_of(c, in[1]),  buf_of(c, in[2]),
+                                      buf_of(c, in[3]), buf_of(c, b->dst), buf_of(c, in[5])};
+    const vk_range key[VK_N_KEYED] = {range_of(c, in[0]), range_of(c, in[1]),  range_of(c, in[2]),
+                                      range_of(c, in[3]), range_of(c, b->dst), range_of(c, in[5])};
     VkDescriptorSet set;
     s = vk_get_set(c, bufs, key, &set);
     if (s != DRT_OK) return s;
@@ -262,11 +263,11 @@ drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec,
     const vk_range st = {c->status.id, 0, c->status.size};
     const vk_range wr[2] = {key[4], st}; /* written: the output, maybe the status */
     const VkBuffer wbuf[2] = {bufs[4]->buf, c->status.buf};
-    vk_range rd[4];
-    VkBuffer rbuf[4];
+    vk_range rd[VK_N_KEYED];
+    VkBuffer rbuf[VK_N_KEYED];
     int nr = 0;
-    for (int i = 0; i < 4; i++)
-        if (b->src[i]) {
+    for (int i = 0; i < VK_N_KEYED; i++)
+        if (in[i]) {
             rd[nr] = key[i];
             rbuf[nr++] = bufs[i]->buf;
         }

@@ -1,6 +1,6 @@
 /* Vulkan: ADD, SIGMOID, SWIGLU (shaders/elementwise.comp, the op a
  * specialization constant), ROPE (shaders/rope.comp), KV_WRITE
- * (vkCmdCopyBuffer, or shaders/kv_write.comp) and PERMUTE (vkCmdCopyBuffer
+ * (vkCmdCopyBuffer regions, or shaders/kv_write.comp) and PERMUTE (vkCmdCopyBuffer
  * regions when the permutation keeps the inner axes, else
  * shaders/permute.comp).
  * CPU reference: backends/ref/elementwise.c; node dims -> kernel arguments
@@ -20,17 +20,20 @@
 #define COPY_MIN_RUN_BYTES 64
 #define COPY_MAX_REGIONS (1 << 20)
 #define COPY_MAX_REGIONS_GPU 16
+/* KV_WRITE's regions on a CPU device (one per run of rows: per sequence):
+ * past this many the shader runs, which reads the rows on the device */
+#define COPY_MAX_KV_REGIONS 256
 
 typedef struct {
     uint32_t o_a, o_b, o_y, n;
 } elementwise_pc;
 
 typedef struct {
-    uint32_t o_x, o_f, o_y, T, Hn, half_d, p0;
+    uint32_t o_x, o_f, o_y, T, Hn, half_d, o_r;
 } rope_pc;
 
 typedef struct {
-    uint32_t o_src, o_dst, n;
+    uint32_t o_src, o_dst, n, row, o_r;
 } kv_write_pc;
 
 typedef struct {
@@ -114,46 +117,93 @@ static drt_status rec_binary(vk_ctx *c, const drt_tensor *t) {
 }
 
 static drt_status rec_rope(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
-    const drt_tensor *a = t->src[0], *b = t->src[1];
+    const drt_tensor *a = t->src[0], *b = t->src[1], *rows = t->src[DRT_SRC_ROWS];
     const uint32_t wg = vk_wg(c, 256, vk_cpu_lanes(c));
     const uint32_t spec[2] = {wg, c->use_sg};
-    /* x (T,Hn,d), inv_freq (d/2); positions p0 .. p0+T-1 */
+    /* x (T,Hn,d), inv_freq (d/2); row t at its position (rows) */
     uint32_t T = (uint32_t)a->ne[0], Hn = (uint32_t)a->ne[1], half = (uint32_t)a->ne[2] / 2;
-    if ((uint64_t)ex->p0 + T > 65536)
+    if (ex->max_keys > 65536)
         return drt_set_error(
             DRT_ERR_UNSUPPORTED,
             "vulkan: ROPE positions up to %d (the shader's exact angle needs < 65536)",
-            ex->p0 + (int)T - 1);
-    rope_pc pc = {vk_eoff(a), vk_eoff(b), vk_eoff(t), T, Hn, half, (uint32_t)ex->p0};
-    vk_binds bd = {.src = {a, b}, .dst = t};
+            ex->max_keys - 1);
+    rope_pc pc = {vk_eoff(a), vk_eoff(b), vk_eoff(t), T, Hn, half, vk_eoff(rows)};
+    vk_binds bd = {.src = {a, b}, .dst = t, .rows = rows};
     return vk_dispatch(c, VK_SH_ROPE, spec, 2, &bd, &pc, sizeof pc,
                        vk_groups(c, (uint64_t)T * Hn * half, wg), 1, 1);
 }
 
-static drt_status rec_kv_write(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
+/* KV_WRITE as copies: one region per run of rows that land on consecutive
+ * cache rows (a prefill: one region; decode rows of n sequences: n), built
+ * from the host copy of the rows; the pass is recorded anew for every run
+ * (vk_compute), so the regions never outlive the rows they came from. The
+ * regions of one vkCmdCopyBuffer must not overlap: an earlier region inside
+ * a later one (the batch session's padding rows, which all write one
+ * scratch row) is dropped, as the later row's write is the one that stays
+ * (backends/ref: rows are written in order). *done = false: more regions
+ * than max, or regions that overlap otherwise (the shader runs). */
+static drt_status kv_write_copy(vk_ctx *c, const drt_tensor *t, const drt_exec *ex, uint64_t row,
+                                uint32_t max, bool *done) {
     const drt_tensor *a = t->src[0];
+    const uint64_t rb = row * sizeof(float), cap = (uint64_t)t->ne[0];
+    *done = false;
+    VkBufferCopy reg[COPY_MAX_KV_REGIONS];
+    uint32_t n = 0;
+    for (int i = 0; i < ex->n_rows; i++) {
+        const uint64_t at = (uint64_t)ex->rows[2 * i] + (uint64_t)ex->rows[2 * i + 1];
+        if (at >= cap)
+            return drt_set_error(
+                DRT_ERR_INVALID_ARG,
+                "KV_WRITE: row %d (cache base %d, position %d) past the cache's %lld rows", i,
+                ex->rows[2 * i], ex->rows[2 * i + 1], (long long)cap);
+        const VkDeviceSize so = a->offs + (uint64_t)i * rb, dof = t->offs + at * rb;
+        if (n > 0 && reg[n - 1].dstOffset + reg[n - 1].size == dof) { /* src follows too */
+            reg[n - 1].size += rb;
+            continue;
+        }
+        if (n == max) return DRT_OK;
+        reg[n++] = (VkBufferCopy){so, dof, rb};
+    }
+    uint32_t keep = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        bool drop = false;
+        for (uint32_t j = i + 1; j < n && !drop; j++) {
+            const VkDeviceSize b0 = reg[i].dstOffset, e0 = b0 + reg[i].size;
+            const VkDeviceSize b1 = reg[j].dstOffset, e1 = b1 + reg[j].size;
+            if (b0 >= e1 || b1 >= e0) continue;
+            if (b0 < b1 || e0 > e1) return DRT_OK; /* a partial overlap */
+            drop = true;
+        }
+        if (!drop) reg[keep++] = reg[i];
+    }
+    drt_status s = vk_copy(c, a, t, reg, keep);
+    *done = s == DRT_OK;
+    return s;
+}
+
+static drt_status rec_kv_write(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
+    const drt_tensor *a = t->src[0], *rows = t->src[DRT_SRC_ROWS];
     const uint32_t wg = vk_wg(c, 256, vk_cpu_lanes(c));
     uint32_t spec[3] = {wg, c->use_sg, 0};
-    /* src (T, row...) -> rows p0.. of the cache; t is a view of the cache */
+    /* src (T, row...) -> row t to cache row base + pos; t is a view of the cache */
     int64_t T = a->ne[0], row = T ? drt_nelem(a) / T : 0;
     uint64_t n = (uint64_t)(T * row);
-    kv_write_pc pc = {vk_eoff(a), vk_eoff(t) + (uint32_t)(ex->p0 * row), (uint32_t)n};
-    vk_binds bd = {.src = {a}, .dst = t};
     if (n == 0) return DRT_OK;
-    if ((uint64_t)(ex->p0 + T) * (uint64_t)row > (uint64_t)drt_nelem(t))
-        return drt_set_error(DRT_ERR_INVALID_ARG, "KV_WRITE: rows %d..%d past the cache's %lld",
-                             ex->p0, ex->p0 + (int)T - 1, (long long)(drt_nelem(t) / row));
-    if (c->use_copy) { /* both sides contiguous: one region */
-        VkBufferCopy r = {a->offs, t->offs + (VkDeviceSize)ex->p0 * row * sizeof(float),
-                          n * sizeof(float)};
-        return vk_copy(c, a, t, &r, 1);
+    if (c->use_copy) {
+        bool done;
+        drt_status s =
+            kv_write_copy(c, t, ex, (uint64_t)row,
+                          c->tune_cpu ? COPY_MAX_KV_REGIONS : COPY_MAX_REGIONS_GPU, &done);
+        if (s != DRT_OK || done) return s;
     }
-    spec[2] = 0;
-    if (n % 4 == 0 && pc.o_src % 4 == 0 && pc.o_dst % 4 == 0) {
+    kv_write_pc pc = {vk_eoff(a), vk_eoff(t), (uint32_t)n, (uint32_t)row, vk_eoff(rows)};
+    vk_binds bd = {.src = {a}, .dst = t, .rows = rows};
+    if (row % 4 == 0 && pc.o_src % 4 == 0 && pc.o_dst % 4 == 0) {
         spec[2] = 1;
         pc.o_src /= 4;
         pc.o_dst /= 4;
         pc.n /= 4;
+        pc.row /= 4;
     }
     return vk_dispatch(c, VK_SH_KV_WRITE, spec, 3, &bd, &pc, sizeof pc, vk_groups(c, pc.n, wg), 1,
                        1);

@@ -25,9 +25,16 @@ typedef struct {
     uint32_t o_ids, o_e, o_y, T, V, D;
 } embed_pc;
 
-/* Rows up to this go through matvec (one workgroup per 4 outputs of a row:
- * W is re-read per row, from cache), more through the tiled GEMM. */
-#define MATVEC_MAX_T 4
+/* Rows up to these go through matvec.comp with all of them in one
+ * workgroup, each weight streamed once for the rows (decode rows of
+ * several sequences, issue 27); more go through the tiled GEMM. GPUs: up
+ * to 32, where the GEMM's 64-row shared tiles would leave most of the
+ * device idle (N/64 workgroups). CPU devices: up to 2; from 3 rows the
+ * register-tiled GEMM, which reads each weight once per 8 rows, wins on
+ * lavapipe (134M decode GEMVs, 4 layers, f16, 2 loaded cores, min ms:
+ * T=2 matvec 36 vs reg 41, T=3 48 vs 38, T=4 60 vs 48). */
+#define MATVEC_MAX_T 32
+#define MATVEC_MAX_T_CPU 2
 
 /* Picks the module for weight dtype wt out of its three compiled forms
  * (f32; f16 through 16-bit storage; f16/bf16 as packed words) and sets the
@@ -41,7 +48,8 @@ static vk_shader weight_variant(const vk_ctx *c, drt_dtype wt, vk_shader f32, vk
 }
 
 /* The kernel MATMUL node t runs, by shape class:
- *   gemv   T <= MATVEC_MAX_T, W not transposed: matvec.comp;
+ *   gemv   T <= MATVEC_MAX_T (CPU devices: MATVEC_MAX_T_CPU), W not
+ *          transposed: matvec.comp, the T rows in one workgroup;
  *   reg    CPU devices: matmul.comp with REG (register tiles, no shared
  *          memory): TM rows x WG*TN columns per workgroup of WG lanes, TM
  *          shrunk for skinny T so that few rows are computed twice;
@@ -53,13 +61,15 @@ static vk_shader weight_variant(const vk_ctx *c, drt_dtype wt, vk_shader f32, vk
 typedef struct {
     enum { MM_GEMV, MM_REG, MM_SHARED } kind;
     uint32_t wg, bm, bn, bk, tm, tn;
+    uint32_t tt; /* gemv: rows t per workgroup */
 } mm_plan;
 
 static mm_plan plan_of(const vk_ctx *c, uint32_t T, uint32_t trans) {
     mm_plan p = {0};
-    if (!trans && T <= MATVEC_MAX_T) {
+    if (!trans && T <= (c->tune_cpu ? MATVEC_MAX_T_CPU : MATVEC_MAX_T)) {
         p.kind = MM_GEMV;
         p.wg = vk_wg(c, 128, vk_cpu_lanes(c));
+        p.tt = T;
         return p;
     }
     if (c->tune_cpu) {
@@ -101,7 +111,8 @@ static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo
                                mm_plan *p, uint32_t spec[10]);
 static uint64_t bind_bytes(const drt_tensor *w);
 
-/* "gemv wg64", "gemv wg8 row/thread i64 (split)", "reg 16x16 (8 lanes x 16x2)",
+/* "gemv wg64", "gemv wg128 x8 rows", "gemv wg8 row/thread i64 (split)",
+ * "reg 16x16 (8 lanes x 16x2)",
  * "shared 64x64x16 (4x4)" */
 const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t) {
     static _Thread_local char buf[8][64];
@@ -115,9 +126,11 @@ const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t) {
         uint32_t spec[10];
         mm_plan q;
         matmul_select(c, t, vk_eoff(t->src[0]), vk_eoff(t->src[1]), &q, spec);
-        snprintf(s, sizeof buf[0], "gemv wg%u%s%s", p.wg, spec[2] == 2 ? " row/thread i64" : "",
-                 bind_bytes(t->src[1]) > c->split_bytes && vk_matmul_splits(c, t) ? " (split)"
-                                                                                  : "");
+        char rows[24] = "";
+        if (p.tt > 1) snprintf(rows, sizeof rows, " x%u rows", p.tt);
+        snprintf(
+            s, sizeof buf[0], "gemv wg%u%s%s%s", p.wg, rows, spec[2] == 2 ? " row/thread i64" : "",
+            bind_bytes(t->src[1]) > c->split_bytes && vk_matmul_splits(c, t) ? " (split)" : "");
     } else if (p.kind == MM_REG)
         snprintf(s, sizeof buf[0], "reg %ux%u (%u lanes x %ux%u)", p.bm, p.bn, p.wg, p.tm, p.tn);
     else
@@ -144,6 +157,7 @@ static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo
         /* the *_NOSG module follows each one */
         sh = vk_sg_variant(c, sh);
         spec[2] = K % 4 == 0 && eo_x % 4 == 0 && eo_w % 4 == 0;
+        spec[3] = p->tt;
         /* CPU devices, packed f16/bf16: a row per thread, 16 weights per
          * step in 64-bit words */
         if (c->tune_cpu && c->use_i64 && sh == VK_SH_MATVEC_U16 && K % 16 == 0 && eo_x % 8 == 0 &&
@@ -248,7 +262,7 @@ drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
          * beat 2, 16 and one per 4 rows) */
         uint32_t gx = spec[2] == 2 ? (N + p.wg - 1) / p.wg : (N + 3) / 4; /* N once */
         if (c->tune_cpu && gx > 2 * c->n_cpus) gx = 2 * c->n_cpus;
-        return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, gx, T, B);
+        return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, gx, (T + p.tt - 1) / p.tt, B);
     }
     matmul_pc pc = {vk_eoff(a), vk_eoff(w),    vk_eoff(t),    B,     Bw,      T, N,
                     K,          trans ? 1 : K, trans ? N : 1, trans, t->fp[0]};

@@ -3,7 +3,7 @@
  *   buffers    one VkBuffer + VkDeviceMemory per drt_buffer, in device-local
  *              memory; never host-visible to the runtime: upload/download go
  *              through a staging buffer (one transfer submission per chunk).
- *   fixed      the staging buffer, the status buffer (binding 5: errors a
+ *   fixed      the staging buffer, the status buffer (binding 6: errors a
  *              shader found) and a dummy bound to unused slots, made with the
  *              device.
  *   scratch    the split-key attention partials, grown as needed; a replaced

@@ -130,7 +130,7 @@ drt_status vk_pipeline(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec,
 /* The pipelines whose specialization does not depend on a node's shape,
  * created with the device so that no forward pass creates them: the
  * row-wise ops (norm, dual softmax), the elementwise ops in both widths,
- * the KV copy shader (when KV_WRITE is not a vkCmdCopyBuffer), ROPE and
+ * the KV copy shader (KV_WRITE of more sequences than copy regions), ROPE and
  * the split-key merge for one and two maps. Shape classes (attention
  * tiles, MATMUL, EMBED) are created when a plan asks whether the backend
  * supports its nodes (vk_supports -> vk_attention_prepare,
@@ -144,7 +144,7 @@ void vk_prewarm(vk_ctx *c) {
     for (uint32_t op = 0; op < 3; op++)
         for (uint32_t v4 = 0; v4 < 2; v4++)
             (void)vk_pipeline(c, VK_SH_ELEMENTWISE, (const uint32_t[]){wg, sg, op, v4}, 4, &p);
-    for (uint32_t v4 = 0; v4 < 2 && !c->use_copy; v4++) /* else KV_WRITE is a copy */
+    for (uint32_t v4 = 0; v4 < 2; v4++)
         (void)vk_pipeline(c, VK_SH_KV_WRITE, (const uint32_t[]){wg, sg, v4}, 3, &p);
     (void)vk_pipeline(c, VK_SH_ROPE, (const uint32_t[]){wg, sg}, 2, &p);
     (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_NORM), (const uint32_t[]){wg, sg}, 2, &p);

@@ -67,7 +67,10 @@ typedef enum { VK_SHADER_LIST(VK_SHADER_ENUM) VK_N_SHADERS } vk_shader;
 
 /* ---- the context -------------------------------------------------------- */
 
-#define VK_N_BIND 6    /* bindings 0..3 = src[0..3], 4 = output, 5 = status */
+/* bindings 0..3 = src[0..3], 4 = output, 5 = the position ops' rows
+ * (src[DRT_SRC_ROWS]), 6 = status */
+#define VK_N_BIND 7
+#define VK_N_KEYED 6   /* bindings 0..5: the node's tensors, keying a set */
 #define VK_MAX_SPEC 10 /* specialization constants 0..9 */
 #define VK_PUSH_BYTES 128
 #define VK_MAX_PENDING 64 /* unbarriered ranges tracked before a forced barrier */
@@ -96,9 +99,9 @@ typedef struct {
     uint64_t id, off, size;
 } vk_range;
 
-/* a descriptor set, keyed by the ranges bound at bindings 0..4 */
+/* a descriptor set, keyed by the ranges bound at bindings 0..5 */
 typedef struct {
-    vk_range key[5];
+    vk_range key[VK_N_KEYED];
     VkDescriptorSet set;
     int next; /* bucket chain or free list; -1 ends */
 } vk_dset;
@@ -194,12 +197,12 @@ void vk_pipeline_release(vk_ctx *c);
 void vk_prewarm(vk_ctx *c);
 
 /* descriptors.c: the set cache, empty; vk_get_set returns the set binding
- * bufs[i] at key[i] for bindings 0..4 (5: the status buffer); a freed
+ * bufs[i] at key[i] for bindings 0..5 (6: the status buffer); a freed
  * buffer's sets are forgotten */
 void vk_sets_init(vk_ctx *c);
 void vk_sets_release(vk_ctx *c);
-drt_status vk_get_set(vk_ctx *c, const vk_buf *const bufs[5], const vk_range key[5],
-                      VkDescriptorSet *out);
+drt_status vk_get_set(vk_ctx *c, const vk_buf *const bufs[VK_N_KEYED],
+                      const vk_range key[VK_N_KEYED], VkDescriptorSet *out);
 void vk_forget_sets(vk_ctx *c, uint32_t id);
 
 /* memory.c: buffers (size rounded up to 16, a fresh id; *map when map is
@@ -234,12 +237,14 @@ drt_status vk_flush(vk_ctx *c);
 
 /* ---- recording (dispatch.c, pipeline.c, memory.c) ------------------------- */
 
-/* bindings of one dispatch: src tensors are read, dst is written; a NULL
- * slot gets a dummy buffer; status: the shader may write the status buffer
- * (binding 5) */
+/* bindings of one dispatch: src tensors and rows are read, dst is
+ * written; a NULL slot gets a dummy buffer; rows: the position ops' rows
+ * tensor, (T, 2) i32 {cache base, position} per row (binding 5); status:
+ * the shader may write the status buffer (binding 6) */
 typedef struct {
     const drt_tensor *src[4];
     const drt_tensor *dst;
+    const drt_tensor *rows;
     bool status;
 } vk_binds;
 

@@ -2,18 +2,23 @@
 #extension GL_GOOGLE_include_directive : require
 /* Fused causal attention: DIFF_ATTN (MAPS = 2) and ATTN (MAPS = 1).
  *   q is (T,H,MAPS,DK); k is (S_cap,G,km,DK), km in {1,2} (1 for ATTN);
- *   v is (S_cap,G,DV); o is (T,H,DV); all f32. S = p0 + T rows are read.
- * Query t (position p0+t) of head h, kv group g = h / (H/G), sees keys
- * j <= p0 + t; with s = 1/sqrt(DK):
- *   A1 = softmax_j(s q[t,h,0].k[j,g,0]),  A2 = softmax_j(s q[t,h,1].k[j,g,km-1])
- *   o[t,h] = sum_j (A1[j] - lambda[t,h] A2[j]) v[j,g]      (ATTN: A1 only)
+ *   v is (S_cap,G,DV); o is (T,H,DV); all f32.
+ * Query t of head h, kv group g = h / (H/G), at position pos of the
+ * sequence whose cache rows start at base (its rows entry, binding 5),
+ * sees keys j <= pos at cache rows base + j; with s = 1/sqrt(DK):
+ *   A1 = softmax_j(s q[t,h,0].k[base+j,g,0]),  A2 = softmax_j(s q[t,h,1].k[base+j,g,km-1])
+ *   o[t,h] = sum_j (A1[j] - lambda[t,h] A2[j]) v[base+j,g]      (ATTN: A1 only)
  * lambda is the scalar, or lambda_th (T,H) when has_l.
- * CPU reference: backends/cpu/attention.c (cpu_diff_attn, cpu_attn).
+ * CPU reference: backends/ref/attention.c (drt_ref_diff_attn, drt_ref_attn).
  *
  * Flash-style, no S x S matrix: a workgroup owns BR query rows of ONE kv
  * group (rows r = t*(H/G) + hh, so GQA heads share every K/V tile; grid:
  * x = T*(H/G)/BR, y = G), and walks the keys in shared-memory tiles of BC
- * keys. Per tile:
+ * keys. The workgroup's query tokens are walked run by run (run_end,
+ * common.glsl: rows of one sequence at consecutive positions share their
+ * keys): a one-sequence prefill is one run and walks its keys once; rows of
+ * several sequences walk each run's keys in turn, the rows of the other
+ * runs masked (their state does not change). Per tile:
  *   A. load K (both maps) and V rows into shared memory;
  *   B. scores s*q.k for every (row, key, map) -> Ssh (masked: NEG_BIG);
  *   C. one thread per (row, map) does the online softmax bookkeeping: tile
@@ -30,8 +35,9 @@
  * (a scratch buffer); shaders/attention_combine.comp merges the splits.
  * Specialization constants: DK, DV, BR, BC, MAPS, SPLIT (the host picks BR,
  * BC so that the tiles fit in maxComputeSharedMemorySize).
- * Napkin math (causal): T*H*(p0 + T/2)*(MAPS*2*DK + 2*DV) flops; K/V bytes
- * read from global memory: (T*H/G/BR) * S * (MAPS*DK + DV) * 4. */
+ * Napkin math: H*sum(pos+1)*(MAPS*2*DK + 2*DV) flops; K/V bytes read
+ * from global memory, one sequence: (T*H/G/BR) * S * (MAPS*DK + DV) * 4. */
+#define WANT_ROWS
 #include "common.glsl"
 
 layout(constant_id = 2) const uint MAPS = 2;
@@ -54,7 +60,7 @@ layout(binding = 4) writeonly buffer Obuf { float o[]; };
 
 layout(push_constant) uniform PC {
     uint o_q, o_k, o_v, o_l, o_o;
-    uint T, p0, H, G, km;
+    uint T, o_r, H, G, km;
     uint has_l;
     float lambda, scale;
     uint chunk; /* SPLIT: keys per split, a multiple of BC */
@@ -73,11 +79,9 @@ void main() {
     const uint HG = pc.H / pc.G;
     const uint R = pc.T * HG; /* query rows of this group */
     const uint row0 = gl_WorkGroupID.x * BR;
-    /* the keys this workgroup walks: up to the last any of its rows sees,
-     * within its split */
+    /* its query tokens, and the keys of its split */
+    const uint tfirst = row0 / HG, tlast = (min(row0 + BR, R) - 1) / HG;
     const uint jbeg = SPLIT ? gl_WorkGroupID.z * pc.chunk : 0;
-    uint kmax = pc.p0 + (min(row0 + BR, R) - 1) / HG;
-    if (SPLIT) kmax = min(kmax, jbeg + pc.chunk - 1);
 
     for (uint i = tid; i < BR * QW; i += WG) {
         uint r = i / QW, c = i % QW, rr = row0 + r;
@@ -99,76 +103,85 @@ void main() {
         acc2[i] = 0.0;
     }
 
-    for (uint j0 = jbeg; j0 <= kmax; j0 += BC) {
-        /* A */
-        for (uint i = tid; i < BC * QW; i += WG) {
-            uint jj = i / QW, c = i % QW, j = j0 + jj;
-            uint mp = c / DK, d = c % DK;
-            float val = 0.0;
-            if (j <= kmax) val = k[pc.o_k + ((j * pc.G + g) * pc.km + mp * (pc.km - 1)) * DK + d];
-            Ksh[jj * QS + c] = val;
-        }
-        for (uint i = tid; i < BC * DV; i += WG) {
-            uint jj = i / DV, e = i % DV, j = j0 + jj;
-            Vsh[i] = j <= kmax ? v[pc.o_v + (j * pc.G + g) * DV + e] : 0.0;
-        }
-        barrier();
-        /* B */
-        for (uint i = tid; i < BR * BC; i += WG) {
-            uint r = i / BC, jj = i % BC, rr = row0 + r;
-            bool ok = rr < R && j0 + jj <= kmax && j0 + jj <= pc.p0 + rr / HG;
-            for (uint mp = 0; mp < MAPS; mp++) {
-                float s = NEG_BIG;
-                if (ok) {
-                    float dot = 0.0;
-                    for (uint d = 0; d < DK; d++) dot += Qsh[r * QS + mp * DK + d] * Ksh[jj * QS + mp * DK + d];
-                    s = dot * pc.scale;
+    /* the runs ts..te of its tokens: keys base + j for j <= kmax, the last
+     * any of the run's rows sees (pos of te), within the split */
+    for (uint ts = tfirst; ts <= tlast;) {
+        const uint te = run_end(pc.o_r, ts, tlast);
+        const uint base = row_base(pc.o_r, ts), pts = row_pos(pc.o_r, ts);
+        uint kmax = pts + (te - ts);
+        if (SPLIT) kmax = min(kmax, jbeg + pc.chunk - 1);
+        for (uint j0 = jbeg; j0 <= kmax; j0 += BC) {
+            /* A */
+            for (uint i = tid; i < BC * QW; i += WG) {
+                uint jj = i / QW, c = i % QW, j = j0 + jj;
+                uint mp = c / DK, d = c % DK;
+                float val = 0.0;
+                if (j <= kmax) val = k[pc.o_k + (((base + j) * pc.G + g) * pc.km + mp * (pc.km - 1)) * DK + d];
+                Ksh[jj * QS + c] = val;
+            }
+            for (uint i = tid; i < BC * DV; i += WG) {
+                uint jj = i / DV, e = i % DV, j = j0 + jj;
+                Vsh[i] = j <= kmax ? v[pc.o_v + ((base + j) * pc.G + g) * DV + e] : 0.0;
+            }
+            barrier();
+            /* B: rows of the run only, each up to its own position */
+            for (uint i = tid; i < BR * BC; i += WG) {
+                uint r = i / BC, jj = i % BC, rr = row0 + r, t = rr / HG;
+                bool ok = rr < R && t >= ts && t <= te && j0 + jj <= kmax && j0 + jj <= pts + (t - ts);
+                for (uint mp = 0; mp < MAPS; mp++) {
+                    float s = NEG_BIG;
+                    if (ok) {
+                        float dot = 0.0;
+                        for (uint d = 0; d < DK; d++) dot += Qsh[r * QS + mp * DK + d] * Ksh[jj * QS + mp * DK + d];
+                        s = dot * pc.scale;
+                    }
+                    Ssh[(r * BC + jj) * MAPS + mp] = s;
                 }
-                Ssh[(r * BC + jj) * MAPS + mp] = s;
             }
-        }
-        barrier();
-        /* C */
-        if (tid < BR * MAPS) {
-            uint r = tid / MAPS, mp = tid % MAPS;
-            float mt = NEG_BIG;
-            for (uint jj = 0; jj < BC; jj++) mt = max(mt, Ssh[(r * BC + jj) * MAPS + mp]);
-            float m_new = max(m_run, mt);
-            float alpha = exp(m_run - m_new);
-            float ls = 0.0;
-            for (uint jj = 0; jj < BC; jj++) {
-                uint idx = (r * BC + jj) * MAPS + mp;
-                float s = Ssh[idx];
-                float p = s > NEG_BIG ? exp(s - m_new) : 0.0;
-                Ssh[idx] = p;
-                ls += p;
+            barrier();
+            /* C */
+            if (tid < BR * MAPS) {
+                uint r = tid / MAPS, mp = tid % MAPS;
+                float mt = NEG_BIG;
+                for (uint jj = 0; jj < BC; jj++) mt = max(mt, Ssh[(r * BC + jj) * MAPS + mp]);
+                float m_new = max(m_run, mt);
+                float alpha = exp(m_run - m_new);
+                float ls = 0.0;
+                for (uint jj = 0; jj < BC; jj++) {
+                    uint idx = (r * BC + jj) * MAPS + mp;
+                    float s = Ssh[idx];
+                    float p = s > NEG_BIG ? exp(s - m_new) : 0.0;
+                    Ssh[idx] = p;
+                    ls += p;
+                }
+                l_run = l_run * alpha + ls;
+                m_run = m_new;
+                Ash[tid] = alpha;
             }
-            l_run = l_run * alpha + ls;
-            m_run = m_new;
-            Ash[tid] = alpha;
-        }
-        barrier();
-        /* D */
-        {
-            float a1 = Ash[rd * MAPS], a2 = MAPS == 2 ? Ash[rd * MAPS + 1] : 0.0;
-            for (uint i = 0; i < NACC; i++) {
-                acc1[i] *= a1;
-                acc2[i] *= a2;
-            }
-            for (uint jj = 0; jj < BC; jj++) {
-                float p1 = Ssh[(rd * BC + jj) * MAPS];
-                float p2 = MAPS == 2 ? Ssh[(rd * BC + jj) * MAPS + 1] : 0.0;
+            barrier();
+            /* D */
+            {
+                float a1 = Ash[rd * MAPS], a2 = MAPS == 2 ? Ash[rd * MAPS + 1] : 0.0;
                 for (uint i = 0; i < NACC; i++) {
-                    uint e = lane + i * RG;
-                    if (e < DV) {
-                        float vv = Vsh[jj * DV + e];
-                        acc1[i] += p1 * vv;
-                        acc2[i] += p2 * vv;
+                    acc1[i] *= a1;
+                    acc2[i] *= a2;
+                }
+                for (uint jj = 0; jj < BC; jj++) {
+                    float p1 = Ssh[(rd * BC + jj) * MAPS];
+                    float p2 = MAPS == 2 ? Ssh[(rd * BC + jj) * MAPS + 1] : 0.0;
+                    for (uint i = 0; i < NACC; i++) {
+                        uint e = lane + i * RG;
+                        if (e < DV) {
+                            float vv = Vsh[jj * DV + e];
+                            acc1[i] += p1 * vv;
+                            acc2[i] += p2 * vv;
+                        }
                     }
                 }
             }
+            barrier();
         }
-        barrier();
+        ts = te + 1;
     }
 
     if (SPLIT) {

@@ -5,7 +5,8 @@
 /* Fused causal attention for CPU devices (lavapipe), prefill:
  * DIFF_ATTN (MAPS = 2) and ATTN (MAPS = 1) with the semantics of
  * shaders/attention.comp (q (T,H,MAPS,DK), k (S_cap,G,km,DK), v (S_cap,G,DV),
- * o (T,H,DV); CPU reference backends/ref/attention.c).
+ * o (T,H,DV); query row t reads the keys base .. base + pos of its rows
+ * entry; CPU reference backends/ref/attention.c).
  *
  * Why this shape: on llvmpipe an invocation is a SIMD lane and every buffer
  * (or shared-memory) load is a loop over the lanes, one scalar load per
@@ -20,19 +21,23 @@
  * rows r = t*(H/G) + hh, so GQA heads share every key. Lane l owns rows
  * row0 + i*WG + l, i < RPL: their q rows, accumulators acc[DV] per map and
  * online-softmax state (m, l per map) are the lane's own, so the softmax
- * bookkeeping of a row never leaves its lane. The keys are walked in tiles
- * of WG keys; per tile:
+ * bookkeeping of a row never leaves its lane. The workgroup's query tokens
+ * are walked run by run (run_end, common.glsl: rows of one sequence at
+ * consecutive positions, which share their keys; a one-sequence prefill is
+ * one run), the keys of a run (cache rows base + j) in tiles of WG keys;
+ * per tile:
  *   1. lane l loads key j0 + l (both maps, vec4 by vec4); score of each of
  *      its rows against key jj = dot(q, shuffle(k, jj));
- *   2. causal mask per row (j <= p0 + t), tile max, new running max,
+ *   2. mask per row (a row of the run, j <= its pos; the rows of other
+ *      runs see nothing and keep their state), tile max, new running max,
  *      rescale alpha = exp(m_old - m), p[jj] = exp(s[jj] - m), l update;
  *   3. lane l loads value row j0 + l, vec4 by vec4; every lane adds
  *      p[jj] * shuffle(v, jj) to its accumulators (rescaled by alpha once).
  * RPL > 1 makes every loaded and shuffled key feed RPL rows: on lavapipe
  * at T=S=1024 (dk 64, dv 128, two maps) RPL = 4 took ~60 ms, 1 and 2 ~100;
  * the price is code size (compile time grows with RPL, ~6 s at 4).
- * Keys past the workgroup's last visible key are clamped to it for loading
- * (never a row past S) and masked out (p = 0).
+ * Keys past the run's last visible key are clamped to it for loading
+ * (never a row past its sequence's) and masked out (p = 0).
  * Split keys (SPLIT): workgroup z walks [z*chunk, (z+1)*chunk) and writes
  * its unnormalized state (m, l, acc[DV]) per (split, row, map) in
  * shaders/attention_combine.comp's layout; without SPLIT each row is
@@ -41,6 +46,7 @@
  * loads); the host checks.
  * Napkin math: per tile, WG*(MAPS*DK + DV) floats loaded (and shuffled)
  * for BR*WG*MAPS*(DK + DV) multiply-adds. */
+#define WANT_ROWS
 #include "common.glsl"
 
 layout(constant_id = 2) const uint MAPS = 2;
@@ -61,7 +67,7 @@ layout(binding = 4) writeonly buffer Obuf { float o[]; };
 
 layout(push_constant) uniform PC {
     uint o_q, o_k, o_v, o_l, o_o;
-    uint T, p0, H, G, km;
+    uint T, o_r, H, G, km;
     uint has_l;
     float lambda, scale;
     uint chunk; /* SPLIT: keys per split, a multiple of BC */
@@ -74,19 +80,19 @@ void main() {
     const uint R = pc.T * HG; /* query rows of this group */
     const uint row0 = gl_WorkGroupID.x * BR;
     /* the lane's rows: r = row0 + i*WG + lane; lanes past R redo the last
-     * row, unwritten. row: (t, h) as t*H + h; pos: it sees keys [0, pos] */
-    uint row[RPL], pos[RPL];
+     * row, unwritten. row: (t, h) as t*H + h; tok: t; pos: it sees keys
+     * [0, pos] of its sequence */
+    uint row[RPL], tok[RPL], pos[RPL];
     [[unroll]] for (uint i = 0; i < RPL; i++) {
         const uint rr = min(row0 + i * WG + lane, R - 1);
         const uint t = rr / HG;
         row[i] = t * pc.H + g * HG + rr % HG;
-        pos[i] = pc.p0 + t;
+        tok[i] = t;
+        pos[i] = row_pos(pc.o_r, t);
     }
-    /* the keys this workgroup walks: up to the last any of its rows sees,
-     * within its split */
+    /* its query tokens, and the keys of its split */
+    const uint tfirst = row0 / HG, tlast = (min(row0 + BR, R) - 1) / HG;
     const uint jbeg = SPLIT ? gl_WorkGroupID.z * pc.chunk : 0;
-    uint kmax = pc.p0 + (min(row0 + BR, R) - 1) / HG;
-    if (SPLIT) kmax = min(kmax, jbeg + pc.chunk - 1);
 
     /* per (row i, map mp): index i*MAPS + mp */
     vec4 qv[RPL * MAPS * DK4];
@@ -101,59 +107,70 @@ void main() {
         l[c] = 0.0;
     }
 
-    for (uint j0 = jbeg; j0 <= kmax; j0 += BC) {
-        const uint jl = min(j0 + lane, kmax); /* the key this lane loads */
-        /* 1. scores: s[(i*MAPS + mp)*BC + jj] of row i, map mp, key j0 + jj */
-        float s[RPL * MAPS * BC];
-        [[unroll]] for (uint c = 0; c < RPL * MAPS * BC; c++) s[c] = 0.0;
-        const uint kb = pc.o_k / 4 + (jl * pc.G + g) * pc.km * DK4;
-        [[unroll]] for (uint mp = 0; mp < MAPS; mp++) {
-            /* map 2's key: its own slot, or the shared one (km = 1) */
-            const uint kbm = kb + mp * (pc.km - 1) * DK4;
-            [[unroll]] for (uint d = 0; d < DK4; d++) {
-                const vec4 kv = k4[kbm + d];
-                [[unroll]] for (uint jj = 0; jj < BC; jj++) {
-                    const vec4 kj = subgroupShuffle(kv, jj);
-                    [[unroll]] for (uint i = 0; i < RPL; i++)
-                        s[(i * MAPS + mp) * BC + jj] += dot(qv[(i * MAPS + mp) * DK4 + d], kj);
-                }
-            }
-        }
-        /* 2. mask and online softmax, per lane and row: s becomes p */
-        float alpha[RPL * MAPS];
-        [[unroll]] for (uint i = 0; i < RPL; i++) {
+    /* the runs ts..te of its tokens: keys base + j for j <= kmax, the last
+     * any of the run's rows sees (pos of te), within the split */
+    for (uint ts = tfirst; ts <= tlast;) {
+        const uint te = run_end(pc.o_r, ts, tlast);
+        const uint base = row_base(pc.o_r, ts);
+        uint kmax = row_pos(pc.o_r, ts) + (te - ts);
+        if (SPLIT) kmax = min(kmax, jbeg + pc.chunk - 1);
+        bool mine[RPL]; /* the lane's rows in this run */
+        [[unroll]] for (uint i = 0; i < RPL; i++) mine[i] = tok[i] >= ts && tok[i] <= te;
+        for (uint j0 = jbeg; j0 <= kmax; j0 += BC) {
+            const uint jl = base + min(j0 + lane, kmax); /* the key (cache row) this lane loads */
+            /* 1. scores: s[(i*MAPS + mp)*BC + jj] of row i, map mp, key j0 + jj */
+            float s[RPL * MAPS * BC];
+            [[unroll]] for (uint c = 0; c < RPL * MAPS * BC; c++) s[c] = 0.0;
+            const uint kb = pc.o_k / 4 + (jl * pc.G + g) * pc.km * DK4;
             [[unroll]] for (uint mp = 0; mp < MAPS; mp++) {
-                const uint c = i * MAPS + mp;
-                float mt = NEG_BIG;
-                [[unroll]] for (uint jj = 0; jj < BC; jj++) {
-                    const bool ok = j0 + jj <= pos[i] && j0 + jj <= kmax;
-                    s[c * BC + jj] = ok ? s[c * BC + jj] * pc.scale : NEG_BIG;
-                    mt = max(mt, s[c * BC + jj]);
+                /* map 2's key: its own slot, or the shared one (km = 1) */
+                const uint kbm = kb + mp * (pc.km - 1) * DK4;
+                [[unroll]] for (uint d = 0; d < DK4; d++) {
+                    const vec4 kv = k4[kbm + d];
+                    [[unroll]] for (uint jj = 0; jj < BC; jj++) {
+                        const vec4 kj = subgroupShuffle(kv, jj);
+                        [[unroll]] for (uint i = 0; i < RPL; i++)
+                            s[(i * MAPS + mp) * BC + jj] += dot(qv[(i * MAPS + mp) * DK4 + d], kj);
+                    }
                 }
-                const float mn = max(m[c], mt);
-                alpha[c] = exp(m[c] - mn);
-                float ls = 0.0;
-                [[unroll]] for (uint jj = 0; jj < BC; jj++) {
-                    const float p = s[c * BC + jj] > NEG_BIG ? exp(s[c * BC + jj] - mn) : 0.0;
-                    s[c * BC + jj] = p;
-                    ls += p;
+            }
+            /* 2. mask and online softmax, per lane and row: s becomes p */
+            float alpha[RPL * MAPS];
+            [[unroll]] for (uint i = 0; i < RPL; i++) {
+                [[unroll]] for (uint mp = 0; mp < MAPS; mp++) {
+                    const uint c = i * MAPS + mp;
+                    float mt = NEG_BIG;
+                    [[unroll]] for (uint jj = 0; jj < BC; jj++) {
+                        const bool ok = mine[i] && j0 + jj <= pos[i] && j0 + jj <= kmax;
+                        s[c * BC + jj] = ok ? s[c * BC + jj] * pc.scale : NEG_BIG;
+                        mt = max(mt, s[c * BC + jj]);
+                    }
+                    const float mn = max(m[c], mt);
+                    alpha[c] = exp(m[c] - mn);
+                    float ls = 0.0;
+                    [[unroll]] for (uint jj = 0; jj < BC; jj++) {
+                        const float p = s[c * BC + jj] > NEG_BIG ? exp(s[c * BC + jj] - mn) : 0.0;
+                        s[c * BC + jj] = p;
+                        ls += p;
+                    }
+                    l[c] = l[c] * alpha[c] + ls;
+                    m[c] = mn;
                 }
-                l[c] = l[c] * alpha[c] + ls;
-                m[c] = mn;
+            }
+            /* 3. P V */
+            const uint vb = pc.o_v / 4 + (jl * pc.G + g) * DV4;
+            [[unroll]] for (uint e = 0; e < DV4; e++) {
+                const vec4 vv = v4[vb + e];
+                vec4 x[RPL * MAPS];
+                [[unroll]] for (uint c = 0; c < RPL * MAPS; c++) x[c] = acc[c * DV4 + e] * alpha[c];
+                [[unroll]] for (uint jj = 0; jj < BC; jj++) {
+                    const vec4 vj = subgroupShuffle(vv, jj);
+                    [[unroll]] for (uint c = 0; c < RPL * MAPS; c++) x[c] += s[c * BC + jj] * vj;
+                }
+                [[unroll]] for (uint c = 0; c < RPL * MAPS; c++) acc[c * DV4 + e] = x[c];
             }
         }
-        /* 3. P V */
-        const uint vb = pc.o_v / 4 + (jl * pc.G + g) * DV4;
-        [[unroll]] for (uint e = 0; e < DV4; e++) {
-            const vec4 vv = v4[vb + e];
-            vec4 x[RPL * MAPS];
-            [[unroll]] for (uint c = 0; c < RPL * MAPS; c++) x[c] = acc[c * DV4 + e] * alpha[c];
-            [[unroll]] for (uint jj = 0; jj < BC; jj++) {
-                const vec4 vj = subgroupShuffle(vv, jj);
-                [[unroll]] for (uint c = 0; c < RPL * MAPS; c++) x[c] += s[c * BC + jj] * vj;
-            }
-            [[unroll]] for (uint c = 0; c < RPL * MAPS; c++) acc[c * DV4 + e] = x[c];
-        }
+        ts = te + 1;
     }
 
     [[unroll]] for (uint i = 0; i < RPL; i++) {

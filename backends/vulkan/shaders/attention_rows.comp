@@ -3,7 +3,8 @@
 /* Fused causal attention on CPU devices (prefill and decode):
  * DIFF_ATTN (MAPS = 2) and ATTN (MAPS = 1), the semantics of
  * shaders/attention.comp (q (T,H,MAPS,DK), k (S_cap,G,km,DK), v (S_cap,G,DV),
- * o (T,H,DV); CPU reference backends/cpu/attention.c).
+ * o (T,H,DV); query row t reads the keys base .. base + pos of its rows
+ * entry; CPU reference backends/ref/attention.c).
  *
  * One invocation per query row (t, h) (grid x: h*T + t), no shared memory and
  * no barrier: a workgroup barrier is a coroutine switch per SIMD group on
@@ -13,8 +14,10 @@
  * grows). The keys are split over the grid's z (SPLIT): split z walks
  * [z*chunk, (z+1)*chunk) and writes its unnormalized state (m, l, acc[DV])
  * per (split, row, map) in shaders/attention_combine.comp's layout; without
- * SPLIT the row is finished here: o = acc1/l1 - lambda * acc2/l2.
- * Napkin math: T*H*S*(MAPS*DK + MAPS*DV) multiply-adds. */
+ * SPLIT the row is finished here: o = acc1/l1 - lambda * acc2/l2. Each row
+ * walks its own keys, so rows of many sequences need nothing more.
+ * Napkin math: H*sum(pos+1)*(MAPS*DK + MAPS*DV) multiply-adds. */
+#define WANT_ROWS
 #include "common.glsl"
 
 layout(constant_id = 2) const uint MAPS = 2;
@@ -30,7 +33,7 @@ layout(binding = 4) writeonly buffer Obuf { float o[]; };
 
 layout(push_constant) uniform PC {
     uint o_q, o_k, o_v, o_l, o_o;
-    uint T, p0, H, G, km;
+    uint T, o_r, H, G, km;
     uint has_l;
     float lambda, scale;
     uint chunk; /* SPLIT: keys per split */
@@ -43,7 +46,9 @@ void main() {
     if (x >= pc.T * pc.H) return;
     const uint h = x / pc.T, t = x - h * pc.T, g = h / (pc.H / pc.G);
     const uint row = t * pc.H + h;
-    uint jbeg = 0, jend = pc.p0 + t + 1; /* causal: keys [0, p0 + t] */
+    /* causal: keys [0, pos] of its sequence, cache rows kb + j */
+    const uint kb = row_base(pc.o_r, t);
+    uint jbeg = 0, jend = row_pos(pc.o_r, t) + 1;
     if (SPLIT) {
         jbeg = gl_WorkGroupID.z * pc.chunk;
         jend = min(jend, jbeg + pc.chunk);
@@ -58,11 +63,11 @@ void main() {
     }
     const uint koff2 = (pc.km - 1) * DK; /* map 2's key: the second slot, or the shared one */
     for (uint j = jbeg; j < jend; j++) {
-        const uint kb = pc.o_k + (j * pc.G + g) * pc.km * DK;
+        const uint kr = pc.o_k + ((kb + j) * pc.G + g) * pc.km * DK;
         float p[2] = float[2](0.0, 0.0);
         for (uint mp = 0; mp < MAPS; mp++) {
             float dot = 0.0;
-            const uint kk = kb + mp * koff2;
+            const uint kk = kr + mp * koff2;
             for (uint d = 0; d < DK; d++) dot += qv[mp * DK + d] * k[kk + d];
             const float s = dot * pc.scale;
             if (s > m[mp]) {
@@ -77,7 +82,7 @@ void main() {
             p[mp] = exp(s - m[mp]);
             l[mp] += p[mp];
         }
-        const uint vb = pc.o_v + (j * pc.G + g) * DV;
+        const uint vb = pc.o_v + ((kb + j) * pc.G + g) * DV;
         for (uint e = 0; e < DV; e++) {
             const float vv = v[vb + e];
             acc1[e] += p[0] * vv;

@@ -3,7 +3,8 @@
  * Conventions shared with backends/vulkan (vk_internal.h):
  *   - one descriptor set layout for every pipeline: storage buffers at
  *     binding 0..3 = the node's src[0..3], 4 = the node itself (output),
- *     5 = a small status buffer (errors a shader can report, e.g. a bad id);
+ *     5 = the position ops' rows (WANT_ROWS below), 6 = a small status
+ *     buffer (errors a shader can report, e.g. a bad id);
  *     every binding covers its whole VkBuffer, and the push constants carry
  *     each tensor's element offset (o_*) inside it;
  *   - specialization constant 0 is the workgroup size WG (a power of two),
@@ -100,5 +101,29 @@ vec4 wg_max(vec4 v) {
         barrier();
     }
     return red_sh[0];
+}
+#endif
+
+#ifdef WANT_ROWS
+/* The position ops' rows (ROPE, KV_WRITE, ATTN, DIFF_ATTN; runtime/drt_graph.h
+ * drt_exec): (T, 2) i32 at binding 5 from element offset o_r; row t is token
+ * row_pos(t) of the sequence whose KV cache rows start at row_base(t). */
+layout(binding = 5) readonly buffer Rows { int rows_[]; };
+
+uint row_base(uint o_r, uint t) { return uint(rows_[o_r + 2u * t]); }
+uint row_pos(uint o_r, uint t) { return uint(rows_[o_r + 2u * t + 1u]); }
+
+/* The last row of the run that starts at row ts, at most te_max: rows of
+ * one sequence (same base) at consecutive positions, which share their
+ * keys. A one-sequence prefill is one run; decode rows of separate
+ * sequences are runs of one row. */
+uint run_end(uint o_r, uint ts, uint te_max) {
+    const uint b = row_base(o_r, ts);
+    uint te = ts, p = row_pos(o_r, ts);
+    while (te < te_max && row_base(o_r, te + 1u) == b && row_pos(o_r, te + 1u) == p + 1u) {
+        te++;
+        p++;
+    }
+    return te;
 }
 #endif

@@ -13,7 +13,7 @@
 layout(binding = 0) readonly buffer Ids { int ids[]; };
 layout(binding = 4) writeonly buffer Ybuf { float y[]; };
 /* status[0]: error code (1 = bad id), [1] the id, [2] its position, [3] V */
-layout(binding = 5) coherent buffer Status { uint status[]; };
+layout(binding = 6) coherent buffer Status { uint status[]; };
 
 layout(push_constant) uniform PC {
     uint o_ids, o_e, o_y;

@@ -1,17 +1,22 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-/* MATMUL for few rows (decode: T = 1), W not transposed:
+/* MATMUL for few rows (decode: T = 1; decode rows of several sequences:
+ * T up to 32), W not transposed:
  * y[b,t,n] = scale * sum_k x[b,t,k] * W[bw,n,k], bw = b*Bw/B.
  * x is (B,T,K) f32; W is (Bw,N,K); y is (B,T,N) f32.
- * CPU reference: backends/cpu/matmul.c (cpu_matmul).
+ * CPU reference: backends/ref/matmul.c.
  *
- * A workgroup computes 4 consecutive n of one row t at a time (grid: x
- * blocks of 4 n, y = T, z = B), striding over the blocks of N when the
+ * Each weight loaded is used for TT rows t (spec constant 3): a workgroup
+ * owns rows t0 .. t0+TT-1 (grid y = T/TT), so with TT >= T every weight is
+ * streamed once for all rows; rows past T re-read row T-1 and are not
+ * written.
+ * A workgroup computes 4 consecutive n of its rows at a time (grid: x
+ * blocks of 4 n, y = T/TT, z = B), striding over the blocks of N when the
  * grid has fewer than N/4 (CPU devices: few workgroups of one subgroup
  * each, see backends/vulkan/matmul.c): its WG threads stride over K
  * (consecutive threads read consecutive weights: coalesced), then one
- * workgroup reduction of the four partial sums (subgroup ops, or shared
- * memory without them).
+ * workgroup reduction of the four partial sums per row (subgroup ops, or
+ * shared memory without them).
  * VEC = 1 (K and the x and W offsets multiples of 4): x and W are read 4
  * elements per load (load_w4a: for packed f16 two 32-bit words).
  * VEC = 2 (module LOAD_I64, packed f16/bf16 only, for CPU devices; K and
@@ -20,8 +25,8 @@
  * step as 64-bit words: llvmpipe loads a storage buffer lane by lane and
  * component by component, so fewer, wider components move more bytes per
  * step (K=128 N=3840: 246 us vs 408 us split over K with a reduction).
- * Napkin math: 2*T*N*K flops; reads the N*K weights once per row t: for
- * T = 1 this is bandwidth bound at N*K*sizeof(w) bytes. */
+ * Napkin math: 2*T*N*K flops; reads the N*K weights once per TT rows t:
+ * bandwidth bound at N*K*sizeof(w) bytes when TT >= T and T is small. */
 #define WANT_REDUCE
 #include "common.glsl"
 #include "weights.glsl"
@@ -30,6 +35,7 @@
 #endif
 
 layout(constant_id = 2) const uint VEC = 0;
+layout(constant_id = 3) const uint TT = 1; /* rows t per workgroup */
 
 layout(binding = 0) readonly buffer Xbuf { float x[]; };
 layout(binding = 0) readonly buffer Xbuf4 { vec4 x4[]; };
@@ -56,22 +62,27 @@ layout(push_constant) uniform PC {
 
 void main() {
     const uint tid = gl_LocalInvocationIndex;
-    const uint t = gl_WorkGroupID.y, b = gl_WorkGroupID.z;
+    const uint t0 = gl_WorkGroupID.y * TT, b = gl_WorkGroupID.z;
     const uint bw = b * pc.Bw / pc.B;
-    const uint xr = pc.o_x + (b * pc.T + t) * pc.K;
+    uint xr[TT]; /* rows t past T: re-read row T-1, not written */
+    for (uint tt = 0; tt < TT; tt++) xr[tt] = pc.o_x + (b * pc.T + min(t0 + tt, pc.T - 1u)) * pc.K;
     const uint wb = pc.o_w + bw * pc.N * pc.K;
 #ifdef LOAD_I64
     if (VEC == 2) { /* a row per thread, no reduction (VEC is a constant: uniform) */
-        const uint x8r = xr / 8;
         for (uint n = gl_WorkGroupID.x * WG + tid; n < pc.N; n += gl_NumWorkGroups.x * WG) {
             const uint w16r = (wb + n * pc.K) / 16;
-            float acc = 0.0;
+            float acc[TT];
+            for (uint tt = 0; tt < TT; tt++) acc[tt] = 0.0;
             for (uint k = 0; k < pc.K / 16; k++) {
-                u64vec4 xa = x8[x8r + 2 * k], xb = x8[x8r + 2 * k + 1];
-                const vec4 x16[4] = {f32x4(xa.x, xa.y), f32x4(xa.z, xa.w), f32x4(xb.x, xb.y), f32x4(xb.z, xb.w)};
-                acc += dot16(x16, w16[w16r + k]);
+                const u64vec4 wv = w16[w16r + k];
+                for (uint tt = 0; tt < TT; tt++) {
+                    u64vec4 xa = x8[xr[tt] / 8 + 2 * k], xb = x8[xr[tt] / 8 + 2 * k + 1];
+                    const vec4 x16[4] = {f32x4(xa.x, xa.y), f32x4(xa.z, xa.w), f32x4(xb.x, xb.y), f32x4(xb.z, xb.w)};
+                    acc[tt] += dot16(x16, wv);
+                }
             }
-            y[pc.o_y + (b * pc.T + t) * pc.N + n] = pc.scale * acc;
+            for (uint tt = 0; tt < TT && t0 + tt < pc.T; tt++)
+                y[pc.o_y + (b * pc.T + t0 + tt) * pc.N + n] = pc.scale * acc[tt];
         }
         return;
     }
@@ -82,22 +93,28 @@ void main() {
         uvec4 wr;
         for (uint r = 0; r < 4; r++) wr[r] = wb + min(n0 + r, pc.N - 1) * pc.K;
 
-        vec4 acc = vec4(0.0);
+        vec4 acc[TT];
+        for (uint tt = 0; tt < TT; tt++) acc[tt] = vec4(0.0);
         if (VEC == 1) {
-            const uint x4r = xr / 4;
             const uvec4 w4r = wr / 4;
             for (uint k = tid; k < pc.K / 4; k += WG) {
-                vec4 xv = x4[x4r + k];
-                acc += vec4(dot(xv, load_w4a(w4r.x + k)), dot(xv, load_w4a(w4r.y + k)),
-                            dot(xv, load_w4a(w4r.z + k)), dot(xv, load_w4a(w4r.w + k)));
+                const vec4 w0 = load_w4a(w4r.x + k), w1 = load_w4a(w4r.y + k);
+                const vec4 w2 = load_w4a(w4r.z + k), w3 = load_w4a(w4r.w + k);
+                for (uint tt = 0; tt < TT; tt++) {
+                    const vec4 xv = x4[xr[tt] / 4 + k];
+                    acc[tt] += vec4(dot(xv, w0), dot(xv, w1), dot(xv, w2), dot(xv, w3));
+                }
             }
         } else {
             for (uint k = tid; k < pc.K; k += WG) {
-                float xv = x[xr + k];
-                acc += xv * vec4(load_w(wr.x + k), load_w(wr.y + k), load_w(wr.z + k), load_w(wr.w + k));
+                const vec4 wv = vec4(load_w(wr.x + k), load_w(wr.y + k), load_w(wr.z + k), load_w(wr.w + k));
+                for (uint tt = 0; tt < TT; tt++) acc[tt] += x[xr[tt] + k] * wv;
             }
         }
-        acc = wg_sum(acc);
-        if (tid < 4 && n0 + tid < pc.N) y[pc.o_y + (b * pc.T + t) * pc.N + n0 + tid] = pc.scale * acc[tid];
+        for (uint tt = 0; tt < TT; tt++) {
+            const vec4 sum = wg_sum(acc[tt]);
+            if (tid < 4 && n0 + tid < pc.N && t0 + tt < pc.T)
+                y[pc.o_y + (b * pc.T + t0 + tt) * pc.N + n0 + tid] = pc.scale * sum[tid];
+        }
     }
 }

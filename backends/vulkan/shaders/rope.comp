@@ -1,7 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-/* ROPE, rotate_half ("NeoX") pairs (i, i + d/2): for token t at position
- * pos = p0 + t and a = pos * inv_freq[i],
+/* ROPE, rotate_half ("NeoX") pairs (i, i + d/2): for row t at position
+ * pos = row_pos(t) (the rows, binding 5) and a = pos * inv_freq[i],
  *   y[i]       = x[i] cos a - x[i+d/2] sin a
  *   y[i+d/2]   = x[i+d/2] cos a + x[i] sin a
  * x, y are (T,Hn,d) f32 (y may be x); inv_freq is (d/2) f32.
@@ -13,6 +13,7 @@
  * bits, pos < 2^16), a three-part Cody-Waite reduction by pi/2, and
  * minimax polynomials on [-pi/4, pi/4] (Cephes sinf/cosf), ~1 ulp.
  * One thread per pair, blocked (common.glsl). Napkin math: T*Hn*d reads and writes. */
+#define WANT_ROWS
 #include "common.glsl"
 
 layout(binding = 0) readonly buffer Xbuf { float x[]; };
@@ -21,7 +22,7 @@ layout(binding = 4) writeonly buffer Ybuf { float y[]; };
 
 layout(push_constant) uniform PC {
     uint o_x, o_f, o_y;
-    uint T, Hn, half_d, p0;
+    uint T, Hn, half_d, o_r;
 } pc;
 
 /* sin and cos of pos * f, pos an integer < 2^16 */
@@ -53,7 +54,7 @@ void main() {
         uint t = th / pc.Hn;
         uint base = th * 2u * pc.half_d + j;
         float s, c;
-        sincos_exact(pc.p0 + t, inv_freq[pc.o_f + j], s, c);
+        sincos_exact(row_pos(pc.o_r, t), inv_freq[pc.o_f + j], s, c);
         float x0 = x[pc.o_x + base], x1 = x[pc.o_x + base + pc.half_d];
         y[pc.o_y + base] = x0 * c - x1 * s;
         y[pc.o_y + base + pc.half_d] = x1 * c + x0 * s;
