@@ -33,8 +33,9 @@ static const row ROWS[] = {
      "cpu backend worker threads (default: the physical cores the process may run on)"},
     {"cpu.isa", "DIFFRT_CPU_ISA", NULL, T_CHOICE, D, 0, "", 0, 0, "avx512, avx2, neon, generic",
      "cpu kernel set (default: the best the CPU supports; a set the CPU lacks is an error)"},
-    {"cpu.precision", "DIFFRT_CPU_PRECISION", NULL, T_CHOICE, U, 0, "f32", 0, 0, "f32, bf16",
-     "bf16: prefill GEMMs on AVX512-BF16, declared bound 5e-4"},
+    {"cpu.precision", "DIFFRT_CPU_PRECISION", NULL, T_CHOICE, U, 0, "f32", 0, 0, "f32, bf16, int8",
+     "bf16: prefill GEMMs on AVX512-BF16; int8: x in one int8 level in the q8_0/q4_0 GEMVs (as llama.cpp); "
+     "declared bound 5e-4"},
     {"cpu.qdot", "DIFFRT_CPU_QDOT", NULL, T_BOOL, D, 0, "1", 0, 1, "0 or 1",
      "q8_0/q4_0 GEMVs on int8 dot products where the CPU has AVX512-VNNI and VBMI (0: the block kernel)"},
     {"cpu.repack", "DIFFRT_CPU_REPACK", NULL, T_BOOL, U, 0, "1", 0, 1, "0 or 1",

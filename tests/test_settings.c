@@ -285,6 +285,17 @@ static void through_backend_and_session(void) {
     /* the instance keeps its own copy */
     DRT_CHECK(be && be->settings && be->settings != set, "the backend's copy of the settings");
     drt_backend_close(be);
+    be = NULL;
+    /* int8 is a mode of the int8-dot GEMV: with it turned off, refused (on a
+     * CPU without the GEMV, unavailable), never a silent f32 */
+    drt_settings_set(set, "cpu.precision", "int8");
+    s = drt_backend_open_settings("cpu", NULL, 0, set, &be);
+    DRT_CHECK((s == DRT_ERR_INVALID_ARG && strstr(drt_last_error(), "cpu.qdot=0")) ||
+                  (s == DRT_ERR_UNAVAILABLE && strstr(drt_last_error(), "cpu.precision=int8")),
+              "int8 without the int8-dot GEMV: %d %s", (int)s, drt_last_error());
+    drt_backend_close(be);
+    be = NULL;
+    drt_settings_set(set, "cpu.precision", NULL);
     unsetenv("DIFFRT_CPU_QDOT");
 
     drt_model *m = NULL;
@@ -369,7 +380,7 @@ static void cli(void) {
          "vulkan.tune            gpu      (env DIFFRT_VK_TUNE, deprecated: use DIFFRT_VULKAN_TUNE) [debug]", NULL},
         {DRT_CLI_PATH " info", "cpu.precision          f32      (default)", NULL},
         {DRT_CLI_PATH " info --set cpu.precision=f16 2>&1", NULL,
-         "diffrt: info: --set: setting cpu.precision: expected one of f32, bf16, got \"f16\""},
+         "diffrt: info: --set: setting cpu.precision: expected one of f32, bf16, int8, got \"f16\""},
         {DRT_CLI_PATH " info --set no_mmap=1 2>&1", NULL, "environment only"},
         {DRT_CLI_PATH " run --model " DRT_MODELS_DIR "/diff-v1-tiny --tokens 1 --set cpu.threads 2>&1", NULL,
          "diffrt: run: --set wants NAME=VALUE[,NAME=VALUE...], got \"cpu.threads\""},
@@ -380,7 +391,7 @@ static void cli(void) {
         {DRT_CLI_PATH " analyze --model /nonexistent --set vulkan.fp17=1 2>&1", NULL,
          "diffrt: analyze: --set: unknown setting \"vulkan.fp17\""},
         {DRT_CLI_PATH " conform --backend cpu --set cpu.precision=f64 2>&1", NULL,
-         "diffrt: conform: --set: setting cpu.precision: expected one of f32, bf16, got \"f64\""},
+         "diffrt: conform: --set: setting cpu.precision: expected one of f32, bf16, int8, got \"f64\""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         FILE *f = popen(cases[i].cmd, "r");

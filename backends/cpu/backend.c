@@ -40,6 +40,7 @@ typedef struct {
     const cpu_kernels *k;
     int nth;
     int bf16; /* DIFFRT_CPU_PRECISION=bf16: prefill GEMMs on bf16 dot products */
+    int x8;   /* DIFFRT_CPU_PRECISION=int8: the int8-dot GEMVs take x in one int8 level */
     int qdot; /* q8_0 / q4_0 GEMVs on int8 dot products (pick_qdot) */
     int repack; /* and their T == 1 GEMV on repacked weights (pick_qdot) */
     float **scratch; /* per thread */
@@ -132,21 +133,36 @@ static drt_status pick_isa(const drt_settings *settings, const cpu_kernels **out
 }
 
 /* DIFFRT_CPU_PRECISION: "f32" (default; every op within 1e-8 of the
- * reference) or "bf16" (prefill MATMULs round x and w to bf16 and use
- * AVX512-BF16 dot products, a declared reduced-precision mode, docs/design.md
- * section 6; needs the avx512 kernels on a CPU with AVX512-BF16) */
-static drt_status pick_precision(const drt_settings *settings, const cpu_kernels *k, int *bf16) {
+ * reference), "bf16" (prefill MATMULs round x and w to bf16 and use
+ * AVX512-BF16 dot products; needs the avx512 kernels on a CPU with
+ * AVX512-BF16) or "int8" (the q8_0 / q4_0 int8-dot GEMVs, T <= 32, quantize
+ * x to one int8 level per block of 32, as llama.cpp's q8_0 activations,
+ * instead of two: half the dot products; needs the int8-dot GEMV, AVX512-VNNI
+ * and VBMI). bf16 and int8 are declared reduced-precision modes,
+ * docs/design.md section 6. */
+static drt_status pick_precision(const drt_settings *settings, const cpu_kernels *k, int *bf16, int *x8) {
     const char *p;
-    *bf16 = 0;
-    drt_status s = drt_setting_str(settings, "cpu.precision", &p); /* f32 or bf16, checked */
+    *bf16 = *x8 = 0;
+    drt_status s = drt_setting_str(settings, "cpu.precision", &p); /* f32, bf16 or int8, checked */
     if (s != DRT_OK || strcmp(p, "f32") == 0) return s;
+    const int want_x8 = strcmp(p, "int8") == 0;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (k == &cpu_kernels_avx512 && __builtin_cpu_supports("avx512bf16")) {
+    if (!want_x8 && k == &cpu_kernels_avx512 && __builtin_cpu_supports("avx512bf16")) {
         *bf16 = 1;
         return DRT_OK;
     }
+    if (want_x8 && k == &cpu_kernels_avx512 && __builtin_cpu_supports("avx512vnni") &&
+        __builtin_cpu_supports("avx512vbmi")) {
+        *x8 = 1;
+        return DRT_OK;
+    }
 #endif
+    if (want_x8)
+        return drt_set_error(DRT_ERR_UNAVAILABLE,
+                             "cpu.precision=int8 (DIFFRT_CPU_PRECISION) needs the avx512 kernels on a CPU with "
+                             "AVX512-VNNI and AVX512-VBMI (%s kernels in use)",
+                             k->isa);
     return drt_set_error(DRT_ERR_UNAVAILABLE,
                          "cpu.precision=bf16 (DIFFRT_CPU_PRECISION) needs the avx512 kernels on a CPU with AVX512-BF16 "
                          "(%s kernels in use%s)",
@@ -576,9 +592,10 @@ static drt_status run_node(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
             .scale = d.scale,
         };
         m.bf16 = c->bf16 && !m.trans_w;
+        m.x8 = c->x8;
         m.qdot = c->qdot;
         drt_status s = DRT_OK;
-        if (c->repack && m.T == 1 && !m.trans_w && m.K > 0 && (m.wt == DRT_Q8_0 || m.wt == DRT_Q4_0))
+        if (c->repack && m.T <= CPU_GEMV_MAX_T && !m.trans_w && m.K > 0 && (m.wt == DRT_Q8_0 || m.wt == DRT_Q4_0))
             s = packed_weight(c, b, m.K, 0, &m.wpack);
         if (s == DRT_OK) s = ensure_scratch(c, c->k->mm_scratch_floats(&m));
         if (s == DRT_OK) s = ensure_shared(c, c->k->mm_xpack_floats(&m));
@@ -642,14 +659,15 @@ static drt_status cpu_probe(int *n, char *why, size_t wn) {
 }
 
 static drt_status cpu_device_name(int dev, char *buf, size_t n) {
-    int nth = 0, bf16 = 0, qdot = 0, repack = 0;
+    int nth = 0, bf16 = 0, x8 = 0, qdot = 0, repack = 0;
     const cpu_kernels *k = NULL;
     if (pick_threads(NULL, 0, &nth) != DRT_OK || pick_isa(NULL, &k) != DRT_OK ||
-        pick_precision(NULL, k, &bf16) != DRT_OK || pick_qdot(NULL, k, &qdot, &repack) != DRT_OK) {
+        pick_precision(NULL, k, &bf16, &x8) != DRT_OK || pick_qdot(NULL, k, &qdot, &repack) != DRT_OK) {
         snprintf(buf, n, "host CPU (%s)", drt_last_error());
         return DRT_OK;
     }
-    snprintf(buf, n, "host CPU (%d threads, %s kernels, %s%s)", nth, k->isa, bf16 ? "bf16 prefill GEMM" : "f32",
+    snprintf(buf, n, "host CPU (%d threads, %s kernels, %s%s)", nth, k->isa,
+             bf16 ? "bf16 prefill GEMM" : x8 ? "int8 x in the q8_0/q4_0 GEMV" : "f32",
              qdot ? (repack ? ", q8_0/q4_0 int8-dot GEMV, repacked" : ", q8_0/q4_0 int8-dot GEMV") : "");
     return DRT_OK;
 }
@@ -676,17 +694,22 @@ static drt_status cpu_init(drt_backend *be, int dev) {
     be->device = 0;
     int nth = 0;
     const cpu_kernels *k = NULL;
-    int bf16 = 0, qdot = 0, repack = 0;
+    int bf16 = 0, x8 = 0, qdot = 0, repack = 0;
     drt_status s = pick_threads(be->settings, be->threads, &nth);
     if (s == DRT_OK) s = pick_isa(be->settings, &k);
-    if (s == DRT_OK) s = pick_precision(be->settings, k, &bf16);
+    if (s == DRT_OK) s = pick_precision(be->settings, k, &bf16, &x8);
     if (s == DRT_OK) s = pick_qdot(be->settings, k, &qdot, &repack);
+    if (s == DRT_OK && x8 && !qdot)
+        s = drt_set_error(DRT_ERR_INVALID_ARG,
+                          "cpu.precision=int8 (DIFFRT_CPU_PRECISION) is a mode of the int8-dot GEMV, which "
+                          "cpu.qdot=0 (DIFFRT_CPU_QDOT) turns off");
     if (s != DRT_OK) return s;
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c) return drt_set_error(DRT_ERR_OOM, "out of memory");
     be->ctx = c;
     c->k = k;
     c->bf16 = bf16;
+    c->x8 = x8;
     c->qdot = qdot;
     c->repack = repack;
     c->nth = nth;
@@ -765,7 +788,10 @@ static drt_status cpu_sync(drt_backend *be) { return DRT_OK; }
  * declares 5e-4 for MATMUL */
 static double cpu_nmse_bound(drt_backend *be, const drt_tensor *t) {
     const cpu_ctx *c = be->ctx;
-    return c->bf16 && t->op == DRT_OP_MATMUL ? 5e-4 : 1e-8;
+    if (t->op != DRT_OP_MATMUL) return 1e-8;
+    if (c->bf16) return 5e-4;
+    const drt_dtype wt = t->src[1]->type;
+    return c->x8 && (wt == DRT_Q8_0 || wt == DRT_Q4_0) ? 5e-4 : 1e-8;
 }
 
 /* a loaded q8_0 / q4_0 weight (N, K) is repacked now, so the first decode
@@ -779,7 +805,7 @@ static drt_status cpu_prepare_weight(drt_backend *be, const drt_tensor *w) {
 
 static const char *cpu_precision(drt_backend *be) {
     const cpu_ctx *c = be->ctx;
-    return c->bf16 ? "bf16" : "f32";
+    return c->bf16 ? "bf16" : c->x8 ? "int8" : "f32";
 }
 
 const drt_backend_ops drt_cpu_backend_ops = {

@@ -45,6 +45,10 @@ static inline void cpu_split(int64_t n, int64_t align, int ith, int nth, int64_t
 
 /* MATMUL: y (B,T,N) = scale * x (B,T,K) w^T, w (Bw,N,K) or (Bw,K,N) when
  * trans_w, dtype wt; batch b of x reads batch b*Bw/B of w (drt_ref_matmul). */
+/* x rows up to which MATMUL takes the GEMV path (matmul.c), and with it the
+ * repacked q8_0 / q4_0 weights */
+#define CPU_GEMV_MAX_T 32
+
 typedef struct {
     float *y;
     const float *x;
@@ -53,8 +57,9 @@ typedef struct {
     int B, Bw, T, N, K, trans_w;
     float scale;
     int bf16;              /* GEMM in the bf16 mode (avx512 kernels on an AVX512-BF16 CPU only) */
+    int x8;                /* the int8 mode: the int8-dot GEMVs take x in one int8 level a block */
     int qdot;              /* q8_0 / q4_0 GEMV on int8 dot products (avx512 kernels on an AVX512-VNNI + VBMI CPU only) */
-    const void *wpack;     /* qdot and T == 1: w repacked by mm_pack (matmul.c qt_rows), else NULL */
+    const void *wpack;     /* qdot and T <= CPU_GEMV_MAX_T: w repacked by mm_pack (matmul.c qt_rows), else NULL */
     float **scratch;       /* per thread, cpu_mm_scratch_floats() each */
     float *xpack;          /* shared, cpu_mm_xpack_floats() */
     int phase;             /* GEMM: 0 packs x, 1 computes (cpu_mm_phases()) */

@@ -37,7 +37,7 @@
 #define KC 256        /* depth of one packed block */
 #define NB 4          /* panels per task */
 #define GEMV_T 8      /* x rows a GEMV kernel pass holds in registers */
-#define GEMV_MAX_T 32 /* up to this many x rows: the GEMV path */
+#define GEMV_MAX_T CPU_GEMV_MAX_T /* up to this many x rows: the GEMV path */
 /* The GEMVs prefetch the weight bytes DRT_PF_ROWS rows ahead into L2
  * (prefetcht1), not L1. On the 134M model's decode (85 weights, 219 MB of
  * f16 read once per step, 2 threads) the f16 kernel streamed 25-26 GB/s so,
@@ -192,7 +192,7 @@ QDOT_FN __m128i qdot_i8(__m512 v) { return _mm512_cvtepi32_epi8(_mm512_cvtps_epi
  * 0..15 and 16..31, then b of the same; *sx = s/256 and *sum = sum(x~).
  * An all-zero block gives zeros; a NaN or Inf in x gives NaN for both, so
  * the block's dot products come out NaN as they would in f32. */
-QDOT_FN void qdot_levels(const float *xr, __m128i lv[4], float *sx, float *sum) {
+QDOT_FN void qdot_levels(const float *xr, __m128i lv[4], float *sx, float *sum, int one) {
     const __m512 lim = _mm512_set1_ps(127.0f);
     const __m512 x0 = _mm512_loadu_ps(xr), x1 = _mm512_loadu_ps(xr + 16);
     lv[0] = lv[1] = lv[2] = lv[3] = _mm_setzero_si128();
@@ -215,16 +215,20 @@ QDOT_FN void qdot_levels(const float *xr, __m128i lv[4], float *sx, float *sum) 
     /* round to nearest; the clamps only catch the last bit of float error */
     const __m512 fa0 = _mm512_roundscale_ps(_mm512_min_ps(lim, _mm512_max_ps(-lim, _mm512_mul_ps(y0, inv))), 0);
     const __m512 fa1 = _mm512_roundscale_ps(_mm512_min_ps(lim, _mm512_max_ps(-lim, _mm512_mul_ps(y1, inv))), 0);
+    lv[0] = qdot_i8(fa0);
+    lv[1] = qdot_i8(fa1);
+    const float sa = _mm512_reduce_add_ps(_mm512_add_ps(fa0, fa1));
+    *sx = sc / 256.0f * down;
+    if (one) { /* the int8 mode: a alone, b stays 0 */
+        *sum = sc * sa * down;
+        return;
+    }
     const __m512 r0 = _mm512_fnmadd_ps(fa0, vs, y0), r1 = _mm512_fnmadd_ps(fa1, vs, y1);
     const __m512 fb0 = _mm512_roundscale_ps(_mm512_min_ps(lim, _mm512_max_ps(-lim, _mm512_mul_ps(r0, inv256))), 0);
     const __m512 fb1 = _mm512_roundscale_ps(_mm512_min_ps(lim, _mm512_max_ps(-lim, _mm512_mul_ps(r1, inv256))), 0);
-    lv[0] = qdot_i8(fa0);
-    lv[1] = qdot_i8(fa1);
     lv[2] = qdot_i8(fb0);
     lv[3] = qdot_i8(fb1);
-    const float sa = _mm512_reduce_add_ps(_mm512_add_ps(fa0, fa1));
     const float sb = _mm512_reduce_add_ps(_mm512_add_ps(fb0, fb1));
-    *sx = sc / 256.0f * down;
     *sum = (sc * sa + sc / 256.0f * sb) * down;
 }
 
@@ -236,7 +240,7 @@ QDOT_FN void qdot_levels(const float *xr, __m128i lv[4], float *sx, float *sum) 
  * then per lane s/256 and the bias term: -8 sum(x~) for q4_0's q = n - 8,
  * -128 sum(x~) for q8_0's weights read as w + 128, shared by the block's
  * lanes. */
-QDOT_FN void qdot_prep_group(float *o, const float *xr, int nblk, drt_dtype dt) {
+QDOT_FN void qdot_prep_group(float *o, const float *xr, int nblk, drt_dtype dt, int one) {
     const int q8 = dt == DRT_Q8_0, per = q8 ? 2 : 4, lanes = 16 / per;
     const float bias = -(q8 ? 128.0f : 8.0f) / (float)lanes;
     float *sxo = o + (q8 ? QX8 : QX) - 32, *co = sxo + 16;
@@ -244,7 +248,7 @@ QDOT_FN void qdot_prep_group(float *o, const float *xr, int nblk, drt_dtype dt) 
     for (int j = 0; j < per; j++) {
         __m128i lv[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
         float sx = 0.0f, sum = 0.0f;
-        if (j < nblk) qdot_levels(xr + 32 * j, lv, &sx, &sum);
+        if (j < nblk) qdot_levels(xr + 32 * j, lv, &sx, &sum, one);
         for (int v = 0; v < 4; v++)
             _mm_storeu_si128((__m128i *)(q + (q8 ? 64 * (v / 2) + 32 * j + 16 * (v % 2) : 64 * v + 16 * j)), lv[v]);
         for (int l = 0; l < lanes; l++) {
@@ -255,7 +259,7 @@ QDOT_FN void qdot_prep_group(float *o, const float *xr, int nblk, drt_dtype dt) 
 }
 
 /* rows 0..T of one batch of x (K values each) -> xq, qdot_row_floats each */
-QDOT_FN void qdot_prep_x(float *xq, const float *x, int K, int T, drt_dtype wt) {
+QDOT_FN void qdot_prep_x(float *xq, const float *x, int K, int T, drt_dtype wt, int one) {
     const int nb = K / DRT_QK, per = wt == DRT_Q8_0 ? 2 : 4, ng = qdot_groups(K, wt);
     const int64_t gf = wt == DRT_Q8_0 ? QX8 : QX;
     for (int t = 0; t < T; t++)
@@ -263,7 +267,7 @@ QDOT_FN void qdot_prep_x(float *xq, const float *x, int K, int T, drt_dtype wt) 
             const int left = nb - per * g;
             float *o = xq + ((int64_t)t * ng + g) * gf;
             const float *xr = x + (int64_t)t * K + (int64_t)g * per * DRT_QK;
-            qdot_prep_group(o, xr, left < per ? left : per, wt);
+            qdot_prep_group(o, xr, left < per ? left : per, wt, one);
         }
 }
 
@@ -427,7 +431,7 @@ QDOT_FN void qt_scatter(int8_t *q, const __m128i lv, int u0, int j, int stride) 
 }
 
 /* one x row of K values -> qt_sblocks(K) * QT floats at o */
-QDOT_FN void qt_prep_x(float *o, const float *x, int K, drt_dtype dt) {
+QDOT_FN void qt_prep_x(float *o, const float *x, int K, drt_dtype dt, int one) {
     const int nb = K / DRT_QK, q8 = dt == DRT_Q8_0;
     const float bias = q8 ? -128.0f : -8.0f;
     for (int s = 0; s < qt_sblocks(K); s++) {
@@ -437,7 +441,7 @@ QDOT_FN void qt_prep_x(float *o, const float *x, int K, drt_dtype dt) {
         for (int j = 0; j < qt_sb_blocks(nb, s); j++) {
             __m128i lv[4];
             float sx, sum;
-            qdot_levels(x + (int64_t)(16 * s + j) * DRT_QK, lv, &sx, &sum);
+            qdot_levels(x + (int64_t)(16 * s + j) * DRT_QK, lv, &sx, &sum, one);
             if (q8) { /* chunk c: a at 128 c, b at 128 c + 64 */
                 qt_scatter(q, lv[0], 0, j, 128);
                 qt_scatter(q, lv[1], 4, j, 128);
@@ -458,7 +462,7 @@ QDOT_FN void qt_prep_x(float *o, const float *x, int K, drt_dtype dt) {
 /* y[n + i] for i < n4 (1..4): repacked q8_0 / q4_0 weight rows n.. dotted
  * with the prepared x row xq (qt_prep_x) */
 QDOT_FN void qt_rows(float *y, const float *xq, const void *w, drt_dtype dt, int64_t n, int n4, int K,
-                     float scale) {
+                     float scale, int X8) {
     const int q8 = dt == DRT_Q8_0, nb = K / DRT_QK, ns = qt_sblocks(K), nch = q8 ? 8 : 4;
     const int64_t bs = wbytes(dt, DRT_QK), rowb = nb * bs;
     const __m512i m4 = _mm512_set1_epi8(0x0F), x80 = _mm512_set1_epi8((char)0x80);
@@ -481,7 +485,7 @@ QDOT_FN void qt_rows(float *y, const float *xq, const void *w, drt_dtype dt, int
                     __builtin_prefetch(b + DRT_PF_ROWS * rowb, 0, DRT_PF_LOCALITY);
                     const __m512i u = _mm512_xor_si512(rb == 16 ? _mm512_loadu_si512(b) : _mm512_maskz_loadu_epi8(mv, b), x80);
                     ia[i] = _mm512_dpbusd_epi32(ia[i], u, xa);
-                    ib[i] = _mm512_dpbusd_epi32(ib[i], u, xb);
+                    if (!X8) ib[i] = _mm512_dpbusd_epi32(ib[i], u, xb);
                 }
             } else {
                 const int8_t *qc = q + 256 * c;
@@ -493,7 +497,7 @@ QDOT_FN void qt_rows(float *y, const float *xq, const void *w, drt_dtype dt, int
                     const __m512i wv = rb == 16 ? _mm512_loadu_si512(b) : _mm512_maskz_loadu_epi8(mv, b);
                     const __m512i lo = _mm512_and_si512(wv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
                     ia[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ia[i], lo, xal), hi, xah);
-                    ib[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ib[i], lo, xbl), hi, xbh);
+                    if (!X8) ib[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ib[i], lo, xbl), hi, xbh);
                 }
             }
         }
@@ -514,6 +518,116 @@ QDOT_FN void qt_rows(float *y, const float *xq, const void *w, drt_dtype dt, int
     for (int i = 0; i < n4; i++) y[n + i] = scale * _mm512_reduce_add_ps(acc[i]);
 }
 
+/* The same for TT x rows (2..4, a constant after inlining) and two weight
+ * rows n, n + 1 (n2 of them, 1..2): each weight chunk is loaded and its
+ * nibbles split once for both rows' TT dot products, and each x row's
+ * levels once for both weight rows; 24 accumulators stay in registers. xq
+ * holds TT prepared x rows, xs floats apart. y is (TT, N). */
+QDOT_FN void qt_rows_tt(float *y, const float *xq, int64_t xs, const void *w, drt_dtype dt, int64_t n, int n2,
+                        int TT, int N, int K, float scale, int X8) {
+    const int q8 = dt == DRT_Q8_0, nb = K / DRT_QK, ns = qt_sblocks(K), nch = q8 ? 8 : 4;
+    const int64_t bs = wbytes(dt, DRT_QK), rowb = nb * bs;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), x80 = _mm512_set1_epi8((char)0x80);
+    const unsigned char *r[2] = {(const unsigned char *)w + n * rowb, (const unsigned char *)w + (n + (n2 > 1)) * rowb};
+    __m512 acc[2][4];
+    for (int i = 0; i < 2; i++)
+        for (int t = 0; t < TT; t++) acc[i][t] = _mm512_setzero_ps();
+    for (int s = 0; s < ns; s++) {
+        const int rb = qt_sb_blocks(nb, s);
+        const __mmask64 mv = rb == 16 ? ~(__mmask64)0 : ((__mmask64)1 << (4 * rb)) - 1;
+        const int64_t off = 16 * s * bs, cb = 4 * rb;
+        __m512i ia[2][4], ib[2][4];
+        for (int i = 0; i < 2; i++)
+            for (int t = 0; t < TT; t++) ia[i][t] = ib[i][t] = _mm512_setzero_si512();
+        for (int c = 0; c < nch; c++) {
+            __m512i lo[2], hi[2];
+            for (int i = 0; i < 2; i++) {
+                const unsigned char *b = r[i] + off + c * cb;
+                __builtin_prefetch(b + DRT_PF_ROWS * rowb, 0, DRT_PF_LOCALITY);
+                const __m512i wv = rb == 16 ? _mm512_loadu_si512(b) : _mm512_maskz_loadu_epi8(mv, b);
+                if (q8) {
+                    lo[i] = _mm512_xor_si512(wv, x80);
+                    hi[i] = lo[i];
+                } else {
+                    lo[i] = _mm512_and_si512(wv, m4);
+                    hi[i] = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+                }
+            }
+            for (int t = 0; t < TT; t++) {
+                const int8_t *q = (const int8_t *)(xq + t * xs + (int64_t)s * QT);
+                if (q8) {
+                    const __m512i xa = _mm512_loadu_si512(q + 128 * c), xb = _mm512_loadu_si512(q + 128 * c + 64);
+                    for (int i = 0; i < 2; i++) {
+                        ia[i][t] = _mm512_dpbusd_epi32(ia[i][t], lo[i], xa);
+                        if (!X8) ib[i][t] = _mm512_dpbusd_epi32(ib[i][t], lo[i], xb);
+                    }
+                } else {
+                    const int8_t *qc = q + 256 * c;
+                    const __m512i xal = _mm512_loadu_si512(qc), xah = _mm512_loadu_si512(qc + 64);
+                    const __m512i xbl = _mm512_loadu_si512(qc + 128), xbh = _mm512_loadu_si512(qc + 192);
+                    for (int i = 0; i < 2; i++) {
+                        ia[i][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ia[i][t], lo[i], xal), hi[i], xah);
+                        if (!X8) ib[i][t] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ib[i][t], lo[i], xbl), hi[i], xbh);
+                    }
+                }
+            }
+        }
+        const __mmask32 md = rb == 16 ? 0xFFFF : ((__mmask32)1 << rb) - 1;
+        for (int i = 0; i < 2; i++) {
+            const unsigned char *b = r[i] + off + nch * cb;
+            const __m512 d = _mm512_cvtph_ps(rb == 16 ? _mm256_loadu_si256((const __m256i *)b)
+                                                      : _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(md, b)));
+            for (int t = 0; t < TT; t++) {
+                const float *xt = xq + t * xs + (int64_t)s * QT;
+                const __m512i u = _mm512_add_epi32(_mm512_slli_epi32(ia[i][t], 8), ib[i][t]);
+                acc[i][t] = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_loadu_ps(xt + 256),
+                                                            _mm512_loadu_ps(xt + 272)),
+                                            d, acc[i][t]);
+            }
+        }
+    }
+    for (int i = 0; i < n2; i++)
+        for (int t = 0; t < TT; t++) y[(int64_t)t * N + n + i] = scale * _mm512_reduce_add_ps(acc[i][t]);
+}
+
+/* weight rows n.. (n4, 1..4) against T prepared x rows (xs floats apart):
+ * qt_rows for one x row, else pairs of weight rows with up to 4 x rows a pass */
+QDOT_FN void qt_rows_any(float *y, const float *xq, int64_t xs, const void *w, drt_dtype dt, int64_t n, int n4,
+                         int T, int N, int K, float scale, int x8) {
+    if (T == 1) {
+#define QT_1(DT, X) qt_rows(y, xq, w, DT, n, n4, K, scale, X)
+        if (dt == DRT_Q8_0) x8 ? QT_1(DRT_Q8_0, 1) : QT_1(DRT_Q8_0, 0);
+        else x8 ? QT_1(DRT_Q4_0, 1) : QT_1(DRT_Q4_0, 0);
+#undef QT_1
+        return;
+    }
+    for (int i = 0; i < n4; i += 2) {
+        const int n2 = n4 - i < 2 ? n4 - i : 2;
+        for (int t0 = 0; t0 < T; t0 += 4) {
+            const int tt = T - t0 < 4 ? T - t0 : 4;
+            float *yt = y + (int64_t)t0 * N;
+            const float *xt = xq + t0 * xs;
+#define QT_TT(DT, TTC)                                                                                             \
+    do {                                                                                                           \
+        if (x8) qt_rows_tt(yt, xt, xs, w, DT, n + i, n2, TTC, N, K, scale, 1);                                     \
+        else qt_rows_tt(yt, xt, xs, w, DT, n + i, n2, TTC, N, K, scale, 0);                                        \
+    } while (0)
+            if (dt == DRT_Q8_0) {
+                if (tt == 4) QT_TT(DRT_Q8_0, 4);
+                else if (tt == 3) QT_TT(DRT_Q8_0, 3);
+                else if (tt == 2) QT_TT(DRT_Q8_0, 2);
+                else QT_TT(DRT_Q8_0, 1);
+            } else {
+                if (tt == 4) QT_TT(DRT_Q4_0, 4);
+                else if (tt == 3) QT_TT(DRT_Q4_0, 3);
+                else if (tt == 2) QT_TT(DRT_Q4_0, 2);
+                else QT_TT(DRT_Q4_0, 1);
+            }
+#undef QT_TT
+        }
+    }
+}
+
 /* The GEMV's split (contiguous column ranges); each thread prepares the x
  * rows of the batches its range touches in its own scratch. */
 QDOT_ATTR static void gemv_qdot(const cpu_mm_args *a, int ith, int nth) {
@@ -527,17 +641,19 @@ QDOT_ATTR static void gemv_qdot(const cpu_mm_args *a, int ith, int nth) {
         const int64_t n = c % N;
         int64_t n4 = hi - c < 4 ? hi - c : 4;
         if (N - n < n4) n4 = N - n;
+        const int64_t xs = (int64_t)qt_sblocks(K) * QT; /* a repacked x row's floats */
         if (b != prepared) {
-            if (a->wpack) qt_prep_x(xq, a->x + (int64_t)b * K, K, a->wt);
-            else qdot_prep_x(xq, a->x + (int64_t)b * a->T * K, K, a->T, a->wt);
+            if (a->wpack)
+                for (int t = 0; t < a->T; t++)
+                    qt_prep_x(xq + t * xs, a->x + ((int64_t)b * a->T + t) * K, K, a->wt, a->x8);
+            else qdot_prep_x(xq, a->x + (int64_t)b * a->T * K, K, a->T, a->wt, a->x8);
             prepared = b;
         }
         const int64_t bw = (int64_t)b * a->Bw / a->B;
         const void *wb = (const char *)(a->wpack ? a->wpack : a->w) + bw * wbytes(a->wt, (int64_t)N * K);
         float *yb = a->y + (int64_t)b * a->T * N;
-        if (a->wpack) { /* T == 1 */
-            if (a->wt == DRT_Q8_0) qt_rows(yb, xq, wb, DRT_Q8_0, n, (int)n4, K, a->scale);
-            else qt_rows(yb, xq, wb, DRT_Q4_0, n, (int)n4, K, a->scale);
+        if (a->wpack) {
+            qt_rows_any(yb, xq, xs, wb, a->wt, n, (int)n4, a->T, N, K, a->scale, a->x8);
         } else if (a->wt == DRT_Q8_0) {
             QDOT_T(DRT_Q8_0)
         } else {
@@ -911,7 +1027,7 @@ int64_t KFN(cpu_mm_scratch_floats)(const cpu_mm_args *a) {
         if (!use_qdot(a)) return 0;
         int64_t f = (int64_t)a->T * qdot_row_floats(a->K, a->wt);
 #if defined(DRT_ISA_avx512)
-        if (a->wpack && f < (int64_t)qt_sblocks(a->K) * QT) f = (int64_t)qt_sblocks(a->K) * QT;
+        if (a->wpack) f = (int64_t)a->T * qt_sblocks(a->K) * QT;
 #endif
         return f;
     }
