@@ -231,10 +231,21 @@ typedef struct {
     /* [0] prefill, [1] decode: n_ops[k] shares from ops_at[k] of the op array
      * (at most MAX_OPS per row and MAX_ROWS rows: within 32 bits) */
     uint32_t ops_at[2];
+    /* --parallel: n_par entries from par_at of the parallel array */
+    uint32_t par_at;
+    unsigned char n_par;
     unsigned char n_ops[2], group;
     unsigned char has_pp, has_tg, dec_flag, pre_flag, dec_note;
     unsigned char dec_roof, pre_roof; /* 0: none (n/a), 1: a fraction, 2: a bad fraction ("?") */
 } row;
+
+/* one --parallel entry: N sequences decoding together (bench-json.md) */
+typedef struct {
+    int n_seq;
+    double pp, tg; /* tok/s over all sequences; NAN: absent or not a valid figure */
+} par_entry;
+
+#define MAX_PAR 8 /* entries a row keeps (bench --parallel takes at most 8) */
 
 typedef struct {
     const char *file, *model, *arch, *dtype;
@@ -294,6 +305,8 @@ typedef struct {
     size_t nrows, cap_rows;
     op_share *ops;
     size_t nops, cap_ops;
+    par_entry *par;
+    size_t npar, cap_par;
     group groups[MAX_GROUPS];
     int ngroups;
     keyset keys;
@@ -411,6 +424,40 @@ static void read_ops(report *R, const cJSON *ops, const char *key, row *r, int k
     }
 }
 
+/* the row's "parallel" array (bench --parallel), when the file has one */
+static void read_parallel(report *R, const cJSON *b, row *r, const char *where, rerr *e) {
+    r->par_at = (uint32_t)R->npar;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(b, "parallel"), *it;
+    if (!a) return;
+    char w[128];
+    snprintf(w, sizeof w, "%s.parallel", where);
+    if (!cJSON_IsArray(a)) {
+        snprintf(e->msg, sizeof e->msg, "%s: expected an array", w);
+        return;
+    }
+    cJSON_ArrayForEach(it, a) {
+        if (r->n_par == MAX_PAR || e->msg[0]) break;
+        if (R->npar == R->cap_par) {
+            size_t nc = R->cap_par ? 2 * R->cap_par : 256;
+            par_entry *np = realloc(R->par, nc * sizeof *np);
+            if (!np) {
+                oom(e);
+                return;
+            }
+            R->par = np;
+            R->cap_par = nc;
+        }
+        par_entry *pe = &R->par[R->npar];
+        pe->n_seq = (int)shape(it, "n_seq", 1, 4096, 1, w, e);
+        if (e->msg[0]) return;
+        const cJSON *pp = cJSON_GetObjectItemCaseSensitive(it, "pp"), *tg = cJSON_GetObjectItemCaseSensitive(it, "tg");
+        pe->pp = pp ? figure(pp, "mean_tok_s", w, e) : NAN;
+        pe->tg = tg ? figure(tg, "mean_tok_s", w, e) : NAN;
+        R->npar++;
+        r->n_par++;
+    }
+}
+
 /* the group (table) of g: found, or added */
 static int find_group(report *R, const group *g, rerr *e) {
     for (int gi = 0; gi < R->ngroups; gi++) {
@@ -499,6 +546,7 @@ static int read_row(report *R, const cJSON *b, const char *w, const char *path,
     const cJSON *ops = need(b, "ops", cJSON_Object, w, e);
     read_ops(R, ops, "prefill", r, 0, wx, e);
     read_ops(R, ops, "decode", r, 1, wx, e);
+    read_parallel(R, b, r, w, e);
     if (e->msg[0]) return 0;
     if (R->keys.slot[ki]) {
         snprintf(e->msg, sizeof e->msg,
@@ -706,6 +754,7 @@ static void report_free(report *R) {
     pool_free(&R->strs);
     free(R->rows);
     free(R->ops);
+    free(R->par);
     free(R->keys.slot);
     free(R->fhost);
     free(R->fcreated);
@@ -757,6 +806,45 @@ static void md_tok(FILE *f, int has, double mean, double sd) {
     fputs(" \xc2\xb1 ", f);
     md_fig(f, "%.2f", sd);
     fputs(" |", f);
+}
+
+/* a number of tok/s, "?" when not valid, "-" when absent */
+static void md_num(FILE *f, int has, double v) {
+    if (!has) fputs(" - |", f);
+    else if (isnan(v)) fputs(" ? |", f);
+    else fprintf(f, " %.2f |", v);
+}
+
+/* the table's --parallel rows (bench --parallel: N sequences decoding
+ * together, as llama-batched-bench), when any of its rows has them */
+static void md_parallel(FILE *f, const report *R, const size_t *idx, size_t lo, size_t hi, const group *G) {
+    int any = 0;
+    for (size_t i = lo; i < hi && !any; i++) any = R->rows[idx[i]].n_par > 0 && !R->rows[idx[i]].error;
+    if (!any) return;
+    fprintf(f,
+            "\nParallel sequences (bench --parallel: N prompts of %ld tokens, then %ld decode steps of N rows):\n\n"
+            "| host | device | backend | sequences | pp tok/s (all) | tg tok/s (all) | tg tok/s (one) | tg vs the "
+            "first N |\n|---|---|---|---:|---:|---:|---:|---:|\n",
+            G->p, G->n);
+    for (size_t i = lo; i < hi; i++) {
+        const row *r = &R->rows[idx[i]];
+        if (r->error) continue;
+        const par_entry *pe = R->par + r->par_at;
+        for (int k = 0; k < r->n_par; k++) {
+            fputs("| ", f);
+            cli_md_escape(f, r->host);
+            fputs(" | ", f);
+            cli_md_escape(f, r->device);
+            fputs(" | ", f);
+            cli_md_escape(f, r->backend);
+            fprintf(f, " | %d |", pe[k].n_seq);
+            md_num(f, G->p > 0, pe[k].pp);
+            md_num(f, G->n > 0, pe[k].tg);
+            md_num(f, G->n > 0, pe[k].tg / pe[k].n_seq);
+            if (G->n > 0 && pe[0].tg > 0 && !isnan(pe[k].tg)) fprintf(f, " %.2fx |\n", pe[k].tg / pe[0].tg);
+            else fputs(" - |\n", f);
+        }
+    }
 }
 
 /* rows of table g: idx[start[g] .. start[g + 1]) */
@@ -817,6 +905,7 @@ static int write_md(FILE *f, char **files, int nfiles, const report *R, const si
             md_top_ops(f, R->ops + r->ops_at[0], r->n_ops[0]);
             fputc('\n', f);
         }
+        md_parallel(f, R, idx, start[g], start[g + 1], G);
         fprintf(f,
                 "\n![tokens per second](tokens_per_s-%d.svg)\n\n![time per op type](ops-%d.svg)\n",
                 g + 1, g + 1);

@@ -10,6 +10,7 @@
  *     pipes, control characters and bytes that are not UTF-8;
  *   - files that are not bench results, duplicates and bad arguments are
  *     one-line errors (exit 2) naming the file or the argument. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -573,6 +574,46 @@ static void bad_inputs(const char *A, const char *dir) {
     }
 }
 
+/* --parallel: the table's section, the JSON's "parallel" array (tg per
+ * sequence = tg / N), report.md's table of it, and bad counts refused */
+static void parallel(const char *P, const char *dir) {
+    char args[4096];
+    snprintf(args, sizeof args, "bench --model %s --backend cpu -p 8 -n 4 -r 1 --parallel 1,3 --json '%s'", MODEL, P);
+    int rc = run(args);
+    DRT_CHECK(rc == 0, "diffrt %s: exit %d:\n%s", args, rc, g_out);
+    DRT_CHECK(strstr(g_out, "parallel sequences (pp8, tg4 each)") && strstr(g_out, "bench: cpu     parallel 3"),
+              "no parallel section or progress:\n%s", g_out);
+    cJSON *j = load_json(P);
+    DRT_CHECK(j != NULL, "%s is not JSON", P);
+    if (!j) return;
+    const cJSON *par = at(cJSON_GetArrayItem(at(j, "backends"), 0), "parallel");
+    DRT_CHECK(cJSON_GetArraySize(par) == 2, "%d parallel entries, expected 2", cJSON_GetArraySize(par));
+    for (int k = 0; k < 2 && cJSON_GetArraySize(par) == 2; k++) {
+        const cJSON *x = cJSON_GetArrayItem(par, k);
+        int n = (int)cJSON_GetNumberValue(at(x, "n_seq"));
+        double tg = cJSON_GetNumberValue(at(at(x, "tg"), "mean_tok_s")), one = cJSON_GetNumberValue(at(x, "tg_per_seq_tok_s"));
+        DRT_CHECK(n == (k ? 3 : 1) && tg > 0 && fabs(one * n - tg) <= 1e-9 * tg, "entry %d: n_seq %d, tg %g, per seq %g",
+                  k, n, tg, one);
+        DRT_CHECK(cJSON_GetNumberValue(at(at(x, "pp"), "n_tokens")) == 8 * n, "entry %d: pp n_tokens", k);
+    }
+    cJSON_Delete(j);
+    snprintf(args, sizeof args, "report '%s' --out '%s' --force", P, dir);
+    rc = run(args);
+    DRT_CHECK(rc == 0, "diffrt %s: exit %d:\n%s", args, rc, g_out);
+    char md[600];
+    snprintf(md, sizeof md, "%s/report.md", dir);
+    char *doc = drt_test_read_file(md);
+    DRT_CHECK(doc && strstr(doc, "Parallel sequences") && strstr(doc, " | 3 |"), "report.md has no parallel table:\n%s",
+              doc ? doc : "(none)");
+    free(doc);
+    static const char *bad[] = {"0", "4097", "1,x", "1,,2", "1,2,3,4,5,6,7,8,9"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "bench --model %s --backend cpu --parallel '%s'", MODEL, bad[i]);
+        rc = run(args);
+        DRT_CHECK(rc == 2 && strstr(g_out, "bench: --parallel"), "--parallel %s: exit %d:\n%s", bad[i], rc, g_out);
+    }
+}
+
 int main(void) {
     char A[512], F[512], dir[512], dir2[512], dir3[512], dir4[512];
     snprintf(A, sizeof A, "%s/bench_A.json", DRT_TMP_DIR);
@@ -588,5 +629,9 @@ int main(void) {
     hostile_names(A, dir3);
     unavailable_backend(dir4);
     bad_inputs(A, dir4);
+    char P[512], dir5[512];
+    snprintf(P, sizeof P, "%s/bench_parallel.json", DRT_TMP_DIR);
+    snprintf(dir5, sizeof dir5, "%s/bench_report_parallel", DRT_TMP_DIR);
+    parallel(P, dir5);
     return drt_test_summary("test_bench");
 }
