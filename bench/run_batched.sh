@@ -3,8 +3,10 @@
 #   1. cpu, the 134M DiffLlama f16: aggregate decode of 8 sequences against 1
 #      (diffrt bench --parallel 1,8);
 #   2. cpu, a 1.1B Llama at q4_0 (TinyLlama's shapes, random weights):
-#      diffrt bench --parallel 1,8 against llama-batched-bench on the same
-#      checkpoint, same threads, rounds interleaved;
+#      diffrt bench --parallel 1,8, in the f32 mode and in the int8 mode
+#      (x in one int8 level, as llama.cpp's q8_0 activations), against
+#      llama-batched-bench on the same checkpoint, same threads, rounds
+#      interleaved;
 #   3. opencl and vulkan (PoCL, lavapipe here), the 134M f16: 8 against 1;
 #   4. one sequence, the build before batching against this one (prefill
 #      and decode through drt_session), rounds interleaved.
@@ -47,9 +49,11 @@ for r in $(seq 1 "$ROUNDS"); do
             --parallel 1,8 2>/dev/null | sed -n '/^parallel/,$p'
     fi
     if ! skip 2; then
-        say "round $r: 2. cpu llama-1.1b q4_0, diffrt --parallel 1,8 (pp32, tg64)"
-        "$D" bench --model "$MODELS/llama-1.1b-q4_0" --backend cpu --threads "$THREADS" -p 32 -n 64 -r "$REPS" \
-            --parallel 1,8 2>/dev/null | sed -n '/^parallel/,$p'
+        for prec in f32 int8; do
+            say "round $r: 2. cpu llama-1.1b q4_0, diffrt --parallel 1,8 (pp32, tg64), cpu.precision=$prec"
+            "$D" bench --model "$MODELS/llama-1.1b-q4_0" --backend cpu --threads "$THREADS" -p 32 -n 64 -r "$REPS" \
+                --set cpu.precision=$prec --parallel 1,8 2>/dev/null | sed -n '/^parallel/,$p'
+        done
         if [ -n "${LLAMA_BIN:-}" ]; then
             say "round $r: 2. llama-batched-bench, the same checkpoint as GGUF q4_0 (pp32, tg64)"
             "$LLAMA_BIN/llama-batched-bench" -m "$MODELS/llama-1.1b-q4_0.gguf" -c 2048 -b 512 -ub 512 \
