@@ -36,8 +36,7 @@ int main(int argc, char **argv) {
         double med = t[reps / 2];
         char desc[64];
         snprintf(desc, sizeof desc, "B=1 Bw=1 T=%d K=%d N=%d w=f32 scale=1", T, K, N);
-        printf("%-13s %-8s %-58s %10.3f %10.2f\n", "MATMUL", "openblas", desc, med * 1e3,
-               2.0 * T * N * K / med * 1e-9);
+        printf("%-13s %-8s %-58s %10.3f %10.2f\n", "MATMUL", "openblas", desc, med * 1e3, 2.0 * T * N * K / med * 1e-9);
         free(x), free(w), free(y), free(t);
     }
     return 0;

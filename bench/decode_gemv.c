@@ -91,15 +91,23 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout, 0);
-        if (!strcmp(a, "--resident")) { resident = 1; continue; }
-        if (!strcmp(a, "--tiny")) { tiny = 1; continue; }
+        if (!strcmp(a, "--resident")) {
+            resident = 1;
+            continue;
+        }
+        if (!strcmp(a, "--tiny")) {
+            tiny = 1;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "bench_decode_gemv: %s: unknown option or missing value\n", a);
             return usage(stderr, 2);
         }
         i++;
-        if (!strcmp(a, "--backend")) backend = v;
-        else if (!strcmp(a, "--device")) device = v;
+        if (!strcmp(a, "--backend"))
+            backend = v;
+        else if (!strcmp(a, "--device"))
+            device = v;
         else if (!strcmp(a, "--dtype")) {
             int found = 0;
             for (int t = 0; t < DRT_DTYPE_COUNT; t++)
@@ -111,13 +119,13 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench_decode_gemv: --dtype: expected f16, bf16, f32, q8_0 or q4_0, got \"%s\"\n", v);
                 return 2;
             }
-        } else if (!strcmp(a, "--layers") ? arg_int(a, v, 1000, &layers)
-                   : !strcmp(a, "--dim")  ? arg_int(a, v, 65536, &dim)
-                   : !strcmp(a, "--ffn")  ? arg_int(a, v, 262144, &ffn)
+        } else if (!strcmp(a, "--layers")  ? arg_int(a, v, 1000, &layers)
+                   : !strcmp(a, "--dim")   ? arg_int(a, v, 65536, &dim)
+                   : !strcmp(a, "--ffn")   ? arg_int(a, v, 262144, &ffn)
                    : !strcmp(a, "--vocab") ? arg_int(a, v, 1 << 20, &vocab)
-                   : !strcmp(a, "--reps") ? arg_int(a, v, 100000, &reps)
-                   : !strcmp(a, "--rows") ? arg_int(a, v, 4096, &rows)
-                                          : (fprintf(stderr, "bench_decode_gemv: unknown option %s\n", a), -1))
+                   : !strcmp(a, "--reps")  ? arg_int(a, v, 100000, &reps)
+                   : !strcmp(a, "--rows")  ? arg_int(a, v, 4096, &rows)
+                                           : (fprintf(stderr, "bench_decode_gemv: unknown option %s\n", a), -1))
             return usage(stderr, 2);
     }
     if (tiny) dim = ffn = vocab = 32;
@@ -208,9 +216,11 @@ int main(int argc, char **argv) {
         printf("%s, %s: %d GEMVs of %ld row%s (%ld layers, dim %ld, ffn %ld, %s %ld), %.1f MB of weights a run%s\n",
                backend, drt_dtype_name(dt), nmm, rows, rows > 1 ? "s" : "", layers, dim, ffn,
                resident ? "head" : "vocab", resident ? dim : vocab, bytes / 1e6,
-               tiny ? ", tiny shapes" : resident ? ", cache-resident (layer 0's weights reused)" : ", streamed");
-        printf("  ms per run: min %.3f median %.3f over %ld runs; weight GB/s: %.2f (min time) %.2f (median)",
-               mn * 1e3, med * 1e3, reps, bytes / mn / 1e9, bytes / med / 1e9);
+               tiny       ? ", tiny shapes"
+               : resident ? ", cache-resident (layer 0's weights reused)"
+                          : ", streamed");
+        printf("  ms per run: min %.3f median %.3f over %ld runs; weight GB/s: %.2f (min time) %.2f (median)", mn * 1e3,
+               med * 1e3, reps, bytes / mn / 1e9, bytes / med / 1e9);
         if (tiny) printf("; us per node: %.2f (min) %.2f (median)", mn * 1e6 / nmm, med * 1e6 / nmm);
         printf("\n");
     }

@@ -34,11 +34,10 @@ static cJSON *stats_json(const drt_mag_stats *s) {
     return o;
 }
 
-static const char ABOUT_A[] =
-    "The paper's Table 5 quantities over diffrt niah's prompts (one needle; K samples per\n"
-    "depth), prefilled on the reference backend: top-1, top-10 and median |value| of the\n"
-    "attention logits (q.k/sqrt(dk); both maps of a DIFF head) and of the hidden states\n"
-    "(every layer's output).\n";
+static const char ABOUT_A[] = "The paper's Table 5 quantities over diffrt niah's prompts (one needle; K samples per\n"
+                              "depth), prefilled on the reference backend: top-1, top-10 and median |value| of the\n"
+                              "attention logits (q.k/sqrt(dk); both maps of a DIFF head) and of the hidden states\n"
+                              "(every layer's output).\n";
 
 typedef struct {
     const char *model, *json, *set;
@@ -50,16 +49,44 @@ static int analyze_parse(int argc, char **argv, analyze_args *a) {
     *a = (analyze_args){.samples = 40, .depths = {0, 25, 50, 75, 100}, .n_depth = 5};
     const cli_opt opts[] = {
         {.name = "--model", .kind = CLI_STR, .dst = &a->model, .meta = "DIR", .help = "the model directory"},
-        {.name = "--samples", .kind = CLI_LONG, .dst = &a->samples, .meta = "K", .lo = 1, .hi = 100000,
-         .bad = "--samples wants 1..100000", .help = "prompts per depth (default 40)"},
-        {.name = "--depths", .kind = CLI_LIST, .dst = a->depths, .count = &a->n_depth, .max = 16, .lo = 0,
-         .hi = 100, .meta = "P,...", .bad = "--depths wants percents 0..100",
+        {.name = "--samples",
+         .kind = CLI_LONG,
+         .dst = &a->samples,
+         .meta = "K",
+         .lo = 1,
+         .hi = 100000,
+         .bad = "--samples wants 1..100000",
+         .help = "prompts per depth (default 40)"},
+        {.name = "--depths",
+         .kind = CLI_LIST,
+         .dst = a->depths,
+         .count = &a->n_depth,
+         .max = 16,
+         .lo = 0,
+         .hi = 100,
+         .meta = "P,...",
+         .bad = "--depths wants percents 0..100",
          .help = "needle depths in percent (default 0,25,50,75,100)"},
-        {.name = "--seed", .kind = CLI_LONG, .dst = &a->seed, .meta = "S", .lo = 0, .hi = 1L << 40,
-         .bad = "--seed wants an integer >= 0", .help = "prompt seed (default 0)"},
-        {.name = "--ctx", .kind = CLI_LONG, .dst = &a->ctx, .meta = "L", .lo = 16, .hi = 1 << 20,
-         .bad = "--ctx wants 16..1048576", .help = "prompt length (default: the model's max positions, at most 4096)"},
-        {.name = "--json", .kind = CLI_STR, .dst = &a->json, .meta = "FILE",
+        {.name = "--seed",
+         .kind = CLI_LONG,
+         .dst = &a->seed,
+         .meta = "S",
+         .lo = 0,
+         .hi = 1L << 40,
+         .bad = "--seed wants an integer >= 0",
+         .help = "prompt seed (default 0)"},
+        {.name = "--ctx",
+         .kind = CLI_LONG,
+         .dst = &a->ctx,
+         .meta = "L",
+         .lo = 16,
+         .hi = 1 << 20,
+         .bad = "--ctx wants 16..1048576",
+         .help = "prompt length (default: the model's max positions, at most 4096)"},
+        {.name = "--json",
+         .kind = CLI_STR,
+         .dst = &a->json,
+         .meta = "FILE",
          .help = "also write the statistics as JSON"},
         CLI_OPT_SET(&a->set),
         {0}};
@@ -71,8 +98,8 @@ static int analyze_parse(int argc, char **argv, analyze_args *a) {
 }
 
 /* every prompt prefilled on s, observed into an; 0, else the exit status */
-static int analyze_prompts(const analyze_args *a, drt_session *s, drt_tokenizer *tok, float *logits,
-                           drt_act_stats *an, int total) {
+static int analyze_prompts(const analyze_args *a, drt_session *s, drt_tokenizer *tok, float *logits, drt_act_stats *an,
+                           int total) {
     int done_n = 0, tty = isatty(2);
     if (drt_act_stats_observe(an, s) != DRT_OK) return cli_fail("analyze");
     for (int d = 0; d < a->n_depth; d++)

@@ -41,8 +41,8 @@
 
 #define MAX_BACKENDS 8
 #define MAX_REPS 1000
-#define BENCH_MAX_PAR 8    /* --parallel values */
-#define PAR_ROWS 512       /* --parallel: rows per prefill forward */
+#define BENCH_MAX_PAR 8 /* --parallel values */
+#define PAR_ROWS 512    /* --parallel: rows per prefill forward */
 
 static const char BENCH_ABOUT[] =
     "Prefill (pp) and decode (tg) tokens per second of the model on each backend of LIST\n"
@@ -72,11 +72,9 @@ typedef struct {
 
 static void stat_finish(stat *s) {
     double sum = 0, sq = 0;
-    for (int i = 0; i < s->n; i++)
-        sum += s->v[i];
+    for (int i = 0; i < s->n; i++) sum += s->v[i];
     s->mean = s->n ? sum / s->n : 0;
-    for (int i = 0; i < s->n; i++)
-        sq += (s->v[i] - s->mean) * (s->v[i] - s->mean);
+    for (int i = 0; i < s->n; i++) sq += (s->v[i] - s->mean) * (s->v[i] - s->mean);
     s->sd = s->n > 1 ? sqrt(sq / (s->n - 1)) : 0;
 }
 
@@ -92,19 +90,16 @@ typedef struct {
 
 static void host_describe(host_info *h) {
     memset(h, 0, sizeof *h);
-    if (gethostname(h->hostname, sizeof h->hostname - 1) != 0)
-        snprintf(h->hostname, sizeof h->hostname, "unknown");
+    if (gethostname(h->hostname, sizeof h->hostname - 1) != 0) snprintf(h->hostname, sizeof h->hostname, "unknown");
     struct utsname u;
     if (uname(&u) == 0) snprintf(h->os, sizeof h->os, "%s %s %s", u.sysname, u.release, u.machine);
     FILE *f = fopen("/proc/cpuinfo", "r");
     char line[512];
     while (f && fgets(line, sizeof line, f)) {
         char *c = strchr(line, ':');
-        if (!c || (strncmp(line, "model name", 10) != 0 && strncmp(line, "Model", 5) != 0))
-            continue;
+        if (!c || (strncmp(line, "model name", 10) != 0 && strncmp(line, "Model", 5) != 0)) continue;
         c++;
-        while (*c == ' ' || *c == '\t')
-            c++;
+        while (*c == ' ' || *c == '\t') c++;
         c[strcspn(c, "\n")] = 0;
         snprintf(h->cpu, sizeof h->cpu, "%s", c);
         break;
@@ -168,8 +163,7 @@ static double decode_bytes_per_token(const drt_model_info *I, double pos) {
  * for the transformer (ops.c's flops_diff_attn / flops_attn). */
 static double prefill_flops(const drt_model_info *I, double T) {
     double pairs = T * (T + 1) / 2.0;
-    double per_pair =
-        I->arch == DRT_ARCH_TRANSFORMER ? 2.0 * I->dk + 2.0 * I->dv : 4.0 * I->dk + 2.0 * I->dv;
+    double per_pair = I->arch == DRT_ARCH_TRANSFORMER ? 2.0 * I->dk + 2.0 * I->dv : 4.0 * I->dk + 2.0 * I->dv;
     return 2.0 * T * I->n_layers * layer_matrix_elems(I) + 2.0 * (double)I->vocab * I->dim +
            (double)I->n_layers * pairs * I->n_heads * per_pair;
 }
@@ -238,7 +232,7 @@ typedef struct {
     double peak_gbps, peak_gflops; /* > 0: given */
     int fmt;                       /* 0 text, 1 csv, 2 md */
     const char *json_path;
-    const drt_settings *settings; /* --set, for every backend measured (NULL: none) */
+    const drt_settings *settings;  /* --set, for every backend measured (NULL: none) */
     int par[BENCH_MAX_PAR], n_par; /* --parallel: sequence counts */
 } bench_opts;
 
@@ -332,8 +326,8 @@ static int run_parallel(const bench_opts *o, drt_model *m, const drt_model_info 
                         bench_backend *r, int k) {
     const int N = r->par[k].n_seq, P = (int)o->p, G = (int)o->n;
     char line[128];
-    drt_session_opts so = {.backend = r->name, .device = r->device_sel, .threads = (int)o->threads,
-                           .settings = o->settings};
+    drt_session_opts so = {
+        .backend = r->name, .device = r->device_sel, .threads = (int)o->threads, .settings = o->settings};
     drt_batch_opts bo = {.max_seqs = N, .ctx_per_seq = P + G + 4, .max_batch_rows = PAR_ROWS};
     drt_batch_session *s = NULL;
     int32_t *tok = malloc(sizeof(int32_t) * PAR_ROWS), *seq = malloc(sizeof(int32_t) * PAR_ROWS);
@@ -406,16 +400,18 @@ done:
     return rc;
 }
 
-static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *I,
-                       const int32_t *ids, bench_backend *r) {
+static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *I, const int32_t *ids,
+                       bench_backend *r) {
     char line[512];
     if (backend_peaks(o, I, r)) return 1;
 
     /* the session: prefill p, then one decode step at p for the profile */
     int ctx = (int)(o->p + 1 > o->n ? o->p + 1 : o->n);
-    drt_session_opts so = {
-        .backend = r->name, .device = r->device_sel, .max_ctx = ctx, .threads = (int)o->threads,
-        .settings = o->settings};
+    drt_session_opts so = {.backend = r->name,
+                           .device = r->device_sel,
+                           .max_ctx = ctx,
+                           .threads = (int)o->threads,
+                           .settings = o->settings};
     drt_session *s = NULL;
     float *logits = malloc(sizeof(float) * (size_t)I->vocab);
     r->pp.v = calloc((size_t)o->r, sizeof(double));
@@ -485,8 +481,7 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
         profile_keep_min(&r->prof_tg, &d);
     }
     r->n_fallbacks = drt_session_fallbacks(s, r->fallbacks, sizeof r->fallbacks);
-    r->decode =
-        make_roof(r->tg.mean, decode_bytes_per_token(I, (N - 1) / 2.0), r->peak.gbytes_per_s);
+    r->decode = make_roof(r->tg.mean, decode_bytes_per_token(I, (N - 1) / 2.0), r->peak.gbytes_per_s);
     /* the peak probes stream from memory; a model whose decode step reads
      * less than a large last-level cache (128 MiB: AMD's 3D V-cache parts,
      * GPUs' L2 / Infinity Cache) may be served from the cache instead */
@@ -509,8 +504,7 @@ static void roof_str(const roof *f, const char *unit, char *buf, size_t n) {
     if (isnan(f->fraction))
         snprintf(buf, n, "n/a (no %s peak)", unit);
     else
-        snprintf(buf, n, "%.3f of %.1f %s%s%s", f->fraction, f->peak, unit,
-                 f->flagged ? " (" BENCH_ROOF_FLAG ")" : "",
+        snprintf(buf, n, "%.3f of %.1f %s%s%s", f->fraction, f->peak, unit, f->flagged ? " (" BENCH_ROOF_FLAG ")" : "",
                  f->in_cache ? " (" BENCH_CACHE_NOTE ")" : "");
 }
 
@@ -564,8 +558,7 @@ static void print_csv(FILE *f, const bench_opts *o, bench_backend *b, int nb) {
             csv_field(f, b[i].name);
             fputc(',', f);
             csv_field(f, b[i].device);
-            fprintf(f, ",%s%ld,%ld,%ld,%.3f,%.3f,", t ? "tg" : "pp", ntok, ntok, o->r, st->mean,
-                    st->sd);
+            fprintf(f, ",%s%ld,%ld,%ld,%.3f,%.3f,", t ? "tg" : "pp", ntok, ntok, o->r, st->mean, st->sd);
             if (isnan(rf->fraction))
                 fprintf(f, ",,");
             else
@@ -606,24 +599,21 @@ static void print_ops(FILE *f, const bench_opts *o, int md, const bench_backend 
         fprintf(f, "\n\n| op | prefill ms | prefill %% | decode ms | decode %% "
                    "|\n|---|---:|---:|---:|---:|\n");
     } else {
-        fprintf(f, "%s\n  %-13s %12s %8s %12s %8s\n", buf, "op", "prefill ms", "%", "decode ms",
-                "%");
+        fprintf(f, "%s\n  %-13s %12s %8s %12s %8s\n", buf, "op", "prefill ms", "%", "decode ms", "%");
     }
     /* rows in the decode order (the roofline's side), then ops only the prefill ran */
     for (int k = 0; k < nd + na; k++) {
         int op = k < nd ? d[k].op : a[k - nd].op;
         if (k >= nd && r->prof_tg.nodes[op]) continue;
-        double pm =
-            r->prof_pp.forwards ? r->prof_pp.seconds[op] * 1e3 / r->prof_pp.forwards : 0;
-        double dm =
-            r->prof_tg.forwards ? r->prof_tg.seconds[op] * 1e3 / r->prof_tg.forwards : 0;
+        double pm = r->prof_pp.forwards ? r->prof_pp.seconds[op] * 1e3 / r->prof_pp.forwards : 0;
+        double dm = r->prof_tg.forwards ? r->prof_tg.seconds[op] * 1e3 / r->prof_tg.forwards : 0;
         const char *name = r->prof_tg.op[op] ? r->prof_tg.op[op] : r->prof_pp.op[op];
         if (md)
-            fprintf(f, "| %s | %.4f | %.1f | %.4f | %.1f |\n", name, pm,
-                    ta > 0 ? 100 * pm / ta : 0, dm, td > 0 ? 100 * dm / td : 0);
+            fprintf(f, "| %s | %.4f | %.1f | %.4f | %.1f |\n", name, pm, ta > 0 ? 100 * pm / ta : 0, dm,
+                    td > 0 ? 100 * dm / td : 0);
         else
-            fprintf(f, "  %-13s %12.4f %7.1f%% %12.4f %7.1f%%\n", name, pm,
-                    ta > 0 ? 100 * pm / ta : 0, dm, td > 0 ? 100 * dm / td : 0);
+            fprintf(f, "  %-13s %12.4f %7.1f%% %12.4f %7.1f%%\n", name, pm, ta > 0 ? 100 * pm / ta : 0, dm,
+                    td > 0 ? 100 * dm / td : 0);
     }
 }
 
@@ -634,8 +624,9 @@ static void print_parallel(FILE *f, const bench_opts *o, int md, const bench_bac
     fprintf(f, md ? "\n**parallel sequences** (pp%ld, tg%ld each)\n\n" : "\nparallel sequences (pp%ld, tg%ld each)\n",
             o->p, o->n);
     if (md)
-        fprintf(f, "| backend | seqs | pp tok/s (all) | tg tok/s (all) | tg tok/s (one seq) | tg vs %d seq |\n"
-                   "|---|---:|---:|---:|---:|---:|\n",
+        fprintf(f,
+                "| backend | seqs | pp tok/s (all) | tg tok/s (all) | tg tok/s (one seq) | tg vs %d seq |\n"
+                "|---|---:|---:|---:|---:|---:|\n",
                 o->par[0]);
     else
         fprintf(f, "%-8s %5s %-22s %-22s %-18s %s\n", "backend", "seqs", "pp tok/s (all)", "tg tok/s (all)",
@@ -660,14 +651,13 @@ static void print_parallel(FILE *f, const bench_opts *o, int md, const bench_bac
     }
 }
 
-static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I,
-                        const char *model_name, const host_info *h, bench_backend *b, int nb) {
+static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I, const char *model_name,
+                        const host_info *h, bench_backend *b, int nb) {
     int md = o->fmt == 2;
     char buf[1024];
     fprintf(f, md ? "**model** " : "model  ");
-    snprintf(buf, sizeof buf, "%s (%s, %s layout, %.2f M params, %s, %d layers, dim %d)",
-             model_name, I->arch_name, I->layout_name, (double)I->n_params / 1e6,
-             drt_dtype_name(I->weight_dtype), I->n_layers, I->dim);
+    snprintf(buf, sizeof buf, "%s (%s, %s layout, %.2f M params, %s, %d layers, dim %d)", model_name, I->arch_name,
+             I->layout_name, (double)I->n_params / 1e6, drt_dtype_name(I->weight_dtype), I->n_layers, I->dim);
     put_text(f, md, buf);
     fprintf(f, md ? "  \n**host** " : "\nhost   ");
     snprintf(buf, sizeof buf, "%.200s, %.200s, %d logical CPUs, load %.2f %.2f %.2f", h->hostname,
@@ -685,8 +675,7 @@ static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I,
     if (md)
         fprintf(f, "| backend | device | test | tok/s | roofline |\n|---|---|---|---:|---|\n");
     else
-        fprintf(f, "%-8s %-*s %-7s %-22s %s\n", "backend", wdev, "device", "test", "tok/s",
-                "roofline");
+        fprintf(f, "%-8s %-*s %-7s %-22s %s\n", "backend", wdev, "device", "test", "tok/s", "roofline");
     for (int i = 0; i < nb; i++) {
         if (b[i].failed) {
             snprintf(buf, sizeof buf, "error: %s", b[i].error);
@@ -728,13 +717,12 @@ static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I,
     for (int i = 0; i < nb; i++) {
         if (b[i].failed) continue;
         snprintf(buf, sizeof buf, "peaks %.16s: %.2f GB/s (%.96s), %.2f GFLOP/s (%.96s)", b[i].name,
-                 b[i].peak.gbytes_per_s, b[i].peak.bw_probe, b[i].peak.gflops,
-                 b[i].peak.flops_probe);
+                 b[i].peak.gbytes_per_s, b[i].peak.bw_probe, b[i].peak.gflops, b[i].peak.flops_probe);
         put_text(f, md, buf);
         fprintf(f, md ? "  \n" : "\n");
         if (b[i].n_fallbacks) {
-            snprintf(buf, sizeof buf, "  %.16s: %d node runs fell back to the CPU reference: %.900s",
-                     b[i].name, b[i].n_fallbacks, b[i].fallbacks);
+            snprintf(buf, sizeof buf, "  %.16s: %d node runs fell back to the CPU reference: %.900s", b[i].name,
+                     b[i].n_fallbacks, b[i].fallbacks);
             put_text(f, md, buf);
             fprintf(f, md ? "  \n" : "\n");
         }
@@ -752,8 +740,7 @@ static cJSON *json_stat(const stat *s, long ntok) {
     cJSON_AddNumberToObject(j, "mean_tok_s", s->mean);
     cJSON_AddNumberToObject(j, "sd_tok_s", s->sd);
     cJSON *a = cJSON_AddArrayToObject(j, "samples_tok_s");
-    for (int i = 0; i < s->n; i++)
-        cJSON_AddItemToArray(a, cJSON_CreateNumber(s->v[i]));
+    for (int i = 0; i < s->n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(s->v[i]));
     return j;
 }
 
@@ -764,10 +751,8 @@ static cJSON *json_num_or_null(double v) {
 static cJSON *json_roof(const roof *f, const char *work_key, const char *peak_key) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddItemToObject(j, "fraction", json_num_or_null(f->fraction));
-    cJSON_AddItemToObject(j, "flag",
-                          f->flagged ? cJSON_CreateString(BENCH_ROOF_FLAG) : cJSON_CreateNull());
-    cJSON_AddItemToObject(j, "note",
-                          f->in_cache ? cJSON_CreateString(BENCH_CACHE_NOTE) : cJSON_CreateNull());
+    cJSON_AddItemToObject(j, "flag", f->flagged ? cJSON_CreateString(BENCH_ROOF_FLAG) : cJSON_CreateNull());
+    cJSON_AddItemToObject(j, "note", f->in_cache ? cJSON_CreateString(BENCH_CACHE_NOTE) : cJSON_CreateNull());
     cJSON_AddNumberToObject(j, work_key, f->work);
     cJSON_AddNumberToObject(j, peak_key, f->peak);
     return j;
@@ -799,8 +784,8 @@ static cJSON *json_profile(const drt_profile *p, long ntok, long pos) {
     return j;
 }
 
-static int write_json(const char *path, const bench_opts *o, const drt_model_info *I,
-                      const char *model_name, const host_info *h, bench_backend *b, int nb) {
+static int write_json(const char *path, const bench_opts *o, const drt_model_info *I, const char *model_name,
+                      const host_info *h, bench_backend *b, int nb) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "schema_version", BENCH_SCHEMA_VERSION);
     cJSON_AddStringToObject(root, "kind", "diffrt-bench");
@@ -818,8 +803,7 @@ static int write_json(const char *path, const bench_opts *o, const drt_model_inf
     cJSON_AddStringToObject(jh, "cpu", h->cpu);
     cJSON_AddNumberToObject(jh, "logical_cpus", h->logical_cpus);
     cJSON *jl = cJSON_AddArrayToObject(jh, "load_avg");
-    for (int i = 0; i < 3; i++)
-        cJSON_AddItemToArray(jl, cJSON_CreateNumber(h->load[i]));
+    for (int i = 0; i < 3; i++) cJSON_AddItemToArray(jl, cJSON_CreateNumber(h->load[i]));
 
     cJSON *js = cJSON_AddObjectToObject(root, "settings");
     cJSON_AddNumberToObject(js, "n_prompt", (double)o->p);
@@ -848,15 +832,12 @@ static int write_json(const char *path, const bench_opts *o, const drt_model_inf
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "backend", b[i].name);
         cJSON_AddStringToObject(e, "status", b[i].failed ? "error" : "ok");
-        cJSON_AddItemToObject(e, "error",
-                              b[i].failed ? cJSON_CreateString(b[i].error) : cJSON_CreateNull());
+        cJSON_AddItemToObject(e, "error", b[i].failed ? cJSON_CreateString(b[i].error) : cJSON_CreateNull());
         cJSON *jd = cJSON_AddObjectToObject(e, "device");
         cJSON_AddStringToObject(jd, "name", b[i].device);
         cJSON_AddNumberToObject(jd, "index", b[i].device_index);
-        cJSON_AddItemToObject(jd, "vendor",
-                              b[i].vendor ? cJSON_CreateString(b[i].vendor) : cJSON_CreateNull());
-        cJSON_AddItemToObject(jd, "driver",
-                              b[i].driver ? cJSON_CreateString(b[i].driver) : cJSON_CreateNull());
+        cJSON_AddItemToObject(jd, "vendor", b[i].vendor ? cJSON_CreateString(b[i].vendor) : cJSON_CreateNull());
+        cJSON_AddItemToObject(jd, "driver", b[i].driver ? cJSON_CreateString(b[i].driver) : cJSON_CreateNull());
         if (b[i].failed) {
             cJSON_AddItemToArray(ja, e);
             continue;
@@ -882,9 +863,7 @@ static int write_json(const char *path, const bench_opts *o, const drt_model_inf
             cJSON_AddNumberToObject(d, "mean_position", (o->n - 1) / 2.0);
             cJSON_AddItemToObject(jr, "decode", d);
         }
-        if (o->p)
-            cJSON_AddItemToObject(jr, "prefill",
-                                  json_roof(&b[i].prefill, "flops_per_token", "peak_gflops"));
+        if (o->p) cJSON_AddItemToObject(jr, "prefill", json_roof(&b[i].prefill, "flops_per_token", "peak_gflops"));
         cJSON *jf = cJSON_AddObjectToObject(e, "fallbacks");
         cJSON_AddNumberToObject(jf, "node_runs", b[i].n_fallbacks);
         cJSON_AddStringToObject(jf, "by_op", b[i].fallbacks);
@@ -949,19 +928,13 @@ static int parse_backends(const char *list, bench_backend *b, int *nb) {
         size_t len = strcspn(p, ",");
         char name[64];
         if (len == 0 || len >= sizeof name) {
-            fprintf(
-                stderr,
-                "diffrt: bench: --backend wants a comma-separated list of backends, got \"%s\"\n",
-                list);
+            fprintf(stderr, "diffrt: bench: --backend wants a comma-separated list of backends, got \"%s\"\n", list);
             return 0;
         }
         memcpy(name, p, len);
         name[len] = 0;
         if (!known_backend(name)) {
-            fprintf(
-                stderr,
-                "diffrt: bench: unknown backend \"%s\" (known: cpu, ref, opencl, vulkan, cuda)\n",
-                name);
+            fprintf(stderr, "diffrt: bench: unknown backend \"%s\" (known: cpu, ref, opencl, vulkan, cuda)\n", name);
             return 0;
         }
         for (int i = 0; i < *nb; i++)
@@ -979,8 +952,7 @@ static int parse_backends(const char *list, bench_backend *b, int *nb) {
 /* --device B=SEL,B=SEL: each B must be in the backend list. dup holds the
  * string (the selectors point into it). */
 static int parse_devices(char *dup, bench_backend *b, int nb) {
-    for (char *save = NULL, *tok = strtok_r(dup, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
+    for (char *save = NULL, *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(tok, '=');
         if (!eq || eq == tok || !eq[1]) {
             fprintf(stderr,
@@ -997,9 +969,7 @@ static int parse_devices(char *dup, bench_backend *b, int nb) {
                 found = 1;
             }
         if (!found) {
-            fprintf(stderr,
-                    "diffrt: bench: --device names backend \"%s\", which is not in --backend\n",
-                    tok);
+            fprintf(stderr, "diffrt: bench: --device names backend \"%s\", which is not in --backend\n", tok);
             return 0;
         }
     }
@@ -1009,8 +979,7 @@ static int parse_devices(char *dup, bench_backend *b, int nb) {
 static const char *base_name(const char *path, char *buf, size_t n) {
     snprintf(buf, n, "%s", path);
     size_t len = strlen(buf);
-    while (len > 1 && buf[len - 1] == '/')
-        buf[--len] = 0;
+    while (len > 1 && buf[len - 1] == '/') buf[--len] = 0;
     const char *s = strrchr(buf, '/');
     return s ? s + 1 : buf;
 }
@@ -1021,29 +990,72 @@ int cmd_bench(int argc, char **argv) {
     int csv = 0, md = 0;
     const cli_opt opts[] = {
         {.name = "--model", .kind = CLI_STR, .dst = &o.model_dir, .meta = "DIR", .help = "the model directory"},
-        {.name = "--backend", .kind = CLI_STR, .dst = &backends, .meta = "LIST",
+        {.name = "--backend",
+         .kind = CLI_STR,
+         .dst = &backends,
+         .meta = "LIST",
          .help = "backends to measure, comma-separated"},
-        {.name = "-p", .kind = CLI_LONG, .dst = &o.p, .meta = "N", .lo = 0, .hi = DRT_MAX_CTX - 1,
-         .bad = "-p wants an integer >= 0", .help = "prompt tokens per prefill, 0 = no pp test (default 512)"},
-        {.name = "-n", .kind = CLI_LONG, .dst = &o.n, .meta = "N", .lo = 0, .hi = DRT_MAX_CTX,
-         .bad = "-n wants an integer >= 0", .help = "tokens per decode run, 0 = no tg test (default 128)"},
-        {.name = "-r", .kind = CLI_LONG, .dst = &o.r, .meta = "N", .lo = 1, .hi = MAX_REPS,
+        {.name = "-p",
+         .kind = CLI_LONG,
+         .dst = &o.p,
+         .meta = "N",
+         .lo = 0,
+         .hi = DRT_MAX_CTX - 1,
+         .bad = "-p wants an integer >= 0",
+         .help = "prompt tokens per prefill, 0 = no pp test (default 512)"},
+        {.name = "-n",
+         .kind = CLI_LONG,
+         .dst = &o.n,
+         .meta = "N",
+         .lo = 0,
+         .hi = DRT_MAX_CTX,
+         .bad = "-n wants an integer >= 0",
+         .help = "tokens per decode run, 0 = no tg test (default 128)"},
+        {.name = "-r",
+         .kind = CLI_LONG,
+         .dst = &o.r,
+         .meta = "N",
+         .lo = 1,
+         .hi = MAX_REPS,
          .help = "repetitions (default 5)"},
-        {.name = "--device", .kind = CLI_STR, .dst = &devices, .meta = "B=SEL,...",
+        {.name = "--device",
+         .kind = CLI_STR,
+         .dst = &devices,
+         .meta = "B=SEL,...",
          .help = "device of backend B: index or name substring\n(default: DIFFRT_DEVICE, else the backend's first "
                  "GPU)"},
-        {.name = "--threads", .kind = CLI_LONG, .dst = &o.threads, .meta = "N", .lo = 1, .hi = 1024,
+        {.name = "--threads",
+         .kind = CLI_LONG,
+         .dst = &o.threads,
+         .meta = "N",
+         .lo = 1,
+         .hi = 1024,
          .help = "CPU threads for cpu (default: DIFFRT_THREADS, else the\nphysical cores)"},
         CLI_OPT_SET(&set_spec),
-        {.name = "--peak-gbps", .kind = CLI_DOUBLE, .dst = &o.peak_gbps, .meta = "X", .ok = cli_positive,
+        {.name = "--peak-gbps",
+         .kind = CLI_DOUBLE,
+         .dst = &o.peak_gbps,
+         .meta = "X",
+         .ok = cli_positive,
          .bad = "--peak-gbps wants a number > 0",
          .help = "use X GB/s (e.g. the datasheet's) as every backend's bandwidth\npeak instead of measuring it"},
-        {.name = "--peak-gflops", .kind = CLI_DOUBLE, .dst = &o.peak_gflops, .meta = "X", .ok = cli_positive,
-         .bad = "--peak-gflops wants a number > 0", .help = "the same for the GEMM peak, in GFLOP/s"},
-        {.name = "--parallel", .kind = CLI_STR, .dst = &par_spec, .meta = "N,...",
+        {.name = "--peak-gflops",
+         .kind = CLI_DOUBLE,
+         .dst = &o.peak_gflops,
+         .meta = "X",
+         .ok = cli_positive,
+         .bad = "--peak-gflops wants a number > 0",
+         .help = "the same for the GEMM peak, in GFLOP/s"},
+        {.name = "--parallel",
+         .kind = CLI_STR,
+         .dst = &par_spec,
+         .meta = "N,...",
          .help = "also decode N sequences together after their prompts of -p\ntokens (a batch session, as "
                  "llama-batched-bench), for each N\n(1 .. 4096; at most 8 values)"},
-        {.name = "--json", .kind = CLI_STR, .dst = &o.json_path, .meta = "FILE",
+        {.name = "--json",
+         .kind = CLI_STR,
+         .dst = &o.json_path,
+         .meta = "FILE",
          .help = "also write the results as JSON (docs/bench-json.md)"},
         {.name = "--csv", .kind = CLI_FLAG, .dst = &csv, .help = "print CSV instead of the text table"},
         {.name = "--md", .kind = CLI_FLAG, .dst = &md, .help = "print a markdown table instead of the text table"},
@@ -1057,10 +1069,8 @@ int cmd_bench(int argc, char **argv) {
     if (prc != CLI_PARSED) return prc;
     if (csv && md) return cli_die("bench: give one of --csv and --md%s", "");
     o.fmt = csv ? 1 : md ? 2 : 0;
-    if (!o.model_dir)
-        return cli_die("bench: --model DIR is required (see diffrt bench --help)%s", "");
-    if (!backends)
-        return cli_die("bench: --backend LIST is required, e.g. --backend cpu,vulkan%s", "");
+    if (!o.model_dir) return cli_die("bench: --model DIR is required (see diffrt bench --help)%s", "");
+    if (!backends) return cli_die("bench: --backend LIST is required, e.g. --backend cpu,vulkan%s", "");
     if (!o.p && !o.n) return cli_die("bench: -p 0 and -n 0 leave nothing to measure%s", "");
     if (par_spec && parse_parallel(par_spec, &o)) return 2;
     bench_backend b[MAX_BACKENDS];
@@ -1099,12 +1109,10 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     g_lcg = 42;
-    for (long i = 0; i < (nid > 4 ? nid : 4); i++)
-        ids[i] = next_token(I.vocab);
+    for (long i = 0; i < (nid > 4 ? nid : 4); i++) ids[i] = next_token(I.vocab);
     host_info h;
     host_describe(&h);
-    for (int i = 0; i < nb; i++)
-        rc |= run_backend(&o, m, &I, ids, &b[i]);
+    for (int i = 0; i < nb; i++) rc |= run_backend(&o, m, &I, ids, &b[i]);
     char nbuf[1024];
     const char *model_name = base_name(o.model_dir, nbuf, sizeof nbuf);
     if (o.fmt == 1)

@@ -20,8 +20,8 @@ int cli_parse_list(const char *s, int lo, int hi, int *out, int max, int *n);
 int cli_ends_with(const char *s, const char *suffix);
 
 int cmd_niah(int argc, char **argv);
-int cmd_bench(int argc, char **argv);  /* cli/bench.c */
-int cmd_report(int argc, char **argv); /* cli/report.c */
+int cmd_bench(int argc, char **argv);    /* cli/bench.c */
+int cmd_report(int argc, char **argv);   /* cli/report.c */
 int cmd_quantize(int argc, char **argv); /* cli/quantize.c */
 int cmd_analyze(int argc, char **argv);  /* cli/analyze.c */
 

@@ -161,8 +161,8 @@ static int fallback_check(const char *dir, const char *backend, const drt_settin
     } else {
         char fb[512];
         int n = drt_session_fallbacks(s, fb, sizeof fb);
-        printf("\nbackend %s: prefill + decode step ran; %d node runs fell back to the CPU reference%s%s\n", backend,
-               n, n ? ": " : "", fb);
+        printf("\nbackend %s: prefill + decode step ran; %d node runs fell back to the CPU reference%s%s\n", backend, n,
+               n ? ": " : "", fb);
         rc = 0;
     }
     free(lg);
@@ -203,7 +203,10 @@ static int cmd_info(int argc, char **argv) {
     const char *model = NULL, *backend = NULL, *set_spec = NULL;
     const cli_opt opts[] = {
         {.name = "--model", .kind = CLI_STR, .dst = &model, .meta = "DIR", .help = "a summary of the checkpoint"},
-        {.name = "--backend", .kind = CLI_STR, .dst = &backend, .meta = "B",
+        {.name = "--backend",
+         .kind = CLI_STR,
+         .dst = &backend,
+         .meta = "B",
          .help = "with --model: one prefill + decode step on B and the per-op\ncount of CPU fallbacks"},
         CLI_OPT_SET(&set_spec),
         {0}};
@@ -250,8 +253,8 @@ static int info_body(const char *model, const char *backend, const drt_settings 
             if (p.memory_bytes) snprintf(mem, sizeof mem, "%.1f GiB", p.memory_bytes / 1073741824.0);
             char sg[16] = "unknown";
             if (p.subgroup_size) snprintf(sg, sizeof sg, "%d", p.subgroup_size);
-            printf("              type %s, memory %s, subgroup %s, fp16 %s, bf16 %s\n",
-                   p.type[0] ? p.type : "unknown", mem, sg, yn[p.fp16 + 1], yn[p.bf16 + 1]);
+            printf("              type %s, memory %s, subgroup %s, fp16 %s, bf16 %s\n", p.type[0] ? p.type : "unknown",
+                   mem, sg, yn[p.fp16 + 1], yn[p.bf16 + 1]);
         }
     }
     if (model) {
@@ -313,39 +316,97 @@ typedef struct {
 static int run_parse(int argc, char **argv, run_args *r) {
     const cli_opt opts[] = {
         {.name = "--model", .kind = CLI_STR, .dst = &r->model, .meta = "DIR", .help = "the model directory"},
-        {.name = "--tokens", .kind = CLI_STR, .dst = &r->tokens, .meta = "ID,ID,...",
+        {.name = "--tokens",
+         .kind = CLI_STR,
+         .dst = &r->tokens,
+         .meta = "ID,ID,...",
          .help = "the prompt as token ids"},
-        {.name = "--prompt", .kind = CLI_STR, .dst = &r->text, .meta = "TEXT",
+        {.name = "--prompt",
+         .kind = CLI_STR,
+         .dst = &r->text,
+         .meta = "TEXT",
          .help = "the prompt as text, encoded with DIR/tokenizer.json"},
-        {.name = "--prompt-file", .kind = CLI_STR, .dst = &r->text_file, .meta = "F",
+        {.name = "--prompt-file",
+         .kind = CLI_STR,
+         .dst = &r->text_file,
+         .meta = "F",
          .help = "the prompt as the text of F (- reads stdin)"},
-        {.name = "-n", .kind = CLI_LONG, .dst = &r->n_gen, .meta = "N", .lo = 0, .hi = 1 << 20,
-         .bad = "-n wants an integer >= 0", .given = &r->n_given,
+        {.name = "-n",
+         .kind = CLI_LONG,
+         .dst = &r->n_gen,
+         .meta = "N",
+         .lo = 0,
+         .hi = 1 << 20,
+         .bad = "-n wants an integer >= 0",
+         .given = &r->n_given,
          .help = "tokens to generate (default: up to 16, fewer when the\ncontext ends sooner; an explicit N must fit)"},
-        {.name = "--backend", .kind = CLI_STR, .dst = &r->backend, .meta = "B",
+        {.name = "--backend",
+         .kind = CLI_STR,
+         .dst = &r->backend,
+         .meta = "B",
          .help = "cpu | ref | opencl | vulkan | cuda (default cpu: the fast CPU\nbackend; ref is the plain reference "
                  "every backend is checked against)"},
-        {.name = "--threads", .kind = CLI_LONG, .dst = &r->threads, .meta = "N", .lo = 1, .hi = 1024,
+        {.name = "--threads",
+         .kind = CLI_LONG,
+         .dst = &r->threads,
+         .meta = "N",
+         .lo = 1,
+         .hi = 1024,
          .help = "CPU threads for cpu (default: DIFFRT_THREADS, else the physical\ncores this process may use)"},
-        {.name = "--device", .kind = CLI_STR, .dst = &r->device, .meta = "D",
+        {.name = "--device",
+         .kind = CLI_STR,
+         .dst = &r->device,
+         .meta = "D",
          .help = "device index or name substring (default: DIFFRT_DEVICE, else the\nbackend's first device)"},
         CLI_OPT_SET(&r->set),
-        {.name = "--ctx", .kind = CLI_LONG, .dst = &r->ctx, .meta = "N", .lo = 1, .hi = DRT_MAX_CTX,
+        {.name = "--ctx",
+         .kind = CLI_LONG,
+         .dst = &r->ctx,
+         .meta = "N",
+         .lo = 1,
+         .hi = DRT_MAX_CTX,
          .help = "KV cache length (default: the prompt + -n, at least 4096 where\nthe model has that many, and never "
                  "past its max_position_embeddings;\na longer prompt is an error before any work). Past\n"
                  "max_position_embeddings is allowed, with a warning: the model was\nnot trained on those positions"},
-        {.name = "--temp", .kind = CLI_DOUBLE, .dst = &r->temp, .meta = "T", .ok = cli_finite_nonneg,
-         .bad = "--temp wants a finite number >= 0", .help = "sampling temperature, 0 = greedy (default 0)"},
-        {.name = "--top-k", .kind = CLI_LONG, .dst = &r->top_k, .meta = "K", .lo = 0, .hi = INT_MAX,
-         .bad = "--top-k wants an integer >= 0", .help = "keep the K most likely tokens, 0 = off (default 0)"},
-        {.name = "--top-p", .kind = CLI_DOUBLE, .dst = &r->top_p, .meta = "P", .ok = cli_open_unit,
-         .bad = "--top-p wants a number in (0, 1]", .help = "nucleus sampling mass in (0,1], 1 = off (default 1)"},
-        {.name = "--seed", .kind = CLI_LONG, .dst = &r->seed, .meta = "S", .lo = 0, .hi = LONG_MAX,
-         .bad = "--seed wants an integer >= 0", .help = "sampler seed (default 0)"},
-        {.name = "--no-stop", .kind = CLI_FLAG, .dst = &r->no_stop,
+        {.name = "--temp",
+         .kind = CLI_DOUBLE,
+         .dst = &r->temp,
+         .meta = "T",
+         .ok = cli_finite_nonneg,
+         .bad = "--temp wants a finite number >= 0",
+         .help = "sampling temperature, 0 = greedy (default 0)"},
+        {.name = "--top-k",
+         .kind = CLI_LONG,
+         .dst = &r->top_k,
+         .meta = "K",
+         .lo = 0,
+         .hi = INT_MAX,
+         .bad = "--top-k wants an integer >= 0",
+         .help = "keep the K most likely tokens, 0 = off (default 0)"},
+        {.name = "--top-p",
+         .kind = CLI_DOUBLE,
+         .dst = &r->top_p,
+         .meta = "P",
+         .ok = cli_open_unit,
+         .bad = "--top-p wants a number in (0, 1]",
+         .help = "nucleus sampling mass in (0,1], 1 = off (default 1)"},
+        {.name = "--seed",
+         .kind = CLI_LONG,
+         .dst = &r->seed,
+         .meta = "S",
+         .lo = 0,
+         .hi = LONG_MAX,
+         .bad = "--seed wants an integer >= 0",
+         .help = "sampler seed (default 0)"},
+        {.name = "--no-stop",
+         .kind = CLI_FLAG,
+         .dst = &r->no_stop,
          .help = "do not stop at the model's eos token\n(with text, eos is the config's eos_token_id, else the "
                  "tokenizer's)"},
-        {.name = "--verbose", .short_name = 'v', .kind = CLI_FLAG, .dst = &r->verbose,
+        {.name = "--verbose",
+         .short_name = 'v',
+         .kind = CLI_FLAG,
+         .dst = &r->verbose,
          .help = "print per-op CPU fallback counts and the prefill's activation\nmemory (planned arena vs one buffer "
                  "per intermediate); when the\nlogits are NaN or Inf, name the first op and layer whose output\nwas "
                  "(re-runs that forward op by op; DIFFRT_CHECK_FINITE=1 does the\nsame for every command)"},
@@ -409,8 +470,8 @@ static void run_end_output(cli_text *ct) {
 
 /* Prefill, then sample and decode up to -n tokens, printed as they come;
  * the timings and fallbacks on stderr. The exit status. */
-static int run_generate(const run_args *r, drt_session *s, drt_sampler *smp, cli_text *ct, const int32_t *prompt,
-                        int T, int32_t eos, float *logits) {
+static int run_generate(const run_args *r, drt_session *s, drt_sampler *smp, cli_text *ct, const int32_t *prompt, int T,
+                        int32_t eos, float *logits) {
     double t0 = drt_now_s();
     if (drt_session_forward(s, prompt, T, logits, 0) != DRT_OK) return cli_fail("prefill");
     double t1 = drt_now_s();
@@ -446,8 +507,7 @@ static int run_generate(const run_args *r, drt_session *s, drt_sampler *smp, cli
     int decode_steps = generated > 0 ? generated - 1 : 0;
     fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s)\n", T, t1 - t0, T / (t1 - t0));
     if (decode_steps)
-        fprintf(stderr, "decode:  %d tokens in %.3f s (%.1f tok/s)\n", decode_steps, t2 - t1,
-                decode_steps / (t2 - t1));
+        fprintf(stderr, "decode:  %d tokens in %.3f s (%.1f tok/s)\n", decode_steps, t2 - t1, decode_steps / (t2 - t1));
     char fb[512];
     int nfb = drt_session_fallbacks(s, fb, sizeof fb);
     if (nfb || r->verbose)
@@ -503,8 +563,8 @@ static int cmd_run(int argc, char **argv) {
                            .threads = (int)r.threads,
                            .check_finite = r.verbose,
                            .settings = set};
-    drt_sampler_opts sop = {.temperature = (float)r.temp, .top_k = (int)r.top_k, .top_p = (float)r.top_p,
-                            .seed = (uint64_t)r.seed};
+    drt_sampler_opts sop = {
+        .temperature = (float)r.temp, .top_k = (int)r.top_k, .top_p = (float)r.top_p, .seed = (uint64_t)r.seed};
     if (drt_session_create(m, &so, &s) != DRT_OK || drt_sampler_create(&sop, I.vocab, &smp) != DRT_OK) {
         rc = cli_fail("run");
         goto done;
@@ -526,33 +586,68 @@ static int cmd_conform(int argc, char **argv) {
     drt_conform_opts o = {.out = stdout, .repeats = 5, .warmup = 1};
     const char *set_spec = NULL;
     const cli_opt opts[] = {
-        {.name = "--backend", .kind = CLI_STR, .dst = &o.backends, .meta = "LIST",
+        {.name = "--backend",
+         .kind = CLI_STR,
+         .dst = &o.backends,
+         .meta = "LIST",
          .help = "backend names (cpu, ref, opencl, vulkan, cuda) to check"},
-        {.name = "--require", .kind = CLI_STR, .dst = &o.require, .meta = "LIST",
+        {.name = "--require",
+         .kind = CLI_STR,
+         .dst = &o.require,
+         .meta = "LIST",
          .help = "backends that must pass: one that is unavailable, lacks an op or\nfalls back to the CPU fails "
                  "the run"},
-        {.name = "--op", .kind = CLI_STR, .dst = &o.ops, .meta = "LIST",
+        {.name = "--op",
+         .kind = CLI_STR,
+         .dst = &o.ops,
+         .meta = "LIST",
          .help = "op names (EMBED, MATMUL, DIFF_ATTN, ...; --list shows the\ncases), or none: only the --models "
                  "checks"},
-        {.name = "--device", .kind = CLI_STR, .dst = &o.devices, .meta = "BACKEND=SEL,...",
+        {.name = "--device",
+         .kind = CLI_STR,
+         .dst = &o.devices,
+         .meta = "BACKEND=SEL,...",
          .help = "a device per backend: an index or a case-insensitive name\nsubstring (see diffrt info); a backend "
                  "not named takes\nDIFFRT_DEVICE, else its default; never applies to ref"},
         CLI_OPT_SET(&set_spec),
-        {.name = "--models", .kind = CLI_STR, .dst = &o.models_dir, .meta = "DIR",
+        {.name = "--models",
+         .kind = CLI_STR,
+         .dst = &o.models_dir,
+         .meta = "DIR",
          .help = "a model directory (config.json + weights), or a folder of\nthem; the prompt is "
                  "DIR/expected.safetensors' tokens when\npresent, else a fixed one; folders that are not models "
                  "are\nreported"},
-        {.name = "--json", .kind = CLI_STR, .dst = &o.json_path, .meta = "FILE",
+        {.name = "--json",
+         .kind = CLI_STR,
+         .dst = &o.json_path,
+         .meta = "FILE",
          .help = "the run as one object (docs/conform-json.md)"},
-        {.name = "--junit", .kind = CLI_STR, .dst = &o.junit_path, .meta = "FILE",
+        {.name = "--junit",
+         .kind = CLI_STR,
+         .dst = &o.junit_path,
+         .meta = "FILE",
          .help = "JUnit XML: a testsuite per backend, a testcase per case"},
         {.name = "--list", .kind = CLI_FLAG, .dst = &o.list, .help = "list the cases"},
-        {.name = "--perf", .kind = CLI_FLAG, .dst = &o.perf,
+        {.name = "--perf",
+         .kind = CLI_FLAG,
+         .dst = &o.perf,
          .help = "time the perf shapes instead: median ms, GFLOP/s, GB/s"},
-        {.name = "--repeats", .kind = CLI_INT, .dst = &o.repeats, .meta = "N", .lo = 1, .hi = 100000,
-         .bad = "--repeats wants an integer >= 1", .help = "--perf: timed runs per case (default 5)"},
-        {.name = "--warmup", .kind = CLI_INT, .dst = &o.warmup, .meta = "N", .lo = 0, .hi = 100000,
-         .bad = "--warmup wants an integer >= 0", .help = "--perf: untimed runs first (default 1)"},
+        {.name = "--repeats",
+         .kind = CLI_INT,
+         .dst = &o.repeats,
+         .meta = "N",
+         .lo = 1,
+         .hi = 100000,
+         .bad = "--repeats wants an integer >= 1",
+         .help = "--perf: timed runs per case (default 5)"},
+        {.name = "--warmup",
+         .kind = CLI_INT,
+         .dst = &o.warmup,
+         .meta = "N",
+         .lo = 0,
+         .hi = 100000,
+         .bad = "--warmup wants an integer >= 0",
+         .help = "--perf: untimed runs first (default 1)"},
         {0}};
     const cli_cmd cmd = {
         .name = "conform",
@@ -621,4 +716,6 @@ static int dispatch(int argc, char **argv) {
 
 /* every command's stdout is checked once, here: output lost to a full disk
  * or a closed pipe is an error (exit 1), not a silent success */
-int main(int argc, char **argv) { return cli_close_stdout(dispatch(argc, argv)); }
+int main(int argc, char **argv) {
+    return cli_close_stdout(dispatch(argc, argv));
+}

@@ -17,7 +17,7 @@
 #include "analysis.h"
 #include "compare.h"
 #include "niah.h"
-#include "session.h"     /* drt_session_set_attn_bits */
+#include "session.h" /* drt_session_set_attn_bits */
 
 #define MAX_LIST DRT_NIAH_MAX_LIST
 
@@ -34,69 +34,141 @@ typedef struct {
 
 /* the options, then the checks that need no model; CLI_PARSED or the exit status */
 static int niah_parse(int argc, char **argv, niah_args *a) {
-    *a = (niah_args){.backend = "cpu", .needles = 1, .queries = 1, .samples = 40, .min_accuracy = -1,
-                     .min_agree = 0.99, .depths = {0, 25, 50, 75, 100}, .n_depth = 5};
+    *a = (niah_args){.backend = "cpu",
+                     .needles = 1,
+                     .queries = 1,
+                     .samples = 40,
+                     .min_accuracy = -1,
+                     .min_agree = 0.99,
+                     .depths = {0, 25, 50, 75, 100},
+                     .n_depth = 5};
     const cli_opt opts[] = {
         {.name = "--model", .kind = CLI_STR, .dst = &a->model, .meta = "DIR", .help = "the model directory"},
-        {.name = "--needles", .kind = CLI_INT, .dst = &a->needles, .meta = "N", .lo = 1, .hi = 64,
-         .bad = "--needles wants 1..64", .help = "needles per prompt (default 1)"},
-        {.name = "--queries", .kind = CLI_INT, .dst = &a->queries, .meta = "R", .lo = 1, .hi = 64,
-         .bad = "--queries wants 1..64", .help = "needles asked about, at most N (default 1)"},
-        {.name = "--ctx", .kind = CLI_LIST, .dst = a->ctxs, .count = &a->n_ctx, .max = MAX_LIST, .lo = 1,
-         .hi = 1 << 20, .meta = "L,...", .bad = "--ctx wants comma-separated lengths",
+        {.name = "--needles",
+         .kind = CLI_INT,
+         .dst = &a->needles,
+         .meta = "N",
+         .lo = 1,
+         .hi = 64,
+         .bad = "--needles wants 1..64",
+         .help = "needles per prompt (default 1)"},
+        {.name = "--queries",
+         .kind = CLI_INT,
+         .dst = &a->queries,
+         .meta = "R",
+         .lo = 1,
+         .hi = 64,
+         .bad = "--queries wants 1..64",
+         .help = "needles asked about, at most N (default 1)"},
+        {.name = "--ctx",
+         .kind = CLI_LIST,
+         .dst = a->ctxs,
+         .count = &a->n_ctx,
+         .max = MAX_LIST,
+         .lo = 1,
+         .hi = 1 << 20,
+         .meta = "L,...",
+         .bad = "--ctx wants comma-separated lengths",
          .help = "context lengths (default: the model's max positions, at most 4096)"},
-        {.name = "--depths", .kind = CLI_LIST, .dst = a->depths, .count = &a->n_depth, .max = MAX_LIST, .lo = 0,
-         .hi = 100, .meta = "P,...", .bad = "--depths wants comma-separated percents 0..100",
+        {.name = "--depths",
+         .kind = CLI_LIST,
+         .dst = a->depths,
+         .count = &a->n_depth,
+         .max = MAX_LIST,
+         .lo = 0,
+         .hi = 100,
+         .meta = "P,...",
+         .bad = "--depths wants comma-separated percents 0..100",
          .help = "needle depths in percent (default 0,25,50,75,100)"},
-        {.name = "--samples", .kind = CLI_INT, .dst = &a->samples, .meta = "K", .lo = 1, .hi = 1000000,
-         .bad = "--samples wants an integer >= 1", .help = "samples per depth and length (default 40)"},
-        {.name = "--seed", .kind = CLI_U64, .dst = &a->seed, .meta = "S", .bad = "--seed wants an integer >= 0",
+        {.name = "--samples",
+         .kind = CLI_INT,
+         .dst = &a->samples,
+         .meta = "K",
+         .lo = 1,
+         .hi = 1000000,
+         .bad = "--samples wants an integer >= 1",
+         .help = "samples per depth and length (default 40)"},
+        {.name = "--seed",
+         .kind = CLI_U64,
+         .dst = &a->seed,
+         .meta = "S",
+         .bad = "--seed wants an integer >= 0",
          .help = "prompt seed (default 0)"},
         {.name = "--backend", .kind = CLI_STR, .dst = &a->backend, .meta = "B", .help = "backend (default cpu)"},
-        {.name = "--device", .kind = CLI_STR, .dst = &a->device, .meta = "D",
-         .help = "device index or name substring"},
-        {.name = "--threads", .kind = CLI_INT, .dst = &a->threads, .meta = "N", .lo = 1, .hi = 1024,
+        {.name = "--device", .kind = CLI_STR, .dst = &a->device, .meta = "D", .help = "device index or name substring"},
+        {.name = "--threads",
+         .kind = CLI_INT,
+         .dst = &a->threads,
+         .meta = "N",
+         .lo = 1,
+         .hi = 1024,
          .help = "CPU threads for cpu"},
         CLI_OPT_SET(&a->set),
-        {.name = "--attention", .kind = CLI_FLAG, .dst = &a->attention,
+        {.name = "--attention",
+         .kind = CLI_FLAG,
+         .dst = &a->attention,
          .help = "also the mean attention of the final query token to the answer\nneedle and to the rest of the "
                  "context (for diff models the\ndifferential map A1 - lambda A2)"},
-        {.name = "--json", .kind = CLI_STR, .dst = &a->json, .meta = "FILE",
+        {.name = "--json",
+         .kind = CLI_STR,
+         .dst = &a->json,
+         .meta = "FILE",
          .help = "the summary and every sample as JSON"},
-        {.name = "--compare", .kind = CLI_STR, .dst = &a->compare, .meta = "FILE",
+        {.name = "--compare",
+         .kind = CLI_STR,
+         .dst = &a->compare,
+         .meta = "FILE",
          .help = "match every sample with another run of the same settings\n(python/niah/eval.py's "
                  "niah_python.json, or --json output) and\nprint the per-sample answer agreement"},
-        {.name = "--min-accuracy", .kind = CLI_DOUBLE, .dst = &a->min_accuracy, .meta = "X", .ok = cli_fraction,
-         .bad = "--min-accuracy wants a fraction 0..1", .help = "exit status 1 when the accuracy is below X"},
-        {.name = "--min-agree", .kind = CLI_DOUBLE, .dst = &a->min_agree, .meta = "X", .ok = cli_fraction,
+        {.name = "--min-accuracy",
+         .kind = CLI_DOUBLE,
+         .dst = &a->min_accuracy,
+         .meta = "X",
+         .ok = cli_fraction,
+         .bad = "--min-accuracy wants a fraction 0..1",
+         .help = "exit status 1 when the accuracy is below X"},
+        {.name = "--min-agree",
+         .kind = CLI_DOUBLE,
+         .dst = &a->min_agree,
+         .meta = "X",
+         .ok = cli_fraction,
          .bad = "--min-agree wants a fraction 0..1",
          .help = "exit status 1 when the --compare agreement is below X (default 0.99)"},
-        {.name = "--no-fallback", .kind = CLI_FLAG, .dst = &a->no_fallback,
+        {.name = "--no-fallback",
+         .kind = CLI_FLAG,
+         .dst = &a->no_fallback,
          .help = "exit status 1 when any node ran on the CPU reference instead of B"},
-        {.name = "--logits-vs", .kind = CLI_STR, .dst = &a->logits_vs, .meta = "DIR2",
+        {.name = "--logits-vs",
+         .kind = CLI_STR,
+         .dst = &a->logits_vs,
+         .meta = "DIR2",
          .help = "also run every prompt through the model in DIR2 (e.g. the f16\nmodel a quantized DIR was made "
                  "from) and print the NMSE of the last\ntoken's logits and how often their top-1 token agrees"},
-        {.name = "--attn-bits", .kind = CLI_INT, .dst = &a->attn_bits, .meta = "B", .lo = 2, .hi = 24,
+        {.name = "--attn-bits",
+         .kind = CLI_INT,
+         .dst = &a->attn_bits,
+         .meta = "B",
+         .lo = 2,
+         .hi = 24,
          .bad = "--attn-bits wants 2..24",
          .help = "(--backend ref only) every row of attention logits quantized to\nB bits (symmetric, per-row "
                  "absmax) before its softmax, as in the paper's Fig. 8"},
         {0}};
-    const cli_cmd cmd = {
-        .name = "niah",
-        .synopsis = "--model DIR [options]",
-        .about = "Multi-needle retrieval (docs/niah_spec.md): accuracy per depth x context length.\n"
-                 "At most 10000000 prompts (lengths x depths x samples x queries).\n",
-        .opts = opts};
+    const cli_cmd cmd = {.name = "niah",
+                         .synopsis = "--model DIR [options]",
+                         .about = "Multi-needle retrieval (docs/niah_spec.md): accuracy per depth x context length.\n"
+                                  "At most 10000000 prompts (lengths x depths x samples x queries).\n",
+                         .opts = opts};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_PARSED) return rc;
     if (!a->model) return cli_die("niah: --model DIR is required%s", "");
-    if (drt_niah_prompt_count(a->n_ctx ? a->n_ctx : 1, a->n_depth, a->samples, a->queries, &a->n_prompts) !=
-        DRT_OK)
+    if (drt_niah_prompt_count(a->n_ctx ? a->n_ctx : 1, a->n_depth, a->samples, a->queries, &a->n_prompts) != DRT_OK)
         return cli_die("%s", drt_last_error());
     if (a->queries > a->needles) return cli_die("niah: --queries must not exceed --needles%s", "");
     if (a->attn_bits && strcmp(a->backend, "ref") != 0)
         return cli_die("niah: --attn-bits quantizes the reference path's attention logits: it needs --backend ref, "
-                       "not %s", a->backend);
+                       "not %s",
+                       a->backend);
     if (a->compare && access(a->compare, R_OK) != 0) return cli_die("niah: --compare %s: cannot read", a->compare);
     return CLI_PARSED;
 }
@@ -134,8 +206,10 @@ static int niah_setup(niah_eval *e) {
                 "diffrt: warning: niah --ctx %d is past the model's max_position_embeddings %d: "
                 "positions from %d on were never trained and retrieval there may degrade\n",
                 max_ctx, e->I.max_ctx, e->I.max_ctx);
-    drt_session_opts so = {.backend = a->backend, .device = a->device,
-                           .max_ctx = max_ctx + DRT_NIAH_MAX_NEW_TOKENS, .threads = a->threads,
+    drt_session_opts so = {.backend = a->backend,
+                           .device = a->device,
+                           .max_ctx = max_ctx + DRT_NIAH_MAX_NEW_TOKENS,
+                           .threads = a->threads,
                            .settings = e->set};
     if (drt_session_create(e->m, &so, &e->s) != DRT_OK) return cli_fail("niah");
     /* the probe's rows copied during each forward: no re-run per prompt */
@@ -184,7 +258,8 @@ static int niah_query(niah_eval *e, const drt_niah_prompt *p, int c, int d, int 
         if (st == DRT_OK) drt_niah_attention(e->attn, p, &ans, &noise);
     }
     char pred[32] = "";
-    if (st == DRT_OK) st = drt_niah_answer(e->s, e->tok, e->I.vocab, e->I.eos_id, e->logits, gen, &ng, pred, sizeof pred);
+    if (st == DRT_OK)
+        st = drt_niah_answer(e->s, e->tok, e->I.vocab, e->I.eos_id, e->logits, gen, &ng, pred, sizeof pred);
     if (st != DRT_OK) return cli_fail("niah");
     int ok = strcmp(pred, p->answer) == 0;
     e->t.correct[c][d] += ok;
@@ -256,8 +331,14 @@ static int niah_eval_all(niah_eval *e) {
 /* the accuracy table, the attention table, the --logits-vs line */
 static void niah_print(niah_eval *e) {
     const niah_args *a = e->a;
-    const drt_niah_grid g = {.needles = a->needles, .queries = a->queries, .samples = a->samples, .seed = a->seed,
-                             .ctxs = a->ctxs, .depths = a->depths, .n_ctx = a->n_ctx, .n_depth = a->n_depth};
+    const drt_niah_grid g = {.needles = a->needles,
+                             .queries = a->queries,
+                             .samples = a->samples,
+                             .seed = a->seed,
+                             .ctxs = a->ctxs,
+                             .depths = a->depths,
+                             .n_ctx = a->n_ctx,
+                             .n_depth = a->n_depth};
     e->all = drt_niah_print_accuracy(stdout, &g, &e->t, e->total);
     if (a->attention) drt_niah_print_attention(stdout, &g, &e->t, e->I.arch != DRT_ARCH_TRANSFORMER);
     if (e->rs && e->n_cmp)

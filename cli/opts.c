@@ -12,10 +12,18 @@
 /* where an option's help starts; a longer name + value starts it on the next line */
 #define HELP_COL 24
 
-int cli_finite_nonneg(double x) { return x >= 0 && isfinite(x); }
-int cli_positive(double x) { return x > 0 && isfinite(x); }
-int cli_fraction(double x) { return x >= 0 && x <= 1; }
-int cli_open_unit(double x) { return x > 0 && x <= 1; }
+int cli_finite_nonneg(double x) {
+    return x >= 0 && isfinite(x);
+}
+int cli_positive(double x) {
+    return x > 0 && isfinite(x);
+}
+int cli_fraction(double x) {
+    return x >= 0 && x <= 1;
+}
+int cli_open_unit(double x) {
+    return x > 0 && x <= 1;
+}
 
 static int matches(const cli_opt *o, const char *a) {
     if (strcmp(a, o->name) == 0) return 1;
@@ -64,16 +72,15 @@ void cli_print_help(const cli_cmd *c, FILE *f) {
 }
 
 void cli_print_commands(const cli_command *cmds, FILE *f) {
-    for (const cli_command *c = cmds; c->name; c++)
-        print_opt(f, c->name, c->summary);
+    for (const cli_command *c = cmds; c->name; c++) print_opt(f, c->name, c->summary);
 }
 
 static int bad_value(const cli_cmd *c, const cli_opt *o, const char *v) {
     if (o->bad)
         fprintf(stderr, "diffrt: %s: %s, got \"%s\"\n", c->name, o->bad, v);
     else
-        fprintf(stderr, "diffrt: %s: %s wants an integer in [%ld, %ld], got \"%s\"\n", c->name, o->name, o->lo,
-                o->hi, v);
+        fprintf(stderr, "diffrt: %s: %s wants an integer in [%ld, %ld], got \"%s\"\n", c->name, o->name, o->lo, o->hi,
+                v);
     return 2;
 }
 
@@ -82,14 +89,9 @@ static int store(const cli_opt *o, const char *v) {
     char *end;
     errno = 0;
     switch (o->kind) {
-    case CLI_FLAG:
-        *(int *)o->dst = 1;
-        return 1;
-    case CLI_STR:
-        *(const char **)o->dst = v;
-        return 1;
-    case CLI_LONG:
-        return cli_parse_long(v, o->lo, o->hi, (long *)o->dst);
+    case CLI_FLAG: *(int *)o->dst = 1; return 1;
+    case CLI_STR: *(const char **)o->dst = v; return 1;
+    case CLI_LONG: return cli_parse_long(v, o->lo, o->hi, (long *)o->dst);
     case CLI_INT: {
         long x;
         if (!cli_parse_long(v, o->lo, o->hi, &x) || x < INT_MIN || x > INT_MAX) return 0;
@@ -108,8 +110,7 @@ static int store(const cli_opt *o, const char *v) {
         *(double *)o->dst = x;
         return 1;
     }
-    case CLI_LIST:
-        return cli_parse_list(v, (int)o->lo, (int)o->hi, (int *)o->dst, o->max, o->count);
+    case CLI_LIST: return cli_parse_list(v, (int)o->lo, (int)o->hi, (int *)o->dst, o->max, o->count);
     }
     return 0;
 }

@@ -45,17 +45,19 @@ typedef struct {
     const char *about;    /* the paragraph under the usage line, or NULL */
     const cli_opt *opts;  /* ended by an entry with name NULL */
     const char *footer;   /* after the options, or NULL */
-    char **positional; /* room for argc arguments that are not options; NULL: those are unknown */
+    char **positional;    /* room for argc arguments that are not options; NULL: those are unknown */
     int *n_positional;
 } cli_cmd;
 
 /* --set NAME=VALUE,...: the one entry of every command that opens backends or
  * sessions; the command turns *dst into a drt_settings with cli_settings()
  * (cli.h) before any work */
-#define CLI_OPT_SET(dst_)                                                                          \
-    {.name = "--set", .kind = CLI_STR, .dst = (dst_), .meta = "NAME=VALUE,...",                    \
-     .help = "settings (docs/environment.md: cpu.threads, vulkan.fp16, ...);\na flag wins over "   \
-             "its environment variable; diffrt info shows them"}
+#define CLI_OPT_SET(dst_)                                                                                              \
+    {                                                                                                                  \
+        .name = "--set", .kind = CLI_STR, .dst = (dst_), .meta = "NAME=VALUE,...",                                     \
+        .help = "settings (docs/environment.md: cpu.threads, vulkan.fp16, ...);\na flag wins over "                    \
+                "its environment variable; diffrt info shows them"                                                     \
+    }
 
 /* A command of diffrt: one row of main.c's table, which dispatches and
  * prints `diffrt --help` (the name and the one-line summary of each); the

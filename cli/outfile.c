@@ -33,7 +33,9 @@ int cli_out_close(cli_outfile *o, const char *what) {
     return 1;
 }
 
-void cli_out_discard(cli_outfile *o) { drt_outfile_discard(o); }
+void cli_out_discard(cli_outfile *o) {
+    drt_outfile_discard(o);
+}
 
 int cli_out_write_text(const char *what, const char *path, const char *text) {
     if (!text) {
@@ -99,8 +101,7 @@ static int is_outdir_temp(const char *name, const char *base) {
     int k = snprintf(pre, sizeof pre, ".%.200s.tmp.", base);
     if (k < 0 || strncmp(name, pre, (size_t)k) != 0 || strlen(name) != (size_t)k + 6) return 0;
     for (const char *c = name + k; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')))
-            return 0;
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'))) return 0;
     return 1;
 }
 
@@ -109,8 +110,7 @@ static int is_outdir_temp(const char *name, const char *base) {
  * this user's, changed before `start`, and its flock free. The flock is
  * what tells a live run's temp (held until commit or discard) from a dead
  * one's: a kill releases it. Where flock does not work, nothing is removed. */
-static void remove_stale_temps(const char *what, const char *dir, const char *base,
-                               const struct timespec *start) {
+static void remove_stale_temps(const char *what, const char *dir, const char *base, const struct timespec *start) {
     DIR *dh = opendir(dir);
     struct dirent *e;
     while (dh && (e = readdir(dh))) {
@@ -127,8 +127,7 @@ static void remove_stale_temps(const char *what, const char *dir, const char *ba
         if (fd < 0) continue;
         if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
             if (cli_remove_tree(p) == 0)
-                fprintf(stderr, "diffrt: %s: removed %s, left by a run that did not finish\n", what,
-                        p);
+                fprintf(stderr, "diffrt: %s: removed %s, left by a run that did not finish\n", what, p);
             else
                 fprintf(stderr,
                         "diffrt: %s: warning: %s, left by a run that did not finish, was not fully "
@@ -264,8 +263,8 @@ int cli_outdir_commit(cli_outdir *d, const char *what) {
     } else if (renameat2(AT_FDCWD, d->tmp, AT_FDCWD, d->path, RENAME_EXCHANGE) == 0) {
         /* d->tmp now holds the old directory */
         if (cli_remove_tree(d->tmp) != 0)
-            fprintf(stderr, "diffrt: %s: warning: the old %s, moved to %s, was not fully removed: %s\n", what,
-                    d->shown, d->tmp, strerror(errno));
+            fprintf(stderr, "diffrt: %s: warning: the old %s, moved to %s, was not fully removed: %s\n", what, d->shown,
+                    d->tmp, strerror(errno));
         d->tmp[0] = 0;
         outdir_unlock(d);
         return 0;
@@ -284,8 +283,8 @@ int cli_outdir_commit(cli_outdir *d, const char *what) {
         else if (rename(d->tmp, d->path) != 0)
             err = errno, rename(aside, d->path);
         else if (cli_remove_tree(aside) != 0)
-            fprintf(stderr, "diffrt: %s: warning: the old %s, moved to %s, was not fully removed: %s\n", what,
-                    d->shown, aside, strerror(errno));
+            fprintf(stderr, "diffrt: %s: warning: the old %s, moved to %s, was not fully removed: %s\n", what, d->shown,
+                    aside, strerror(errno));
     }
     if (err) {
         fprintf(stderr, "diffrt: %s: cannot move the new directory to %s: %s\n", what, d->shown, strerror(err));

@@ -43,7 +43,6 @@ void cli_out_discard(cli_outfile *o);
  * through cli_out_open / cli_out_close; 0, or 1 with the message printed */
 int cli_out_write_text(const char *what, const char *path, const char *text);
 
-
 /* The end of every command (cli/main.c): flushes and closes stdout; when a
  * write to it failed, now or before, prints "diffrt: error writing standard
  * output: <reason>" (no reason when an earlier write lost its errno) and

@@ -90,8 +90,8 @@ static int quantize_tensor(const drt_st_tensor *t, drt_dtype qt, const char *mod
         for (int64_t c = 0; c < cols; c++) {
             (*row)[c] = drt_st_elem_f32(t, r * cols + c);
             if (!isfinite((*row)[c])) {
-                fprintf(stderr, "diffrt: quantize: %s: tensor \"%s\" holds a non-finite value at [%lld, %lld]\n",
-                        model, t->name, (long long)r, (long long)c);
+                fprintf(stderr, "diffrt: quantize: %s: tensor \"%s\" holds a non-finite value at [%lld, %lld]\n", model,
+                        t->name, (long long)r, (long long)c);
                 return 1;
             }
         }
@@ -105,7 +105,10 @@ int cmd_quantize(int argc, char **argv) {
     int force = 0;
     const cli_opt opts[] = {
         {.name = "--model", .kind = CLI_STR, .dst = &model, .meta = "DIR", .help = "the model to quantize"},
-        {.name = "--type", .kind = CLI_STR, .dst = &type, .meta = "q8_0|q4_0",
+        {.name = "--type",
+         .kind = CLI_STR,
+         .dst = &type,
+         .meta = "q8_0|q4_0",
          .help = "8-bit or 4-bit blocks (docs/quantization.md)"},
         {.name = "--out", .kind = CLI_STR, .dst = &out, .meta = "DIR2", .help = "the quantized model's directory"},
         {.name = "--force", .kind = CLI_FLAG, .dst = &force, .help = "replace an existing DIR2 as a whole"},

@@ -51,10 +51,9 @@ static int utf8_len(const unsigned char *s) {
     if (!n || (c >= 0xf0 && n != 4)) return 0;
     for (int i = 1; i < n; i++)
         if ((s[i] & 0xc0) != 0x80) return 0;
-    unsigned cp = n == 2 ? (c & 0x1f) << 6 | (s[1] & 0x3f)
-                  : n == 3
-                      ? (c & 0x0f) << 12 | (s[1] & 0x3f) << 6 | (s[2] & 0x3f)
-                      : (c & 0x07) << 18 | (s[1] & 0x3f) << 12 | (s[2] & 0x3f) << 6 | (s[3] & 0x3f);
+    unsigned cp = n == 2   ? (c & 0x1f) << 6 | (s[1] & 0x3f)
+                  : n == 3 ? (c & 0x0f) << 12 | (s[1] & 0x3f) << 6 | (s[2] & 0x3f)
+                           : (c & 0x07) << 18 | (s[1] & 0x3f) << 12 | (s[2] & 0x3f) << 6 | (s[3] & 0x3f);
     if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff))) return 0;
     if (cp >= 0xd800 && cp <= 0xdfff) return 0; /* surrogates */
     if (cp == 0xfffe || cp == 0xffff) return 0; /* not XML characters */
@@ -150,8 +149,7 @@ typedef struct {
 
 static uint64_t hash_bytes(const char *s, size_t n) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
     return h;
 }
 
@@ -162,8 +160,7 @@ static int pool_grow(strpool *p) {
     for (size_t i = 0; i < p->nslots; i++) {
         if (!p->slots[i].s) continue;
         size_t k = p->slots[i].h & (n - 1);
-        while (ns[k].s)
-            k = (k + 1) & (n - 1);
+        while (ns[k].s) k = (k + 1) & (n - 1);
         ns[k] = p->slots[i];
     }
     free(p->slots);
@@ -280,9 +277,7 @@ static size_t key_find(const keyset *s, const row *rows, const row *r) {
     size_t i = key_hash(r) & (s->n - 1);
     for (; report_steps++, s->slot[i]; i = (i + 1) & (s->n - 1)) {
         const row *o = &rows[s->slot[i] - 1];
-        if (o->host == r->host && o->device == r->device && o->backend == r->backend &&
-            o->group == r->group)
-            break;
+        if (o->host == r->host && o->device == r->device && o->backend == r->backend && o->group == r->group) break;
     }
     return i;
 }
@@ -326,8 +321,7 @@ static const cJSON *need(const cJSON *o, const char *key, int type, const char *
                    : type == cJSON_Array  ? cJSON_IsArray(x)
                                           : cJSON_IsObject(x));
     if (!ok && !e->msg[0])
-        snprintf(e->msg, sizeof e->msg, "%s%s%s: %s %s", where, *where ? "." : "", key,
-                 x ? "expected" : "missing,",
+        snprintf(e->msg, sizeof e->msg, "%s%s%s: %s %s", where, *where ? "." : "", key, x ? "expected" : "missing,",
                  type == cJSON_Number   ? "a number"
                  : type == cJSON_String ? "a string"
                  : type == cJSON_Array  ? "an array"
@@ -348,8 +342,7 @@ static double figure(const cJSON *o, const char *key, const char *where, rerr *e
 
 /* a number that shapes a table (a heading, a grouping key): in [lo, hi] and
  * whole when `whole`, else an error naming the field */
-static double shape(const cJSON *o, const char *key, double lo, double hi, int whole,
-                    const char *where, rerr *e) {
+static double shape(const cJSON *o, const char *key, double lo, double hi, int whole, const char *where, rerr *e) {
     const cJSON *x = need(o, key, cJSON_Number, where, e);
     if (!x) return 0;
     double v = x->valuedouble;
@@ -370,9 +363,8 @@ static const char *str(strpool *p, const cJSON *o, const char *key, const char *
 }
 
 /* a roofline entry: fraction (number or null) and flag (string or null) */
-static void read_roof(const cJSON *r, const char *key, const char *peak_key, double *frac,
-                      unsigned char *state, unsigned char *flag, double *peak, const char *where,
-                      rerr *e) {
+static void read_roof(const cJSON *r, const char *key, const char *peak_key, double *frac, unsigned char *state,
+                      unsigned char *flag, double *peak, const char *where, rerr *e) {
     *frac = NAN;
     *state = *flag = 0;
     *peak = 0;
@@ -395,8 +387,7 @@ static void read_roof(const cJSON *r, const char *key, const char *peak_key, dou
     if (*state == 1 && *frac > 1.0) *flag = 1;
 }
 
-static void read_ops(report *R, const cJSON *ops, const char *key, row *r, int k,
-                     const char *where, rerr *e) {
+static void read_ops(report *R, const cJSON *ops, const char *key, row *r, int k, const char *where, rerr *e) {
     r->ops_at[k] = (uint32_t)R->nops;
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(ops, key);
     if (!x) return;
@@ -464,13 +455,12 @@ static int find_group(report *R, const group *g, rerr *e) {
         report_steps++;
         const group *h = &R->groups[gi];
         /* interned: equal strings are equal pointers */
-        if (h->arch == g->arch && h->dtype == g->dtype && h->params == g->params &&
-            h->layers == g->layers && h->dim == g->dim && h->p == g->p && h->n == g->n)
+        if (h->arch == g->arch && h->dtype == g->dtype && h->params == g->params && h->layers == g->layers &&
+            h->dim == g->dim && h->p == g->p && h->n == g->n)
             return gi;
     }
     if (R->ngroups == MAX_GROUPS) {
-        snprintf(e->msg, sizeof e->msg, "more than %d different models / settings in one report",
-                 MAX_GROUPS);
+        snprintf(e->msg, sizeof e->msg, "more than %d different models / settings in one report", MAX_GROUPS);
         return -1;
     }
     R->groups[R->ngroups] = *g;
@@ -478,8 +468,8 @@ static int find_group(report *R, const group *g, rerr *e) {
 }
 
 /* one backends[] entry into a new row; 0 and e->msg set on an error */
-static int read_row(report *R, const cJSON *b, const char *w, const char *path,
-                    const char *hostname, const group *g, int gi, rerr *e) {
+static int read_row(report *R, const cJSON *b, const char *w, const char *path, const char *hostname, const group *g,
+                    int gi, rerr *e) {
     if (R->nrows == MAX_ROWS) {
         snprintf(e->msg, sizeof e->msg, "more than %d rows in one report", MAX_ROWS);
         return 0;
@@ -536,12 +526,10 @@ static int read_row(report *R, const cJSON *b, const char *w, const char *path,
     if (e->msg[0]) return 0;
     snprintf(wx, sizeof wx, "%s.roofline", w);
     const cJSON *rl = need(b, "roofline", cJSON_Object, w, e);
-    read_roof(rl, "decode", "peak_gbytes_per_s", &r->dec_frac, &r->dec_roof, &r->dec_flag,
-              &r->dec_peak, wx, e);
-    r->dec_note = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(rl, "decode"), "note"));
-    read_roof(rl, "prefill", "peak_gflops", &r->pre_frac, &r->pre_roof, &r->pre_flag, &r->pre_peak,
-              wx, e);
+    read_roof(rl, "decode", "peak_gbytes_per_s", &r->dec_frac, &r->dec_roof, &r->dec_flag, &r->dec_peak, wx, e);
+    r->dec_note = cJSON_IsString(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(rl, "decode"), "note"));
+    read_roof(rl, "prefill", "peak_gflops", &r->pre_frac, &r->pre_roof, &r->pre_flag, &r->pre_peak, wx, e);
     snprintf(wx, sizeof wx, "%s.ops", w);
     const cJSON *ops = need(b, "ops", cJSON_Object, w, e);
     read_ops(R, ops, "prefill", r, 0, wx, e);
@@ -564,8 +552,7 @@ static int read_row(report *R, const cJSON *b, const char *w, const char *path,
 /* ---- skimming the text: the backends array one entry at a time ---- */
 
 static const char *skip_ws(const char *p) {
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-        p++;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
     return p;
 }
 
@@ -585,8 +572,7 @@ static const char *skip_string(const char *p) {
 static const char *skip_value(const char *p) {
     if (*p == '"') return skip_string(p);
     if (*p != '{' && *p != '[') {
-        while (*p && !strchr(",]} \t\r\n", *p))
-            p++;
+        while (*p && !strchr(",]} \t\r\n", *p)) p++;
         return p;
     }
     char open[1024]; /* cJSON nests at most 1000 deep */
@@ -672,17 +658,14 @@ static int read_file(report *R, const char *path, int fi, rerr *e) {
         goto out;
     }
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(root, "kind");
-    if (!cJSON_IsObject(root) || !cJSON_IsString(kind) ||
-        strcmp(kind->valuestring, "diffrt-bench") != 0) {
-        snprintf(e->msg, sizeof e->msg,
-                 "not a diffrt bench result (no \"kind\": \"diffrt-bench\")");
+    if (!cJSON_IsObject(root) || !cJSON_IsString(kind) || strcmp(kind->valuestring, "diffrt-bench") != 0) {
+        snprintf(e->msg, sizeof e->msg, "not a diffrt bench result (no \"kind\": \"diffrt-bench\")");
         goto out;
     }
     double sv = num(root, "schema_version", "", e);
     if (e->msg[0]) goto out;
     if (sv != BENCH_SCHEMA_VERSION) {
-        snprintf(e->msg, sizeof e->msg, "schema_version %g; this diffrt reads %d", sv,
-                 BENCH_SCHEMA_VERSION);
+        snprintf(e->msg, sizeof e->msg, "schema_version %g; this diffrt reads %d", sv, BENCH_SCHEMA_VERSION);
         goto out;
     }
     const cJSON *host = need(root, "host", cJSON_Object, "", e);
@@ -770,8 +753,7 @@ static void md_fig(FILE *f, const char *fmt, double v) {
         fprintf(f, fmt, v);
 }
 
-static void md_roof(FILE *f, int state, double frac, int flag, int note, double peak,
-                    const char *unit) {
+static void md_roof(FILE *f, int state, double frac, int flag, int note, double peak, const char *unit) {
     if (state == 0) {
         fputs(" n/a |", f);
         return;
@@ -780,8 +762,7 @@ static void md_roof(FILE *f, int state, double frac, int flag, int note, double 
     md_fig(f, "%.3f", frac);
     fputs(" of ", f);
     md_fig(f, "%.1f", peak);
-    fprintf(f, " %s%s%s |", unit, flag ? " (**" BENCH_ROOF_FLAG "**)" : "",
-            note ? " (" BENCH_CACHE_NOTE ")" : "");
+    fprintf(f, " %s%s%s |", unit, flag ? " (**" BENCH_ROOF_FLAG "**)" : "", note ? " (" BENCH_CACHE_NOTE ")" : "");
 }
 
 static void md_top_ops(FILE *f, const op_share *s, int n) {
@@ -810,9 +791,12 @@ static void md_tok(FILE *f, int has, double mean, double sd) {
 
 /* a number of tok/s, "?" when not valid, "-" when absent */
 static void md_num(FILE *f, int has, double v) {
-    if (!has) fputs(" - |", f);
-    else if (isnan(v)) fputs(" ? |", f);
-    else fprintf(f, " %.2f |", v);
+    if (!has)
+        fputs(" - |", f);
+    else if (isnan(v))
+        fputs(" ? |", f);
+    else
+        fprintf(f, " %.2f |", v);
 }
 
 /* the table's --parallel rows (bench --parallel: N sequences decoding
@@ -841,15 +825,16 @@ static void md_parallel(FILE *f, const report *R, const size_t *idx, size_t lo, 
             md_num(f, G->p > 0, pe[k].pp);
             md_num(f, G->n > 0, pe[k].tg);
             md_num(f, G->n > 0, pe[k].tg / pe[k].n_seq);
-            if (G->n > 0 && pe[0].tg > 0 && !isnan(pe[k].tg)) fprintf(f, " %.2fx |\n", pe[k].tg / pe[0].tg);
-            else fputs(" - |\n", f);
+            if (G->n > 0 && pe[0].tg > 0 && !isnan(pe[k].tg))
+                fprintf(f, " %.2fx |\n", pe[k].tg / pe[0].tg);
+            else
+                fputs(" - |\n", f);
         }
     }
 }
 
 /* rows of table g: idx[start[g] .. start[g + 1]) */
-static int write_md(FILE *f, char **files, int nfiles, const report *R, const size_t *idx,
-                    const size_t *start) {
+static int write_md(FILE *f, char **files, int nfiles, const report *R, const size_t *idx, const size_t *start) {
     fprintf(f, "# diffrt bench report\n\nMerged from %d file%s:", nfiles, nfiles == 1 ? "" : "s");
     for (int i = 0; i < nfiles; i++) {
         fputs(i ? ", " : " ", f);
@@ -862,19 +847,18 @@ static int write_md(FILE *f, char **files, int nfiles, const report *R, const si
         }
         fputs(")", f);
     }
-    fprintf(
-        f,
-        ".\n\nRoofline: decode tok/s times the bytes a decode step reads, over the backend's "
-        "measured streaming bandwidth; prefill tok/s times the FLOPs per prompt token, over its "
-        "measured GEMM peak (docs/bench-json.md). A fraction above 1.0 is flagged "
-        "(\"%s\"): the peak was under-measured, it is not a result. \"?\": the file's number "
-        "is not a measurement (negative, infinite or absurdly large).\n",
-        BENCH_ROOF_FLAG);
+    fprintf(f,
+            ".\n\nRoofline: decode tok/s times the bytes a decode step reads, over the backend's "
+            "measured streaming bandwidth; prefill tok/s times the FLOPs per prompt token, over its "
+            "measured GEMM peak (docs/bench-json.md). A fraction above 1.0 is flagged "
+            "(\"%s\"): the peak was under-measured, it is not a result. \"?\": the file's number "
+            "is not a measurement (negative, infinite or absurdly large).\n",
+            BENCH_ROOF_FLAG);
     for (int g = 0; g < R->ngroups; g++) {
         const group *G = &R->groups[g];
         char t[512];
-        snprintf(t, sizeof t, "%s: %s, %.2f M params, %s, %d layers, dim %d; pp%ld, tg%ld",
-                 G->model, G->arch, G->params / 1e6, G->dtype, G->layers, G->dim, G->p, G->n);
+        snprintf(t, sizeof t, "%s: %s, %.2f M params, %s, %d layers, dim %d; pp%ld, tg%ld", G->model, G->arch,
+                 G->params / 1e6, G->dtype, G->layers, G->dim, G->p, G->n);
         fprintf(f, "\n## %d. ", g + 1);
         cli_md_escape(f, t);
         fprintf(f,
@@ -906,9 +890,7 @@ static int write_md(FILE *f, char **files, int nfiles, const report *R, const si
             fputc('\n', f);
         }
         md_parallel(f, R, idx, start[g], start[g + 1], G);
-        fprintf(f,
-                "\n![tokens per second](tokens_per_s-%d.svg)\n\n![time per op type](ops-%d.svg)\n",
-                g + 1, g + 1);
+        fprintf(f, "\n![tokens per second](tokens_per_s-%d.svg)\n\n![time per op type](ops-%d.svg)\n", g + 1, g + 1);
     }
     return ferror(f) ? 0 : 1;
 }
@@ -920,10 +902,9 @@ static int write_md(FILE *f, char **files, int nfiles, const report *R, const si
 #define ROW_H 32
 #define TOP 48
 
-static void svg_text(FILE *f, double x, double y, const char *anchor, int size, const char *weight,
-                     const char *s) {
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%d\" text-anchor=\"%s\"%s%s%s>", x, y, size,
-            anchor, weight ? " font-weight=\"" : "", weight ? weight : "", weight ? "\"" : "");
+static void svg_text(FILE *f, double x, double y, const char *anchor, int size, const char *weight, const char *s) {
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%d\" text-anchor=\"%s\"%s%s%s>", x, y, size, anchor,
+            weight ? " font-weight=\"" : "", weight ? weight : "", weight ? "\"" : "");
     cli_xml_escape(f, s);
     fputs("</text>\n", f);
 }
@@ -933,8 +914,7 @@ static void svg_row_label(FILE *f, const row *r, double y) {
     char tmp[600], cut[300];
     snprintf(tmp, sizeof tmp, "%s, %s", r->backend, r->host);
     svg_text(f, LABEL_W - 8, y + 12, "end", 11, "bold", cli_ellipsize(tmp, 48, cut, sizeof cut));
-    fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"9\" text-anchor=\"end\" fill=\"#555555\">",
-            LABEL_W - 8, y + 24);
+    fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"9\" text-anchor=\"end\" fill=\"#555555\">", LABEL_W - 8, y + 24);
     cli_xml_escape(f, cli_ellipsize(r->device, 60, cut, sizeof cut));
     fputs("</text>\n", f);
 }
@@ -983,8 +963,8 @@ static int write_tok_svg(FILE *f, const table *T, const group *G) {
         char head[64];
         snprintf(head, sizeof head, "%s%ld tok/s", k ? "tg" : "pp", k ? G->n : G->p);
         svg_text(f, x0, TOP, "start", 12, "bold", head);
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%ld\" stroke=\"#888888\"/>\n", x0,
-                TOP + 8, x0, TOP + 12 + n * ROW_H);
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%ld\" stroke=\"#888888\"/>\n", x0, TOP + 8, x0,
+                TOP + 12 + n * ROW_H);
     }
     for (size_t j = 0; j < T->n; j++) {
         const row *r = &T->R->rows[T->idx[j]];
@@ -1003,9 +983,8 @@ static int write_tok_svg(FILE *f, const table *T, const group *G) {
                 continue;
             }
             double bw = mx[k] > 0 ? PANEL_W * v / mx[k] : 0;
-            fprintf(f,
-                    "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\"><title>",
-                    x0, y + 5, bw, ROW_H - 10, color[k]);
+            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\"><title>", x0, y + 5, bw,
+                    ROW_H - 10, color[k]);
             char tip[96];
             if (isnan(sd))
                 snprintf(tip, sizeof tip, "%.2f \xc2\xb1 ? tok/s", v);
@@ -1033,9 +1012,8 @@ static int write_tok_svg(FILE *f, const table *T, const group *G) {
 }
 
 /* a fixed colour per op name, in the order the group first shows them */
-static const char *PALETTE[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
-                                "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac",
-                                "#86bcb6", "#d37295", "#8cd17d", "#499894"};
+static const char *PALETTE[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+                                "#ff9da7", "#9c755f", "#bab0ac", "#86bcb6", "#d37295", "#8cd17d", "#499894"};
 #define N_PALETTE ((int)(sizeof PALETTE / sizeof PALETTE[0]))
 
 /* names are interned: the same name is the same pointer */
@@ -1056,8 +1034,7 @@ static int write_ops_svg(FILE *f, const table *T, const group *G) {
     for (size_t i = 0; i < T->n; i++) {
         const row *r = &T->R->rows[T->idx[i]];
         for (int k = 1; k >= 0; k--)
-            for (int q = 0; q < r->n_ops[k]; q++)
-                op_index(names, &nn, ops[r->ops_at[k] + (size_t)q].name);
+            for (int q = 0; q < r->n_ops[k]; q++) op_index(names, &nn, ops[r->ops_at[k] + (size_t)q].name);
     }
     long n = (long)T->n;
     int legend_rows = (nn + 4) / 5;
@@ -1068,8 +1045,7 @@ static int write_ops_svg(FILE *f, const table *T, const group *G) {
     svg_begin(f, w, h, title);
     for (int k = 0; k < 2; k++) {
         char head[64];
-        snprintf(head, sizeof head, k ? "decode step at position %ld" : "prefill of %ld tokens",
-                 G->p);
+        snprintf(head, sizeof head, k ? "decode step at position %ld" : "prefill of %ld tokens", G->p);
         svg_text(f, LABEL_W + k * (PANEL_W + 40), TOP, "start", 12, "bold", head);
     }
     for (size_t j = 0; j < T->n; j++) {
@@ -1081,17 +1057,14 @@ static int write_ops_svg(FILE *f, const table *T, const group *G) {
             if (r->error || !r->n_ops[k]) continue;
             const op_share *s0 = ops + r->ops_at[k];
             double total = 0;
-            for (int q = 0; q < r->n_ops[k]; q++)
-                total += isnan(s0[q].percent) ? 0 : s0[q].percent;
+            for (int q = 0; q < r->n_ops[k]; q++) total += isnan(s0[q].percent) ? 0 : s0[q].percent;
             for (int q = 0; q < r->n_ops[k]; q++) {
                 const op_share *s = &s0[q];
                 int c = op_index(names, &nn, s->name);
                 if (isnan(s->percent) || !(total > 0)) continue;
                 double wdt = PANEL_W * s->percent / total;
-                fprintf(
-                    f,
-                    "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\"><title>",
-                    x, y + 5, wdt, ROW_H - 10, PALETTE[c % N_PALETTE]);
+                fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%d\" fill=\"%s\"><title>", x, y + 5,
+                        wdt, ROW_H - 10, PALETTE[c % N_PALETTE]);
                 char tip[160];
                 if (isnan(s->ms))
                     snprintf(tip, sizeof tip, "%.40s %.1f%% (? ms)", s->name, s->percent);
@@ -1106,8 +1079,8 @@ static int write_ops_svg(FILE *f, const table *T, const group *G) {
     double ly = TOP + 12 + (double)n * ROW_H + 24;
     for (int i = 0; i < nn; i++) {
         double lx = 10 + (i % 5) * 170, yy = ly + (i / 5) * 18;
-        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>\n", lx,
-                yy - 10, PALETTE[i % N_PALETTE]);
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>\n", lx, yy - 10,
+                PALETTE[i % N_PALETTE]);
         char nm[64];
         svg_text(f, lx + 16, yy, "start", 11, NULL, cli_ellipsize(names[i], 24, nm, sizeof nm));
     }
@@ -1184,16 +1157,13 @@ int cmd_report(int argc, char **argv) {
     char **files = calloc((size_t)argc + 1, sizeof *files);
     int nfiles = 0;
     if (!files) return cli_die("report: out of memory%s", "");
-    const cli_opt opts[] = {{.name = "--out",
-                             .kind = CLI_STR,
-                             .dst = &out,
-                             .meta = "DIR",
-                             .help = "where report.md and the charts go"},
-                            {.name = "--force",
-                             .kind = CLI_FLAG,
-                             .dst = &force,
-                             .help = "replace DIR as a whole even when it holds other files"},
-                            {0}};
+    const cli_opt opts[] = {
+        {.name = "--out", .kind = CLI_STR, .dst = &out, .meta = "DIR", .help = "where report.md and the charts go"},
+        {.name = "--force",
+         .kind = CLI_FLAG,
+         .dst = &force,
+         .help = "replace DIR as a whole even when it holds other files"},
+        {0}};
     const cli_cmd cmd = {.name = "report",
                          .synopsis = "FILE... --out DIR [--force]",
                          .about = REPORT_ABOUT,
@@ -1207,8 +1177,7 @@ int cmd_report(int argc, char **argv) {
     }
     if (!nfiles) {
         free(files);
-        return cli_die("report: give one or more bench JSON files (diffrt bench --json FILE)%s",
-                       "");
+        return cli_die("report: give one or more bench JSON files (diffrt bench --json FILE)%s", "");
     }
     if (!out) {
         free(files);
@@ -1237,15 +1206,12 @@ int cmd_report(int argc, char **argv) {
         rc = cli_die("report: out of memory%s", "");
         goto done;
     }
-    for (size_t i = 0; i < R.nrows; i++)
-        start[R.rows[i].group + 1]++;
-    for (int g = 0; g < R.ngroups; g++)
-        start[g + 1] += start[g];
+    for (size_t i = 0; i < R.nrows; i++) start[R.rows[i].group + 1]++;
+    for (int g = 0; g < R.ngroups; g++) start[g + 1] += start[g];
     {
         size_t fill[sizeof start / sizeof start[0]];
         memcpy(fill, start, sizeof fill);
-        for (size_t i = 0; i < R.nrows; i++)
-            idx[fill[R.rows[i].group]++] = i;
+        for (size_t i = 0; i < R.nrows; i++) idx[fill[R.rows[i].group]++] = i;
     }
     /* The files are one set (report.md links its charts): written into a
      * fresh directory beside DIR that then takes DIR's place, as quantize
@@ -1266,10 +1232,8 @@ int cmd_report(int argc, char **argv) {
     for (int i = 0; i < nfiles && realpath(out, rout); i++) {
         size_t k = strlen(rout);
         if (realpath(files[i], rin) && !strncmp(rin, rout, k) && rin[k] == '/') {
-            fprintf(
-                stderr,
-                "diffrt: report: --out %s holds the input %s, which replacing it would delete\n",
-                out, files[i]);
+            fprintf(stderr, "diffrt: report: --out %s holds the input %s, which replacing it would delete\n", out,
+                    files[i]);
             rc = 2;
             goto done;
         }
@@ -1290,8 +1254,7 @@ int cmd_report(int argc, char **argv) {
     if (cli_outdir_commit(&od, "report")) goto done;
     rc = 0;
     printf("report: wrote %s/report.md", out);
-    for (int g = 0; g < R.ngroups; g++)
-        printf(", tokens_per_s-%d.svg, ops-%d.svg", g + 1, g + 1);
+    for (int g = 0; g < R.ngroups; g++) printf(", tokens_per_s-%d.svg, ops-%d.svg", g + 1, g + 1);
     printf(" (%zu rows, %d table%s)\n", R.nrows, R.ngroups, R.ngroups == 1 ? "" : "s");
 done:
     if (rc) cli_outdir_discard(&od);

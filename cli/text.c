@@ -23,8 +23,7 @@ static drt_status read_stream(FILE *f, const char *name, char **text, size_t *le
         if (n + 1 == cap) {
             if (cap > PROMPT_MAX) {
                 free(buf);
-                return drt_set_error(DRT_ERR_IO, "%s: prompt over the %zu MiB limit", name,
-                                     PROMPT_MAX >> 20);
+                return drt_set_error(DRT_ERR_IO, "%s: prompt over the %zu MiB limit", name, PROMPT_MAX >> 20);
             }
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
@@ -72,9 +71,8 @@ drt_status cli_read_prompt(const char *prompt, const char *prompt_file, char **t
     return s;
 }
 
-drt_status cli_text_begin(cli_text *ct, const char *model_dir, const char *prompt,
-                          const char *prompt_file, int model_vocab, int model_eos, int max_ids,
-                          FILE *out, int32_t **ids, int *n_ids) {
+drt_status cli_text_begin(cli_text *ct, const char *model_dir, const char *prompt, const char *prompt_file,
+                          int model_vocab, int model_eos, int max_ids, FILE *out, int32_t **ids, int *n_ids) {
     memset(ct, 0, sizeof *ct);
     *ids = NULL;
     *n_ids = 0;
@@ -101,20 +99,19 @@ drt_status cli_text_begin(cli_text *ct, const char *model_dir, const char *promp
     if (!s) {
         s = drt_tokenizer_encode_max(tok, text, len, 1, max_ids, ids, n_ids);
         if (s) { /* say where the text came from (drt_set_error may quote drt_last_error()) */
-            const char *from = prompt                     ? "--prompt"
-                               : strcmp(prompt_file, "-") ? prompt_file
-                                                          : "stdin";
+            const char *from = prompt ? "--prompt" : strcmp(prompt_file, "-") ? prompt_file : "stdin";
             if (max_ids > 0 && s == DRT_ERR_INVALID_ARG) {
                 over_context = 1;
-                s = drt_set_error(s, "%s: %s: the prompt must fit the context of %d tokens (--ctx, else "
-                                  "max_position_embeddings)", from, drt_last_error(), max_ids);
+                s = drt_set_error(s,
+                                  "%s: %s: the prompt must fit the context of %d tokens (--ctx, else "
+                                  "max_position_embeddings)",
+                                  from, drt_last_error(), max_ids);
             } else
                 s = drt_set_error(s, "%s: %s", from, drt_last_error());
         }
     }
     if (!s && *n_ids == 0)
-        s = drt_set_error(DRT_ERR_INVALID_ARG,
-                          "the prompt is empty and %s adds no BOS token: nothing to start from",
+        s = drt_set_error(DRT_ERR_INVALID_ARG, "the prompt is empty and %s adds no BOS token: nothing to start from",
                           path);
     for (int i = 0; !s && i < *n_ids; i++)
         if ((*ids)[i] >= model_vocab) {
@@ -123,8 +120,7 @@ drt_status cli_text_begin(cli_text *ct, const char *model_dir, const char *promp
             s = drt_set_error(DRT_ERR_FORMAT,
                               "%s: prompt token %d (\"%s\") is outside the model's vocabulary of "
                               "%d: is this the model's tokenizer?",
-                              path, (*ids)[i], drt_printable(name ? name : "?", shown, sizeof shown),
-                              model_vocab);
+                              path, (*ids)[i], drt_printable(name ? name : "?", shown, sizeof shown), model_vocab);
         }
     free(text);
     free(path);

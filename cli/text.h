@@ -35,9 +35,8 @@ drt_status cli_read_prompt(const char *prompt, const char *prompt_file, char **t
  * hostile tokenizer.json stops early (drt_tokenizer_encode_max); 0: no
  * limit. *ids is malloc'd. On failure ct holds nothing to free and the
  * message names the file or the problem. */
-drt_status cli_text_begin(cli_text *ct, const char *model_dir, const char *prompt,
-                          const char *prompt_file, int model_vocab, int model_eos, int max_ids,
-                          FILE *out, int32_t **ids, int *n_ids);
+drt_status cli_text_begin(cli_text *ct, const char *model_dir, const char *prompt, const char *prompt_file,
+                          int model_vocab, int model_eos, int max_ids, FILE *out, int32_t **ids, int *n_ids);
 
 /* Writes the text of one generated id (special tokens are not printed) and
  * flushes: complete characters appear at once, a character split across

@@ -12,9 +12,9 @@
 #include "conform_internal.h"
 #include "drt_util.h"
 
-#define B_SEQS 4     /* slots of the batch session */
-#define B_CTX 64     /* positions of each */
-#define B_ROWS 32    /* rows per forward */
+#define B_SEQS 4  /* slots of the batch session */
+#define B_CTX 64  /* positions of each */
+#define B_ROWS 32 /* rows per forward */
 
 /* one case's state: the batch session, the tokens each slot holds, and the
  * rows' error against the single-sequence forwards */

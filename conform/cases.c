@@ -176,39 +176,102 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_DIFF_ATTN, .T = 16, .H = 2, .G = 1, .m = 2, .dk = 128, .dv = 256, .lambda = 0.9f},
     {.op = DRT_OP_DIFF_ATTN, .T = 5, .H = 3, .G = 3, .m = 2, .dk = 64, .dv = 64, .p0 = 129, .lambda = 0.5f},
     {.op = DRT_OP_DIFF_ATTN, .T = 33, .H = 4, .G = 2, .m = 1, .dk = 64, .dv = 64, .mag = 300, .lambda_th = 1},
-    {.op = DRT_OP_DIFF_ATTN, .T = 5, .H = 2, .G = 2, .m = 2, .dk = 64, .dv = 128, .p0 = 125, .mag = 300,
+    {.op = DRT_OP_DIFF_ATTN,
+     .T = 5,
+     .H = 2,
+     .G = 2,
+     .m = 2,
+     .dk = 64,
+     .dv = 128,
+     .p0 = 125,
+     .mag = 300,
      .lambda = 0.7f},
-    {.op = DRT_OP_DIFF_ATTN, .T = 1, .H = 6, .G = 3, .m = 1, .dk = 128, .dv = 128, .p0 = 199, .mag = 300,
+    {.op = DRT_OP_DIFF_ATTN,
+     .T = 1,
+     .H = 6,
+     .G = 3,
+     .m = 1,
+     .dk = 128,
+     .dv = 128,
+     .p0 = 199,
+     .mag = 300,
      .lambda_th = 1},
     {.op = DRT_OP_DIFF_ATTN, .T = 1, .H = 8, .G = 1, .m = 2, .dk = 128, .dv = 256, .p0 = 300, .lambda = 0.4f},
     {.op = DRT_OP_DIFF_ATTN, .T = 7, .H = 2, .G = 1, .m = 2, .dk = 16, .dv = 40, .p0 = 3, .lambda = 0.8f},
     {.op = DRT_OP_DIFF_ATTN, .T = 1, .H = 4, .G = 4, .m = 2, .dk = 64, .dv = 64, .p0 = 50, .lambda = 0.3f},
-    {.op = DRT_OP_DIFF_ATTN, .T = 2, .H = 4, .G = 4, .m = 1, .dk = 64, .dv = 256, .p0 = 70, .mag = 300,
-     .lambda_th = 1},
+    {.op = DRT_OP_DIFF_ATTN, .T = 2, .H = 4, .G = 4, .m = 1, .dk = 64, .dv = 256, .p0 = 70, .mag = 300, .lambda_th = 1},
     {.op = DRT_OP_DIFF_ATTN, .T = 33, .H = 4, .G = 2, .m = 1, .dk = 64, .dv = 64, .mag = 900, .lambda_th = 1},
     /* many query blocks per head; decode with few heads and a long cache
      * (keys split across threads, partials merged) */
     {.op = DRT_OP_DIFF_ATTN, .T = 70, .H = 3, .G = 1, .m = 2, .dk = 64, .dv = 128, .p0 = 40, .lambda = 0.35f},
     {.op = DRT_OP_DIFF_ATTN, .T = 1, .H = 1, .G = 1, .m = 2, .dk = 64, .dv = 128, .p0 = 700, .lambda = 0.45f},
-    {.op = DRT_OP_DIFF_ATTN, .T = 2, .H = 2, .G = 1, .m = 1, .dk = 64, .dv = 64, .p0 = 600, .mag = 300,
-     .lambda_th = 1},
+    {.op = DRT_OP_DIFF_ATTN, .T = 2, .H = 2, .G = 1, .m = 1, .dk = 64, .dv = 64, .p0 = 600, .mag = 300, .lambda_th = 1},
     /* the decomposed lowering (the cache has exactly S rows: it reads all) */
-    {.op = DRT_OP_DIFF_ATTN, .T = 5, .H = 4, .G = 2, .m = 2, .dk = 64, .dv = 128, .p0 = 9, .decomposed = 1,
+    {.op = DRT_OP_DIFF_ATTN,
+     .T = 5,
+     .H = 4,
+     .G = 2,
+     .m = 2,
+     .dk = 64,
+     .dv = 128,
+     .p0 = 9,
+     .decomposed = 1,
      .lambda = 0.6f},
-    {.op = DRT_OP_DIFF_ATTN, .T = 1, .H = 4, .G = 2, .m = 1, .dk = 64, .dv = 64, .p0 = 20, .lambda_th = 1,
+    {.op = DRT_OP_DIFF_ATTN,
+     .T = 1,
+     .H = 4,
+     .G = 2,
+     .m = 1,
+     .dk = 64,
+     .dv = 64,
+     .p0 = 20,
+     .lambda_th = 1,
      .decomposed = 1},
     /* batches: rows of several sequences, each attending its own slot's
      * keys (runs: row counts; sequence i from position p0*i/(n-1)): decode
      * rows alone, a prompt chunk among decode rows, a chunk longer than a
      * vector of queries, GQA, m = 1, per-token lambda, logits of 300 */
-    {.op = DRT_OP_DIFF_ATTN, .T = 5, .H = 4, .G = 2, .m = 2, .dk = 64, .dv = 128, .p0 = 90, .lambda = 0.6f,
+    {.op = DRT_OP_DIFF_ATTN,
+     .T = 5,
+     .H = 4,
+     .G = 2,
+     .m = 2,
+     .dk = 64,
+     .dv = 128,
+     .p0 = 90,
+     .lambda = 0.6f,
      .runs = {1, 1, 1, 1, 1}},
-    {.op = DRT_OP_DIFF_ATTN, .T = 12, .H = 4, .G = 4, .m = 2, .dk = 64, .dv = 64, .p0 = 40, .lambda = 0.3f,
+    {.op = DRT_OP_DIFF_ATTN,
+     .T = 12,
+     .H = 4,
+     .G = 4,
+     .m = 2,
+     .dk = 64,
+     .dv = 64,
+     .p0 = 40,
+     .lambda = 0.3f,
      .runs = {1, 9, 1, 1}},
-    {.op = DRT_OP_DIFF_ATTN, .T = 41, .H = 2, .G = 1, .m = 1, .dk = 128, .dv = 128, .p0 = 60, .lambda_th = 1,
+    {.op = DRT_OP_DIFF_ATTN,
+     .T = 41,
+     .H = 2,
+     .G = 1,
+     .m = 1,
+     .dk = 128,
+     .dv = 128,
+     .p0 = 60,
+     .lambda_th = 1,
      .runs = {2, 37, 2}},
-    {.op = DRT_OP_DIFF_ATTN, .T = 8, .H = 6, .G = 3, .m = 2, .dk = 64, .dv = 128, .p0 = 300, .mag = 300,
-     .lambda = 0.5f, .runs = {3, 1, 4}},
+    {.op = DRT_OP_DIFF_ATTN,
+     .T = 8,
+     .H = 6,
+     .G = 3,
+     .m = 2,
+     .dk = 64,
+     .dv = 128,
+     .p0 = 300,
+     .mag = 300,
+     .lambda = 0.5f,
+     .runs = {3, 1, 4}},
     /* ATTN: q (T, H, dk), k (S, G, dk), v (S, G, dv), S = p0 + T */
     {.op = DRT_OP_ATTN, .T = 6, .H = 4, .G = 2, .dk = 64, .dv = 64, .p0 = 70, .runs = {1, 1, 3, 1}},
     {.op = DRT_OP_ATTN, .T = 24, .H = 2, .G = 1, .dk = 64, .dv = 128, .p0 = 33, .mag = 300, .runs = {1, 20, 3}},
@@ -259,12 +322,10 @@ const cf_opcase CF_CASES[] = {
      * partial key block, large logits, and dv off the vector width (the
      * local-memory kernel) */
     {.op = DRT_OP_DIFF_ATTN, .T = 9, .H = 4, .G = 2, .m = 2, .dk = 64, .dv = 128, .p0 = 7, .lambda = 0.6f},
-    {.op = DRT_OP_DIFF_ATTN, .T = 11, .H = 2, .G = 2, .m = 1, .dk = 32, .dv = 48, .p0 = 5, .mag = 300,
-     .lambda_th = 1},
+    {.op = DRT_OP_DIFF_ATTN, .T = 11, .H = 2, .G = 2, .m = 1, .dk = 32, .dv = 48, .p0 = 5, .mag = 300, .lambda_th = 1},
     {.op = DRT_OP_DIFF_ATTN, .T = 2, .H = 4, .G = 2, .m = 2, .dk = 64, .dv = 128, .p0 = 50, .lambda = 0.4f},
     {.op = DRT_OP_DIFF_ATTN, .T = 1, .H = 2, .G = 1, .m = 2, .dk = 32, .dv = 32, .p0 = 3, .lambda = 0.5f},
-    {.op = DRT_OP_DIFF_ATTN, .T = 1, .H = 2, .G = 2, .m = 2, .dk = 64, .dv = 64, .p0 = 40, .mag = 300,
-     .lambda_th = 1},
+    {.op = DRT_OP_DIFF_ATTN, .T = 1, .H = 2, .G = 2, .m = 2, .dk = 64, .dv = 64, .p0 = 40, .mag = 300, .lambda_th = 1},
     {.op = DRT_OP_DIFF_ATTN, .T = 1, .H = 4, .G = 4, .m = 2, .dk = 64, .dv = 40, .p0 = 30, .lambda = 0.3f},
     {.op = DRT_OP_ATTN, .T = 6, .H = 4, .G = 1, .dk = 32, .dv = 32, .p0 = 10},
     {.op = DRT_OP_ATTN, .T = 2, .H = 2, .G = 1, .dk = 16, .dv = 16, .p0 = 9, .mag = 300},
@@ -296,7 +357,15 @@ const cf_opcase CF_CASES[] = {
      * 80, 96 and 128 (both maps 256 wide); ATTN split and dv off 64 */
     {.op = DRT_OP_DIFF_ATTN, .T = 16, .H = 2, .G = 1, .m = 2, .dk = 64, .dv = 128, .p0 = 300, .lambda = 0.55f},
     {.op = DRT_OP_DIFF_ATTN, .T = 19, .H = 8, .G = 2, .m = 2, .dk = 80, .dv = 96, .p0 = 13, .lambda = 0.25f},
-    {.op = DRT_OP_DIFF_ATTN, .T = 20, .H = 2, .G = 2, .m = 1, .dk = 96, .dv = 80, .p0 = 200, .mag = 300,
+    {.op = DRT_OP_DIFF_ATTN,
+     .T = 20,
+     .H = 2,
+     .G = 2,
+     .m = 1,
+     .dk = 96,
+     .dv = 80,
+     .p0 = 200,
+     .mag = 300,
      .lambda_th = 1},
     {.op = DRT_OP_DIFF_ATTN, .T = 40, .H = 2, .G = 1, .m = 2, .dk = 128, .dv = 128, .lambda = 0.7f},
     {.op = DRT_OP_ATTN, .T = 8, .H = 4, .G = 1, .dk = 64, .dv = 64, .p0 = 250},
@@ -339,8 +408,16 @@ const cf_opcase CF_PERF_CASES[] = {
     {.op = DRT_OP_DIFF_ATTN, .T = 1024, .H = 8, .G = 8, .m = 2, .dk = 64, .dv = 128, .decomposed = 1, .lambda = 0.5f},
     {.op = DRT_OP_DIFF_ATTN, .T = 1, .H = 8, .G = 8, .m = 2, .dk = 64, .dv = 128, .p0 = 1023, .lambda = 0.5f},
     /* decode, decomposed */
-    {.op = DRT_OP_DIFF_ATTN, .T = 1, .H = 8, .G = 8, .m = 2, .dk = 64, .dv = 128, .p0 = 1023,
-     .decomposed = 1, .lambda = 0.5f},
+    {.op = DRT_OP_DIFF_ATTN,
+     .T = 1,
+     .H = 8,
+     .G = 8,
+     .m = 2,
+     .dk = 64,
+     .dv = 128,
+     .p0 = 1023,
+     .decomposed = 1,
+     .lambda = 0.5f},
     {.op = DRT_OP_ATTN, .T = 1024, .H = 8, .G = 8, .dk = 64, .dv = 128},
     {.op = DRT_OP_ATTN, .T = 1, .H = 8, .G = 8, .dk = 64, .dv = 128, .p0 = 1023},
     {.op = DRT_OP_DUAL_SOFTMAX, .H = 8, .T = 1024, .S = 1024, .lambda = 0.5f},
@@ -370,7 +447,8 @@ static const struct {
     size_t off, size;
     unsigned long long ops;
 } FIELDS[] = {
-#define F(f, ops) {#f, offsetof(cf_opcase, f), sizeof(((cf_opcase *)0)->f), ops}
+#define F(f, ops)                                                                                                      \
+    { #f, offsetof(cf_opcase, f), sizeof(((cf_opcase *)0)->f), ops }
     F(wt, OPB(MATMUL) | OPB(EMBED)),
     F(T, OPB(EMBED) | OPB(RMSNORM) | OPB(MATMUL) | OPB(ROPE) | OPB(DUAL_SOFTMAX) | ATTN_OPS | OPB(GROUPNORM) |
              OPB(KV_WRITE)),
@@ -434,7 +512,9 @@ static drt_tensor *add_in(cf_built *b, drt_tensor *t, int kind, float mag, int b
     return t;
 }
 
-static float or1(float v) { return v != 0 ? v : 1; }
+static float or1(float v) {
+    return v != 0 ? v : 1;
+}
 
 static void build_matmul(const cf_opcase *c, cf_built *b) {
     drt_graph *g = b->g;
@@ -460,7 +540,8 @@ static void build_matmul(const cf_opcase *c, cf_built *b) {
 static int case_rows(const cf_opcase *c, int slot_rows, cf_built *b) {
     int n = 0, len[8] = {c->T}, at[8] = {c->p0};
     while (n < 8 && c->runs[n]) n++;
-    if (n == 0) n = 1;
+    if (n == 0)
+        n = 1;
     else
         for (int i = 0; i < n; i++) {
             len[i] = c->runs[i];
@@ -535,8 +616,7 @@ static void build_attention(const cf_opcase *c, cf_built *b) {
     drt_tensor *q = add_in(b, drt_new_tensor_4d(g, DRT_F32, T, H, 2, dk, "q"), IN_UNIFORM, mag, 0);
     drt_tensor *k = add_in(b, drt_new_tensor_4d(g, DRT_F32, cap, G, m, dk, "k"), IN_CACHE, 1, 0);
     drt_tensor *v = add_in(b, drt_new_tensor_3d(g, DRT_F32, cap, G, dv, "v"), IN_CACHE, 1, 0);
-    drt_tensor *l =
-        c->lambda_th ? add_in(b, drt_new_tensor_2d(g, DRT_F32, T, H, "lambda"), IN_UNIT, 1, 0) : NULL;
+    drt_tensor *l = c->lambda_th ? add_in(b, drt_new_tensor_2d(g, DRT_F32, T, H, "lambda"), IN_UNIT, 1, 0) : NULL;
     b->node = drt_diff_attn(g, q, k, v, c->lambda, l, rows);
 }
 
@@ -667,8 +747,7 @@ drt_status cf_build_case(const cf_opcase *c, cf_built *b) {
     if (!b->node && !g->err)
         return drt_set_error(DRT_ERR_INVALID_ARG, "conform case %s %s: runs[] must sum to T (at most %d rows) and fit",
                              drt_op_name(c->op), b->desc, CF_MAX_ROWS);
-    if (!b->node)
-        return drt_set_error(g->err, "conform case %s %s: %s", drt_op_name(c->op), b->desc, drt_last_error());
+    if (!b->node) return drt_set_error(g->err, "conform case %s %s: %s", drt_op_name(c->op), b->desc, drt_last_error());
     b->out = c->op == DRT_OP_KV_WRITE ? b->node->src[1] : b->node;
     /* read after the run, and poisoned before it: its own storage, so no
      * earlier node of a multi-node case writes over the poison */

@@ -83,8 +83,8 @@ static void print_backends(const cf_run *run, drt_conform_result *r) {
     }
     for (int i = 0; out && i < run->n_skipped; i++) { /* a folder's name: shown escaped */
         char shown[4 * sizeof run->skipped[i].path];
-        fprintf(out, "models: %s: %s, skipped\n",
-                drt_printable(run->skipped[i].path, shown, sizeof shown), run->skipped[i].why);
+        fprintf(out, "models: %s: %s, skipped\n", drt_printable(run->skipped[i].path, shown, sizeof shown),
+                run->skipped[i].why);
     }
 }
 
@@ -156,9 +156,12 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
         /* the oracle: the reference on its one device, whatever DIFFRT_DEVICE says */
         drt_backend *ref = NULL;
         st = drt_backend_open("ref", "", &ref);
-        if (st == DRT_OK && o->list) list_cases(o);
-        else if (st == DRT_OK && o->perf) st = cf_run_perf(&run);
-        else if (st == DRT_OK) st = run_checks(&run, ref, models, n_models, r);
+        if (st == DRT_OK && o->list)
+            list_cases(o);
+        else if (st == DRT_OK && o->perf)
+            st = cf_run_perf(&run);
+        else if (st == DRT_OK)
+            st = run_checks(&run, ref, models, n_models, r);
         write_reports(&run, &jo, &xo, &st);
         drt_backend_close(ref);
     }

@@ -26,39 +26,39 @@
  * cf_case_check enforces. Where a default is noted, 0 means it. */
 typedef struct {
     drt_op op;
-    drt_dtype wt;      /* weight dtype: MATMUL w, EMBED E (0 = f32) */
-    int T;             /* token rows: x, q, ids, the rows KV_WRITE writes */
-    int B, Bw;         /* MATMUL: batches of x and of w (0 = 1; Bw divides B) */
-    int K, N;          /* MATMUL: x (B,T,K) times w (Bw,N,K), or w (Bw,K,N) with trans_w */
-    int trans_w;       /* MATMUL */
-    int V, D;          /* EMBED: E is (V, D) */
-    int C;             /* RMSNORM: x is (T, C) */
-    int H, G, m;       /* heads; kv groups; kv maps per group (DIFF_ATTN 1 or 2,
-                        * KV_WRITE: 0 = a 3-d cache (cap, G, d)) */
-    int d;             /* ROPE x (T, H, d); KV_WRITE rows of (G, m, d) */
-    int dk, dv;        /* attention: q/k and v widths; GROUPNORM x (T, H, dv) */
-    int S;             /* DUAL_SOFTMAX: scores (H, T, S), p0 = S - T */
-    int cap;           /* KV_WRITE: cache rows */
-    int rows, cols;    /* SWIGLU, SIGMOID, ADD */
+    drt_dtype wt;           /* weight dtype: MATMUL w, EMBED E (0 = f32) */
+    int T;                  /* token rows: x, q, ids, the rows KV_WRITE writes */
+    int B, Bw;              /* MATMUL: batches of x and of w (0 = 1; Bw divides B) */
+    int K, N;               /* MATMUL: x (B,T,K) times w (Bw,N,K), or w (Bw,K,N) with trans_w */
+    int trans_w;            /* MATMUL */
+    int V, D;               /* EMBED: E is (V, D) */
+    int C;                  /* RMSNORM: x is (T, C) */
+    int H, G, m;            /* heads; kv groups; kv maps per group (DIFF_ATTN 1 or 2,
+                             * KV_WRITE: 0 = a 3-d cache (cap, G, d)) */
+    int d;                  /* ROPE x (T, H, d); KV_WRITE rows of (G, m, d) */
+    int dk, dv;             /* attention: q/k and v widths; GROUPNORM x (T, H, dv) */
+    int S;                  /* DUAL_SOFTMAX: scores (H, T, S), p0 = S - T */
+    int cap;                /* KV_WRITE: cache rows */
+    int rows, cols;         /* SWIGLU, SIGMOID, ADD */
     int nd, ne[4], perm[4]; /* PERMUTE: x (ne[0..nd)), axes perm[0..nd) */
-    int p0;            /* position of the first row (attention S = p0 + T,
-                        * ROPE, KV_WRITE) */
-    int runs[8];       /* ROPE, KV_WRITE, attention: the T rows are the
-                        * sequences of runs[] (row counts, ending at a 0),
-                        * sequence i at positions p0*i/(n-1).. in slot n-1-i
-                        * of the cache (cases.c, case_rows); unset: one
-                        * sequence at p0 */
-    float mag;         /* inputs uniform in [-mag, mag]; attention: of q (the
-                        * logit scale) (0 = 1) */
-    float scale;       /* MATMUL, GROUPNORM */
-    float eps;         /* RMSNORM */
-    float lambda;      /* DUAL_SOFTMAX, DIFF_ATTN: the scalar lambda */
-    int lambda_th;     /* DUAL_SOFTMAX, DIFF_ATTN: a per-token lambda (T, H) instead */
-    int no_weight;     /* RMSNORM, GROUPNORM: no weight vector */
-    int decomposed;    /* DIFF_ATTN: the decomposed lowering */
+    int p0;                 /* position of the first row (attention S = p0 + T,
+                             * ROPE, KV_WRITE) */
+    int runs[8];            /* ROPE, KV_WRITE, attention: the T rows are the
+                             * sequences of runs[] (row counts, ending at a 0),
+                             * sequence i at positions p0*i/(n-1).. in slot n-1-i
+                             * of the cache (cases.c, case_rows); unset: one
+                             * sequence at p0 */
+    float mag;              /* inputs uniform in [-mag, mag]; attention: of q (the
+                             * logit scale) (0 = 1) */
+    float scale;            /* MATMUL, GROUPNORM */
+    float eps;              /* RMSNORM */
+    float lambda;           /* DUAL_SOFTMAX, DIFF_ATTN: the scalar lambda */
+    int lambda_th;          /* DUAL_SOFTMAX, DIFF_ATTN: a per-token lambda (T, H) instead */
+    int no_weight;          /* RMSNORM, GROUPNORM: no weight vector */
+    int decomposed;         /* DIFF_ATTN: the decomposed lowering */
 } cf_opcase;
 
-extern const cf_opcase CF_CASES[];   /* the conformance table */
+extern const cf_opcase CF_CASES[]; /* the conformance table */
 extern const int CF_N_CASES;
 extern const cf_opcase CF_PERF_CASES[]; /* --perf shapes */
 extern const int CF_N_PERF;
@@ -144,8 +144,7 @@ typedef struct {
 drt_status cf_find_models(const char *dir, cf_run *run, cf_model_ref **out, int *n_out, drt_conform_result *r);
 /* The batch_* cases of model m (conform/batch.c) on every backend, its
  * sequences made of prompt's tokens. */
-drt_status cf_run_batch_cases(cf_run *run, drt_model *m, const cf_model_ref *mref, const int32_t *prompt,
-                              int n_prompt);
+drt_status cf_run_batch_cases(cf_run *run, drt_model *m, const cf_model_ref *mref, const int32_t *prompt, int n_prompt);
 /* Every model on every backend against the reference's logits and greedy
  * tokens, then its batch_* cases. */
 drt_status cf_run_models(cf_run *run, const cf_model_ref *models, int n_models);

@@ -27,8 +27,7 @@ void cf_case_line(const cf_run *run, const cf_case *c, char *buf, size_t n) {
     int o;
     if (c->kind == CF_KIND_OP)
         o = snprintf(buf, n, "%s %s dtype=%s seed=%llu on %s: %s", c->op, c->desc, c->dtype,
-                     (unsigned long long)c->seed, be,
-                     c->detail[0] ? c->detail : CF_STATUS_NAME[c->st]);
+                     (unsigned long long)c->seed, be, c->detail[0] ? c->detail : CF_STATUS_NAME[c->st]);
     else if (c->kind == CF_KIND_BATCH)
         o = snprintf(buf, n, "%s of model %s (%s) on %s: %s", c->op, c->model, c->desc, be,
                      c->detail[0] ? c->detail : CF_STATUS_NAME[c->st]);
@@ -93,8 +92,7 @@ static cJSON *required_missing(const cf_run *run) {
                 }
                 if (n && o < sizeof why)
                     o += (size_t)snprintf(why + o, sizeof why - o, "%s%s (%d case%s)",
-                                          o ? ", " : "unsupported: ", drt_op_name((drt_op)op), n,
-                                          n == 1 ? "" : "s");
+                                          o ? ", " : "unsupported: ", drt_op_name((drt_op)op), n, n == 1 ? "" : "s");
             }
         }
         if (!why[0]) continue;
@@ -137,14 +135,12 @@ static cJSON *backend_json(const cf_run *run, int k) {
         double m = 0;
         for (int i = 0; i < run->n_cases; i++) {
             const cf_case *c = &run->cases[i];
-            if (c->be == k && c->kind == CF_KIND_OP && c->bound > m &&
-                strcmp(c->op, drt_op_name((drt_op)op)) == 0)
+            if (c->be == k && c->kind == CF_KIND_OP && c->bound > m && strcmp(c->op, drt_op_name((drt_op)op)) == 0)
                 m = c->bound;
         }
         if (m > 0) cJSON_AddNumberToObject(ops, drt_op_name((drt_op)op), m);
     }
-    cJSON_AddItemToObject(bo, "model_logits_nmse",
-                          b->be ? cJSON_CreateNumber(b->model_bound) : cJSON_CreateNull());
+    cJSON_AddItemToObject(bo, "model_logits_nmse", b->be ? cJSON_CreateNumber(b->model_bound) : cJSON_CreateNull());
     cJSON_AddNumberToObject(bo, "greedy_tokens", CF_GREEDY_N);
     return j;
 }
@@ -165,13 +161,9 @@ static cJSON *case_json(const cf_run *run, const cf_case *c) {
     cJSON_AddStringToObject(j, "status", CF_STATUS_NAME[c->st]);
     int finite = c->measured && !c->nonfinite && isfinite(c->nmse);
     cJSON_AddItemToObject(j, "nmse", finite ? num_or_null(c->nmse) : cJSON_CreateNull());
-    cJSON_AddItemToObject(j, "max_abs_err",
-                          c->measured ? num_or_null(c->maxerr) : cJSON_CreateNull());
-    cJSON_AddBoolToObject(j, "nonfinite",
-                          c->measured &&
-                              (c->nonfinite || !isfinite(c->nmse) || !isfinite(c->maxerr)));
-    cJSON_AddItemToObject(j, "bound",
-                          c->bound > 0 ? cJSON_CreateNumber(c->bound) : cJSON_CreateNull());
+    cJSON_AddItemToObject(j, "max_abs_err", c->measured ? num_or_null(c->maxerr) : cJSON_CreateNull());
+    cJSON_AddBoolToObject(j, "nonfinite", c->measured && (c->nonfinite || !isfinite(c->nmse) || !isfinite(c->maxerr)));
+    cJSON_AddItemToObject(j, "bound", c->bound > 0 ? cJSON_CreateNumber(c->bound) : cJSON_CreateNull());
     cJSON_AddNumberToObject(j, "time_s", c->time_s);
     if (c->kind == CF_KIND_BATCH) cJSON_AddStringToObject(j, "path", c->path);
     if (c->kind == CF_KIND_MODEL) {
@@ -188,8 +180,7 @@ static cJSON *case_json(const cf_run *run, const cf_case *c) {
 
 static cJSON *counts_json(const int counts[CF_N_STATUS]) {
     cJSON *j = cJSON_CreateObject();
-    for (int s = 0; s < CF_N_STATUS; s++)
-        cJSON_AddNumberToObject(j, CF_STATUS_NAME[s], counts[s]);
+    for (int s = 0; s < CF_N_STATUS; s++) cJSON_AddNumberToObject(j, CF_STATUS_NAME[s], counts[s]);
     return j;
 }
 
@@ -259,11 +250,9 @@ drt_status cf_write_json(const cf_run *run, FILE *f, const char *path) {
     cJSON_AddStringToObject(or, "device", "default (--device and DIFFRT_DEVICE never apply to it)");
 
     cJSON *bes = cJSON_AddArrayToObject(root, "backends");
-    for (int k = 0; k < run->nbe; k++)
-        cJSON_AddItemToArray(bes, backend_json(run, k));
+    for (int k = 0; k < run->nbe; k++) cJSON_AddItemToArray(bes, backend_json(run, k));
     cJSON *cs = cJSON_AddArrayToObject(root, "cases");
-    for (int i = 0; i < run->n_cases; i++)
-        cJSON_AddItemToArray(cs, case_json(run, &run->cases[i]));
+    for (int i = 0; i < run->n_cases; i++) cJSON_AddItemToArray(cs, case_json(run, &run->cases[i]));
     cJSON *sk = cJSON_AddArrayToObject(root, "models_skipped");
     for (int i = 0; i < run->n_skipped; i++) {
         cJSON *e = cJSON_CreateObject();
@@ -277,8 +266,7 @@ drt_status cf_write_json(const cf_run *run, FILE *f, const char *path) {
     int counts[CF_N_STATUS];
     cf_count(run, -1, counts);
     cJSON_AddNumberToObject(sm, "cases", run->n_cases);
-    for (int s = 0; s < CF_N_STATUS; s++)
-        cJSON_AddNumberToObject(sm, CF_STATUS_NAME[s], counts[s]);
+    for (int s = 0; s < CF_N_STATUS; s++) cJSON_AddNumberToObject(sm, CF_STATUS_NAME[s], counts[s]);
     cJSON *by = cJSON_AddObjectToObject(sm, "by_backend");
     for (int k = 0; k < run->nbe; k++) {
         int c[CF_N_STATUS];
@@ -332,17 +320,11 @@ static void xml_put(FILE *f, const char *s, int attr) {
             fputc(c, f);
         else {
             /* one well-formed UTF-8 sequence (no overlongs, no surrogates) */
-            int len = c >= 0xc2 && c <= 0xdf   ? 2
-                      : c >= 0xe0 && c <= 0xef ? 3
-                      : c >= 0xf0 && c <= 0xf4 ? 4
-                                               : 0;
+            int len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
             int ok = len > 0;
-            for (int i = 1; ok && i < len; i++)
-                ok = (p[i] & 0xc0) == 0x80;
-            if (ok && len == 3 && ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0)))
-                ok = 0;
-            if (ok && len == 4 && ((c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90)))
-                ok = 0;
+            for (int i = 1; ok && i < len; i++) ok = (p[i] & 0xc0) == 0x80;
+            if (ok && len == 3 && ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] >= 0xa0))) ok = 0;
+            if (ok && len == 4 && ((c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] >= 0x90))) ok = 0;
             if (!ok) {
                 fputc('?', f);
                 p++;
@@ -376,8 +358,8 @@ drt_status cf_write_junit(const cf_run *run, FILE *f, const char *path) {
     fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites", f);
     xml_attr(f, "name", "diffrt conform");
     fprintf(f, " tests=\"%d\" failures=\"%d\" errors=\"%d\" skipped=\"%d\" time=\"%.3f\"",
-            run->n_cases + !!run->error[0], all[CF_FAIL], !!run->error[0],
-            all[CF_UNSUPPORTED] + all[CF_UNAVAILABLE], total);
+            run->n_cases + !!run->error[0], all[CF_FAIL], !!run->error[0], all[CF_UNSUPPORTED] + all[CF_UNAVAILABLE],
+            total);
     xml_attr(f, "timestamp", run->started_at);
     fputs(">\n", f);
     char host[256] = "";
@@ -394,8 +376,8 @@ drt_status cf_write_junit(const cf_run *run, FILE *f, const char *path) {
         snprintf(sname, sizeof sname, "conform.%s", b->name);
         fputs("  <testsuite", f);
         xml_attr(f, "name", sname);
-        fprintf(f, " tests=\"%d\" failures=\"%d\" errors=\"0\" skipped=\"%d\" time=\"%.3f\"", n,
-                c[CF_FAIL], c[CF_UNSUPPORTED] + c[CF_UNAVAILABLE], t);
+        fprintf(f, " tests=\"%d\" failures=\"%d\" errors=\"0\" skipped=\"%d\" time=\"%.3f\"", n, c[CF_FAIL],
+                c[CF_UNSUPPORTED] + c[CF_UNAVAILABLE], t);
         xml_attr(f, "timestamp", run->started_at);
         xml_attr(f, "hostname", host);
         fputs(">\n    <properties>\n", f);

@@ -9,21 +9,21 @@
 #include "diffrt/diffrt.h"
 
 typedef struct {
-    const char *backends;   /* comma list; NULL/"" = every compiled-in/registered backend */
-    const char *ops;        /* comma list of op names, "none" = no op cases; NULL/"" = all */
-    const char *require;    /* comma list: unavailable, unsupported or fallback = failure */
-    const char *devices;    /* "BACKEND=SEL[,BACKEND=SEL]": SEL an index or a case-insensitive
-                             * name substring; never ref. A backend not named here takes
-                             * DIFFRT_DEVICE (ref never does), else its default device */
-    const char *models_dir; /* a model directory (config.json), or a folder of them; NULL = none */
-    const char *json_path;  /* the run as one JSON object (docs/conform-json.md); NULL = none */
-    const char *junit_path; /* JUnit XML: a testsuite per backend, a testcase per case; NULL = none */
-    int perf;               /* time the perf shapes instead of checking the conformance table */
-    int repeats, warmup;    /* perf: median of repeats after warmup runs */
-    int list;               /* print the case table and exit */
+    const char *backends;         /* comma list; NULL/"" = every compiled-in/registered backend */
+    const char *ops;              /* comma list of op names, "none" = no op cases; NULL/"" = all */
+    const char *require;          /* comma list: unavailable, unsupported or fallback = failure */
+    const char *devices;          /* "BACKEND=SEL[,BACKEND=SEL]": SEL an index or a case-insensitive
+                                   * name substring; never ref. A backend not named here takes
+                                   * DIFFRT_DEVICE (ref never does), else its default device */
+    const char *models_dir;       /* a model directory (config.json), or a folder of them; NULL = none */
+    const char *json_path;        /* the run as one JSON object (docs/conform-json.md); NULL = none */
+    const char *junit_path;       /* JUnit XML: a testsuite per backend, a testcase per case; NULL = none */
+    int perf;                     /* time the perf shapes instead of checking the conformance table */
+    int repeats, warmup;          /* perf: median of repeats after warmup runs */
+    int list;                     /* print the case table and exit */
     const drt_settings *settings; /* for every backend checked and its model sessions (the
                                    * CLI's --set); NULL = none. The oracle ref never takes them */
-    FILE *out;              /* where the report goes; NULL = silent */
+    FILE *out;                    /* where the report goes; NULL = silent */
 } drt_conform_opts;
 
 typedef struct {

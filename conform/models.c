@@ -46,8 +46,7 @@ static drt_status read_prompt(const char *dir, const drt_model_info *I, prompt_t
     memset(p, 0, sizeof *p);
     if (!is_file(path)) {
         p->n_tok = FIXED_PROMPT_T;
-        for (int i = 0; i < p->n_tok; i++)
-            p->tok[i] = (int32_t)(((uint64_t)i * 7919u + 17u) % (uint64_t)I->vocab);
+        for (int i = 0; i < p->n_tok; i++) p->tok[i] = (int32_t)(((uint64_t)i * 7919u + 17u) % (uint64_t)I->vocab);
         if (I->bos_id >= 0 && I->bos_id < I->vocab) p->tok[0] = I->bos_id;
         return DRT_OK;
     }
@@ -171,7 +170,6 @@ drt_status cf_find_models(const char *dir, cf_run *run, cf_model_ref **out, int 
     return DRT_OK;
 }
 
-
 /* ---- the run ------------------------------------------------------------------- */
 
 /* one model, loaded, with the reference's logits and greedy tokens */
@@ -285,8 +283,8 @@ static void model_case_on(model_ref_run *mr, const cf_backend *bk, const drt_set
     int fbn = 0;
     char fb[300] = "";
     double t0 = drt_now_s();
-    drt_status s2 =
-        model_run(mr->m, bk->name, bk->be->device >= 0 ? dev : "", set, &mr->pr, mr->bl, bg, &fbn, fb, sizeof fb);
+    drt_status s2 = model_run(mr->m, bk->name, bk->be->device >= 0 ? dev : "", set, &mr->pr, mr->bl, bg, &fbn, fb,
+                              sizeof fb);
     cc->time_s = drt_now_s() - t0;
     cc->fallbacks = fbn;
     if (s2 != DRT_OK) {

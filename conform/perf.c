@@ -46,9 +46,12 @@ static int median_cmp(const void *a, const void *b) {
 /* a percentage of a peak, or ">peak" when above 100 (a measurement
  * problem, not a fact), "-" when there is no peak */
 static void pct_txt(double p, char *buf, size_t n) {
-    if (p <= 0) snprintf(buf, n, "-");
-    else if (p > 100) snprintf(buf, n, ">peak");
-    else snprintf(buf, n, "%.1f%%", p);
+    if (p <= 0)
+        snprintf(buf, n, "-");
+    else if (p > 100)
+        snprintf(buf, n, ">peak");
+    else
+        snprintf(buf, n, "%.1f%%", p);
 }
 
 /* one timing as a --json "perf" record (docs/conform-json.md) */
@@ -116,8 +119,8 @@ static drt_status perf_case_on(cf_run *run, int i, int k, perf_state *ps, FILE *
     pct_txt(pb, tb, sizeof tb);
     ps->any_over |= pf > 100 || pb > 100;
     if (out)
-        fprintf(out, "%-13s %-8s %-58s %10.3f %10.2f %9.2f %7s %7s%s%s\n", drt_op_name(c->op), run->be[k].name,
-                b.desc, med * 1e3, gf, gb, tf, tb, kv[0] ? "  " : "", kv);
+        fprintf(out, "%-13s %-8s %-58s %10.3f %10.2f %9.2f %7s %7s%s%s\n", drt_op_name(c->op), run->be[k].name, b.desc,
+                med * 1e3, gf, gb, tf, tb, kv[0] ? "  " : "", kv);
     cJSON_AddItemToArray(run->perf, perf_record(drt_op_name(c->op), run->be[k].name, b.desc, med, ps->reps, gf, gb,
                                                 ps->fl[k], ps->bw[k], kv));
     drt_graph_free(b.g);

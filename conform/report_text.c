@@ -31,11 +31,16 @@ static void cell_add(cell *c, const cf_case *cs) {
 }
 
 static void cell_text(const cell *c, int available, char *txt, size_t n) {
-    if (!available) snprintf(txt, n, "n/a");
-    else if (c->n_fail) snprintf(txt, n, "FAIL %d/%d", c->n_fail, c->n_fail + c->n_pass + c->n_unsup);
-    else if (c->n_unsup) snprintf(txt, n, "unsupported");
-    else if (c->n_pass) snprintf(txt, n, "pass %d", c->n_pass);
-    else snprintf(txt, n, "-");
+    if (!available)
+        snprintf(txt, n, "n/a");
+    else if (c->n_fail)
+        snprintf(txt, n, "FAIL %d/%d", c->n_fail, c->n_fail + c->n_pass + c->n_unsup);
+    else if (c->n_unsup)
+        snprintf(txt, n, "unsupported");
+    else if (c->n_pass)
+        snprintf(txt, n, "pass %d", c->n_pass);
+    else
+        snprintf(txt, n, "-");
 }
 
 /* the row of op: a cell per backend */
@@ -64,11 +69,13 @@ static void print_model_rows(const cf_run *run, FILE *out) {
         const cf_case *c = &run->cases[i];
         if (c->kind == CF_KIND_OP) continue;
         char shown[4 * sizeof c->model];
-        if (c->kind == CF_KIND_MODEL) fprintf(out, "model:%-18s", drt_printable(c->model, shown, sizeof shown));
-        else fprintf(out, "  %-22s", c->op); /* a batch case of the model above */
+        if (c->kind == CF_KIND_MODEL)
+            fprintf(out, "model:%-18s", drt_printable(c->model, shown, sizeof shown));
+        else
+            fprintf(out, "  %-22s", c->op); /* a batch case of the model above */
         for (int k = 0; k < run->nbe; k++) {
             const cf_case *ck = &run->cases[i + k];
-            const char *txt = !run->be[k].be       ? "n/a"
+            const char *txt = !run->be[k].be      ? "n/a"
                               : ck->st == CF_FAIL ? "FAIL"
                               : ck->st == CF_PASS ? (ck->detail[0] ? "pass*" : "pass")
                                                   : CF_STATUS_NAME[ck->st];

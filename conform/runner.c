@@ -17,7 +17,9 @@
 
 /* ---- inputs ------------------------------------------------------------------- */
 
-static double unif(uint64_t *s) { return (double)(drt_splitmix64(s) >> 11) * (1.0 / 9007199254740992.0); }
+static double unif(uint64_t *s) {
+    return (double)(drt_splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
+}
 
 /* one input's values from its seed, in its dtype: malloc'd, NULL when out of memory */
 static void *input_values(const cf_built *b, int i, uint64_t seed) {
@@ -35,9 +37,12 @@ static void *input_values(const cf_built *b, int i, uint64_t seed) {
         case IN_INV_FREQ: f = (float)pow(10000.0, -2.0 * (double)j / (double)b->bound[i]); break;
         default: f = (float)((2 * u - 1) * b->mag[i]); break;
         }
-        if (t->type == DRT_F16) ((uint16_t *)h)[j] = drt_f32_to_f16(f);
-        else if (t->type == DRT_BF16) ((uint16_t *)h)[j] = drt_f32_to_bf16(f);
-        else ((float *)h)[j] = f;
+        if (t->type == DRT_F16)
+            ((uint16_t *)h)[j] = drt_f32_to_f16(f);
+        else if (t->type == DRT_BF16)
+            ((uint16_t *)h)[j] = drt_f32_to_bf16(f);
+        else
+            ((float *)h)[j] = f;
     }
     /* block formats: the f32 values quantized (rows are contiguous, K a
      * multiple of 32); every backend then reads the same blocks */
@@ -61,7 +66,8 @@ static drt_status fill_inputs(cf_built *b, uint64_t seed) {
         int64_t row = t->ne[0] ? n / t->ne[0] : 0;
         if (b->kind[i] == IN_KV_DST) /* the rows KV_WRITE must write are poisoned: unwritten rows fail */
             for (int r = 0; r < b->n_rows; r++)
-                for (int64_t j = 0; j < row; j++) ((float *)h)[((int64_t)b->rows[2 * r] + b->rows[2 * r + 1]) * row + j] = NAN;
+                for (int64_t j = 0; j < row; j++)
+                    ((float *)h)[((int64_t)b->rows[2 * r] + b->rows[2 * r + 1]) * row + j] = NAN;
         if (b->kind[i] == IN_CACHE) /* rows no row attends must never be read */
             for (int64_t r = 0; r < t->ne[0]; r++)
                 if (b->bound[i] ? r >= b->bound[i] : !cf_row_visible(b, r))
@@ -98,7 +104,10 @@ drt_status cf_run_case(drt_backend *be, const cf_opcase *c, uint64_t seed, float
     *supported = 1;
     for (int i = 0; i < b.g->n_nodes; i++) *supported &= be->ops->supports(be, b.g->nodes[i]) ? 1 : 0;
     if (!*supported) {
-        if (keep) *keep = b; else drt_graph_free(b.g);
+        if (keep)
+            *keep = b;
+        else
+            drt_graph_free(b.g);
         return DRT_OK;
     }
     drt_plan *p = NULL;
@@ -118,11 +127,16 @@ drt_status cf_run_case(drt_backend *be, const cf_opcase *c, uint64_t seed, float
     if (st == DRT_OK) {
         *n_out = drt_nelem(b.out);
         *out_host = malloc((size_t)*n_out * 4 + 4);
-        if (!*out_host) st = drt_set_error(DRT_ERR_OOM, "out of memory");
-        else st = drt_tensor_get(b.out, *out_host, (size_t)*n_out * 4);
+        if (!*out_host)
+            st = drt_set_error(DRT_ERR_OOM, "out of memory");
+        else
+            st = drt_tensor_get(b.out, *out_host, (size_t)*n_out * 4);
     }
     drt_plan_free(p);
-    if (keep) *keep = b; else drt_graph_free(b.g);
+    if (keep)
+        *keep = b;
+    else
+        drt_graph_free(b.g);
     return st;
 }
 

@@ -165,8 +165,10 @@ static drt_status parse_devices(const drt_conform_opts *o, char *devs, size_t dn
         if (!*p) continue;
         char *eq = strchr(p, '=');
         if (!eq || eq == p || !eq[1])
-            return cf_usage(r, "conform: --device wants BACKEND=SEL[,BACKEND=SEL] (SEL: an index or a name "
-                               "substring), got \"%s\"", p);
+            return cf_usage(r,
+                            "conform: --device wants BACKEND=SEL[,BACKEND=SEL] (SEL: an index or a name "
+                            "substring), got \"%s\"",
+                            p);
         *eq = 0;
         int bi = find_backend(p, strlen(p));
         if (bi < 0) {
@@ -207,8 +209,10 @@ static drt_status open_backend(int i, const char *sel, const char *env, const dr
         return DRT_OK;
     }
     const char *s = sel;
-    if (s) b->dev_from = "--device";
-    else if (env && *env && strcmp(name, "ref") != 0) s = env, b->dev_from = "DIFFRT_DEVICE";
+    if (s)
+        b->dev_from = "--device";
+    else if (env && *env && strcmp(name, "ref") != 0)
+        s = env, b->dev_from = "DIFFRT_DEVICE";
     int dev = -1;
     if (s) {
         char list[900];

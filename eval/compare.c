@@ -36,8 +36,10 @@ int drt_niah_compare(const char *path, const cJSON *ours, int needles, int queri
     const cJSON *summ = cJSON_GetObjectItemCaseSensitive(root, "summary");
     int rc = 2;
     if (!cJSON_IsArray(arr) || !cJSON_IsObject(summ)) {
-        drt_set_error(DRT_ERR_FORMAT, "--compare %s: not a niah result (expected an object with "
-                                      "\"summary\" and \"samples\")", path);
+        drt_set_error(DRT_ERR_FORMAT,
+                      "--compare %s: not a niah result (expected an object with "
+                      "\"summary\" and \"samples\")",
+                      path);
         goto done;
     }
     {
@@ -45,8 +47,10 @@ int drt_niah_compare(const char *path, const cJSON *ours, int needles, int queri
         const cJSON *fs = cJSON_GetObjectItemCaseSensitive(summ, "seed");
         if (!json_int(summ, "needles", &fn) || !json_int(summ, "queries", &fr) || !cJSON_IsNumber(fs) ||
             fn != needles || fr != queries || fs->valuedouble != (double)seed) {
-            drt_set_error(DRT_ERR_INVALID_ARG, "--compare %s: made with other settings (N, R or seed) than this run "
-                                               "(N=%d R=%d seed %llu)", path, needles, queries, seed);
+            drt_set_error(DRT_ERR_INVALID_ARG,
+                          "--compare %s: made with other settings (N, R or seed) than this run "
+                          "(N=%d R=%d seed %llu)",
+                          path, needles, queries, seed);
             goto done;
         }
     }
@@ -66,8 +70,10 @@ int drt_niah_compare(const char *path, const cJSON *ours, int needles, int queri
         }
         const cJSON *tp = t ? cJSON_GetObjectItemCaseSensitive(t, "predicted") : NULL;
         if (!cJSON_IsString(tp)) {
-            drt_set_error(DRT_ERR_INVALID_ARG, "--compare %s: has no sample ctx %d depth %d%% index %d query %d "
-                                               "(evaluate the same ctx/depths/samples)", path, c, d, k, q);
+            drt_set_error(DRT_ERR_INVALID_ARG,
+                          "--compare %s: has no sample ctx %d depth %d%% index %d query %d "
+                          "(evaluate the same ctx/depths/samples)",
+                          path, c, d, k, q);
             goto done;
         }
         const char *mine = cJSON_GetObjectItemCaseSensitive(o, "predicted")->valuestring;
@@ -84,8 +90,7 @@ int drt_niah_compare(const char *path, const cJSON *ours, int needles, int queri
     fprintf(out, "\nper-sample agreement with %s: answers %d/%d (%.3f), identical generated tokens %d/%d\n", path,
             agree, n, n ? (double)agree / n : 0.0, same_ids, n);
     rc = n && (double)agree >= min_agree * n ? 0 : 1;
-    if (rc)
-        fprintf(out, "FAIL: agreement %.3f is below --min-agree %.3f\n", n ? (double)agree / n : 0.0, min_agree);
+    if (rc) fprintf(out, "FAIL: agreement %.3f is below --min-agree %.3f\n", n ? (double)agree / n : 0.0, min_agree);
 done:
     cJSON_Delete(root);
     return rc;

@@ -14,34 +14,31 @@
 
 #define N_CITIES 64
 static const char *const CITIES[N_CITIES] = {
-    "Paris",    "London",    "Tokyo",     "Berlin",    "Madrid",  "Rome",     "Vienna",   "Prague",
-    "Lisbon",   "Dublin",    "Oslo",      "Stockholm", "Helsinki", "Warsaw",  "Athens",   "Cairo",
-    "Nairobi",  "Lagos",     "Lima",      "Bogota",    "Santiago", "Havana",  "Toronto",  "Chicago",
-    "Boston",   "Denver",    "Seattle",   "Dallas",    "Houston", "Phoenix",  "Miami",    "Atlanta",
-    "Montreal", "Sydney",    "Melbourne", "Auckland",  "Jakarta", "Manila",   "Bangkok",  "Hanoi",
-    "Seoul",    "Beijing",   "Shanghai",  "Mumbai",    "Delhi",   "Karachi",  "Tehran",   "Baghdad",
-    "Istanbul", "Moscow",    "Kyiv",      "Budapest",  "Zurich",  "Geneva",   "Munich",   "Hamburg",
-    "Milan",    "Naples",    "Barcelona", "Seville",   "Porto",   "Amsterdam", "Brussels", "Copenhagen",
+    "Paris",    "London",  "Tokyo",     "Berlin",    "Madrid",   "Rome",      "Vienna",   "Prague",
+    "Lisbon",   "Dublin",  "Oslo",      "Stockholm", "Helsinki", "Warsaw",    "Athens",   "Cairo",
+    "Nairobi",  "Lagos",   "Lima",      "Bogota",    "Santiago", "Havana",    "Toronto",  "Chicago",
+    "Boston",   "Denver",  "Seattle",   "Dallas",    "Houston",  "Phoenix",   "Miami",    "Atlanta",
+    "Montreal", "Sydney",  "Melbourne", "Auckland",  "Jakarta",  "Manila",    "Bangkok",  "Hanoi",
+    "Seoul",    "Beijing", "Shanghai",  "Mumbai",    "Delhi",    "Karachi",   "Tehran",   "Baghdad",
+    "Istanbul", "Moscow",  "Kyiv",      "Budapest",  "Zurich",   "Geneva",    "Munich",   "Hamburg",
+    "Milan",    "Naples",  "Barcelona", "Seville",   "Porto",    "Amsterdam", "Brussels", "Copenhagen",
 };
 
-static const char *const ADJ[] = {"old",    "quiet",   "green",   "small",  "bright", "heavy",
-                                  "gentle", "narrow",  "ancient", "silver", "wooden", "distant",
-                                  "hidden", "warm",    "cold",    "tall",   "empty",  "busy",
-                                  "golden", "soft",    "dark",    "sharp",  "pale",   "famous"};
-static const char *const NOUN[] = {"river",  "garden",  "window",  "teacher", "farmer",   "bridge",
-                                   "mountain", "forest", "letter", "village", "market",   "sailor",
-                                   "painter", "lantern", "castle", "meadow",  "engine",   "kitchen",
-                                   "harbor", "tower",   "valley",  "basket",  "mirror",   "candle",
-                                   "wagon",  "library", "orchard", "island",  "traveler", "doctor",
-                                   "student", "musician"};
-static const char *const VERB[] = {"watched",  "carried",  "painted",   "found",    "followed",
-                                   "visited",  "cleaned",  "opened",    "remembered", "described",
-                                   "admired",  "repaired", "crossed",   "guarded",  "noticed",
-                                   "studied",  "borrowed", "lifted",    "closed",   "welcomed"};
+static const char *const ADJ[] = {"old",     "quiet",  "green",  "small",   "bright", "heavy", "gentle", "narrow",
+                                  "ancient", "silver", "wooden", "distant", "hidden", "warm",  "cold",   "tall",
+                                  "empty",   "busy",   "golden", "soft",    "dark",   "sharp", "pale",   "famous"};
+static const char *const NOUN[] = {"river",    "garden", "window",  "teacher", "farmer",  "bridge",  "mountain",
+                                   "forest",   "letter", "village", "market",  "sailor",  "painter", "lantern",
+                                   "castle",   "meadow", "engine",  "kitchen", "harbor",  "tower",   "valley",
+                                   "basket",   "mirror", "candle",  "wagon",   "library", "orchard", "island",
+                                   "traveler", "doctor", "student", "musician"};
+static const char *const VERB[] = {"watched", "carried",    "painted",   "found",   "followed", "visited", "cleaned",
+                                   "opened",  "remembered", "described", "admired", "repaired", "crossed", "guarded",
+                                   "noticed", "studied",    "borrowed",  "lifted",  "closed",   "welcomed"};
 static const char *const PREP[] = {"near", "behind", "beside", "above", "below", "across", "inside", "beyond"};
 static const char *const ADV[] = {"slowly", "quietly", "carefully", "often",   "rarely",  "early",
                                   "gladly", "softly",  "calmly",    "happily", "briefly", "always"};
-static const char *const TIME[] = {"in the morning",  "at night",       "before dawn",  "after the rain",
+static const char *const TIME[] = {"in the morning",    "at night",       "before dawn",  "after the rain",
                                    "during the winter", "in the evening", "every spring", "at noon"};
 
 typedef struct {
@@ -50,7 +47,8 @@ typedef struct {
     int n;
 } word_list;
 
-#define LIST(nm, arr) {nm, arr, (int)(sizeof arr / sizeof arr[0])}
+#define LIST(nm, arr)                                                                                                  \
+    { nm, arr, (int)(sizeof arr / sizeof arr[0]) }
 static const word_list LISTS[] = {LIST("adj", ADJ),   LIST("noun", NOUN), LIST("verb", VERB),
                                   LIST("prep", PREP), LIST("adv", ADV),   LIST("time", TIME)};
 
@@ -68,10 +66,14 @@ static const char *const TEMPLATES[N_TEMPLATES] = {
 
 /* ---- splitmix64 ------------------------------------------------------------ */
 
-static uint64_t below(uint64_t *s, uint64_t n) { return drt_splitmix64(s) % n; }
+static uint64_t below(uint64_t *s, uint64_t n) {
+    return drt_splitmix64(s) % n;
+}
 
 /* F(x): next() of a copy of a state equal to x */
-static uint64_t F(uint64_t x) { return drt_splitmix64(&x); }
+static uint64_t F(uint64_t x) {
+    return drt_splitmix64(&x);
+}
 
 /* ---- text pieces --------------------------------------------------------------- */
 
@@ -154,8 +156,7 @@ void drt_niah_predicted(const char *g, char *pred, size_t n) {
     pred[k] = 0;
 }
 
-drt_status drt_niah_prompt_count(int64_t n_ctx, int64_t n_depth, int64_t samples, int64_t queries,
-                                 int64_t *out) {
+drt_status drt_niah_prompt_count(int64_t n_ctx, int64_t n_depth, int64_t samples, int64_t queries, int64_t *out) {
     const int64_t f[4] = {n_ctx, n_depth, samples, queries};
     int64_t p = 1;
     int over = 0;
@@ -179,14 +180,15 @@ drt_status drt_niah_prompt_count(int64_t n_ctx, int64_t n_depth, int64_t samples
     return DRT_OK;
 }
 
-drt_status drt_niah_make(const drt_tokenizer *tok, uint64_t seed, int ctx, int n_needles, int n_queries,
-                         int depth, int index, drt_niah_prompt *out) {
+drt_status drt_niah_make(const drt_tokenizer *tok, uint64_t seed, int ctx, int n_needles, int n_queries, int depth,
+                         int index, drt_niah_prompt *out) {
     if (n_needles < 1 || n_needles > N_CITIES)
         return drt_set_error(DRT_ERR_INVALID_ARG, "niah: needles %d must be in 1..%d", n_needles, N_CITIES);
     if (n_queries < 1 || n_queries > n_needles)
         return drt_set_error(DRT_ERR_INVALID_ARG, "niah: queries %d must be in 1..needles (%d)", n_queries, n_needles);
     if (depth < 0 || depth > 100) return drt_set_error(DRT_ERR_INVALID_ARG, "niah: depth %d must be in 0..100", depth);
-    if (ctx < 1 || index < 0) return drt_set_error(DRT_ERR_INVALID_ARG, "niah: ctx %d / index %d out of range", ctx, index);
+    if (ctx < 1 || index < 0)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "niah: ctx %d / index %d out of range", ctx, index);
     memset(out, 0, sizeof *out * (size_t)n_queries);
 
     uint64_t rng = seed;
@@ -233,17 +235,21 @@ drt_status drt_niah_make(const drt_tokenizer *tok, uint64_t seed, int ctx, int n
         if (st == DRT_OK) st = count_tokens(tok, needle[i], &tok_needle[i]);
         fixed += tok_needle[i];
     }
-    size_t qo = (size_t)snprintf(question, sizeof question, n_queries == 1 ? " What is the magic number of "
-                                                                         : " What are the magic numbers of ");
+    size_t qo = (size_t)snprintf(question, sizeof question,
+                                 n_queries == 1 ? " What is the magic number of " : " What are the magic numbers of ");
     for (int r = 0; r < n_queries; r++)
         qo += (size_t)snprintf(question + qo, sizeof question - qo, "%s%s",
-                               r == 0 ? "" : r == n_queries - 1 ? " and " : ", ", CITIES[order[r]]);
+                               r == 0               ? ""
+                               : r == n_queries - 1 ? " and "
+                                                    : ", ",
+                               CITIES[order[r]]);
     snprintf(question + qo, sizeof question - qo, "?");
     if (st == DRT_OK) st = count_tokens(tok, question, &tok_q);
     fixed += tok_q;
     for (int r = 0; st == DRT_OK && r < n_queries; r++) {
         int ta = 0;
-        if (snprintf(prefix[r], sizeof prefix[r], " The magic number of %s is", CITIES[order[r]]) >= (int)sizeof prefix[r] ||
+        if (snprintf(prefix[r], sizeof prefix[r], " The magic number of %s is", CITIES[order[r]]) >=
+                (int)sizeof prefix[r] ||
             snprintf(answer, sizeof answer, " %s.", numbers[r]) >= (int)sizeof answer)
             st = drt_set_error(DRT_ERR_INVALID_ARG, "niah: answer %d does not fit its buffer", r);
         if (st == DRT_OK) st = count_tokens(tok, prefix[r], &tok_prefix[r]);
@@ -254,8 +260,8 @@ drt_status drt_niah_make(const drt_tokenizer *tok, uint64_t seed, int ctx, int n
     if (st != DRT_OK) return st;
     if (fixed > ctx)
         return drt_set_error(DRT_ERR_INVALID_ARG,
-                             "niah: ctx %d is smaller than the %d tokens %d needles and the question need", ctx,
-                             fixed, n_needles);
+                             "niah: ctx %d is smaller than the %d tokens %d needles and the question need", ctx, fixed,
+                             n_needles);
 
     /* 4. filler to the context length */
     pieces fill = {0};
@@ -335,7 +341,8 @@ drt_status drt_niah_make(const drt_tokenizer *tok, uint64_t seed, int ctx, int n
         if (st == DRT_OK && p->n_ids != expect)
             st = drt_set_error(DRT_ERR_UNSUPPORTED,
                                "niah: the tokenizer does not encode the prompt piece by piece (%d tokens, pieces "
-                               "sum to %d); docs/niah_spec.md needs that", p->n_ids, expect);
+                               "sum to %d); docs/niah_spec.md needs that",
+                               p->n_ids, expect);
     }
     free(start);
     free_pieces(&hay);
@@ -368,8 +375,10 @@ drt_status drt_niah_answer(drt_session *s, const drt_tokenizer *tok, int vocab, 
 void drt_niah_attention(const float *attn, const drt_niah_prompt *p, double *answer, double *noise) {
     double ans = 0, rest = 0;
     for (int j = 0; j < p->question_start; j++) {
-        if (j >= p->answer_start && j < p->answer_end) ans += attn[j];
-        else rest += attn[j];
+        if (j >= p->answer_start && j < p->answer_end)
+            ans += attn[j];
+        else
+            rest += attn[j];
     }
     *answer = ans;
     *noise = rest;

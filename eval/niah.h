@@ -13,21 +13,21 @@
 #define DRT_NIAH_MAX_NEW_TOKENS 12
 
 typedef struct {
-    char *prompt;        /* haystack + question + prefix, NUL-terminated */
-    int32_t *ids;        /* its encoding with special tokens (BOS first) */
+    char *prompt; /* haystack + question + prefix, NUL-terminated */
+    int32_t *ids; /* its encoding with special tokens (BOS first) */
     int n_ids;
     char city[24];
-    char answer[16];     /* the number, decimal ASCII */
-    int answer_start;    /* the queried needle's tokens: [answer_start, answer_end) */
+    char answer[16];  /* the number, decimal ASCII */
+    int answer_start; /* the queried needle's tokens: [answer_start, answer_end) */
     int answer_end;
-    int question_start;  /* first token of the question */
+    int question_start; /* first token of the question */
 } drt_niah_prompt;
 
 /* Builds haystack `index` for (seed, ctx, needles, queries) at `depth`
  * percent and its `queries` prompts into out[0..queries). Errors name the
  * setting (e.g. a ctx too small for the needles and question). */
-drt_status drt_niah_make(const drt_tokenizer *tok, uint64_t seed, int ctx, int needles, int queries,
-                         int depth, int index, drt_niah_prompt *out);
+drt_status drt_niah_make(const drt_tokenizer *tok, uint64_t seed, int ctx, int needles, int queries, int depth,
+                         int index, drt_niah_prompt *out);
 void drt_niah_prompt_free(drt_niah_prompt *p);
 
 /* the most prompts one run evaluates: each is a prefill of up to ctx tokens, and the
@@ -37,8 +37,7 @@ void drt_niah_prompt_free(drt_niah_prompt *p);
 /* The prompts of a run: n_ctx lengths x n_depth depths x samples x queries,
  * multiplied in 64-bit. DRT_ERR_INVALID_ARG naming the factors when one is
  * below 1 or the product is past DRT_NIAH_MAX_PROMPTS. */
-drt_status drt_niah_prompt_count(int64_t n_ctx, int64_t n_depth, int64_t samples, int64_t queries,
-                                 int64_t *out);
+drt_status drt_niah_prompt_count(int64_t n_ctx, int64_t n_depth, int64_t samples, int64_t queries, int64_t *out);
 
 /* The spec's judging: generated text, leading spaces stripped, longest
  * prefix of ASCII digits, into pred (at most n-1 chars). */

@@ -1,6 +1,8 @@
 /* Greedy generation through the public API: generate MODEL_DIR PROMPT.
  * README.md shows the lines between "README: begin" and "README: end"; the
- * ctests example_generate (it must answer " 6019.") and readme_example keep both right. */
+ * ctests example_generate (it must answer " 6019.") and readme_example keep both right.
+ * Written compact for the README, so clang-format leaves it as it is. */
+// clang-format off
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

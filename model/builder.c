@@ -28,15 +28,14 @@ static drt_tensor *named(drt_tensor *t, int l, const char *what) {
     return t;
 }
 
-static drt_tensor *reshape(drt_graph *g, drt_tensor *x, int nd, int64_t n0, int64_t n1, int64_t n2,
-                           int64_t n3) {
+static drt_tensor *reshape(drt_graph *g, drt_tensor *x, int nd, int64_t n0, int64_t n1, int64_t n2, int64_t n3) {
     int64_t ne[4] = {n0, n1, n2, n3};
     return drt_view(g, x, nd, ne, 0);
 }
 
 static drt_tensor *attention(drt_graph *g, const drt_model *m, int l, const drt_layer_tensors *L,
-                             const drt_layer_weights *lw, drt_tensor *h, drt_tensor *inv_freq,
-                             drt_tensor *rows, int T, drt_tensor **q_out, drt_tensor **lam_out) {
+                             const drt_layer_weights *lw, drt_tensor *h, drt_tensor *inv_freq, drt_tensor *rows, int T,
+                             drt_tensor **q_out, drt_tensor **lam_out) {
     const drt_model_info *I = &m->info;
     int64_t H = I->n_heads, G = I->n_kv_groups, km = I->kv_m, dk = I->dk, dv = I->dv;
     int diff = I->arch != DRT_ARCH_TRANSFORMER;
@@ -44,8 +43,7 @@ static drt_tensor *attention(drt_graph *g, const drt_model *m, int l, const drt_
 
     /* q: (T, H*qmaps*dk) -> RoPE over (T, H*qmaps, dk) */
     drt_tensor *q = named(drt_matmul(g, h, L->wq), l, "attn.q");
-    q = *q_out =
-        named(drt_rope(g, reshape(g, q, 3, T, H * qmaps, dk, 0), inv_freq, rows), l, "attn.q_rope");
+    q = *q_out = named(drt_rope(g, reshape(g, q, 3, T, H * qmaps, dk, 0), inv_freq, rows), l, "attn.q_rope");
     drt_tensor *k = named(drt_matmul(g, h, L->wk), l, "attn.k");
     k = named(drt_rope(g, reshape(g, k, 3, T, G * km, dk, 0), inv_freq, rows), l, "attn.k_rope");
     drt_tensor *v = named(drt_matmul(g, h, L->wv), l, "attn.v");
@@ -61,8 +59,7 @@ static drt_tensor *attention(drt_graph *g, const drt_model *m, int l, const drt_
         drt_tensor *q4 = reshape(g, q, 4, T, H, 2, dk);
         if (I->arch == DRT_ARCH_DIFF_V1) {
             o = named(drt_diff_attn(g, q4, kc, vc, lw->lambda, NULL, rows), l, "attn");
-            o = named(drt_groupnorm(g, o, L->subln, m->gn_eps, 1.0f - lw->lambda_init), l,
-                      "attn.subln");
+            o = named(drt_groupnorm(g, o, L->subln, m->gn_eps, 1.0f - lw->lambda_init), l, "attn.subln");
         } else {
             drt_tensor *lam = named(drt_matmul(g, h, L->w_lambda), l, "attn.lambda_proj");
             lam = *lam_out = named(drt_sigmoid(g, lam), l, "attn.lambda"); /* (T, H) */
@@ -74,8 +71,7 @@ static drt_tensor *attention(drt_graph *g, const drt_model *m, int l, const drt_
     return named(drt_matmul(g, reshape(g, o, 2, T, H * dv, 0, 0), L->wo), l, "attn.out");
 }
 
-drt_status drt_build_forward(const drt_model *m, const drt_model_tensors *mt, int T, int L,
-                             drt_forward_graph *out) {
+drt_status drt_build_forward(const drt_model *m, const drt_model_tensors *mt, int T, int L, drt_forward_graph *out) {
     const drt_model_info *I = &m->info;
     drt_graph *g = drt_graph_new();
     out->q_rope = calloc((size_t)I->n_layers, sizeof(drt_tensor *));

@@ -57,11 +57,9 @@ typedef struct {
 } cfg_num_range;
 
 static const cfg_num_range CFG_NUM_RANGES[] = {
-    {"rope_theta", 0, 1e12},
-    {"rms_norm_eps", 0, 1},
+    {"rope_theta", 0, 1e12},       {"rms_norm_eps", 0, 1},
     {"factor", 1e-3, 65536}, /* rope_scaling: inv_freq / factor stays a float */
-    {"low_freq_factor", 0, 65536},
-    {"high_freq_factor", 0, 65536},
+    {"low_freq_factor", 0, 65536}, {"high_freq_factor", 0, 65536},
 };
 
 typedef struct {
@@ -93,35 +91,31 @@ static const char *json_kind(const cJSON *v) {
 /* The JSON value v of field `name` as an integer in r. The double is compared
  * with the bounds before any conversion, so -1, 2.5, 1e300 or an infinity
  * never reach an integer cast. */
-static drt_status int_value(const char *path, const char *name, const cJSON *v,
-                            const cfg_int_range *r, int64_t *out) {
+static drt_status int_value(const char *path, const char *name, const cJSON *v, const cfg_int_range *r, int64_t *out) {
     if (!cJSON_IsNumber(v))
-        return drt_set_error(DRT_ERR_FORMAT,
-                             "%s: field \"%s\" is %s, expected an integer in %lld..%lld", path,
-                             name, json_kind(v), (long long)r->lo, (long long)r->hi);
+        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" is %s, expected an integer in %lld..%lld", path, name,
+                             json_kind(v), (long long)r->lo, (long long)r->hi);
     double d = v->valuedouble;
     if (!(d >= (double)r->lo && d <= (double)r->hi))
-        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" is %.15g, allowed %lld..%lld", path,
-                             name, d, (long long)r->lo, (long long)r->hi);
+        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" is %.15g, allowed %lld..%lld", path, name, d,
+                             (long long)r->lo, (long long)r->hi);
     if (d != floor(d))
-        return drt_set_error(DRT_ERR_FORMAT,
-                             "%s: field \"%s\" is %.15g, expected an integer in %lld..%lld", path,
-                             name, d, (long long)r->lo, (long long)r->hi);
+        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" is %.15g, expected an integer in %lld..%lld", path, name,
+                             d, (long long)r->lo, (long long)r->hi);
     *out = (int64_t)d;
     return DRT_OK;
 }
 
 /* Integer field `key` of obj (shown as `name`), within its CFG_INT_RANGES
  * entry; absent or null gives dflt unless required. */
-static drt_status get_int(const char *path, const cJSON *obj, const char *key, const char *name,
-                          int required, int64_t dflt, int64_t *out) {
+static drt_status get_int(const char *path, const cJSON *obj, const char *key, const char *name, int required,
+                          int64_t dflt, int64_t *out) {
     const cfg_int_range *r = int_range(key);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) {
         if (required)
-            return drt_set_error(DRT_ERR_FORMAT,
-                                 "%s: missing field \"%s\" (expected an integer in %lld..%lld)",
-                                 path, name, (long long)r->lo, (long long)r->hi);
+            return drt_set_error(DRT_ERR_FORMAT, "%s: missing field \"%s\" (expected an integer in %lld..%lld)", path,
+                                 name, (long long)r->lo, (long long)r->hi);
         *out = dflt;
         return DRT_OK;
     }
@@ -137,26 +131,23 @@ static drt_status cfg_int(cfg_t *c, const char *key, int required, int64_t dflt,
 
 /* Real-valued field `key` of obj (shown as `name`): finite and within its
  * CFG_NUM_RANGES entry; absent or null gives dflt unless required. */
-static drt_status num_field(const char *path, const cJSON *obj, const char *key, const char *name,
-                            int required, double dflt, double *out) {
+static drt_status num_field(const char *path, const cJSON *obj, const char *key, const char *name, int required,
+                            double dflt, double *out) {
     const cfg_num_range *r = num_range(key);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) {
         if (required)
-            return drt_set_error(DRT_ERR_FORMAT,
-                                 "%s: missing field \"%s\" (expected a number in (%g, %g])", path,
-                                 name, r->lo, r->hi);
+            return drt_set_error(DRT_ERR_FORMAT, "%s: missing field \"%s\" (expected a number in (%g, %g])", path, name,
+                                 r->lo, r->hi);
         *out = dflt;
         return DRT_OK;
     }
     if (!cJSON_IsNumber(v))
-        return drt_set_error(DRT_ERR_FORMAT,
-                             "%s: field \"%s\" is %s, expected a number in (%g, %g]", path, name,
+        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" is %s, expected a number in (%g, %g]", path, name,
                              json_kind(v), r->lo, r->hi);
     double d = v->valuedouble;
     if (!(d > r->lo && d <= r->hi)) /* also false for NaN */
-        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" is %g, allowed (%g, %g]", path, name,
-                             d, r->lo, r->hi);
+        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" is %g, allowed (%g, %g]", path, name, d, r->lo, r->hi);
     *out = d;
     return DRT_OK;
 }
@@ -167,8 +158,7 @@ static drt_status cfg_bool(cfg_t *c, const char *key, int dflt, int *out) {
         *out = dflt;
         return DRT_OK;
     }
-    if (!cJSON_IsBool(v))
-        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" must be true or false", c->path, key);
+    if (!cJSON_IsBool(v)) return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" must be true or false", c->path, key);
     *out = cJSON_IsTrue(v);
     return DRT_OK;
 }
@@ -211,8 +201,7 @@ static drt_status rope_setup(cfg_t *c, drt_model *m, int d) {
     drt_status s = num_field(c->path, c->root, "rope_theta", "rope_theta", 0, 10000.0, &theta);
     if (s != DRT_OK) return s;
     if (cJSON_IsObject(params)) {
-        s = num_field(c->path, params, "rope_theta", "rope_parameters.rope_theta", 0, theta,
-                      &theta);
+        s = num_field(c->path, params, "rope_theta", "rope_parameters.rope_theta", 0, theta, &theta);
         if (s != DRT_OK) return s;
         if (!cJSON_IsObject(scaling)) {
             scaling = params;
@@ -257,16 +246,14 @@ static drt_status rope_setup(cfg_t *c, drt_model *m, int d) {
         snprintf(nm, sizeof nm, "%s.low_freq_factor", sname);
         if ((s = num_field(c->path, scaling, "low_freq_factor", nm, 1, 0, &lo)) != DRT_OK) return s;
         snprintf(nm, sizeof nm, "%s.high_freq_factor", sname);
-        if ((s = num_field(c->path, scaling, "high_freq_factor", nm, 1, 0, &hi)) != DRT_OK)
-            return s;
+        if ((s = num_field(c->path, scaling, "high_freq_factor", nm, 1, 0, &hi)) != DRT_OK) return s;
         snprintf(nm, sizeof nm, "%s.original_max_position_embeddings", sname);
-        if ((s = get_int(c->path, scaling, "original_max_position_embeddings", nm, 1, 0, &old_i)) !=
-            DRT_OK)
-            return s;
+        if ((s = get_int(c->path, scaling, "original_max_position_embeddings", nm, 1, 0, &old_i)) != DRT_OK) return s;
         if (!(hi > lo))
             return drt_set_error(DRT_ERR_FORMAT,
                                  "%s: llama3 rope_scaling needs high_freq_factor > low_freq_factor "
-                                 "(got %g and %g)", c->path, hi, lo);
+                                 "(got %g and %g)",
+                                 c->path, hi, lo);
         m->info.rope_scaling = "llama3";
         double old = (double)old_i;
         double lo_wl = old / lo, hi_wl = old / hi;
@@ -288,8 +275,8 @@ static drt_status rope_setup(cfg_t *c, drt_model *m, int d) {
     }
     char tb[64]; /* the type is file text: one line, bounded */
     return drt_set_error(DRT_ERR_UNSUPPORTED,
-                         "%s: rope_scaling type \"%s\" is not supported (supported: linear, llama3)",
-                         c->path, drt_printable(type, tb, sizeof tb));
+                         "%s: rope_scaling type \"%s\" is not supported (supported: linear, llama3)", c->path,
+                         drt_printable(type, tb, sizeof tb));
 }
 
 /* ---- tensors ----------------------------------------------------------- */
@@ -310,24 +297,20 @@ static void shape_txt(int nd, const int64_t *ne, char *buf, size_t n) {
 }
 
 /* Finds `name` with exactly the given shape (nd 1 or 2). */
-static drt_status get_tensor(ld_t *L, const char *name, int nd, int64_t n0, int64_t n1,
-                             const drt_st_tensor **out) {
+static drt_status get_tensor(ld_t *L, const char *name, int nd, int64_t n0, int64_t n1, const drt_st_tensor **out) {
     const drt_st_tensor *t = drt_st_set_find(&L->m->st, name);
-    if (!t)
-        return drt_set_error(DRT_ERR_FORMAT, "%s: missing tensor \"%s\"", L->st_name, name);
+    if (!t) return drt_set_error(DRT_ERR_FORMAT, "%s: missing tensor \"%s\"", L->st_name, name);
     int64_t want[2] = {n0, n1};
     int ok = t->ndim == nd && t->shape[0] == n0 && (nd == 1 || t->shape[1] == n1);
     if (!ok) {
         char a[96], b[96];
         shape_txt(t->ndim, t->shape, a, sizeof a);
         shape_txt(nd, want, b, sizeof b);
-        return drt_set_error(DRT_ERR_FORMAT,
-                             "%s: tensor \"%s\" has shape %s but config.json implies %s", L->st_name,
+        return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\" has shape %s but config.json implies %s", L->st_name,
                              name, a, b);
     }
     if (t->dtype == DRT_I32)
-        return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\" is i32; expected F32, F16 or BF16",
-                             L->st_name, name);
+        return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\" is i32; expected F32, F16 or BF16", L->st_name, name);
     *out = t;
     return DRT_OK;
 }
@@ -353,8 +336,7 @@ static drt_status load_as_is(ld_t *L, drt_host_weight *w, const char *name, int6
         return DRT_OK;
     }
     void *d = malloc(t->nbytes); /* nbytes == the bytes of n0 x n1 of dtype: the header was checked */
-    if (!d) return drt_set_error(DRT_ERR_OOM, "%s: out of memory copying misaligned tensor \"%s\"",
-                                 L->st_name, name);
+    if (!d) return drt_set_error(DRT_ERR_OOM, "%s: out of memory copying misaligned tensor \"%s\"", L->st_name, name);
     memcpy(d, t->data, t->nbytes);
     drt_st_release(t);
     w->data = w->owned = d;
@@ -379,8 +361,8 @@ static drt_status load_f32_vec(ld_t *L, drt_host_weight *w, const char *name, in
 }
 
 /* A matrix of `rows` rows of `cols` whose internal row r is source row map[r]. */
-static drt_status load_rows(ld_t *L, drt_host_weight *w, const char *name, int64_t rows,
-                            int64_t cols, const int64_t *map, int64_t src_rows) {
+static drt_status load_rows(ld_t *L, drt_host_weight *w, const char *name, int64_t rows, int64_t cols,
+                            const int64_t *map, int64_t src_rows) {
     const drt_st_tensor *t;
     drt_status s = get_tensor(L, name, 2, src_rows, cols, &t);
     if (s != DRT_OK || L->dry) return s;
@@ -410,7 +392,9 @@ static void free_weight(drt_host_weight *w) {
 /* Row index within one head of width d: rotate_half order from interleaved.
  * New row i < d/2 is old row 2i; new row d/2+i is old row 2i+1, so that
  * rotate_half pairs (i, i+d/2) are the interleaved pairs (2i, 2i+1). */
-static int64_t deinterleave(int64_t i, int64_t d) { return i < d / 2 ? 2 * i : 2 * (i - d / 2) + 1; }
+static int64_t deinterleave(int64_t i, int64_t d) {
+    return i < d / 2 ? 2 * i : 2 * (i - d / 2) + 1;
+}
 
 /* exp of the dot product rounded to float32, as HF computes it. A sum or an
  * exp beyond the float range becomes what float32 arithmetic gives (0 or
@@ -434,7 +418,7 @@ void drt_model_destroy(drt_model *m) {
         for (int l = 0; l < m->info.n_layers; l++) {
             drt_layer_weights *lw = &m->layers[l];
             drt_host_weight *ws[] = {&lw->attn_norm, &lw->ffn_norm, &lw->wq, &lw->wk, &lw->wv, &lw->wo,
-                                     &lw->w_lambda, &lw->subln, &lw->wg, &lw->wu, &lw->wd};
+                                     &lw->w_lambda,  &lw->subln,    &lw->wg, &lw->wu, &lw->wd};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) free_weight(ws[i]);
         }
     free(m->layers);
@@ -452,15 +436,13 @@ void drt_model_destroy(drt_model *m) {
  * most 2 G dk (dims from the bounded config, checked anyway) */
 static int map_rows(const drt_model_info *I, int64_t *out) {
     int64_t q, k;
-    if (!drt_mul_ok(2 * (int64_t)I->n_heads, I->dk, &q) ||
-        !drt_mul_ok(2 * (int64_t)I->n_kv_groups, I->dk, &k))
+    if (!drt_mul_ok(2 * (int64_t)I->n_heads, I->dk, &q) || !drt_mul_ok(2 * (int64_t)I->n_kv_groups, I->dk, &k))
         return 0;
     *out = q > k ? q : k;
     return 1;
 }
 
-static drt_status load_attention(ld_t *L, int l, drt_layer_weights *lw, int n_q_heads,
-                                  int n_kv_heads) {
+static drt_status load_attention(ld_t *L, int l, drt_layer_weights *lw, int n_q_heads, int n_kv_heads) {
     drt_model *m = L->m;
     drt_model_info *I = &m->info;
     int64_t D = I->dim, H = I->n_heads, G = I->n_kv_groups, dk = I->dk, dv = I->dv;
@@ -472,8 +454,7 @@ static drt_status load_attention(ld_t *L, int l, drt_layer_weights *lw, int n_q_
     int64_t *map = NULL, n_map;
     size_t map_bytes;
     if (!L->dry) {
-        if (map_rows(I, &n_map) && drt_bytes_ok(n_map, sizeof *map, &map_bytes))
-            map = malloc(map_bytes);
+        if (map_rows(I, &n_map) && drt_bytes_ok(n_map, sizeof *map, &map_bytes)) map = malloc(map_bytes);
         if (!map) return drt_set_error(DRT_ERR_OOM, "out of memory");
     }
     int64_t r;
@@ -611,10 +592,8 @@ static drt_status load_globals(ld_t *L) {
     if (!I->tied_embeddings) s = load_as_is(L, &m->lm_head, "lm_head.weight", I->vocab, I->dim);
     if (s != DRT_OK || L->dry) return s;
     if (I->tied_embeddings)
-        m->lm_head = (drt_host_weight){.type = m->embed.type, .nd = 2, .ne = {I->vocab, I->dim},
-                                       .data = m->embed.data};
-    snprintf(m->lm_head.name, sizeof m->lm_head.name, "%s",
-             I->tied_embeddings ? "lm_head (tied)" : "lm_head.weight");
+        m->lm_head = (drt_host_weight){.type = m->embed.type, .nd = 2, .ne = {I->vocab, I->dim}, .data = m->embed.data};
+    snprintf(m->lm_head.name, sizeof m->lm_head.name, "%s", I->tied_embeddings ? "lm_head (tied)" : "lm_head.weight");
     return DRT_OK;
 }
 
@@ -627,7 +606,8 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
     if (!cJSON_IsString(mt))
         return drt_set_error(DRT_ERR_FORMAT,
                              "%s: missing field \"model_type\" (expected \"llama\", \"diffllama\", "
-                             "\"diff_transformer_v1\" or \"diff_transformer_v2\")", c->path);
+                             "\"diff_transformer_v1\" or \"diff_transformer_v2\")",
+                             c->path);
     const char *t = mt->valuestring;
     if (strcmp(t, "llama") == 0) {
         I->arch = DRT_ARCH_TRANSFORMER;
@@ -670,27 +650,23 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
             return drt_set_error(DRT_ERR_FORMAT,
                                  "%s: no field \"head_dim\", and the default hidden_size / "
                                  "num_attention_heads%s = %d is outside %lld..%lld",
-                                 c->path, I->layout == DRT_LAYOUT_UNILM_V1 ? " / 2" : "",
-                                 hd_default, (long long)r->lo, (long long)r->hi);
+                                 c->path, I->layout == DRT_LAYOUT_UNILM_V1 ? " / 2" : "", hd_default, (long long)r->lo,
+                                 (long long)r->hi);
         hd = hd_default;
     }
     if ((s = cfg_int(c, "max_position_embeddings", 0, 2048, &I->max_ctx)) != DRT_OK) return s;
     if ((s = cfg_bool(c, "tie_word_embeddings", 0, &I->tied_embeddings)) != DRT_OK) return s;
-    if (hd % 2)
-        return drt_set_error(DRT_ERR_FORMAT, "%s: head_dim %d must be even for RoPE", c->path, hd);
+    if (hd % 2) return drt_set_error(DRT_ERR_FORMAT, "%s: head_dim %d must be even for RoPE", c->path, hd);
     int b;
     if ((s = cfg_bool(c, "attention_bias", 0, &b)) != DRT_OK) return s;
-    if (b)
-        return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: attention_bias=true is not supported",
-                             c->path);
+    if (b) return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: attention_bias=true is not supported", c->path);
     if ((s = cfg_bool(c, "mlp_bias", 0, &b)) != DRT_OK) return s;
     if (b) return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: mlp_bias=true is not supported", c->path);
     cJSON *act = cJSON_GetObjectItemCaseSensitive(c->root, "hidden_act");
     if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0))
         return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: hidden_act must be \"silu\"", c->path);
     double eps;
-    if ((s = num_field(c->path, c->root, "rms_norm_eps", "rms_norm_eps", 0, 1e-6, &eps)) != DRT_OK)
-        return s;
+    if ((s = num_field(c->path, c->root, "rms_norm_eps", "rms_norm_eps", 0, 1e-6, &eps)) != DRT_OK) return s;
     m->rms_eps = (float)eps; /* in (0, 1]: representable */
     m->gn_eps = I->layout == DRT_LAYOUT_UNILM_V1 ? 1e-5f : (float)eps;
     if ((s = cfg_token(c, "bos_token_id", &I->bos_id)) != DRT_OK) return s;
@@ -702,8 +678,8 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
     case DRT_LAYOUT_HF_LLAMA:
         if (heads % kv)
             return drt_set_error(DRT_ERR_FORMAT,
-                                 "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
-                                 c->path, heads, kv);
+                                 "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", c->path,
+                                 heads, kv);
         I->n_heads = heads, I->n_kv_groups = kv, I->kv_m = 1, I->dk = I->dv = hd;
         break;
     case DRT_LAYOUT_HF_DIFFLLAMA:
@@ -715,15 +691,16 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
                                  c->path, heads, kv);
         if (heads % kv)
             return drt_set_error(DRT_ERR_FORMAT,
-                                 "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
-                                 c->path, heads, kv);
+                                 "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", c->path,
+                                 heads, kv);
         I->n_heads = heads / 2, I->n_kv_groups = kv / 2, I->kv_m = 2, I->dk = hd, I->dv = 2 * hd;
         break;
     case DRT_LAYOUT_UNILM_V1:
         if (heads % kv)
             return drt_set_error(DRT_ERR_FORMAT,
                                  "%s: num_attention_heads %d (diff-heads) is not a multiple of "
-                                 "num_key_value_heads %d", c->path, heads, kv);
+                                 "num_key_value_heads %d",
+                                 c->path, heads, kv);
         I->n_heads = heads, I->n_kv_groups = kv, I->kv_m = 2, I->dk = hd, I->dv = 2 * hd;
         break;
     case DRT_LAYOUT_DIFF_V2:
@@ -731,7 +708,8 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
             return drt_set_error(DRT_ERR_FORMAT,
                                  "%s: DIFF V2 needs num_attention_heads %d even and query heads 2j, 2j+1 "
                                  "in one GQA group (num_attention_heads/2 a multiple of "
-                                 "num_key_value_heads %d)", c->path, heads, kv);
+                                 "num_key_value_heads %d)",
+                                 c->path, heads, kv);
         I->n_heads = heads / 2, I->n_kv_groups = kv, I->kv_m = 1, I->dk = I->dv = hd;
         break;
     }
@@ -769,7 +747,9 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
         if (s == DRT_OK && !cJSON_IsObject(c.root)) {
             const cJSON *r = c.root;
             s = drt_set_error(DRT_ERR_FORMAT, "%s: expected a JSON object, got %s", cpath,
-                              cJSON_IsArray(r) ? "an array" : cJSON_IsNumber(r) ? "a number" : json_kind(r));
+                              cJSON_IsArray(r)    ? "an array"
+                              : cJSON_IsNumber(r) ? "a number"
+                                                  : json_kind(r));
         } else if (s == DRT_OK) {
             s = drt_json_check(c.root, text, len, cpath);
         }
@@ -796,8 +776,7 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
         m->layers = calloc((size_t)I->n_layers, sizeof *m->layers); /* calloc checks n * size */
         m->lambda_v = calloc((size_t)I->n_layers, sizeof(float));
         m->lambda_init_v = calloc((size_t)I->n_layers, sizeof(float));
-        if (!m->layers || !m->lambda_v || !m->lambda_init_v)
-            s = drt_set_error(DRT_ERR_OOM, "out of memory");
+        if (!m->layers || !m->lambda_v || !m->lambda_init_v) s = drt_set_error(DRT_ERR_OOM, "out of memory");
     }
     if (s == DRT_OK) s = load_globals(&L);
     if (s == DRT_OK) s = load_layers(&L, nq, nkv);
@@ -826,9 +805,7 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
 }
 
 drt_status drt_model_get_info(const drt_model *m, drt_model_info *out) {
-    if (!m || !out)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_model_get_info: %s is NULL",
-                             m ? "out" : "m");
+    if (!m || !out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_model_get_info: %s is NULL", m ? "out" : "m");
     *out = m->info;
     return DRT_OK;
 }

@@ -39,10 +39,10 @@ typedef struct {
 struct drt_model {
     drt_model_info info;
     char dir[512];
-    float rms_eps;      /* the pre-norms and the final norm */
-    float gn_eps;       /* GROUPNORM (V1) */
+    float rms_eps; /* the pre-norms and the final norm */
+    float gn_eps;  /* GROUPNORM (V1) */
     float rope_theta;
-    float *inv_freq;    /* (dk/2), after rope_scaling */
+    float *inv_freq; /* (dk/2), after rope_scaling */
     drt_host_weight embed, final_norm, lm_head, inv_freq_w;
     drt_layer_weights *layers;
     float *lambda_v, *lambda_init_v; /* (n_layers) for info */

@@ -122,7 +122,9 @@ static const char *shown(const char *s, char *buf, size_t n) {
     return buf;
 }
 
-const char *drt_printable(const char *s, char *buf, size_t n) { return shown(s, buf, n); }
+const char *drt_printable(const char *s, char *buf, size_t n) {
+    return shown(s, buf, n);
+}
 
 /* ---- JSON read as the reference tools read it ------------------------------- */
 
@@ -258,8 +260,7 @@ static int json_ws(unsigned char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
-drt_status drt_json_parse(const char *text, size_t len, const char *name, const char *what,
-                          cJSON **out) {
+drt_status drt_json_parse(const char *text, size_t len, const char *name, const char *what, cJSON **out) {
     *out = NULL;
     const char *w = what ? what : "", *sp = what ? " " : "", *is = what ? " is " : "";
     /* cJSON skips a BOM; json.loads raises on one (transformers reads
@@ -273,8 +274,7 @@ drt_status drt_json_parse(const char *text, size_t len, const char *name, const 
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
         size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
-        return drt_set_error(DRT_ERR_FORMAT, "%s: %s%snot valid JSON (error near byte %zu)", name,
-                             w, is, at);
+        return drt_set_error(DRT_ERR_FORMAT, "%s: %s%snot valid JSON (error near byte %zu)", name, w, is, at);
     }
     size_t n = (size_t)(end - text);
     /* cJSON takes any byte below 0x20 as whitespace and inside strings;
@@ -358,11 +358,9 @@ drt_status drt_open_regular(const char *path, int *fd, uint64_t *size) {
      * at all (opening some devices does something), and a FIFO is refused
      * here without the open that would wait for a writer */
     struct stat sb;
-    if (stat(path, &sb) != 0)
-        return drt_set_error(DRT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (stat(path, &sb) != 0) return drt_set_error(DRT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (!S_ISREG(sb.st_mode))
-        return drt_set_error(DRT_ERR_IO, "%s: not a regular file (%s)", path,
-                             file_kind(sb.st_mode));
+        return drt_set_error(DRT_ERR_IO, "%s: not a regular file (%s)", path, file_kind(sb.st_mode));
     /* the entry can change between stat and open: O_NONBLOCK keeps the open
      * of a FIFO swapped in from blocking, fstat decides on what was opened */
     int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -374,8 +372,7 @@ drt_status drt_open_regular(const char *path, int *fd, uint64_t *size) {
     }
     if (!S_ISREG(sb.st_mode)) {
         close(f);
-        return drt_set_error(DRT_ERR_IO, "%s: not a regular file (%s)", path,
-                             file_kind(sb.st_mode));
+        return drt_set_error(DRT_ERR_IO, "%s: not a regular file (%s)", path, file_kind(sb.st_mode));
     }
     *fd = f;
     *size = (uint64_t)sb.st_size;
@@ -402,21 +399,17 @@ static int cmp_tensor_name(const void *a, const void *b) {
 
 /* One header entry -> *t (name not set) and its span. data_size is the
  * number of bytes after the header. */
-static drt_status parse_entry(const char *path, const char *name, const cJSON *e, const cJSON *meta,
-                              uint64_t data_size, drt_st_tensor *t, st_span *sp) {
+static drt_status parse_entry(const char *path, const char *name, const cJSON *e, const cJSON *meta, uint64_t data_size,
+                              drt_st_tensor *t, st_span *sp) {
     char nb[160], vb[64];
     const char *nm = shown(name, nb, sizeof nb);
     if (!cJSON_IsObject(e))
-        return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": entry is not a JSON object", path,
-                             nm);
+        return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": entry is not a JSON object", path, nm);
 
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-    if (!dt)
-        return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": missing field \"dtype\"", path,
-                             nm);
+    if (!dt) return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": missing field \"dtype\"", path, nm);
     if (!cJSON_IsString(dt) || !dt->valuestring)
-        return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": \"dtype\" is not a string", path,
-                             nm);
+        return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": \"dtype\" is not a string", path, nm);
     int dtype = -1;
     for (int i = 0; i < ST_N_PLAIN; i++)
         if (strcmp(dt->valuestring, st_dtype_names[i]) == 0) dtype = i;
@@ -446,16 +439,12 @@ static drt_status parse_entry(const char *path, const char *name, const cJSON *e
     t->dtype = (drt_dtype)dtype;
 
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
-    if (!sh)
-        return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": missing field \"shape\"", path,
-                             nm);
+    if (!sh) return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": missing field \"shape\"", path, nm);
     if (!cJSON_IsArray(sh))
-        return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": \"shape\" is not an array", path,
-                             nm);
+        return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": \"shape\" is not an array", path, nm);
     int ndim = cJSON_GetArraySize(sh);
     if (ndim > 4)
-        return drt_set_error(DRT_ERR_UNSUPPORTED,
-                             "%s: tensor \"%s\": shape has %d dims, at most 4 supported", path, nm,
+        return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: tensor \"%s\": shape has %d dims, at most 4 supported", path, nm,
                              ndim);
     t->ndim = ndim;
     /* product of the dims times the dtype size, with overflow detection
@@ -487,21 +476,18 @@ static drt_status parse_entry(const char *path, const char *name, const cJSON *e
     }
 
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-    if (!off)
-        return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": missing field \"data_offsets\"",
-                             path, nm);
+    if (!off) return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": missing field \"data_offsets\"", path, nm);
     uint64_t b, en;
-    if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 ||
-        !json_uint(cJSON_GetArrayItem(off, 0), &b) || !json_uint(cJSON_GetArrayItem(off, 1), &en))
+    if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || !json_uint(cJSON_GetArrayItem(off, 0), &b) ||
+        !json_uint(cJSON_GetArrayItem(off, 1), &en))
         return drt_set_error(DRT_ERR_FORMAT,
                              "%s: tensor \"%s\": \"data_offsets\" must be an array of 2 "
                              "non-negative integers [begin, end]",
                              path, nm);
     if (b > en)
         return drt_set_error(DRT_ERR_FORMAT,
-                             "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
-                             "] begin after end",
-                             path, nm, b, en);
+                             "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] begin after end", path, nm, b,
+                             en);
     if (en > data_size)
         return drt_set_error(DRT_ERR_FORMAT,
                              "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
@@ -511,16 +497,14 @@ static drt_status parse_entry(const char *path, const char *name, const cJSON *e
         char shp[128];
         int p = snprintf(shp, sizeof shp, "[");
         for (int i = 0; i < ndim; i++)
-            p +=
-                snprintf(shp + p, sizeof shp - (size_t)p, "%s%" PRId64, i ? ", " : "", t->shape[i]);
+            p += snprintf(shp + p, sizeof shp - (size_t)p, "%s%" PRId64, i ? ", " : "", t->shape[i]);
         snprintf(shp + p, sizeof shp - (size_t)p, "]");
         if (overflow)
-            return drt_set_error(DRT_ERR_FORMAT,
-                                 "%s: tensor \"%s\": shape %s of %s overflows 64-bit byte count",
-                                 path, nm, shp, st_dtype_names[t->dtype]);
+            return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": shape %s of %s overflows 64-bit byte count", path,
+                                 nm, shp, st_dtype_names[t->dtype]);
         return drt_set_error(DRT_ERR_FORMAT,
-                             "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
-                             "] hold %" PRIu64 " bytes, shape %s of %s needs %" PRIu64,
+                             "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
+                             " bytes, shape %s of %s needs %" PRIu64,
                              path, nm, b, en, en - b, shp, st_dtype_names[t->dtype], nbytes);
     }
     if (quant) {
@@ -555,17 +539,14 @@ static drt_status parse_header(drt_st_file *f) {
                              "size of %zu bytes)",
                              path, f->map_size);
     if (hlen > ST_MAX_HEADER)
-        return drt_set_error(DRT_ERR_FORMAT,
-                             "%s: header length field over the %" PRIu64 "-byte limit", path,
+        return drt_set_error(DRT_ERR_FORMAT, "%s: header length field over the %" PRIu64 "-byte limit", path,
                              ST_MAX_HEADER);
     uint64_t data_size = avail - hlen;
     const unsigned char *data = m + 8 + hlen;
 
-    if (memchr(m + 8, 0, (size_t)hlen))
-        return drt_set_error(DRT_ERR_FORMAT, "%s: header contains a NUL byte", path);
+    if (memchr(m + 8, 0, (size_t)hlen)) return drt_set_error(DRT_ERR_FORMAT, "%s: header contains a NUL byte", path);
     char *text = malloc((size_t)hlen + 1);
-    if (!text)
-        return drt_set_error(DRT_ERR_OOM, "%s: out of memory for the header", path);
+    if (!text) return drt_set_error(DRT_ERR_OOM, "%s: out of memory for the header", path);
     memcpy(text, m + 8, (size_t)hlen);
     text[hlen] = 0;
     cJSON *root = NULL;
@@ -605,8 +586,8 @@ static drt_status parse_header(drt_st_file *f) {
     cJSON_ArrayForEach(e, root) {
         if (strcmp(e->string, "__metadata__") == 0) continue;
         drt_st_tensor *t = &f->tensors[f->n_tensors];
-        st = parse_entry(path, e->string, e, cJSON_GetObjectItemCaseSensitive(root, "__metadata__"),
-                         data_size, t, &spans[f->n_tensors]);
+        st = parse_entry(path, e->string, e, cJSON_GetObjectItemCaseSensitive(root, "__metadata__"), data_size, t,
+                         &spans[f->n_tensors]);
         if (st != DRT_OK) goto done;
         t->name = str_dup(e->string);
         if (!t->name) {
@@ -623,13 +604,11 @@ static drt_status parse_header(drt_st_file *f) {
     for (int i = 1; i < n; i++) {
         if (spans[i].begin < spans[i - 1].end) {
             char b1[160], b2[160];
-            st = drt_set_error(DRT_ERR_FORMAT,
-                               "%s: tensors \"%s\" [%" PRIu64 ", %" PRIu64 "] and \"%s\" [%" PRIu64
-                               ", %" PRIu64 "] overlap",
-                               path, shown(f->tensors[spans[i - 1].idx].name, b1, sizeof b1),
-                               spans[i - 1].begin, spans[i - 1].end,
-                               shown(f->tensors[spans[i].idx].name, b2, sizeof b2), spans[i].begin,
-                               spans[i].end);
+            st = drt_set_error(
+                DRT_ERR_FORMAT,
+                "%s: tensors \"%s\" [%" PRIu64 ", %" PRIu64 "] and \"%s\" [%" PRIu64 ", %" PRIu64 "] overlap", path,
+                shown(f->tensors[spans[i - 1].idx].name, b1, sizeof b1), spans[i - 1].begin, spans[i - 1].end,
+                shown(f->tensors[spans[i].idx].name, b2, sizeof b2), spans[i].begin, spans[i].end);
             goto done;
         }
     }
@@ -638,8 +617,8 @@ static drt_status parse_header(drt_st_file *f) {
     for (int i = 1; i < n; i++) {
         if (strcmp(f->tensors[i].name, f->tensors[i - 1].name) == 0) {
             char b1[160];
-            st = drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\" appears twice in the header",
-                               path, shown(f->tensors[i].name, b1, sizeof b1));
+            st = drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\" appears twice in the header", path,
+                               shown(f->tensors[i].name, b1, sizeof b1));
             goto done;
         }
     }
@@ -678,8 +657,8 @@ static drt_status map_file(int fd, size_t size, const char *path, void **out) {
     }
     void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED)
-        return drt_set_error(DRT_ERR_OOM, "%s: cannot allocate %zu bytes to read it into (DIFFRT_NO_MMAP=1): %s",
-                             path, size, strerror(errno));
+        return drt_set_error(DRT_ERR_OOM, "%s: cannot allocate %zu bytes to read it into (DIFFRT_NO_MMAP=1): %s", path,
+                             size, strerror(errno));
 #ifdef MADV_HUGEPAGE
     (void)madvise(mem, size, MADV_HUGEPAGE); /* a hint: without THP, plain pages */
 #endif
@@ -778,8 +757,7 @@ static drt_status set_index(drt_st_set *s, const char *what) {
     int64_t total = 0;
     for (int f = 0; f < s->n_files; f++)
         if (!drt_add_ok(total, s->files[f].n_tensors, &total) || total > INT_MAX)
-            return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: more than %d tensors in all", what,
-                                 INT_MAX);
+            return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: more than %d tensors in all", what, INT_MAX);
     if (total == 0) return DRT_OK;
     st_ref *refs = calloc((size_t)total, sizeof *refs);
     s->by_name = calloc((size_t)total, sizeof *s->by_name);
@@ -789,8 +767,7 @@ static drt_status set_index(drt_st_set *s, const char *what) {
     }
     int k = 0;
     for (int f = 0; f < s->n_files; f++)
-        for (int i = 0; i < s->files[f].n_tensors; i++)
-            refs[k++] = (st_ref){&s->files[f].tensors[i], f};
+        for (int i = 0; i < s->files[f].n_tensors; i++) refs[k++] = (st_ref){&s->files[f].tensors[i], f};
     qsort(refs, (size_t)total, sizeof *refs, cmp_ref);
     for (int i = 0; i < k; i++) s->by_name[i] = refs[i].t;
     s->n_names = k;
@@ -806,8 +783,8 @@ static int plain_file_name(const char *s) {
     size_t n = strlen(s);
     /* and printable as it is: the name becomes part of paths in messages */
     char pb[6 * ST_MAX_NAME + 8];
-    return n > 0 && n <= ST_MAX_NAME && !strchr(s, '/') && strcmp(s, ".") != 0 &&
-           strcmp(s, "..") != 0 && strcmp(shown(s, pb, sizeof pb), s) == 0;
+    return n > 0 && n <= ST_MAX_NAME && !strchr(s, '/') && strcmp(s, ".") != 0 && strcmp(s, "..") != 0 &&
+           strcmp(shown(s, pb, sizeof pb), s) == 0;
 }
 
 /* A JSON "\u0000" escape (and not an escaped backslash before "u0000"):
@@ -827,8 +804,7 @@ static int has_nul_escape(const char *text) {
  * elsewhere (a directory unpacked from an archive can carry one) would read
  * outside the model: refused. The resolved path is what is opened, so the
  * link cannot be swapped between the check and the open. */
-static drt_status open_shard_inside(const char *rdir, const char *dir, const char *name,
-                                    drt_st_file *out) {
+static drt_status open_shard_inside(const char *rdir, const char *dir, const char *name, drt_st_file *out) {
     char *p = path_join(dir, name);
     if (!p) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", dir);
     char *rp = realpath(p, NULL);
@@ -892,11 +868,9 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
     idx_entry *ent = NULL, *sorted = NULL;
     int *file_of = NULL; /* by weight_map position: which of out->files */
     char *rdir = NULL;
-    const cJSON *wm =
-        cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+    const cJSON *wm = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!cJSON_IsObject(wm)) {
-        st = drt_set_error(DRT_ERR_FORMAT, "%s: expected an object with a \"weight_map\" object",
-                           ipath);
+        st = drt_set_error(DRT_ERR_FORMAT, "%s: expected an object with a \"weight_map\" object", ipath);
         goto done;
     }
     int n = cJSON_GetArraySize(wm); /* an int: the index is at most 64 MiB */
@@ -913,8 +887,7 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
     const cJSON *e;
     cJSON_ArrayForEach(e, wm) {
         if (!cJSON_IsString(e) || !e->valuestring || !e->valuestring[0]) {
-            st = drt_set_error(DRT_ERR_FORMAT,
-                               "%s: weight_map: tensor \"%s\": expected a shard file name string",
+            st = drt_set_error(DRT_ERR_FORMAT, "%s: weight_map: tensor \"%s\": expected a shard file name string",
                                ipath, shown(e->string, nb, sizeof nb));
             goto done;
         }
@@ -922,8 +895,7 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
             st = drt_set_error(DRT_ERR_FORMAT,
                                "%s: weight_map: tensor \"%s\": shard \"%s\" is not a plain file "
                                "name in the model directory",
-                               ipath, shown(e->string, nb, sizeof nb),
-                               shown(e->valuestring, sb, sizeof sb));
+                               ipath, shown(e->string, nb, sizeof nb), shown(e->valuestring, sb, sizeof sb));
             goto done;
         }
         ent[k] = (idx_entry){e->string, e->valuestring, k};
@@ -964,8 +936,7 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
         st = open_shard_inside(rdir, dir, ent[i].shard, &out->files[out->n_files]);
         if (st != DRT_OK) {
             /* keep the shard's own message, say which index named it */
-            st = drt_set_error(st, "%s: shard \"%s\": %s", ipath,
-                               shown(ent[i].shard, sb, sizeof sb), drt_last_error());
+            st = drt_set_error(st, "%s: shard \"%s\": %s", ipath, shown(ent[i].shard, sb, sizeof sb), drt_last_error());
             goto done;
         }
         out->n_files++;
@@ -978,8 +949,7 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
             st = drt_set_error(DRT_ERR_FORMAT,
                                "%s: weight_map: tensor \"%s\" not found in shard "
                                "\"%s\"",
-                               ipath, shown(ent[i].tensor, nb, sizeof nb),
-                               shown(ent[i].shard, sb, sizeof sb));
+                               ipath, shown(ent[i].tensor, nb, sizeof nb), shown(ent[i].shard, sb, sizeof sb));
             goto done;
         }
         /* drt_st_set_find returns the first match: it must be this one */
@@ -987,8 +957,7 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
             st = drt_set_error(DRT_ERR_FORMAT,
                                "%s: weight_map: tensor \"%s\" maps to shard \"%s\" but is also in "
                                "an earlier shard",
-                               ipath, shown(ent[i].tensor, nb, sizeof nb),
-                               shown(ent[i].shard, sb, sizeof sb));
+                               ipath, shown(ent[i].tensor, nb, sizeof nb), shown(ent[i].shard, sb, sizeof sb));
             goto done;
         }
     }
@@ -1029,8 +998,7 @@ drt_status drt_st_set_open_dir(const char *dir, drt_st_set *out) {
     } else if (errno != ENOENT) {
         st = drt_set_error(DRT_ERR_IO, "%s: cannot open: %s", index, strerror(errno));
     } else {
-        st = drt_set_error(DRT_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json",
-                           dir);
+        st = drt_set_error(DRT_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json", dir);
     }
     free(single);
     free(index);
@@ -1071,8 +1039,7 @@ static cJSON *json_u64(uint64_t v) {
 drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n) {
     if (!path) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_st_write: path is NULL");
     if (n < 0 || (n > 0 && !t))
-        return drt_set_error(DRT_ERR_INVALID_ARG, "%s: drt_st_write: bad tensor list (n = %d)",
-                             path, n);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "%s: drt_st_write: bad tensor list (n = %d)", path, n);
     uint64_t *sizes = n > 0 ? calloc((size_t)n, sizeof *sizes) : NULL;
     cJSON *root = cJSON_CreateObject();
     char *text = NULL;
@@ -1106,20 +1073,18 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n) {
                 goto done;
             }
         if ((unsigned)w->dtype >= DRT_DTYPE_COUNT) {
-            st = drt_set_error(DRT_ERR_INVALID_ARG, "%s: tensor \"%s\": bad dtype %d", path, nm,
-                               (int)w->dtype);
+            st = drt_set_error(DRT_ERR_INVALID_ARG, "%s: tensor \"%s\": bad dtype %d", path, nm, (int)w->dtype);
             goto done;
         }
         if (w->ndim < 0 || w->ndim > 4) {
-            st = drt_set_error(DRT_ERR_INVALID_ARG, "%s: tensor \"%s\": ndim %d, expected 0 to 4",
-                               path, nm, w->ndim);
+            st = drt_set_error(DRT_ERR_INVALID_ARG, "%s: tensor \"%s\": ndim %d, expected 0 to 4", path, nm, w->ndim);
             goto done;
         }
         const int quant = drt_dtype_block(w->dtype) > 1;
         if (quant && (w->ndim != 2 || w->shape[1] % DRT_QBLOCK != 0)) {
             st = drt_set_error(DRT_ERR_INVALID_ARG,
-                               "%s: tensor \"%s\": a %s tensor must be (rows, K) with K a multiple of 32",
-                               path, nm, drt_dtype_name(w->dtype));
+                               "%s: tensor \"%s\": a %s tensor must be (rows, K) with K a multiple of 32", path, nm,
+                               drt_dtype_name(w->dtype));
             goto done;
         }
         /* a block format is written as U8 [rows, blocks, block bytes] */
@@ -1137,17 +1102,14 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n) {
         for (int k = 0; k < ndim; k++) zero |= shp[k] == 0;
         for (int k = 0; k < ndim; k++) {
             if (shp[k] < 0 || (double)shp[k] > ST_MAX_JSON_INT) {
-                st = drt_set_error(DRT_ERR_INVALID_ARG,
-                                   "%s: tensor \"%s\": shape[%d] = %" PRId64 " out of range", path,
+                st = drt_set_error(DRT_ERR_INVALID_ARG, "%s: tensor \"%s\": shape[%d] = %" PRId64 " out of range", path,
                                    nm, k, shp[k]);
                 goto done;
             }
             uint64_t v = (uint64_t)shp[k];
-            if (zero)
-                continue;
+            if (zero) continue;
             if (nbytes > UINT64_MAX / v) {
-                st = drt_set_error(DRT_ERR_INVALID_ARG, "%s: tensor \"%s\": byte count overflows",
-                                   path, nm);
+                st = drt_set_error(DRT_ERR_INVALID_ARG, "%s: tensor \"%s\": byte count overflows", path, nm);
                 goto done;
             } else
                 nbytes *= v;
@@ -1158,18 +1120,15 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n) {
             goto done;
         }
         if (nbytes > SIZE_MAX || pos > (uint64_t)ST_MAX_JSON_INT - nbytes) {
-            st = drt_set_error(DRT_ERR_INVALID_ARG, "%s: tensor \"%s\": file would be too large",
-                               path, nm);
+            st = drt_set_error(DRT_ERR_INVALID_ARG, "%s: tensor \"%s\": file would be too large", path, nm);
             goto done;
         }
         sizes[i] = nbytes;
         /* every node is attached as soon as it is made, so root owns it */
         cJSON *e = cJSON_AddObjectToObject(root, w->name), *shape = NULL, *off = NULL;
         int ok = e && cJSON_AddStringToObject(e, "dtype", st_dtype_names[w->dtype]) &&
-                 (shape = cJSON_AddArrayToObject(e, "shape")) &&
-                 (off = cJSON_AddArrayToObject(e, "data_offsets"));
-        for (int k = 0; ok && k < ndim; k++)
-            ok = cJSON_AddItemToArray(shape, json_u64((uint64_t)shp[k]));
+                 (shape = cJSON_AddArrayToObject(e, "shape")) && (off = cJSON_AddArrayToObject(e, "data_offsets"));
+        for (int k = 0; ok && k < ndim; k++) ok = cJSON_AddItemToArray(shape, json_u64((uint64_t)shp[k]));
         if (ok && quant) {
             cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
             char key[600];
@@ -1238,9 +1197,8 @@ drt_status drt_read_text_file(const char *path, char **out, size_t *len) {
     if (st != DRT_OK) return st;
     char *buf = NULL;
     if (fsize > TEXT_FILE_MAX) {
-        st = drt_set_error(DRT_ERR_IO,
-                           "%s: file is %" PRIu64 " bytes, over the %zu MiB limit for a text file",
-                           path, fsize, TEXT_FILE_MAX >> 20);
+        st = drt_set_error(DRT_ERR_IO, "%s: file is %" PRIu64 " bytes, over the %zu MiB limit for a text file", path,
+                           fsize, TEXT_FILE_MAX >> 20);
         goto done;
     }
     /* read to EOF rather than trusting st_size: a file that grows after the
@@ -1254,8 +1212,7 @@ drt_status drt_read_text_file(const char *path, char **out, size_t *len) {
     for (;;) {
         if (n + 1 == cap) {
             if (n > TEXT_FILE_MAX) {
-                st = drt_set_error(DRT_ERR_IO, "%s: over the %zu MiB limit for a text file", path,
-                                   TEXT_FILE_MAX >> 20);
+                st = drt_set_error(DRT_ERR_IO, "%s: over the %zu MiB limit for a text file", path, TEXT_FILE_MAX >> 20);
                 goto done;
             }
             size_t ncap = cap * 2 > TEXT_FILE_MAX + 2 ? TEXT_FILE_MAX + 2 : cap * 2;

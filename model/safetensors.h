@@ -109,8 +109,7 @@ struct cJSON;
  * text after the value (trailing whitespace aside) are DRT_ERR_FORMAT, one
  * line naming the file (and `what` in it, e.g. "header"; NULL: the file
  * itself) and the byte offset. The caller then runs drt_json_check. */
-drt_status drt_json_parse(const char *text, size_t len, const char *name, const char *what,
-                          struct cJSON **out);
+drt_status drt_json_parse(const char *text, size_t len, const char *name, const char *what, struct cJSON **out);
 /* Checks a parsed JSON document (root, parsed from text[0..len)) so that it
  * is read as Python's json and Hugging Face read it, or refused: a key that
  * appears twice in one object, at any depth (cJSON keeps both and a lookup

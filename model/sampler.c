@@ -32,8 +32,7 @@ drt_status drt_sampler_create(const drt_sampler_opts *o, int vocab, drt_sampler 
     if (!(o->temperature >= 0) || !isfinite(o->temperature))
         return drt_set_error(DRT_ERR_INVALID_ARG, "--temp must be a finite number >= 0");
     if (o->top_k < 0) return drt_set_error(DRT_ERR_INVALID_ARG, "--top-k must be >= 0");
-    if (!(o->top_p > 0 && o->top_p <= 1))
-        return drt_set_error(DRT_ERR_INVALID_ARG, "--top-p must be in (0, 1]");
+    if (!(o->top_p > 0 && o->top_p <= 1)) return drt_set_error(DRT_ERR_INVALID_ARG, "--top-p must be in (0, 1]");
     drt_sampler *s = calloc(1, sizeof *s);
     if (!s) return drt_set_error(DRT_ERR_OOM, "out of memory");
     s->o = *o;
@@ -90,8 +89,7 @@ static float max_logit(const float *x, int n, int *bad) {
 
 int drt_sampler_sample(drt_sampler *s, const float *logits) {
     if (!s || !logits) {
-        drt_set_error(DRT_ERR_INVALID_ARG, "drt_sampler_sample: %s is NULL",
-                      !s ? "the sampler" : "logits");
+        drt_set_error(DRT_ERR_INVALID_ARG, "drt_sampler_sample: %s is NULL", !s ? "the sampler" : "logits");
         return -1;
     }
     int V = s->vocab, bad = 0;
@@ -99,8 +97,7 @@ int drt_sampler_sample(drt_sampler *s, const float *logits) {
     if (bad) /* name the first offender */
         for (int i = 0; i < V; i++)
             if (!(logits[i] <= FLT_MAX)) {
-                drt_set_error(DRT_ERR_NUMERIC,
-                              "sampler: the logit of token %d is %s: not a distribution", i,
+                drt_set_error(DRT_ERR_NUMERIC, "sampler: the logit of token %d is %s: not a distribution", i,
                               isnan(logits[i]) ? "NaN" : "Inf");
                 return -1;
             }
@@ -110,8 +107,7 @@ int drt_sampler_sample(drt_sampler *s, const float *logits) {
     }
     if (s->o.temperature == 0) { /* the first token with the largest logit */
         int best = 0;
-        while (logits[best] != maxv)
-            best++;
+        while (logits[best] != maxv) best++;
         return best;
     }
     for (int i = 0; i < V; i++) s->c[i] = (cand){logits[i], i};
@@ -133,8 +129,7 @@ int drt_sampler_sample(drt_sampler *s, const float *logits) {
         }
     }
     /* never the masked (-Inf, probability 0) tail, even when rounding leaves u >= 0 below */
-    while (keep > 1 && s->prob[keep - 1] == 0)
-        keep--;
+    while (keep > 1 && s->prob[keep - 1] == 0) keep--;
     double kept = 0;
     for (int i = 0; i < keep; i++) kept += s->prob[i];
     double u = (double)(drt_splitmix64(&s->state) >> 11) * (1.0 / 9007199254740992.0) * kept;

@@ -51,9 +51,9 @@ struct drt_batch_session {
     drt_backend *be;
     drt_graph *store; /* owns the weight and cache tensors */
     drt_model_tensors mt;
-    int max_seqs, ctx, max_rows; /* slots, positions per slot, rows per forward */
-    int *len;                    /* per slot: positions held */
-    int check_finite; /* drt_session_opts.check_finite or DIFFRT_CHECK_FINITE */
+    int max_seqs, ctx, max_rows;       /* slots, positions per slot, rows per forward */
+    int *len;                          /* per slot: positions held */
+    int check_finite;                  /* drt_session_opts.check_finite or DIFFRT_CHECK_FINITE */
     drt_forward_graph graph[N_GRAPHS]; /* g NULL: a free entry */
     uint64_t used[N_GRAPHS], tick;     /* least recently used goes first */
     drt_forward_graph *last;           /* the graph of the last successful forward */
@@ -85,9 +85,13 @@ static drt_status enter(drt_batch_session *s, const char *what) {
 
 /* For the calls without a status: wait for the thread inside. The getters
  * take a const session; the mutex is its one mutable part. */
-static void wait_enter(const drt_batch_session *s) { pthread_mutex_lock((pthread_mutex_t *)&s->mu); }
+static void wait_enter(const drt_batch_session *s) {
+    pthread_mutex_lock((pthread_mutex_t *)&s->mu);
+}
 
-static void leave(const drt_batch_session *s) { pthread_mutex_unlock((pthread_mutex_t *)&s->mu); }
+static void leave(const drt_batch_session *s) {
+    pthread_mutex_unlock((pthread_mutex_t *)&s->mu);
+}
 
 static drt_tensor *upload(drt_batch_session *s, const drt_host_weight *w, drt_status *st) {
     if (*st != DRT_OK || !w->data) return NULL;
@@ -151,7 +155,9 @@ void drt_batch_session_free(drt_batch_session *s) {
     if (m) drt_model_unref(m);
 }
 
-void drt_session_free(drt_session *s) { drt_batch_session_free(s ? &s->b : NULL); }
+void drt_session_free(drt_session *s) {
+    drt_batch_session_free(s ? &s->b : NULL);
+}
 
 /* attention nodes carry the logit quantization in ip[1] (ref_ops.h) */
 static void put_attn_bits(drt_forward_graph *f, int bits) {
@@ -160,7 +166,6 @@ static void put_attn_bits(drt_forward_graph *f, int bits) {
         if (t->op == DRT_OP_ATTN || t->op == DRT_OP_DIFF_ATTN) t->ip[1] = bits;
     }
 }
-
 
 static drt_status build(drt_batch_session *s, int T, int L, drt_forward_graph *f) {
     drt_status st = drt_build_forward(s->m, &s->mt, T, L, f);
@@ -221,12 +226,12 @@ static drt_status create(drt_model *m, const drt_session_opts *opts, const drt_b
                              "max_position_embeddings)",
                              o.max_ctx, DRT_MAX_CTX);
     if (b.max_seqs < 0 || b.max_seqs > DRT_MAX_SEQS)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "max_seqs %d is out of range: 1 .. %d sequences (0: 1)",
-                             b.max_seqs, DRT_MAX_SEQS);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "max_seqs %d is out of range: 1 .. %d sequences (0: 1)", b.max_seqs,
+                             DRT_MAX_SEQS);
     if (b.ctx_per_seq < 0 || b.ctx_per_seq > DRT_MAX_CTX)
         return drt_set_error(DRT_ERR_INVALID_ARG,
-                             "ctx_per_seq %d is out of range: 1 .. %d positions (0: as max_ctx decides)",
-                             b.ctx_per_seq, DRT_MAX_CTX);
+                             "ctx_per_seq %d is out of range: 1 .. %d positions (0: as max_ctx decides)", b.ctx_per_seq,
+                             DRT_MAX_CTX);
     if (b.max_batch_rows < 0 || b.max_batch_rows > DRT_MAX_BATCH_ROWS)
         return drt_set_error(DRT_ERR_INVALID_ARG, "max_batch_rows %d is out of range: 1 .. %d rows (0: %d)",
                              b.max_batch_rows, DRT_MAX_BATCH_ROWS, DRT_DEFAULT_BATCH_ROWS);
@@ -300,8 +305,7 @@ static drt_status create(drt_model *m, const drt_session_opts *opts, const drt_b
         if (I->arch == DRT_ARCH_TRANSFORMER)
             L->k_cache = drt_new_tensor_3d(s->store, DRT_F32, cache_rows, I->n_kv_groups, I->dk, nm);
         else
-            L->k_cache = drt_new_tensor_4d(s->store, DRT_F32, cache_rows, I->n_kv_groups, I->kv_m,
-                                           I->dk, nm);
+            L->k_cache = drt_new_tensor_4d(s->store, DRT_F32, cache_rows, I->n_kv_groups, I->kv_m, I->dk, nm);
         snprintf(nm, sizeof nm, "v_cache.%d", l);
         L->v_cache = drt_new_tensor_3d(s->store, DRT_F32, cache_rows, I->n_kv_groups, I->dv, nm);
         if (!L->k_cache || !L->v_cache) {
@@ -338,8 +342,6 @@ drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_se
     return st;
 }
 
-
-
 static void add_fallbacks(drt_batch_session *s, const drt_plan *p, const int64_t before[DRT_OP_COUNT]) {
     const int64_t *now = drt_plan_fallback_runs(p);
     for (int i = 0; i < DRT_OP_COUNT; i++) s->fallback_runs[i] += now[i] - before[i];
@@ -353,8 +355,7 @@ static const char *nonfinite_kind(float v) {
  * row `row` (value v). With the finite check on, the forward is run again op
  * by op to name the first op whose output was not finite, and a weight of it
  * that holds the NaN or Inf. */
-static drt_status nonfinite_error(drt_batch_session *s, drt_forward_graph *f, const drt_exec *ex, int row,
-                                  float v) {
+static drt_status nonfinite_error(drt_batch_session *s, drt_forward_graph *f, const drt_exec *ex, int row, float v) {
     char why[512];
     if (!s->check_finite) {
         snprintf(why, sizeof why,
@@ -365,29 +366,27 @@ static drt_status nonfinite_error(drt_batch_session *s, drt_forward_graph *f, co
         drt_status st = drt_plan_find_nonfinite(f->plan, ex, &nf);
         int layer = -1;
         if (st != DRT_OK) {
-            snprintf(why, sizeof why, "the finite check could not re-run the forward: %.300s",
-                     drt_last_error());
+            snprintf(why, sizeof why, "the finite check could not re-run the forward: %.300s", drt_last_error());
         } else if (!nf.node) {
             snprintf(why, sizeof why,
                      "the finite check re-ran the forward op by op and every output was finite "
                      "(the backend is not deterministic?)");
         } else {
             char lay[32] = "", wt[160] = "";
-            if (sscanf(nf.node->name, "layers.%d.", &layer) == 1)
-                snprintf(lay, sizeof lay, " (layer %d)", layer);
+            if (sscanf(nf.node->name, "layers.%d.", &layer) == 1) snprintf(lay, sizeof lay, " (layer %d)", layer);
             if (nf.weight)
                 snprintf(wt, sizeof wt, ", whose weight '%s' holds %s", nf.weight->name,
                          nonfinite_kind(nf.weight_value));
-            snprintf(why, sizeof why, "first non-finite output: %s '%s'%s%s",
-                     drt_op_name(nf.node->op), nf.node->name, lay, wt);
+            snprintf(why, sizeof why, "first non-finite output: %s '%s'%s%s", drt_op_name(nf.node->op), nf.node->name,
+                     lay, wt);
         }
     }
     int pos = ex->rows[2 * row + 1], seq = ex->rows[2 * row] / s->ctx;
     if (s->max_seqs == 1)
-        return drt_set_error(DRT_ERR_NUMERIC, "logits at position %d are not finite (%s); %s", pos,
-                             nonfinite_kind(v), why);
-    return drt_set_error(DRT_ERR_NUMERIC, "logits of sequence %d at position %d are not finite (%s); %s", seq,
-                         pos, nonfinite_kind(v), why);
+        return drt_set_error(DRT_ERR_NUMERIC, "logits at position %d are not finite (%s); %s", pos, nonfinite_kind(v),
+                             why);
+    return drt_set_error(DRT_ERR_NUMERIC, "logits of sequence %d at position %d are not finite (%s); %s", seq, pos,
+                         nonfinite_kind(v), why);
 }
 
 /* The index of the first NaN or Inf of x[0..n), or -1. The common all-finite
@@ -397,10 +396,8 @@ static int64_t first_nonfinite(const float *x, int64_t n) {
     int bad = 0;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            bad |= !(fabsf(x[i + j]) <= FLT_MAX);
-    for (; i < n; i++)
-        bad |= !(fabsf(x[i]) <= FLT_MAX);
+        for (int j = 0; j < 8; j++) bad |= !(fabsf(x[i + j]) <= FLT_MAX);
+    for (; i < n; i++) bad |= !(fabsf(x[i]) <= FLT_MAX);
     if (!bad) return -1;
     for (i = 0; i < n; i++)
         if (!isfinite(x[i])) return i;
@@ -465,11 +462,16 @@ static int observe_seen(void *ctx, const drt_node_seen *ev, const drt_exec *ex) 
     if (c->prof) drt_plan_profile_add(c->prof, ev, ex);
     /* wanted for the others: asked again */
     if (!c->obs || ((c->prof || c->probe) && !user_wants(c->obs, t))) return 0;
-    drt_node_event e = {.op = drt_op_name(t->op), .layer = layer_of(t->name), .p0 = ex->first_pos,
-                        .seconds = ev->seconds, .fallback = ev->fallback};
+    drt_node_event e = {.op = drt_op_name(t->op),
+                        .layer = layer_of(t->name),
+                        .p0 = ex->first_pos,
+                        .seconds = ev->seconds,
+                        .fallback = ev->fallback};
     node_tensor(t, ev->data, &e.out);
-    if (t->op == DRT_OP_KV_WRITE) e.out.ne[0] = c->n; /* the rows it wrote */
-    else trim_rows(c, t, &e.out);
+    if (t->op == DRT_OP_KV_WRITE)
+        e.out.ne[0] = c->n; /* the rows it wrote */
+    else
+        trim_rows(c, t, &e.out);
     for (int j = 0; j < DRT_MAX_SRC; j++) {
         if (!t->src[j]) continue;
         node_tensor(t->src[j], drt_host_ptr(t->src[j]), &e.src[e.n_src]);
@@ -526,7 +528,9 @@ typedef struct {
     int all;
 } rowset;
 
-static int row_seq(const rowset *r, int i) { return r->seq ? r->seq[i] : 0; }
+static int row_seq(const rowset *r, int i) {
+    return r->seq ? r->seq[i] : 0;
+}
 
 static int row_flag(const rowset *r, int i) {
     if (r->all) return 1;
@@ -540,8 +544,8 @@ static int row_flag(const rowset *r, int i) {
 static drt_status check_rows(drt_batch_session *s, const rowset *r, int *n_flag) {
     const int V = s->m->info.vocab;
     if (r->n < 1 || r->n > s->max_rows)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_batch_forward: %d rows (a forward takes 1 .. %d: max_batch_rows)",
-                             r->n, s->max_rows);
+        return drt_set_error(DRT_ERR_INVALID_ARG,
+                             "drt_batch_forward: %d rows (a forward takes 1 .. %d: max_batch_rows)", r->n, s->max_rows);
     if (!r->token || (!r->seq && s->max_seqs > 1))
         return drt_set_error(DRT_ERR_INVALID_ARG, "drt_batch_forward: %s is NULL", !r->token ? "token" : "seq");
     *n_flag = 0;
@@ -552,8 +556,8 @@ static drt_status check_rows(drt_batch_session *s, const rowset *r, int *n_flag)
             return drt_set_error(DRT_ERR_INVALID_ARG, "row %d: token id %d is outside the vocabulary [0, %d)", i,
                                  r->token[i], V);
         if (seq < 0 || seq >= s->max_seqs)
-            return drt_set_error(DRT_ERR_INVALID_ARG, "row %d: sequence %d is not a slot of this session (0 .. %d)",
-                                 i, seq, s->max_seqs - 1);
+            return drt_set_error(DRT_ERR_INVALID_ARG, "row %d: sequence %d is not a slot of this session (0 .. %d)", i,
+                                 seq, s->max_seqs - 1);
         if (i > 0 && seq != row_seq(r, i - 1)) {
             start = i;
             for (int j = 0; j < i; j++)
@@ -571,8 +575,8 @@ static drt_status check_rows(drt_batch_session *s, const rowset *r, int *n_flag)
                                  i, pos, seq, s->len[seq], want);
         if (pos >= s->ctx)
             return drt_set_error(DRT_ERR_INVALID_ARG,
-                                 "row %d: position %d of sequence %d is past its context of %d positions", i, pos,
-                                 seq, s->ctx);
+                                 "row %d: position %d of sequence %d is past its context of %d positions", i, pos, seq,
+                                 s->ctx);
         *n_flag += row_flag(r, i);
     }
     return DRT_OK;
@@ -613,14 +617,16 @@ static drt_status run_rows(drt_batch_session *s, const rowset *r, int n_flag, fl
     s->last = NULL;
     s->probe.have = 0;
     probe_ctx *pr = s->keep_probe ? &s->probe : NULL;
-    if (pr)
-        *pr = (probe_ctx){.f = f, .n_layers = pr->n_layers, .q = pr->q, .lam = pr->lam, .row = n - 1, .left = -1};
+    if (pr) *pr = (probe_ctx){.f = f, .n_layers = pr->n_layers, .q = pr->q, .lam = pr->lam, .row = n - 1, .left = -1};
     if (st == DRT_OK && (prof || s->obs.on_node || pr)) {
         drt_plan_profile pp = {0};
-        observe_ctx oc = {.obs = s->obs.on_node ? &s->obs : NULL, .prof = prof ? &pp : NULL, .probe = pr,
-                          .f = f, .n = n, .n_flag = nf};
-        drt_plan_observer po = {.want = observe_want, .seen = observe_seen, .ctx = &oc,
-                                .no_data = !oc.obs && !pr};
+        observe_ctx oc = {.obs = s->obs.on_node ? &s->obs : NULL,
+                          .prof = prof ? &pp : NULL,
+                          .probe = pr,
+                          .f = f,
+                          .n = n,
+                          .n_flag = nf};
+        drt_plan_observer po = {.want = observe_want, .seen = observe_seen, .ctx = &oc, .no_data = !oc.obs && !pr};
         st = drt_plan_run_observed(f->plan, &ex, &po);
         for (int i = 0; prof && i < DRT_OP_COUNT; i++) {
             prof->op[i] = drt_op_name((drt_op)i);
@@ -732,15 +738,12 @@ static drt_status forward(drt_session *ss, const int32_t *ids, int T, float *log
 
 _Static_assert(DRT_OP_COUNT <= DRT_PROFILE_MAX_OPS, "drt_profile holds one entry per op");
 
-drt_status drt_session_forward(drt_session *s, const int32_t *ids, int T, float *logits,
-                               int all_logits) {
+drt_status drt_session_forward(drt_session *s, const int32_t *ids, int T, float *logits, int all_logits) {
     return forward(s, ids, T, logits, all_logits, NULL);
 }
 
-drt_status drt_session_forward_profiled(drt_session *s, const int32_t *ids, int T, float *logits,
-                                        drt_profile *prof) {
-    if (!prof)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_forward_profiled: prof is NULL");
+drt_status drt_session_forward_profiled(drt_session *s, const int32_t *ids, int T, float *logits, drt_profile *prof) {
+    if (!prof) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_forward_profiled: prof is NULL");
     return forward(s, ids, T, logits, 0, prof);
 }
 
@@ -757,8 +760,10 @@ void drt_session_reset(drt_session *ss) {
 static void *fetch(const drt_tensor *t, size_t n, drt_status *st) {
     if (*st != DRT_OK) return NULL;
     void *h = malloc(n ? n : 1);
-    if (!h) *st = drt_set_error(DRT_ERR_OOM, "out of memory");
-    else *st = drt_tensor_get(t, h, n);
+    if (!h)
+        *st = drt_set_error(DRT_ERR_OOM, "out of memory");
+    else
+        *st = drt_tensor_get(t, h, n);
     return h;
 }
 
@@ -864,9 +869,13 @@ drt_status drt_session_last_attention(drt_session *ss, float *weights) {
     return st;
 }
 
-int drt_session_pos(const drt_session *s) { return s ? drt_seq_len(&s->b, 0) : -1; }
+int drt_session_pos(const drt_session *s) {
+    return s ? drt_seq_len(&s->b, 0) : -1;
+}
 
-int drt_session_ctx(const drt_session *s) { return s ? s->b.ctx : -1; }
+int drt_session_ctx(const drt_session *s) {
+    return s ? s->b.ctx : -1;
+}
 
 size_t drt_session_activation_bytes(const drt_session *ss, size_t *unplanned) {
     if (!ss) {

@@ -35,8 +35,7 @@ typedef struct {
 /* Builds the forward graph for T rows, L of them with logits, into out
  * (weights and cache from mt). Every model graph uses the fused attention
  * ops. */
-drt_status drt_build_forward(const drt_model *m, const drt_model_tensors *mt, int T, int L,
-                             drt_forward_graph *out);
+drt_status drt_build_forward(const drt_model *m, const drt_model_tensors *mt, int T, int L, drt_forward_graph *out);
 
 /* Every ATTN / DIFF_ATTN node of the session's graphs, built and to be
  * built, quantizes its attention logits to bits (> 0; 0: off) before the

@@ -60,8 +60,7 @@ typedef struct {
 static int bbuf_put(bbuf *b, const void *src, size_t n) {
     if (b->n + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap : 256;
-        while (nc < b->n + n + 1)
-            nc *= 2;
+        while (nc < b->n + n + 1) nc *= 2;
         char *np = realloc(b->p, nc);
         if (!np) return 0;
         b->p = np;
@@ -138,8 +137,7 @@ static int utf8_encode(uint32_t cp, char *out) {
 
 /* Start of the character that ends just before s[i] (s valid UTF-8, i > 0). */
 static size_t utf8_prev(const char *s, size_t i) {
-    do
-        i--;
+    do i--;
     while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80);
     return i;
 }
@@ -147,11 +145,10 @@ static size_t utf8_prev(const char *s, size_t i) {
 /* Unicode White_Space: Rust's char::is_whitespace, regex \s, Oniguruma \s. */
 static int is_white_space(uint32_t c) {
     return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-           c == 0x205F || c == 0x3000;
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
-#define WHITE_SPACE_CLASS                                                                          \
-    "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"    \
+#define WHITE_SPACE_CLASS                                                                                              \
+    "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"                        \
     "\\x{205F}\\x{3000}"
 
 /* Rust's String::from_utf8_lossy on b[0..n), appended to out: each maximal
@@ -166,10 +163,7 @@ static size_t utf8_lossy(const unsigned char *b, size_t n, int final, bbuf *out)
         unsigned c = b[i++];
         int ok = 1, truncated = 0;
         if (c >= 0x80) {
-            int w = (c >= 0xC2 && c <= 0xDF)   ? 2
-                    : (c >= 0xE0 && c <= 0xEF) ? 3
-                    : (c >= 0xF0 && c <= 0xF4) ? 4
-                                               : 0;
+            int w = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
             if (!w) ok = 0;
             for (int k = 1; ok && k < w; k++) {
                 if (i == n) {
@@ -195,8 +189,7 @@ static size_t utf8_lossy(const unsigned char *b, size_t n, int final, bbuf *out)
             return start;
         }
         /* b[start..i) is one invalid chunk */
-        if (!bbuf_put(out, b + valid_start, start - valid_start) || !bbuf_put(out, FFFD, 3))
-            return (size_t)-1;
+        if (!bbuf_put(out, b + valid_start, start - valid_start) || !bbuf_put(out, FFFD, 3)) return (size_t)-1;
         valid_start = i;
     }
     if (!bbuf_put(out, b + valid_start, n - valid_start)) return (size_t)-1;
@@ -207,8 +200,7 @@ static size_t utf8_lossy(const unsigned char *b, size_t n, int final, bbuf *out)
 
 static uint64_t hash_bytes(const char *s, size_t n) {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
     return h ^ (h >> 29);
 }
 
@@ -315,8 +307,7 @@ static const char *arena_str(const drt_tokenizer *t, uint32_t off) {
 static long arena_add(drt_tokenizer *t, const char *s, size_t n) {
     if (t->arena_n + n + 1 > t->arena_cap) {
         size_t nc = t->arena_cap ? t->arena_cap : 1 << 16;
-        while (nc < t->arena_n + n + 1)
-            nc *= 2;
+        while (nc < t->arena_n + n + 1) nc *= 2;
         if (nc > UINT32_MAX) return -1;
         char *na = realloc(t->arena, nc);
         if (!na) return -1;
@@ -332,12 +323,10 @@ static long arena_add(drt_tokenizer *t, const char *s, size_t n) {
 
 static int smap_init(smap *m, size_t expect) {
     size_t cap = 64;
-    while (cap < expect * 2)
-        cap *= 2;
+    while (cap < expect * 2) cap *= 2;
     m->slots = malloc(cap * sizeof *m->slots);
     if (!m->slots) return 0;
-    for (size_t i = 0; i < cap; i++)
-        m->slots[i].val = -1;
+    for (size_t i = 0; i < cap; i++) m->slots[i].val = -1;
     m->mask = cap - 1;
     m->n = 0;
     return 1;
@@ -358,8 +347,7 @@ static int smap_put(drt_tokenizer *t, smap *m, uint32_t off, uint32_t len, int32
         smap old = *m;
         if (!smap_init(m, old.n + 1)) return *m = old, 0;
         for (size_t i = 0; i <= old.mask; i++)
-            if (old.slots[i].val >= 0)
-                smap_put(t, m, old.slots[i].off, old.slots[i].len, old.slots[i].val);
+            if (old.slots[i].val >= 0) smap_put(t, m, old.slots[i].off, old.slots[i].len, old.slots[i].val);
         free(old.slots);
     }
     const char *s = t->arena + off;
@@ -379,12 +367,10 @@ static int smap_put(drt_tokenizer *t, smap *m, uint32_t off, uint32_t len, int32
 
 static int mmap_init(mmap *m, size_t expect) {
     size_t cap = 64;
-    while (cap < expect * 2)
-        cap *= 2;
+    while (cap < expect * 2) cap *= 2;
     m->slots = malloc(cap * sizeof *m->slots);
     if (!m->slots) return 0;
-    for (size_t i = 0; i < cap; i++)
-        m->slots[i].key = UINT64_MAX;
+    for (size_t i = 0; i < cap; i++) m->slots[i].key = UINT64_MAX;
     m->mask = cap - 1;
     m->n = 0;
     return 1;
@@ -417,8 +403,7 @@ static void mmap_put(mmap *m, int32_t a, int32_t b, int32_t rank, int32_t new_id
 /* ---- regexes ------------------------------------------------------------------ */
 
 /* The regex ByteLevel(use_regex=true) applies (tokenizers' byte_level.rs). */
-static const char GPT2_PATTERN[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 /* Oniguruma pattern -> PCRE2 pattern: \s becomes White_Space (inside a class
  * its members, outside a class a class), \S outside a class its complement.
@@ -479,10 +464,11 @@ static const char *Pn(const char *s, size_t n) {
     return drt_printable(raw, buf, sizeof ring[0]);
 }
 
-static const char *P(const char *s) { return Pn(s, strlen(s)); }
+static const char *P(const char *s) {
+    return Pn(s, strlen(s));
+}
 
-static drt_status compile_regex(const ctx *c, const char *field, const char *pattern, int literal,
-                                pcre2_code **out) {
+static drt_status compile_regex(const ctx *c, const char *field, const char *pattern, int literal, pcre2_code **out) {
     char *pat = literal ? NULL : onig_to_pcre2(pattern);
     if (!literal && !pat) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", c->name);
     int err;
@@ -490,14 +476,13 @@ static drt_status compile_regex(const ctx *c, const char *field, const char *pat
     /* PCRE2_LITERAL refuses PCRE2_UCP (which only changes classes: a
      * literal has none), so every String pattern failed to compile */
     uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)(literal ? pattern : pat), PCRE2_ZERO_TERMINATED,
-                                   opts, &err, &at, NULL);
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)(literal ? pattern : pat), PCRE2_ZERO_TERMINATED, opts, &err, &at, NULL);
     free(pat);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
-        return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: %s: regex \"%s\" does not compile: %s",
-                             c->name, field, P(pattern), (const char *)msg);
+        return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: %s: regex \"%s\" does not compile: %s", c->name, field,
+                             P(pattern), (const char *)msg);
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* optional: the interpreter is the fallback */
     *out = re;
@@ -518,13 +503,11 @@ static const char *json_type_name(const cJSON *j) {
 }
 
 static drt_status bad(const ctx *c, const char *field, const char *want, const cJSON *got) {
-    return drt_set_error(DRT_ERR_FORMAT, "%s: %s: expected %s, got %s", c->name, field, want,
-                         json_type_name(got));
+    return drt_set_error(DRT_ERR_FORMAT, "%s: %s: expected %s, got %s", c->name, field, want, json_type_name(got));
 }
 
 /* Optional boolean: absent or null gives def. */
-static drt_status get_bool(const ctx *c, const cJSON *obj, const char *key, const char *field,
-                           int def, int *out) {
+static drt_status get_bool(const ctx *c, const cJSON *obj, const char *key, const char *field, int def, int *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) return *out = def, DRT_OK;
     if (!cJSON_IsBool(v)) return bad(c, field, "true or false", v);
@@ -549,8 +532,7 @@ static drt_status set_id(ctx *c, int32_t id, uint32_t off, uint32_t len, int kin
     drt_tokenizer *t = c->t;
     if (id >= t->n_ids) {
         int n = t->n_ids ? t->n_ids : 1024;
-        while (n <= id)
-            n *= 2;
+        while (n <= id) n *= 2;
         id_entry *ne = realloc(t->ids, (size_t)n * sizeof *ne);
         if (!ne) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", c->name);
         memset(ne + t->n_ids, 0, (size_t)(n - t->n_ids) * sizeof *ne);
@@ -571,16 +553,13 @@ static drt_status parse_model(ctx *c, const cJSON *model) {
     if (!cJSON_IsObject(model)) return bad(c, "model", "an object", model);
     const char *type = type_of(model);
     /* old files have no model.type; a BPE model is the one with merges */
-    if (!cJSON_GetObjectItemCaseSensitive(model, "type") &&
-        cJSON_GetObjectItemCaseSensitive(model, "merges"))
+    if (!cJSON_GetObjectItemCaseSensitive(model, "type") && cJSON_GetObjectItemCaseSensitive(model, "merges"))
         type = "BPE";
-    if (!type)
-        return bad(c, "model.type", "a string", cJSON_GetObjectItemCaseSensitive(model, "type"));
+    if (!type) return bad(c, "model.type", "a string", cJSON_GetObjectItemCaseSensitive(model, "type"));
     if (strcmp(type, "BPE") != 0)
-        return drt_set_error(
-            DRT_ERR_UNSUPPORTED,
-            "%s: model type \"%s\" is not supported (supported: BPE with ByteLevel)", c->name,
-            P(type));
+        return drt_set_error(DRT_ERR_UNSUPPORTED,
+                             "%s: model type \"%s\" is not supported (supported: BPE with ByteLevel)", c->name,
+                             P(type));
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(model, "dropout");
     if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 0.0))
         return drt_set_error(DRT_ERR_UNSUPPORTED,
@@ -599,8 +578,8 @@ static drt_status parse_model(ctx *c, const cJSON *model) {
     for (int k = 0; k < 2; k++) {
         v = cJSON_GetObjectItemCaseSensitive(model, affix[k]);
         if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && !v->valuestring[0]))
-            return drt_set_error(DRT_ERR_UNSUPPORTED,
-                                 "%s: model.%s is not supported; expected null", c->name, affix[k]);
+            return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: model.%s is not supported; expected null", c->name,
+                                 affix[k]);
     }
     if ((st = get_bool(c, model, "ignore_merges", "model.ignore_merges", 0, &t->ignore_merges)) ||
         (st = get_bool(c, model, "fuse_unk", "model.fuse_unk", 0, &t->fuse_unk)))
@@ -609,14 +588,12 @@ static drt_status parse_model(ctx *c, const cJSON *model) {
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     if (!cJSON_IsObject(vocab)) return bad(c, "model.vocab", "an object {token: id}", vocab);
     int n_vocab = cJSON_GetArraySize(vocab);
-    if (!smap_init(&t->vocab, (size_t)n_vocab))
-        return drt_set_error(DRT_ERR_OOM, "%s: out of memory", c->name);
+    if (!smap_init(&t->vocab, (size_t)n_vocab)) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", c->name);
     for (const cJSON *e = vocab->child; e; e = e->next) {
         int32_t id;
         if (!json_int(e, 0, MAX_TOKEN_ID - 1, &id))
-            return drt_set_error(DRT_ERR_FORMAT,
-                                 "%s: model.vocab[\"%s\"]: expected an integer id in [0, %d)",
-                                 c->name, P(e->string ? e->string : ""), MAX_TOKEN_ID);
+            return drt_set_error(DRT_ERR_FORMAT, "%s: model.vocab[\"%s\"]: expected an integer id in [0, %d)", c->name,
+                                 P(e->string ? e->string : ""), MAX_TOKEN_ID);
         size_t len = strlen(e->string);
         long off = arena_add(t, e->string, len);
         if (off < 0 || !smap_put(t, &t->vocab, (uint32_t)off, (uint32_t)len, id))
@@ -631,14 +608,13 @@ static drt_status parse_model(ctx *c, const cJSON *model) {
         if (!cJSON_IsString(v)) return bad(c, "model.unk_token", "a string or null", v);
         t->unk_id = smap_get(t, &t->vocab, v->valuestring, strlen(v->valuestring));
         if (t->unk_id < 0)
-            return drt_set_error(DRT_ERR_FORMAT, "%s: model.unk_token \"%s\" is not in model.vocab",
-                                 c->name, P(v->valuestring));
+            return drt_set_error(DRT_ERR_FORMAT, "%s: model.unk_token \"%s\" is not in model.vocab", c->name,
+                                 P(v->valuestring));
     }
 
     const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
     if (!cJSON_IsArray(merges))
-        return bad(c, "model.merges", "an array of \"a b\" strings or [\"a\", \"b\"] pairs",
-                   merges);
+        return bad(c, "model.merges", "an array of \"a b\" strings or [\"a\", \"b\"] pairs", merges);
     if (!mmap_init(&t->merges, (size_t)cJSON_GetArraySize(merges)))
         return drt_set_error(DRT_ERR_OOM, "%s: out of memory", c->name);
     bbuf cat = {0};
@@ -664,8 +640,7 @@ static drt_status parse_model(ctx *c, const cJSON *model) {
             a = e->child->valuestring, la = strlen(a);
             b = e->child->next->valuestring, lb = strlen(b);
         } else {
-            st = drt_set_error(DRT_ERR_FORMAT,
-                               "%s: model.merges[%d]: expected \"a b\" or [\"a\", \"b\"], got %s",
+            st = drt_set_error(DRT_ERR_FORMAT, "%s: model.merges[%d]: expected \"a b\" or [\"a\", \"b\"], got %s",
                                c->name, rank, json_type_name(e));
             break;
         }
@@ -679,9 +654,8 @@ static drt_status parse_model(ctx *c, const cJSON *model) {
         if (ia < 0 || ib < 0 || inew < 0) {
             const char *missing = ia < 0 ? a : ib < 0 ? b : cat.p;
             int lm = (int)(ia < 0 ? la : ib < 0 ? lb : cat.n);
-            st = drt_set_error(DRT_ERR_FORMAT,
-                               "%s: model.merges[%d]: token \"%s\" is not in model.vocab",
-                               c->name, rank, Pn(missing, (size_t)lm));
+            st = drt_set_error(DRT_ERR_FORMAT, "%s: model.merges[%d]: token \"%s\" is not in model.vocab", c->name,
+                               rank, Pn(missing, (size_t)lm));
             break;
         }
         mmap_put(&t->merges, ia, ib, rank, inew);
@@ -692,8 +666,7 @@ static drt_status parse_model(ctx *c, const cJSON *model) {
 
 static drt_status parse_added(ctx *c, const cJSON *added) {
     drt_tokenizer *t = c->t;
-    if (!smap_init(&t->added_map, 16))
-        return drt_set_error(DRT_ERR_OOM, "%s: out of memory", c->name);
+    if (!smap_init(&t->added_map, 16)) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", c->name);
     if (!added || cJSON_IsNull(added)) return DRT_OK;
     if (!cJSON_IsArray(added)) return bad(c, "added_tokens", "an array", added);
     int n = cJSON_GetArraySize(added);
@@ -719,16 +692,14 @@ static drt_status parse_added(ctx *c, const cJSON *added) {
             (st = get_bool(c, e, "single_word", "added_tokens[].single_word", 0, &single_word)) ||
             (st = get_bool(c, e, "normalized", "added_tokens[].normalized", !special, &normalized)))
             return st;
-        if (!len) continue; /* AddedVocabulary::add_tokens ignores empty tokens */
+        if (!len) continue;                                    /* AddedVocabulary::add_tokens ignores empty tokens */
         if (smap_get(t, &t->added_map, s, len) >= 0) continue; /* already added */
         /* The id is recomputed as AddedVocabulary::add_tokens does: the
          * model's id when the model has the token, else the next free one.
          * (The "id" in the file is only checked by HF, with a warning.) */
         int32_t id = smap_get(t, &t->vocab, s, len);
-        if (id < 0)
-            id = max_id >= t->vocab_count || t->vocab_count == 0 ? max_id + 1 : t->vocab_count;
-        if (id >= MAX_TOKEN_ID)
-            return drt_set_error(DRT_ERR_FORMAT, "%s: too many tokens (ids reach %d)", c->name, id);
+        if (id < 0) id = max_id >= t->vocab_count || t->vocab_count == 0 ? max_id + 1 : t->vocab_count;
+        if (id >= MAX_TOKEN_ID) return drt_set_error(DRT_ERR_FORMAT, "%s: too many tokens (ids reach %d)", c->name, id);
         if (id > max_id) max_id = id;
         long off = arena_add(t, s, len);
         if (off < 0 || !smap_put(t, &t->added_map, (uint32_t)off, (uint32_t)len, id))
@@ -803,8 +774,7 @@ static int build_matcher(drt_tokenizer *t, matcher *m, int normalized) {
     m->byte = malloc(total);
     m->fail = malloc(total * sizeof *m->fail);
     m->out = malloc(total * sizeof *m->out);
-    int ok =
-        first && last && next && term && order && by && m->child && m->byte && m->fail && m->out;
+    int ok = first && last && next && term && order && by && m->child && m->byte && m->fail && m->out;
     int32_t nn = 1;
     if (ok) {
         first[0] = last[0] = term[0] = -1;
@@ -851,8 +821,7 @@ static int build_matcher(drt_tokenizer *t, matcher *m, int normalized) {
                 if (v) {
                     int32_t g;
                     f = m->fail[v];
-                    while ((g = ac_child(m, f, m->byte[u])) < 0 && f)
-                        f = m->fail[f];
+                    while ((g = ac_child(m, f, m->byte[u])) < 0 && f) f = m->fail[f];
                     f = g >= 0 ? g : 0;
                 }
                 m->fail[u] = f;
@@ -889,9 +858,7 @@ static drt_status parse_pretok(ctx *c, const cJSON *p, int *seen_bytelevel) {
     drt_tokenizer *t = c->t;
     if (!cJSON_IsObject(p)) return bad(c, "pre_tokenizer", "an object", p);
     const char *type = type_of(p);
-    if (!type)
-        return bad(c, "pre_tokenizer.type", "a string",
-                   cJSON_GetObjectItemCaseSensitive(p, "type"));
+    if (!type) return bad(c, "pre_tokenizer.type", "a string", cJSON_GetObjectItemCaseSensitive(p, "type"));
     if (strcmp(type, "Sequence") == 0) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "pretokenizers");
         if (!cJSON_IsArray(list)) return bad(c, "pre_tokenizer.pretokenizers", "an array", list);
@@ -909,28 +876,22 @@ static drt_status parse_pretok(ctx *c, const cJSON *p, int *seen_bytelevel) {
     drt_status st;
     if (strcmp(type, "ByteLevel") == 0) {
         int use_regex = 0;
-        if ((st = get_bool(c, p, "add_prefix_space", "pre_tokenizer.add_prefix_space", 1,
-                           &t->bl_prefix_space)) ||
+        if ((st = get_bool(c, p, "add_prefix_space", "pre_tokenizer.add_prefix_space", 1, &t->bl_prefix_space)) ||
             (st = get_bool(c, p, "use_regex", "pre_tokenizer.use_regex", 1, &use_regex)))
             return st;
-        if (use_regex && (st = compile_regex(c, "ByteLevel", GPT2_PATTERN, 0, &t->bl_re)))
-            return st;
+        if (use_regex && (st = compile_regex(c, "ByteLevel", GPT2_PATTERN, 0, &t->bl_re))) return st;
         *seen_bytelevel = 1;
         return DRT_OK;
     }
     if (strcmp(type, "Split") == 0) {
         if (t->n_splits == MAX_SPLITS)
-            return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: more than %d Split pre-tokenizers",
-                                 c->name, MAX_SPLITS);
+            return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: more than %d Split pre-tokenizers", c->name, MAX_SPLITS);
         split_step *s = &t->splits[t->n_splits];
         const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
-        const cJSON *re =
-            cJSON_IsObject(pat) ? cJSON_GetObjectItemCaseSensitive(pat, "Regex") : NULL;
-        const cJSON *lit =
-            cJSON_IsObject(pat) ? cJSON_GetObjectItemCaseSensitive(pat, "String") : NULL;
+        const cJSON *re = cJSON_IsObject(pat) ? cJSON_GetObjectItemCaseSensitive(pat, "Regex") : NULL;
+        const cJSON *lit = cJSON_IsObject(pat) ? cJSON_GetObjectItemCaseSensitive(pat, "String") : NULL;
         if (!cJSON_IsString(re) && !cJSON_IsString(lit))
-            return bad(c, "pre_tokenizer Split.pattern",
-                       "{\"Regex\": \"...\"} or {\"String\": \"...\"}", pat);
+            return bad(c, "pre_tokenizer Split.pattern", "{\"Regex\": \"...\"} or {\"String\": \"...\"}", pat);
         const cJSON *beh = cJSON_GetObjectItemCaseSensitive(p, "behavior");
         if (!cJSON_IsString(beh)) return bad(c, "pre_tokenizer Split.behavior", "a string", beh);
         if (strcmp(beh->valuestring, "Isolated") == 0)
@@ -983,9 +944,7 @@ static drt_status parse_post(ctx *c, const cJSON *p) {
     if (!p || cJSON_IsNull(p)) return DRT_OK;
     if (!cJSON_IsObject(p)) return bad(c, "post_processor", "an object or null", p);
     const char *type = type_of(p);
-    if (!type)
-        return bad(c, "post_processor.type", "a string",
-                   cJSON_GetObjectItemCaseSensitive(p, "type"));
+    if (!type) return bad(c, "post_processor.type", "a string", cJSON_GetObjectItemCaseSensitive(p, "type"));
     if (strcmp(type, "ByteLevel") == 0) return DRT_OK; /* only moves offsets */
     if (strcmp(type, "Sequence") == 0) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(p, "processors");
@@ -1004,8 +963,7 @@ static drt_status parse_post(ctx *c, const cJSON *p) {
             const cJSON *pair = cJSON_GetObjectItemCaseSensitive(p, keys[k]);
             if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2 ||
                 !json_int(pair->child->next, 0, MAX_TOKEN_ID - 1, &ids[k]))
-                return drt_set_error(DRT_ERR_FORMAT,
-                                     "%s: post_processor.%s: expected [\"token\", id]", c->name,
+                return drt_set_error(DRT_ERR_FORMAT, "%s: post_processor.%s: expected [\"token\", id]", c->name,
                                      keys[k]);
         }
         return wrap_ids(c, &ids[0], 1, &ids[1], 1);
@@ -1014,8 +972,7 @@ static drt_status parse_post(ctx *c, const cJSON *p) {
         const cJSON *single = cJSON_GetObjectItemCaseSensitive(p, "single");
         const cJSON *specials = cJSON_GetObjectItemCaseSensitive(p, "special_tokens");
         if (!cJSON_IsArray(single)) return bad(c, "post_processor.single", "an array", single);
-        if (!cJSON_IsObject(specials))
-            return bad(c, "post_processor.special_tokens", "an object", specials);
+        if (!cJSON_IsObject(specials)) return bad(c, "post_processor.special_tokens", "an object", specials);
         int32_t *pre = NULL, *post = NULL;
         int n_pre = 0, n_post = 0, seen_a = 0;
         drt_status st = DRT_OK;
@@ -1024,11 +981,10 @@ static drt_status parse_post(ctx *c, const cJSON *p) {
             const cJSON *seq = cJSON_GetObjectItemCaseSensitive(e, "Sequence");
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(sp ? sp : seq, "id");
             if ((!sp && !seq) || !cJSON_IsString(id)) {
-                st =
-                    drt_set_error(DRT_ERR_FORMAT,
-                                  "%s: post_processor.single: expected {\"SpecialToken\": {\"id\": "
-                                  "...}} or {\"Sequence\": {\"id\": \"A\"}} items",
-                                  c->name);
+                st = drt_set_error(DRT_ERR_FORMAT,
+                                   "%s: post_processor.single: expected {\"SpecialToken\": {\"id\": "
+                                   "...}} or {\"Sequence\": {\"id\": \"A\"}} items",
+                                   c->name);
             } else if (seq) {
                 if (strcmp(id->valuestring, "A") != 0 || seen_a)
                     st = drt_set_error(DRT_ERR_UNSUPPORTED,
@@ -1049,20 +1005,17 @@ static drt_status parse_post(ctx *c, const cJSON *p) {
                 for (const cJSON *x = ids->child; x && !st; x = x->next) {
                     int32_t v;
                     if (!json_int(x, 0, MAX_TOKEN_ID - 1, &v))
-                        st =
-                            drt_set_error(DRT_ERR_FORMAT,
-                                          "%s: post_processor.special_tokens[\"%s\"].ids: expected "
-                                          "integer ids",
-                                          c->name, P(id->valuestring));
+                        st = drt_set_error(DRT_ERR_FORMAT,
+                                           "%s: post_processor.special_tokens[\"%s\"].ids: expected "
+                                           "integer ids",
+                                           c->name, P(id->valuestring));
                     else
-                        st = seen_a ? append_ids(c, &post, &n_post, &v, 1)
-                                    : append_ids(c, &pre, &n_pre, &v, 1);
+                        st = seen_a ? append_ids(c, &post, &n_post, &v, 1) : append_ids(c, &pre, &n_pre, &v, 1);
                 }
             }
         }
         if (!st && !seen_a)
-            st = drt_set_error(DRT_ERR_FORMAT, "%s: post_processor.single has no sequence \"A\"",
-                               c->name);
+            st = drt_set_error(DRT_ERR_FORMAT, "%s: post_processor.single has no sequence \"A\"", c->name);
         if (!st) st = wrap_ids(c, pre, n_pre, post, n_post);
         free(pre);
         free(post);
@@ -1078,20 +1031,17 @@ static drt_status parse_decoder(ctx *c, const cJSON *d) {
     if (!d || cJSON_IsNull(d)) return c->t->decoder = DEC_NONE, DRT_OK;
     const char *type = cJSON_IsObject(d) ? type_of(d) : NULL;
     if (type && strcmp(type, "ByteLevel") == 0) return c->t->decoder = DEC_BYTELEVEL, DRT_OK;
-    return drt_set_error(DRT_ERR_UNSUPPORTED,
-                         "%s: decoder type \"%s\" is not supported (supported: ByteLevel)", c->name,
-                         type ? P(type) : json_type_name(d));
+    return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: decoder type \"%s\" is not supported (supported: ByteLevel)",
+                         c->name, type ? P(type) : json_type_name(d));
 }
 
 /* bytes_to_unicode() of GPT-2: printable Latin-1 maps to itself, the other
  * bytes to U+0100 onwards in byte order. */
 static void build_byte_map(drt_tokenizer *t) {
     int n = 0;
-    for (int i = 0; i < 324; i++)
-        t->char_byte[i] = -1;
+    for (int i = 0; i < 324; i++) t->char_byte[i] = -1;
     for (int b = 0; b < 256; b++) {
-        int printable =
-            (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
         uint32_t cp = printable ? (uint32_t)b : (uint32_t)(256 + n++);
         t->byte_char[b] = cp;
         t->char_byte[cp] = (int16_t)b;
@@ -1117,16 +1067,14 @@ void drt_tokenizer_free(drt_tokenizer *t) {
         free(ms[i]->out);
     }
     pcre2_code_free(t->word_re);
-    for (int i = 0; i < t->n_splits; i++)
-        pcre2_code_free(t->splits[i].re);
+    for (int i = 0; i < t->n_splits; i++) pcre2_code_free(t->splits[i].re);
     pcre2_code_free(t->bl_re);
     free(t->pre_ids);
     free(t->post_ids);
     free(t);
 }
 
-drt_status drt_tokenizer_load_json(const char *json, size_t len, const char *name,
-                                   drt_tokenizer **out) {
+drt_status drt_tokenizer_load_json(const char *json, size_t len, const char *name, drt_tokenizer **out) {
     if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_tokenizer_load_json: out is NULL");
     *out = NULL;
     if (!name) name = "tokenizer.json";
@@ -1168,15 +1116,13 @@ drt_status drt_tokenizer_load_json(const char *json, size_t len, const char *nam
         goto done;
     const cJSON *pre = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     if (!pre || cJSON_IsNull(pre)) {
-        st = drt_set_error(DRT_ERR_UNSUPPORTED,
-                           "%s: pre_tokenizer is null; supported: BPE with ByteLevel", name);
+        st = drt_set_error(DRT_ERR_UNSUPPORTED, "%s: pre_tokenizer is null; supported: BPE with ByteLevel", name);
         goto done;
     }
     if ((st = parse_pretok(&c, pre, &seen_bytelevel))) goto done;
     if (!seen_bytelevel) {
-        st = drt_set_error(
-            DRT_ERR_UNSUPPORTED,
-            "%s: pre_tokenizer has no ByteLevel step (supported: BPE with ByteLevel)", name);
+        st = drt_set_error(DRT_ERR_UNSUPPORTED,
+                           "%s: pre_tokenizer has no ByteLevel step (supported: BPE with ByteLevel)", name);
         goto done;
     }
     if ((st = parse_post(&c, cJSON_GetObjectItemCaseSensitive(root, "post_processor"))) ||
@@ -1195,20 +1141,17 @@ drt_status drt_tokenizer_load_json(const char *json, size_t len, const char *nam
         if (t->added[i].single_word && !t->word_re) {
             /* Rust regex \w: Alphabetic, marks, decimal digits, connector
              * punctuation, joiners. Older PCRE2 lack \p{Alphabetic}. */
-            if (compile_regex(&c, "single_word",
-                              "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]", 0,
+            if (compile_regex(&c, "single_word", "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]", 0,
                               &t->word_re) != DRT_OK &&
-                (st = compile_regex(&c, "single_word",
-                                    "[\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]", 0,
+                (st = compile_regex(&c, "single_word", "[\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]", 0,
                                     &t->word_re)))
                 goto done;
         }
     }
     for (int i = 0; i < t->n_pre; i++)
         if (t->pre_ids[i] >= t->n_ids || !t->ids[t->pre_ids[i]].kind) {
-            st =
-                drt_set_error(DRT_ERR_FORMAT, "%s: post_processor adds id %d, which names no token",
-                              name, t->pre_ids[i]);
+            st = drt_set_error(DRT_ERR_FORMAT, "%s: post_processor adds id %d, which names no token", name,
+                               t->pre_ids[i]);
             goto done;
         }
     build_byte_map(t);
@@ -1249,8 +1192,7 @@ drt_status drt_tokenizer_load(const char *path, drt_tokenizer **out) {
 int drt_tokenizer_vocab_size(const drt_tokenizer *t) {
     if (!t) return 0;
     int n = t->n_ids;
-    while (n > 0 && !t->ids[n - 1].kind)
-        n--;
+    while (n > 0 && !t->ids[n - 1].kind) n--;
     return n;
 }
 
@@ -1302,7 +1244,7 @@ typedef struct {
     bbuf tmp; /* byte-level mapped word, prefixed piece */
     pcre2_match_data *md;
     drt_status err;
-    size_t max_out; /* the caller's limit on ids; 0: none */
+    size_t max_out;   /* the caller's limit on ids; 0: none */
     int32_t *best[2]; /* longest_from of the added-token passes 1 and 2 */
     size_t best_cap[2];
 } enc;
@@ -1452,8 +1394,7 @@ typedef int (*piece_fn)(enc *e, void *arg, size_t start, size_t end, int match);
  * wherever the tokens come from: splitting the whole text first ran a
  * `\p{L}*!|.` Split (quadratic in a word's length) over all of a 100 KB
  * prompt for a context of 64. Returns 0 and sets e->err on failure. */
-static int regex_pieces(enc *e, const pcre2_code *re, const char *s, size_t n, piece_fn fn,
-                        void *arg) {
+static int regex_pieces(enc *e, const pcre2_code *re, const char *s, size_t n, piece_fn fn, void *arg) {
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     if (!md) return e->err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory"), 0;
     size_t prev = 0, off = 0;
@@ -1472,8 +1413,7 @@ static int regex_pieces(enc *e, const pcre2_code *re, const char *s, size_t n, p
         if (rc < 0) {
             PCRE2_UCHAR msg[128];
             pcre2_get_error_message(rc, msg, sizeof msg);
-            e->err = drt_set_error(DRT_ERR_UNSUPPORTED, "tokenizer: regex match failed: %s",
-                                   (const char *)msg);
+            e->err = drt_set_error(DRT_ERR_UNSUPPORTED, "tokenizer: regex match failed: %s", (const char *)msg);
             ok = 0;
             break;
         }
@@ -1518,8 +1458,7 @@ static int bytelevel_piece(enc *e, const char *s, size_t n) {
         memcpy(own + 1, s, n);
         s = own, n = n + 1;
     }
-    int ok = t->bl_re ? regex_pieces(e, t->bl_re, s, n, bpe_piece, (void *)s)
-                      : bpe_piece(e, (void *)s, 0, n, 0);
+    int ok = t->bl_re ? regex_pieces(e, t->bl_re, s, n, bpe_piece, (void *)s) : bpe_piece(e, (void *)s, 0, n, 0);
     free(own);
     return ok;
 }
@@ -1559,8 +1498,7 @@ static int is_word_at(const drt_tokenizer *t, const char *s, size_t n, size_t at
     if (!md) return 0;
     int k;
     utf8_decode((const unsigned char *)s + at, &k);
-    int rc = pcre2_match(t->word_re, (PCRE2_SPTR)(s + at), (size_t)k, 0,
-                         PCRE2_NO_UTF_CHECK | PCRE2_ANCHORED, md, NULL);
+    int rc = pcre2_match(t->word_re, (PCRE2_SPTR)(s + at), (size_t)k, 0, PCRE2_NO_UTF_CHECK | PCRE2_ANCHORED, md, NULL);
     pcre2_match_data_free(md);
     return rc >= 0;
 }
@@ -1569,7 +1507,9 @@ static int is_word_at(const drt_tokenizer *t, const char *s, size_t n, size_t at
  * most two per byte, however many and however long the tokens are). */
 static _Thread_local size_t added_steps;
 size_t drt_tokenizer_added_steps(void); /* for tests; not in the public header */
-size_t drt_tokenizer_added_steps(void) { return added_steps; }
+size_t drt_tokenizer_added_steps(void) {
+    return added_steps;
+}
 
 /* best[i] = the longest token of m that starts at s[i] (into added[]), -1
  * when none, for every i < n. One pass from the end through the automaton
@@ -1583,8 +1523,7 @@ static void longest_from(const matcher *m, const char *s, size_t n, int32_t *bes
     for (size_t i = n; i-- > 0;) {
         unsigned char c = (unsigned char)s[i];
         int32_t u;
-        while (added_steps++, (u = ac_child(m, v, c)) < 0 && v)
-            v = m->fail[v];
+        while (added_steps++, (u = ac_child(m, v, c)) < 0 && v) v = m->fail[v];
         v = u >= 0 ? u : 0;
         best[i] = m->out[v];
     }
@@ -1616,8 +1555,7 @@ static int encode_added(enc *e, const char *s, size_t n, int pass) {
     size_t start_offset = 0, pos = 0;
     size_t ws_from = 1, ws_to = 0; /* s[ws_from..ws_to) is whitespace up to a non-space or n */
     while (best) {
-        while (pos < n && best[pos] < 0)
-            pos++;
+        while (pos < n && best[pos] < 0) pos++;
         if (pos >= n) break;
         const added_tok *a = &t->added[best[pos]];
         size_t start = pos, stop = pos + a->len;
@@ -1674,23 +1612,20 @@ static int encode_added(enc *e, const char *s, size_t n, int pass) {
     return 1;
 }
 
-drt_status drt_tokenizer_encode(const drt_tokenizer *t, const char *text, size_t len,
-                                int add_special, int32_t **ids, int *n_ids) {
+drt_status drt_tokenizer_encode(const drt_tokenizer *t, const char *text, size_t len, int add_special, int32_t **ids,
+                                int *n_ids) {
     return drt_tokenizer_encode_max(t, text, len, add_special, 0, ids, n_ids);
 }
 
-drt_status drt_tokenizer_encode_max(const drt_tokenizer *t, const char *text, size_t len,
-                                    int add_special, int max_tokens, int32_t **ids, int *n_ids) {
-    if (!ids || !n_ids)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_tokenizer_encode: ids is NULL");
+drt_status drt_tokenizer_encode_max(const drt_tokenizer *t, const char *text, size_t len, int add_special,
+                                    int max_tokens, int32_t **ids, int *n_ids) {
+    if (!ids || !n_ids) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_tokenizer_encode: ids is NULL");
     *ids = NULL;
     *n_ids = 0;
-    if (!t || (!text && len))
-        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_tokenizer_encode: no tokenizer or text");
+    if (!t || (!text && len)) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_tokenizer_encode: no tokenizer or text");
     size_t bad_at = utf8_check(text, len);
     if (bad_at != len)
-        return drt_set_error(DRT_ERR_INVALID_ARG,
-                             "tokenizer: text is not valid UTF-8 (byte %zu of %zu is 0x%02X)",
+        return drt_set_error(DRT_ERR_INVALID_ARG, "tokenizer: text is not valid UTF-8 (byte %zu of %zu is 0x%02X)",
                              bad_at, len, (unsigned char)text[bad_at]);
     if (len > (size_t)INT_MAX / 2)
         return drt_set_error(DRT_ERR_INVALID_ARG, "tokenizer: text of %zu bytes is too long", len);
@@ -1705,8 +1640,7 @@ drt_status drt_tokenizer_encode_max(const drt_tokenizer *t, const char *text, si
                              len, max_tokens, t->max_tok_bytes);
     enc e = {.t = t, .max_out = max_tokens > 0 ? (size_t)max_tokens : 0};
     int ok = 1;
-    for (int i = 0; ok && add_special && i < t->n_pre; i++)
-        ok = ivec_push(&e.out, t->pre_ids[i]);
+    for (int i = 0; ok && add_special && i < t->n_pre; i++) ok = ivec_push(&e.out, t->pre_ids[i]);
     if (!ok) e.err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
     if (ok) ok = within(&e);
     if (ok) ok = encode_added(&e, text ? text : "", len, 1);
@@ -1759,8 +1693,8 @@ static int token_bytes(const drt_tokenizer *t, int32_t id, int skip_special, int
     return 1;
 }
 
-drt_status drt_tokenizer_decode(const drt_tokenizer *t, const int32_t *ids, int n_ids,
-                                int skip_special, char **text, size_t *len) {
+drt_status drt_tokenizer_decode(const drt_tokenizer *t, const int32_t *ids, int n_ids, int skip_special, char **text,
+                                size_t *len) {
     if (!text) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_tokenizer_decode: text is NULL");
     *text = NULL;
     if (len) *len = 0;
@@ -1790,24 +1724,23 @@ void drt_tokenizer_stream_init(drt_tokenizer_stream *st) {
     if (st) memset(st, 0, sizeof *st);
 }
 
-static drt_status stream_emit(drt_tokenizer_stream *st, const unsigned char *b, size_t n, int final,
-                              char **buf, size_t *len, size_t *cap) {
+static drt_status stream_emit(drt_tokenizer_stream *st, const unsigned char *b, size_t n, int final, char **buf,
+                              size_t *len, size_t *cap) {
     bbuf out = {*buf, *len, *cap};
     size_t used = utf8_lossy(b, n, final, &out);
     if (used == (size_t)-1) {
         *buf = out.p, *cap = out.cap;
         return drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
     }
-    if (!out.p && !bbuf_put(&out, "", 0))
-        return drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
+    if (!out.p && !bbuf_put(&out, "", 0)) return drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");
     st->n_pending = (int)(n - used);
     memmove(st->pending, b + used, n - used); /* at most 3 bytes: a truncated character */
     *buf = out.p, *len = out.n, *cap = out.cap;
     return DRT_OK;
 }
 
-drt_status drt_tokenizer_stream_push(const drt_tokenizer *t, drt_tokenizer_stream *st, int32_t id,
-                                     int skip_special, char **buf, size_t *len, size_t *cap) {
+drt_status drt_tokenizer_stream_push(const drt_tokenizer *t, drt_tokenizer_stream *st, int32_t id, int skip_special,
+                                     char **buf, size_t *len, size_t *cap) {
     if (!t || !st || !buf || !len || !cap)
         return drt_set_error(DRT_ERR_INVALID_ARG, "drt_tokenizer_stream_push: bad arguments");
     bbuf raw = {0};
@@ -1822,8 +1755,8 @@ drt_status drt_tokenizer_stream_push(const drt_tokenizer *t, drt_tokenizer_strea
     return s;
 }
 
-drt_status drt_tokenizer_stream_flush(const drt_tokenizer *t, drt_tokenizer_stream *st, char **buf,
-                                      size_t *len, size_t *cap) {
+drt_status drt_tokenizer_stream_flush(const drt_tokenizer *t, drt_tokenizer_stream *st, char **buf, size_t *len,
+                                      size_t *cap) {
     if (!t || !st || !buf || !len || !cap)
         return drt_set_error(DRT_ERR_INVALID_ARG, "drt_tokenizer_stream_flush: bad arguments");
     unsigned char p[8];

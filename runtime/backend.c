@@ -93,8 +93,8 @@ static int try_module(registry_entry *e, const char *dir, int *failed) {
             snprintf(why, sizeof why, "%.400s: no %s entry point (not a diffrt backend module)", path,
                      DRT_MODULE_ENTRY);
         else if (m->abi != DRT_MODULE_ABI || m->ops_size != sizeof(drt_backend_ops))
-            snprintf(why, sizeof why, "%.400s: module ABI %u (ops %u bytes), this core has ABI %u (%zu bytes)",
-                     path, m->abi, m->ops_size, DRT_MODULE_ABI, sizeof(drt_backend_ops));
+            snprintf(why, sizeof why, "%.400s: module ABI %u (ops %u bytes), this core has ABI %u (%zu bytes)", path,
+                     m->abi, m->ops_size, DRT_MODULE_ABI, sizeof(drt_backend_ops));
         else if (!m->version || strcmp(m->version, drt_version()) != 0)
             snprintf(why, sizeof why, "%.400s: module built from diffrt %.32s, this core is %.32s", path,
                      m->version ? m->version : "(none)", drt_version());
@@ -140,27 +140,23 @@ static void load_module(registry_entry *e) {
             dir[n] = 0;
             if (try_module(e, dir, &failed) == 1) return;
             if (used < sizeof searched)
-                used += (size_t)snprintf(searched + used, sizeof searched - used, "%s%.200s",
-                                         used ? ", " : "", dir);
+                used += (size_t)snprintf(searched + used, sizeof searched - used, "%s%.200s", used ? ", " : "", dir);
         }
         p = colon ? colon + 1 : p + n;
     }
     if (DIFFRT_INSTALL_LIBDIR[0]) {
         if (try_module(e, DIFFRT_INSTALL_LIBDIR, &failed) == 1) return;
         if (used < sizeof searched)
-            snprintf(searched + used, sizeof searched - used, "%s%.200s", used ? ", " : "",
-                     DIFFRT_INSTALL_LIBDIR);
+            snprintf(searched + used, sizeof searched - used, "%s%.200s", used ? ", " : "", DIFFRT_INSTALL_LIBDIR);
     }
     if (failed) return; /* e->why: the first module file that failed */
     e->path[0] = 0;
     if (!e->module_built)
-        snprintf(e->why, sizeof e->why,
-                 "not compiled into this build (configure with -DDIFFRT_%s=ON to require it)",
+        snprintf(e->why, sizeof e->why, "not compiled into this build (configure with -DDIFFRT_%s=ON to require it)",
                  e->option);
     else
-        snprintf(e->why, sizeof e->why,
-                 "module libdiffrt-%s.so not found (searched %s; set DIFFRT_BACKEND_PATH)", e->name,
-                 searched[0] ? searched : "nothing");
+        snprintf(e->why, sizeof e->why, "module libdiffrt-%s.so not found (searched %s; set DIFFRT_BACKEND_PATH)",
+                 e->name, searched[0] ? searched : "nothing");
 }
 
 static const drt_backend_ops *entry_ops(registry_entry *e) {
@@ -182,13 +178,11 @@ drt_status drt_registry_provide(const drt_backend_ops *ops) {
     if (!ops || !ops->name) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_registry_provide: no ops");
     registry_entry *e = entry_named(ops->name);
     if (!e || e->builtin)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_registry_provide: \"%s\" is not a module backend",
-                             ops->name);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_registry_provide: \"%s\" is not a module backend", ops->name);
     drt_status s = DRT_OK;
     pthread_mutex_lock(&g_lock);
     if (e->tried && e->ops)
-        s = drt_set_error(DRT_ERR_INVALID_ARG, "drt_registry_provide: backend %s is already loaded",
-                          ops->name);
+        s = drt_set_error(DRT_ERR_INVALID_ARG, "drt_registry_provide: backend %s is already loaded", ops->name);
     else {
         e->tried = 1;
         e->ops = ops;
@@ -220,7 +214,9 @@ drt_status drt_registry_add(const drt_backend_ops *ops) {
 }
 
 /* known entries first (NULL when not available as code), then the registered ones */
-int drt_registry_count(void) { return N_REGISTRY + g_n_extra; }
+int drt_registry_count(void) {
+    return N_REGISTRY + g_n_extra;
+}
 
 const drt_backend_ops *drt_registry_get(int i) {
     if (i >= 0 && i < N_REGISTRY) return entry_ops(&g_registry[i]);
@@ -243,13 +239,14 @@ const drt_backend_ops *drt_registry_fallback(void) {
 
 /* ---- public listing --------------------------------------------------- */
 
-int drt_backend_count(void) { return N_REGISTRY; }
+int drt_backend_count(void) {
+    return N_REGISTRY;
+}
 
 drt_status drt_backend_get_info(int index, drt_backend_info *out) {
     static _Thread_local char why[N_REGISTRY][768];
     if (index < 0 || index >= N_REGISTRY)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "backend index %d out of range [0, %d)", index,
-                             N_REGISTRY);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "backend index %d out of range [0, %d)", index, N_REGISTRY);
     if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_backend_get_info: out is NULL");
     registry_entry *e = &g_registry[index];
     const drt_backend_ops *ops = entry_ops(e);
@@ -276,22 +273,19 @@ drt_status drt_backend_get_info(int index, drt_backend_info *out) {
 /* The ops of backend `index` when device `dev` exists on it, else the error. */
 static drt_status device_ops(int index, int dev, const drt_backend_ops **out) {
     const drt_backend_ops *ops = index >= 0 && index < N_REGISTRY ? entry_ops(&g_registry[index]) : NULL;
-    if (!ops)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "backend index %d is not available code", index);
+    if (!ops) return drt_set_error(DRT_ERR_INVALID_ARG, "backend index %d is not available code", index);
     int ndev = 0;
     char why[256] = "";
     if (ops->probe(&ndev, why, sizeof why) != DRT_OK) ndev = 0;
     if (dev < 0 || dev >= ndev)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "%s: device %d out of range (%d devices)",
-                             ops->name, dev, ndev);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "%s: device %d out of range (%d devices)", ops->name, dev, ndev);
     *out = ops;
     return DRT_OK;
 }
 
 drt_status drt_backend_device_name(int index, int dev, char *buf, size_t n) {
     if (!buf || n == 0)
-        return drt_set_error(DRT_ERR_INVALID_ARG,
-                             "drt_backend_device_name: no buffer (buf %s, n %zu)",
+        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_backend_device_name: no buffer (buf %s, n %zu)",
                              buf ? "set" : "NULL", n);
     buf[0] = 0;
     const drt_backend_ops *ops;
@@ -322,8 +316,8 @@ static drt_status pick_device(const drt_backend_ops *ops, const char *device, in
     long idx = strtol(device, &end, 10);
     if (*end == 0) {
         if (idx < 0 || idx >= ndev)
-            return drt_set_error(DRT_ERR_INVALID_ARG, "%s: device index %ld out of range (%d devices)",
-                                 ops->name, idx, ndev);
+            return drt_set_error(DRT_ERR_INVALID_ARG, "%s: device index %ld out of range (%d devices)", ops->name, idx,
+                                 ndev);
         *out = (int)idx;
         return DRT_OK;
     }
@@ -334,31 +328,28 @@ static drt_status pick_device(const drt_backend_ops *ops, const char *device, in
             return DRT_OK;
         }
     }
-    return drt_set_error(DRT_ERR_INVALID_ARG, "%s: no device whose name contains \"%s\"", ops->name,
-                         device);
+    return drt_set_error(DRT_ERR_INVALID_ARG, "%s: no device whose name contains \"%s\"", ops->name, device);
 }
 
 drt_status drt_backend_open(const char *name, const char *device, drt_backend **out) {
     return drt_backend_open_threads(name, device, 0, out);
 }
 
-drt_status drt_backend_open_threads(const char *name, const char *device, int threads,
-                                    drt_backend **out) {
+drt_status drt_backend_open_threads(const char *name, const char *device, int threads, drt_backend **out) {
     return drt_backend_open_settings(name, device, threads, NULL, out);
 }
 
-drt_status drt_backend_open_settings(const char *name, const char *device, int threads,
-                                     const drt_settings *settings, drt_backend **out) {
+drt_status drt_backend_open_settings(const char *name, const char *device, int threads, const drt_settings *settings,
+                                     drt_backend **out) {
     *out = NULL;
-    if (threads < 0)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "threads %d must be >= 0 (0: the default)", threads);
+    if (threads < 0) return drt_set_error(DRT_ERR_INVALID_ARG, "threads %d must be >= 0 (0: the default)", threads);
     if (!name || !*name) name = "cpu";
     const drt_backend_ops *ops = drt_registry_find(name);
     if (!ops) {
         registry_entry *e = entry_named(name);
         if (e) return drt_set_error(DRT_ERR_UNAVAILABLE, "backend %s unavailable: %s", name, e->why);
-        return drt_set_error(DRT_ERR_INVALID_ARG,
-                             "unknown backend \"%s\" (known: cpu, ref, opencl, vulkan, cuda)", name);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "unknown backend \"%s\" (known: cpu, ref, opencl, vulkan, cuda)",
+                             name);
     }
     int ndev = 0;
     char why[256] = "";
@@ -415,8 +406,8 @@ drt_status drt_alloc_tensors(drt_backend *be, drt_tensor **ts, int n) {
                 t->offs = 0;
             } else if (pass == 1 && t->view_src) {
                 if (!t->view_src->buf)
-                    return drt_set_error(DRT_ERR_INVALID_ARG, "view %s: its base %s is not allocated",
-                                         t->name, t->view_src->name);
+                    return drt_set_error(DRT_ERR_INVALID_ARG, "view %s: its base %s is not allocated", t->name,
+                                         t->view_src->name);
                 t->buf = t->view_src->buf;
                 t->offs = t->view_src->offs + t->view_offs;
             }
@@ -428,15 +419,13 @@ drt_status drt_alloc_tensors(drt_backend *be, drt_tensor **ts, int n) {
 drt_status drt_tensor_set(drt_tensor *t, const void *data, size_t n) {
     if (!t->buf) return drt_set_error(DRT_ERR_INVALID_ARG, "tensor %s is not allocated", t->name);
     if (n > drt_nbytes(t))
-        return drt_set_error(DRT_ERR_INVALID_ARG, "tensor %s: %zu bytes written into %zu", t->name, n,
-                             drt_nbytes(t));
+        return drt_set_error(DRT_ERR_INVALID_ARG, "tensor %s: %zu bytes written into %zu", t->name, n, drt_nbytes(t));
     return t->buf->be->ops->upload(t->buf->be, t->buf, t->offs, data, n);
 }
 
 drt_status drt_tensor_get(const drt_tensor *t, void *data, size_t n) {
     if (!t->buf) return drt_set_error(DRT_ERR_INVALID_ARG, "tensor %s is not allocated", t->name);
     if (n > drt_nbytes(t))
-        return drt_set_error(DRT_ERR_INVALID_ARG, "tensor %s: %zu bytes read from %zu", t->name, n,
-                             drt_nbytes(t));
+        return drt_set_error(DRT_ERR_INVALID_ARG, "tensor %s: %zu bytes read from %zu", t->name, n, drt_nbytes(t));
     return t->buf->be->ops->download(t->buf->be, t->buf, t->offs, data, n);
 }

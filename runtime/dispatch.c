@@ -121,8 +121,7 @@ static size_t plan_offsets(const drt_graph *g, interval *iv, int n) {
      * (independent dispatches) need not order a write of i + 1 after a read
      * of i (Vulkan: 30 barriers per decode step of the diff_v2 fixture
      * instead of 36, for about 10% more arena) */
-    for (int k = 0; k < n; k++)
-        iv[k].last = iv[k].read ? iv[k].last + 1 : g->n_nodes - 1;
+    for (int k = 0; k < n; k++) iv[k].last = iv[k].read ? iv[k].last + 1 : g->n_nodes - 1;
     qsort(iv, (size_t)n, sizeof *iv, by_size);
     interval **live = malloc(sizeof *live * (size_t)n);
     if (!live) return (size_t)-1;
@@ -150,8 +149,7 @@ static size_t plan_offsets(const drt_graph *g, interval *iv, int n) {
 static drt_status plan_arena(drt_plan *p) {
     drt_graph *g = p->g;
     int n = 0;
-    for (int i = 0; i < g->n_owned; i++)
-        n += plannable(g->owned[i]);
+    for (int i = 0; i < g->n_owned; i++) n += plannable(g->owned[i]);
     if (n == 0) return DRT_OK;
     interval *iv = calloc((size_t)n, sizeof *iv);
     if (!iv) return drt_set_error(DRT_ERR_OOM, "%s: out of memory planning activations", p->be->ops->name);
@@ -160,8 +158,7 @@ static drt_status plan_arena(drt_plan *p) {
         drt_tensor *t = g->owned[i];
         if (!plannable(t)) continue;
         size_t nb = drt_nbytes(t);
-        iv[n++] =
-            (interval){.t = t, .first = g->n_nodes, .last = -1, .size = nb ? align_up(nb, 16) : 16};
+        iv[n++] = (interval){.t = t, .first = g->n_nodes, .last = -1, .size = nb ? align_up(nb, 16) : 16};
         p->unplanned_bytes += nb;
     }
     size_t top = plan_offsets(g, iv, n);
@@ -252,8 +249,8 @@ drt_status drt_plan_create(drt_graph *g, drt_backend *be, drt_plan **out) {
         drt_tensor *t = g->nodes[i];
         for (int j = 0; j < DRT_MAX_SRC; j++)
             if (t->src[j] && !t->src[j]->buf)
-                s = drt_set_error(DRT_ERR_INVALID_ARG, "%s: input %s has no storage",
-                                  drt_op_name(t->op), t->src[j]->name);
+                s = drt_set_error(DRT_ERR_INVALID_ARG, "%s: input %s has no storage", drt_op_name(t->op),
+                                  t->src[j]->name);
         if (s != DRT_OK) break;
         drt_tensor *r = t->src[DRT_SRC_ROWS];
         if (r && p->rows && r != p->rows)
@@ -337,8 +334,8 @@ drt_status drt_plan_run(drt_plan *p, const drt_exec *ex) {
  * it wrote, (T, ...), gathered from their cache rows; the rest is other
  * runs'), in place when host-visible, else downloaded into *tmp (grown to
  * *cap bytes). */
-static drt_status read_output(const drt_tensor *t, const drt_exec *ex, void **tmp, size_t *cap,
-                              const void **data, size_t *n) {
+static drt_status read_output(const drt_tensor *t, const drt_exec *ex, void **tmp, size_t *cap, const void **data,
+                              size_t *n) {
     *n = drt_nbytes(t);
     int kv = t->op == DRT_OP_KV_WRITE && t->ne[0] > 0;
     size_t row = kv ? *n / (size_t)t->ne[0] : 0;
@@ -360,8 +357,10 @@ static drt_status read_output(const drt_tensor *t, const drt_exec *ex, void **tm
     for (int i = 0; s == DRT_OK && i < ex->n_rows; i++) {
         size_t at = (size_t)(ex->rows[2 * i] + ex->rows[2 * i + 1]) * row;
         char *dst = (char *)*tmp + (size_t)i * row;
-        if (h) memcpy(dst, h + at, row);
-        else s = t->buf->be->ops->download(t->buf->be, t->buf, t->offs + at, dst, row);
+        if (h)
+            memcpy(dst, h + at, row);
+        else
+            s = t->buf->be->ops->download(t->buf->be, t->buf, t->offs + at, dst, row);
     }
     return s;
 }
@@ -437,8 +436,8 @@ static int64_t first_nonfinite(drt_dtype type, const void *x, int64_t n, float *
 
 /* Scans bytes [off, off + n) of t: in place when its buffer is host memory,
  * else downloaded into *tmp (grown to *cap bytes). */
-static drt_status scan_nonfinite(const drt_tensor *t, size_t off, size_t n, void **tmp, size_t *cap,
-                                 int64_t *at, float *bad) {
+static drt_status scan_nonfinite(const drt_tensor *t, size_t off, size_t n, void **tmp, size_t *cap, int64_t *at,
+                                 float *bad) {
     *at = -1;
     const char *h = drt_host_ptr(t);
     if (h) {
@@ -502,4 +501,6 @@ int drt_plan_fallback_count(const drt_plan *p, drt_op op) {
     return (unsigned)op < DRT_OP_COUNT ? p->fallback_nodes[op] : 0;
 }
 
-const int64_t *drt_plan_fallback_runs(const drt_plan *p) { return p->fallback_runs; }
+const int64_t *drt_plan_fallback_runs(const drt_plan *p) {
+    return p->fallback_runs;
+}

@@ -58,7 +58,7 @@ typedef struct drt_tensor {
     int64_t ne[DRT_MAX_DIMS]; /* shape as written: ne[0] outermost, ne[nd-1] contiguous */
     drt_op op;
     struct drt_tensor *src[DRT_MAX_SRC];
-    float fp[4];   /* op parameters, meaning per op (ops.c) */
+    float fp[4]; /* op parameters, meaning per op (ops.c) */
     int32_t ip[4];
     int flags;
     /* storage: a view aliases its view_src at byte offset view_offs */
@@ -104,7 +104,7 @@ typedef struct drt_graph {
     int n_nodes, cap_nodes;
     drt_tensor **owned; /* every tensor this graph allocated (leaves too) */
     int n_owned, cap_owned;
-    drt_status err;     /* first construction error, sticky */
+    drt_status err; /* first construction error, sticky */
 } drt_graph;
 
 drt_graph *drt_graph_new(void);
@@ -115,10 +115,9 @@ void drt_graph_free(drt_graph *g);
 drt_tensor *drt_new_tensor(drt_graph *g, drt_dtype type, int nd, const int64_t *ne, const char *name);
 drt_tensor *drt_new_tensor_1d(drt_graph *g, drt_dtype type, int64_t n0, const char *name);
 drt_tensor *drt_new_tensor_2d(drt_graph *g, drt_dtype type, int64_t n0, int64_t n1, const char *name);
-drt_tensor *drt_new_tensor_3d(drt_graph *g, drt_dtype type, int64_t n0, int64_t n1, int64_t n2,
+drt_tensor *drt_new_tensor_3d(drt_graph *g, drt_dtype type, int64_t n0, int64_t n1, int64_t n2, const char *name);
+drt_tensor *drt_new_tensor_4d(drt_graph *g, drt_dtype type, int64_t n0, int64_t n1, int64_t n2, int64_t n3,
                               const char *name);
-drt_tensor *drt_new_tensor_4d(drt_graph *g, drt_dtype type, int64_t n0, int64_t n1, int64_t n2,
-                              int64_t n3, const char *name);
 /* A contiguous view of src: shape ne, starting offs bytes into it. */
 drt_tensor *drt_view(drt_graph *g, drt_tensor *src, int nd, const int64_t *ne, size_t offs);
 
@@ -136,8 +135,7 @@ drt_tensor *drt_new_rows(drt_graph *g, int64_t T);
 /* x (T,Hn,d) turned by each row's position (rows, drt_new_rows) */
 drt_tensor *drt_rope(drt_graph *g, drt_tensor *x, drt_tensor *inv_freq, drt_tensor *rows);
 /* lambda_th (T,H) or NULL for the scalar lambda */
-drt_tensor *drt_dual_softmax(drt_graph *g, drt_tensor *s1, drt_tensor *s2, float lambda,
-                             drt_tensor *lambda_th);
+drt_tensor *drt_dual_softmax(drt_graph *g, drt_tensor *s1, drt_tensor *s2, float lambda, drt_tensor *lambda_th);
 /* q (T,H,2,dk); k (S_cap,G,m,dk); v (S_cap,G,dv); row t reads the cache rows
  * base[t] .. base[t] + pos[t] of k and v (rows) */
 drt_tensor *drt_diff_attn(drt_graph *g, drt_tensor *q, drt_tensor *k, drt_tensor *v, float lambda,
@@ -171,8 +169,8 @@ drt_matmul_shape drt_matmul_dims(const drt_tensor *node);
 
 /* The decomposed lowering of DIFF_ATTN with static S = k rows (p0 = S - T):
  * PERMUTE -> MATMUL -> DUAL_SOFTMAX -> MATMUL -> PERMUTE. */
-drt_tensor *drt_diff_attn_decomposed(drt_graph *g, drt_tensor *q, drt_tensor *k, drt_tensor *v,
-                                     float lambda, drt_tensor *lambda_th);
+drt_tensor *drt_diff_attn_decomposed(drt_graph *g, drt_tensor *q, drt_tensor *k, drt_tensor *v, float lambda,
+                                     drt_tensor *lambda_th);
 
 /* ---- the op table ------------------------------------------------------ */
 typedef struct {
@@ -193,7 +191,6 @@ drt_status drt_op_check_exec(const drt_tensor *node, const drt_exec *ex);
 
 /* ---- backends ---------------------------------------------------------- */
 typedef struct drt_backend drt_backend;
-
 
 /* The host CPU's model and vendor ("" when the OS does not say), for the
  * CPU backends' device_props and for reports. */
@@ -275,13 +272,12 @@ drt_status drt_registry_add(const drt_backend_ops *ops);
 drt_status drt_backend_open(const char *name, const char *device, drt_backend **out);
 /* The same with a thread count for CPU backends (0: DIFFRT_THREADS, else the
  * physical cores available to the process); other backends ignore it. */
-drt_status drt_backend_open_threads(const char *name, const char *device, int threads,
-                                    drt_backend **out);
+drt_status drt_backend_open_threads(const char *name, const char *device, int threads, drt_backend **out);
 /* The same with settings (NULL: none): the backend reads its settings
  * (cpu.*, vulkan.*, ..., and device when device is NULL) from them first,
  * then from the environment. */
-drt_status drt_backend_open_settings(const char *name, const char *device, int threads,
-                                     const drt_settings *settings, drt_backend **out);
+drt_status drt_backend_open_settings(const char *name, const char *device, int threads, const drt_settings *settings,
+                                     drt_backend **out);
 void drt_backend_close(drt_backend *be);
 
 /* Allocates one buffer per non-view tensor in ts (skipping ones that have a
@@ -310,11 +306,10 @@ void drt_plan_free(drt_plan *p);
 size_t drt_plan_arena_bytes(const drt_plan *p, size_t *unplanned);
 drt_status drt_plan_run(drt_plan *p, const drt_exec *ex);
 /* Finding where a NaN or Inf came from (DIFFRT_CHECK_FINITE), an observer
- * of every node (drt_plan_run_observed below): runs the plan's nodes one at a time at ex, synchronizing and reading each node's
- * output back after it ran (a KV_WRITE: the rows it wrote), and stops at the
- * first output that holds a NaN or Inf. Slow: for diagnosis only. Running
- * the plan again at the same ex computes the same values (it writes only
- * its rows' own cache rows, which it reads after writing them). */
+ * of every node (drt_plan_run_observed below): runs the plan's nodes one at a time at ex, synchronizing and reading
+ * each node's output back after it ran (a KV_WRITE: the rows it wrote), and stops at the first output that holds a NaN
+ * or Inf. Slow: for diagnosis only. Running the plan again at the same ex computes the same values (it writes only its
+ * rows' own cache rows, which it reads after writing them). */
 typedef struct {
     const drt_tensor *node;   /* the first node whose output is not finite; NULL: none */
     int64_t index;            /* its first non-finite element */
@@ -387,7 +382,6 @@ drt_status drt_tensor_get(const drt_tensor *t, void *data, size_t n);
 /* The CPU reference as a node runner: computes node into dst from srcs
  * (host pointers), used by the ref backend, by conform's oracle and (as the
  * ref backend's run_node) by fallbacks. Defined in backends/ref/. */
-drt_status drt_ref_run_node(const drt_tensor *node, void *dst, void *const *srcs,
-                            const drt_exec *ex);
+drt_status drt_ref_run_node(const drt_tensor *node, void *dst, void *const *srcs, const drt_exec *ex);
 
 #endif

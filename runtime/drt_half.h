@@ -57,7 +57,9 @@ static inline uint16_t drt_f32_to_f16(float f) {
     return (uint16_t)half;
 }
 
-static inline float drt_bf16_to_f32(uint16_t b) { return drt_bits_to_f32((uint32_t)b << 16); }
+static inline float drt_bf16_to_f32(uint16_t b) {
+    return drt_bits_to_f32((uint32_t)b << 16);
+}
 
 /* binary32 -> bfloat16, round to nearest even; NaN stays NaN. */
 static inline uint16_t drt_f32_to_bf16(float f) {

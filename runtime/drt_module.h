@@ -26,8 +26,8 @@
 #define DRT_MODULE_ENTRY "drt_backend_module_v1"
 
 typedef struct {
-    uint32_t abi;      /* DRT_MODULE_ABI */
-    uint32_t ops_size; /* sizeof(drt_backend_ops) the module was compiled with */
+    uint32_t abi;        /* DRT_MODULE_ABI */
+    uint32_t ops_size;   /* sizeof(drt_backend_ops) the module was compiled with */
     const char *version; /* drt_version() of the sources it was built from */
     const drt_backend_ops *ops;
 } drt_backend_module;
@@ -36,12 +36,12 @@ typedef const drt_backend_module *(*drt_backend_module_fn)(void);
 
 /* Defines the entry point of a module whose backend is `ops`: one line at the
  * end of the module's backend.c. */
-#define DRT_DEFINE_BACKEND_MODULE(ops_var)                                                        \
-    __attribute__((visibility("default"))) const drt_backend_module *drt_backend_module_v1(void); \
-    const drt_backend_module *drt_backend_module_v1(void) {                                       \
-        static const drt_backend_module m = {DRT_MODULE_ABI, (uint32_t)sizeof(drt_backend_ops),   \
-                                             DRT_MODULE_VERSION, &(ops_var)};                     \
-        return &m;                                                                                \
+#define DRT_DEFINE_BACKEND_MODULE(ops_var)                                                                             \
+    __attribute__((visibility("default"))) const drt_backend_module *drt_backend_module_v1(void);                      \
+    const drt_backend_module *drt_backend_module_v1(void) {                                                            \
+        static const drt_backend_module m = {DRT_MODULE_ABI, (uint32_t)sizeof(drt_backend_ops), DRT_MODULE_VERSION,    \
+                                             &(ops_var)};                                                              \
+        return &m;                                                                                                     \
     }
 
 /* A symbol of the loaded module of backend `name` (tests reach backend-

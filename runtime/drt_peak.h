@@ -7,16 +7,15 @@
 #include "drt_graph.h"
 
 typedef struct {
-    int runs;            /* timed samples after a warm-up; the best is kept (0: 5) */
-    double min_sample_s; /* a sample repeats the kernel until it lasts this long (0: 0.02 s) */
-    size_t max_bytes;    /* the most memory one probe allocates (0: 1 GiB) */
-    int gemm_max;        /* the largest GEMM side tried (0: 4096) */
-    double min_run_s;    /* a probe grows until one run lasts this long (0: 2 ms for the
-                            bandwidth probes, 10 ms for the GEMM) */
-    drt_dtype
-        weight_dtype; /* the GEMV probe's and second GEMM's weights (a model's: f16 usually) */
-    int host_threads; /* > 0 and a host-memory backend (buf_wrap): also a host read loop on
-                         this many threads, like bench/membw.c; 0: not */
+    int runs;               /* timed samples after a warm-up; the best is kept (0: 5) */
+    double min_sample_s;    /* a sample repeats the kernel until it lasts this long (0: 0.02 s) */
+    size_t max_bytes;       /* the most memory one probe allocates (0: 1 GiB) */
+    int gemm_max;           /* the largest GEMM side tried (0: 4096) */
+    double min_run_s;       /* a probe grows until one run lasts this long (0: 2 ms for the
+                               bandwidth probes, 10 ms for the GEMM) */
+    drt_dtype weight_dtype; /* the GEMV probe's and second GEMM's weights (a model's: f16 usually) */
+    int host_threads;       /* > 0 and a host-memory backend (buf_wrap): also a host read loop on
+                               this many threads, like bench/membw.c; 0: not */
 } drt_peak_opts;
 
 /* Each probe's best sample; 0 when it was not run or the backend lacks the op. */

@@ -25,7 +25,9 @@ drt_status drt_set_error(drt_status s, const char *fmt, ...) {
     return s;
 }
 
-const char *drt_last_error(void) { return g_msg[g_cur]; }
+const char *drt_last_error(void) {
+    return g_msg[g_cur];
+}
 
 const char *drt_status_str(drt_status s) {
     switch (s) {
@@ -57,11 +59,15 @@ int drt_dtype_block(drt_dtype t) {
     return t == DRT_Q8_0 || t == DRT_Q4_0 ? 32 : (unsigned)t < DRT_DTYPE_COUNT ? 1 : 0;
 }
 
-size_t drt_dtype_align(drt_dtype t) { return drt_dtype_block(t) > 1 ? 1 : drt_dtype_size(t); }
+size_t drt_dtype_align(drt_dtype t) {
+    return drt_dtype_block(t) > 1 ? 1 : drt_dtype_size(t);
+}
 
 size_t drt_row_bytes(drt_dtype t, int64_t n) {
     int bl = drt_dtype_block(t);
     return bl > 0 && n > 0 ? (size_t)(n / bl) * drt_dtype_size(t) : 0;
 }
 
-void drt_free(void *p) { free(p); }
+void drt_free(void *p) {
+    free(p);
+}

@@ -14,14 +14,18 @@ int64_t drt_nelem(const drt_tensor *t) {
     return n;
 }
 
-size_t drt_nbytes(const drt_tensor *t) { return drt_row_bytes(t->type, drt_nelem(t)); }
+size_t drt_nbytes(const drt_tensor *t) {
+    return drt_row_bytes(t->type, drt_nelem(t));
+}
 
 void *drt_host_ptr(const drt_tensor *t) {
     if (!t->buf || !t->buf->host) return NULL;
     return (char *)t->buf->host + t->offs;
 }
 
-drt_graph *drt_graph_new(void) { return calloc(1, sizeof(drt_graph)); }
+drt_graph *drt_graph_new(void) {
+    return calloc(1, sizeof(drt_graph));
+}
 
 void drt_graph_free(drt_graph *g) {
     if (!g) return;
@@ -55,12 +59,10 @@ static drt_tensor *fail(drt_graph *g, drt_status s) {
     return NULL;
 }
 
-static drt_tensor *alloc_tensor(drt_graph *g, drt_dtype type, int nd, const int64_t *ne,
-                                const char *name) {
+static drt_tensor *alloc_tensor(drt_graph *g, drt_dtype type, int nd, const int64_t *ne, const char *name) {
     if (g->err != DRT_OK) return NULL;
     if (nd < 1 || nd > DRT_MAX_DIMS)
-        return fail(g, drt_set_error(DRT_ERR_INVALID_ARG, "tensor %s: %d dims (1..4 allowed)",
-                                     name ? name : "?", nd));
+        return fail(g, drt_set_error(DRT_ERR_INVALID_ARG, "tensor %s: %d dims (1..4 allowed)", name ? name : "?", nd));
     drt_tensor *t = calloc(1, sizeof *t);
     if (!t || !push(&g->owned, &g->n_owned, &g->cap_owned, t)) {
         free(t);
@@ -70,16 +72,15 @@ static drt_tensor *alloc_tensor(drt_graph *g, drt_dtype type, int nd, const int6
     t->nd = nd;
     for (int i = 0; i < nd; i++) {
         if (ne[i] < 0)
-            return fail(g, drt_set_error(DRT_ERR_INVALID_ARG, "tensor %s: negative dim %lld",
-                                         name ? name : "?", (long long)ne[i]));
+            return fail(g, drt_set_error(DRT_ERR_INVALID_ARG, "tensor %s: negative dim %lld", name ? name : "?",
+                                         (long long)ne[i]));
         t->ne[i] = ne[i];
     }
     if (name) snprintf(t->name, sizeof t->name, "%s", name);
     return t;
 }
 
-drt_tensor *drt_new_tensor(drt_graph *g, drt_dtype type, int nd, const int64_t *ne,
-                           const char *name) {
+drt_tensor *drt_new_tensor(drt_graph *g, drt_dtype type, int nd, const int64_t *ne, const char *name) {
     return alloc_tensor(g, type, nd, ne, name);
 }
 
@@ -88,20 +89,18 @@ drt_tensor *drt_new_tensor_1d(drt_graph *g, drt_dtype type, int64_t n0, const ch
     return alloc_tensor(g, type, 1, ne, name);
 }
 
-drt_tensor *drt_new_tensor_2d(drt_graph *g, drt_dtype type, int64_t n0, int64_t n1,
-                              const char *name) {
+drt_tensor *drt_new_tensor_2d(drt_graph *g, drt_dtype type, int64_t n0, int64_t n1, const char *name) {
     int64_t ne[2] = {n0, n1};
     return alloc_tensor(g, type, 2, ne, name);
 }
 
-drt_tensor *drt_new_tensor_3d(drt_graph *g, drt_dtype type, int64_t n0, int64_t n1, int64_t n2,
-                              const char *name) {
+drt_tensor *drt_new_tensor_3d(drt_graph *g, drt_dtype type, int64_t n0, int64_t n1, int64_t n2, const char *name) {
     int64_t ne[3] = {n0, n1, n2};
     return alloc_tensor(g, type, 3, ne, name);
 }
 
-drt_tensor *drt_new_tensor_4d(drt_graph *g, drt_dtype type, int64_t n0, int64_t n1, int64_t n2,
-                              int64_t n3, const char *name) {
+drt_tensor *drt_new_tensor_4d(drt_graph *g, drt_dtype type, int64_t n0, int64_t n1, int64_t n2, int64_t n3,
+                              const char *name) {
     int64_t ne[4] = {n0, n1, n2, n3};
     return alloc_tensor(g, type, 4, ne, name);
 }
@@ -116,9 +115,8 @@ drt_tensor *drt_view(drt_graph *g, drt_tensor *src, int nd, const int64_t *ne, s
     drt_tensor *t = alloc_tensor(g, src->type, nd, ne, src->name);
     if (!t) return NULL;
     if (offs + drt_nbytes(t) > drt_nbytes(src))
-        return fail(g, drt_set_error(DRT_ERR_INVALID_ARG,
-                                     "view of %s: bytes [%zu, %zu) outside its %zu bytes", src->name,
-                                     offs, offs + drt_nbytes(t), drt_nbytes(src)));
+        return fail(g, drt_set_error(DRT_ERR_INVALID_ARG, "view of %s: bytes [%zu, %zu) outside its %zu bytes",
+                                     src->name, offs, offs + drt_nbytes(t), drt_nbytes(src)));
     /* views always point at the base so offsets add up once */
     t->view_offs = offs + src->view_offs;
     t->view_src = base_of(src);
@@ -128,14 +126,12 @@ drt_tensor *drt_view(drt_graph *g, drt_tensor *src, int nd, const int64_t *ne, s
 
 /* Appends a node of op `op` with the given sources; shape out_ne. The op
  * table's check decides whether the node is well formed. */
-static drt_tensor *new_node(drt_graph *g, drt_op op, drt_dtype type, int nd, const int64_t *ne,
-                            drt_tensor *const *src, int nsrc, const float *fp, const int32_t *ip) {
+static drt_tensor *new_node(drt_graph *g, drt_op op, drt_dtype type, int nd, const int64_t *ne, drt_tensor *const *src,
+                            int nsrc, const float *fp, const int32_t *ip) {
     if (g->err != DRT_OK) return NULL;
     const drt_op_info *info = drt_op_get(op);
     for (int i = 0; i < info->n_src_min; i++)
-        if (!src[i])
-            return fail(g, drt_set_error(DRT_ERR_INVALID_ARG, "%s: input %d is missing",
-                                         info->name, i));
+        if (!src[i]) return fail(g, drt_set_error(DRT_ERR_INVALID_ARG, "%s: input %d is missing", info->name, i));
     drt_tensor *t = alloc_tensor(g, type, nd, ne, info->name);
     if (!t) return NULL;
     t->op = op;
@@ -143,8 +139,7 @@ static drt_tensor *new_node(drt_graph *g, drt_op op, drt_dtype type, int nd, con
     if (fp) memcpy(t->fp, fp, sizeof t->fp);
     if (ip) memcpy(t->ip, ip, sizeof t->ip);
     char why[256] = "";
-    if (!info->check(t, why, sizeof why))
-        return fail(g, drt_set_error(DRT_ERR_INVALID_ARG, "%s: %s", info->name, why));
+    if (!info->check(t, why, sizeof why)) return fail(g, drt_set_error(DRT_ERR_INVALID_ARG, "%s: %s", info->name, why));
     if (!push(&g->nodes, &g->n_nodes, &g->cap_nodes, t))
         return fail(g, drt_set_error(DRT_ERR_OOM, "out of memory building a graph"));
     return t;
@@ -191,12 +186,10 @@ drt_tensor *drt_rope(drt_graph *g, drt_tensor *x, drt_tensor *inv_freq, drt_tens
     return new_node(g, DRT_OP_ROPE, DRT_F32, x->nd, x->ne, SRCS(x, inv_freq, NULL, NULL, rows), 5, NULL, NULL);
 }
 
-drt_tensor *drt_dual_softmax(drt_graph *g, drt_tensor *s1, drt_tensor *s2, float lambda,
-                             drt_tensor *lambda_th) {
+drt_tensor *drt_dual_softmax(drt_graph *g, drt_tensor *s1, drt_tensor *s2, float lambda, drt_tensor *lambda_th) {
     if (!s1) return fail(g, g->err ? g->err : DRT_ERR_INVALID_ARG);
     float fp[4] = {lambda};
-    return new_node(g, DRT_OP_DUAL_SOFTMAX, DRT_F32, s1->nd, s1->ne, SRCS(s1, s2, lambda_th), 3,
-                    fp, NULL);
+    return new_node(g, DRT_OP_DUAL_SOFTMAX, DRT_F32, s1->nd, s1->ne, SRCS(s1, s2, lambda_th), 3, fp, NULL);
 }
 
 drt_tensor *drt_diff_attn(drt_graph *g, drt_tensor *q, drt_tensor *k, drt_tensor *v, float lambda,
@@ -236,8 +229,8 @@ drt_tensor *drt_add(drt_graph *g, drt_tensor *a, drt_tensor *b) {
 
 drt_tensor *drt_kv_write(drt_graph *g, drt_tensor *src, drt_tensor *cache, drt_tensor *rows) {
     if (!cache) return fail(g, g->err ? g->err : DRT_ERR_INVALID_ARG);
-    drt_tensor *t = new_node(g, DRT_OP_KV_WRITE, DRT_F32, cache->nd, cache->ne,
-                             SRCS(src, cache, NULL, NULL, rows), 5, NULL, NULL);
+    drt_tensor *t = new_node(g, DRT_OP_KV_WRITE, DRT_F32, cache->nd, cache->ne, SRCS(src, cache, NULL, NULL, rows), 5,
+                             NULL, NULL);
     if (!t) return NULL;
     /* the result is the cache itself, written in place */
     t->view_src = base_of(cache);
@@ -254,13 +247,12 @@ drt_tensor *drt_permute(drt_graph *g, drt_tensor *x, int p0, int p1, int p2, int
     return new_node(g, DRT_OP_PERMUTE, x->type, x->nd, ne, SRCS(x), 1, NULL, ip);
 }
 
-drt_tensor *drt_diff_attn_decomposed(drt_graph *g, drt_tensor *q, drt_tensor *k, drt_tensor *v,
-                                     float lambda, drt_tensor *lambda_th) {
+drt_tensor *drt_diff_attn_decomposed(drt_graph *g, drt_tensor *q, drt_tensor *k, drt_tensor *v, float lambda,
+                                     drt_tensor *lambda_th) {
     if (!q || !k || !v) return fail(g, g->err ? g->err : DRT_ERR_INVALID_ARG);
     if (q->nd != 4 || k->nd != 4 || v->nd != 3)
-        return fail(g, drt_set_error(DRT_ERR_INVALID_ARG,
-                                     "decomposed DIFF_ATTN: q must be (T,H,2,dk), k (S,G,m,dk), "
-                                     "v (S,G,dv)"));
+        return fail(g, drt_set_error(DRT_ERR_INVALID_ARG, "decomposed DIFF_ATTN: q must be (T,H,2,dk), k (S,G,m,dk), "
+                                                          "v (S,G,dv)"));
     int64_t T = q->ne[0], H = q->ne[1], dk = q->ne[3];
     int64_t S = k->ne[0], G = k->ne[1], m = k->ne[2], dv = v->ne[2];
     float scale = 1.0f / sqrtf((float)dk);
@@ -277,10 +269,10 @@ drt_tensor *drt_diff_attn_decomposed(drt_graph *g, drt_tensor *q, drt_tensor *k,
     drt_tensor *s1 = drt_matmul_ex(g, q1, k1, 0, scale); /* (H,T,S) */
     drt_tensor *s2 = drt_matmul_ex(g, q2, k2, 0, scale);
     drt_tensor *a = drt_dual_softmax(g, s1, s2, lambda, lambda_th);
-    drt_tensor *vp = drt_permute(g, v, 1, 0, 2, -1);       /* (G,S,dv) */
-    drt_tensor *o = drt_matmul_ex(g, a, vp, 1, 1.0f);      /* (H,T,dv) */
+    drt_tensor *vp = drt_permute(g, v, 1, 0, 2, -1);  /* (G,S,dv) */
+    drt_tensor *o = drt_matmul_ex(g, a, vp, 1, 1.0f); /* (H,T,dv) */
     (void)dv;
-    return drt_permute(g, o, 1, 0, 2, -1);                 /* (T,H,dv) */
+    return drt_permute(g, o, 1, 0, 2, -1); /* (T,H,dv) */
 }
 
 void drt_permute_4d(const drt_tensor *node, int64_t ne[4], int perm[4]) {

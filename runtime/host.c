@@ -15,12 +15,10 @@ static int field(const char *line, const char *key, char *out, size_t n) {
     size_t k = strlen(key);
     if (strncmp(line, key, k) != 0) return 0;
     const char *p = line + k;
-    while (*p == ' ' || *p == '\t')
-        p++;
+    while (*p == ' ' || *p == '\t') p++;
     if (*p != ':') return 0;
     p++;
-    while (*p == ' ')
-        p++;
+    while (*p == ' ') p++;
     size_t len = strcspn(p, "\n");
     if (len >= n) len = n - 1;
     memcpy(out, p, len);
@@ -45,9 +43,8 @@ void drt_host_cpu(char *model, size_t model_n, char *vendor, size_t vendor_n) {
     if (!f) return;
     char line[512], impl[32] = "";
     while (fgets(line, sizeof line, f)) {
-        if (!model[0] &&
-            (field(line, "model name", model, model_n) || field(line, "Hardware", model, model_n) ||
-             field(line, "cpu model", model, model_n)))
+        if (!model[0] && (field(line, "model name", model, model_n) || field(line, "Hardware", model, model_n) ||
+                          field(line, "cpu model", model, model_n)))
             continue;
         if (!vendor[0] && field(line, "vendor_id", vendor, vendor_n)) continue;
         if (!impl[0]) field(line, "CPU implementer", impl, sizeof impl);
@@ -74,7 +71,7 @@ void drt_host_cpu_props(drt_device_props *out) {
 #elif defined(__aarch64__) && defined(__linux__)
     unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
     out->subgroup_size = 4;
-    out->fp16 = (hw & (1UL << 10)) ? 1 : 0; /* HWCAP_ASIMDHP */
+    out->fp16 = (hw & (1UL << 10)) ? 1 : 0;  /* HWCAP_ASIMDHP */
     out->bf16 = (hw2 & (1UL << 14)) ? 1 : 0; /* HWCAP2_BF16 */
 #else
     out->subgroup_size = 1;

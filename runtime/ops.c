@@ -8,7 +8,9 @@
 
 #define WHY(...) (snprintf(err, n, __VA_ARGS__), false)
 
-static bool is_weight_type(drt_dtype t) { return t == DRT_F32 || t == DRT_F16 || t == DRT_BF16; }
+static bool is_weight_type(drt_dtype t) {
+    return t == DRT_F32 || t == DRT_F16 || t == DRT_BF16;
+}
 
 static bool same_shape(const drt_tensor *a, const drt_tensor *b) {
     if (a->nd != b->nd) return false;
@@ -31,8 +33,8 @@ static const char *shape_ring(const drt_tensor *t, char (*sb)[64], int *i) {
     return b;
 }
 #define SHAPE(t) shape_ring((t), sb, &sbi)
-#define SHAPEBUF                                                                                   \
-    char sb[4][64];                                                                                \
+#define SHAPEBUF                                                                                                       \
+    char sb[4][64];                                                                                                    \
     int sbi = 0
 
 static bool need_f32(const drt_tensor *t, const char *what, char *err, size_t n) {
@@ -58,8 +60,7 @@ static bool check_embed(const drt_tensor *t, char *err, size_t n) {
     if (ids->type != DRT_I32 || ids->nd != 1)
         return WHY("ids must be i32 (T), got %s %s", drt_dtype_name(ids->type), SHAPE(ids));
     if (E->nd != 2 || !is_weight_type(E->type))
-        return WHY("table must be f32/f16/bf16 (V,D), got %s %s", drt_dtype_name(E->type),
-                   SHAPE(E));
+        return WHY("table must be f32/f16/bf16 (V,D), got %s %s", drt_dtype_name(E->type), SHAPE(E));
     return true;
 }
 
@@ -68,8 +69,8 @@ static bool check_rmsnorm(const drt_tensor *t, char *err, size_t n) {
     SHAPEBUF;
     if (!need_f32(x, "x", err, n)) return false;
     if (w && (w->type != DRT_F32 || w->nd != 1 || w->ne[0] != x->ne[x->nd - 1]))
-        return WHY("weight must be f32 (%lld), got %s %s", (long long)x->ne[x->nd - 1],
-                   drt_dtype_name(w->type), SHAPE(w));
+        return WHY("weight must be f32 (%lld), got %s %s", (long long)x->ne[x->nd - 1], drt_dtype_name(w->type),
+                   SHAPE(w));
     if (!(t->fp[0] >= 0)) return WHY("eps must be >= 0, got %g", (double)t->fp[0]);
     return true;
 }
@@ -125,8 +126,7 @@ static bool check_dual_softmax(const drt_tensor *t, char *err, size_t n) {
 static bool check_diff_attn(const drt_tensor *t, char *err, size_t n) {
     const drt_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
     SHAPEBUF;
-    if (!need_f32(q, "q", err, n) || !need_f32(k, "k", err, n) || !need_f32(v, "v", err, n))
-        return false;
+    if (!need_f32(q, "q", err, n) || !need_f32(k, "k", err, n) || !need_f32(v, "v", err, n)) return false;
     if (q->nd != 4 || q->ne[2] != 2) return WHY("q must be (T,H,2,dk), got %s", SHAPE(q));
     if (k->nd != 4 || (k->ne[2] != 1 && k->ne[2] != 2) || k->ne[3] != q->ne[3])
         return WHY("k must be (S,G,m,dk=%lld) with m in {1,2}, got %s", (long long)q->ne[3], SHAPE(k));
@@ -141,10 +141,10 @@ static bool check_diff_attn(const drt_tensor *t, char *err, size_t n) {
 static bool check_attn(const drt_tensor *t, char *err, size_t n) {
     const drt_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
     SHAPEBUF;
-    if (!need_f32(q, "q", err, n) || !need_f32(k, "k", err, n) || !need_f32(v, "v", err, n))
-        return false;
+    if (!need_f32(q, "q", err, n) || !need_f32(k, "k", err, n) || !need_f32(v, "v", err, n)) return false;
     if (q->nd != 3) return WHY("q must be (T,H,dk), got %s", SHAPE(q));
-    if (k->nd != 3 || k->ne[2] != q->ne[2]) return WHY("k must be (S,G,dk=%lld), got %s", (long long)q->ne[2], SHAPE(k));
+    if (k->nd != 3 || k->ne[2] != q->ne[2])
+        return WHY("k must be (S,G,dk=%lld), got %s", (long long)q->ne[2], SHAPE(k));
     if (v->nd != 3 || v->ne[0] != k->ne[0] || v->ne[1] != k->ne[1])
         return WHY("v must be (S,G,dv) with S, G of k %s, got %s", SHAPE(k), SHAPE(v));
     int64_t H = q->ne[1], G = k->ne[1];
@@ -191,8 +191,7 @@ static bool check_permute(const drt_tensor *t, char *err, size_t n) {
     int seen = 0;
     for (int a = 0; a < x->nd; a++) {
         int p = t->ip[a];
-        if (p < 0 || p >= x->nd || (seen >> p) & 1)
-            return WHY("perm is not a permutation of %d dims", x->nd);
+        if (p < 0 || p >= x->nd || (seen >> p) & 1) return WHY("perm is not a permutation of %d dims", x->nd);
         seen |= 1 << p;
     }
     return true;
@@ -203,7 +202,9 @@ static bool check_permute(const drt_tensor *t, char *err, size_t n) {
  * perfect reuse moves), the rows tensor aside. Attention reads each row's
  * pos + 1 keys of the cache (ex->key_pairs over all rows). */
 
-static double tbytes(const drt_tensor *t) { return t ? (double)drt_nbytes(t) : 0; }
+static double tbytes(const drt_tensor *t) {
+    return t ? (double)drt_nbytes(t) : 0;
+}
 
 static double bytes_io(const drt_tensor *t, const drt_exec *ex) {
     double b = tbytes(t);
@@ -211,9 +212,15 @@ static double bytes_io(const drt_tensor *t, const drt_exec *ex) {
     return b;
 }
 
-static double flops_zero(const drt_tensor *t, const drt_exec *ex) { return 0; }
-static double flops_elem(const drt_tensor *t, const drt_exec *ex) { return (double)drt_nelem(t); }
-static double flops_elem4(const drt_tensor *t, const drt_exec *ex) { return 4.0 * drt_nelem(t); }
+static double flops_zero(const drt_tensor *t, const drt_exec *ex) {
+    return 0;
+}
+static double flops_elem(const drt_tensor *t, const drt_exec *ex) {
+    return (double)drt_nelem(t);
+}
+static double flops_elem4(const drt_tensor *t, const drt_exec *ex) {
+    return 4.0 * drt_nelem(t);
+}
 
 static double flops_matmul(const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *x = t->src[0];
@@ -221,7 +228,9 @@ static double flops_matmul(const drt_tensor *t, const drt_exec *ex) {
 }
 
 /* (query, key) pairs the rows attend: sum over rows of pos + 1 */
-static double causal_pairs(const drt_exec *ex) { return ex ? ex->key_pairs : 0; }
+static double causal_pairs(const drt_exec *ex) {
+    return ex ? ex->key_pairs : 0;
+}
 
 static double flops_diff_attn(const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *q = t->src[0], *v = t->src[2];
@@ -258,9 +267,13 @@ static double flops_dual_softmax(const drt_tensor *t, const drt_exec *ex) {
     return 10.0 * (double)drt_nelem(t); /* max, exp, sum, scale for two maps */
 }
 
-static double bytes_kv_write(const drt_tensor *t, const drt_exec *ex) { return 2.0 * tbytes(t->src[0]); }
+static double bytes_kv_write(const drt_tensor *t, const drt_exec *ex) {
+    return 2.0 * tbytes(t->src[0]);
+}
 
-static double flops_norm(const drt_tensor *t, const drt_exec *ex) { return 4.0 * drt_nelem(t); }
+static double flops_norm(const drt_tensor *t, const drt_exec *ex) {
+    return 4.0 * drt_nelem(t);
+}
 
 static const drt_op_info g_ops[DRT_OP_COUNT] = {
     [DRT_OP_NONE] = {"NONE", 0, 0, NULL, flops_zero, bytes_io},
@@ -283,16 +296,19 @@ const drt_op_info *drt_op_get(drt_op op) {
     return (unsigned)op < DRT_OP_COUNT ? &g_ops[op] : &g_ops[DRT_OP_NONE];
 }
 
-const char *drt_op_name(drt_op op) { return drt_op_get(op)->name; }
+const char *drt_op_name(drt_op op) {
+    return drt_op_get(op)->name;
+}
 
 drt_status drt_exec_rows(drt_exec *ex, const int32_t *rows, int n) {
     *ex = (drt_exec){.n_rows = n, .rows = rows};
-    if (n < 0 || (n > 0 && !rows)) return drt_set_error(DRT_ERR_INVALID_ARG, "rows: %d rows at %p", n, (const void *)rows);
+    if (n < 0 || (n > 0 && !rows))
+        return drt_set_error(DRT_ERR_INVALID_ARG, "rows: %d rows at %p", n, (const void *)rows);
     for (int t = 0; t < n; t++) {
         int32_t base = rows[2 * t], pos = rows[2 * t + 1];
         if (base < 0 || pos < 0 || pos == INT32_MAX)
-            return drt_set_error(DRT_ERR_INVALID_ARG, "row %d: cache base %d, position %d (each must be >= 0)", t,
-                                 base, pos);
+            return drt_set_error(DRT_ERR_INVALID_ARG, "row %d: cache base %d, position %d (each must be >= 0)", t, base,
+                                 pos);
         if (pos + 1 > ex->max_keys) ex->max_keys = pos + 1;
         ex->key_pairs += (double)pos + 1;
     }
@@ -320,7 +336,8 @@ drt_status drt_op_check_exec(const drt_tensor *t, const drt_exec *ex) {
     for (int i = 0; i < ex->n_rows; i++) {
         int64_t base = ex->rows[2 * i], pos = ex->rows[2 * i + 1];
         if (base + pos >= cap)
-            return drt_set_error(DRT_ERR_INVALID_ARG, "%s: row %d (cache base %lld, position %lld) is past the cache of %lld rows",
+            return drt_set_error(DRT_ERR_INVALID_ARG,
+                                 "%s: row %d (cache base %lld, position %lld) is past the cache of %lld rows",
                                  drt_op_name(t->op), i, (long long)base, (long long)pos, (long long)cap);
     }
     return DRT_OK;

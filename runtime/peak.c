@@ -60,8 +60,8 @@ static drt_status fill(drt_tensor *t) {
 
 /* ADD: a, b, y of n f32 elements. MATMUL: x (m,k) f32, w (n,k) wt, y (m,n).
  * *supported = 0 (and nothing built) when the backend lacks the node. */
-static drt_status probe_build(drt_backend *be, probe_kind kind, int64_t m, int64_t n, int64_t k,
-                              drt_dtype wt, probe *pr, int *supported) {
+static drt_status probe_build(drt_backend *be, probe_kind kind, int64_t m, int64_t n, int64_t k, drt_dtype wt,
+                              probe *pr, int *supported) {
     memset(pr, 0, sizeof *pr);
     *supported = 0;
     pr->g = drt_graph_new();
@@ -134,10 +134,9 @@ static drt_status best_rate(probe *pr, double t1, const drt_peak_opts *o, double
  * shrink_above (down to min_scale), then is measured. scale is the number
  * of base units: ADD n = scale Mi elements; GEMV w = (scale * 1024, 4096);
  * GEMM n = m = k = scale. *rate = 0 when the backend lacks the op. */
-static drt_status measure(drt_backend *be, probe_kind kind, int gemv, drt_dtype wt, int64_t scale,
-                          int64_t min_scale, int64_t max_scale, double grow_below,
-                          double shrink_above, const drt_peak_opts *o, double *rate, char *desc,
-                          size_t ndesc) {
+static drt_status measure(drt_backend *be, probe_kind kind, int gemv, drt_dtype wt, int64_t scale, int64_t min_scale,
+                          int64_t max_scale, double grow_below, double shrink_above, const drt_peak_opts *o,
+                          double *rate, char *desc, size_t ndesc) {
     *rate = 0;
     int dir = 0;    /* +1 growing, -1 shrinking: never both */
     int capped = 0; /* a larger size failed (a device's allocation limit): stay below it */
@@ -178,9 +177,8 @@ static drt_status measure(drt_backend *be, probe_kind kind, int gemv, drt_dtype 
         if (kind == P_ADD)
             snprintf(desc, ndesc, "ADD f32, 3 x %lld MiB", (long long)(n * 4 >> 20));
         else if (gemv)
-            snprintf(desc, ndesc, "MATMUL GEMV (1,%lld)x(%lld,%lld)^T %s, %lld MiB", (long long)k,
-                     (long long)n, (long long)k, drt_dtype_name(wt),
-                     (long long)(n * k * (int64_t)drt_dtype_size(wt) >> 20));
+            snprintf(desc, ndesc, "MATMUL GEMV (1,%lld)x(%lld,%lld)^T %s, %lld MiB", (long long)k, (long long)n,
+                     (long long)k, drt_dtype_name(wt), (long long)(n * k * (int64_t)drt_dtype_size(wt) >> 20));
         else
             snprintf(desc, ndesc, "MATMUL %lld^3, x f32, w %s", (long long)n, drt_dtype_name(wt));
         probe_free(&pr);
@@ -209,8 +207,7 @@ static void *reader(void *arg) {
         s2 += j->p[i + 2];
         s3 += j->p[i + 3];
     }
-    for (; i < j->n; i++)
-        s0 += j->p[i];
+    for (; i < j->n; i++) s0 += j->p[i];
     j->sum = s0 + s1 + s2 + s3;
     j->t1 = drt_now_s();
     return NULL;
@@ -225,11 +222,8 @@ static drt_status host_read(int nth, size_t bytes, int runs, double *gbps) {
     if (nth > MAX_TH) nth = MAX_TH;
     size_t n = bytes / sizeof(uint64_t);
     uint64_t *buf = malloc(n * sizeof *buf);
-    if (!buf)
-        return drt_set_error(DRT_ERR_OOM, "peak: cannot allocate %zu MiB for the host read loop",
-                             bytes >> 20);
-    for (size_t i = 0; i < n; i++)
-        buf[i] = i; /* touch every page */
+    if (!buf) return drt_set_error(DRT_ERR_OOM, "peak: cannot allocate %zu MiB for the host read loop", bytes >> 20);
+    for (size_t i = 0; i < n; i++) buf[i] = i; /* touch every page */
     pthread_t th[MAX_TH];
     reader_job jobs[MAX_TH];
     drt_status s = DRT_OK;
@@ -241,8 +235,7 @@ static drt_status host_read(int nth, size_t bytes, int runs, double *gbps) {
             if (pthread_create(&th[t], NULL, reader, &jobs[t]) != 0) break;
             started++;
         }
-        for (int t = 0; t < started; t++)
-            pthread_join(th[t], NULL);
+        for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
         if (started < nth) {
             s = drt_set_error(DRT_ERR_OOM, "peak: cannot start %d reader threads", nth);
             break;
@@ -273,8 +266,7 @@ drt_status drt_measure_peak(drt_backend *be, const drt_peak_opts *opts, drt_peak
     out->runs = o.runs;
     if (!be) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_measure_peak: no backend");
 
-    double bw_run = o.min_run_s > 0 ? o.min_run_s : 2e-3,
-           gemm_run = o.min_run_s > 0 ? o.min_run_s : 1e-2;
+    double bw_run = o.min_run_s > 0 ? o.min_run_s : 2e-3, gemm_run = o.min_run_s > 0 ? o.min_run_s : 1e-2;
     /* bandwidth: ADD from 3 x 32 MiB and GEMV from 32 MiB of weights (past
      * most last-level caches), doubled until a run lasts 2 ms */
     char d_add[96] = "", d_gemv[96] = "", d_f32[96] = "", d_w[96] = "";
@@ -282,11 +274,10 @@ drt_status drt_measure_peak(drt_backend *be, const drt_peak_opts *opts, drt_peak
     int64_t gemv_max = (int64_t)(o.max_bytes / (4096 * drt_dtype_size(o.weight_dtype) * 1024));
     drt_status s = DRT_OK;
     if (add_max >= 8)
-        s = measure(be, P_ADD, 0, DRT_F32, 8, 8, add_max, bw_run, INFINITY, &o, &out->add_gbps,
-                    d_add, sizeof d_add);
+        s = measure(be, P_ADD, 0, DRT_F32, 8, 8, add_max, bw_run, INFINITY, &o, &out->add_gbps, d_add, sizeof d_add);
     if (s == DRT_OK && gemv_max >= 4)
-        s = measure(be, P_MATMUL, 1, o.weight_dtype, 4, 4, gemv_max, bw_run, INFINITY, &o,
-                    &out->gemv_gbps, d_gemv, sizeof d_gemv);
+        s = measure(be, P_MATMUL, 1, o.weight_dtype, 4, 4, gemv_max, bw_run, INFINITY, &o, &out->gemv_gbps, d_gemv,
+                    sizeof d_gemv);
     out->add_gbps *= 1e-9;
     out->gemv_gbps *= 1e-9;
     if (s == DRT_OK && o.host_threads > 0 && be->ops->buf_wrap) {
@@ -296,11 +287,11 @@ drt_status drt_measure_peak(drt_backend *be, const drt_peak_opts *opts, drt_peak
     /* GEMM: 1024^3, doubled while a run lasts under 10 ms (a GPU), halved
      * while it lasts over 0.25 s (the reference), side 256 .. gemm_max */
     if (s == DRT_OK)
-        s = measure(be, P_MATMUL, 0, DRT_F32, 1024, 256, o.gemm_max, gemm_run, 0.25, &o,
-                    &out->gemm_f32_gflops, d_f32, sizeof d_f32);
+        s = measure(be, P_MATMUL, 0, DRT_F32, 1024, 256, o.gemm_max, gemm_run, 0.25, &o, &out->gemm_f32_gflops, d_f32,
+                    sizeof d_f32);
     if (s == DRT_OK && o.weight_dtype != DRT_F32)
-        s = measure(be, P_MATMUL, 0, o.weight_dtype, 1024, 256, o.gemm_max, gemm_run, 0.25, &o,
-                    &out->gemm_w_gflops, d_w, sizeof d_w);
+        s = measure(be, P_MATMUL, 0, o.weight_dtype, 1024, 256, o.gemm_max, gemm_run, 0.25, &o, &out->gemm_w_gflops,
+                    d_w, sizeof d_w);
     out->gemm_f32_gflops *= 1e-9;
     out->gemm_w_gflops *= 1e-9;
     if (s != DRT_OK) return s;
@@ -313,8 +304,8 @@ drt_status drt_measure_peak(drt_backend *be, const drt_peak_opts *opts, drt_peak
     }
     if (out->host_gbps > out->gbytes_per_s) {
         out->gbytes_per_s = out->host_gbps;
-        snprintf(out->bw_probe, sizeof out->bw_probe, "host read loop, %d threads, %zu MiB",
-                 o.host_threads, o.max_bytes / 2 >> 20);
+        snprintf(out->bw_probe, sizeof out->bw_probe, "host read loop, %d threads, %zu MiB", o.host_threads,
+                 o.max_bytes / 2 >> 20);
     }
     out->gflops = out->gemm_f32_gflops;
     snprintf(out->flops_probe, sizeof out->flops_probe, "%s", d_f32);

@@ -16,10 +16,10 @@ typedef struct {
     const char *name, *env, *old_env;
     stype type;
     drt_setting_kind kind;
-    int env_only;        /* read where no drt_settings reaches (probe, model load) */
-    const char *def;     /* "" : automatic */
-    long long lo, hi;    /* T_INT */
-    const char *values;  /* T_CHOICE: the choices, ", "-separated; else the text for messages */
+    int env_only;       /* read where no drt_settings reaches (probe, model load) */
+    const char *def;    /* "" : automatic */
+    long long lo, hi;   /* T_INT */
+    const char *values; /* T_CHOICE: the choices, ", "-separated; else the text for messages */
     const char *doc;
 } row;
 
@@ -93,7 +93,9 @@ struct drt_settings {
 
 static int warned[N_ROWS]; /* the deprecation line, once per alias per process */
 
-int drt_setting_count(void) { return N_ROWS; }
+int drt_setting_count(void) {
+    return N_ROWS;
+}
 
 drt_status drt_setting_describe(int i, drt_setting_info *out) {
     if (!out || i < 0 || i >= N_ROWS)
@@ -115,8 +117,7 @@ static int is_choice(const char *choices, const char *v) {
         size_t k = strcspn(p, ",");
         if (k == n && strncmp(p, v, n) == 0) return 1;
         p += k;
-        while (*p == ',' || *p == ' ')
-            p++;
+        while (*p == ',' || *p == ' ') p++;
     }
     return 0;
 }
@@ -147,8 +148,7 @@ static drt_status check(const row *r, const char *v, const char *label) {
         if (!is_choice(r->values, v))
             return drt_set_error(DRT_ERR_INVALID_ARG, "%s: expected one of %s, got \"%.40s\"", label, r->values, v);
         return DRT_OK;
-    case T_STR:
-        return DRT_OK;
+    case T_STR: return DRT_OK;
     }
     return DRT_OK;
 }
@@ -225,8 +225,7 @@ drt_status drt_settings_create(drt_settings **out) {
 
 void drt_settings_free(drt_settings *s) {
     if (!s) return;
-    for (int i = 0; i < N_ROWS; i++)
-        free(s->val[i]);
+    for (int i = 0; i < N_ROWS; i++) free(s->val[i]);
     free(s);
 }
 
@@ -244,8 +243,7 @@ drt_status drt_settings_set(drt_settings *s, const char *name, const char *value
     }
     const row *r = &ROWS[i];
     if (r->env_only)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "setting %s is read from the environment only (%s)", r->name,
-                             r->env);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "setting %s is read from the environment only (%s)", r->name, r->env);
     char label[96];
     snprintf(label, sizeof label, "setting %s", r->name);
     if (value) {
@@ -260,8 +258,7 @@ drt_status drt_settings_set(drt_settings *s, const char *name, const char *value
     return DRT_OK;
 }
 
-drt_status drt_settings_get(const drt_settings *s, const char *name, char *buf, size_t n,
-                            drt_setting_source *src) {
+drt_status drt_settings_get(const drt_settings *s, const char *name, char *buf, size_t n, drt_setting_source *src) {
     if (!buf || n == 0) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_settings_get: no buffer");
     buf[0] = 0;
     int i = find(name);

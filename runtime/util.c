@@ -40,16 +40,14 @@ int drt_physical_cores(void) {
         char path[96];
         snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", c);
         long core = read_long(path);
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id",
-                 c);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
         long pkg = read_long(path);
         if (pkg < 0) pkg = 0;
         if (core < 0) return ncpu > 0 ? ncpu : 1;
         /* a core is (package, core id): core ids repeat across packages */
         long id = pkg * 1000000 + core;
         int dup = 0;
-        for (int i = 0; i < ncores && !dup; i++)
-            dup = seen[i] == id;
+        for (int i = 0; i < ncores && !dup; i++) dup = seen[i] == id;
         if (!dup) seen[ncores++] = id;
     }
     return ncores > 0 ? ncores : 1;

@@ -33,20 +33,20 @@
 #define V 256
 
 /* st == want and the message is one non-empty line holding must_say */
-#define CHECK_ERR(st, want, must_say, what)                                                        \
-    do {                                                                                           \
-        drt_status st_ = (st);                                                                     \
-        const char *m_ = drt_last_error();                                                         \
-        DRT_CHECK(st_ == (want) && m_[0] && !strchr(m_, '\n') && strstr(m_, must_say),             \
-                  "%s: %s \"%s\", expected %s holding \"%s\"", what, drt_status_str(st_), m_,      \
-                  drt_status_str(want), must_say);                                                 \
+#define CHECK_ERR(st, want, must_say, what)                                                                            \
+    do {                                                                                                               \
+        drt_status st_ = (st);                                                                                         \
+        const char *m_ = drt_last_error();                                                                             \
+        DRT_CHECK(st_ == (want) && m_[0] && !strchr(m_, '\n') && strstr(m_, must_say),                                 \
+                  "%s: %s \"%s\", expected %s holding \"%s\"", what, drt_status_str(st_), m_, drt_status_str(want),    \
+                  must_say);                                                                                           \
     } while (0)
 
 /* DRT_TMP_DIR/api_<name>: BASE's config.json with `from` replaced by `to`
  * (NULL: as is), and its weights with element 0 of `poison` set to NaN
  * (NULL: as is) */
-static const char *model_copy(char *dir, size_t n, const char *name, const char *from,
-                              const char *to, const char *poison) {
+static const char *model_copy(char *dir, size_t n, const char *name, const char *from, const char *to,
+                              const char *poison) {
     snprintf(dir, n, "%s/api_%s", DRT_TMP_DIR, name);
     mkdir(dir, 0755);
     char *cfg = NULL, p[1200];
@@ -71,8 +71,7 @@ static const char *model_copy(char *dir, size_t n, const char *name, const char 
         const drt_st_tensor *t = &st.tensors[i];
         w[i] = (drt_st_write_tensor){t->name, t->dtype, t->ndim, {0}, t->data};
         memcpy(w[i].shape, t->shape, sizeof w[i].shape);
-        if (poison && strcmp(t->name, poison) == 0 && t->dtype == DRT_F32 &&
-            (copy = malloc(t->nbytes))) {
+        if (poison && strcmp(t->name, poison) == 0 && t->dtype == DRT_F32 && (copy = malloc(t->nbytes))) {
             memcpy(copy, t->data, t->nbytes);
             copy[0] = NAN;
             w[i].data = copy;
@@ -90,8 +89,7 @@ static void status_and_dtypes(void) {
     DRT_CHECK(strcmp(drt_status_str(DRT_ERR_NUMERIC), "non-finite values") == 0, "NUMERIC: %s",
               drt_status_str(DRT_ERR_NUMERIC));
     DRT_CHECK(strcmp(drt_status_str((drt_status)99), "unknown status") == 0, "status 99");
-    DRT_CHECK(strcmp(drt_dtype_name((drt_dtype)-1), "?") == 0 && drt_dtype_size((drt_dtype)99) == 0,
-              "bad dtype");
+    DRT_CHECK(strcmp(drt_dtype_name((drt_dtype)-1), "?") == 0 && drt_dtype_size((drt_dtype)99) == 0, "bad dtype");
     DRT_CHECK(drt_last_error() != NULL, "drt_last_error is NULL");
 }
 
@@ -102,20 +100,15 @@ static void backends(void) {
     DRT_CHECK(n >= 2, "%d backends", n);
     CHECK_ERR(drt_backend_get_info(-1, &bi), DRT_ERR_INVALID_ARG, "out of range", "get_info(-1)");
     CHECK_ERR(drt_backend_get_info(n, &bi), DRT_ERR_INVALID_ARG, "out of range", "get_info(count)");
-    CHECK_ERR(drt_backend_get_info(0, NULL), DRT_ERR_INVALID_ARG, "out is NULL",
-              "get_info(0, NULL)");
-    CHECK_ERR(drt_backend_device_name(-1, 0, buf, sizeof buf), DRT_ERR_INVALID_ARG, "backend index",
-              "device_name(-1)");
-    CHECK_ERR(drt_backend_device_name(0, 0, NULL, 16), DRT_ERR_INVALID_ARG, "no buffer",
-              "device_name(buf NULL)");
-    CHECK_ERR(drt_backend_device_name(0, 0, buf, 0), DRT_ERR_INVALID_ARG, "no buffer",
-              "device_name(n 0)");
+    CHECK_ERR(drt_backend_get_info(0, NULL), DRT_ERR_INVALID_ARG, "out is NULL", "get_info(0, NULL)");
+    CHECK_ERR(drt_backend_device_name(-1, 0, buf, sizeof buf), DRT_ERR_INVALID_ARG, "backend index", "device_name(-1)");
+    CHECK_ERR(drt_backend_device_name(0, 0, NULL, 16), DRT_ERR_INVALID_ARG, "no buffer", "device_name(buf NULL)");
+    CHECK_ERR(drt_backend_device_name(0, 0, buf, 0), DRT_ERR_INVALID_ARG, "no buffer", "device_name(n 0)");
     CHECK_ERR(drt_backend_device_name(0, -1, buf, sizeof buf), DRT_ERR_INVALID_ARG, "out of range",
               "device_name(dev -1)");
-    CHECK_ERR(drt_backend_device_name(0, 1000, buf, sizeof buf), DRT_ERR_INVALID_ARG,
-              "out of range", "device_name(dev 1000)");
-    DRT_CHECK(drt_backend_device_name(0, 0, buf, sizeof buf) == DRT_OK && buf[0],
-              "cpu device 0: %s", drt_last_error());
+    CHECK_ERR(drt_backend_device_name(0, 1000, buf, sizeof buf), DRT_ERR_INVALID_ARG, "out of range",
+              "device_name(dev 1000)");
+    DRT_CHECK(drt_backend_device_name(0, 0, buf, sizeof buf) == DRT_OK && buf[0], "cpu device 0: %s", drt_last_error());
 }
 
 static void models(void) {
@@ -145,8 +138,7 @@ static void sessions(void) {
     drt_session_opts o = {.backend = "cpu", .max_ctx = 8};
     CHECK_ERR(drt_session_create(NULL, &o, &s), DRT_ERR_INVALID_ARG, "no model", "create(NULL)");
     DRT_CHECK(s == NULL, "create(NULL) left *out set");
-    CHECK_ERR(drt_session_create(m, &o, NULL), DRT_ERR_INVALID_ARG, "out is NULL",
-              "create(out NULL)");
+    CHECK_ERR(drt_session_create(m, &o, NULL), DRT_ERR_INVALID_ARG, "out is NULL", "create(out NULL)");
     struct {
         int max_ctx, threads;
         const char *must_say;
@@ -159,11 +151,9 @@ static void sessions(void) {
         {8, 100000, "100000 threads"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        drt_session_opts b = {
-            .backend = "cpu", .max_ctx = bad[i].max_ctx, .threads = bad[i].threads};
+        drt_session_opts b = {.backend = "cpu", .max_ctx = bad[i].max_ctx, .threads = bad[i].threads};
         char what[64];
-        snprintf(what, sizeof what, "create(max_ctx %d, threads %d)", bad[i].max_ctx,
-                 bad[i].threads);
+        snprintf(what, sizeof what, "create(max_ctx %d, threads %d)", bad[i].max_ctx, bad[i].threads);
         CHECK_ERR(drt_session_create(m, &b, &s), DRT_ERR_INVALID_ARG, bad[i].must_say, what);
         DRT_CHECK(s == NULL, "%s: a session came back", what);
     }
@@ -192,28 +182,18 @@ static void sessions(void) {
     }
     int32_t ids[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     float *lg = malloc(sizeof(float) * V * 9), w[16];
-    CHECK_ERR(drt_session_forward(NULL, ids, 1, lg, 0), DRT_ERR_INVALID_ARG, "session is NULL",
-              "forward(NULL)");
-    CHECK_ERR(drt_session_forward(s, NULL, 1, lg, 0), DRT_ERR_INVALID_ARG, "ids is NULL",
-              "forward(ids NULL)");
-    CHECK_ERR(drt_session_forward(s, ids, 1, NULL, 0), DRT_ERR_INVALID_ARG, "logits is NULL",
-              "forward(logits NULL)");
-    CHECK_ERR(drt_session_forward(s, ids, 0, lg, 0), DRT_ERR_INVALID_ARG, "0 tokens",
-              "forward(T 0)");
-    CHECK_ERR(drt_session_forward(s, ids, -3, lg, 0), DRT_ERR_INVALID_ARG, "-3 tokens",
-              "forward(T -3)");
-    CHECK_ERR(drt_session_forward(s, ids, 9, lg, 0), DRT_ERR_INVALID_ARG, "context of 8",
-              "forward(T 9 > ctx 8)");
+    CHECK_ERR(drt_session_forward(NULL, ids, 1, lg, 0), DRT_ERR_INVALID_ARG, "session is NULL", "forward(NULL)");
+    CHECK_ERR(drt_session_forward(s, NULL, 1, lg, 0), DRT_ERR_INVALID_ARG, "ids is NULL", "forward(ids NULL)");
+    CHECK_ERR(drt_session_forward(s, ids, 1, NULL, 0), DRT_ERR_INVALID_ARG, "logits is NULL", "forward(logits NULL)");
+    CHECK_ERR(drt_session_forward(s, ids, 0, lg, 0), DRT_ERR_INVALID_ARG, "0 tokens", "forward(T 0)");
+    CHECK_ERR(drt_session_forward(s, ids, -3, lg, 0), DRT_ERR_INVALID_ARG, "-3 tokens", "forward(T -3)");
+    CHECK_ERR(drt_session_forward(s, ids, 9, lg, 0), DRT_ERR_INVALID_ARG, "context of 8", "forward(T 9 > ctx 8)");
     DRT_CHECK(drt_session_forward(s, ids, 5, lg, 0) == DRT_OK, "5 tokens: %s", drt_last_error());
     /* pos + T past the context, T near INT_MAX (no overflow) */
-    CHECK_ERR(drt_session_forward(s, ids, 4, lg, 0), DRT_ERR_INVALID_ARG, "5 + 4 tokens exceed",
-              "forward(5 + 4 > 8)");
-    CHECK_ERR(drt_session_forward(s, ids, INT_MAX, lg, 0), DRT_ERR_INVALID_ARG, "exceed",
-              "forward(T INT_MAX)");
-    DRT_CHECK(drt_session_pos(s) == 5, "rejected forwards moved the position to %d",
-              drt_session_pos(s));
-    CHECK_ERR(drt_session_last_attention(NULL, w), DRT_ERR_INVALID_ARG, "session is NULL",
-              "last_attention(NULL)");
+    CHECK_ERR(drt_session_forward(s, ids, 4, lg, 0), DRT_ERR_INVALID_ARG, "5 + 4 tokens exceed", "forward(5 + 4 > 8)");
+    CHECK_ERR(drt_session_forward(s, ids, INT_MAX, lg, 0), DRT_ERR_INVALID_ARG, "exceed", "forward(T INT_MAX)");
+    DRT_CHECK(drt_session_pos(s) == 5, "rejected forwards moved the position to %d", drt_session_pos(s));
+    CHECK_ERR(drt_session_last_attention(NULL, w), DRT_ERR_INVALID_ARG, "session is NULL", "last_attention(NULL)");
     CHECK_ERR(drt_session_last_attention(s, NULL), DRT_ERR_INVALID_ARG, "weights is NULL",
               "last_attention(weights NULL)");
     DRT_CHECK(drt_session_last_attention(s, w) == DRT_OK, "probe: %s", drt_last_error());
@@ -252,15 +232,13 @@ static void session_outlives_model(void) {
 
     drt_model_free(m);
     drt_model_free(m); /* the caller's reference is gone already: ignored while sessions live */
-    DRT_CHECK(drt_session_forward(a, ids, 4, lg, 1) == DRT_OK, "cpu after the model's free: %s",
-              drt_last_error());
+    DRT_CHECK(drt_session_forward(a, ids, 4, lg, 1) == DRT_OK, "cpu after the model's free: %s", drt_last_error());
     DRT_CHECK(memcmp(lg, ref_a, sizeof(float) * V * 4) == 0, "cpu logits changed after the free");
     drt_session_free(a);
-    DRT_CHECK(drt_session_forward(b, ids, 4, lg, 1) == DRT_OK, "ref after the model's free: %s",
-              drt_last_error());
+    DRT_CHECK(drt_session_forward(b, ids, 4, lg, 1) == DRT_OK, "ref after the model's free: %s", drt_last_error());
     DRT_CHECK(memcmp(lg, ref_b, sizeof(float) * V * 4) == 0, "ref logits changed after the free");
-    DRT_CHECK(drt_session_forward(b, ids, 1, lg, 0) == DRT_OK && drt_session_pos(b) == 5,
-              "decode after the free: %s", drt_last_error());
+    DRT_CHECK(drt_session_forward(b, ids, 1, lg, 0) == DRT_OK && drt_session_pos(b) == 5, "decode after the free: %s",
+              drt_last_error());
     drt_session_free(b); /* the last reference: the model goes now */
     free(ref_a);
     free(ref_b);
@@ -298,10 +276,9 @@ static void nonfinite_forward(void) {
                               "activations overflowed",
                       what);
             snprintf(what, sizeof what, "%s, check_finite %d, all logits", backends[k], check);
-            CHECK_ERR(drt_session_forward(s, ids, 3, lg, 1), DRT_ERR_NUMERIC,
-                      "logits at position 0 are not finite", what);
-            DRT_CHECK(drt_session_pos(s) == 0, "%s: a NaN forward moved the position to %d", what,
-                      drt_session_pos(s));
+            CHECK_ERR(drt_session_forward(s, ids, 3, lg, 1), DRT_ERR_NUMERIC, "logits at position 0 are not finite",
+                      what);
+            DRT_CHECK(drt_session_pos(s) == 0, "%s: a NaN forward moved the position to %d", what, drt_session_pos(s));
             drt_session_free(s);
         }
     drt_model_free(m);

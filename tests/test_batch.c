@@ -20,12 +20,12 @@
 #define MODEL DRT_FIXTURES_DIR "/hf_llama_gqa"
 #define V 256
 
-#define CHECK_ERR(st, must_say, what)                                                                                \
-    do {                                                                                                             \
-        drt_status st_ = (st);                                                                                       \
-        const char *m_ = drt_last_error();                                                                           \
-        DRT_CHECK(st_ == DRT_ERR_INVALID_ARG && !strchr(m_, '\n') && strstr(m_, must_say),                        \
-                  "%s: status %d, message \"%s\" (want \"%s\")", what, st_, m_, must_say);                           \
+#define CHECK_ERR(st, must_say, what)                                                                                  \
+    do {                                                                                                               \
+        drt_status st_ = (st);                                                                                         \
+        const char *m_ = drt_last_error();                                                                             \
+        DRT_CHECK(st_ == DRT_ERR_INVALID_ARG && !strchr(m_, '\n') && strstr(m_, must_say),                             \
+                  "%s: status %d, message \"%s\" (want \"%s\")", what, st_, m_, must_say);                             \
     } while (0)
 
 static void options(drt_model *m) {
@@ -77,7 +77,8 @@ static void rules(drt_model *m) {
         {1, {1}, {2}, {1}, 1, "continue at 0"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        drt_batch bt = {.n = bad[i].n, .token = bad[i].tok, .seq = bad[i].seq, .pos = bad[i].with_pos ? bad[i].pos : NULL};
+        drt_batch bt = {
+            .n = bad[i].n, .token = bad[i].tok, .seq = bad[i].seq, .pos = bad[i].with_pos ? bad[i].pos : NULL};
         CHECK_ERR(drt_batch_forward(b, &bt, lg), bad[i].says, bad[i].says);
         for (int q = 0; q < 3; q++) DRT_CHECK(drt_seq_len(b, q) == 0, "%s: sequence %d moved", bad[i].says, q);
     }
@@ -95,7 +96,8 @@ static void rules(drt_model *m) {
     CHECK_ERR(drt_seq_truncate(b, 1, -1), "not -1", "truncate to -1");
     CHECK_ERR(drt_seq_truncate(b, 3, 0), "sequence 3 is not a slot", "truncate slot 3");
     CHECK_ERR(drt_seq_truncate(NULL, 0, 0), "the session is NULL", "truncate NULL");
-    DRT_CHECK(drt_seq_len(b, 3) == -1 && drt_seq_len(b, -1) == -1 && drt_seq_len(NULL, 0) == -1, "seq_len out of range");
+    DRT_CHECK(drt_seq_len(b, 3) == -1 && drt_seq_len(b, -1) == -1 && drt_seq_len(NULL, 0) == -1,
+              "seq_len out of range");
     DRT_CHECK(drt_seq_truncate(b, 1, 2) == DRT_OK && drt_seq_len(b, 1) == 2, "truncate to 2");
     free(lg);
     drt_batch_session_free(b);
@@ -142,7 +144,7 @@ static void against_single(drt_model *m, const char *be) {
     DRT_CHECK(drt_seq_truncate(b, 2, 4) == DRT_OK && drt_seq_truncate(b, 0, 0) == DRT_OK, "%s: truncate: %s", be,
               drt_last_error());
     for (int j = 0; j < 8; j++) hist[0][j] = (int32_t)((j * 11 + 200) % V); /* slot 0's new sequence */
-    hist[2][4] = 9;                                                             /* 2 goes on differently */
+    hist[2][4] = 9;                                                         /* 2 goes on differently */
     drt_batch s2 = {.n = 8,
                     .token = (int32_t[]){hist[0][0], hist[0][1], hist[2][4], hist[1][0], hist[1][1], hist[1][2],
                                          hist[1][3], hist[1][4]},

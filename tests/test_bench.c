@@ -63,10 +63,7 @@ static const cJSON *at(const cJSON *o, const char *k) {
 static int xml_char(const unsigned char *s) {
     if (s[0] < 0x20) return s[0] == '\t' || s[0] == '\n' || s[0] == '\r';
     if (s[0] < 0x80) return 1;
-    int n = s[0] >= 0xf0 && s[0] <= 0xf4  ? 4
-            : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
-            : s[0] >= 0xc2 && s[0] < 0xe0 ? 2
-                                          : 0;
+    int n = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 && s[0] < 0xf0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
     for (int i = 1; i < n; i++)
         if ((s[i] & 0xc0) != 0x80) return 0;
     return n;
@@ -81,14 +78,13 @@ static int entity(const char *s) {
     int i = 2, hex = s[2] == 'x';
     if (hex) i++;
     int start = i;
-    while ((hex ? strchr("0123456789abcdefABCDEF", s[i]) : strchr("0123456789", s[i])) && s[i])
-        i++;
+    while ((hex ? strchr("0123456789abcdefABCDEF", s[i]) : strchr("0123456789", s[i])) && s[i]) i++;
     return i > start && s[i] == ';' ? i + 1 : 0;
 }
 
 static int name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-           c == '_' || c == ':' || c == '.';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+           c == ':' || c == '.';
 }
 
 /* NULL when doc is well-formed XML whose one root element is `root`; else why */
@@ -111,8 +107,7 @@ static const char *xml_check(const char *doc, const char *root) {
                 p += n;
                 continue;
             }
-            if (*p == '>')
-                return "a bare > in text"; /* legal XML, but never written by an escaper */
+            if (*p == '>') return "a bare > in text"; /* legal XML, but never written by an escaper */
             int n = xml_char((const unsigned char *)p);
             if (!n) return "a byte that is not an XML character";
             if (depth == 0 && !strchr(" \t\r\n", *p)) return "text outside the root element";
@@ -127,24 +122,20 @@ static const char *xml_check(const char *doc, const char *root) {
         }
         if (p[1] == '/') {
             const char *n = p + 2, *e = n;
-            while (name_char(*e))
-                e++;
+            while (name_char(*e)) e++;
             if (depth == 0 || (size_t)(e - n) != lens[depth - 1] ||
                 strncmp(n, stack[depth - 1], lens[depth - 1]) != 0) {
-                snprintf(why, sizeof why, "end tag </%.*s> does not close the open element",
-                         (int)(e - n), n);
+                snprintf(why, sizeof why, "end tag </%.*s> does not close the open element", (int)(e - n), n);
                 return why;
             }
-            while (*e == ' ' || *e == '\n')
-                e++;
+            while (*e == ' ' || *e == '\n') e++;
             if (*e != '>') return "malformed end tag";
             depth--;
             p = e + 1;
             continue;
         }
         const char *n = p + 1, *e = n;
-        while (name_char(*e))
-            e++;
+        while (name_char(*e)) e++;
         if (e == n) return "a bare < in text";
         if (depth == 0 && roots++) return "more than one root element";
         if (depth == 0 && ((size_t)(e - n) != strlen(root) || strncmp(n, root, strlen(root)) != 0))
@@ -154,13 +145,11 @@ static const char *xml_check(const char *doc, const char *root) {
         p = e;
         for (;;) { /* attributes */
             int ws = 0;
-            while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')
-                p++, ws = 1;
+            while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++, ws = 1;
             if (*p == '>' || (p[0] == '/' && p[1] == '>')) break;
             if (!ws) return "attributes not separated by white space";
             const char *an = p;
-            while (name_char(*p))
-                p++;
+            while (name_char(*p)) p++;
             if (p == an || *p != '=' || (p[1] != '"' && p[1] != '\'')) return "malformed attribute";
             char q = p[1];
             p += 2;
@@ -216,8 +205,8 @@ static void checker_self_test(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *why = xml_check(cases[i].doc, "svg");
-        DRT_CHECK((why == NULL) == cases[i].ok, "xml checker on case %zu: %s (expected %s)", i,
-                  why ? why : "accepted", cases[i].ok ? "accepted" : "rejected");
+        DRT_CHECK((why == NULL) == cases[i].ok, "xml checker on case %zu: %s (expected %s)", i, why ? why : "accepted",
+                  cases[i].ok ? "accepted" : "rejected");
     }
 }
 
@@ -241,8 +230,7 @@ static int unflagged_fractions(const char *text, int *n_flagged) {
         snprintf(buf, sizeof buf, "%.*s", (int)(len < sizeof buf - 1 ? len : sizeof buf - 1), line);
         for (char *o = strstr(buf, " of "); o; o = strstr(o + 4, " of ")) {
             char *num = o;
-            while (num > buf && (num[-1] == '.' || (num[-1] >= '0' && num[-1] <= '9')))
-                num--;
+            while (num > buf && (num[-1] == '.' || (num[-1] >= '0' && num[-1] <= '9'))) num--;
             if (num == o) continue;
             double v = atof(num);
             if (v > 1.0) {
@@ -270,23 +258,19 @@ static void check_json_flags(const cJSON *root, const char *what, int expect_fla
             if (!cJSON_IsNumber(fr)) continue;
             if (fr->valuedouble > 1.0) {
                 DRT_CHECK(cJSON_IsString(fl) && strcmp(fl->valuestring, FLAG) == 0,
-                          "%s: %s roofline %.3f > 1.0 without the flag", what, keys[k],
-                          fr->valuedouble);
+                          "%s: %s roofline %.3f > 1.0 without the flag", what, keys[k], fr->valuedouble);
                 flagged++;
             } else {
-                DRT_CHECK(cJSON_IsNull(fl), "%s: %s roofline %.3f flagged", what, keys[k],
-                          fr->valuedouble);
+                DRT_CHECK(cJSON_IsNull(fl), "%s: %s roofline %.3f flagged", what, keys[k], fr->valuedouble);
             }
         }
     }
-    if (expect_flagged)
-        DRT_CHECK(flagged > 0, "%s: peaks given 1e-3 should flag every fraction", what);
+    if (expect_flagged) DRT_CHECK(flagged > 0, "%s: peaks given 1e-3 should flag every fraction", what);
 }
 
 static void bench_ref_cpu(const char *A) {
     char args[4096];
-    snprintf(args, sizeof args, "bench --model %s --backend ref,cpu -p 16 -n 4 -r 2 --json '%s'",
-             MODEL, A);
+    snprintf(args, sizeof args, "bench --model %s --backend ref,cpu -p 16 -n 4 -r 2 --json '%s'", MODEL, A);
     int rc = run(args);
     DRT_CHECK(rc == 0, "diffrt %s: exit %d:\n%s", args, rc, g_out);
     DRT_CHECK(strstr(g_out, "pp16") && strstr(g_out, "tg4") && strstr(g_out, "per-op time on cpu"),
@@ -294,30 +278,21 @@ static void bench_ref_cpu(const char *A) {
     DRT_CHECK(strstr(g_out, "bench: ref     peaks") && strstr(g_out, "bench: cpu     tg4 x 2"),
               "no progress lines on stderr:\n%s", g_out);
     int nf;
-    DRT_CHECK(unflagged_fractions(g_out, &nf) == 0, "a fraction > 1.0 printed unflagged:\n%s",
-              g_out);
+    DRT_CHECK(unflagged_fractions(g_out, &nf) == 0, "a fraction > 1.0 printed unflagged:\n%s", g_out);
 
     cJSON *j = load_json(A);
     DRT_CHECK(j != NULL, "%s is not JSON", A);
     if (!j) return;
-    DRT_CHECK(cJSON_IsNumber(at(j, "schema_version")) && at(j, "schema_version")->valueint == 1,
-              "schema_version");
-    DRT_CHECK(cJSON_IsString(at(j, "kind")) &&
-                  strcmp(at(j, "kind")->valuestring, "diffrt-bench") == 0,
-              "kind");
+    DRT_CHECK(cJSON_IsNumber(at(j, "schema_version")) && at(j, "schema_version")->valueint == 1, "schema_version");
+    DRT_CHECK(cJSON_IsString(at(j, "kind")) && strcmp(at(j, "kind")->valuestring, "diffrt-bench") == 0, "kind");
     DRT_CHECK(cJSON_IsString(at(at(j, "host"), "hostname")), "host.hostname");
     const cJSON *m = at(j, "model");
-    double params = cJSON_GetNumberValue(at(m, "params")),
-           napkin = cJSON_GetNumberValue(at(m, "params_napkin"));
-    DRT_CHECK(
-        params > 0 && napkin <= params && napkin > 0.98 * params,
-        "napkin parameters %.0f vs the checkpoint's %.0f: the roofline's weight bytes are off",
-        napkin, params);
-    DRT_CHECK(strcmp(cJSON_GetStringValue(at(m, "architecture")), "diff-v2") == 0,
-              "model.architecture");
+    double params = cJSON_GetNumberValue(at(m, "params")), napkin = cJSON_GetNumberValue(at(m, "params_napkin"));
+    DRT_CHECK(params > 0 && napkin <= params && napkin > 0.98 * params,
+              "napkin parameters %.0f vs the checkpoint's %.0f: the roofline's weight bytes are off", napkin, params);
+    DRT_CHECK(strcmp(cJSON_GetStringValue(at(m, "architecture")), "diff-v2") == 0, "model.architecture");
     const cJSON *bs = at(j, "backends");
-    DRT_CHECK(cJSON_GetArraySize(bs) == 2, "%d backends in the JSON, expected 2",
-              cJSON_GetArraySize(bs));
+    DRT_CHECK(cJSON_GetArraySize(bs) == 2, "%d backends in the JSON, expected 2", cJSON_GetArraySize(bs));
     const cJSON *b;
     cJSON_ArrayForEach(b, bs) {
         const char *name = cJSON_GetStringValue(at(b, "backend"));
@@ -332,8 +307,7 @@ static void bench_ref_cpu(const char *A) {
                       "%s: %s mean/sd/2 samples", name, tests[t]);
         }
         const cJSON *pk = at(b, "peak");
-        DRT_CHECK(cJSON_GetNumberValue(at(pk, "gbytes_per_s")) > 0 &&
-                      cJSON_GetNumberValue(at(pk, "gflops")) > 0 &&
+        DRT_CHECK(cJSON_GetNumberValue(at(pk, "gbytes_per_s")) > 0 && cJSON_GetNumberValue(at(pk, "gflops")) > 0 &&
                       strcmp(cJSON_GetStringValue(at(pk, "source")), "measured") == 0,
                   "%s: measured peaks", name);
         DRT_CHECK(cJSON_GetNumberValue(at(at(at(b, "roofline"), "decode"), "bytes_per_token")) > 0,
@@ -347,8 +321,8 @@ static void bench_ref_cpu(const char *A) {
                 pct += cJSON_GetNumberValue(at(o, "percent"));
                 matmul |= strcmp(cJSON_GetStringValue(at(o, "op")), "MATMUL") == 0;
             }
-            DRT_CHECK(matmul && pct > 99.9 && pct < 100.1,
-                      "%s: %s op breakdown: MATMUL %d, %.2f%% in all", name, phase[k], matmul, pct);
+            DRT_CHECK(matmul && pct > 99.9 && pct < 100.1, "%s: %s op breakdown: MATMUL %d, %.2f%% in all", name,
+                      phase[k], matmul, pct);
         }
     }
     check_json_flags(j, A, 0);
@@ -366,19 +340,15 @@ static void forced_flags(const char *F, const char *dir) {
     DRT_CHECK(rc == 0, "diffrt %s: exit %d:\n%s", args, rc, g_out);
     DRT_CHECK(unflagged_fractions(g_out, &nf) == 0 && nf == 2,
               "table: %d flagged fractions (want 2), or one unflagged:\n%s", nf, g_out);
-    DRT_CHECK(!strstr(g_out, "peaks: bandwidth"),
-              "--peak-gbps and --peak-gflops given: nothing to measure:\n%s", g_out);
-    snprintf(
-        args, sizeof args,
-        "bench --model %s --backend cpu -p 8 -n 2 -r 1 --peak-gbps 0.001 --peak-gflops 0.001 --md",
-        MODEL);
+    DRT_CHECK(!strstr(g_out, "peaks: bandwidth"), "--peak-gbps and --peak-gflops given: nothing to measure:\n%s",
+              g_out);
+    snprintf(args, sizeof args,
+             "bench --model %s --backend cpu -p 8 -n 2 -r 1 --peak-gbps 0.001 --peak-gflops 0.001 --md", MODEL);
     rc = run(args);
     DRT_CHECK(rc == 0 && unflagged_fractions(g_out, &nf) == 0 && nf == 2 && strstr(g_out, "|---|"),
               "--md: exit %d, %d flagged:\n%s", rc, nf, g_out);
-    snprintf(
-        args, sizeof args,
-        "bench --model %s --backend cpu -p 8 -n 2 -r 1 --peak-gbps 0.001 --peak-gflops 0.001 --csv",
-        MODEL);
+    snprintf(args, sizeof args,
+             "bench --model %s --backend cpu -p 8 -n 2 -r 1 --peak-gbps 0.001 --peak-gflops 0.001 --csv", MODEL);
     rc = run(args);
     DRT_CHECK(rc == 0 && strstr(g_out, "backend,device,test,") && strstr(g_out, ",pp8,8,1,") &&
                   strstr(g_out, ",tg2,2,1,") && strstr(g_out, FLAG),
@@ -393,8 +363,8 @@ static void forced_flags(const char *F, const char *dir) {
     char path[1024];
     snprintf(path, sizeof path, "%s/report.md", dir);
     char *md = drt_test_read_file(path);
-    DRT_CHECK(md && unflagged_fractions(md, &nf) == 0 && nf == 2,
-              "report.md: %d flagged (want 2), or unflagged:\n%s", nf, md ? md : "(none)");
+    DRT_CHECK(md && unflagged_fractions(md, &nf) == 0 && nf == 2, "report.md: %d flagged (want 2), or unflagged:\n%s",
+              nf, md ? md : "(none)");
     free(md);
 }
 
@@ -405,13 +375,11 @@ static void report_ok(const char *A, const char *F, const char *dir) {
     DRT_CHECK(rc == 0 && strstr(g_out, "report.md"), "diffrt %s: exit %d:\n%s", args, rc, g_out);
     snprintf(path, sizeof path, "%s/report.md", dir);
     char *md = drt_test_read_file(path);
-    DRT_CHECK(md && strstr(md, "## 1. diff-v2-tiny") && strstr(md, "## 2. diff-v2-tiny") &&
-                  strstr(md, "| ref |") && strstr(md, "| cpu |") &&
-                  strstr(md, "tokens_per_s-2.svg") && strstr(md, "MATMUL"),
+    DRT_CHECK(md && strstr(md, "## 1. diff-v2-tiny") && strstr(md, "## 2. diff-v2-tiny") && strstr(md, "| ref |") &&
+                  strstr(md, "| cpu |") && strstr(md, "tokens_per_s-2.svg") && strstr(md, "MATMUL"),
               "report.md lacks its two tables, rows or charts:\n%s", md ? md : "(none)");
     int nf;
-    DRT_CHECK(md && unflagged_fractions(md, &nf) == 0,
-              "report.md prints a fraction > 1.0 unflagged:\n%s", md);
+    DRT_CHECK(md && unflagged_fractions(md, &nf) == 0, "report.md prints a fraction > 1.0 unflagged:\n%s", md);
     free(md);
     const char *svgs[] = {"tokens_per_s-1.svg", "ops-1.svg", "tokens_per_s-2.svg", "ops-2.svg"};
     for (int i = 0; i < 4; i++) {
@@ -429,12 +397,9 @@ static void hostile_names(const char *A, const char *dir) {
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(j, "host"), "hostname",
                               cJSON_CreateString("evil<host>&amp;\"'|*_`\x01"));
     cJSON *dev = (cJSON *)at(cJSON_GetArrayItem(at(j, "backends"), 0), "device");
-    cJSON_ReplaceItemInObject(
-        dev, "name", cJSON_CreateString("dev</text><script>x</script>|a|b \xff\xfe ]]> &#1;"));
+    cJSON_ReplaceItemInObject(dev, "name", cJSON_CreateString("dev</text><script>x</script>|a|b \xff\xfe ]]> &#1;"));
     cJSON *op = (cJSON *)at(
-        cJSON_GetArrayItem(
-            at(at(at(cJSON_GetArrayItem(at(j, "backends"), 1), "ops"), "decode"), "ops"), 0),
-        "op");
+        cJSON_GetArrayItem(at(at(at(cJSON_GetArrayItem(at(j, "backends"), 1), "ops"), "decode"), "ops"), 0), "op");
     if (op) cJSON_SetValuestring(op, "MAT<MUL>&\"|");
     save_json(H, j);
     cJSON_Delete(j);
@@ -457,8 +422,7 @@ static void hostile_names(const char *A, const char *dir) {
         char *e = strchr(l, '\n');
         if (strncmp(l, "| evil", 6) == 0) {
             int bars = 0;
-            for (char *c = l; c < (e ? e : l + strlen(l)); c++)
-                bars += *c == '|' && (c == l || c[-1] != '\\');
+            for (char *c = l; c < (e ? e : l + strlen(l)); c++) bars += *c == '|' && (c == l || c[-1] != '\\');
             DRT_CHECK(bars == 10, "report.md row has %d unescaped |, expected 10:\n%.*s", bars,
                       (int)(e ? e - l : (long)strlen(l)), l);
             DRT_CHECK(!memchr(l, '\x01', (size_t)(e ? e - l : (long)strlen(l))) &&
@@ -468,8 +432,7 @@ static void hostile_names(const char *A, const char *dir) {
         }
         l = e ? e + 1 : NULL;
     }
-    DRT_CHECK(rows == 2, "report.md: %d rows of the hostile host, expected 2:\n%s", rows,
-              md ? md : "(none)");
+    DRT_CHECK(rows == 2, "report.md: %d rows of the hostile host, expected 2:\n%s", rows, md ? md : "(none)");
     free(md);
 }
 
@@ -491,12 +454,11 @@ static void unavailable_backend(const char *dir) {
              "--json '%s'",
              MODEL, missing, U);
     int rc = run(args);
-    DRT_CHECK(rc == 1 && strstr(g_out, "error:") && strstr(g_out, "tg2"),
-              "diffrt %s: exit %d (want 1):\n%s", args, rc, g_out);
+    DRT_CHECK(rc == 1 && strstr(g_out, "error:") && strstr(g_out, "tg2"), "diffrt %s: exit %d (want 1):\n%s", args, rc,
+              g_out);
     cJSON *j = load_json(U);
     const cJSON *b = cJSON_GetArrayItem(at(j, "backends"), 1);
-    DRT_CHECK(b && strcmp(cJSON_GetStringValue(at(b, "status")), "error") == 0 &&
-                  cJSON_IsString(at(b, "error")),
+    DRT_CHECK(b && strcmp(cJSON_GetStringValue(at(b, "status")), "error") == 0 && cJSON_IsString(at(b, "error")),
               "%s: backend %s should be status error", U, missing);
     cJSON_Delete(j);
     snprintf(args, sizeof args, "report '%s' --out '%s'", U, dir);
@@ -557,8 +519,8 @@ static void bad_inputs(const char *A, const char *dir) {
     };
     snprintf(cases[1].args, sizeof cases[1].args, "report '%s'", A);
     snprintf(cases[2].args, sizeof cases[2].args, "report /nonexistent.json --out '%s'", dir);
-    snprintf(cases[3].args, sizeof cases[3].args,
-             "report '%s' '%s/hf_llama_gqa/config.json' --out '%s'", A, DRT_FIXTURES_DIR, dir);
+    snprintf(cases[3].args, sizeof cases[3].args, "report '%s' '%s/hf_llama_gqa/config.json' --out '%s'", A,
+             DRT_FIXTURES_DIR, dir);
     snprintf(cases[4].args, sizeof cases[4].args, "report '%s' --out '%s'", TXT, dir);
     snprintf(cases[5].args, sizeof cases[5].args, "report '%s' --out '%s'", V2, dir);
     snprintf(cases[6].args, sizeof cases[6].args, "report '%s' --out '%s'", NOPP, dir);
@@ -566,11 +528,11 @@ static void bad_inputs(const char *A, const char *dir) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = run(cases[i].args);
         DRT_CHECK(rc == cases[i].want_rc && strstr(g_out, cases[i].must_say),
-                  "diffrt %s: exit %d (expected %d), output should say \"%s\":\n%s", cases[i].args,
-                  rc, cases[i].want_rc, cases[i].must_say, g_out);
+                  "diffrt %s: exit %d (expected %d), output should say \"%s\":\n%s", cases[i].args, rc,
+                  cases[i].want_rc, cases[i].must_say, g_out);
         if (cases[i].want_rc == 2)
-            DRT_CHECK(strchr(g_out, '\n') == g_out + strlen(g_out) - 1,
-                      "diffrt %s: more than one line:\n%s", cases[i].args, g_out);
+            DRT_CHECK(strchr(g_out, '\n') == g_out + strlen(g_out) - 1, "diffrt %s: more than one line:\n%s",
+                      cases[i].args, g_out);
     }
 }
 
@@ -591,9 +553,10 @@ static void parallel(const char *P, const char *dir) {
     for (int k = 0; k < 2 && cJSON_GetArraySize(par) == 2; k++) {
         const cJSON *x = cJSON_GetArrayItem(par, k);
         int n = (int)cJSON_GetNumberValue(at(x, "n_seq"));
-        double tg = cJSON_GetNumberValue(at(at(x, "tg"), "mean_tok_s")), one = cJSON_GetNumberValue(at(x, "tg_per_seq_tok_s"));
-        DRT_CHECK(n == (k ? 3 : 1) && tg > 0 && fabs(one * n - tg) <= 1e-9 * tg, "entry %d: n_seq %d, tg %g, per seq %g",
-                  k, n, tg, one);
+        double tg = cJSON_GetNumberValue(at(at(x, "tg"), "mean_tok_s")),
+               one = cJSON_GetNumberValue(at(x, "tg_per_seq_tok_s"));
+        DRT_CHECK(n == (k ? 3 : 1) && tg > 0 && fabs(one * n - tg) <= 1e-9 * tg,
+                  "entry %d: n_seq %d, tg %g, per seq %g", k, n, tg, one);
         DRT_CHECK(cJSON_GetNumberValue(at(at(x, "pp"), "n_tokens")) == 8 * n, "entry %d: pp n_tokens", k);
     }
     cJSON_Delete(j);

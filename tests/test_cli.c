@@ -45,8 +45,8 @@ static void greedy_fixture(const char *name) {
         return;
     }
     char cmd[4096], want[1024] = "", out[8192];
-    int o = snprintf(cmd, sizeof cmd, "'%s' run --model '%s/%s' --temp 0 --no-stop -n %lld --tokens ",
-                     DRT_CLI_PATH, DRT_FIXTURES_DIR, name, (long long)gr->shape[0]);
+    int o = snprintf(cmd, sizeof cmd, "'%s' run --model '%s/%s' --temp 0 --no-stop -n %lld --tokens ", DRT_CLI_PATH,
+                     DRT_FIXTURES_DIR, name, (long long)gr->shape[0]);
     for (int i = 0; i < tok->shape[0]; i++)
         o += snprintf(cmd + o, sizeof cmd - (size_t)o, i ? ",%d" : "%d", ((const int32_t *)tok->data)[i]);
     snprintf(cmd + o, sizeof cmd - (size_t)o, " 2>/dev/null");
@@ -73,15 +73,14 @@ static void text_mode(void) {
              "cp '%s/../tokenizer/bytes256.json' '%s/tokenizer.json'",
              dir, DRT_FIXTURES_DIR, DRT_FIXTURES_DIR, dir, DRT_FIXTURES_DIR, dir);
     DRT_CHECK(system(cmd) == 0, "cannot make %s", dir);
-    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --prompt '%s' -n 24 --no-stop 2>/dev/null",
-             DRT_CLI_PATH, dir, prompt);
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --prompt '%s' -n 24 --no-stop 2>/dev/null", DRT_CLI_PATH, dir,
+             prompt);
     DRT_CHECK(run(cmd, a, sizeof a) == 0 && strlen(a) > 1, "run --prompt failed: %s", a);
     snprintf(cmd, sizeof cmd,
              "printf '%%s' '%s' | '%s' run --model '%s' --prompt-file - -n 24 --no-stop "
              "2>/dev/null",
              prompt, DRT_CLI_PATH, dir);
-    DRT_CHECK(run(cmd, b, sizeof b) == 0 && strcmp(a, b) == 0,
-              "--prompt-file - printed\n%s\nnot\n%s", b, a);
+    DRT_CHECK(run(cmd, b, sizeof b) == 0 && strcmp(a, b) == 0, "--prompt-file - printed\n%s\nnot\n%s", b, a);
 
     drt_tokenizer *t;
     char tpath[1100];
@@ -93,10 +92,8 @@ static void text_mode(void) {
     int32_t *ids, gen[64];
     int n, k = 0;
     drt_tokenizer_encode(t, prompt, strlen(prompt), 1, &ids, &n);
-    int o = snprintf(cmd, sizeof cmd, "'%s' run --model '%s' -n 24 --no-stop --tokens ",
-                     DRT_CLI_PATH, dir);
-    for (int i = 0; i < n; i++)
-        o += snprintf(cmd + o, sizeof cmd - (size_t)o, i ? ",%d" : "%d", ids[i]);
+    int o = snprintf(cmd, sizeof cmd, "'%s' run --model '%s' -n 24 --no-stop --tokens ", DRT_CLI_PATH, dir);
+    for (int i = 0; i < n; i++) o += snprintf(cmd + o, sizeof cmd - (size_t)o, i ? ",%d" : "%d", ids[i]);
     snprintf(cmd + o, sizeof cmd - (size_t)o, " 2>/dev/null");
     DRT_CHECK(run(cmd, ids_out, sizeof ids_out) == 0, "run --tokens failed");
     for (char *p = ids_out, *end; k < 64; p = end + 1) {
@@ -110,8 +107,7 @@ static void text_mode(void) {
     drt_tokenizer_decode(t, gen, k, 1, &want, &wn);
     /* the text output ends with a newline added when the text has none */
     size_t an = strlen(a);
-    DRT_CHECK(k == 24 && strncmp(a, want, wn) == 0 &&
-                  an == wn + (wn && want[wn - 1] == '\n' ? 0 : 1),
+    DRT_CHECK(k == 24 && strncmp(a, want, wn) == 0 && an == wn + (wn && want[wn - 1] == '\n' ? 0 : 1),
               "text output\n%s\nis not the decode of %s (\"%s\")", a, ids_out, want);
     free(want);
     free(ids);
@@ -169,8 +165,8 @@ static void niah_compare(void) {
                  cases[i].file);
         rc = run(cmd, out, sizeof out);
         DRT_CHECK(rc == cases[i].want_rc && strstr(out, cases[i].must_say),
-                  "diffrt niah %s --compare %s: exit %d (expected %d), output should say \"%s\":\n%s",
-                  cases[i].args, cases[i].file, rc, cases[i].want_rc, cases[i].must_say, out);
+                  "diffrt niah %s --compare %s: exit %d (expected %d), output should say \"%s\":\n%s", cases[i].args,
+                  cases[i].file, rc, cases[i].want_rc, cases[i].must_say, out);
     }
 }
 
@@ -261,8 +257,8 @@ static void help_lists_options(void) {
                 snprintf(line, sizeof line, "\n  %s", o);
                 const char *at = strstr(out, line);
                 char next = at ? at[strlen(line)] : 0;
-                DRT_CHECK(at && (next == ' ' || next == '\n'),
-                          "diffrt %s --help: no line for option \"%s\":\n%s", cmds[c].cmd, o, out);
+                DRT_CHECK(at && (next == ' ' || next == '\n'), "diffrt %s --help: no line for option \"%s\":\n%s",
+                          cmds[c].cmd, o, out);
             }
         }
 }
@@ -326,8 +322,8 @@ static void info_blocks_once(void) {
         for (int h = 0; h < 4; h++) {
             int n = 0;
             for (const char *p = strstr(out, heads[h]); p; p = strstr(p + 1, heads[h])) n++;
-            DRT_CHECK(rc == 0 && n == want[h], "diffrt %s: exit %d, \"%s\" %d times (want %d):\n%s",
-                      cases[i].args, rc, heads[h], n, want[h], out);
+            DRT_CHECK(rc == 0 && n == want[h], "diffrt %s: exit %d, \"%s\" %d times (want %d):\n%s", cases[i].args, rc,
+                      heads[h], n, want[h], out);
         }
     }
     char cmd[1024], out[4096];
@@ -394,8 +390,7 @@ static void option_parser(void) {
                   "diffrt %s: exit %d (want %d), output should say \"%s\":\n%s", cases[i].args, rc, cases[i].want_rc,
                   cases[i].must_say, out);
         if (cases[i].want_rc == 2)
-            DRT_CHECK(strchr(out, '\n') == out + strlen(out) - 1, "diffrt %s: want one line:\n%s", cases[i].args,
-                      out);
+            DRT_CHECK(strchr(out, '\n') == out + strlen(out) - 1, "diffrt %s: want one line:\n%s", cases[i].args, out);
     }
 }
 
@@ -411,8 +406,8 @@ static void ref_oom_names_ref(void) {
              DRT_CLI_PATH, DRT_MODELS_DIR);
     int rc = run(cmd, out, sizeof out);
     DRT_CHECK(rc == 1 && strstr(out, "diffrt: run: ref: cannot allocate") && !strstr(out, "cpu"),
-              "diffrt run --backend ref out of memory: exit %d (want 1), should say \"ref: cannot allocate\":\n%s",
-              rc, out);
+              "diffrt run --backend ref out of memory: exit %d (want 1), should say \"ref: cannot allocate\":\n%s", rc,
+              out);
 
     /* an ATTN node over 2^28 key positions: its scratch row (2 GiB of doubles)
      * fails under an address-space limit 512 MiB above what the child uses,
@@ -496,9 +491,9 @@ int main(void) {
         {"run --model " DRT_FIXTURES_DIR "/hf_llama_gqa --tokens 1 --backend nosuch", 1, "unknown backend"},
         {"run --model /nonexistent --tokens 1", 1, "/nonexistent/config.json"},
         {"run --model " DRT_FIXTURES_DIR "/hf_llama_gqa --tokens 1 -n 100 --ctx 50", 2, "exceed"},
-        {"run --model " DRT_FIXTURES_DIR "/hf_llama_gqa --tokens 1,2,3 -n 5 --temp 0.8 --top-k 20 --top-p 0.9 --seed 7", 0, "decode:"},
-        {"run --model " DRT_FIXTURES_DIR "/hf_llama_gqa --prompt hi", 1,
-         "hf_llama_gqa/tokenizer.json"},
+        {"run --model " DRT_FIXTURES_DIR "/hf_llama_gqa --tokens 1,2,3 -n 5 --temp 0.8 --top-k 20 --top-p 0.9 --seed 7",
+         0, "decode:"},
+        {"run --model " DRT_FIXTURES_DIR "/hf_llama_gqa --prompt hi", 1, "hf_llama_gqa/tokenizer.json"},
         {"run --model " DRT_FIXTURES_DIR "/hf_llama_gqa --prompt hi --tokens 1", 2, "give one of"},
         {"info", 0, "cpu"},
         {"info", 0, "opencl"},

@@ -90,8 +90,7 @@ static void knob_dual_softmax(float *a, const float *s1, const float *s2, int H,
             double lam = brk & BREAK_LAMBDA ? 0 : lth ? lth[t * H + h] : lambda;
             float *out = a + ((size_t)h * T + t) * S;
             for (int j = 0; j < S; j++)
-                out[j] = j > last ? 0.f
-                                  : (float)(exp(r[0][j] - mx[0]) / sum[0] - lam * exp(r[1][j] - mx[1]) / sum[1]);
+                out[j] = j > last ? 0.f : (float)(exp(r[0][j] - mx[0]) / sum[0] - lam * exp(r[1][j] - mx[1]) / sum[1]);
         }
 }
 
@@ -99,7 +98,9 @@ typedef struct {
     int brk;
 } wrong_ctx;
 
-static void *ptr(const drt_tensor *t) { return t ? drt_host_ptr(t) : NULL; }
+static void *ptr(const drt_tensor *t) {
+    return t ? drt_host_ptr(t) : NULL;
+}
 
 static drt_status wrong_compute(drt_backend *be, drt_tensor *const *nodes, int n, const drt_exec *ex) {
     int brk = ((wrong_ctx *)be->ctx)->brk;
@@ -117,8 +118,8 @@ static drt_status wrong_compute(drt_backend *be, drt_tensor *const *nodes, int n
             knob_attn(dst, srcs[0], srcs[1], srcs[2], T, rows, (int)q->ne[1], (int)k->ne[1], (int)k->ne[2],
                       (int)q->ne[3], (int)t->ne[2], 2, t->fp[0], srcs[3], brk);
         } else if (t->op == DRT_OP_ATTN && (brk & (BREAK_SCALE | BREAK_ROWS))) {
-            knob_attn(dst, srcs[0], srcs[1], srcs[2], T, rows, (int)q->ne[1], (int)k->ne[1], 1,
-                      (int)q->ne[2], (int)t->ne[2], 1, 0, NULL, brk);
+            knob_attn(dst, srcs[0], srcs[1], srcs[2], T, rows, (int)q->ne[1], (int)k->ne[1], 1, (int)q->ne[2],
+                      (int)t->ne[2], 1, 0, NULL, brk);
         } else if ((t->op == DRT_OP_ROPE || t->op == DRT_OP_KV_WRITE) && (brk & BREAK_ROWS)) {
             srcs[DRT_SRC_ROWS] = rows;
             drt_status s = drt_ref_run_node(t, dst, srcs, ex);
@@ -127,7 +128,8 @@ static drt_status wrong_compute(drt_backend *be, drt_tensor *const *nodes, int n
                 return s;
             }
         } else if (t->op == DRT_OP_DUAL_SOFTMAX && (brk & (BREAK_MASK | BREAK_LAMBDA))) {
-            knob_dual_softmax(dst, srcs[0], srcs[1], (int)q->ne[0], (int)q->ne[1], (int)q->ne[2], t->fp[0], srcs[2], brk);
+            knob_dual_softmax(dst, srcs[0], srcs[1], (int)q->ne[0], (int)q->ne[1], (int)q->ne[2], t->fp[0], srcs[2],
+                              brk);
         } else if (brk & BREAK_TAIL) {
             /* compute into scratch, copy all but the last element written */
             drt_tensor *dt = t->op == DRT_OP_KV_WRITE ? t->src[1] : t;
@@ -162,23 +164,43 @@ static drt_status wrong_compute(drt_backend *be, drt_tensor *const *nodes, int n
 }
 
 /* the rest of the table is the CPU backend's, looked up at run time */
-static const drt_backend_ops *cpu(void) { return drt_registry_find("ref"); }
-static drt_status w_probe(int *n, char *why, size_t wn) { return cpu()->probe(n, why, wn); }
-static drt_status w_name(int d, char *b, size_t n) { return cpu()->device_name(d, b, n); }
-static drt_status w_alloc(drt_backend *be, size_t s, drt_buffer *o) { return cpu()->buf_alloc(be, s, o); }
-static void w_free(drt_backend *be, drt_buffer *b) { cpu()->buf_free(be, b); }
-static drt_status w_up(drt_backend *be, drt_buffer *b, size_t off, const void *s, size_t n) { return cpu()->upload(be, b, off, s, n); }
-static drt_status w_down(drt_backend *be, const drt_buffer *b, size_t off, void *d, size_t n) { return cpu()->download(be, b, off, d, n); }
-static bool w_supports(drt_backend *be, const drt_tensor *t) { return true; }
-static drt_status w_sync(drt_backend *be) { return DRT_OK; }
-static void w_shutdown(drt_backend *be) { free(be->ctx); }
+static const drt_backend_ops *cpu(void) {
+    return drt_registry_find("ref");
+}
+static drt_status w_probe(int *n, char *why, size_t wn) {
+    return cpu()->probe(n, why, wn);
+}
+static drt_status w_name(int d, char *b, size_t n) {
+    return cpu()->device_name(d, b, n);
+}
+static drt_status w_alloc(drt_backend *be, size_t s, drt_buffer *o) {
+    return cpu()->buf_alloc(be, s, o);
+}
+static void w_free(drt_backend *be, drt_buffer *b) {
+    cpu()->buf_free(be, b);
+}
+static drt_status w_up(drt_backend *be, drt_buffer *b, size_t off, const void *s, size_t n) {
+    return cpu()->upload(be, b, off, s, n);
+}
+static drt_status w_down(drt_backend *be, const drt_buffer *b, size_t off, void *d, size_t n) {
+    return cpu()->download(be, b, off, d, n);
+}
+static bool w_supports(drt_backend *be, const drt_tensor *t) {
+    return true;
+}
+static drt_status w_sync(drt_backend *be) {
+    return DRT_OK;
+}
+static void w_shutdown(drt_backend *be) {
+    free(be->ctx);
+}
 
 #define WRONG_INIT(fn, bits)                                                                                           \
-    static drt_status fn(drt_backend *be, int dev) {                                                                 \
-        wrong_ctx *c = malloc(sizeof *c);                                                                            \
-        c->brk = bits;                                                                                               \
-        be->ctx = c;                                                                                                 \
-        return DRT_OK;                                                                                               \
+    static drt_status fn(drt_backend *be, int dev) {                                                                   \
+        wrong_ctx *c = malloc(sizeof *c);                                                                              \
+        c->brk = bits;                                                                                                 \
+        be->ctx = c;                                                                                                   \
+        return DRT_OK;                                                                                                 \
     }
 WRONG_INIT(init_mask, BREAK_MASK)
 WRONG_INIT(init_lambda, BREAK_LAMBDA)
@@ -187,16 +209,17 @@ WRONG_INIT(init_tail, BREAK_TAIL)
 WRONG_INIT(init_slot, BREAK_SLOT)
 WRONG_INIT(init_pos, BREAK_POS)
 
-#define WRONG_OPS(nm, initfn)                                                                                        \
-    {.name = nm, .probe = w_probe, .device_name = w_name, .init = initfn, .shutdown = w_shutdown,                \
-     .buf_alloc = w_alloc, .buf_free = w_free, .upload = w_up, .download = w_down, .supports = w_supports,         \
-     .compute = wrong_compute, .synchronize = w_sync}
+#define WRONG_OPS(nm, initfn)                                                                                          \
+    {                                                                                                                  \
+        .name = nm, .probe = w_probe, .device_name = w_name, .init = initfn, .shutdown = w_shutdown,                   \
+        .buf_alloc = w_alloc, .buf_free = w_free, .upload = w_up, .download = w_down, .supports = w_supports,          \
+        .compute = wrong_compute, .synchronize = w_sync                                                                \
+    }
 
 #define N_WRONG 6
 static const drt_backend_ops WRONG[N_WRONG] = {
-    WRONG_OPS("wrong-mask", init_mask),   WRONG_OPS("wrong-lambda", init_lambda),
-    WRONG_OPS("wrong-scale", init_scale), WRONG_OPS("wrong-tail", init_tail),
-    WRONG_OPS("wrong-slot", init_slot),   WRONG_OPS("wrong-pos", init_pos)};
+    WRONG_OPS("wrong-mask", init_mask), WRONG_OPS("wrong-lambda", init_lambda), WRONG_OPS("wrong-scale", init_scale),
+    WRONG_OPS("wrong-tail", init_tail), WRONG_OPS("wrong-slot", init_slot),     WRONG_OPS("wrong-pos", init_pos)};
 
 typedef struct {
     const char *backend;
@@ -276,8 +299,8 @@ int main(void) {
         char *report = NULL;
         size_t len = 0;
         FILE *mem = open_memstream(&report, &len);
-        drt_conform_opts o = {.backends = WRONG[w].name, .ops = "none", .models_dir = DRT_FIXTURES_DIR "/diff_v2",
-                              .out = mem};
+        drt_conform_opts o = {
+            .backends = WRONG[w].name, .ops = "none", .models_dir = DRT_FIXTURES_DIR "/diff_v2", .out = mem};
         drt_conform_result r;
         drt_status s = drt_conform_run(&o, &r);
         fclose(mem);
@@ -288,14 +311,14 @@ int main(void) {
             snprintf(named, sizeof named, "FAIL %s: %s of model diff_v2", WRONG[w].name, batch_cases[k]);
             DRT_CHECK(strstr(report, named), "%s: no failure line \"%s\"", WRONG[w].name, named);
         }
-        printf("== %s, batch cases ==\n%s", WRONG[w].name, strstr(report, "failures") ? strstr(report, "failures") : report);
+        printf("== %s, batch cases ==\n%s", WRONG[w].name,
+               strstr(report, "failures") ? strstr(report, "failures") : report);
         free(report);
     }
     /* a required name that is no backend is a usage error, never a silent pass */
     drt_conform_opts o = {.backends = "cpu", .require = "cpu,nosuch", .ops = "ADD"};
     drt_conform_result r;
-    DRT_CHECK(drt_conform_run(&o, &r) == DRT_ERR_INVALID_ARG && r.usage_error &&
-                  strstr(drt_last_error(), "\"nosuch\""),
+    DRT_CHECK(drt_conform_run(&o, &r) == DRT_ERR_INVALID_ARG && r.usage_error && strstr(drt_last_error(), "\"nosuch\""),
               "required unknown backend not refused: %s", drt_last_error());
     return drt_test_summary("test_conform_catches");
 }

@@ -43,8 +43,8 @@ typedef struct {
 } xml_stats;
 
 static int name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-' || c == '.' || c == ':';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.' || c == ':';
 }
 
 /* an entity or character reference at p ('&'); its length, 0 when invalid */
@@ -57,8 +57,7 @@ static size_t entity(const char *p) {
     int hex = p[2] == 'x';
     if (hex) k++;
     size_t d = k;
-    while ((hex ? strchr("0123456789abcdefABCDEF", p[k]) : strchr("0123456789", p[k])) && p[k])
-        k++;
+    while ((hex ? strchr("0123456789abcdefABCDEF", p[k]) : strchr("0123456789", p[k])) && p[k]) k++;
     return k > d && p[k] == ';' ? k + 1 : 0;
 }
 
@@ -83,8 +82,7 @@ static int text_ok(const char **pp, char stop, xml_stats *s) {
 static int xml_check(const char *doc, xml_stats *s) {
     memset(s, 0, sizeof *s);
     const char *p = doc;
-    if (strncmp(p, "<?xml ", 6) != 0)
-        return snprintf(s->err, sizeof s->err, "no XML declaration"), 0;
+    if (strncmp(p, "<?xml ", 6) != 0) return snprintf(s->err, sizeof s->err, "no XML declaration"), 0;
     p = strstr(p, "?>");
     if (!p) return snprintf(s->err, sizeof s->err, "unterminated declaration"), 0;
     p += 2;
@@ -98,50 +96,39 @@ static int xml_check(const char *doc, xml_stats *s) {
         if (closing) p++;
         char name[32];
         size_t n = 0;
-        while (name_char(*p) && n + 1 < sizeof name)
-            name[n++] = *p++;
+        while (name_char(*p) && n + 1 < sizeof name) name[n++] = *p++;
         name[n] = 0;
         if (!n) return snprintf(s->err, sizeof s->err, "bad tag at \"%.20s\"", p - 1), 0;
         if (closing) {
             if (!depth || strcmp(stack[depth - 1], name) != 0)
-                return snprintf(s->err, sizeof s->err, "</%s> closes %s", name,
-                                depth ? stack[depth - 1] : "nothing"),
+                return snprintf(s->err, sizeof s->err, "</%s> closes %s", name, depth ? stack[depth - 1] : "nothing"),
                        0;
             depth--;
-            while (*p == ' ')
-                p++;
+            while (*p == ' ') p++;
             if (*p++ != '>') return snprintf(s->err, sizeof s->err, "bad </%s>", name), 0;
             continue;
         }
-        if (!depth && roots++)
-            return snprintf(s->err, sizeof s->err, "a second root <%s>", name), 0;
+        if (!depth && roots++) return snprintf(s->err, sizeof s->err, "a second root <%s>", name), 0;
         int tests = 0, failures = 0, skipped = 0;
         char seen[16][32];
         int n_seen = 0;
         for (;;) { /* attributes */
             int sp = 0;
-            while (*p == ' ' || *p == '\n' || *p == '\t')
-                p++, sp = 1;
+            while (*p == ' ' || *p == '\n' || *p == '\t') p++, sp = 1;
             if (*p == '>' || (p[0] == '/' && p[1] == '>')) break;
-            if (!sp)
-                return snprintf(s->err, sizeof s->err, "<%s>: no space before an attribute", name),
-                       0;
+            if (!sp) return snprintf(s->err, sizeof s->err, "<%s>: no space before an attribute", name), 0;
             char an[32];
             size_t k = 0;
-            while (name_char(*p) && k + 1 < sizeof an)
-                an[k++] = *p++;
+            while (name_char(*p) && k + 1 < sizeof an) an[k++] = *p++;
             an[k] = 0;
             if (!k || *p++ != '=' || *p++ != '"')
-                return snprintf(s->err, sizeof s->err, "<%s>: bad attribute at \"%.20s\"", name, p),
-                       0;
+                return snprintf(s->err, sizeof s->err, "<%s>: bad attribute at \"%.20s\"", name, p), 0;
             for (int i = 0; i < n_seen; i++)
-                if (strcmp(seen[i], an) == 0)
-                    return snprintf(s->err, sizeof s->err, "<%s>: %s twice", name, an), 0;
+                if (strcmp(seen[i], an) == 0) return snprintf(s->err, sizeof s->err, "<%s>: %s twice", name, an), 0;
             if (n_seen < 16) snprintf(seen[n_seen++], sizeof seen[0], "%s", an);
             const char *v = p;
             if (!text_ok(&p, '"', s)) return 0;
-            if (*p != '"')
-                return snprintf(s->err, sizeof s->err, "<%s %s>: '<' in a value", name, an), 0;
+            if (*p != '"') return snprintf(s->err, sizeof s->err, "<%s %s>: '<' in a value", name, an), 0;
             if (strcmp(an, "tests") == 0) tests = atoi(v);
             if (strcmp(an, "failures") == 0) failures = atoi(v);
             if (strcmp(an, "skipped") == 0) skipped = atoi(v);
@@ -188,8 +175,7 @@ static void xml_check_catches(void) {
     };
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
         xml_stats s;
-        DRT_CHECK(xml_check(T[i].doc, &s) == T[i].ok, "xml_check(%s) != %d (%s)", T[i].doc, T[i].ok,
-                  s.err);
+        DRT_CHECK(xml_check(T[i].doc, &s) == T[i].ok, "xml_check(%s) != %d (%s)", T[i].doc, T[i].ok, s.err);
     }
 }
 
@@ -197,8 +183,7 @@ static void xml_check_catches(void) {
 
 static int count_lines(const char *s) {
     int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
+    for (; *s; s++) n += *s == '\n';
     return n;
 }
 
@@ -216,17 +201,15 @@ static void check_json(cJSON *root, int want_cases, const char *what) {
     cJSON *v = cJSON_GetObjectItem(root, "schema_version");
     DRT_CHECK(cJSON_IsNumber(v) && v->valuedouble == 1, "%s: schema_version is not 1", what);
     cJSON *d = cJSON_GetObjectItem(root, "diffrt");
-    DRT_CHECK(cJSON_IsString(cJSON_GetObjectItem(d, "version")) &&
-                  cJSON_IsString(cJSON_GetObjectItem(d, "commit")),
+    DRT_CHECK(cJSON_IsString(cJSON_GetObjectItem(d, "version")) && cJSON_IsString(cJSON_GetObjectItem(d, "commit")),
               "%s: no diffrt version/commit", what);
     cJSON *h = cJSON_GetObjectItem(root, "host");
     DRT_CHECK(cJSON_GetObjectItem(h, "hostname") && cJSON_GetObjectItem(h, "os") &&
-                  cJSON_GetObjectItem(h, "cpu_model") &&
-                  cJSON_IsNumber(cJSON_GetObjectItem(h, "cores")),
+                  cJSON_GetObjectItem(h, "cpu_model") && cJSON_IsNumber(cJSON_GetObjectItem(h, "cores")),
               "%s: host incomplete", what);
     cJSON *cases = cJSON_GetObjectItem(root, "cases"), *c;
-    DRT_CHECK(cJSON_GetArraySize(cases) == want_cases, "%s: %d cases, expected %d", what,
-              cJSON_GetArraySize(cases), want_cases);
+    DRT_CHECK(cJSON_GetArraySize(cases) == want_cases, "%s: %d cases, expected %d", what, cJSON_GetArraySize(cases),
+              want_cases);
     int counts[4] = {0};
     cJSON_ArrayForEach(c, cases) {
         const char *st = cJSON_GetStringValue(cJSON_GetObjectItem(c, "status"));
@@ -234,22 +217,20 @@ static void check_json(cJSON *root, int want_cases, const char *what) {
         DRT_CHECK(si >= 0, "%s: status \"%s\" is not in the vocabulary", what, st ? st : "(none)");
         if (si >= 0) counts[si]++;
         cJSON *nm = cJSON_GetObjectItem(c, "nmse"), *nf = cJSON_GetObjectItem(c, "nonfinite");
-        DRT_CHECK(cJSON_IsNumber(nm) || cJSON_IsNull(nm), "%s: nmse neither a number nor null",
-                  what);
+        DRT_CHECK(cJSON_IsNumber(nm) || cJSON_IsNull(nm), "%s: nmse neither a number nor null", what);
         DRT_CHECK(cJSON_IsBool(nf), "%s: no nonfinite flag", what);
         if (si == 0) DRT_CHECK(cJSON_IsNumber(nm), "%s: a pass without an nmse", what);
     }
     cJSON *sm = cJSON_GetObjectItem(root, "summary");
     for (int i = 0; i < 4; i++) {
         cJSON *n = cJSON_GetObjectItem(sm, STATUSES[i]);
-        DRT_CHECK(cJSON_IsNumber(n) && n->valueint == counts[i], "%s: summary.%s %d, cases say %d",
-                  what, STATUSES[i], n ? n->valueint : -1, counts[i]);
+        DRT_CHECK(cJSON_IsNumber(n) && n->valueint == counts[i], "%s: summary.%s %d, cases say %d", what, STATUSES[i],
+                  n ? n->valueint : -1, counts[i]);
     }
-    DRT_CHECK(cJSON_IsArray(cJSON_GetObjectItem(sm, "required_missing")),
-              "%s: no summary.required_missing", what);
+    DRT_CHECK(cJSON_IsArray(cJSON_GetObjectItem(sm, "required_missing")), "%s: no summary.required_missing", what);
     int nb = cJSON_GetArraySize(cJSON_GetObjectItem(root, "backends"));
-    DRT_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(sm, "by_backend")) == nb,
-              "%s: by_backend has not %d backends", what, nb);
+    DRT_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(sm, "by_backend")) == nb, "%s: by_backend has not %d backends",
+              what, nb);
 }
 
 static void cli_reports(void) {
@@ -257,11 +238,10 @@ static void cli_reports(void) {
     char cmd[4096], out[1 << 16], dir[1024], xml[1100], json[1100];
     /* a model directory whose name must be escaped in XML */
     snprintf(dir, sizeof dir, "%s/report_model/a&b<c>\"d'", DRT_TMP_DIR);
-    snprintf(
-        cmd, sizeof cmd,
-        "rm -rf '%s/report_model' && mkdir -p '%s/report_model' && cp -r '%s/hf_llama_gqa' "
-        "'%s/report_model/' && mv '%s/report_model/hf_llama_gqa' '%s/report_model/a&b<c>\"d'\\''' ",
-        DRT_TMP_DIR, DRT_TMP_DIR, DRT_FIXTURES_DIR, DRT_TMP_DIR, DRT_TMP_DIR, DRT_TMP_DIR);
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s/report_model' && mkdir -p '%s/report_model' && cp -r '%s/hf_llama_gqa' "
+             "'%s/report_model/' && mv '%s/report_model/hf_llama_gqa' '%s/report_model/a&b<c>\"d'\\''' ",
+             DRT_TMP_DIR, DRT_TMP_DIR, DRT_FIXTURES_DIR, DRT_TMP_DIR, DRT_TMP_DIR, DRT_TMP_DIR);
     DRT_CHECK(system(cmd) == 0, "cannot make %s", dir);
     snprintf(xml, sizeof xml, "%s/report.xml", DRT_TMP_DIR);
     snprintf(json, sizeof json, "%s/report.json", DRT_TMP_DIR);
@@ -282,8 +262,7 @@ static void cli_reports(void) {
     DRT_CHECK(n_cases >= 7, "conform --list --op %s lists %d cases", ops, n_cases);
 
     /* the model folder holds one model: --models takes a folder of models */
-    snprintf(cmd, sizeof cmd,
-             "'%s' conform --op %s --models '%s/report_model' --junit '%s' --json '%s' 2>&1",
+    snprintf(cmd, sizeof cmd, "'%s' conform --op %s --models '%s/report_model' --junit '%s' --json '%s' 2>&1",
              DRT_CLI_PATH, ops, DRT_TMP_DIR, xml, json);
     int rc = run(cmd, out, sizeof out);
     DRT_CHECK(rc == 0, "conform exited %d:\n%s", rc, out);
@@ -295,15 +274,13 @@ static void cli_reports(void) {
     printf("junit: %d testsuites, %d testcases (%d cases + 1 model + 4 batch cases) x %d backends, %d failures, %d "
            "skipped\n",
            s.testsuite, s.testcase, n_cases, n_be, s.failure, s.skipped);
-    DRT_CHECK(s.testsuites == 1 && s.testsuite == n_be, "%d testsuites, expected %d", s.testsuite,
-              n_be);
+    DRT_CHECK(s.testsuites == 1 && s.testsuite == n_be, "%d testsuites, expected %d", s.testsuite, n_be);
     DRT_CHECK(s.testcase == want, "%d testcases, expected %d", s.testcase, want);
     DRT_CHECK(s.sum_tests == want && s.sum_failures == s.failure && s.sum_skipped == s.skipped,
-              "testsuite attributes say %d tests, %d failures, %d skipped; elements: %d, %d, %d",
-              s.sum_tests, s.sum_failures, s.sum_skipped, s.testcase, s.failure, s.skipped);
+              "testsuite attributes say %d tests, %d failures, %d skipped; elements: %d, %d, %d", s.sum_tests,
+              s.sum_failures, s.sum_skipped, s.testcase, s.failure, s.skipped);
     DRT_CHECK(s.failure == 0, "%d failures on a passing run", s.failure);
-    DRT_CHECK(doc && strstr(doc, "a&amp;b&lt;c&gt;&quot;d&apos;"),
-              "the model name is not escaped in %s", xml);
+    DRT_CHECK(doc && strstr(doc, "a&amp;b&lt;c&gt;&quot;d&apos;"), "the model name is not escaped in %s", xml);
     free(doc);
     char *js = drt_test_read_file(json);
     cJSON *root = js ? cJSON_Parse(js) : NULL;
@@ -337,8 +314,8 @@ static void cli_reports(void) {
         snprintf(cmd, sizeof cmd, "'%s' conform %s 2>&1", DRT_CLI_PATH, E[i].args);
         rc = run(cmd, out, sizeof out);
         DRT_CHECK(rc == E[i].rc && strstr(out, E[i].must_say),
-                  "diffrt conform %s: exit %d (expected %d), output should say \"%s\":\n%s",
-                  E[i].args, rc, E[i].rc, E[i].must_say, out);
+                  "diffrt conform %s: exit %d (expected %d), output should say \"%s\":\n%s", E[i].args, rc, E[i].rc,
+                  E[i].must_say, out);
     }
 }
 
@@ -379,8 +356,7 @@ static drt_status b_sync(drt_backend *be) {
 static drt_status b_compute(drt_backend *be, drt_tensor *const *nodes, int n, const drt_exec *ex) {
     drt_status s = ref()->compute(be, nodes, n, ex);
     for (int i = 0; s == DRT_OK && i < n; i++)
-        if (nodes[i]->op == DRT_OP_ADD)
-            ((float *)drt_host_ptr(nodes[i]))[drt_nelem(nodes[i]) - 1] = NAN;
+        if (nodes[i]->op == DRT_OP_ADD) ((float *)drt_host_ptr(nodes[i]))[drt_nelem(nodes[i]) - 1] = NAN;
     return s;
 }
 
@@ -428,29 +404,23 @@ static void broken_backend(int required) {
                           cJSON_IsTrue(cJSON_GetObjectItem(c, "nonfinite")),
                       "ADD with a NaN: status %s, nmse not null or nonfinite not true", st);
         else
-            DRT_CHECK(strcmp(st, required ? "fail" : "unsupported") == 0,
-                      "ROPE refused: status %s (required %d)", st, required);
+            DRT_CHECK(strcmp(st, required ? "fail" : "unsupported") == 0, "ROPE refused: status %s (required %d)", st,
+                      required);
     }
     cJSON *miss = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "summary"), "required_missing");
-    const char *why =
-        cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(miss, 0), "reason"));
-    DRT_CHECK(required ? cJSON_GetArraySize(miss) == 1 && why && strstr(why, "ROPE")
-                       : cJSON_GetArraySize(miss) == 0,
-              "required_missing (required %d): %d entries, %s", required, cJSON_GetArraySize(miss),
-              why ? why : "-");
+    const char *why = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(miss, 0), "reason"));
+    DRT_CHECK(required ? cJSON_GetArraySize(miss) == 1 && why && strstr(why, "ROPE") : cJSON_GetArraySize(miss) == 0,
+              "required_missing (required %d): %d entries, %s", required, cJSON_GetArraySize(miss), why ? why : "-");
     cJSON_Delete(root);
     char *doc = drt_test_read_file(xml);
     xml_stats s = {0};
     DRT_CHECK(doc && xml_check(doc, &s), "%s is not well-formed: %s", xml, s.err);
     int n_add_be = n_add / 2, n_rope_be = n_rope / 2;
-    DRT_CHECK(s.testcase == n_add + n_rope, "%d testcases, expected %d", s.testcase,
-              n_add + n_rope);
-    DRT_CHECK(s.failure == n_add_be + (required ? n_rope_be : 0) &&
-                  s.skipped == (required ? 0 : n_rope_be),
-              "required %d: %d failures, %d skipped; expected %d and %d", required, s.failure,
-              s.skipped, n_add_be + (required ? n_rope_be : 0), required ? 0 : n_rope_be);
-    DRT_CHECK(doc && strstr(doc, "type=\"nonfinite\"") && strstr(doc, "seed="),
-              "no named nonfinite failure");
+    DRT_CHECK(s.testcase == n_add + n_rope, "%d testcases, expected %d", s.testcase, n_add + n_rope);
+    DRT_CHECK(s.failure == n_add_be + (required ? n_rope_be : 0) && s.skipped == (required ? 0 : n_rope_be),
+              "required %d: %d failures, %d skipped; expected %d and %d", required, s.failure, s.skipped,
+              n_add_be + (required ? n_rope_be : 0), required ? 0 : n_rope_be);
+    DRT_CHECK(doc && strstr(doc, "type=\"nonfinite\"") && strstr(doc, "seed="), "no named nonfinite failure");
     free(doc);
 }
 
@@ -468,8 +438,7 @@ static long raw_control_at(const char *s) {
                      : c >= 0xe0 && c <= 0xef ? 3
                      : c >= 0xf0 && c <= 0xf4 ? 4
                                               : 0;
-        if ((c < 0x20 && c != '\n') || c == 0x7f || len == 0 ||
-            (c == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f) ||
+        if ((c < 0x20 && c != '\n') || c == 0x7f || len == 0 || (c == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f) ||
             (c == 0xe2 && u[i + 1] == 0x80 && u[i + 2] >= 0xaa && u[i + 2] <= 0xae))
             return (long)i;
         for (size_t j = 1; j < len; j++)
@@ -512,12 +481,9 @@ static void hostile_folder_names(void) {
                 if (f) fputs("{\"model_type\": \"llama\"}\n", f), fclose(f);
             }
         }
-    snprintf(cmd, sizeof cmd, "'%s' conform --op ADD --backend cpu --models '%s' 2>&1",
-             DRT_CLI_PATH, root);
+    snprintf(cmd, sizeof cmd, "'%s' conform --op ADD --backend cpu --models '%s' 2>&1", DRT_CLI_PATH, root);
     int rc = run(cmd, out, sizeof out);
-    DRT_CHECK(rc == 1,
-              "conform over hostile folder names: exit %d (want 1: the broken models fail):\n%s",
-              rc, out);
+    DRT_CHECK(rc == 1, "conform over hostile folder names: exit %d (want 1: the broken models fail):\n%s", rc, out);
     long raw = raw_control_at(out);
     DRT_CHECK(raw < 0, "conform's output holds the raw byte 0x%02x at %ld:\n%.*s",
               raw < 0 ? 0 : (unsigned char)out[raw], raw, raw < 0 ? 0 : (int)raw + 40, out);

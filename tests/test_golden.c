@@ -50,7 +50,8 @@ static void check_fixture(const char *dir, const char *name, const char *backend
     drt_model_info I;
     drt_model_get_info(m, &I);
     const drt_st_tensor *tok = drt_st_find(&ex, "tokens"), *gr = drt_st_find(&ex, "greedy");
-    DRT_CHECK(tok && tok->dtype == DRT_I32 && gr && gr->dtype == DRT_I32, "%s: expected.safetensors lacks tokens/greedy", name);
+    DRT_CHECK(tok && tok->dtype == DRT_I32 && gr && gr->dtype == DRT_I32,
+              "%s: expected.safetensors lacks tokens/greedy", name);
     if (!tok || !gr) goto done;
     int T = (int)tok->shape[0], NG = (int)gr->shape[0], V = I.vocab;
     const int32_t *ids = tok->data, *greedy = gr->data;
@@ -72,8 +73,8 @@ static void check_fixture(const char *dir, const char *name, const char *backend
     drt_fill_nan(lg, (int64_t)T * V);
     DRT_CHECK(drt_session_forward(s, ids, T, lg, 1) == DRT_OK, "%s: prefill: %s", name, drt_last_error());
     double e = drt_nmse(lg, ref_pre, (int64_t)T * V);
-    printf("%-24s %-12s %-5s prefill NMSE %.3e  max|d| %.3e\n", name, I.layout_name,
-           drt_dtype_name(I.weight_dtype), e, drt_max_abs_err(lg, ref_pre, (int64_t)T * V));
+    printf("%-24s %-12s %-5s prefill NMSE %.3e  max|d| %.3e\n", name, I.layout_name, drt_dtype_name(I.weight_dtype), e,
+           drt_max_abs_err(lg, ref_pre, (int64_t)T * V));
     DRT_CHECK(e <= F32_BOUND, "%s: prefill logits NMSE %.3e > %.0e (T=%d)", name, e, F32_BOUND, T);
     if (ref_nat) {
         double en = drt_nmse(lg, ref_nat, (int64_t)T * V);
@@ -97,8 +98,7 @@ static void check_fixture(const char *dir, const char *name, const char *backend
         }
         DRT_CHECK(drt_all_finite(w, T), "%s: probe has non-finite weights", name);
         if (I.arch != DRT_ARCH_DIFF_V2)
-            DRT_CHECK(fabs(sum - want) < 1e-5, "%s: probe sums to %.6f, expected %.6f", name, sum,
-                      want);
+            DRT_CHECK(fabs(sum - want) < 1e-5, "%s: probe sums to %.6f, expected %.6f", name, sum, want);
     }
 
     /* 2. token by token through our cache, against the source's cached decode */
@@ -118,11 +118,9 @@ static void check_fixture(const char *dir, const char *name, const char *backend
      * for the host, which the sum check above cannot tell */
     w2 = malloc(sizeof(float) * (size_t)T);
     drt_fill_nan(w2, T);
-    DRT_CHECK(drt_session_last_attention(s, w2) == DRT_OK, "%s: probe after decode: %s", name,
-              drt_last_error());
+    DRT_CHECK(drt_session_last_attention(s, w2) == DRT_OK, "%s: probe after decode: %s", name, drt_last_error());
     e = drt_nmse(w2, w, T);
-    DRT_CHECK(e <= SELF_BOUND, "%s: probe after decode vs after prefill NMSE %.3e > %.0e", name, e,
-              SELF_BOUND);
+    DRT_CHECK(e <= SELF_BOUND, "%s: probe after decode vs after prefill NMSE %.3e > %.0e", name, e, SELF_BOUND);
 
     /* 3. prefill of the first half, then decode: equals the full prefill */
     drt_session_reset(s);
@@ -154,8 +152,8 @@ static void check_fixture(const char *dir, const char *name, const char *backend
     }
     DRT_CHECK(first_bad < 0, "%s: greedy token %d differs from the source's (%d)", name, first_bad,
               first_bad >= 0 ? greedy[first_bad] : 0);
-    printf("%-24s %-12s %-5s greedy  %d/%d tokens identical\n", name, I.layout_name,
-           drt_dtype_name(I.weight_dtype), first_bad < 0 ? NG : first_bad, NG);
+    printf("%-24s %-12s %-5s greedy  %d/%d tokens identical\n", name, I.layout_name, drt_dtype_name(I.weight_dtype),
+           first_bad < 0 ? NG : first_bad, NG);
 done:
     free(lg);
     free(lg2);
@@ -166,7 +164,9 @@ done:
     drt_st_close(&ex);
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 int main(void) {
     DIR *d = opendir(DRT_FIXTURES_DIR);

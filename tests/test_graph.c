@@ -33,14 +33,18 @@ static drt_status partial_name(int dev, char *buf, size_t n) {
     snprintf(buf, n, "test device");
     return DRT_OK;
 }
-static drt_status partial_init(drt_backend *be, int dev) { return DRT_OK; }
+static drt_status partial_init(drt_backend *be, int dev) {
+    return DRT_OK;
+}
 static drt_status partial_alloc(drt_backend *be, size_t size, drt_buffer *out) {
     out->handle = malloc(size);
     out->host = NULL; /* forces the dispatcher to mirror */
     out->size = size;
     return out->handle ? DRT_OK : DRT_ERR_OOM;
 }
-static void partial_free(drt_backend *be, drt_buffer *b) { free(b->handle); }
+static void partial_free(drt_backend *be, drt_buffer *b) {
+    free(b->handle);
+}
 static drt_status partial_upload(drt_backend *be, drt_buffer *b, size_t off, const void *src, size_t n) {
     memcpy((char *)b->handle + off, src, n);
     return DRT_OK;
@@ -49,7 +53,9 @@ static drt_status partial_download(drt_backend *be, const drt_buffer *b, size_t 
     memcpy(dst, (const char *)b->handle + off, n);
     return DRT_OK;
 }
-static void *dev_ptr(const drt_tensor *t) { return t ? (char *)t->buf->handle + t->offs : NULL; }
+static void *dev_ptr(const drt_tensor *t) {
+    return t ? (char *)t->buf->handle + t->offs : NULL;
+}
 static drt_status partial_compute(drt_backend *be, drt_tensor *const *nodes, int n, const drt_exec *ex) {
     for (int i = 0; i < n; i++) {
         void *srcs[DRT_MAX_SRC];
@@ -59,12 +65,21 @@ static drt_status partial_compute(drt_backend *be, drt_tensor *const *nodes, int
     }
     return DRT_OK;
 }
-static drt_status partial_sync(drt_backend *be) { return DRT_OK; }
+static drt_status partial_sync(drt_backend *be) {
+    return DRT_OK;
+}
 
 static const drt_backend_ops PARTIAL = {
-    .name = "test-partial", .probe = partial_probe, .device_name = partial_name, .init = partial_init,
-    .buf_alloc = partial_alloc, .buf_free = partial_free, .upload = partial_upload,
-    .download = partial_download, .supports = partial_supports, .compute = partial_compute,
+    .name = "test-partial",
+    .probe = partial_probe,
+    .device_name = partial_name,
+    .init = partial_init,
+    .buf_alloc = partial_alloc,
+    .buf_free = partial_free,
+    .upload = partial_upload,
+    .download = partial_download,
+    .supports = partial_supports,
+    .compute = partial_compute,
     .synchronize = partial_sync,
 };
 
@@ -74,23 +89,50 @@ static void shape_errors(void) {
     struct {
         const char *what, *must_say;
     } cases[] = {
-        {"matmul inner dims", "MATMUL"}, {"diff_attn q without 2 maps", "DIFF_ATTN"},
-        {"add shapes differ", "ADD"},    {"rope odd d", "ROPE"},
-        {"G does not divide H", "DIFF_ATTN"}, {"embed f32 ids", "EMBED"},
-        {"attn rows of another T", "rows must be i32 (T=2,2)"}, {"kv_write without rows", "rows input"},
+        {"matmul inner dims", "MATMUL"},
+        {"diff_attn q without 2 maps", "DIFF_ATTN"},
+        {"add shapes differ", "ADD"},
+        {"rope odd d", "ROPE"},
+        {"G does not divide H", "DIFF_ATTN"},
+        {"embed f32 ids", "EMBED"},
+        {"attn rows of another T", "rows must be i32 (T=2,2)"},
+        {"kv_write without rows", "rows input"},
     };
     for (int c = 0; c < 8; c++) {
         drt_graph *g = drt_graph_new();
         drt_tensor *r = NULL;
         switch (c) {
-        case 0: r = drt_matmul(g, drt_new_tensor_2d(g, DRT_F32, 3, 5, "x"), drt_new_tensor_2d(g, DRT_F32, 4, 6, "w")); break;
-        case 1: r = drt_diff_attn(g, drt_new_tensor_4d(g, DRT_F32, 2, 4, 1, 8, "q"), drt_new_tensor_4d(g, DRT_F32, 2, 2, 2, 8, "k"), drt_new_tensor_3d(g, DRT_F32, 2, 2, 16, "v"), 0.5f, NULL, drt_new_rows(g, 2)); break;
-        case 2: r = drt_add(g, drt_new_tensor_2d(g, DRT_F32, 3, 5, "a"), drt_new_tensor_2d(g, DRT_F32, 5, 3, "b")); break;
-        case 3: r = drt_rope(g, drt_new_tensor_3d(g, DRT_F32, 2, 2, 7, "x"), drt_new_tensor_1d(g, DRT_F32, 3, "f"), drt_new_rows(g, 2)); break;
-        case 4: r = drt_diff_attn(g, drt_new_tensor_4d(g, DRT_F32, 2, 4, 2, 8, "q"), drt_new_tensor_4d(g, DRT_F32, 2, 3, 2, 8, "k"), drt_new_tensor_3d(g, DRT_F32, 2, 3, 16, "v"), 0.5f, NULL, drt_new_rows(g, 2)); break;
-        case 6: r = drt_attn(g, drt_new_tensor_3d(g, DRT_F32, 2, 4, 8, "q"), drt_new_tensor_3d(g, DRT_F32, 9, 2, 8, "k"), drt_new_tensor_3d(g, DRT_F32, 9, 2, 8, "v"), drt_new_rows(g, 3)); break;
-        case 7: r = drt_kv_write(g, drt_new_tensor_3d(g, DRT_F32, 2, 2, 8, "src"), drt_new_tensor_3d(g, DRT_F32, 9, 2, 8, "cache"), NULL); break;
-        case 5: r = drt_embed(g, drt_new_tensor_1d(g, DRT_F32, 3, "ids"), drt_new_tensor_2d(g, DRT_F32, 10, 4, "E")); break;
+        case 0:
+            r = drt_matmul(g, drt_new_tensor_2d(g, DRT_F32, 3, 5, "x"), drt_new_tensor_2d(g, DRT_F32, 4, 6, "w"));
+            break;
+        case 1:
+            r = drt_diff_attn(g, drt_new_tensor_4d(g, DRT_F32, 2, 4, 1, 8, "q"),
+                              drt_new_tensor_4d(g, DRT_F32, 2, 2, 2, 8, "k"),
+                              drt_new_tensor_3d(g, DRT_F32, 2, 2, 16, "v"), 0.5f, NULL, drt_new_rows(g, 2));
+            break;
+        case 2:
+            r = drt_add(g, drt_new_tensor_2d(g, DRT_F32, 3, 5, "a"), drt_new_tensor_2d(g, DRT_F32, 5, 3, "b"));
+            break;
+        case 3:
+            r = drt_rope(g, drt_new_tensor_3d(g, DRT_F32, 2, 2, 7, "x"), drt_new_tensor_1d(g, DRT_F32, 3, "f"),
+                         drt_new_rows(g, 2));
+            break;
+        case 4:
+            r = drt_diff_attn(g, drt_new_tensor_4d(g, DRT_F32, 2, 4, 2, 8, "q"),
+                              drt_new_tensor_4d(g, DRT_F32, 2, 3, 2, 8, "k"),
+                              drt_new_tensor_3d(g, DRT_F32, 2, 3, 16, "v"), 0.5f, NULL, drt_new_rows(g, 2));
+            break;
+        case 6:
+            r = drt_attn(g, drt_new_tensor_3d(g, DRT_F32, 2, 4, 8, "q"), drt_new_tensor_3d(g, DRT_F32, 9, 2, 8, "k"),
+                         drt_new_tensor_3d(g, DRT_F32, 9, 2, 8, "v"), drt_new_rows(g, 3));
+            break;
+        case 7:
+            r = drt_kv_write(g, drt_new_tensor_3d(g, DRT_F32, 2, 2, 8, "src"),
+                             drt_new_tensor_3d(g, DRT_F32, 9, 2, 8, "cache"), NULL);
+            break;
+        case 5:
+            r = drt_embed(g, drt_new_tensor_1d(g, DRT_F32, 3, "ids"), drt_new_tensor_2d(g, DRT_F32, 10, 4, "E"));
+            break;
         }
         DRT_CHECK(r == NULL && g->err == DRT_ERR_INVALID_ARG, "shape case '%s' was accepted", cases[c].what);
         DRT_CHECK(strstr(drt_last_error(), cases[c].must_say), "shape case '%s': message \"%s\" lacks %s",
@@ -103,7 +145,8 @@ static void shape_errors(void) {
 
 static void flop_counts(void) {
     drt_graph *g = drt_graph_new();
-    drt_tensor *mm = drt_matmul(g, drt_new_tensor_2d(g, DRT_F32, 7, 32, "x"), drt_new_tensor_2d(g, DRT_F16, 48, 32, "w"));
+    drt_tensor *mm = drt_matmul(g, drt_new_tensor_2d(g, DRT_F32, 7, 32, "x"),
+                                drt_new_tensor_2d(g, DRT_F16, 48, 32, "w"));
     drt_exec ex = {0};
     DRT_CHECK(drt_op_get(DRT_OP_MATMUL)->flops(mm, &ex) == 2.0 * 7 * 48 * 32, "matmul flops");
     DRT_CHECK(drt_op_get(DRT_OP_MATMUL)->bytes(mm, &ex) == 7 * 32 * 4 + 48 * 32 * 2 + 7 * 48 * 4, "matmul bytes");
@@ -135,9 +178,23 @@ static void matmul_dims(void) {
         {"x (T,K), w (N,K)", 2, 2, {7, 32}, {48, 32}, 0, 1.0f, DRT_F16, {1, 1, 7, 48, 32, 0, 1.0f, DRT_F16}},
         {"decode GEMV q8_0", 2, 2, {1, 64}, {96, 64}, 0, 1.0f, DRT_Q8_0, {1, 1, 1, 96, 64, 0, 1.0f, DRT_Q8_0}},
         {"x (B,T,K), w (N,K)", 3, 2, {4, 5, 8}, {3, 8}, 0, 1.0f, DRT_F32, {4, 1, 5, 3, 8, 0, 1.0f, DRT_F32}},
-        {"scores: H=6 over G=2 k groups", 3, 3, {6, 5, 16}, {2, 9, 16}, 0, 0.25f, DRT_F32,
+        {"scores: H=6 over G=2 k groups",
+         3,
+         3,
+         {6, 5, 16},
+         {2, 9, 16},
+         0,
+         0.25f,
+         DRT_F32,
          {6, 2, 5, 9, 16, 0, 0.25f, DRT_F32}},
-        {"A.V: w (Bw,K,N) transposed", 3, 3, {4, 5, 9}, {4, 9, 32}, 1, 1.0f, DRT_BF16,
+        {"A.V: w (Bw,K,N) transposed",
+         3,
+         3,
+         {4, 5, 9},
+         {4, 9, 32},
+         1,
+         1.0f,
+         DRT_BF16,
          {4, 4, 5, 32, 9, 1, 1.0f, DRT_BF16}},
         {"x (T,K), w (K,N) transposed", 2, 2, {3, 10}, {10, 6}, 1, 2.0f, DRT_F32, {1, 1, 3, 6, 10, 1, 2.0f, DRT_F32}},
     };
@@ -149,13 +206,13 @@ static void matmul_dims(void) {
         DRT_CHECK(y, "matmul_dims '%s': not built: %s", cases[c].what, drt_last_error());
         if (y) {
             drt_matmul_shape m = drt_matmul_dims(y), e = cases[c].want;
-            DRT_CHECK(m.B == e.B && m.Bw == e.Bw && m.T == e.T && m.N == e.N && m.K == e.K &&
-                          m.trans_w == e.trans_w && m.scale == e.scale && m.wtype == e.wtype,
+            DRT_CHECK(m.B == e.B && m.Bw == e.Bw && m.T == e.T && m.N == e.N && m.K == e.K && m.trans_w == e.trans_w &&
+                          m.scale == e.scale && m.wtype == e.wtype,
                       "matmul_dims '%s': got B=%lld Bw=%lld T=%lld N=%lld K=%lld trans_w=%d scale=%g %s, "
                       "want B=%lld Bw=%lld T=%lld N=%lld K=%lld trans_w=%d scale=%g %s",
-                      cases[c].what, (long long)m.B, (long long)m.Bw, (long long)m.T, (long long)m.N,
-                      (long long)m.K, m.trans_w, (double)m.scale, drt_dtype_name(m.wtype), (long long)e.B,
-                      (long long)e.Bw, (long long)e.T, (long long)e.N, (long long)e.K, e.trans_w, (double)e.scale,
+                      cases[c].what, (long long)m.B, (long long)m.Bw, (long long)m.T, (long long)m.N, (long long)m.K,
+                      m.trans_w, (double)m.scale, drt_dtype_name(m.wtype), (long long)e.B, (long long)e.Bw,
+                      (long long)e.T, (long long)e.N, (long long)e.K, e.trans_w, (double)e.scale,
                       drt_dtype_name(e.wtype));
             /* the napkin math of the op table agrees: 2*B*T*N*K */
             drt_exec ex = {0};
@@ -217,7 +274,8 @@ static void fused_vs_decomposed(const char *backend, const attn_case *c) {
         drt_tensor_get(fused, a, (size_t)n * 4);
         drt_tensor_get(dec, b, (size_t)n * 4);
         double e = drt_nmse(a, b, n);
-        DRT_CHECK(e <= 1e-12, "%s fused vs decomposed: NMSE %.3e (T=%d S=%d H=%d G=%d m=%d dk=%d dv=%d lambda_th=%d seed=%llu)",
+        DRT_CHECK(e <= 1e-12,
+                  "%s fused vs decomposed: NMSE %.3e (T=%d S=%d H=%d G=%d m=%d dk=%d dv=%d lambda_th=%d seed=%llu)",
                   backend, e, c->T, c->S, c->H, c->G, c->m, c->dk, c->dv, c->per_token, (unsigned long long)c->seed);
         free(a);
         free(b);
@@ -254,7 +312,8 @@ static void cpu_repack_follows_uploads(drt_dtype wt) {
     drt_fill_uniform(xf, K, &r, -1.f, 1.f);
     for (int round = 0; p && round < 2; round++) {
         drt_fill_uniform(wf, (int64_t)N * K, &r, -1.f, 1.f);
-        for (int n = 0; n < N; n++) drt_quantize_row(wf + (int64_t)n * K, wt, wq + drt_row_bytes(wt, (int64_t)n * K), K);
+        for (int n = 0; n < N; n++)
+            drt_quantize_row(wf + (int64_t)n * K, wt, wq + drt_row_bytes(wt, (int64_t)n * K), K);
         drt_ref_matmul(want, xf, wq, wt, 1, 1, 1, N, K, 0, 1.0f);
         drt_fill_nan(got, N);
         drt_tensor_set(x, xf, sizeof(float) * K);
@@ -264,7 +323,8 @@ static void cpu_repack_follows_uploads(drt_dtype wt) {
         DRT_CHECK(drt_plan_run(p, &ex) == DRT_OK, "run: %s", drt_last_error());
         drt_tensor_get(y, got, sizeof(float) * N);
         double e = drt_nmse(got, want, N);
-        DRT_CHECK(e <= 1e-8, "cpu %s GEMV after upload %d: NMSE %.3e (N=%d K=%d seed 77)", drt_dtype_name(wt), round + 1, e, N, K);
+        DRT_CHECK(e <= 1e-8, "cpu %s GEMV after upload %d: NMSE %.3e (N=%d K=%d seed 77)", drt_dtype_name(wt),
+                  round + 1, e, N, K);
     }
     free(xf);
     free(wf);
@@ -357,7 +417,8 @@ static void cpu_repack_shared(void) {
     unsigned char *wq[3] = {malloc(wbytes), malloc(wbytes), w3};
     for (int k = 0; k < 3; k++) {
         drt_fill_uniform(wf, (int64_t)N * K, &r, -1.f, 1.f);
-        for (int n = 0; n < N; n++) drt_quantize_row(wf + (int64_t)n * K, wt, wq[k] + drt_row_bytes(wt, (int64_t)n * K), K);
+        for (int n = 0; n < N; n++)
+            drt_quantize_row(wf + (int64_t)n * K, wt, wq[k] + drt_row_bytes(wt, (int64_t)n * K), K);
         drt_ref_matmul(want[k], x, wq[k], wt, 1, 1, 1, N, K, 0, 1.0f);
     }
     wrapped_mm a, b, c, d;
@@ -366,7 +427,8 @@ static void cpu_repack_shared(void) {
     memcpy(host, wq[1], wbytes); /* behind a's back */
     DRT_CHECK(wrapped_open(&b, host, wt, N, K), "second: %s", drt_last_error());
     double e = wrapped_run(&b, x, want[0], N, K);
-    DRT_CHECK(e <= 1e-8, "the second backend did not reuse the first's copy: NMSE %.3e against A (N=%d K=%d seed 91)", e, N, K);
+    DRT_CHECK(e <= 1e-8, "the second backend did not reuse the first's copy: NMSE %.3e against A (N=%d K=%d seed 91)",
+              e, N, K);
     wrapped_close(&a);
     wrapped_close(&b);
     /* every holder gone: a new prepare reads the bytes as they are now */
@@ -415,15 +477,16 @@ static void model_on_partial(const char *fixture) {
         drt_session_forward(cpu, ids, 4, a, 1);
         drt_session_forward(cpu, ids + 4, 1, a + (size_t)4 * I.vocab, 1);
         DRT_CHECK(drt_session_forward(part, ids, 4, b, 1) == DRT_OK, "partial prefill: %s", drt_last_error());
-        DRT_CHECK(drt_session_forward(part, ids + 4, 1, b + (size_t)4 * I.vocab, 1) == DRT_OK, "partial decode: %s", drt_last_error());
+        DRT_CHECK(drt_session_forward(part, ids + 4, 1, b + (size_t)4 * I.vocab, 1) == DRT_OK, "partial decode: %s",
+                  drt_last_error());
         double e = drt_nmse(b, a, (int64_t)n);
         DRT_CHECK(e == 0.0, "%s: partial backend with fallbacks differs from cpu: NMSE %.3e", fixture, e);
         char lines[256];
         int total = drt_session_fallbacks(part, lines, sizeof lines);
         /* per layer and forward: ROPE x2 and KV_WRITE x2, GROUPNORM x1 for V1 */
         int per_layer = 4 + (I.arch == DRT_ARCH_DIFF_V1 ? 1 : 0);
-        DRT_CHECK(total == 2 * I.n_layers * per_layer, "%s: %d fallbacks counted (%s), expected %d", fixture,
-                  total, lines, 2 * I.n_layers * per_layer);
+        DRT_CHECK(total == 2 * I.n_layers * per_layer, "%s: %d fallbacks counted (%s), expected %d", fixture, total,
+                  lines, 2 * I.n_layers * per_layer);
         DRT_CHECK(strstr(lines, "ROPE=") && strstr(lines, "KV_WRITE="), "%s: fallback list \"%s\"", fixture, lines);
         DRT_CHECK(drt_session_fallbacks(cpu, NULL, 0) == 0, "%s: the cpu backend fell back", fixture);
         printf("%s on test-partial: %s\n", fixture, lines);
@@ -442,7 +505,7 @@ int main(void) {
     DRT_CHECK(drt_registry_add(&PARTIAL) == DRT_OK, "register: %s", drt_last_error());
     DRT_CHECK(drt_registry_add(&PARTIAL) != DRT_OK, "double registration accepted");
     const attn_case cases[] = {
-        {1, 7, 4, 2, 2, 16, 32, 0, 11}, {5, 5, 2, 2, 2, 8, 16, 0, 12}, {3, 9, 6, 3, 1, 8, 8, 1, 13},
+        {1, 7, 4, 2, 2, 16, 32, 0, 11}, {5, 5, 2, 2, 2, 8, 16, 0, 12},    {3, 9, 6, 3, 1, 8, 8, 1, 13},
         {4, 4, 4, 1, 1, 16, 16, 1, 14}, {2, 11, 4, 4, 2, 64, 128, 0, 15},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -118,8 +118,7 @@ static int st_split(const char *path, st_parts *p) {
     p->raw = slurp(path, &p->n_raw);
     if (!p->raw || p->n_raw < 8) return 0;
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | p->raw[i];
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | p->raw[i];
     if (hlen > p->n_raw - 8) return 0;
     char *text = malloc((size_t)hlen + 1);
     memcpy(text, p->raw + 8, (size_t)hlen);
@@ -139,16 +138,14 @@ static void st_free(st_parts *p) {
 
 /* length field, header JSON padded with spaces so the data section starts at
  * a file offset equal to `mod` modulo 8, then n bytes of data */
-static void st_join(const char *path, const cJSON *header, unsigned mod, const void *data,
-                    size_t n) {
+static void st_join(const char *path, const cJSON *header, unsigned mod, const void *data, size_t n) {
     char *text = cJSON_PrintUnformatted(header);
     size_t len = strlen(text);
     size_t pad = (mod + 8 - (8 + len) % 8) % 8;
     uint64_t hlen = len + pad;
     size_t total = 8 + (size_t)hlen + n;
     unsigned char *buf = malloc(total);
-    for (int i = 0; i < 8; i++)
-        buf[i] = (unsigned char)(hlen >> (8 * i));
+    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)(hlen >> (8 * i));
     memcpy(buf + 8, text, len);
     memset(buf + 8 + len, ' ', pad);
     if (n) memcpy(buf + 8 + hlen, data, n);
@@ -175,8 +172,7 @@ static void st_set_len(const char *dir, uint64_t v) {
     size_t n;
     unsigned char *raw = slurp(at(p, sizeof p, dir, "model.safetensors"), &n);
     if (!raw || n < 8) return;
-    for (int i = 0; i < 8; i++)
-        raw[i] = (unsigned char)(v >> (8 * i));
+    for (int i = 0; i < 8; i++) raw[i] = (unsigned char)(v >> (8 * i));
     spit(p, raw, n);
     free(raw);
 }
@@ -257,8 +253,7 @@ static void socket_config(const char *d) {
     int cwd = open(".", O_RDONLY | O_DIRECTORY), fd = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof sa.sun_path, "config.json");
-    int ok =
-        cwd >= 0 && fd >= 0 && chdir(d) == 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    int ok = cwd >= 0 && fd >= 0 && chdir(d) == 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
     DRT_CHECK(ok, "cannot bind a socket at %s: %s", p, strerror(errno));
     if (cwd >= 0) DRT_CHECK(fchdir(cwd) == 0, "fchdir: %s", strerror(errno));
     if (fd >= 0) close(fd);
@@ -293,8 +288,7 @@ static void shard_link_inside(const char *d) {
  * as a little-endian u64 are 3475222254926655346 and must not be printed */
 static void shard_text_file(const char *d) {
     char p[1200];
-    const char *txt =
-        "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n";
+    const char *txt = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n";
     spit(at(p, sizeof p, d, "notes.txt"), txt, strlen(txt));
     write_index(d, "notes.txt");
 }
@@ -333,8 +327,7 @@ static void many_shards(const char *d) {
     char *t = malloc(cap);
     o += (size_t)snprintf(t + o, cap - o, "{\"weight_map\": {");
     for (int i = 0; i < 150000; i++)
-        o += (size_t)snprintf(t + o, cap - o, "%s\"t%d\": \"s%06d.safetensors\"", i ? ", " : "", i,
-                              i);
+        o += (size_t)snprintf(t + o, cap - o, "%s\"t%d\": \"s%06d.safetensors\"", i ? ", " : "", i, i);
     o += (size_t)snprintf(t + o, cap - o, "}}");
     spit(at(p, sizeof p, d, "model.safetensors.index.json"), t, o);
     free(t);
@@ -371,8 +364,7 @@ static void set_offsets(cJSON *hdr, const char *name, cJSON *b, cJSON *e) {
     cJSON *off = cJSON_CreateArray();
     cJSON_AddItemToArray(off, b);
     cJSON_AddItemToArray(off, e);
-    cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(hdr, name),
-                                           "data_offsets", off);
+    cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(hdr, name), "data_offsets", off);
 }
 static void edit_past_end(cJSON *hdr, size_t n_data) {
     /* model.norm.weight: 64 f32, its end 4 bytes past the data section */
@@ -381,22 +373,17 @@ static void edit_past_end(cJSON *hdr, size_t n_data) {
 }
 static void edit_overlap(cJSON *hdr, size_t n_data) {
     cJSON *a = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(hdr, "model.layers.0.input_layernorm.weight"),
-        "data_offsets");
-    set_offsets(hdr, "model.layers.0.post_attention_layernorm.weight",
-                cJSON_Duplicate(cJSON_GetArrayItem(a, 0), 1),
+        cJSON_GetObjectItemCaseSensitive(hdr, "model.layers.0.input_layernorm.weight"), "data_offsets");
+    set_offsets(hdr, "model.layers.0.post_attention_layernorm.weight", cJSON_Duplicate(cJSON_GetArrayItem(a, 0), 1),
                 cJSON_Duplicate(cJSON_GetArrayItem(a, 1), 1));
 }
 static void edit_offsets_2_64(cJSON *hdr, size_t n_data) {
-    set_offsets(hdr, "model.norm.weight", cJSON_CreateRaw("0"),
-                cJSON_CreateRaw("18446744073709551616"));
+    set_offsets(hdr, "model.norm.weight", cJSON_CreateRaw("0"), cJSON_CreateRaw("18446744073709551616"));
 }
 static void edit_shape_overflow(cJSON *hdr, size_t n_data) {
     cJSON *sh = cJSON_CreateArray();
-    for (int i = 0; i < 3; i++)
-        cJSON_AddItemToArray(sh, cJSON_CreateRaw("4294967296"));
-    cJSON_ReplaceItemInObjectCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(hdr, "model.norm.weight"), "shape", sh);
+    for (int i = 0; i < 3; i++) cJSON_AddItemToArray(sh, cJSON_CreateRaw("4294967296"));
+    cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(hdr, "model.norm.weight"), "shape", sh);
 }
 static void offsets_past_end(const char *d) {
     st_edit(d, edit_past_end);
@@ -562,11 +549,9 @@ static void run_cli(char *const argv[], cli_result *r) {
     double t0 = drt_now_s();
     pid_t pid = fork();
     if (pid == 0) {
-        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644),
-            e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         int in = open("/dev/null", O_RDONLY);
-        if (o < 0 || e < 0 || in < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || dup2(in, 0) < 0)
-            _exit(126);
+        if (o < 0 || e < 0 || in < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || dup2(in, 0) < 0) _exit(126);
 #ifndef DIFFRT_SANITIZE_BUILD
         /* a loader that sizes allocations from the config could otherwise take
          * the machine's memory; sanitizers reserve terabytes of address space */
@@ -600,11 +585,9 @@ static void run_cli(char *const argv[], cli_result *r) {
 }
 
 static void run_cmd(cmd_kind k, const char *dir, cli_result *r) {
-    char *run[] = {"diffrt", "run", "--model",   (char *)dir, "--tokens", "1,2,3",
-                   "-n",     "2",   "--backend", "ref",       NULL};
+    char *run[] = {"diffrt", "run", "--model", (char *)dir, "--tokens", "1,2,3", "-n", "2", "--backend", "ref", NULL};
     char *info[] = {"diffrt", "info", "--model", (char *)dir, NULL};
-    char *prompt[] = {"diffrt", "run", "--model",   (char *)dir, "--prompt", "hi",
-                      "-n",     "2",   "--backend", "ref",       NULL};
+    char *prompt[] = {"diffrt", "run", "--model", (char *)dir, "--prompt", "hi", "-n", "2", "--backend", "ref", NULL};
     run_cli(k == CMD_RUN ? run : k == CMD_INFO ? info : prompt, r);
 }
 
@@ -619,8 +602,7 @@ static int says(const char *msg, const char *needle, const char *dir) {
 
 static int count_lines(const char *s) {
     int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
+    for (; *s; s++) n += *s == '\n';
     return n;
 }
 
@@ -680,30 +662,32 @@ static void run_case(const hostile_case *c) {
            c->want_rc == 0 && r.rc == 0 ? 7 : mlen, c->want_rc == 0 && r.rc == 0 ? "(loads)" : msg,
            r.timed_out ? "  TIMED OUT" : "");
     DRT_CHECK(!r.timed_out, "case %s: still running after %.0f s (killed)", c->name, TIMEOUT_S);
-    DRT_CHECK(r.rc == c->want_rc, "case %s: exit %d, expected %d; stderr: %s", c->name, r.rc,
-              c->want_rc, r.err);
+    DRT_CHECK(r.rc == c->want_rc, "case %s: exit %d, expected %d; stderr: %s", c->name, r.rc, c->want_rc, r.err);
     if (c->want_rc == 0) {
         char want[8192];
         reference_output(c->fixture ? c->fixture : BASE, want, sizeof want);
-        DRT_CHECK(strcmp(r.out, want) == 0, "case %s: printed %s, the clean model %s", c->name,
-                  r.out, want);
+        DRT_CHECK(strcmp(r.out, want) == 0, "case %s: printed %s, the clean model %s", c->name, r.out, want);
         return;
     }
     DRT_CHECK(count_lines(r.err) == 1 && r.err[strlen(r.err) - 1] == '\n',
               "case %s: stderr is not exactly one line:\n%s", c->name, r.err);
     for (int i = 0; i < 2; i++)
         if (c->must_say[i])
-            DRT_CHECK(says(r.err, c->must_say[i], dir), "case %s: stderr lacks \"%s\": %s", c->name,
-                      c->must_say[i], r.err);
+            DRT_CHECK(says(r.err, c->must_say[i], dir), "case %s: stderr lacks \"%s\": %s", c->name, c->must_say[i],
+                      r.err);
     if (c->must_not)
-        DRT_CHECK(strstr(r.err, c->must_not) == NULL, "case %s: stderr shows raw bytes as %s: %s",
-                  c->name, c->must_not, r.err);
+        DRT_CHECK(strstr(r.err, c->must_not) == NULL, "case %s: stderr shows raw bytes as %s: %s", c->name, c->must_not,
+                  r.err);
     /* no byte of a file reaches the terminal raw: C0, DEL, C1, not UTF-8 */
     const unsigned char *u = (const unsigned char *)r.err;
     long raw = -1;
     for (size_t i = 0; u[i] && raw < 0;) {
         unsigned b = u[i];
-        size_t len = b < 0x80 ? 1 : b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+        size_t len = b < 0x80                 ? 1
+                     : b >= 0xc2 && b <= 0xdf ? 2
+                     : b >= 0xe0 && b <= 0xef ? 3
+                     : b >= 0xf0 && b <= 0xf4 ? 4
+                                              : 0;
         int bad = (b < 0x20 && !(b == '\n' && u[i + 1] == 0)) || b == 0x7f || len == 0 ||
                   (b == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f);
         for (size_t j = 1; j < len && !bad; j++) bad = (u[i + j] & 0xc0) != 0x80;
@@ -713,8 +697,8 @@ static void run_case(const hostile_case *c) {
     DRT_CHECK(raw < 0, "case %s: stderr holds the raw byte 0x%02x at %ld: %s", c->name, raw < 0 ? 0 : u[raw], raw,
               r.err);
     DRT_CHECK(r.maxrss_kb <= g_base_rss_kb[c->cmd] + RSS_SLACK_KB,
-              "case %s: peak RSS %ld KiB, the same command failing at once peaks at %ld KiB",
-              c->name, r.maxrss_kb, g_base_rss_kb[c->cmd]);
+              "case %s: peak RSS %ld KiB, the same command failing at once peaks at %ld KiB", c->name, r.maxrss_kb,
+              g_base_rss_kb[c->cmd]);
 }
 
 /* ---- misaligned data in process: alignment, in place, bit-identical logits ---- */
@@ -723,21 +707,17 @@ static void run_case(const hostile_case *c) {
 static int misaligned_weights(const drt_model *m) {
     int bad = 0;
     const drt_host_weight *g[] = {&m->embed, &m->final_norm, &m->lm_head};
-    for (int i = 0; i < 3; i++)
-        bad += g[i]->data && (uintptr_t)g[i]->data % drt_dtype_size(g[i]->type);
+    for (int i = 0; i < 3; i++) bad += g[i]->data && (uintptr_t)g[i]->data % drt_dtype_size(g[i]->type);
     for (int l = 0; l < m->info.n_layers; l++) {
         const drt_layer_weights *lw = &m->layers[l];
-        const drt_host_weight *ws[] = {&lw->attn_norm, &lw->ffn_norm, &lw->wq,       &lw->wk,
-                                       &lw->wv,        &lw->wo,       &lw->w_lambda, &lw->subln,
-                                       &lw->wg,        &lw->wu,       &lw->wd};
-        for (int i = 0; i < 11; i++)
-            bad += ws[i]->data && (uintptr_t)ws[i]->data % drt_dtype_size(ws[i]->type) != 0;
+        const drt_host_weight *ws[] = {&lw->attn_norm, &lw->ffn_norm, &lw->wq, &lw->wk, &lw->wv, &lw->wo,
+                                       &lw->w_lambda,  &lw->subln,    &lw->wg, &lw->wu, &lw->wd};
+        for (int i = 0; i < 11; i++) bad += ws[i]->data && (uintptr_t)ws[i]->data % drt_dtype_size(ws[i]->type) != 0;
     }
     return bad;
 }
 
-static float *logits_of(const char *dir, const char *backend, int *vocab, int *misaligned_n,
-                        int *embed_copied) {
+static float *logits_of(const char *dir, const char *backend, int *vocab, int *misaligned_n, int *embed_copied) {
     drt_model *m = NULL;
     drt_session *s = NULL;
     float *lg = NULL;
@@ -751,8 +731,7 @@ static float *logits_of(const char *dir, const char *backend, int *vocab, int *m
     drt_session_opts so = {.backend = backend, .max_ctx = 16, .threads = 2};
     int32_t ids[6] = {1, 5, 9, 200, 3, 7};
     lg = malloc(sizeof(float) * 6 * (size_t)*vocab);
-    if (drt_session_create(m, &so, &s) != DRT_OK ||
-        drt_session_forward(s, ids, 6, lg, 1) != DRT_OK) {
+    if (drt_session_create(m, &so, &s) != DRT_OK || drt_session_forward(s, ids, 6, lg, 1) != DRT_OK) {
         DRT_CHECK(0, "%s on %s: %s", dir, backend, drt_last_error());
         free(lg);
         lg = NULL;
@@ -779,16 +758,15 @@ static void misaligned_logits(const char *fixture, unsigned mod) {
         int va = 0, vb = 0, bad_a = -1, bad_b = -1, copied_a = -1, copied_b = -1;
         float *a = logits_of(src, backends[b], &va, &bad_a, &copied_a);
         float *m = logits_of(dir, backends[b], &vb, &bad_b, &copied_b);
-        DRT_CHECK(bad_a == 0 && bad_b == 0, "%s mod %u: %d / %d weights misaligned in memory",
-                  fixture, mod, bad_a, bad_b);
+        DRT_CHECK(bad_a == 0 && bad_b == 0, "%s mod %u: %d / %d weights misaligned in memory", fixture, mod, bad_a,
+                  bad_b);
         DRT_CHECK(!copied_a, "%s: the aligned embedding was copied, not used in place", fixture);
         DRT_CHECK(copied_b, "%s mod %u: the misaligned embedding is used in place", fixture, mod);
         int same = a && m && va == vb && memcmp(a, m, sizeof(float) * 6 * (size_t)va) == 0;
         printf("%-28s %s: %s\n", fixture, backends[b],
                same ? "logits bit-identical to the aligned file" : "LOGITS DIFFER");
-        DRT_CHECK(same,
-                  "%s with its data at offset %u mod 8: logits on %s differ from the aligned file",
-                  fixture, mod, backends[b]);
+        DRT_CHECK(same, "%s with its data at offset %u mod 8: logits on %s differ from the aligned file", fixture, mod,
+                  backends[b]);
         free(a);
         free(m);
     }
@@ -828,8 +806,8 @@ int main(void) {
     for (int k = CMD_RUN; k <= CMD_PROMPT; k++) {
         cli_result r;
         run_cmd((cmd_kind)k, ROOT "/no_such_model", &r);
-        DRT_CHECK(r.rc == 1 && strstr(r.err, "no_such_model/config.json"),
-                  "baseline command %d: exit %d: %s", k, r.rc, r.err);
+        DRT_CHECK(r.rc == 1 && strstr(r.err, "no_such_model/config.json"), "baseline command %d: exit %d: %s", k, r.rc,
+                  r.err);
         g_base_rss_kb[k] = r.maxrss_kb;
     }
     printf("baseline: run / info fail at once with peaks of %ld / %ld MiB; error cases may add %ld "
@@ -837,8 +815,7 @@ int main(void) {
            g_base_rss_kb[CMD_RUN] >> 10, g_base_rss_kb[CMD_INFO] >> 10, RSS_SLACK_KB >> 10);
 
     int n = (int)(sizeof CASES / sizeof CASES[0]);
-    for (int i = 0; i < n; i++)
-        run_case(&CASES[i]);
+    for (int i = 0; i < n; i++) run_case(&CASES[i]);
     printf("%d hostile directories\n", n);
 
     misaligned_logits("hf_llama_gqa", 1);

@@ -52,8 +52,8 @@ static int copy_file(const char *from, const char *to) {
 /* dir = g_tmp/<name>: the config.json (and tokenizer.json, when there is
  * one) of the model in src, and its model.safetensors with element `at` of
  * tensor `poison` set to v (in the tensor's dtype) */
-static int poisoned_model(char *dir, size_t n, const char *name, const char *src,
-                          const char *poison, int64_t at, float v) {
+static int poisoned_model(char *dir, size_t n, const char *name, const char *src, const char *poison, int64_t at,
+                          float v) {
     char from[1200], to[1200];
     snprintf(dir, n, "%s/%s", g_tmp, name);
     mkdir(dir, 0755);
@@ -111,8 +111,7 @@ static int setup(void) {
     /* a prompt of LONG_TEXT tokens, and a --tokens list of LONG_TOKENS */
     snprintf(g_long_file, sizeof g_long_file, "%s/long_prompt.txt", g_tmp);
     FILE *f = fopen(g_long_file, "wb");
-    for (int i = 0; f && i < LONG_TEXT; i++)
-        fputc('a' + i % 26, f);
+    for (int i = 0; f && i < LONG_TEXT; i++) fputc('a' + i % 26, f);
     ok &= f && fclose(f) == 0;
     g_long_tokens = malloc(2 * LONG_TOKENS);
     for (int i = 0; g_long_tokens && i < LONG_TOKENS; i++) {
@@ -126,9 +125,8 @@ static int setup(void) {
                          "model.layers.1.mlp.down_proj.weight", 0, NAN);
     ok &= poisoned_model(g_inf, sizeof g_inf, "inf", DRT_FIXTURES_DIR "/hf_llama_gqa",
                          "model.layers.1.mlp.down_proj.weight", 5, INFINITY);
-    ok &=
-        poisoned_model(g_nan_bf16, sizeof g_nan_bf16, "nan_bf16", DRT_FIXTURES_DIR "/hf_llama_bf16",
-                       "model.layers.0.self_attn.q_proj.weight", 17, NAN);
+    ok &= poisoned_model(g_nan_bf16, sizeof g_nan_bf16, "nan_bf16", DRT_FIXTURES_DIR "/hf_llama_bf16",
+                         "model.layers.0.self_attn.q_proj.weight", 17, NAN);
     /* the bundled diff-v1 model (f16), for niah: its tokenizer comes along */
     ok &= poisoned_model(g_nan_niah, sizeof g_nan_niah, "nan_niah", DRT_MODELS_DIR "/diff-v1-tiny",
                          "model.layers.2.self_attn.o_proj.weight", 3, NAN);
@@ -225,68 +223,55 @@ typedef struct {
 static const hostile_case CASES[] = {
     /* context: a prompt longer than max_position_embeddings, no --ctx */
     {"long_tokens_default_ctx", "run --model {gqa} --tokens {long_tokens} -n 4", NULL, 2,
-     "prompt (50000 tokens) + -n 4 exceeds the context 64 (max_position_embeddings); pass --ctx N",
-     2.0, 0},
+     "prompt (50000 tokens) + -n 4 exceeds the context 64 (max_position_embeddings); pass --ctx N", 2.0, 0},
     {"long_text_default_ctx", "run --model {text} --prompt-file {long_file} -n 8", NULL, 2,
      "the prompt must fit the context of 64 tokens (--ctx, else max_position_embeddings)", 2.0, 0},
     {"prompt_plus_n_over_default_ctx", "run --model {gqa} --tokens 1,2,3 -n 62", NULL, 2,
      "prompt (3 tokens) + -n 62 exceeds the context 64 (max_position_embeddings); pass --ctx N "
      "to raise it",
      FAST, 0},
-    {"n_huge_default_ctx", "run --model {gqa} --tokens 1 -n 1048576", NULL, 2, "pass --ctx N", FAST,
-     0},
+    {"n_huge_default_ctx", "run --model {gqa} --tokens 1 -n 1048576", NULL, 2, "pass --ctx N", FAST, 0},
     {"prompt_plus_n_over_ctx", "run --model {gqa} --tokens 1,2,3 -n 100 --ctx 50", NULL, 2,
      "prompt (3 tokens) + -n 100 exceeds --ctx 50", FAST, 0},
     {"ctx_past_max_positions", "run --model {gqa} --tokens 1,2,3 -n 70 --no-stop --ctx 80", NULL, 0,
      "warning: --ctx 80 is past the model's max_position_embeddings 64", 8.0, 0},
-    {"fits_exactly", "run --model {gqa} --tokens 1,2,3,4 -n 60 --no-stop", NULL, 0, "decode:", 8.0,
-     0},
-    {"ctx_zero", "run --model {gqa} --tokens 1 --ctx 0", NULL, 2, "--ctx wants an integer", FAST,
-     0},
-    {"ctx_negative", "run --model {gqa} --tokens 1 --ctx -5", NULL, 2, "--ctx wants an integer",
+    {"fits_exactly", "run --model {gqa} --tokens 1,2,3,4 -n 60 --no-stop", NULL, 0, "decode:", 8.0, 0},
+    {"ctx_zero", "run --model {gqa} --tokens 1 --ctx 0", NULL, 2, "--ctx wants an integer", FAST, 0},
+    {"ctx_negative", "run --model {gqa} --tokens 1 --ctx -5", NULL, 2, "--ctx wants an integer", FAST, 0},
+    {"ctx_huge", "run --model {gqa} --tokens 1 --ctx 99999999999", NULL, 2, "--ctx wants an integer in [1, 16777216]",
      FAST, 0},
-    {"ctx_huge", "run --model {gqa} --tokens 1 --ctx 99999999999", NULL, 2,
-     "--ctx wants an integer in [1, 16777216]", FAST, 0},
     {"ctx_non_numeric", "run --model {gqa} --tokens 1 --ctx 12k", NULL, 2, "--ctx wants", FAST, 0},
     {"niah_ctx_zero", "niah --model {gqa} --ctx 0", NULL, 2, "--ctx wants", FAST, 0},
     /* counts */
-    {"n_negative", "run --model {gqa} --tokens 1 -n -1", NULL, 2, "-n wants an integer >= 0", FAST,
-     0},
+    {"n_negative", "run --model {gqa} --tokens 1 -n -1", NULL, 2, "-n wants an integer >= 0", FAST, 0},
     {"n_huge", "run --model {gqa} --tokens 1 -n 99999999999", NULL, 2, "-n wants", FAST, 0},
     {"n_non_numeric", "run --model {gqa} --tokens 1 -n ten", NULL, 2, "-n wants", FAST, 0},
-    {"threads_zero", "run --model {gqa} --tokens 1 --threads 0", NULL, 2,
-     "--threads wants an integer in [1, 1024]", FAST, 0},
-    {"threads_negative", "run --model {gqa} --tokens 1 --threads -4", NULL, 2, "--threads wants",
+    {"threads_zero", "run --model {gqa} --tokens 1 --threads 0", NULL, 2, "--threads wants an integer in [1, 1024]",
      FAST, 0},
-    {"threads_huge", "run --model {gqa} --tokens 1 --threads 100000", NULL, 2, "--threads wants",
-     FAST, 0},
+    {"threads_negative", "run --model {gqa} --tokens 1 --threads -4", NULL, 2, "--threads wants", FAST, 0},
+    {"threads_huge", "run --model {gqa} --tokens 1 --threads 100000", NULL, 2, "--threads wants", FAST, 0},
     {"threads_env_huge", "run --model {gqa} --tokens 1", "DIFFRT_THREADS=100000", 1,
      "DIFFRT_THREADS=100000: expected an integer in [1, 1024]", FAST, 0},
-    {"temp_nan", "run --model {gqa} --tokens 1 --temp nan", NULL, 2, "--temp wants a finite", FAST,
-     0},
-    {"temp_inf", "run --model {gqa} --tokens 1 --temp inf", NULL, 2, "--temp wants a finite", FAST,
-     0},
+    {"temp_nan", "run --model {gqa} --tokens 1 --temp nan", NULL, 2, "--temp wants a finite", FAST, 0},
+    {"temp_inf", "run --model {gqa} --tokens 1 --temp inf", NULL, 2, "--temp wants a finite", FAST, 0},
     /* token lists */
     {"token_past_vocab", "run --model {gqa} --tokens 1,256", NULL, 1,
      "token id 256 (position 1) is outside the vocabulary [0, 256)", FAST, 0},
-    {"token_negative", "run --model {gqa} --tokens 5,-3", NULL, 1,
-     "token id -3 (position 1) is outside the vocabulary", FAST, 0},
-    {"token_past_int", "run --model {gqa} --tokens 1,2147483648", NULL, 2, "comma-separated", FAST,
-     0},
+    {"token_negative", "run --model {gqa} --tokens 5,-3", NULL, 1, "token id -3 (position 1) is outside the vocabulary",
+     FAST, 0},
+    {"token_past_int", "run --model {gqa} --tokens 1,2147483648", NULL, 2, "comma-separated", FAST, 0},
     {"token_garbage", "run --model {gqa} --tokens 1;2", NULL, 2, "comma-separated", FAST, 0},
     {"tokens_empty", "run --model {gqa} --tokens {empty}", NULL, 2, "comma-separated", FAST, 0},
     {"tokens_double_comma", "run --model {gqa} --tokens 1,,2", NULL, 2, "comma-separated", FAST, 0},
     /* prompts */
-    {"empty_prompt", "run --model {text} --prompt {empty}", NULL, 1, "the prompt is empty", FAST,
-     0},
+    {"empty_prompt", "run --model {text} --prompt {empty}", NULL, 1, "the prompt is empty", FAST, 0},
     {"empty_stdin", "run --model {text} --prompt-file -", NULL, 1, "the prompt is empty", FAST, 0},
     {"missing_prompt_file", "run --model {text} --prompt-file /nonexistent/prompt.txt", NULL, 1,
      "/nonexistent/prompt.txt", FAST, 0},
     /* backends */
-    {"unknown_backend", "run --model {gqa} --tokens 1 --backend nosuch", NULL, 1,
-     "unknown backend \"nosuch\"", FAST, 0},
-    {"bad_device", "run --model {gqa} --tokens 1 --device 99", NULL, 1,
-     "device index 99 out of range", FAST, 0},
+    {"unknown_backend", "run --model {gqa} --tokens 1 --backend nosuch", NULL, 1, "unknown backend \"nosuch\"", FAST,
+     0},
+    {"bad_device", "run --model {gqa} --tokens 1 --device 99", NULL, 1, "device index 99 out of range", FAST, 0},
     /* non-finite weights: an error naming the position, never a sampled token */
     {"nan_weights", "run --model {nan} --tokens 1,2,3 -n 4", NULL, 1,
      "logits at position 2 are not finite (NaN); the model's weights or activations overflowed; "
@@ -302,8 +287,7 @@ static const hostile_case CASES[] = {
      FAST, 0},
     {"nan_weights_ref_backend", "run --model {nan} --tokens 1,2 -v --backend ref", NULL, 1,
      "MATMUL 'layers.1.mlp.down' (layer 1)", FAST, 0},
-    {"inf_weights", "run --model {inf} --tokens 1,2,3 -n 4", NULL, 1,
-     "logits at position 2 are not finite", FAST, 0},
+    {"inf_weights", "run --model {inf} --tokens 1,2,3 -n 4", NULL, 1, "logits at position 2 are not finite", FAST, 0},
     {"inf_weights_verbose", "run --model {inf} --tokens 1,2,3 -n 4 -v", NULL, 1,
      "MATMUL 'layers.1.mlp.down' (layer 1), whose weight 'model.layers.1.mlp.down_proj.weight' "
      "holds Inf",
@@ -314,17 +298,15 @@ static const hostile_case CASES[] = {
      "diffrt: prefill: logits at position 3 are not finite (NaN); first non-finite output: MATMUL "
      "'layers.0.attn.q' (layer 0), whose weight 'model.layers.0.self_attn.q_proj.weight' holds NaN",
      FAST, 0},
-    {"nan_weights_niah", "niah --model {nan_niah} --samples 1", NULL, 1,
-     "diffrt: niah: logits at position ", FAST, 1},
-    {"nan_weights_niah_env_switch", "niah --model {nan_niah} --samples 1", "DIFFRT_CHECK_FINITE=1",
-     1,
+    {"nan_weights_niah", "niah --model {nan_niah} --samples 1", NULL, 1, "diffrt: niah: logits at position ", FAST, 1},
+    {"nan_weights_niah_env_switch", "niah --model {nan_niah} --samples 1", "DIFFRT_CHECK_FINITE=1", 1,
      "MATMUL 'layers.2.attn.out' (layer 2), whose weight "
      "'model.layers.2.self_attn.o_proj.weight' holds NaN",
      FAST, 1},
     {"niah_ctx_past_max_positions", "niah --model {nan_niah} --samples 1 --ctx 200", NULL, 1,
      "warning: niah --ctx 200 is past the model's max_position_embeddings 192", FAST, 1},
-    {"nan_weights_info_backend", "info --model {nan} --backend cpu", NULL, 1,
-     "logits at position 1 are not finite", FAST, 0},
+    {"nan_weights_info_backend", "info --model {nan} --backend cpu", NULL, 1, "logits at position 1 are not finite",
+     FAST, 0},
 };
 
 static const char *subst(const char *tok) {
@@ -345,8 +327,7 @@ static void run_case(const char *cli, const hostile_case *c) {
     int argc = 0;
     snprintf(args, sizeof args, "%s", c->args);
     argv[argc++] = (char *)cli;
-    for (char *save = NULL, *t = strtok_r(args, " ", &save); t && argc < 63;
-         t = strtok_r(NULL, " ", &save))
+    for (char *save = NULL, *t = strtok_r(args, " ", &save); t && argc < 63; t = strtok_r(NULL, " ", &save))
         argv[argc++] = (char *)subst(t);
     argv[argc] = NULL;
     static result r;
@@ -355,15 +336,12 @@ static void run_case(const char *cli, const hostile_case *c) {
     printf("%-28s exit %d in %.2f s: %s%s", c->name, r.rc, r.secs, c->want_rc ? r.err : "(ok)",
            c->want_rc && r.err[0] ? "" : "\n");
     DRT_CHECK(!r.timed_out, "%s: killed after %.0f s (diffrt %s)", c->name, KILL_AFTER_S, c->args);
-    DRT_CHECK(r.rc == c->want_rc, "%s: exit %d, expected %d; stderr:\n%s", c->name, r.rc,
-              c->want_rc, r.err);
-    DRT_CHECK(hits == 1, "%s: %d stderr lines hold \"%s\", expected exactly 1; stderr:\n%s",
-              c->name, hits, c->must_say, r.err);
+    DRT_CHECK(r.rc == c->want_rc, "%s: exit %d, expected %d; stderr:\n%s", c->name, r.rc, c->want_rc, r.err);
+    DRT_CHECK(hits == 1, "%s: %d stderr lines hold \"%s\", expected exactly 1; stderr:\n%s", c->name, hits, c->must_say,
+              r.err);
     if (c->want_rc && c->chatty) {
-        int errs = lines_with(r.err, "diffrt: ", &n_lines) -
-                   lines_with(r.err, "diffrt: warning", &n_lines);
-        DRT_CHECK(errs == 1, "%s: an error must be one line on stderr, got %d:\n%s", c->name, errs,
-                  r.err);
+        int errs = lines_with(r.err, "diffrt: ", &n_lines) - lines_with(r.err, "diffrt: warning", &n_lines);
+        DRT_CHECK(errs == 1, "%s: an error must be one line on stderr, got %d:\n%s", c->name, errs, r.err);
     } else if (c->want_rc) {
         DRT_CHECK(n_lines == 1 && r.err[strlen(r.err) - 1] == '\n',
                   "%s: an error must be one line on stderr, got %d:\n%s", c->name, n_lines, r.err);
@@ -371,8 +349,7 @@ static void run_case(const char *cli, const hostile_case *c) {
     DRT_CHECK(r.secs <= c->max_s, "%s: took %.2f s, bound %.1f s", c->name, r.secs, c->max_s);
     /* a warning is said once, and only where one is expected */
     int warn = lines_with(r.err, "warning", &n_lines);
-    DRT_CHECK(warn == (strstr(c->must_say, "warning") ? 1 : 0), "%s: %d warning lines:\n%s",
-              c->name, warn, r.err);
+    DRT_CHECK(warn == (strstr(c->must_say, "warning") ? 1 : 0), "%s: %d warning lines:\n%s", c->name, warn, r.err);
 }
 
 int main(void) {
@@ -384,8 +361,7 @@ int main(void) {
         DRT_CHECK(0, "cannot build the hostile inputs under %s: %s", g_tmp, drt_last_error());
         return drt_test_summary("test_hostile_run");
     }
-    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
-        run_case(cli, &CASES[i]);
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) run_case(cli, &CASES[i]);
     free(g_long_tokens);
     return drt_test_summary("test_hostile_run");
 }

@@ -31,8 +31,7 @@ static long raw_control_at(const char *m) {
                      : c >= 0xe0 && c <= 0xef ? 3
                      : c >= 0xf0 && c <= 0xf4 ? 4
                                               : 0;
-        if (c < 0x20 || c == 0x7f || len == 0 || (c == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f))
-            return (long)i;
+        if (c < 0x20 || c == 0x7f || len == 0 || (c == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)) return (long)i;
         for (size_t j = 1; j < len; j++)
             if ((u[i + j] & 0xc0) != 0x80) return (long)i;
         i += len;
@@ -50,8 +49,8 @@ static void write_file(const char *path, const void *data, size_t n) {
 /* Makes DRT_TMP_DIR/merr_<name>/ with the given config text (NULL: none)
  * and a model.safetensors with tensor `drop` left out and tensor `reshape`
  * declared with its first dim halved (NULL: unchanged); copy = 0 writes none. */
-static void make_dir(char *dir, size_t n, const char *name, const char *config, int copy,
-                     const char *drop, const char *reshape) {
+static void make_dir(char *dir, size_t n, const char *name, const char *config, int copy, const char *drop,
+                     const char *reshape) {
     snprintf(dir, n, "%s/merr_%s", DRT_TMP_DIR, name);
     mkdir(dir, 0755);
     char p[1200];
@@ -103,40 +102,201 @@ typedef struct {
     const char *prepend;     /* put right after the base config's opening brace */
 } load_case;
 
-#define LC_CFG(name, prepend, ...) {name, NULL, NULL, NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {__VA_ARGS__}, prepend}
+#define LC_CFG(name, prepend, ...)                                                                                     \
+    { name, NULL, NULL, NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {__VA_ARGS__}, prepend }
 
 static const load_case LOAD_CASES[] = {
-    {"config_not_json", NULL, NULL, "{ \"model_type\": \"llama\", ", 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"config.json", "JSON"}, NULL},
-    {"config_array", NULL, NULL, "[1, 2, 3]", 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"config.json: expected a JSON object, got an array", NULL}, NULL},
-    {"config_string", NULL, NULL, "\"llama\"", 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"config.json: expected a JSON object, got a string", NULL}, NULL},
-    {"config_number", NULL, NULL, "4", 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"config.json: expected a JSON object, got a number", NULL}, NULL},
+    {"config_not_json",
+     NULL,
+     NULL,
+     "{ \"model_type\": \"llama\", ",
+     0,
+     0,
+     NULL,
+     NULL,
+     DRT_ERR_FORMAT,
+     {"config.json", "JSON"},
+     NULL},
+    {"config_array",
+     NULL,
+     NULL,
+     "[1, 2, 3]",
+     0,
+     0,
+     NULL,
+     NULL,
+     DRT_ERR_FORMAT,
+     {"config.json: expected a JSON object, got an array", NULL},
+     NULL},
+    {"config_string",
+     NULL,
+     NULL,
+     "\"llama\"",
+     0,
+     0,
+     NULL,
+     NULL,
+     DRT_ERR_FORMAT,
+     {"config.json: expected a JSON object, got a string", NULL},
+     NULL},
+    {"config_number",
+     NULL,
+     NULL,
+     "4",
+     0,
+     0,
+     NULL,
+     NULL,
+     DRT_ERR_FORMAT,
+     {"config.json: expected a JSON object, got a number", NULL},
+     NULL},
     /* one reading, the one Python's json and HF make: a key twice (HF takes
      * the last: 4 layers where cJSON's first lookup gave the fixture's 2) or a
      * key cut short by a NUL is refused, naming the key and where it is */
-    LC_CFG("dup_top_key", "\"num_hidden_layers\": 4,", "config.json: duplicate key \"num_hidden_layers\" (at $.num_hidden_layers)"),
-    LC_CFG("dup_nested_key", "\"quantization_config\": {\"bits\": 4, \"bits\": 8},", "config.json: duplicate key \"bits\"",
-           "(at $.quantization_config.bits)"),
+    LC_CFG("dup_top_key", "\"num_hidden_layers\": 4,",
+           "config.json: duplicate key \"num_hidden_layers\" (at $.num_hidden_layers)"),
+    LC_CFG("dup_nested_key", "\"quantization_config\": {\"bits\": 4, \"bits\": 8},",
+           "config.json: duplicate key \"bits\"", "(at $.quantization_config.bits)"),
     LC_CFG("dup_deep_key", "\"x\": [0, {\"a\": {\"b\": 1, \"b\": 1}}],", "duplicate key \"b\" (at $.x[1].a.b)"),
-    LC_CFG("nul_in_key", "\"num_hidden_layers\\u0000junk\": 4,", "config.json: key \"num_hidden_layers\\u0000junk\"", "holds a NUL"),
+    LC_CFG("nul_in_key", "\"num_hidden_layers\\u0000junk\": 4,", "config.json: key \"num_hidden_layers\\u0000junk\"",
+           "holds a NUL"),
     LC_CFG("nul_in_value", "\"torch_dtype\": \"bf\\u000016\",", "config.json: string \"bf\\u000016\"", "holds a NUL"),
     /* strings of the file are shown escaped: no raw control reaches a terminal */
-    {"model_type_esc", "model_type", "\"gpt2\\u001b[2J\\u009b1m\\u0085\"", NULL, 0, 0, NULL, NULL, DRT_ERR_UNSUPPORTED,
-     {"model_type \"gpt2\\x1b[2J\\u009b1m\\u0085\"", NULL}, NULL},
-    {"model_type_raw_bytes", "model_type", "\"gpt2\xc2\x9b\xff\xe2\x80\xae\"", NULL, 0, 0, NULL, NULL, DRT_ERR_UNSUPPORTED,
-     {"model_type \"gpt2\\u009b\\xff\\u202e\"", NULL}, NULL},
+    {"model_type_esc",
+     "model_type",
+     "\"gpt2\\u001b[2J\\u009b1m\\u0085\"",
+     NULL,
+     0,
+     0,
+     NULL,
+     NULL,
+     DRT_ERR_UNSUPPORTED,
+     {"model_type \"gpt2\\x1b[2J\\u009b1m\\u0085\"", NULL},
+     NULL},
+    {"model_type_raw_bytes",
+     "model_type",
+     "\"gpt2\xc2\x9b\xff\xe2\x80\xae\"",
+     NULL,
+     0,
+     0,
+     NULL,
+     NULL,
+     DRT_ERR_UNSUPPORTED,
+     {"model_type \"gpt2\\u009b\\xff\\u202e\"", NULL},
+     NULL},
     {"config_missing", NULL, NULL, NULL, 1, 0, NULL, NULL, DRT_ERR_IO, {"config.json", NULL}, NULL},
-    {"no_hidden_size", "hidden_size", NULL, NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"config.json", "hidden_size"}, NULL},
-    {"hidden_size_string", "hidden_size", "\"64\"", NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"hidden_size", "integer"}, NULL},
-    {"negative_layers", "num_hidden_layers", "-2", NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"num_hidden_layers", NULL}, NULL},
-    {"unknown_model_type", "model_type", "\"gpt2\"", NULL, 0, 0, NULL, NULL, DRT_ERR_UNSUPPORTED, {"gpt2", "model_type"}, NULL},
-    {"rope_yarn", "rope_parameters", "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"rope_theta\": 10000.0}", NULL, 0, 0, NULL, NULL, DRT_ERR_UNSUPPORTED, {"yarn", NULL}, NULL},
-    {"heads_not_multiple", "num_key_value_heads", "3", NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"num_key_value_heads", NULL}, NULL},
-    {"attention_bias", "attention_bias", "true", NULL, 0, 0, NULL, NULL, DRT_ERR_UNSUPPORTED, {"attention_bias", NULL}, NULL},
-    {"shape_vs_config", "intermediate_size", "128", NULL, 0, 0, NULL, NULL, DRT_ERR_FORMAT, {"gate_proj", "config.json implies"}, NULL},
+    {"no_hidden_size",
+     "hidden_size",
+     NULL,
+     NULL,
+     0,
+     0,
+     NULL,
+     NULL,
+     DRT_ERR_FORMAT,
+     {"config.json", "hidden_size"},
+     NULL},
+    {"hidden_size_string",
+     "hidden_size",
+     "\"64\"",
+     NULL,
+     0,
+     0,
+     NULL,
+     NULL,
+     DRT_ERR_FORMAT,
+     {"hidden_size", "integer"},
+     NULL},
+    {"negative_layers",
+     "num_hidden_layers",
+     "-2",
+     NULL,
+     0,
+     0,
+     NULL,
+     NULL,
+     DRT_ERR_FORMAT,
+     {"num_hidden_layers", NULL},
+     NULL},
+    {"unknown_model_type",
+     "model_type",
+     "\"gpt2\"",
+     NULL,
+     0,
+     0,
+     NULL,
+     NULL,
+     DRT_ERR_UNSUPPORTED,
+     {"gpt2", "model_type"},
+     NULL},
+    {"rope_yarn",
+     "rope_parameters",
+     "{\"rope_type\": \"yarn\", \"factor\": 4.0, \"rope_theta\": 10000.0}",
+     NULL,
+     0,
+     0,
+     NULL,
+     NULL,
+     DRT_ERR_UNSUPPORTED,
+     {"yarn", NULL},
+     NULL},
+    {"heads_not_multiple",
+     "num_key_value_heads",
+     "3",
+     NULL,
+     0,
+     0,
+     NULL,
+     NULL,
+     DRT_ERR_FORMAT,
+     {"num_key_value_heads", NULL},
+     NULL},
+    {"attention_bias",
+     "attention_bias",
+     "true",
+     NULL,
+     0,
+     0,
+     NULL,
+     NULL,
+     DRT_ERR_UNSUPPORTED,
+     {"attention_bias", NULL},
+     NULL},
+    {"shape_vs_config",
+     "intermediate_size",
+     "128",
+     NULL,
+     0,
+     0,
+     NULL,
+     NULL,
+     DRT_ERR_FORMAT,
+     {"gate_proj", "config.json implies"},
+     NULL},
     {"weights_missing", NULL, NULL, NULL, 0, 1, NULL, NULL, DRT_ERR_IO, {"model.safetensors", NULL}, NULL},
-    {"missing_tensor", NULL, NULL, NULL, 0, 0, "model.norm.weight", NULL, DRT_ERR_FORMAT, {"missing tensor", "model.norm.weight"}, NULL},
+    {"missing_tensor",
+     NULL,
+     NULL,
+     NULL,
+     0,
+     0,
+     "model.norm.weight",
+     NULL,
+     DRT_ERR_FORMAT,
+     {"missing tensor", "model.norm.weight"},
+     NULL},
     {"missing_lm_head", NULL, NULL, NULL, 0, 0, "lm_head.weight", NULL, DRT_ERR_FORMAT, {"lm_head.weight", NULL}, NULL},
-    {"tensor_shape_wrong", NULL, NULL, NULL, 0, 0, NULL, "model.layers.1.self_attn.k_proj.weight", DRT_ERR_FORMAT, {"k_proj", "shape"}, NULL},
+    {"tensor_shape_wrong",
+     NULL,
+     NULL,
+     NULL,
+     0,
+     0,
+     NULL,
+     "model.layers.1.self_attn.k_proj.weight",
+     DRT_ERR_FORMAT,
+     {"k_proj", "shape"},
+     NULL},
 };
 
 static void run_load_case(const load_case *c) {
@@ -168,12 +328,12 @@ static void run_load_case(const load_case *c) {
     drt_status s = drt_model_load(dir, &m);
     const char *msg = drt_last_error();
     printf("%-20s -> %s: %s\n", c->name, drt_status_str(s), s == DRT_OK ? "(loaded)" : msg);
-    DRT_CHECK(s == c->want, "case %s: status %s, expected %s (%s)", c->name, drt_status_str(s),
-              drt_status_str(c->want), msg);
+    DRT_CHECK(s == c->want, "case %s: status %s, expected %s (%s)", c->name, drt_status_str(s), drt_status_str(c->want),
+              msg);
     for (int i = 0; i < 2; i++)
         if (c->must_say[i])
-            DRT_CHECK(s != DRT_OK && strstr(msg, c->must_say[i]), "case %s: message \"%s\" lacks \"%s\"",
-                      c->name, msg, c->must_say[i]);
+            DRT_CHECK(s != DRT_OK && strstr(msg, c->must_say[i]), "case %s: message \"%s\" lacks \"%s\"", c->name, msg,
+                      c->must_say[i]);
     DRT_CHECK(strchr(msg, '\n') == NULL, "case %s: message spans lines", c->name);
     long raw = raw_control_at(msg);
     DRT_CHECK(raw < 0, "case %s: message holds the raw byte 0x%02x at %ld: %s", c->name,
@@ -223,12 +383,10 @@ static void config_json_strict(void) {
         drt_model *m = NULL;
         drt_status s = drt_model_load(dir, &m);
         const char *msg = drt_last_error();
-        printf("%-20s -> %s: %s\n", cases[i].name, drt_status_str(s),
-               s == DRT_OK ? "(loaded)" : msg);
+        printf("%-20s -> %s: %s\n", cases[i].name, drt_status_str(s), s == DRT_OK ? "(loaded)" : msg);
         DRT_CHECK(s == cases[i].want && (!cases[i].says || strstr(msg, cases[i].says)),
-                  "case %s: %s: \"%s\", expected %s saying \"%s\"", cases[i].name,
-                  drt_status_str(s), s == DRT_OK ? "(loaded)" : msg, drt_status_str(cases[i].want),
-                  cases[i].says ? cases[i].says : "");
+                  "case %s: %s: \"%s\", expected %s saying \"%s\"", cases[i].name, drt_status_str(s),
+                  s == DRT_OK ? "(loaded)" : msg, drt_status_str(cases[i].want), cases[i].says ? cases[i].says : "");
         drt_model_free(m);
     }
     free(base);
@@ -269,8 +427,8 @@ static void long_path(void) {
         char want[4200];
         snprintf(want, sizeof want, "%s%s: ", dir, cases[i].file);
         DRT_CHECK(s != DRT_OK && strstr(msg, want) && strstr(msg, cases[i].says),
-                  "long path (%zu bytes), case %d: the message lacks the whole path %s or \"%s\": %s",
-                  strlen(dir), i, cases[i].file, cases[i].says, msg);
+                  "long path (%zu bytes), case %d: the message lacks the whole path %s or \"%s\": %s", strlen(dir), i,
+                  cases[i].file, cases[i].says, msg);
         printf("%-20s -> %s: %.60s...%s\n", "long_path", drt_status_str(s), msg, msg + strlen(msg) - 60);
         drt_model_free(m);
     }
@@ -291,8 +449,8 @@ static void diffllama_odd_kv(void) {
     drt_model *m = NULL;
     drt_status s = drt_model_load(dir, &m);
     printf("%-20s -> %s: %s\n", "diffllama_odd_kv", drt_status_str(s), drt_last_error());
-    DRT_CHECK(s == DRT_ERR_UNSUPPORTED && strstr(drt_last_error(), "num_key_value_heads"),
-              "odd kv heads: %s: %s", drt_status_str(s), drt_last_error());
+    DRT_CHECK(s == DRT_ERR_UNSUPPORTED && strstr(drt_last_error(), "num_key_value_heads"), "odd kv heads: %s: %s",
+              drt_status_str(s), drt_last_error());
     drt_model_free(m);
 }
 
@@ -317,7 +475,8 @@ static void forward_errors(void) {
     DRT_CHECK(st == DRT_ERR_INVALID_ARG, "id -1: %s", drt_last_error());
     st = drt_session_forward(s, ok, 9, lg, 0);
     printf("%-20s -> %s: %s\n", "context_overflow", drt_status_str(st), drt_last_error());
-    DRT_CHECK(st == DRT_ERR_INVALID_ARG && strstr(drt_last_error(), "context"), "9 tokens into 8: %s", drt_last_error());
+    DRT_CHECK(st == DRT_ERR_INVALID_ARG && strstr(drt_last_error(), "context"), "9 tokens into 8: %s",
+              drt_last_error());
     st = drt_session_forward(s, ok, 0, lg, 0);
     DRT_CHECK(st == DRT_ERR_INVALID_ARG, "0 tokens accepted");
     free(lg);

@@ -19,7 +19,9 @@
 #define NIAH_DIR DRT_FIXTURES_DIR "/../../python/niah"
 #endif
 
-static int near(double a, double b, double rel) { return fabs(a - b) <= rel * fabs(b) + 1e-12; }
+static int near(double a, double b, double rel) {
+    return fabs(a - b) <= rel * fabs(b) + 1e-12;
+}
 
 /* the scorer's attention split and logits comparison, the Table 5 statistics */
 static void check_scoring(void) {
@@ -36,16 +38,16 @@ static void check_scoring(void) {
         int same;
     } lc[] = {
         {{1, 2, 3}, {1, 2, 3}, 0, 1},
-        {{0, 0, 1}, {0, 1, 0}, 2, 0},     /* sum (a-r)^2 / sum r^2 = 2 / 1 */
-        {{1, 0, 0}, {0, 0, 0}, 1, 1},     /* r all zero: the plain sum; both argmax 0 */
+        {{0, 0, 1}, {0, 1, 0}, 2, 0},       /* sum (a-r)^2 / sum r^2 = 2 / 1 */
+        {{1, 0, 0}, {0, 0, 0}, 1, 1},       /* r all zero: the plain sum; both argmax 0 */
         {{2, 2, 1}, {1, 2, 2}, 2.0 / 9, 0}, /* first maximum: 0 vs 1 */
     };
     for (size_t i = 0; i < sizeof lc / sizeof lc[0]; i++) {
         double nmse = -1;
         int same = -1;
         drt_logits_compare(lc[i].a, lc[i].ref, 3, &nmse, &same);
-        DRT_CHECK(near(nmse, lc[i].nmse, 1e-9) && same == lc[i].same, "logits case %zu: nmse %g same %d, expected %g %d",
-                  i, nmse, same, lc[i].nmse, lc[i].same);
+        DRT_CHECK(near(nmse, lc[i].nmse, 1e-9) && same == lc[i].same,
+                  "logits case %zu: nmse %g same %d, expected %g %d", i, nmse, same, lc[i].nmse, lc[i].same);
     }
 
     drt_mag_stats a, b, both;
@@ -126,8 +128,7 @@ static void check_compare(void) {
     /* a second value after the result (cJSON_Parse stopped after the first) */
     f = fopen(path, "w");
     if (f) {
-        fputs("{\"summary\": {\"needles\": 1, \"queries\": 1, \"seed\": 7}, \"samples\": []}\n{}",
-              f);
+        fputs("{\"summary\": {\"needles\": 1, \"queries\": 1, \"seed\": 7}, \"samples\": []}\n{}", f);
         fclose(f);
     }
     rc = drt_niah_compare(path, none, 1, 1, 7, 0.9, stdout);
@@ -143,8 +144,8 @@ static void check_compare(void) {
 /* the tables, printed from a tally: lengths as columns, depths as rows */
 static void check_tables(void) {
     static const int ctxs[2] = {128, 256}, depths[3] = {0, 50, 100};
-    const drt_niah_grid g = {.needles = 2, .queries = 2, .samples = 5, .seed = 9, .ctxs = ctxs, .depths = depths,
-                             .n_ctx = 2, .n_depth = 3};
+    const drt_niah_grid g = {
+        .needles = 2, .queries = 2, .samples = 5, .seed = 9, .ctxs = ctxs, .depths = depths, .n_ctx = 2, .n_depth = 3};
     drt_niah_tally t;
     memset(&t, 0, sizeof t);
     t.correct[0][0] = 10, t.correct[1][0] = 5, t.correct[0][2] = 1; /* of 10 per cell */
@@ -180,7 +181,8 @@ static void check_tables(void) {
         fclose(f);
         const char *row = diff ? "attention logits (both maps)            3            0"
                                : "attention logits                        3            0";
-        DRT_CHECK(strstr(buf, row) && strstr(buf, "hidden states                           2            0") && !strstr(buf, "map 2 (q2.k2)") == !diff,
+        DRT_CHECK(strstr(buf, row) && strstr(buf, "hidden states                           2            0") &&
+                      !strstr(buf, "map 2 (q2.k2)") == !diff,
                   "Table 5 (diff %d):\n%s", diff, buf);
     }
     drt_act_stats_free(&a);
@@ -219,8 +221,10 @@ int main(int argc, char **argv) {
             const char *want = cJSON_GetObjectItemCaseSensitive(o, "prompt")->valuestring;
             cJSON *span = cJSON_GetObjectItemCaseSensitive(o, "answer_span");
             cJSON *ids = cJSON_GetObjectItemCaseSensitive(o, "prompt_ids");
-            DRT_CHECK(strcmp(p[q].prompt, want) == 0, "sample %d (seed %llu ctx %d N %d R %d depth %d index %d "
-                      "query %d): prompt text differs", n, (unsigned long long)seed, ctx, N, R, depth, index, q);
+            DRT_CHECK(strcmp(p[q].prompt, want) == 0,
+                      "sample %d (seed %llu ctx %d N %d R %d depth %d index %d "
+                      "query %d): prompt text differs",
+                      n, (unsigned long long)seed, ctx, N, R, depth, index, q);
             DRT_CHECK(strcmp(p[q].answer, cJSON_GetObjectItemCaseSensitive(o, "answer")->valuestring) == 0,
                       "sample %d: answer %s", n, p[q].answer);
             DRT_CHECK(p[q].answer_start == (int)cJSON_GetArrayItem(span, 0)->valuedouble &&
@@ -229,7 +233,8 @@ int main(int argc, char **argv) {
                       "sample %d: spans [%d,%d) q %d differ", n, p[q].answer_start, p[q].answer_end,
                       p[q].question_start);
             int same = cJSON_GetArraySize(ids) == p[q].n_ids;
-            for (int i = 0; same && i < p[q].n_ids; i++) same = (int)cJSON_GetArrayItem(ids, i)->valuedouble == p[q].ids[i];
+            for (int i = 0; same && i < p[q].n_ids; i++)
+                same = (int)cJSON_GetArrayItem(ids, i)->valuedouble == p[q].ids[i];
             DRT_CHECK(same, "sample %d: prompt ids differ (%d vs %d ids)", n, p[q].n_ids, cJSON_GetArraySize(ids));
             for (int r = 0; r < R; r++) drt_niah_prompt_free(&p[r]);
         }
@@ -241,8 +246,8 @@ int main(int argc, char **argv) {
 
     /* judging: leading spaces, the longest digit prefix */
     char pred[16];
-    const char *cases[][2] = {{" 4720391.", "4720391"}, {"  4720391 and", "4720391"}, {"x12", ""}, {" ", ""},
-                              {"47203910", "47203910"}};
+    const char *cases[][2] = {
+        {" 4720391.", "4720391"}, {"  4720391 and", "4720391"}, {"x12", ""}, {" ", ""}, {"47203910", "47203910"}};
     for (int i = 0; i < 5; i++) {
         drt_niah_predicted(cases[i][0], pred, sizeof pred);
         DRT_CHECK(strcmp(pred, cases[i][1]) == 0, "predicted(\"%s\") = \"%s\", expected \"%s\"", cases[i][0], pred,

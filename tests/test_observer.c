@@ -29,7 +29,9 @@
 
 /* ---- a device-memory backend that refuses SIGMOID ------------------------------- */
 
-static bool dev_supports(drt_backend *be, const drt_tensor *t) { return t->op != DRT_OP_SIGMOID; }
+static bool dev_supports(drt_backend *be, const drt_tensor *t) {
+    return t->op != DRT_OP_SIGMOID;
+}
 static drt_status dev_probe(int *n, char *why, size_t wn) {
     *n = 1;
     return DRT_OK;
@@ -38,14 +40,18 @@ static drt_status dev_name(int dev, char *buf, size_t n) {
     snprintf(buf, n, "test device");
     return DRT_OK;
 }
-static drt_status dev_init(drt_backend *be, int dev) { return DRT_OK; }
+static drt_status dev_init(drt_backend *be, int dev) {
+    return DRT_OK;
+}
 static drt_status dev_alloc(drt_backend *be, size_t size, drt_buffer *out) {
     out->handle = malloc(size ? size : 1);
     out->host = NULL; /* the dispatcher reads back for observers */
     out->size = size;
     return out->handle ? DRT_OK : DRT_ERR_OOM;
 }
-static void dev_free(drt_backend *be, drt_buffer *b) { free(b->handle); }
+static void dev_free(drt_backend *be, drt_buffer *b) {
+    free(b->handle);
+}
 static drt_status dev_upload(drt_backend *be, drt_buffer *b, size_t off, const void *src, size_t n) {
     memcpy((char *)b->handle + off, src, n);
     return DRT_OK;
@@ -54,7 +60,9 @@ static drt_status dev_download(drt_backend *be, const drt_buffer *b, size_t off,
     memcpy(dst, (const char *)b->handle + off, n);
     return DRT_OK;
 }
-static void *dev_ptr(const drt_tensor *t) { return t ? (char *)t->buf->handle + t->offs : NULL; }
+static void *dev_ptr(const drt_tensor *t) {
+    return t ? (char *)t->buf->handle + t->offs : NULL;
+}
 static drt_status dev_compute(drt_backend *be, drt_tensor *const *nodes, int n, const drt_exec *ex) {
     for (int i = 0; i < n; i++) {
         void *srcs[DRT_MAX_SRC];
@@ -64,7 +72,9 @@ static drt_status dev_compute(drt_backend *be, drt_tensor *const *nodes, int n, 
     }
     return DRT_OK;
 }
-static drt_status dev_sync(drt_backend *be) { return DRT_OK; }
+static drt_status dev_sync(drt_backend *be) {
+    return DRT_OK;
+}
 
 static const drt_backend_ops DEV = {
     .name = "test-obs-dev",
@@ -174,7 +184,9 @@ typedef struct {
     int dev; /* the test-obs-dev backend: SIGMOID falls back */
 } obs_run;
 
-static bool want_only(void *ctx, const drt_tensor *t) { return t == ((obs_run *)ctx)->only; }
+static bool want_only(void *ctx, const drt_tensor *t) {
+    return t == ((obs_run *)ctx)->only;
+}
 
 static int seen(void *ctx, const drt_node_seen *ev, const drt_exec *ex) {
     obs_run *r = ctx;
@@ -186,14 +198,14 @@ static int seen(void *ctx, const drt_node_seen *ev, const drt_exec *ex) {
         DRT_CHECK(i == r->count, "%s/%s: node %d (%s) seen as the %d-th", r->c->name, r->be, i, nm, r->count);
     else
         DRT_CHECK(ev->node == r->only, "%s/%s: saw node %d (%s), wanted only another", r->c->name, r->be, i, nm);
-    DRT_CHECK(ev->fallback == (r->dev && ev->node->op == DRT_OP_SIGMOID), "%s/%s: node %d (%s) fallback %d",
-              r->c->name, r->be, i, nm, ev->fallback);
+    DRT_CHECK(ev->fallback == (r->dev && ev->node->op == DRT_OP_SIGMOID), "%s/%s: node %d (%s) fallback %d", r->c->name,
+              r->be, i, nm, ev->fallback);
     DRT_CHECK(ex->first_pos == r->c->p0, "%s/%s: first position %d", r->c->name, r->be, ex->first_pos);
     if (r->expect_data && i < r->g->n_nodes) {
         const bytes *b = &r->ref[i];
         DRT_CHECK(ev->data && ev->nbytes == b->n && memcmp(ev->data, b->data, b->n) == 0,
-                  "%s/%s: node %d (%s%s): the observed output (%zu bytes) is not the unplanned run's (%zu)",
-                  r->c->name, r->be, i, nm, r->only ? ", wanted alone" : "", ev->nbytes, b->n);
+                  "%s/%s: node %d (%s%s): the observed output (%zu bytes) is not the unplanned run's (%zu)", r->c->name,
+                  r->be, i, nm, r->only ? ", wanted alone" : "", ev->nbytes, b->n);
     } else {
         DRT_CHECK(!ev->data, "%s/%s: no_data, yet node %d has data", r->c->name, r->be, i);
     }
@@ -256,18 +268,16 @@ static void test_case(const obs_case *c, const char *be_name) {
             r.count = 0;
             o.want = want_only;
             s = drt_plan_run_observed(p, &ex, &o);
-            DRT_CHECK(s == DRT_OK && r.count == 1, "%s/%s: node %d alone: seen %d times", c->name, be_name, k,
-                      r.count);
+            DRT_CHECK(s == DRT_OK && r.count == 1, "%s/%s: node %d alone: seen %d times", c->name, be_name, k, r.count);
             if (reused_later(g, k) && drt_host_ptr(g->nodes[k])) {
                 reused++;
                 DRT_CHECK(memcmp(drt_host_ptr(g->nodes[k]), ref[k].data, ref[k].n) != 0,
-                          "%s/%s: node %d's bytes were to be reused later, yet still hold its output", c->name,
-                          be_name, k);
+                          "%s/%s: node %d's bytes were to be reused later, yet still hold its output", c->name, be_name,
+                          k);
             }
         }
         if (c->reuses && drt_host_ptr(g->nodes[0]))
-            DRT_CHECK(reused > 0, "%s/%s: no node's arena bytes are reused: the case tests nothing", c->name,
-                      be_name);
+            DRT_CHECK(reused > 0, "%s/%s: no node's arena bytes are reused: the case tests nothing", c->name, be_name);
         /* no_data; a stop after the third node */
         r = (obs_run){.c = c, .be = be_name, .g = g, .ref = ref, .stop_at = 3, .dev = r.dev};
         o = (drt_plan_observer){.seen = seen, .ctx = &r, .no_data = true};
@@ -364,8 +374,7 @@ static void test_session(const char *model, const char *be) {
     DRT_CHECK(drt_session_set_observer(all, &oa) == DRT_OK && drt_session_set_observer(some, &os) == DRT_OK,
               "%s/%s: set_observer: %s", model, be, drt_last_error());
 
-    DRT_CHECK(drt_session_forward(plain, ids, T, l0, 0) == DRT_OK, "%s/%s: forward: %s", model, be,
-              drt_last_error());
+    DRT_CHECK(drt_session_forward(plain, ids, T, l0, 0) == DRT_OK, "%s/%s: forward: %s", model, be, drt_last_error());
     DRT_CHECK(drt_session_forward(all, ids, T, l1, 0) == DRT_OK, "%s/%s: observed forward: %s", model, be,
               drt_last_error());
     DRT_CHECK(!memcmp(l0, l1, sizeof(float) * (size_t)I.vocab), "%s/%s: observing changed the logits", model, be);
@@ -398,16 +407,14 @@ static void test_session(const char *model, const char *be) {
     DRT_CHECK(sa->kv_rows == T, "%s/%s: a KV_WRITE showed %d rows, wrote %d", model, be, sa->kv_rows, T);
     /* the last logits row seen equals what the forward returned */
     int lh = find_seen(sa, "lm_head");
-    DRT_CHECK(lh >= 0 && sa->nbytes[lh] == sizeof(float) * (size_t)I.vocab &&
-                  !memcmp(sa->data[lh], l0, sa->nbytes[lh]),
+    DRT_CHECK(lh >= 0 && sa->nbytes[lh] == sizeof(float) * (size_t)I.vocab && !memcmp(sa->data[lh], l0, sa->nbytes[lh]),
               "%s/%s: lm_head as observed is not the logits", model, be);
     /* wanting only the hidden states: the same values as seen among all */
     DRT_CHECK(ss->n == I.n_layers, "%s/%s: %d .mlp_residual nodes seen, %d layers", model, be, ss->n, I.n_layers);
     for (int i = 0; i < ss->n; i++) {
         int j = find_seen(sa, ss->name[i]);
         DRT_CHECK(j >= 0 && ss->nbytes[i] == sa->nbytes[j] && !memcmp(ss->data[i], sa->data[j], ss->nbytes[i]),
-                  "%s/%s: %s wanted alone differs from %s seen with every node", model, be, ss->name[i],
-                  ss->name[i]);
+                  "%s/%s: %s wanted alone differs from %s seen with every node", model, be, ss->name[i], ss->name[i]);
     }
     /* a decode step shows its one KV row; the probe reads the same on both */
     int32_t next = 7;

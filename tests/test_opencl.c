@@ -54,8 +54,8 @@ static void conform(const char *label, const char *ops, const char *env_name, co
     fclose(mem);
     if (env_name) unsetenv(env_name);
     DRT_CHECK(s == DRT_OK, "%s: conform: %s", label, drt_last_error());
-    DRT_CHECK(r.fail == 0 && r.unavailable_required == 0 && r.pass > 0,
-              "%s: %d passed, %d failed, %d unsupported:\n%s", label, r.pass, r.fail, r.unsupported, report);
+    DRT_CHECK(r.fail == 0 && r.unavailable_required == 0 && r.pass > 0, "%s: %d passed, %d failed, %d unsupported:\n%s",
+              label, r.pass, r.fail, r.unsupported, report);
     printf("%-8s %d op/model cases pass on opencl\n", label, r.pass);
     free(report);
 }
@@ -78,8 +78,7 @@ static void embed_bad_id(drt_backend *ocl) {
         drt_tensor_set(ids, bad, sizeof bad);
         drt_exec ex = {0};
         s = drt_plan_run(p, &ex);
-        DRT_CHECK(s == DRT_ERR_INVALID_ARG && strstr(drt_last_error(), "EMBED") &&
-                      strstr(drt_last_error(), "10"),
+        DRT_CHECK(s == DRT_ERR_INVALID_ARG && strstr(drt_last_error(), "EMBED") && strstr(drt_last_error(), "10"),
                   "EMBED with id 10 of V=10: status %d, \"%s\"", (int)s, drt_last_error());
         /* the flag is cleared: the next good run succeeds */
         drt_tensor_set(ids, good, sizeof good);
@@ -99,8 +98,8 @@ static void bad_env(void) {
         setenv(cases[i].var, cases[i].val, 1);
         drt_backend *be = NULL;
         drt_status s = drt_backend_open("opencl", NULL, &be);
-        DRT_CHECK(s == DRT_ERR_INVALID_ARG && strstr(drt_last_error(), cases[i].var),
-                  "%s=%s: status %d, \"%s\"", cases[i].var, cases[i].val, (int)s, drt_last_error());
+        DRT_CHECK(s == DRT_ERR_INVALID_ARG && strstr(drt_last_error(), cases[i].var), "%s=%s: status %d, \"%s\"",
+                  cases[i].var, cases[i].val, (int)s, drt_last_error());
         drt_backend_close(be);
         unsetenv(cases[i].var);
     }
@@ -113,8 +112,8 @@ static void build_failure(void) {
     drt_backend *be = NULL;
     drt_status s = drt_backend_open("opencl", NULL, &be);
     const char *msg = drt_last_error();
-    DRT_CHECK(s == DRT_ERR_BACKEND && strstr(msg, "building") && strstr(msg, ".cl") &&
-                  strstr(msg, "attention.cl") && strlen(msg) > 120,
+    DRT_CHECK(s == DRT_ERR_BACKEND && strstr(msg, "building") && strstr(msg, ".cl") && strstr(msg, "attention.cl") &&
+                  strlen(msg) > 120,
               "broken build options: status %d, \"%.300s\"", (int)s, msg);
     printf("build failure reported as: %.160s...\n", msg);
     drt_backend_close(be);
@@ -144,10 +143,8 @@ static void no_icd_probe(void) {
     if (code == 3)
         printf("no-ICD probe: skipped (the ICD loader ignores OCL_ICD_VENDORS)\n");
     else
-        printf("no-ICD probe: %s\n",
-               code == 0 ? "unavailable with its reason, as expected" : "FAILED");
-    DRT_CHECK(code == 0 || code == 3,
-              "probe without an ICD: child exit %d (2: wrong reason, >100: crashed)", code);
+        printf("no-ICD probe: %s\n", code == 0 ? "unavailable with its reason, as expected" : "FAILED");
+    DRT_CHECK(code == 0 || code == 3, "probe without an ICD: child exit %d (2: wrong reason, >100: crashed)", code);
 }
 
 /* ---- whole models ------------------------------------------------------------------ */
@@ -171,8 +168,7 @@ static void check_model(const char *dir, const char *name, const char *gemm) {
     int32_t ids[T + DEC];
     drt_rng r;
     drt_rng_seed(&r, SEED);
-    for (int i = 0; i < T; i++)
-        ids[i] = 3 + (int32_t)(drt_rng_next(&r) % (uint64_t)(V - 3));
+    for (int i = 0; i < T; i++) ids[i] = 3 + (int32_t)(drt_rng_next(&r) % (uint64_t)(V - 3));
     drt_session_opts oc = {.backend = "ref", .max_ctx = T + DEC + 1};
     drt_session_opts oo = {.backend = "opencl", .max_ctx = T + DEC + 1};
     setenv("DIFFRT_OPENCL_GEMM", gemm, 1);
@@ -213,8 +209,8 @@ static void check_model(const char *dir, const char *name, const char *gemm) {
            "fallbacks %d\n",
            name, gemm, ep, ed, ec, fb);
     DRT_CHECK(ep <= MODEL_NMSE && ed <= MODEL_NMSE && ec <= MODEL_NMSE,
-              "%s (%s): logits NMSE prefill %.3e decode %.3e chunked %.3e (bound %.0e)", name, gemm,
-              ep, ed, ec, MODEL_NMSE);
+              "%s (%s): logits NMSE prefill %.3e decode %.3e chunked %.3e (bound %.0e)", name, gemm, ep, ed, ec,
+              MODEL_NMSE);
     DRT_CHECK(fb == 0, "%s (%s): %d CPU fallbacks: %s", name, gemm, fb, fbs);
 done:
     free(ref);
@@ -263,7 +259,8 @@ static int bench(void) {
     for (size_t i = 0; i < sizeof gemms / sizeof gemms[0]; i++) {
         printf("DIFFRT_OPENCL_GEMM=%s\n", gemms[i]);
         setenv("DIFFRT_OPENCL_GEMM", gemms[i], 1);
-        drt_conform_opts o = {.backends = "opencl", .ops = "MATMUL", .perf = 1, .repeats = 10, .warmup = 1, .out = stdout};
+        drt_conform_opts o = {
+            .backends = "opencl", .ops = "MATMUL", .perf = 1, .repeats = 10, .warmup = 1, .out = stdout};
         drt_conform_result r;
         if (drt_conform_run(&o, &r) != DRT_OK) printf("bench %s: %s\n", gemms[i], drt_last_error());
         unsetenv("DIFFRT_OPENCL_GEMM");
@@ -280,8 +277,7 @@ int main(int argc, char **argv) {
     if (s != DRT_OK) {
         const char *req = getenv("DIFFRT_REQUIRE");
         if (req && strstr(req, "opencl")) {
-            DRT_CHECK(0, "opencl is required (DIFFRT_REQUIRE=%s) but unavailable: %s", req,
-                      drt_last_error());
+            DRT_CHECK(0, "opencl is required (DIFFRT_REQUIRE=%s) but unavailable: %s", req, drt_last_error());
             return drt_test_summary("test_opencl");
         }
         printf("opencl unavailable: %s\n", drt_last_error());
@@ -297,8 +293,7 @@ int main(int argc, char **argv) {
     drt_backend_device_name(idx, ocl->device, dn, sizeof dn);
     printf("opencl device %d: %s\n", ocl->device, dn);
     DRT_CHECK(strstr(dn, " (") && strstr(dn, "OpenCL ") &&
-                  (strstr(dn, "GPU)") || strstr(dn, "CPU)") || strstr(dn, "accelerator)") ||
-                   strstr(dn, "other)")),
+                  (strstr(dn, "GPU)") || strstr(dn, "CPU)") || strstr(dn, "accelerator)") || strstr(dn, "other)")),
               "device name \"%s\" is not \"name (platform, OpenCL x.y, type)\"", dn);
     if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
         drt_backend_close(ocl);

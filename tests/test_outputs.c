@@ -146,8 +146,8 @@ static void files_checked(void) {
         DRT_CHECK(rc == 0 && strstr(buf, WRITERS[i].ok_marker), "diffrt %s: exit %d, %s lacks %s", args, rc, file,
                   WRITERS[i].ok_marker);
         struct stat sb;
-        DRT_CHECK(stat(p, &sb) == 0 && (sb.st_mode & 0777) == 0600, "diffrt %s: %s's mode 0600 became %o", args,
-                  file, (unsigned)(sb.st_mode & 0777));
+        DRT_CHECK(stat(p, &sb) == 0 && (sb.st_mode & 0777) == 0600, "diffrt %s: %s's mode 0600 became %o", args, file,
+                  (unsigned)(sb.st_mode & 0777));
         DRT_CHECK(dot_files() == 0, "diffrt %s: %d temp files left", args, dot_files());
 
         /* /dev/full */
@@ -156,8 +156,7 @@ static void files_checked(void) {
         rc = sh(cmd, 0, out, sizeof out);
         DRT_CHECK(rc == 1 && strstr(out, "/dev/full: ") && strstr(out, "cannot write") &&
                       strstr(out, "No space left on device"),
-                  "diffrt %s: exit %d (expected 1), stderr should say \"cannot write /dev/full\":\n%s", args, rc,
-                  out);
+                  "diffrt %s: exit %d (expected 1), stderr should say \"cannot write /dev/full\":\n%s", args, rc, out);
 
         /* a folder that is not there: conform checks its outputs before any
          * work (a bad argument, 2), the others when they write (1) */
@@ -223,7 +222,11 @@ static void conform_pair(void) {
 static long utf8_bad(const unsigned char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned c = s[i];
-        size_t k = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        size_t k = c < 0x80                 ? 1
+                   : c >= 0xC2 && c <= 0xDF ? 2
+                   : c >= 0xE0 && c <= 0xEF ? 3
+                   : c >= 0xF0 && c <= 0xF4 ? 4
+                                            : 0;
         if (!k || i + k > n) return (long)i;
         for (size_t j = 1; j < k; j++)
             if ((s[i + j] & 0xC0) != 0x80) return (long)i;

@@ -47,12 +47,10 @@ static void profile_matches(const char *fixture, const char *backend, int matmul
     DRT_CHECK(st == DRT_OK, "%s on %s: %s", fixture, backend, drt_last_error());
     if (st == DRT_OK) {
         double e = drt_nmse(b, a, (int64_t)(2 * V));
-        DRT_CHECK(e <= 1e-12,
-                  "%s on %s: profiled logits differ from the plain forward's (NMSE %.3g)", fixture,
-                  backend, e);
-        DRT_CHECK(drt_session_pos(s) == 6,
-                  "%s on %s: position %d after the profiled forwards, expected 6", fixture, backend,
-                  drt_session_pos(s));
+        DRT_CHECK(e <= 1e-12, "%s on %s: profiled logits differ from the plain forward's (NMSE %.3g)", fixture, backend,
+                  e);
+        DRT_CHECK(drt_session_pos(s) == 6, "%s on %s: position %d after the profiled forwards, expected 6", fixture,
+                  backend, drt_session_pos(s));
         int mm = -1;
         double secs = 0;
         for (int i = 0; i < pd.n_ops; i++) {
@@ -61,17 +59,15 @@ static void profile_matches(const char *fixture, const char *backend, int matmul
         }
         int want = matmuls_per_layer * I.n_layers + 1;
         DRT_CHECK(mm >= 0 && pd.nodes[mm] == want && pp.nodes[mm] == want,
-                  "%s on %s: MATMUL nodes %d (prefill %d), expected %d", fixture, backend,
-                  mm >= 0 ? pd.nodes[mm] : -1, mm >= 0 ? pp.nodes[mm] : -1, want);
-        DRT_CHECK(pd.forwards == 1 && pp.forwards == 1 && secs > 0,
-                  "%s on %s: forwards %d/%d, %.3g s", fixture, backend, pp.forwards, pd.forwards,
-                  secs);
+                  "%s on %s: MATMUL nodes %d (prefill %d), expected %d", fixture, backend, mm >= 0 ? pd.nodes[mm] : -1,
+                  mm >= 0 ? pp.nodes[mm] : -1, want);
+        DRT_CHECK(pd.forwards == 1 && pp.forwards == 1 && secs > 0, "%s on %s: forwards %d/%d, %.3g s", fixture,
+                  backend, pp.forwards, pd.forwards, secs);
         DRT_CHECK(mm >= 0 && pp.flops[mm] > pd.flops[mm] && pd.bytes[mm] > 0,
-                  "%s on %s: napkin FLOPs of the prefill's MATMULs %.3g vs the decode step's %.3g",
-                  fixture, backend, mm >= 0 ? pp.flops[mm] : 0, mm >= 0 ? pd.flops[mm] : 0);
+                  "%s on %s: napkin FLOPs of the prefill's MATMULs %.3g vs the decode step's %.3g", fixture, backend,
+                  mm >= 0 ? pp.flops[mm] : 0, mm >= 0 ? pd.flops[mm] : 0);
     }
-    DRT_CHECK(drt_session_forward_profiled(s, ids, 1, b, NULL) == DRT_ERR_INVALID_ARG,
-              "NULL prof accepted");
+    DRT_CHECK(drt_session_forward_profiled(s, ids, 1, b, NULL) == DRT_ERR_INVALID_ARG, "NULL prof accepted");
     free(a);
     free(b);
     drt_session_free(s);
@@ -105,22 +101,19 @@ static void check_peak(const char *backend, int host_threads, double min_run_s) 
     DRT_CHECK(st == DRT_OK, "peak on %s: %s", backend, drt_last_error());
     if (st == DRT_OK) {
         DRT_CHECK(p.add_gbps > 0 && p.gemv_gbps > 0 && p.gemm_f32_gflops > 0 && p.gemm_w_gflops > 0,
-                  "%s: a probe gave nothing: add %.3g gemv %.3g gemm %.3g/%.3g", backend,
-                  p.add_gbps, p.gemv_gbps, p.gemm_f32_gflops, p.gemm_w_gflops);
+                  "%s: a probe gave nothing: add %.3g gemv %.3g gemm %.3g/%.3g", backend, p.add_gbps, p.gemv_gbps,
+                  p.gemm_f32_gflops, p.gemm_w_gflops);
         DRT_CHECK(p.gbytes_per_s == fmax(fmax(p.add_gbps, p.gemv_gbps), p.host_gbps) &&
-                      p.gflops == fmax(p.gemm_f32_gflops, p.gemm_w_gflops) && p.bw_probe[0] &&
-                      p.flops_probe[0],
-                  "%s: the peak is not the best probe: %.3g GB/s (%s), %.3g GFLOP/s (%s)", backend,
-                  p.gbytes_per_s, p.bw_probe, p.gflops, p.flops_probe);
+                      p.gflops == fmax(p.gemm_f32_gflops, p.gemm_w_gflops) && p.bw_probe[0] && p.flops_probe[0],
+                  "%s: the peak is not the best probe: %.3g GB/s (%s), %.3g GFLOP/s (%s)", backend, p.gbytes_per_s,
+                  p.bw_probe, p.gflops, p.flops_probe);
         /* the host read loop runs on host-memory backends only */
         int host = host_threads > 0 && be->ops->buf_wrap;
-        DRT_CHECK(host == (p.host_gbps > 0),
-                  "%s: host read loop %.3g GB/s with %d threads (expected %s)", backend,
+        DRT_CHECK(host == (p.host_gbps > 0), "%s: host read loop %.3g GB/s with %d threads (expected %s)", backend,
                   p.host_gbps, host_threads, host ? "one" : "none");
         if (strcmp(backend, "ref_small") == 0)
             DRT_CHECK(strstr(p.bw_probe, "32 MiB") != NULL || p.host_gbps > 0,
-                      "ref_small: the bandwidth probe should stay at 32 MiB buffers: %s",
-                      p.bw_probe);
+                      "ref_small: the bandwidth probe should stay at 32 MiB buffers: %s", p.bw_probe);
     }
     drt_backend_close(be);
 }

@@ -51,25 +51,21 @@ static drt_status dev_alloc(drt_backend *be, size_t size, drt_buffer *out) {
 static void dev_free(drt_backend *be, drt_buffer *b) {
     free(b->handle);
 }
-static drt_status dev_upload(drt_backend *be, drt_buffer *b, size_t off, const void *src,
-                             size_t n) {
+static drt_status dev_upload(drt_backend *be, drt_buffer *b, size_t off, const void *src, size_t n) {
     memcpy((char *)b->handle + off, src, n);
     return DRT_OK;
 }
-static drt_status dev_download(drt_backend *be, const drt_buffer *b, size_t off, void *dst,
-                               size_t n) {
+static drt_status dev_download(drt_backend *be, const drt_buffer *b, size_t off, void *dst, size_t n) {
     memcpy(dst, (const char *)b->handle + off, n);
     return DRT_OK;
 }
 static void *dev_ptr(const drt_tensor *t) {
     return t ? (char *)t->buf->handle + t->offs : NULL;
 }
-static drt_status dev_compute(drt_backend *be, drt_tensor *const *nodes, int n,
-                              const drt_exec *ex) {
+static drt_status dev_compute(drt_backend *be, drt_tensor *const *nodes, int n, const drt_exec *ex) {
     for (int i = 0; i < n; i++) {
         void *srcs[DRT_MAX_SRC];
-        for (int j = 0; j < DRT_MAX_SRC; j++)
-            srcs[j] = dev_ptr(nodes[i]->src[j]);
+        for (int j = 0; j < DRT_MAX_SRC; j++) srcs[j] = dev_ptr(nodes[i]->src[j]);
         drt_status s = drt_ref_run_node(nodes[i], dev_ptr(nodes[i]), srcs, ex);
         if (s != DRT_OK) return s;
     }
@@ -135,8 +131,7 @@ static void build_view_late(drt_graph *g) {
     int64_t ne[2] = {1, 300};
     drt_tensor *y = drt_sigmoid(g, x);
     drt_tensor *h = drt_view(g, drt_sigmoid(g, y), 2, ne, 0);
-    for (int i = 0; i < 6; i++)
-        h = drt_add(g, drt_sigmoid(g, h), z);
+    for (int i = 0; i < 6; i++) h = drt_add(g, drt_sigmoid(g, h), z);
     drt_add(g, drt_view(g, y, 2, ne, 300 * sizeof(float)), h);
 }
 
@@ -148,8 +143,7 @@ static void build_output_mid(drt_graph *g) {
     drt_tensor *m = drt_add(g, drt_sigmoid(g, x), x);
     m->flags |= DRT_TF_OUTPUT;
     drt_tensor *h = m;
-    for (int i = 0; i < 4; i++)
-        h = drt_add(g, drt_sigmoid(g, h), m);
+    for (int i = 0; i < 4; i++) h = drt_add(g, drt_sigmoid(g, h), m);
 }
 
 /* k is written into a cache in place (a view of a flagged leaf, never in
@@ -179,9 +173,8 @@ static void build_attn(drt_graph *g) {
 }
 
 static const plan_case CASES[] = {
-    {"chain", build_chain, 0, 1},         {"ladder", build_ladder, 0, 1},
-    {"view-late", build_view_late, 0, 1}, {"output-mid", build_output_mid, 0, 1},
-    {"kv-write", build_kv, 2, 0},         {"decomposed-attn", build_attn, 4, 1},
+    {"chain", build_chain, 0, 1},           {"ladder", build_ladder, 0, 1}, {"view-late", build_view_late, 0, 1},
+    {"output-mid", build_output_mid, 0, 1}, {"kv-write", build_kv, 2, 0},   {"decomposed-attn", build_attn, 4, 1},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -216,8 +209,7 @@ static int check_layout(const drt_graph *g, size_t arena_bytes, char *why, size_
         const drt_tensor *t = g->owned[i];
         if (t->view_src) continue;
         if (!is_intermediate(t) && t->buf == arena && arena) {
-            snprintf(why, n, "%s (flags %d, op %s) is in the arena", t->name, t->flags,
-                     drt_op_name(t->op));
+            snprintf(why, n, "%s (flags %d, op %s) is in the arena", t->name, t->flags, drt_op_name(t->op));
             return 1;
         }
     }
@@ -226,9 +218,8 @@ static int check_layout(const drt_graph *g, size_t arena_bytes, char *why, size_
         if (!is_intermediate(ta)) continue;
         if (ta->buf != arena || ta->offs % 256 || ta->offs + drt_nbytes(ta) > arena_bytes ||
             arena->size < arena_bytes) {
-            snprintf(why, n,
-                     "%s (node %d) at offset %zu of %zu bytes is outside the one arena of %zu",
-                     ta->name, a, ta->offs, drt_nbytes(ta), arena_bytes);
+            snprintf(why, n, "%s (node %d) at offset %zu of %zu bytes is outside the one arena of %zu", ta->name, a,
+                     ta->offs, drt_nbytes(ta), arena_bytes);
             return 1;
         }
         int la = last_use(g, ta);
@@ -237,14 +228,13 @@ static int check_layout(const drt_graph *g, size_t arena_bytes, char *why, size_
             if (!is_intermediate(tb)) continue;
             int lb = last_use(g, tb);
             bool alive_together = b <= la && a <= lb; /* [a, la] and [b, lb] intersect */
-            bool share =
-                ta->offs < tb->offs + drt_nbytes(tb) && tb->offs < ta->offs + drt_nbytes(ta);
+            bool share = ta->offs < tb->offs + drt_nbytes(tb) && tb->offs < ta->offs + drt_nbytes(ta);
             if (alive_together && share) {
                 snprintf(why, n,
                          "node %d %s [%d,%d] bytes [%zu,%zu) and node %d %s [%d,%d] bytes "
                          "[%zu,%zu) overlap while both are alive",
-                         a, ta->name, a, la, ta->offs, ta->offs + drt_nbytes(ta), b, tb->name, b,
-                         lb, tb->offs, tb->offs + drt_nbytes(tb));
+                         a, ta->name, a, la, ta->offs, ta->offs + drt_nbytes(ta), b, tb->name, b, lb, tb->offs,
+                         tb->offs + drt_nbytes(tb));
                 return 1;
             }
         }
@@ -269,22 +259,20 @@ static float *download(const drt_tensor *t) {
     int64_t n = drt_nelem(t);
     float *h = malloc(sizeof(float) * (size_t)n + 4);
     drt_fill_nan(h, n);
-    DRT_CHECK(drt_tensor_get(t, h, (size_t)n * 4) == DRT_OK, "download %s: %s", t->name,
-              drt_last_error());
+    DRT_CHECK(drt_tensor_get(t, h, (size_t)n * 4) == DRT_OK, "download %s: %s", t->name, drt_last_error());
     return h;
 }
 
 /* Builds c, planned or not (every node flagged), fills the leaves from a
  * fixed seed and runs it twice; *outs receives the host-readable results
  * (and the leaves, which must be untouched), in graph order. */
-static drt_status run_case(drt_backend *be, const plan_case *c, int planned, float ***outs,
-                           int *n_outs, size_t *arena, size_t *unplanned) {
+static drt_status run_case(drt_backend *be, const plan_case *c, int planned, float ***outs, int *n_outs, size_t *arena,
+                           size_t *unplanned) {
     drt_graph *g = drt_graph_new();
     c->build(g);
     /* what the host may read is decided on the graph as built */
     bool *reads = calloc((size_t)g->n_nodes + 1, sizeof *reads);
-    for (int i = 0; i < g->n_nodes; i++)
-        reads[i] = host_reads(g, i);
+    for (int i = 0; i < g->n_nodes; i++) reads[i] = host_reads(g, i);
     if (!planned)
         for (int i = 0; i < g->n_nodes; i++)
             if (!g->nodes[i]->view_src) g->nodes[i]->flags |= DRT_TF_OUTPUT;
@@ -297,8 +285,8 @@ static drt_status run_case(drt_backend *be, const plan_case *c, int planned, flo
     }
     *arena = drt_plan_arena_bytes(p, unplanned);
     char why[300] = "";
-    DRT_CHECK(check_layout(g, *arena, why, sizeof why) == 0, "%s on %s (%s): %s", c->name,
-              be->ops->name, planned ? "planned" : "unplanned", why);
+    DRT_CHECK(check_layout(g, *arena, why, sizeof why) == 0, "%s on %s (%s): %s", c->name, be->ops->name,
+              planned ? "planned" : "unplanned", why);
     drt_rng r;
     drt_rng_seed(&r, 4242);
     for (int i = 0; i < g->n_owned; i++) {
@@ -335,8 +323,7 @@ static drt_status run_case(drt_backend *be, const plan_case *c, int planned, flo
     for (int i = 0; s == DRT_OK && i < g->n_nodes; i++)
         if (reads[i]) (*outs)[(*n_outs)++] = download(g->nodes[i]);
     for (int i = 0; s == DRT_OK && i < g->n_owned; i++)
-        if (g->owned[i]->op == DRT_OP_NONE && !g->owned[i]->view_src)
-            (*outs)[(*n_outs)++] = download(g->owned[i]);
+        if (g->owned[i]->op == DRT_OP_NONE && !g->owned[i]->view_src) (*outs)[(*n_outs)++] = download(g->owned[i]);
     drt_plan_free(p);
     drt_graph_free(g);
     free(reads);
@@ -352,15 +339,13 @@ static int64_t *out_sizes(const plan_case *c, int *n) {
     for (int i = 0; i < g->n_nodes; i++)
         if (host_reads(g, i)) ns[(*n)++] = drt_nelem(g->nodes[i]);
     for (int i = 0; i < g->n_owned; i++)
-        if (g->owned[i]->op == DRT_OP_NONE && !g->owned[i]->view_src)
-            ns[(*n)++] = drt_nelem(g->owned[i]);
+        if (g->owned[i]->op == DRT_OP_NONE && !g->owned[i]->view_src) ns[(*n)++] = drt_nelem(g->owned[i]);
     drt_graph_free(g);
     return ns;
 }
 
 static void free_outs(float **o, int n) {
-    for (int i = 0; i < n; i++)
-        free(o[i]);
+    for (int i = 0; i < n; i++) free(o[i]);
     free(o);
 }
 
@@ -371,10 +356,8 @@ static void check_case(drt_backend *be, const plan_case *c) {
     drt_status s = run_case(be, c, 1, &a, &na, &arena, &unplanned);
     DRT_CHECK(s == DRT_OK, "%s on %s: planned run: %s", c->name, be->ops->name, drt_last_error());
     drt_status s2 = run_case(be, c, 0, &b, &nb, &arena_u, &unplanned_u);
-    DRT_CHECK(s2 == DRT_OK, "%s on %s: unplanned run: %s", c->name, be->ops->name,
-              drt_last_error());
-    DRT_CHECK(arena_u == 0 && unplanned_u == 0, "%s: every node flagged, yet %zu bytes planned",
-              c->name, arena_u);
+    DRT_CHECK(s2 == DRT_OK, "%s on %s: unplanned run: %s", c->name, be->ops->name, drt_last_error());
+    DRT_CHECK(arena_u == 0 && unplanned_u == 0, "%s: every node flagged, yet %zu bytes planned", c->name, arena_u);
     DRT_CHECK(arena > 0 && unplanned > 0, "%s on %s: nothing planned", c->name, be->ops->name);
     if (c->shrinks)
         DRT_CHECK(arena < unplanned,
@@ -391,12 +374,11 @@ static void check_case(drt_backend *be, const plan_case *c) {
             DRT_CHECK(bad < 0,
                       "%s on %s: result %d differs from the unplanned run at element %lld "
                       "(%g vs %g)",
-                      c->name, be->ops->name, i, (long long)bad, bad < 0 ? 0.0 : a[i][bad],
-                      bad < 0 ? 0.0 : b[i][bad]);
+                      c->name, be->ops->name, i, (long long)bad, bad < 0 ? 0.0 : a[i][bad], bad < 0 ? 0.0 : b[i][bad]);
         }
     }
-    printf("  %-16s %-14s arena %7zu bytes for %7zu bytes of intermediates\n", c->name,
-           be->ops->name, arena, unplanned);
+    printf("  %-16s %-14s arena %7zu bytes for %7zu bytes of intermediates\n", c->name, be->ops->name, arena,
+           unplanned);
     free(sz);
     free_outs(a, na);
     free_outs(b, nb);
@@ -415,8 +397,7 @@ int main(void) {
             printf("  %s: skipped (%s)\n", names[k], drt_last_error());
             continue;
         }
-        for (int i = 0; i < N_CASES; i++)
-            check_case(be, &CASES[i]);
+        for (int i = 0; i < N_CASES; i++) check_case(be, &CASES[i]);
         drt_backend_close(be);
     }
     return drt_test_summary("test_plan");

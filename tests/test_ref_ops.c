@@ -37,7 +37,9 @@ static void *xalloc(int64_t n, size_t size) {
     return p;
 }
 
-static float *falloc(int64_t n) { return xalloc(n, sizeof(float)); }
+static float *falloc(int64_t n) {
+    return xalloc(n, sizeof(float));
+}
 
 /* the rows (drt_exec) of T tokens of one sequence from position p0, in one of
  * four buffers (a call may take two), reused by later calls */
@@ -49,11 +51,12 @@ static const int32_t *seq_rows(int T, int p0) {
     drt_exec_seq(NULL, r, T, 0, p0);
     return r;
 }
-static double *dalloc(int64_t n) { return xalloc(n, sizeof(double)); }
+static double *dalloc(int64_t n) {
+    return xalloc(n, sizeof(double));
+}
 
 /* out and want are (n): every |out - want| <= tol * max(1, |want|). */
-static void expect_near(const char *name, const float *out, const float *want, int64_t n,
-                        double tol) {
+static void expect_near(const char *name, const float *out, const float *want, int64_t n, double tol) {
     int64_t bad = -1;
     for (int64_t i = 0; i < n && bad < 0; i++) {
         double d = fabs((double)out[i] - (double)want[i]);
@@ -64,11 +67,9 @@ static void expect_near(const char *name, const float *out, const float *want, i
 }
 
 /* NMSE of out against ref, both (n), with max |err| in the message. */
-static void expect_nmse(const char *name, const char *what, const float *out, const float *ref,
-                        int64_t n, double tol) {
+static void expect_nmse(const char *name, const char *what, const float *out, const float *ref, int64_t n, double tol) {
     double e = drt_nmse(out, ref, n);
-    DRT_CHECK(e <= tol, "%s: %s NMSE %.3g > %.1g (max abs err %.3g)", name, what, e, tol,
-              drt_max_abs_err(out, ref, n));
+    DRT_CHECK(e <= tol, "%s: %s NMSE %.3g > %.1g (max abs err %.3g)", name, what, e, tol, drt_max_abs_err(out, ref, n));
 }
 
 /* ---- double-precision references, written independently of the kernels -- */
@@ -83,9 +84,8 @@ static void naive_softmax(double *p, const float *s, int n) {
 
 /* o is (T,H,dv); q is (T,H,2,dk); k is (S,G,m,dk); v is (S,G,dv). The
  * definition of docs/design.md section 3, one (t,h) at a time, in double. */
-static void naive_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S,
-                          int H, int G, int m, int dk, int dv, float lambda,
-                          const float *lambda_th) {
+static void naive_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G, int m,
+                            int dk, int dv, float lambda, const float *lambda_th) {
     const int p0 = S - T;
     const double s = 1.0 / sqrt((double)dk);
     double *a1 = dalloc(S), *a2 = dalloc(S);
@@ -97,10 +97,8 @@ static void naive_diff_attn(float *o, const float *q, const float *k, const floa
             for (int j = 0; j < nk; j++) {
                 double d1 = 0, d2 = 0;
                 for (int i = 0; i < dk; i++) {
-                    d1 += (double)q[((t * H + h) * 2 + 0) * dk + i] *
-                          (double)k[((j * G + g) * m + 0) * dk + i];
-                    d2 += (double)q[((t * H + h) * 2 + 1) * dk + i] *
-                          (double)k[((j * G + g) * m + (m - 1)) * dk + i];
+                    d1 += (double)q[((t * H + h) * 2 + 0) * dk + i] * (double)k[((j * G + g) * m + 0) * dk + i];
+                    d2 += (double)q[((t * H + h) * 2 + 1) * dk + i] * (double)k[((j * G + g) * m + (m - 1)) * dk + i];
                 }
                 /* the logits stay in double: stored as float they would
                  * lose ~1e-5 at |logit| ~ 300 */
@@ -113,8 +111,7 @@ static void naive_diff_attn(float *o, const float *q, const float *k, const floa
             for (int j = 0; j < nk; j++) z2 += (a2[j] = exp(a2[j] - mx2));
             for (int e = 0; e < dv; e++) {
                 double acc = 0;
-                for (int j = 0; j < nk; j++)
-                    acc += (a1[j] / z1 - lam * a2[j] / z2) * (double)v[(j * G + g) * dv + e];
+                for (int j = 0; j < nk; j++) acc += (a1[j] / z1 - lam * a2[j] / z2) * (double)v[(j * G + g) * dv + e];
                 o[(t * H + h) * dv + e] = (float)acc;
             }
         }
@@ -125,8 +122,7 @@ static void naive_diff_attn(float *o, const float *q, const float *k, const floa
 
 /* the largest |s * q[t,h,c] . k[j,g,c']| over visible (t,j): proves a
  * large-logit case really reaches the magnitude it claims */
-static double max_abs_logit(const float *q, const float *k, int T, int S, int H, int G, int m,
-                            int dk) {
+static double max_abs_logit(const float *q, const float *k, int T, int S, int H, int G, int m, int dk) {
     const int p0 = S - T;
     double mx = 0;
     for (int t = 0; t < T; t++)
@@ -136,8 +132,7 @@ static double max_abs_logit(const float *q, const float *k, int T, int S, int H,
                     const int g = h * G / H, kc = c ? m - 1 : 0;
                     double d = 0;
                     for (int i = 0; i < dk; i++)
-                        d += (double)q[((t * H + h) * 2 + c) * dk + i] *
-                             (double)k[((j * G + g) * m + kc) * dk + i];
+                        d += (double)q[((t * H + h) * 2 + c) * dk + i] * (double)k[((j * G + g) * m + kc) * dk + i];
                     mx = fmax(mx, fabs(d / sqrt((double)dk)));
                 }
     return mx;
@@ -166,8 +161,7 @@ static void test_load_weight(void) {
         /* element 1 of a 3-element array, so the index is honoured */
         uint16_t w[3] = {0xffff, cases[c].bits, 0xffff};
         float got = drt_ref_load_weight(w, cases[c].t, 1);
-        DRT_CHECK(got == cases[c].want, "%s: got %.9g, expected %.9g", cases[c].name, got,
-                  cases[c].want);
+        DRT_CHECK(got == cases[c].want, "%s: got %.9g, expected %.9g", cases[c].name, got, cases[c].want);
     }
     const float wf[3] = {0.1f, -7.25f, 3.0f};
     DRT_CHECK(drt_ref_load_weight(wf, DRT_F32, 1) == -7.25f, "load_weight f32 index 1");
@@ -226,8 +220,7 @@ static void test_rmsnorm(void) {
         const int n = cases[c].T * cases[c].C;
         float y[8];
         drt_fill_nan(y, n);
-        drt_ref_rmsnorm(y, cases[c].x, cases[c].T, cases[c].C, cases[c].has_w ? cases[c].w : NULL,
-                    cases[c].eps);
+        drt_ref_rmsnorm(y, cases[c].x, cases[c].T, cases[c].C, cases[c].has_w ? cases[c].w : NULL, cases[c].eps);
         expect_near(cases[c].name, y, cases[c].want, n, 1e-7);
     }
 }
@@ -260,8 +253,8 @@ static void test_groupnorm(void) {
         const int n = cases[c].T * cases[c].H * cases[c].dv;
         float y[8];
         drt_fill_nan(y, n);
-        drt_ref_groupnorm(y, cases[c].x, cases[c].T, cases[c].H, cases[c].dv,
-                      cases[c].has_w ? cases[c].w : NULL, cases[c].eps, cases[c].scale);
+        drt_ref_groupnorm(y, cases[c].x, cases[c].T, cases[c].H, cases[c].dv, cases[c].has_w ? cases[c].w : NULL,
+                          cases[c].eps, cases[c].scale);
         expect_near(cases[c].name, y, cases[c].want, n, 1e-7);
     }
 }
@@ -317,8 +310,8 @@ static void test_matmul_hand(void) {
         float y[8];
         const void *w = cases[c].wt == DRT_F32 ? (const void *)cases[c].wf : cases[c].wh;
         drt_fill_nan(y, n);
-        drt_ref_matmul(y, cases[c].x, w, cases[c].wt, cases[c].B, cases[c].Bw, cases[c].T, cases[c].N,
-                   cases[c].K, cases[c].trans_w, cases[c].scale);
+        drt_ref_matmul(y, cases[c].x, w, cases[c].wt, cases[c].B, cases[c].Bw, cases[c].T, cases[c].N, cases[c].K,
+                       cases[c].trans_w, cases[c].scale);
         expect_near(cases[c].name, y, cases[c].want, n, 0);
     }
 }
@@ -344,8 +337,7 @@ static void test_matmul_random(void) {
                   tw = cases[c].trans_w;
         char name[128];
         snprintf(name, sizeof name, "matmul %s B=%d Bw=%d T=%d N=%d K=%d trans_w=%d seed=%llu",
-                 drt_dtype_name(cases[c].wt), B, Bw, T, N, K, tw,
-                 (unsigned long long)cases[c].seed);
+                 drt_dtype_name(cases[c].wt), B, Bw, T, N, K, tw, (unsigned long long)cases[c].seed);
         drt_rng r;
         drt_rng_seed(&r, cases[c].seed);
         const int64_t nw = (int64_t)Bw * N * K;
@@ -371,8 +363,7 @@ static void test_matmul_random(void) {
                     ref[(b * T + t) * N + n] = (float)(acc * 0.75);
                 }
         drt_fill_nan(y, (int64_t)B * T * N);
-        drt_ref_matmul(y, x, cases[c].wt == DRT_F32 ? (const void *)wf : wh, cases[c].wt, B, Bw, T, N,
-                   K, tw, 0.75f);
+        drt_ref_matmul(y, x, cases[c].wt == DRT_F32 ? (const void *)wf : wh, cases[c].wt, B, Bw, T, N, K, tw, 0.75f);
         expect_nmse(name, "vs double loop", y, ref, (int64_t)B * T * N, 1e-14);
         free(x), free(wf), free(y), free(ref), free(wh);
     }
@@ -409,7 +400,7 @@ static void test_rope_hand(void) {
         float y[16];
         drt_fill_nan(y, n);
         drt_ref_rope(y, cases[c].x, cases[c].T, cases[c].Hn, cases[c].d, seq_rows(cases[c].T, cases[c].p0),
-                 cases[c].inv_freq);
+                     cases[c].inv_freq);
         expect_near(cases[c].name, y, cases[c].want, n, cases[c].tol);
     }
 }
@@ -417,8 +408,7 @@ static void test_rope_hand(void) {
 /* x, y are (T,Hn,d): GPT-J interleaved RoPE, pairs (2i, 2i+1), angle
  * (p0+t)*inv_freq[i]. Only the test needs it: the loader turns it into
  * rotate_half by permuting rows (docs/design.md section 4). */
-static void rope_interleaved(float *y, const float *x, int T, int Hn, int d, int p0,
-                             const float *inv_freq) {
+static void rope_interleaved(float *y, const float *x, int T, int Hn, int d, int p0, const float *inv_freq) {
     for (int t = 0; t < T; t++)
         for (int h = 0; h < Hn; h++)
             for (int i = 0; i < d / 2; i++) {
@@ -452,11 +442,9 @@ static void test_rope_interleaved(void) {
         /* clang-format on */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int T = cases[c].T, Hq = cases[c].Hq, Hk = cases[c].Hk, d = cases[c].d,
-                  p0 = cases[c].p0;
+        const int T = cases[c].T, Hq = cases[c].Hq, Hk = cases[c].Hk, d = cases[c].d, p0 = cases[c].p0;
         char name[128];
-        snprintf(name, sizeof name,
-                 "rope halves vs interleaved T=%d Hq=%d Hk=%d d=%d p0=%d seed=%llu", T, Hq, Hk, d,
+        snprintf(name, sizeof name, "rope halves vs interleaved T=%d Hq=%d Hk=%d d=%d p0=%d seed=%llu", T, Hq, Hk, d,
                  p0, (unsigned long long)cases[c].seed);
         drt_rng r;
         drt_rng_seed(&r, cases[c].seed);
@@ -608,8 +596,8 @@ static void test_permute_all(void) {
         for (perm[1] = 0; perm[1] < 4; perm[1]++)
             for (perm[2] = 0; perm[2] < 4; perm[2]++)
                 for (perm[3] = 0; perm[3] < 4; perm[3]++) {
-                    if (perm[0] == perm[1] || perm[0] == perm[2] || perm[0] == perm[3] ||
-                        perm[1] == perm[2] || perm[1] == perm[3] || perm[2] == perm[3])
+                    if (perm[0] == perm[1] || perm[0] == perm[2] || perm[0] == perm[3] || perm[1] == perm[2] ||
+                        perm[1] == perm[3] || perm[2] == perm[3])
                         continue;
                     drt_fill_nan(y, n);
                     drt_ref_permute(y, x, ne, perm);
@@ -625,8 +613,8 @@ static void test_permute_all(void) {
                         const int64_t src = ((j[0] * ne[1] + j[1]) * ne[2] + j[2]) * ne[3] + j[3];
                         if (y[o] != x[src]) bad = o;
                     }
-                    DRT_CHECK(bad < 0, "permute ne=(2,3,4,5) perm=(%d,%d,%d,%d): element %d wrong",
-                              perm[0], perm[1], perm[2], perm[3], bad);
+                    DRT_CHECK(bad < 0, "permute ne=(2,3,4,5) perm=(%d,%d,%d,%d): element %d wrong", perm[0], perm[1],
+                              perm[2], perm[3], bad);
                 }
 }
 
@@ -686,8 +674,7 @@ static void test_dual_softmax_random(void) {
             snprintf(lam_s, sizeof lam_s, "per-token");
         else
             snprintf(lam_s, sizeof lam_s, "%g", (double)cases[c].lambda);
-        snprintf(name, sizeof name,
-                 "dual_softmax H=%d T=%d S=%d lambda=%s amp=%g shift=%g seed=%llu", H, T, S, lam_s,
+        snprintf(name, sizeof name, "dual_softmax H=%d T=%d S=%d lambda=%s amp=%g shift=%g seed=%llu", H, T, S, lam_s,
                  (double)cases[c].amp, (double)cases[c].shift, (unsigned long long)cases[c].seed);
         drt_rng r;
         drt_rng_seed(&r, cases[c].seed);
@@ -723,8 +710,7 @@ static void test_dual_softmax_random(void) {
         DRT_CHECK(masked_ok, "%s: a masked position is not 0", name);
         DRT_CHECK(sums_ok, "%s: a row does not sum to 1 - lambda", name);
         /* with lambda = 0 the reference is exactly a plain softmax */
-        expect_nmse(name, lam_th == NULL && cases[c].lambda == 0 ? "vs plain softmax" : "vs double",
-                    a, ref, n, 1e-13);
+        expect_nmse(name, lam_th == NULL && cases[c].lambda == 0 ? "vs plain softmax" : "vs double", a, ref, n, 1e-13);
         free(s1), free(s2), free(a), free(ref), free(lam), free(p1), free(p2);
     }
 }
@@ -737,9 +723,8 @@ static void test_dual_softmax_random(void) {
  *   A = DUAL_SOFTMAX(S_1, S_2) (H,T,S)
  *   O' = A V                   (H,T,dv) (V is (K=S,N=dv): trans_w = 1)
  *   o = O' -> (T,H,dv) */
-static void decomposed_diff_attn(float *o, const float *q, const float *k, const float *v, int T,
-                                 int S, int H, int G, int m, int dk, int dv, float lambda,
-                                 const float *lambda_th) {
+static void decomposed_diff_attn(float *o, const float *q, const float *k, const float *v, int T, int S, int H, int G,
+                                 int m, int dk, int dv, float lambda, const float *lambda_th) {
     float *qp = falloc(2 * H * T * dk), *kp = falloc(m * G * S * dk), *vp = falloc(G * S * dv);
     float *s1 = falloc(H * T * S), *s2 = falloc(H * T * S), *a = falloc(H * T * S);
     float *op = falloc(H * T * dv);
@@ -806,16 +791,15 @@ static void test_diff_attn_decomposed(void) {
         /* clang-format on */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int T = cases[c].T, S = cases[c].S, H = cases[c].H, G = cases[c].G, m = cases[c].m,
-                  dk = cases[c].dk, dv = cases[c].dv;
+        const int T = cases[c].T, S = cases[c].S, H = cases[c].H, G = cases[c].G, m = cases[c].m, dk = cases[c].dk,
+                  dv = cases[c].dv;
         char name[192], lam_s[32];
         if (cases[c].per_token)
             snprintf(lam_s, sizeof lam_s, "per-token");
         else
             snprintf(lam_s, sizeof lam_s, "%g", (double)cases[c].lambda);
-        snprintf(name, sizeof name,
-                 "diff_attn T=%d S=%d H=%d G=%d m=%d dk=%d dv=%d lambda=%s seed=%llu", T, S, H, G,
-                 m, dk, dv, lam_s, (unsigned long long)cases[c].seed);
+        snprintf(name, sizeof name, "diff_attn T=%d S=%d H=%d G=%d m=%d dk=%d dv=%d lambda=%s seed=%llu", T, S, H, G, m,
+                 dk, dv, lam_s, (unsigned long long)cases[c].seed);
         drt_rng r;
         drt_rng_seed(&r, cases[c].seed);
         const int nq = T * H * 2 * dk, nk = S * G * m * dk, nv = S * G * dv, no = T * H * dv;
@@ -851,11 +835,10 @@ static void test_attn(void) {
         /* clang-format on */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int T = cases[c].T, S = cases[c].S, H = cases[c].H, G = cases[c].G, dk = cases[c].dk,
-                  dv = cases[c].dv;
+        const int T = cases[c].T, S = cases[c].S, H = cases[c].H, G = cases[c].G, dk = cases[c].dk, dv = cases[c].dv;
         char name[160];
-        snprintf(name, sizeof name, "attn T=%d S=%d H=%d G=%d dk=%d dv=%d seed=%llu", T, S, H, G,
-                 dk, dv, (unsigned long long)cases[c].seed);
+        snprintf(name, sizeof name, "attn T=%d S=%d H=%d G=%d dk=%d dv=%d seed=%llu", T, S, H, G, dk, dv,
+                 (unsigned long long)cases[c].seed);
         drt_rng r;
         drt_rng_seed(&r, cases[c].seed);
         const int nq = T * H * dk, nk = S * G * dk, nv = S * G * dv, no = T * H * dv;
@@ -865,8 +848,7 @@ static void test_attn(void) {
         drt_fill_uniform(qd, 2 * nq, &r, -1, 1); /* slot 1 stays random */
         drt_fill_uniform(k, nk, &r, -1, 1);
         drt_fill_uniform(v, nv, &r, -1, 1);
-        for (int th = 0; th < T * H; th++)
-            memcpy(qd + th * 2 * dk, q + th * dk, sizeof(float) * dk);
+        for (int th = 0; th < T * H; th++) memcpy(qd + th * 2 * dk, q + th * dk, sizeof(float) * dk);
         drt_fill_nan(o, no);
         drt_fill_nan(od, no);
         drt_ref_attn(o, q, k, v, T, seq_rows(T, S - T), H, G, dk, dv);
@@ -900,14 +882,14 @@ static void test_attn_large_logits(void) {
         /* clang-format on */
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int T = cases[c].T, S = cases[c].S, H = cases[c].H, G = cases[c].G, m = cases[c].m,
-                  dk = cases[c].dk, dv = cases[c].dv;
+        const int T = cases[c].T, S = cases[c].S, H = cases[c].H, G = cases[c].G, m = cases[c].m, dk = cases[c].dk,
+                  dv = cases[c].dv;
         char name[192];
         snprintf(name, sizeof name,
                  "large logits T=%d S=%d H=%d G=%d m=%d dk=%d dv=%d amp=%g kbias=%g lambda=%g "
                  "seed=%llu",
-                 T, S, H, G, m, dk, dv, (double)cases[c].amp, (double)cases[c].kbias,
-                 (double)cases[c].lambda, (unsigned long long)cases[c].seed);
+                 T, S, H, G, m, dk, dv, (double)cases[c].amp, (double)cases[c].kbias, (double)cases[c].lambda,
+                 (unsigned long long)cases[c].seed);
         drt_rng r;
         drt_rng_seed(&r, cases[c].seed);
         const int nq = T * H * 2 * dk, nk = S * G * m * dk, nv = S * G * dv, no = T * H * dv;
@@ -925,8 +907,8 @@ static void test_attn_large_logits(void) {
             free(b);
         }
         const double reach = max_abs_logit(q, k, T, S, H, G, m, dk);
-        DRT_CHECK(reach >= cases[c].min_logit, "%s: logits only reach %.1f, the case wants %.0f",
-                  name, reach, cases[c].min_logit);
+        DRT_CHECK(reach >= cases[c].min_logit, "%s: logits only reach %.1f, the case wants %.0f", name, reach,
+                  cases[c].min_logit);
 
         drt_fill_nan(o, no);
         drt_ref_diff_attn(o, q, k, v, T, seq_rows(T, S - T), H, G, m, dk, dv, cases[c].lambda, NULL);
@@ -942,8 +924,7 @@ static void test_attn_large_logits(void) {
         if (m == 1) {
             /* ATTN on slot 0 against the same double reference with lambda 0 */
             float *qa = falloc(T * H * dk);
-            for (int th = 0; th < T * H; th++)
-                memcpy(qa + th * dk, q + th * 2 * dk, sizeof(float) * dk);
+            for (int th = 0; th < T * H; th++) memcpy(qa + th * dk, q + th * 2 * dk, sizeof(float) * dk);
             drt_fill_nan(o, no);
             drt_ref_attn(o, qa, k, v, T, seq_rows(T, S - T), H, G, dk, dv);
             naive_diff_attn(ref, q, k, v, T, S, H, G, 1, dk, dv, 0.0f, NULL);
@@ -1028,7 +1009,8 @@ static void test_quant_blocks(void) {
     float x[64], y[64];
     unsigned char blk[4 * 34];
     uint64_t s = 99;
-    for (int i = 0; i < 64; i++) x[i] = (float)((int64_t)((s = s * 6364136223846793005ull + 1) >> 33) % 2001 - 1000) / 137.0f;
+    for (int i = 0; i < 64; i++)
+        x[i] = (float)((int64_t)((s = s * 6364136223846793005ull + 1) >> 33) % 2001 - 1000) / 137.0f;
     for (int f = 0; f < 2; f++) {
         drt_dtype t = f ? DRT_Q4_0 : DRT_Q8_0;
         drt_quantize_row(x, t, blk, 64);

@@ -83,9 +83,8 @@ static void row_json(FILE *f, const char *device, const char *err, const overrid
             "\"peak_gbytes_per_s\": %s}, \"prefill\": {\"fraction\": 0.6, \"flag\": null, "
             "\"peak_gflops\": %s}},"
             "\"ops\": {",
-            device, val(o, "pp.mean_tok_s", "120.5"), val(o, "pp.sd_tok_s", "2.5"),
-            val(o, "tg.mean_tok_s", "20.25"), val(o, "tg.sd_tok_s", "0.5"),
-            val(o, "decode.fraction", "0.4"), val(o, "decode.peak_gbytes_per_s", "20.0"),
+            device, val(o, "pp.mean_tok_s", "120.5"), val(o, "pp.sd_tok_s", "2.5"), val(o, "tg.mean_tok_s", "20.25"),
+            val(o, "tg.sd_tok_s", "0.5"), val(o, "decode.fraction", "0.4"), val(o, "decode.peak_gbytes_per_s", "20.0"),
             val(o, "prefill.peak_gflops", "90.0"));
     ops_json(f, o, "prefill");
     fputc(',', f);
@@ -103,15 +102,14 @@ static void head_json(FILE *f, const char *host, long n_prompt, const override *
             "\"model\": {\"name\": \"m\", \"architecture\": \"diff-v2\", \"dtype\": \"f16\", "
             "\"params\": %s, \"layers\": %s, \"dim\": %s},"
             "\"backends\": [",
-            host, val(o, "settings.n_prompt", np), val(o, "settings.n_gen", "4"),
-            val(o, "model.params", "902400"), val(o, "model.layers", "4"), val(o, "model.dim", "128"));
+            host, val(o, "settings.n_prompt", np), val(o, "settings.n_gen", "4"), val(o, "model.params", "902400"),
+            val(o, "model.layers", "4"), val(o, "model.dim", "128"));
 }
 
 /* a file of one host: n_ok ok rows "dev I" (I from first), n_err error rows
  * "err dev I" whose error is one of three strings, and the extra rows given */
-static void write_bench(const char *path, const char *host, long n_prompt, int first, int n_ok,
-                        int n_err, const char *extra_ok_device, const char *extra_err_device,
-                        const override *o) {
+static void write_bench(const char *path, const char *host, long n_prompt, int first, int n_ok, int n_err,
+                        const char *extra_ok_device, const char *extra_err_device, const override *o) {
     FILE *f = fopen(path, "w");
     DRT_CHECK(f != NULL, "cannot write %s", path);
     if (!f) return;
@@ -151,8 +149,7 @@ static char *read_out(const char *dir, const char *name) {
 
 static int count(const char *s, const char *what) {
     int n = 0;
-    for (const char *p = s; p && (p = strstr(p, what)); p += strlen(what))
-        n++;
+    for (const char *p = s; p && (p = strstr(p, what)); p += strlen(what)) n++;
     return n;
 }
 
@@ -162,12 +159,10 @@ static void no_bad_numbers(const char *what, const char *s) {
     size_t n = strlen(s);
     char *low = malloc(n + 1);
     if (!low) return;
-    for (size_t i = 0; i <= n; i++)
-        low[i] = (char)tolower((unsigned char)s[i]);
-    DRT_CHECK(!strstr(low, "nan") && !strstr(low, "inf"), "%s: a nan or inf got through:\n%.3000s",
+    for (size_t i = 0; i <= n; i++) low[i] = (char)tolower((unsigned char)s[i]);
+    DRT_CHECK(!strstr(low, "nan") && !strstr(low, "inf"), "%s: a nan or inf got through:\n%.3000s", what, s);
+    DRT_CHECK(!strstr(s, "2147483648") && !strstr(s, "e+"), "%s: a wrapped or absurd number got through:\n%.3000s",
               what, s);
-    DRT_CHECK(!strstr(s, "2147483648") && !strstr(s, "e+"),
-              "%s: a wrapped or absurd number got through:\n%.3000s", what, s);
     free(low);
 }
 
@@ -207,8 +202,7 @@ static void many_rows(void) {
     int total = N_OK + N_ERR + 1 + N_B + N_C;
     char want[128];
     snprintf(want, sizeof want, "(%d rows, 2 tables)", total);
-    DRT_CHECK(rc == 0 && strstr(g_out, want), "diffrt %s: exit %d, should say %s:\n%s", args, rc,
-              want, g_out);
+    DRT_CHECK(rc == 0 && strstr(g_out, want), "diffrt %s: exit %d, should say %s:\n%s", args, rc, want, g_out);
     char *md = read_out(dir, "report.md");
     if (md) {
         const char *t2 = strstr(md, "\n## 2. ");
@@ -242,8 +236,8 @@ static void many_rows(void) {
                       ok1, err1, h2, N_OK, N_ERR + 1, N_C, ok2, N_B);
             DRT_CHECK(order, "report.md: table 1's rows are not in file order");
             DRT_CHECK(count(md, "error: no device found (reason 2)") == N_ERR / 3,
-                      "report.md: %d rows say reason 2, want %d",
-                      count(md, "error: no device found (reason 2)"), N_ERR / 3);
+                      "report.md: %d rows say reason 2, want %d", count(md, "error: no device found (reason 2)"),
+                      N_ERR / 3);
             DRT_CHECK(strstr(md, "| h | dev 2999 | cpu | 120.50 \xc2\xb1 2.50 | 20.25 \xc2\xb1 0.50 | "
                                  "0.400 of 20.0 GB/s"),
                       "report.md: the last ok row of A lacks its figures");
@@ -287,11 +281,10 @@ static void many_rows(void) {
         snprintf(args, sizeof args, "report '%s' '%s' --out '%s'", A, dups[i].second, dir);
         rc = run(args);
         DRT_CHECK(rc == 2 && strstr(g_out, dups[i].names) && strstr(g_out, first) &&
-                      strncmp(g_out, "diffrt: report: ", 16) == 0 &&
-                      strstr(g_out, dups[i].second) &&
+                      strncmp(g_out, "diffrt: report: ", 16) == 0 && strstr(g_out, dups[i].second) &&
                       strchr(g_out, '\n') == g_out + strlen(g_out) - 1,
-                  "diffrt %s: exit %d (want 2), one line naming %s and \"%s\":\n%s", args, rc, first,
-                  dups[i].names, g_out);
+                  "diffrt %s: exit %d (want 2), one line naming %s and \"%s\":\n%s", args, rc, first, dups[i].names,
+                  g_out);
     }
 }
 
@@ -351,10 +344,9 @@ static void hostile_numbers(void) {
         int rc = run(args);
         if (cases[i].must_say) {
             DRT_CHECK(rc == 2 && strncmp(g_out, "diffrt: report: ", 16) == 0 && strstr(g_out, J) &&
-                          strstr(g_out, cases[i].must_say) &&
-                          strchr(g_out, '\n') == g_out + strlen(g_out) - 1,
-                      "%s = %s: exit %d (want 2), one line naming the file and \"%s\":\n%s",
-                      o->field, o->json, rc, cases[i].must_say, g_out);
+                          strstr(g_out, cases[i].must_say) && strchr(g_out, '\n') == g_out + strlen(g_out) - 1,
+                      "%s = %s: exit %d (want 2), one line naming the file and \"%s\":\n%s", o->field, o->json, rc,
+                      cases[i].must_say, g_out);
             continue;
         }
         DRT_CHECK(rc == 0, "%s = %s: exit %d (want 0):\n%s", o->field, o->json, rc, g_out);
@@ -392,9 +384,9 @@ static void hostile_numbers(void) {
  * tree is ten times the text): strings with brackets and quotes, the array
  * anywhere in the object, a key it cannot skim, and broken JSON inside */
 static void skimmed_backends(void) {
-#define TOP                                                                                        \
-    "\"schema_version\": 1, \"kind\": \"diffrt-bench\", \"host\": {\"hostname\": \"h\"}, "              \
-    "\"settings\": {\"n_prompt\": 16, \"n_gen\": 4}, \"model\": {\"name\": \"m\", \"architecture\": "   \
+#define TOP                                                                                                            \
+    "\"schema_version\": 1, \"kind\": \"diffrt-bench\", \"host\": {\"hostname\": \"h\"}, "                             \
+    "\"settings\": {\"n_prompt\": 16, \"n_gen\": 4}, \"model\": {\"name\": \"m\", \"architecture\": "                  \
     "\"diff-v2\", \"dtype\": \"f16\", \"params\": 1000, \"layers\": 1, \"dim\": 8}"
 #define ERR(dev) "{\"backend\": \"cpu\", \"status\": \"error\", \"error\": \"e\", \"device\": {\"name\": \"" dev "\"}}"
     static const struct {
@@ -433,8 +425,8 @@ static void skimmed_backends(void) {
                       "case %zu: exit %d (want 2), should name the file and say \"%s\":\n%s\n%s", i, rc,
                       cases[i].must_say, g_out, cases[i].json);
         else
-            DRT_CHECK(rc == 0 && strstr(g_out, "(2 rows, 1 table)"),
-                      "case %zu: exit %d (want 0, 2 rows):\n%s\n%s", i, rc, g_out, cases[i].json);
+            DRT_CHECK(rc == 0 && strstr(g_out, "(2 rows, 1 table)"), "case %zu: exit %d (want 0, 2 rows):\n%s\n%s", i,
+                      rc, g_out, cases[i].json);
     }
 }
 
@@ -463,8 +455,7 @@ static int run_fsize(const char *args, rlim_t fsize, int ignore_xfsz) {
     close(fd[1]);
     size_t k = 0;
     ssize_t r;
-    while ((r = read(fd[0], g_out + k, sizeof g_out - 1 - k)) > 0)
-        k += (size_t)r;
+    while ((r = read(fd[0], g_out + k, sizeof g_out - 1 - k)) > 0) k += (size_t)r;
     g_out[k] = 0;
     close(fd[0]);
     int st = 0;
@@ -492,10 +483,8 @@ static char *dir_listing(const char *dir) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         char *s = drt_test_read_file(path);
         uint64_t h = 1469598103934665603ull;
-        for (const char *p = s; p && *p; p++)
-            h = (h ^ (unsigned char)*p) * 1099511628211ull;
-        o += (size_t)snprintf(out + o, 320, "%.200s %zu %016llx\n", names[i], s ? strlen(s) : 0,
-                              (unsigned long long)h);
+        for (const char *p = s; p && *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        o += (size_t)snprintf(out + o, 320, "%.200s %zu %016llx\n", names[i], s ? strlen(s) : 0, (unsigned long long)h);
         free(s);
         free(names[i]);
     }
@@ -509,8 +498,7 @@ static int temps_beside(const char *base) {
     int n = 0;
     DIR *d = opendir(DRT_TMP_DIR);
     struct dirent *e;
-    while (d && (e = readdir(d)))
-        n += strncmp(e->d_name, pre, strlen(pre)) == 0;
+    while (d && (e = readdir(d))) n += strncmp(e->d_name, pre, strlen(pre)) == 0;
     if (d) closedir(d);
     return n;
 }
@@ -528,8 +516,7 @@ static void set_written_whole(void) {
     snprintf(B, sizeof B, "%s/report_whole_B.json", DRT_TMP_DIR);
     snprintf(dir, sizeof dir, "%s/report_whole", DRT_TMP_DIR);
     snprintf(scratch, sizeof scratch, "%s/report_whole_scratch", DRT_TMP_DIR);
-    snprintf(args, sizeof args, "rm -rf '%s' '%s' '%s'/.report_whole.tmp.*", dir, scratch,
-             DRT_TMP_DIR);
+    snprintf(args, sizeof args, "rm -rf '%s' '%s' '%s'/.report_whole.tmp.*", dir, scratch, DRT_TMP_DIR);
     DRT_CHECK(system(args) == 0, "cannot clear %s", dir);
     write_bench(A1, "a", 16, 0, 3, 0, NULL, NULL, NULL); /* two tables: pp16, pp32 */
     write_bench(A2, "a", 32, 0, 3, 0, NULL, NULL, NULL);
@@ -556,8 +543,7 @@ static void set_written_whole(void) {
         free(s);
     }
     DRT_CHECK(rc == 0 && md > 0 && svg > md + 1024,
-              "test bug: B's report.md (%zu bytes) should be well under its largest SVG (%zu)", md,
-              svg);
+              "test bug: B's report.md (%zu bytes) should be well under its largest SVG (%zu)", md, svg);
     rlim_t limit = (rlim_t)(md + (svg - md) / 2);
 
     static const struct {
@@ -574,8 +560,7 @@ static void set_written_whole(void) {
                   cases[i].name, (unsigned long long)limit, rc, before, after, g_out);
         if (cases[i].ignore_xfsz)
             DRT_CHECK(rc == 1 && strstr(g_out, "cannot write") && temps_beside("report_whole") == 0,
-                      "%s: exit %d (want 1), a message, no temporary left beside:\n%s",
-                      cases[i].name, rc, g_out);
+                      "%s: exit %d (want 1), a message, no temporary left beside:\n%s", cases[i].name, rc, g_out);
         free(after);
     }
     snprintf(args, sizeof args, "rm -rf '%s'/.report_whole.tmp.*", DRT_TMP_DIR);
@@ -612,8 +597,7 @@ static void set_written_whole(void) {
     DRT_CHECK(system(args) == 0, "cannot copy %s", B);
     snprintf(args, sizeof args, "report '%s' --out '%s' --force", path, dir);
     rc = run(args);
-    DRT_CHECK(rc == 2 && strstr(g_out, "holds the input"), "an input inside --out: exit %d:\n%s",
-              rc, g_out);
+    DRT_CHECK(rc == 2 && strstr(g_out, "holds the input"), "an input inside --out: exit %d:\n%s", rc, g_out);
     free(with_notes);
     free(before);
 }

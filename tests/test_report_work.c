@@ -50,19 +50,18 @@ static void write_rows(const char *path, int n_ok, int n_err) {
                     i % 3, i);
             continue;
         }
-        fprintf(
-            f,
-            "{\"backend\": \"cpu\", \"status\": \"ok\", \"device\": {\"name\": \"dev %d\"},"
-            "\"pp\": {\"mean_tok_s\": 100, \"sd_tok_s\": 1}, \"tg\": {\"mean_tok_s\": 10, "
-            "\"sd_tok_s\": 1},"
-            "\"roofline\": {\"decode\": {\"fraction\": 0.5, \"flag\": null, \"peak_gbytes_per_s\": "
-            "20},"
-            "\"prefill\": {\"fraction\": 0.5, \"flag\": null, \"peak_gflops\": 90}},"
-            "\"ops\": {\"prefill\": {\"total_ms\": 1, \"ops\": [{\"op\": \"MATMUL\", \"ms\": 1, "
-            "\"percent\": 100}]}, \"decode\": {\"total_ms\": 1, \"ops\": [{\"op\": \"ADD\", "
-            "\"ms\": 1, "
-            "\"percent\": 100}]}}}",
-            i);
+        fprintf(f,
+                "{\"backend\": \"cpu\", \"status\": \"ok\", \"device\": {\"name\": \"dev %d\"},"
+                "\"pp\": {\"mean_tok_s\": 100, \"sd_tok_s\": 1}, \"tg\": {\"mean_tok_s\": 10, "
+                "\"sd_tok_s\": 1},"
+                "\"roofline\": {\"decode\": {\"fraction\": 0.5, \"flag\": null, \"peak_gbytes_per_s\": "
+                "20},"
+                "\"prefill\": {\"fraction\": 0.5, \"flag\": null, \"peak_gflops\": 90}},"
+                "\"ops\": {\"prefill\": {\"total_ms\": 1, \"ops\": [{\"op\": \"MATMUL\", \"ms\": 1, "
+                "\"percent\": 100}]}, \"decode\": {\"total_ms\": 1, \"ops\": [{\"op\": \"ADD\", "
+                "\"ms\": 1, "
+                "\"percent\": 100}]}}}",
+                i);
     }
     fputs("]}\n", f);
     fclose(f);
@@ -87,11 +86,10 @@ int main(void) {
     size_t small = steps_for(SMALL), large = steps_for(LARGE);
     printf("report: %zu steps for %d rows, %zu for %d (%.2f a row)\n", small, SMALL, large, LARGE,
            (double)large / LARGE);
-    DRT_CHECK(large <= (size_t)PER_ROW * LARGE, "report: %zu steps for %d rows (at most %d a row)",
-              large, LARGE, PER_ROW);
+    DRT_CHECK(large <= (size_t)PER_ROW * LARGE, "report: %zu steps for %d rows (at most %d a row)", large, LARGE,
+              PER_ROW);
     /* the counter is deterministic: 4x the rows must cost about 4x the steps */
-    DRT_CHECK(large <= 5 * small,
-              "report: %zu steps for %d rows, %zu for %d: grows faster than the rows", small, SMALL,
+    DRT_CHECK(large <= 5 * small, "report: %zu steps for %d rows, %zu for %d: grows faster than the rows", small, SMALL,
               large, LARGE);
     return drt_test_summary("test_report_work");
 }

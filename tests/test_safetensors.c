@@ -32,8 +32,7 @@ static void write_bytes(const char *path, const void *p, size_t n) {
 
 /* 8-byte little-endian length field, then `hlen` header bytes, then n_data
  * bytes of a counting pattern. */
-static void write_raw(const char *path, uint64_t len_field, const char *header, size_t hlen,
-                      size_t n_data) {
+static void write_raw(const char *path, uint64_t len_field, const char *header, size_t hlen, size_t n_data) {
     size_t n = 8 + hlen + n_data;
     unsigned char *buf = malloc(n);
     DRT_CHECK(buf != NULL, "malloc");
@@ -56,8 +55,7 @@ static long raw_control_at(const char *m) {
                      : c >= 0xe0 && c <= 0xef ? 3
                      : c >= 0xf0 && c <= 0xf4 ? 4
                                               : 0;
-        if (c < 0x20 || c == 0x7f || len == 0 || (c == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f))
-            return (long)i;
+        if (c < 0x20 || c == 0x7f || len == 0 || (c == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)) return (long)i;
         for (size_t j = 1; j < len; j++)
             if ((u[i + j] & 0xc0) != 0x80) return (long)i;
         i += len;
@@ -66,20 +64,19 @@ static long raw_control_at(const char *m) {
 }
 
 /* status, one line, no raw control bytes, and every non-NULL needle in the message */
-static void check_error(const char *label, drt_status got, drt_status want, const char *n1,
-                        const char *n2, const char *n3) {
+static void check_error(const char *label, drt_status got, drt_status want, const char *n1, const char *n2,
+                        const char *n3) {
     const char *msg = drt_last_error();
     long raw = raw_control_at(msg);
-    DRT_CHECK(raw < 0, "%s: message holds the raw byte 0x%02x at %ld", label,
-              raw < 0 ? 0 : (unsigned char)msg[raw], raw);
+    DRT_CHECK(raw < 0, "%s: message holds the raw byte 0x%02x at %ld", label, raw < 0 ? 0 : (unsigned char)msg[raw],
+              raw);
     const char *needles[3] = {n1, n2, n3};
-    DRT_CHECK(got == want, "%s: status %s, expected %s (message: %s)", label, drt_status_str(got),
-              drt_status_str(want), msg);
+    DRT_CHECK(got == want, "%s: status %s, expected %s (message: %s)", label, drt_status_str(got), drt_status_str(want),
+              msg);
     DRT_CHECK(strchr(msg, '\n') == NULL, "%s: message is more than one line: %s", label, msg);
     for (int i = 0; i < 3; i++)
         if (needles[i])
-            DRT_CHECK(strstr(msg, needles[i]) != NULL, "%s: message lacks \"%s\": %s", label,
-                      needles[i], msg);
+            DRT_CHECK(strstr(msg, needles[i]) != NULL, "%s: message lacks \"%s\": %s", label, needles[i], msg);
     if (g_verbose) printf("  %-22s %-12s %s\n", label, drt_status_str(got), msg);
 }
 
@@ -110,8 +107,7 @@ static void test_round_trip(void) {
     if (raw && raw_len >= 8) {
         uint64_t hlen = 0;
         for (int i = 7; i >= 0; i--) hlen = hlen << 8 | (unsigned char)raw[i];
-        DRT_CHECK(hlen % 8 == 0, "header length %llu not a multiple of 8",
-                  (unsigned long long)hlen);
+        DRT_CHECK(hlen % 8 == 0, "header length %llu not a multiple of 8", (unsigned long long)hlen);
         DRT_CHECK(hlen < raw_len && raw[8] == '{', "header does not start with '{'");
         DRT_CHECK(raw_len == 8 + hlen + 24 + 8 + 24 + 20 + 4, "file size %zu", raw_len);
     }
@@ -162,16 +158,14 @@ static void test_exact_bytes(void) {
     size_t len = 0;
     DRT_CHECK(drt_read_text_file(path, &got, &len) == DRT_OK, "read: %s", drt_last_error());
     DRT_CHECK(len == sizeof want && got && memcmp(got, want, len) == 0,
-              "bytes differ from the reference layout (%zu bytes, header %.64s)", len,
-              got ? got + 8 : "");
+              "bytes differ from the reference layout (%zu bytes, header %.64s)", len, got ? got + 8 : "");
     free(got);
 
     /* zero tensors: "{}" padded to 8 */
     path = TMP "/zero.safetensors";
     DRT_CHECK(drt_st_write(path, NULL, 0) == DRT_OK, "write zero tensors: %s", drt_last_error());
     drt_st_file f;
-    DRT_CHECK(drt_st_open(path, &f) == DRT_OK && f.n_tensors == 0, "open zero tensors: %s",
-              drt_last_error());
+    DRT_CHECK(drt_st_open(path, &f) == DRT_OK && f.n_tensors == 0, "open zero tensors: %s", drt_last_error());
     DRT_CHECK(drt_st_find(&f, "a") == NULL, "find in an empty file");
     drt_st_close(&f);
 }
@@ -188,10 +182,10 @@ static void test_sharded(void) {
     float a[4] = {1, 2, 3, 4}, b[2] = {5, 6}, c[3] = {7, 8, 9};
     drt_st_write_tensor s1[] = {{"a", DRT_F32, 2, {2, 2}, a}, {"b", DRT_F32, 1, {2}, b}};
     drt_st_write_tensor s2[] = {{"c", DRT_F32, 1, {3}, c}};
-    DRT_CHECK(drt_st_write(TMP "/sharded/model-00001-of-00002.safetensors", s1, 2) == DRT_OK,
-              "write shard 1: %s", drt_last_error());
-    DRT_CHECK(drt_st_write(TMP "/sharded/model-00002-of-00002.safetensors", s2, 1) == DRT_OK,
-              "write shard 2: %s", drt_last_error());
+    DRT_CHECK(drt_st_write(TMP "/sharded/model-00001-of-00002.safetensors", s1, 2) == DRT_OK, "write shard 1: %s",
+              drt_last_error());
+    DRT_CHECK(drt_st_write(TMP "/sharded/model-00002-of-00002.safetensors", s2, 1) == DRT_OK, "write shard 2: %s",
+              drt_last_error());
     write_index(dir, "{\"metadata\": {\"total_size\": 36}, \"weight_map\": {"
                      "\"a\": \"model-00001-of-00002.safetensors\","
                      "\"c\": \"model-00002-of-00002.safetensors\","
@@ -214,11 +208,9 @@ static void test_sharded(void) {
     /* a single model.safetensors wins over an index */
     dir = TMP "/single";
     make_dir(dir);
-    DRT_CHECK(drt_st_write(TMP "/single/model.safetensors", s2, 1) == DRT_OK, "write single: %s",
-              drt_last_error());
+    DRT_CHECK(drt_st_write(TMP "/single/model.safetensors", s2, 1) == DRT_OK, "write single: %s", drt_last_error());
     st = drt_st_set_open_dir(dir, &s);
-    DRT_CHECK(st == DRT_OK && s.n_files == 1 && drt_st_set_find(&s, "c"), "single dir: %s",
-              drt_last_error());
+    DRT_CHECK(st == DRT_OK && s.n_files == 1 && drt_st_set_find(&s, "c"), "single dir: %s", drt_last_error());
     drt_st_set_close(&s);
 }
 
@@ -350,8 +342,8 @@ static void test_header_cases(void) {
         drt_status st = drt_st_open(path, &f);
         if (c->want == DRT_OK) {
             DRT_CHECK(st == DRT_OK, "%s: %s", c->name, drt_last_error());
-            DRT_CHECK(st != DRT_OK || f.n_tensors == c->n_tensors, "%s: n_tensors %d, expected %d",
-                      c->name, f.n_tensors, c->n_tensors);
+            DRT_CHECK(st != DRT_OK || f.n_tensors == c->n_tensors, "%s: n_tensors %d, expected %d", c->name,
+                      f.n_tensors, c->n_tensors);
             if (st == DRT_OK) drt_st_close(&f);
             continue;
         }
@@ -400,8 +392,7 @@ static void test_damage_cases(void) {
     DRT_CHECK(drt_st_write(good, w, 2) == DRT_OK, "write: %s", drt_last_error());
     char *bytes = NULL;
     size_t len = 0;
-    DRT_CHECK(drt_read_text_file(good, &bytes, &len) == DRT_OK && len > 48, "read back: %s",
-              drt_last_error());
+    DRT_CHECK(drt_read_text_file(good, &bytes, &len) == DRT_OK && len > 48, "read back: %s", drt_last_error());
     if (!bytes || len <= 48) {
         free(bytes);
         return;
@@ -431,8 +422,7 @@ static void test_damage_cases(void) {
         check_error(c->name, st, c->want, fname, c->needle[0], c->needle[1]);
         if (c->must_not)
             DRT_CHECK(strstr(drt_last_error(), c->must_not) == NULL,
-                      "%s: message shows the length field's value %s: %s", c->name, c->must_not,
-                      drt_last_error());
+                      "%s: message shows the length field's value %s: %s", c->name, c->must_not, drt_last_error());
         if (st == DRT_OK) drt_st_close(&f);
     }
     free(bytes);
@@ -483,8 +473,7 @@ static void test_mutations(void) {
         } else {
             n_bad++;
             const char *msg = drt_last_error();
-            DRT_CHECK(strstr(msg, "mutated.safetensors") && !strchr(msg, '\n'),
-                      "mutation %d: message %s", it, msg);
+            DRT_CHECK(strstr(msg, "mutated.safetensors") && !strchr(msg, '\n'), "mutation %d: message %s", it, msg);
         }
     }
     if (g_verbose) printf("  mutations: %d opened, %d rejected\n", n_ok, n_bad);
@@ -498,8 +487,7 @@ static void test_paths(void) {
     drt_st_file f;
     drt_st_set s;
     drt_status st = drt_st_open(TMP "/no_such_file.safetensors", &f);
-    check_error("nonexistent_file", st, DRT_ERR_IO, "no_such_file.safetensors", "cannot open",
-                NULL);
+    check_error("nonexistent_file", st, DRT_ERR_IO, "no_such_file.safetensors", "cannot open", NULL);
     st = drt_st_open(TMP, &f);
     check_error("open_a_directory", st, DRT_ERR_IO, "st_tmp", "not a regular file", NULL);
 
@@ -515,11 +503,10 @@ static void test_paths(void) {
 
     /* the index names a shard that is not there */
     make_dir(TMP "/missing_shard");
-    DRT_CHECK(drt_st_write(TMP "/missing_shard/model-00001-of-00002.safetensors", w, 1) == DRT_OK,
-              "write: %s", drt_last_error());
-    write_index(TMP "/missing_shard",
-                "{\"weight_map\": {\"x\": \"model-00001-of-00002.safetensors\","
-                "\"y\": \"model-00002-of-00002.safetensors\"}}");
+    DRT_CHECK(drt_st_write(TMP "/missing_shard/model-00001-of-00002.safetensors", w, 1) == DRT_OK, "write: %s",
+              drt_last_error());
+    write_index(TMP "/missing_shard", "{\"weight_map\": {\"x\": \"model-00001-of-00002.safetensors\","
+                                      "\"y\": \"model-00002-of-00002.safetensors\"}}");
     st = drt_st_set_open_dir(TMP "/missing_shard", &s);
     check_error("index_missing_shard", st, DRT_ERR_IO, "model.safetensors.index.json",
                 "model-00002-of-00002.safetensors", "cannot open");
@@ -527,12 +514,9 @@ static void test_paths(void) {
 
     /* the index maps a name to a shard that does not hold it */
     make_dir(TMP "/wrong_shard");
-    DRT_CHECK(drt_st_write(TMP "/wrong_shard/a.safetensors", w, 1) == DRT_OK, "write: %s",
-              drt_last_error());
-    DRT_CHECK(drt_st_write(TMP "/wrong_shard/b.safetensors", w + 1, 1) == DRT_OK, "write: %s",
-              drt_last_error());
-    write_index(TMP "/wrong_shard",
-                "{\"weight_map\": {\"x\": \"a.safetensors\", \"y\": \"a.safetensors\"}}");
+    DRT_CHECK(drt_st_write(TMP "/wrong_shard/a.safetensors", w, 1) == DRT_OK, "write: %s", drt_last_error());
+    DRT_CHECK(drt_st_write(TMP "/wrong_shard/b.safetensors", w + 1, 1) == DRT_OK, "write: %s", drt_last_error());
+    write_index(TMP "/wrong_shard", "{\"weight_map\": {\"x\": \"a.safetensors\", \"y\": \"a.safetensors\"}}");
     st = drt_st_set_open_dir(TMP "/wrong_shard", &s);
     check_error("index_tensor_not_in_shard", st, DRT_ERR_FORMAT, "model.safetensors.index.json",
                 "tensor \"y\" not found in shard \"a.safetensors\"", NULL);
@@ -542,20 +526,16 @@ static void test_paths(void) {
     write_raw(TMP "/bad_shard/s.safetensors", 2, "[]", 2, 0);
     write_index(TMP "/bad_shard", "{\"weight_map\": {\"x\": \"s.safetensors\"}}");
     st = drt_st_set_open_dir(TMP "/bad_shard", &s);
-    check_error("index_bad_shard", st, DRT_ERR_FORMAT, "bad_shard/s.safetensors", "not an object",
-                NULL);
+    check_error("index_bad_shard", st, DRT_ERR_FORMAT, "bad_shard/s.safetensors", "not an object", NULL);
 
     /* the same name in two shards: drt_st_set_find would return the wrong one */
     make_dir(TMP "/dup_shard");
-    DRT_CHECK(drt_st_write(TMP "/dup_shard/a.safetensors", w, 2) == DRT_OK, "write: %s",
-              drt_last_error());
-    DRT_CHECK(drt_st_write(TMP "/dup_shard/b.safetensors", w + 1, 1) == DRT_OK, "write: %s",
-              drt_last_error());
-    write_index(TMP "/dup_shard",
-                "{\"weight_map\": {\"x\": \"a.safetensors\", \"y\": \"b.safetensors\"}}");
+    DRT_CHECK(drt_st_write(TMP "/dup_shard/a.safetensors", w, 2) == DRT_OK, "write: %s", drt_last_error());
+    DRT_CHECK(drt_st_write(TMP "/dup_shard/b.safetensors", w + 1, 1) == DRT_OK, "write: %s", drt_last_error());
+    write_index(TMP "/dup_shard", "{\"weight_map\": {\"x\": \"a.safetensors\", \"y\": \"b.safetensors\"}}");
     st = drt_st_set_open_dir(TMP "/dup_shard", &s);
-    check_error("index_name_in_two_shards", st, DRT_ERR_FORMAT, "model.safetensors.index.json",
-                "\"y\"", "earlier shard");
+    check_error("index_name_in_two_shards", st, DRT_ERR_FORMAT, "model.safetensors.index.json", "\"y\"",
+                "earlier shard");
 
     /* malformed index files */
     static const struct {
@@ -569,8 +549,7 @@ static void test_paths(void) {
         {"index_no_weight_map", "{\"metadata\": {}}", "\"weight_map\""},
         {"index_weight_map_array", "{\"weight_map\": [\"a.safetensors\"]}", "\"weight_map\""},
         {"index_root_array", "[{\"weight_map\": {}}]", "\"weight_map\""},
-        {"index_shard_not_string", "{\"weight_map\": {\"x\": 3}}",
-         "tensor \"x\": expected a shard"},
+        {"index_shard_not_string", "{\"weight_map\": {\"x\": 3}}", "tensor \"x\": expected a shard"},
         {"index_shard_empty", "{\"weight_map\": {\"x\": \"\"}}", "tensor \"x\": expected a shard"},
         /* shard names are plain file names inside the directory */
         {"index_shard_parent", "{\"weight_map\": {\"x\": \"../a.safetensors\"}}",
@@ -582,8 +561,7 @@ static void test_paths(void) {
          "shard \"sub/a.safetensors\" is not a plain file name"},
         {"index_shard_dot", "{\"weight_map\": {\"x\": \".\"}}", "shard \".\" is not a plain"},
         {"index_shard_dotdot", "{\"weight_map\": {\"x\": \"..\"}}", "shard \"..\" is not a plain"},
-        {"index_shard_nul", "{\"weight_map\": {\"x\": \"a.safetensors\\u0000/../../b\"}}",
-         "\\u0000 escape (NUL)"},
+        {"index_shard_nul", "{\"weight_map\": {\"x\": \"a.safetensors\\u0000/../../b\"}}", "\\u0000 escape (NUL)"},
         {"index_shard_overlong",
          "{\"weight_map\": {\"x\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
          "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -611,19 +589,15 @@ static void test_writer_args(void) {
     check_error("write_5_dims", st, DRT_ERR_INVALID_ARG, "w5.safetensors", "\"w\": ndim 5", NULL);
     drt_st_write_tensor dup[] = {{"w", DRT_F32, 1, {1}, x}, {"w", DRT_F32, 1, {1}, x}};
     st = drt_st_write(TMP "/wdup.safetensors", dup, 2);
-    check_error("write_duplicate", st, DRT_ERR_INVALID_ARG, "wdup.safetensors", "\"w\" given twice",
-                NULL);
+    check_error("write_duplicate", st, DRT_ERR_INVALID_ARG, "wdup.safetensors", "\"w\" given twice", NULL);
     drt_st_write_tensor neg = {"w", DRT_F32, 1, {-1}, x};
     st = drt_st_write(TMP "/wneg.safetensors", &neg, 1);
-    check_error("write_negative_dim", st, DRT_ERR_INVALID_ARG, "wneg.safetensors", "shape[0]",
-                NULL);
+    check_error("write_negative_dim", st, DRT_ERR_INVALID_ARG, "wneg.safetensors", "shape[0]", NULL);
     drt_st_write_tensor nodata = {"w", DRT_F32, 1, {2}, NULL};
     st = drt_st_write(TMP "/wnull.safetensors", &nodata, 1);
-    check_error("write_null_data", st, DRT_ERR_INVALID_ARG, "wnull.safetensors", "data is NULL",
-                NULL);
+    check_error("write_null_data", st, DRT_ERR_INVALID_ARG, "wnull.safetensors", "data is NULL", NULL);
     st = drt_st_write(TMP "/no_such_dir/x.safetensors", NULL, 0);
-    check_error("write_bad_path", st, DRT_ERR_IO, "no_such_dir/x.safetensors", "cannot create",
-                NULL);
+    check_error("write_bad_path", st, DRT_ERR_IO, "no_such_dir/x.safetensors", "cannot create", NULL);
 }
 
 static void test_text_file(void) {
@@ -633,8 +607,8 @@ static void test_text_file(void) {
     char *buf = NULL;
     size_t len = 0;
     drt_status st = drt_read_text_file(p, &buf, &len);
-    DRT_CHECK(st == DRT_OK && len == strlen(text) && buf && strcmp(buf, text) == 0,
-              "read text file: %s", drt_last_error());
+    DRT_CHECK(st == DRT_OK && len == strlen(text) && buf && strcmp(buf, text) == 0, "read text file: %s",
+              drt_last_error());
     free(buf);
 
     /* bigger than the first buffer, to exercise growth */
@@ -675,8 +649,7 @@ static void test_text_file(void) {
     st = drt_st_open(fifo, &f);
     check_error("st_fifo", st, DRT_ERR_IO, "fifo.json", "not a regular file (a FIFO)", NULL);
     st = drt_read_text_file("/dev/zero", &buf, &len);
-    check_error("text_device", st, DRT_ERR_IO, "/dev/zero",
-                "not a regular file (a character device)", NULL);
+    check_error("text_device", st, DRT_ERR_IO, "/dev/zero", "not a regular file (a character device)", NULL);
     const char *loop = TMP "/loop.json";
     remove(loop);
     DRT_CHECK(symlink("loop.json", loop) == 0, "symlink: %s", strerror(errno));

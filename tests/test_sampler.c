@@ -83,18 +83,15 @@ int main(void) {
         {"NaN first", {NAN, 1, 2, 3, 4, 5}, "token 0 is NaN"},
         {"NaN last", {0, 1, 2, 3, 4, NAN}, "token 5 is NaN"},
         {"+Inf", {0, 1, INFINITY, 3, 4, 5}, "token 2 is Inf"},
-        {"all -Inf",
-         {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY},
-         "every logit is -Inf"},
+        {"all -Inf", {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY}, "every logit is -Inf"},
     };
     drt_sampler_opts temps[3] = {{0, 0, 1, 1}, {1.0f, 0, 1, 1}, {0.7f, 3, 0.9f, 1}};
     for (size_t i = 0; i < sizeof nonfinite / sizeof nonfinite[0]; i++)
         for (int k = 0; k < 3; k++) {
             int t = draw(temps[k], nonfinite[i].lg, 6);
             DRT_CHECK(t == -1 && strstr(drt_last_error(), nonfinite[i].must_say),
-                      "%s (temperature %.1f): sampled %d, message \"%s\" (expected -1, \"%s\")",
-                      nonfinite[i].name, (double)temps[k].temperature, t, drt_last_error(),
-                      nonfinite[i].must_say);
+                      "%s (temperature %.1f): sampled %d, message \"%s\" (expected -1, \"%s\")", nonfinite[i].name,
+                      (double)temps[k].temperature, t, drt_last_error(), nonfinite[i].must_say);
         }
     /* -Inf masks a token: greedy and sampling pick among the others only */
     const float masked[6] = {-INFINITY, 0.5f, -INFINITY, 0.4f, -INFINITY, -INFINITY};
@@ -133,9 +130,8 @@ int main(void) {
             char want[64];
             snprintf(want, sizeof want, "token %d is %s", bads[k], inf ? "Inf" : "NaN");
             int t = draw((drt_sampler_opts){0, 0, 1, 1}, lv, LV);
-            DRT_CHECK(t == -1 && strstr(drt_last_error(), want),
-                      "%s at %d of %d: sampled %d, message \"%s\"", inf ? "Inf" : "NaN", bads[k], LV, t,
-                      drt_last_error());
+            DRT_CHECK(t == -1 && strstr(drt_last_error(), want), "%s at %d of %d: sampled %d, message \"%s\"",
+                      inf ? "Inf" : "NaN", bads[k], LV, t, drt_last_error());
         }
 
     /* NULL arguments */
@@ -143,8 +139,7 @@ int main(void) {
     DRT_CHECK(drt_sampler_create(&o, 6, NULL) == DRT_ERR_INVALID_ARG, "NULL out accepted");
     DRT_CHECK(drt_sampler_sample(NULL, lg) == -1, "NULL sampler sampled");
     drt_sampler_create(&o, 6, &s);
-    DRT_CHECK(drt_sampler_sample(s, NULL) == -1 && strstr(drt_last_error(), "logits"),
-              "NULL logits sampled");
+    DRT_CHECK(drt_sampler_sample(s, NULL) == -1 && strstr(drt_last_error(), "logits"), "NULL logits sampled");
     drt_sampler_free(s);
     drt_sampler_free(NULL);
     return drt_test_summary("test_sampler");

@@ -177,8 +177,7 @@ static void by_env_and_api(void) {
     DRT_CHECK(drt_setting_bool(set, "cuda.verbose", &b) == DRT_OK && b == 0, "bool default: %d", b);
     DRT_CHECK(drt_setting_bool(set, "no.such", &b) == DRT_ERR_INVALID_ARG, "getter of an unknown name");
     drt_settings *copy = NULL;
-    DRT_CHECK(drt_settings_copy(set, &copy) == DRT_OK && drt_setting_int(copy, "vulkan.mm_wg", &n) == DRT_OK &&
-                  n == 7,
+    DRT_CHECK(drt_settings_copy(set, &copy) == DRT_OK && drt_setting_int(copy, "vulkan.mm_wg", &n) == DRT_OK && n == 7,
               "copy: %lld", n);
     drt_settings_free(copy);
     drt_settings_free(set);
@@ -237,8 +236,7 @@ static void aliases(void) {
         if (!si.old_env) continue;
         n_alias++;
         int c = 0;
-        while (c < N_CASES && strcmp(CASES[c].name, si.name) != 0)
-            c++;
+        while (c < N_CASES && strcmp(CASES[c].name, si.name) != 0) c++;
         setenv(si.old_env, CASES[c].good, 1);
         char v[256];
         drt_setting_source src;
@@ -262,7 +260,6 @@ static void aliases(void) {
                   "alias %s of %s", si.old_env, si.env);
     }
     DRT_CHECK(n_alias == 11, "%d deprecated aliases, want the 11 DIFFRT_VK_* names", n_alias);
-
 }
 
 /* the settings reach the backend and the session: a caller's good value wins
@@ -347,8 +344,8 @@ static void vulkan_ranges(void) {
         setenv(cases[i].env, cases[i].val, 1);
         be = NULL;
         drt_status s = drt_backend_open("vulkan", NULL, &be);
-        DRT_CHECK(s == DRT_ERR_INVALID_ARG && strstr(drt_last_error(), cases[i].says), "%s=%s: %d \"%s\"",
-                  cases[i].env, cases[i].val, (int)s, s == DRT_OK ? "" : drt_last_error());
+        DRT_CHECK(s == DRT_ERR_INVALID_ARG && strstr(drt_last_error(), cases[i].says), "%s=%s: %d \"%s\"", cases[i].env,
+                  cases[i].val, (int)s, s == DRT_OK ? "" : drt_last_error());
         drt_backend_close(be);
         unsetenv(cases[i].env);
     }

@@ -28,11 +28,11 @@
 #include "drt_test.h"
 
 #define V 256
-#define T 8         /* tokens of the hammer prompt */
-#define LAPS 3      /* the hammer session holds LAPS prompts (ctx LAPS * T) */
-#define T_LONG 48   /* the forward a free waits for */
-#define N_DECODE 4  /* decode steps after the prefill, shared-model case */
-#define N_SHARED 4  /* threads of the shared-model case */
+#define T 8        /* tokens of the hammer prompt */
+#define LAPS 3     /* the hammer session holds LAPS prompts (ctx LAPS * T) */
+#define T_LONG 48  /* the forward a free waits for */
+#define N_DECODE 4 /* decode steps after the prefill, shared-model case */
+#define N_SHARED 4 /* threads of the shared-model case */
 
 static void prompt(int32_t *ids, int n, int salt) {
     for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 37 + salt * 11 + 3) % V);
@@ -141,8 +141,10 @@ static void *hammer_thread(void *p) {
             int lap = -1;
             for (int k = 0; k < LAPS && lap < 0; k++)
                 if (memcmp(lg, j->laps[k], sizeof lg) == 0) lap = k;
-            if (lap < 0) j->wrong++;
-            else j->ok++;
+            if (lap < 0)
+                j->wrong++;
+            else
+                j->ok++;
         } else if (st == DRT_ERR_BUSY) {
             if (!strstr(drt_last_error(), "session is in use by another thread"))
                 snprintf(j->busy_err, sizeof j->busy_err, "%s", drt_last_error());
@@ -170,10 +172,9 @@ static void one_session_two_threads(const char *dir, const char *backend) {
     int32_t ids[T];
     prompt(ids, T, 0);
     for (int k = 0; k < LAPS; k++)
-        DRT_CHECK(drt_session_forward(s, ids, T, laps[k], 0) == DRT_OK, "%s lap %d: %s", dir, k,
-                  drt_last_error());
+        DRT_CHECK(drt_session_forward(s, ids, T, laps[k], 0) == DRT_OK, "%s lap %d: %s", dir, k, drt_last_error());
     drt_session_reset(s);
-    hammer_job j[2] = {{.s = s, .laps = (const float (*)[V])laps}, {.s = s, .laps = (const float (*)[V])laps}};
+    hammer_job j[2] = {{.s = s, .laps = (const float(*)[V])laps}, {.s = s, .laps = (const float(*)[V])laps}};
     pthread_t th[2];
     int started[2];
     for (int i = 0; i < 2; i++) started[i] = pthread_create(&th[i], NULL, hammer_thread, &j[i]) == 0;
@@ -233,8 +234,7 @@ static void free_during_forward(const char *dir, const char *backend) {
     int32_t ids[T_LONG];
     prompt(ids, T_LONG, 5);
     drt_session *s = session(m, backend, T_LONG);
-    DRT_CHECK(s && drt_session_forward(s, ids, T_LONG, ref, 1) == DRT_OK, "%s reference: %s", dir,
-              drt_last_error());
+    DRT_CHECK(s && drt_session_forward(s, ids, T_LONG, ref, 1) == DRT_OK, "%s reference: %s", dir, drt_last_error());
     drt_session_free(s);
     static long_job j;
     int inside = 0, busy = 0;
@@ -257,8 +257,7 @@ static void free_during_forward(const char *dir, const char *backend) {
          * caller's making */
         int in = 0;
         float probe_lg[V];
-        while (!atomic_load(&j.done) && !in)
-            in = drt_session_forward(j.s, ids, 0, probe_lg, 0) == DRT_ERR_BUSY;
+        while (!atomic_load(&j.done) && !in) in = drt_session_forward(j.s, ids, 0, probe_lg, 0) == DRT_ERR_BUSY;
         drt_session_free(j.s); /* waits for the forward when it is inside */
         pthread_join(th, NULL);
         inside += in;
@@ -298,8 +297,10 @@ static void *batch_thread(void *p) {
         drt_batch bt = {.n = 1, .token = &tok, .seq = &seq};
         drt_status st = len == B_LEN ? drt_seq_truncate(j->b, seq, 0) : drt_batch_forward(j->b, &bt, lg);
         if (st == DRT_OK && len < B_LEN) {
-            if (memcmp(lg, j->want[len], sizeof lg) != 0) j->wrong++;
-            else j->ok++;
+            if (memcmp(lg, j->want[len], sizeof lg) != 0)
+                j->wrong++;
+            else
+                j->ok++;
         } else if (st == DRT_ERR_BUSY) {
             j->busy++;
             sched_yield();
@@ -331,8 +332,8 @@ static void batch_two_threads(const char *dir, const char *backend) {
         }
     drt_seq_truncate(b, 0, 0);
     drt_seq_truncate(b, 1, 0);
-    batch_job j[2] = {{.b = b, .seq = 0, .want = (const float (*)[V])want[0]},
-                      {.b = b, .seq = 1, .want = (const float (*)[V])want[1]}};
+    batch_job j[2] = {{.b = b, .seq = 0, .want = (const float(*)[V])want[0]},
+                      {.b = b, .seq = 1, .want = (const float(*)[V])want[1]}};
     pthread_t th[2];
     int started[2];
     for (int i = 0; i < 2; i++) started[i] = pthread_create(&th[i], NULL, batch_thread, &j[i]) == 0;
@@ -353,15 +354,14 @@ static void batch_two_threads(const char *dir, const char *backend) {
 int main(void) {
     const char *q4 = DRT_TMP_DIR "/threads_q4_0";
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' quantize --model '%s' --type q4_0 --out '%s' --force >/dev/null 2>&1",
-             DRT_CLI_PATH, DRT_FIXTURES_DIR "/hf_llama_gqa", q4);
+    snprintf(cmd, sizeof cmd, "'%s' quantize --model '%s' --type q4_0 --out '%s' --force >/dev/null 2>&1", DRT_CLI_PATH,
+             DRT_FIXTURES_DIR "/hf_llama_gqa", q4);
     int q_ok = system(cmd) == 0;
     DRT_CHECK(q_ok, "%s failed", cmd);
     const char *models[] = {
-        DRT_FIXTURES_DIR "/hf_llama_gqa",     /* transformer */
-        DRT_FIXTURES_DIR "/hf_diffllama_gqa", /* diff V1 */
-        DRT_FIXTURES_DIR "/diff_v2",
-        q_ok ? q4 : DRT_FIXTURES_DIR "/hf_llama_gqa", /* q4_0: the shared repacked copy */
+        DRT_FIXTURES_DIR "/hf_llama_gqa",                                          /* transformer */
+        DRT_FIXTURES_DIR "/hf_diffllama_gqa",                                      /* diff V1 */
+        DRT_FIXTURES_DIR "/diff_v2", q_ok ? q4 : DRT_FIXTURES_DIR "/hf_llama_gqa", /* q4_0: the shared repacked copy */
     };
     static const char *backends[] = {"cpu", "ref"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++)

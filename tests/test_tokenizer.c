@@ -34,8 +34,7 @@ static int g_verbose;
 static void fmt_ids(char *buf, size_t n, const int32_t *ids, int k) {
     size_t o = 0;
     buf[0] = 0;
-    for (int i = 0; i < k && o + 16 < n; i++)
-        o += (size_t)snprintf(buf + o, n - o, "%s%d", i ? "," : "", ids[i]);
+    for (int i = 0; i < k && o + 16 < n; i++) o += (size_t)snprintf(buf + o, n - o, "%s%d", i ? "," : "", ids[i]);
     if (o + 16 >= n) snprintf(buf + o, n - o, ",...");
 }
 
@@ -44,8 +43,7 @@ static int32_t *json_ids(const cJSON *a, int *n) {
     *n = cJSON_GetArraySize(a);
     int32_t *v = malloc(sizeof(int32_t) * (size_t)(*n + 1));
     int i = 0;
-    for (const cJSON *e = a ? a->child : NULL; e; e = e->next)
-        v[i++] = (int32_t)e->valuedouble;
+    for (const cJSON *e = a ? a->child : NULL; e; e = e->next) v[i++] = (int32_t)e->valuedouble;
     return v;
 }
 
@@ -82,8 +80,8 @@ static int utf8_complete(const char *s, size_t n) {
 
 /* Streams ids one at a time; checks every chunk is whole characters and the
  * concatenation equals want. */
-static void check_stream(const drt_tokenizer *t, const char *tag, int line, const int32_t *ids,
-                         int n, int skip, const char *want, size_t want_n) {
+static void check_stream(const drt_tokenizer *t, const char *tag, int line, const int32_t *ids, int n, int skip,
+                         const char *want, size_t want_n) {
     drt_tokenizer_stream st;
     drt_tokenizer_stream_init(&st);
     char *buf = NULL, *all = malloc(want_n + 64);
@@ -105,8 +103,8 @@ static void check_stream(const drt_tokenizer *t, const char *tag, int line, cons
     }
     DRT_CHECK(chunks_ok, "%s line %d: a streamed chunk holds part of a UTF-8 character", tag, line);
     DRT_CHECK(all_n == want_n && memcmp(all, want, want_n) == 0,
-              "%s line %d: streamed decode (skip_special=%d) differs from decode: %zu vs %zu bytes",
-              tag, line, skip, all_n, want_n);
+              "%s line %d: streamed decode (skip_special=%d) differs from decode: %zu vs %zu bytes", tag, line, skip,
+              all_n, want_n);
     free(buf);
     free(all);
 }
@@ -132,8 +130,8 @@ static char *expected_bytes(const cJSON *j, size_t *n) {
     return strdup(s);
 }
 
-static void check_decode(const drt_tokenizer *t, const char *tag, int line, const int32_t *ids,
-                         int n, int skip, const cJSON *want_json) {
+static void check_decode(const drt_tokenizer *t, const char *tag, int line, const int32_t *ids, int n, int skip,
+                         const cJSON *want_json) {
     char *got;
     size_t got_n, want_n;
     drt_status s = drt_tokenizer_decode(t, ids, n, skip, &got, &got_n);
@@ -143,16 +141,16 @@ static void check_decode(const drt_tokenizer *t, const char *tag, int line, cons
     if (!(got_n == want_n && memcmp(got, want, want_n) == 0)) {
         char b[512];
         fmt_ids(b, sizeof b, ids, n);
-        DRT_CHECK(0, "%s line %d: decode(skip_special=%d) of [%s]\n  got  \"%s\"\n  want \"%s\"",
-                  tag, line, skip, b, got, want);
+        DRT_CHECK(0, "%s line %d: decode(skip_special=%d) of [%s]\n  got  \"%s\"\n  want \"%s\"", tag, line, skip, b,
+                  got, want);
     }
     check_stream(t, tag, line, ids, n, skip, want, want_n);
     free(got);
     free(want);
 }
 
-static void check_encode(const drt_tokenizer *t, const char *tag, int line, const char *text,
-                         size_t text_n, int add_special, const cJSON *want_json) {
+static void check_encode(const drt_tokenizer *t, const char *tag, int line, const char *text, size_t text_n,
+                         int add_special, const cJSON *want_json) {
     int n_want;
     int32_t *want = json_ids(want_json, &n_want);
     int32_t *got;
@@ -165,10 +163,8 @@ static void check_encode(const drt_tokenizer *t, const char *tag, int line, cons
             char a[2048], b[2048];
             fmt_ids(a, sizeof a, got, n_got);
             fmt_ids(b, sizeof b, want, n_want);
-            DRT_CHECK(
-                0,
-                "%s line %d (add_special=%d): ids differ from tokenizers\n  got  [%s]\n  want [%s]",
-                tag, line, add_special, a, b);
+            DRT_CHECK(0, "%s line %d (add_special=%d): ids differ from tokenizers\n  got  [%s]\n  want [%s]", tag, line,
+                      add_special, a, b);
         } else {
             DRT_CHECK(1, "ok");
         }
@@ -229,8 +225,8 @@ static void test_corpus(const char *name, int round_trip) {
     size_t whole_n = 0;
     line_t *lines = read_corpus(&n_lines, &whole, &whole_n);
     const cJSON *cases = cJSON_GetObjectItem(exp, "cases");
-    DRT_CHECK(cJSON_GetArraySize(cases) == n_lines + 1, "%s: %d cases for %d corpus lines (+1)",
-              name, cJSON_GetArraySize(cases), n_lines);
+    DRT_CHECK(cJSON_GetArraySize(cases) == n_lines + 1, "%s: %d cases for %d corpus lines (+1)", name,
+              cJSON_GetArraySize(cases), n_lines);
 
     int n_cases = 0;
     size_t n_tokens = 0;
@@ -284,8 +280,7 @@ static void test_corpus(const char *name, int round_trip) {
     printf("%-7s vocab %5d: %d corpus cases, %d decode cases (load %.3f s, corpus %.3f s, %zu "
            "tokens)\n",
            name, drt_tokenizer_vocab_size(t), n_cases, n_dec, t_load, t_cases, n_tokens);
-    for (int i = 0; i < n_lines; i++)
-        free(lines[i].text);
+    for (int i = 0; i < n_lines; i++) free(lines[i].text);
     free(lines);
     free(whole);
     cJSON_Delete(exp);
@@ -305,15 +300,13 @@ static void test_api(void) {
     DRT_CHECK(bos >= 0 && eos >= 0 && bos != eos, "llama3 specials: bos %d eos %d", bos, eos);
     DRT_CHECK(drt_tokenizer_bos_id(t) == bos, "bos_id %d, want %d", drt_tokenizer_bos_id(t), bos);
     DRT_CHECK(drt_tokenizer_is_special(t, eos) && !drt_tokenizer_is_special(t, 0), "is_special");
-    DRT_CHECK(drt_tokenizer_id_to_token(t, eos) &&
-                  strcmp(drt_tokenizer_id_to_token(t, eos), "<|end_of_text|>") == 0,
+    DRT_CHECK(drt_tokenizer_id_to_token(t, eos) && strcmp(drt_tokenizer_id_to_token(t, eos), "<|end_of_text|>") == 0,
               "id_to_token(eos)");
-    DRT_CHECK(drt_tokenizer_id_to_token(t, -1) == NULL &&
-                  drt_tokenizer_id_to_token(t, 1 << 30) == NULL,
+    DRT_CHECK(drt_tokenizer_id_to_token(t, -1) == NULL && drt_tokenizer_id_to_token(t, 1 << 30) == NULL,
               "id_to_token out of range");
     DRT_CHECK(drt_tokenizer_token_to_id(t, "no such token at all") == -1, "token_to_id(missing)");
-    DRT_CHECK(drt_tokenizer_vocab_size(t) == eos + 1 + 3 || drt_tokenizer_vocab_size(t) > eos,
-              "vocab size %d", drt_tokenizer_vocab_size(t));
+    DRT_CHECK(drt_tokenizer_vocab_size(t) == eos + 1 + 3 || drt_tokenizer_vocab_size(t) > eos, "vocab size %d",
+              drt_tokenizer_vocab_size(t));
 
     /* empty text: only BOS, or nothing */
     int32_t *ids;
@@ -321,16 +314,14 @@ static void test_api(void) {
     DRT_CHECK(drt_tokenizer_encode(t, "", 0, 1, &ids, &n) == DRT_OK && n == 1 && ids[0] == bos,
               "encode(\"\") with specials");
     free(ids);
-    DRT_CHECK(drt_tokenizer_encode(t, NULL, 0, 0, &ids, &n) == DRT_OK && n == 0 && ids,
-              "encode(NULL, 0) gives 0 ids");
+    DRT_CHECK(drt_tokenizer_encode(t, NULL, 0, 0, &ids, &n) == DRT_OK && n == 0 && ids, "encode(NULL, 0) gives 0 ids");
     free(ids);
 
     /* ids that name no token are skipped, as HF does */
     int32_t odd[] = {-5, 1 << 30, 300, drt_tokenizer_vocab_size(t)};
     char *txt;
     size_t len;
-    DRT_CHECK(drt_tokenizer_decode(t, odd, 4, 0, &txt, &len) == DRT_OK, "decode odd ids: %s",
-              drt_last_error());
+    DRT_CHECK(drt_tokenizer_decode(t, odd, 4, 0, &txt, &len) == DRT_OK, "decode odd ids: %s", drt_last_error());
     char *one;
     size_t one_n;
     drt_tokenizer_decode(t, &odd[2], 1, 0, &one, &one_n);
@@ -357,15 +348,13 @@ static void test_api(void) {
         char want[32];
         snprintf(want, sizeof want, "byte %zu of", bad[i].at);
         DRT_CHECK(s == DRT_ERR_INVALID_ARG && ids == NULL && strstr(drt_last_error(), want),
-                  "invalid UTF-8 case %zu: status %d, message \"%s\" (want \"%s\")", i, (int)s,
-                  drt_last_error(), want);
+                  "invalid UTF-8 case %zu: status %d, message \"%s\" (want \"%s\")", i, (int)s, drt_last_error(), want);
         if (g_verbose) printf("  utf8 %zu: %s\n", i, drt_last_error());
     }
     /* NUL bytes inside the text are text */
     DRT_CHECK(drt_tokenizer_encode(t, "a\0b", 3, 0, &ids, &n) == DRT_OK && n >= 3, "NUL in text");
     if (n) {
-        DRT_CHECK(drt_tokenizer_decode(t, ids, n, 0, &txt, &len) == DRT_OK && len == 3 &&
-                      memcmp(txt, "a\0b", 3) == 0,
+        DRT_CHECK(drt_tokenizer_decode(t, ids, n, 0, &txt, &len) == DRT_OK && len == 3 && memcmp(txt, "a\0b", 3) == 0,
                   "NUL round trip");
         free(txt);
     }
@@ -434,8 +423,7 @@ static void test_random_round_trip(const char *name) {
         if (drt_tokenizer_decode(t, ids, m, 1, &back, &bn) == DRT_OK) {
             /* skip_special drops <|eot_id|> etc. that were in the text, so
              * compare without specials only where the text has none */
-            if (!strstr(buf, "<|eot_id|>") && !strstr(buf, "<|endoftext|>") &&
-                !(bn == n && memcmp(back, buf, n) == 0))
+            if (!strstr(buf, "<|eot_id|>") && !strstr(buf, "<|endoftext|>") && !(bn == n && memcmp(back, buf, n) == 0))
                 fails++;
             free(back);
         }
@@ -447,19 +435,18 @@ static void test_random_round_trip(const char *name) {
 
 /* ---- bad files ----------------------------------------------------------------- */
 
-static const char BASE[] =
-    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,"
-    "\"added_tokens\":[{\"id\":3,\"content\":\"<s>\",\"single_word\":false,\"lstrip\":false,"
-    "\"rstrip\":false,\"normalized\":false,\"special\":true}],"
-    "\"normalizer\":null,"
-    "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,"
-    "\"use_regex\":true},"
-    "\"post_processor\":null,"
-    "\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,"
-    "\"use_regex\":true},"
-    "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"fuse_unk\":false,"
-    "\"byte_fallback\":false,\"ignore_merges\":false,"
-    "\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"<s>\":3},\"merges\":[\"a b\"]}}";
+static const char BASE[] = "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,"
+                           "\"added_tokens\":[{\"id\":3,\"content\":\"<s>\",\"single_word\":false,\"lstrip\":false,"
+                           "\"rstrip\":false,\"normalized\":false,\"special\":true}],"
+                           "\"normalizer\":null,"
+                           "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,"
+                           "\"use_regex\":true},"
+                           "\"post_processor\":null,"
+                           "\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,"
+                           "\"use_regex\":true},"
+                           "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"fuse_unk\":false,"
+                           "\"byte_fallback\":false,\"ignore_merges\":false,"
+                           "\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"<s>\":3},\"merges\":[\"a b\"]}}";
 
 /* Offset of the first byte of m that could act on a terminal (a C0 control,
  * DEL, a C1 control U+0080..U+009F, a byte that is not UTF-8), or -1. */
@@ -472,8 +459,7 @@ static long raw_control_at(const char *m) {
                      : c >= 0xe0 && c <= 0xef ? 3
                      : c >= 0xf0 && c <= 0xf4 ? 4
                                               : 0;
-        if (c < 0x20 || c == 0x7f || len == 0 || (c == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f))
-            return (long)i;
+        if (c < 0x20 || c == 0x7f || len == 0 || (c == 0xc2 && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)) return (long)i;
         for (size_t j = 1; j < len; j++)
             if ((u[i + j] & 0xc0) != 0x80) return (long)i;
         i += len;
@@ -505,16 +491,15 @@ static void test_bad_files(void) {
     } cases[] = {
         {"\"type\":\"BPE\"", "\"type\":\"Unigram\"", DRT_ERR_UNSUPPORTED,
          "model type \"Unigram\" is not supported (supported: BPE with ByteLevel)", NULL},
-        {"\"type\":\"BPE\"", "\"type\":\"WordPiece\"", DRT_ERR_UNSUPPORTED,
-         "model type \"WordPiece\" is not supported", NULL},
+        {"\"type\":\"BPE\"", "\"type\":\"WordPiece\"", DRT_ERR_UNSUPPORTED, "model type \"WordPiece\" is not supported",
+         NULL},
         {"\"type\":\"BPE\"", "\"type\":7", DRT_ERR_FORMAT, "model.type", "a string"},
-        {"\"normalizer\":null", "\"normalizer\":{\"type\":\"NFC\"}", DRT_ERR_UNSUPPORTED,
-         "normalizer type \"NFC\"", NULL},
-        {"\"normalizer\":null",
-         "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Lowercase\"}]}",
+        {"\"normalizer\":null", "\"normalizer\":{\"type\":\"NFC\"}", DRT_ERR_UNSUPPORTED, "normalizer type \"NFC\"",
+         NULL},
+        {"\"normalizer\":null", "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Lowercase\"}]}",
          DRT_ERR_UNSUPPORTED, "normalizer type \"Lowercase\"", NULL},
-        {"\"pre_tokenizer\":{\"type\":\"ByteLevel\"", "\"pre_tokenizer\":{\"type\":\"Metaspace\"",
-         DRT_ERR_UNSUPPORTED, "pre_tokenizer type \"Metaspace\" is not supported", NULL},
+        {"\"pre_tokenizer\":{\"type\":\"ByteLevel\"", "\"pre_tokenizer\":{\"type\":\"Metaspace\"", DRT_ERR_UNSUPPORTED,
+         "pre_tokenizer type \"Metaspace\" is not supported", NULL},
         {"\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":"
          "true,"
          "\"use_regex\":true}",
@@ -545,10 +530,10 @@ static void test_bad_files(void) {
          "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"ByteLevel\"},"
          "{\"type\":\"Digits\"}]}",
          DRT_ERR_UNSUPPORTED, "\"Digits\" after ByteLevel", NULL},
-        {"\"decoder\":{\"type\":\"ByteLevel\"", "\"decoder\":{\"type\":\"WordPiece\"",
-         DRT_ERR_UNSUPPORTED, "decoder type \"WordPiece\"", NULL},
-        {"\"post_processor\":null", "\"post_processor\":{\"type\":\"Frobnicate\"}",
-         DRT_ERR_UNSUPPORTED, "post_processor type \"Frobnicate\"", NULL},
+        {"\"decoder\":{\"type\":\"ByteLevel\"", "\"decoder\":{\"type\":\"WordPiece\"", DRT_ERR_UNSUPPORTED,
+         "decoder type \"WordPiece\"", NULL},
+        {"\"post_processor\":null", "\"post_processor\":{\"type\":\"Frobnicate\"}", DRT_ERR_UNSUPPORTED,
+         "post_processor type \"Frobnicate\"", NULL},
         {"\"post_processor\":null",
          "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{"
          "\"id\":"
@@ -567,76 +552,63 @@ static void test_bad_files(void) {
          "\"<s>\":{\"id\":\"<s>\",\"ids\":[99]}}}",
          DRT_ERR_FORMAT, "adds id 99", NULL},
         {"\"dropout\":null", "\"dropout\":0.1", DRT_ERR_UNSUPPORTED, "model.dropout", NULL},
-        {"\"byte_fallback\":false", "\"byte_fallback\":true", DRT_ERR_UNSUPPORTED,
-         "model.byte_fallback", NULL},
-        {"\"ignore_merges\":false", "\"ignore_merges\":\"yes\"", DRT_ERR_FORMAT,
-         "model.ignore_merges", "true or false"},
-        {"\"unk_token\":null", "\"unk_token\":\"<unk>\"", DRT_ERR_FORMAT,
-         "unk_token \"<unk>\" is not in model.vocab", NULL},
-        {"\"merges\":[\"a b\"]", "\"merges\":[\"a b c\"]", DRT_ERR_FORMAT, "model.merges[0]",
-         "\"a b c\""},
-        {"\"merges\":[\"a b\"]", "\"merges\":[\"a\",\"a b\"]", DRT_ERR_FORMAT, "model.merges[0]",
+        {"\"byte_fallback\":false", "\"byte_fallback\":true", DRT_ERR_UNSUPPORTED, "model.byte_fallback", NULL},
+        {"\"ignore_merges\":false", "\"ignore_merges\":\"yes\"", DRT_ERR_FORMAT, "model.ignore_merges",
+         "true or false"},
+        {"\"unk_token\":null", "\"unk_token\":\"<unk>\"", DRT_ERR_FORMAT, "unk_token \"<unk>\" is not in model.vocab",
          NULL},
+        {"\"merges\":[\"a b\"]", "\"merges\":[\"a b c\"]", DRT_ERR_FORMAT, "model.merges[0]", "\"a b c\""},
+        {"\"merges\":[\"a b\"]", "\"merges\":[\"a\",\"a b\"]", DRT_ERR_FORMAT, "model.merges[0]", NULL},
         {"\"merges\":[\"a b\"]", "\"merges\":[[\"a\",\"b\"],[\"b\",\"zz\"]]", DRT_ERR_FORMAT,
          "model.merges[1]: token \"zz\" is not in model.vocab", NULL},
-        {"\"merges\":[\"a b\"]", "\"merges\":[[\"b\",\"a\"]]", DRT_ERR_FORMAT,
-         "token \"ba\" is not in model.vocab", NULL},
+        {"\"merges\":[\"a b\"]", "\"merges\":[[\"b\",\"a\"]]", DRT_ERR_FORMAT, "token \"ba\" is not in model.vocab",
+         NULL},
         {"\"merges\":[\"a b\"]", "\"merges\":[[\"a\",7]]", DRT_ERR_FORMAT, "model.merges[0]", NULL},
         {"\"merges\":[\"a b\"]", "\"merges\":{}", DRT_ERR_FORMAT, "model.merges", "an object"},
         {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\":-1", DRT_ERR_FORMAT, "model.vocab[\"a\"]", NULL},
-        {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\":\"0\"", DRT_ERR_FORMAT, "model.vocab[\"a\"]",
-         NULL},
+        {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\":\"0\"", DRT_ERR_FORMAT, "model.vocab[\"a\"]", NULL},
         {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\":1.5", DRT_ERR_FORMAT, "model.vocab[\"a\"]", NULL},
-        {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\":99999999999", DRT_ERR_FORMAT, "model.vocab[\"a\"]",
-         NULL},
-        {"\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"<s>\":3}", "\"vocab\":[]", DRT_ERR_FORMAT,
-         "model.vocab", "an array"},
+        {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\":99999999999", DRT_ERR_FORMAT, "model.vocab[\"a\"]", NULL},
+        {"\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"<s>\":3}", "\"vocab\":[]", DRT_ERR_FORMAT, "model.vocab", "an array"},
         /* not UTF-8 (HF refuses such a file): a raw byte in a key, a character cut
          * short in a string; a lone surrogate escape is no JSON (cJSON) */
-        {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\xf0\":0", DRT_ERR_FORMAT, "not valid UTF-8",
-         "is 0xF0"},
-        {"\"content\":\"<s>\"", "\"content\":\"<s\xe4\xb8\"", DRT_ERR_FORMAT, "not valid UTF-8",
-         NULL},
+        {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\xf0\":0", DRT_ERR_FORMAT, "not valid UTF-8", "is 0xF0"},
+        {"\"content\":\"<s>\"", "\"content\":\"<s\xe4\xb8\"", DRT_ERR_FORMAT, "not valid UTF-8", NULL},
         {"\"vocab\":{\"a\":0", "\"vocab\":{\"\\ud800\":0", DRT_ERR_FORMAT, "not valid JSON", NULL},
         {"\"model\":{", "\"model\":7,\"x\":{", DRT_ERR_FORMAT, "model: expected an object", NULL},
         {"\"added_tokens\":[{", "\"added_tokens\":[7,{", DRT_ERR_FORMAT, "added_tokens[0]", NULL},
-        {"\"content\":\"<s>\"", "\"content\":null", DRT_ERR_FORMAT, "added_tokens[0].content",
-         NULL},
+        {"\"content\":\"<s>\"", "\"content\":null", DRT_ERR_FORMAT, "added_tokens[0].content", NULL},
         {"\"special\":true", "\"special\":1", DRT_ERR_FORMAT, "added_tokens[].special", NULL},
         {"{\"version\"", "[{\"version\"", DRT_ERR_FORMAT, "not valid JSON", NULL},
-        {"\"model\":{\"type\"", "\"model\":{\"type\"\"", DRT_ERR_FORMAT, "not valid JSON",
-         "near byte"},
+        {"\"model\":{\"type\"", "\"model\":{\"type\"\"", DRT_ERR_FORMAT, "not valid JSON", "near byte"},
         /* as strict as serde_json (HF) and Python's json: text after the value,
          * a BOM, a control byte raw in a string or between values */
         {"\"merges\":[\"a b\"]}}", "\"merges\":[\"a b\"]}} x", DRT_ERR_FORMAT,
          "not valid JSON: text after the value at byte 578", NULL},
-        {"\"merges\":[\"a b\"]}}", "\"merges\":[\"a b\"]}}{}", DRT_ERR_FORMAT,
-         "text after the value at byte 577", NULL},
-        {"{\"version\"", "\xEF\xBB\xBF{\"version\"", DRT_ERR_FORMAT,
-         "starts with a UTF-8 byte order mark", NULL},
+        {"\"merges\":[\"a b\"]}}", "\"merges\":[\"a b\"]}}{}", DRT_ERR_FORMAT, "text after the value at byte 577",
+         NULL},
+        {"{\"version\"", "\xEF\xBB\xBF{\"version\"", DRT_ERR_FORMAT, "starts with a UTF-8 byte order mark", NULL},
         {"\"version\":\"1.0\"", "\"version\":\"1\x01.0\"", DRT_ERR_FORMAT,
          "not valid JSON: control byte 0x01 at byte 13", NULL},
-        {"\"version\":\"1.0\",", "\"version\":\"1.0\",\x0c", DRT_ERR_FORMAT,
-         "control byte 0x0C at byte 17", NULL},
+        {"\"version\":\"1.0\",", "\"version\":\"1.0\",\x0c", DRT_ERR_FORMAT, "control byte 0x0C at byte 17", NULL},
         /* one reading, HF's: a key twice (HF keeps the last vocab entry; cJSON
          * lookups gave the first) or a string cut short by a NUL is refused */
         {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\":5,\"a\":0", DRT_ERR_FORMAT, "duplicate key \"a\"",
          "(at $.model.vocab.a)"},
         {"\"version\":\"1.0\"", "\"version\":\"1.0\",\"version\":\"2.0\"", DRT_ERR_FORMAT,
          "duplicate key \"version\" (at $.version)", NULL},
-        {"\"special\":true}", "\"special\":true,\"special\":false}", DRT_ERR_FORMAT,
-         "duplicate key \"special\"", "(at $.added_tokens[0].special)"},
+        {"\"special\":true}", "\"special\":true,\"special\":false}", DRT_ERR_FORMAT, "duplicate key \"special\"",
+         "(at $.added_tokens[0].special)"},
         {"\"vocab\":{\"a\":0", "\"vocab\":{\"a\\u0000b\":7,\"a\":0", DRT_ERR_FORMAT, "key \"a\\u0000b\"",
          "holds a NUL"},
-        {"\"content\":\"<s>\"", "\"content\":\"<s>\\u0000\"", DRT_ERR_FORMAT, "string \"<s>\\u0000\"",
-         "holds a NUL"},
+        {"\"content\":\"<s>\"", "\"content\":\"<s>\\u0000\"", DRT_ERR_FORMAT, "string \"<s>\\u0000\"", "holds a NUL"},
         /* strings of the file in messages: no raw control reaches a terminal */
         {"\"type\":\"BPE\"", "\"type\":\"B\\u001b[2JPE\\u007f\"", DRT_ERR_UNSUPPORTED,
          "model type \"B\\x1b[2JPE\\x7f\"", NULL},
         {"\"type\":\"BPE\"", "\"type\":\"B\\u009b2J\xc2\x85\xe2\x80\xae\"", DRT_ERR_UNSUPPORTED,
          "model type \"B\\u009b2J\\u0085\\u202e\"", NULL},
-        {"\"merges\":[\"a b\"]", "\"merges\":[\"a \\u001b\"]", DRT_ERR_FORMAT,
-         "token \"\\x1b\" is not in model.vocab", NULL},
+        {"\"merges\":[\"a b\"]", "\"merges\":[\"a \\u001b\"]", DRT_ERR_FORMAT, "token \"\\x1b\" is not in model.vocab",
+         NULL},
         {"\"unk_token\":null", "\"unk_token\":\"\\u009b\"", DRT_ERR_FORMAT, "unk_token \"\\u009b\"", NULL},
         {"\"pre_tokenizer\":{\"type\":\"ByteLevel\"", "\"pre_tokenizer\":{\"type\":\"\\u001bc\"", DRT_ERR_UNSUPPORTED,
          "pre_tokenizer type \"\\x1bc\"", NULL},
@@ -647,13 +619,11 @@ static void test_bad_files(void) {
         drt_tokenizer *t = (drt_tokenizer *)0x1;
         drt_status s = drt_tokenizer_load_json(json, strlen(json), "bad/tokenizer.json", &t);
         const char *m = drt_last_error();
-        DRT_CHECK(s == cases[i].want && t == NULL,
-                  "bad file %zu (%s -> %s): status %s (want %s), message \"%s\"", i, cases[i].from,
-                  cases[i].to, drt_status_str(s), drt_status_str(cases[i].want), m);
+        DRT_CHECK(s == cases[i].want && t == NULL, "bad file %zu (%s -> %s): status %s (want %s), message \"%s\"", i,
+                  cases[i].from, cases[i].to, drt_status_str(s), drt_status_str(cases[i].want), m);
         DRT_CHECK(strncmp(m, "bad/tokenizer.json: ", 20) == 0 && strstr(m, cases[i].msg1) &&
                       (!cases[i].msg2 || strstr(m, cases[i].msg2)),
-                  "bad file %zu: message \"%s\" should name the file and say \"%s\"", i, m,
-                  cases[i].msg1);
+                  "bad file %zu: message \"%s\" should name the file and say \"%s\"", i, m, cases[i].msg1);
         long raw = raw_control_at(m);
         DRT_CHECK(raw < 0, "bad file %zu: message holds the raw byte 0x%02x: %s", i,
                   raw < 0 ? 0 : (unsigned char)m[raw], m);
@@ -669,8 +639,8 @@ static void test_bad_files(void) {
     if (s == DRT_OK) {
         int32_t *ids;
         int n;
-        DRT_CHECK(drt_tokenizer_encode(t, "ab<s>ba", 7, 1, &ids, &n) == DRT_OK && n == 4 &&
-                      ids[0] == 2 && ids[1] == 3 && ids[2] == 1 && ids[3] == 0,
+        DRT_CHECK(drt_tokenizer_encode(t, "ab<s>ba", 7, 1, &ids, &n) == DRT_OK && n == 4 && ids[0] == 2 &&
+                      ids[1] == 3 && ids[2] == 1 && ids[3] == 0,
                   "base: encode(\"ab<s>ba\")");
         free(ids);
         /* bytes with no vocab entry vanish (no unk token), as in HF */
@@ -702,8 +672,7 @@ static void test_bad_files(void) {
     DRT_CHECK(s == DRT_ERR_IO && t == NULL && strstr(drt_last_error(), "no/such/tokenizer.json"),
               "missing file: %s: %s", drt_status_str(s), drt_last_error());
     s = drt_tokenizer_load(DRT_TMP_DIR, &t);
-    DRT_CHECK(s == DRT_ERR_IO && t == NULL, "directory: %s: %s", drt_status_str(s),
-              drt_last_error());
+    DRT_CHECK(s == DRT_ERR_IO && t == NULL, "directory: %s: %s", drt_status_str(s), drt_last_error());
     const char *empty = DRT_TMP_DIR "/empty_tokenizer.json";
     FILE *fp = fopen(empty, "wb");
     if (fp) fclose(fp);
@@ -733,8 +702,7 @@ static void test_cut_character_at_arena_end(void) {
     memcpy(json + sizeof head - 1 + fill, tail, sizeof tail - 1);
     drt_tokenizer *t = NULL;
     drt_status s = drt_tokenizer_load_json(json, n, "cut.json", &t);
-    DRT_CHECK(s == DRT_ERR_FORMAT && t == NULL &&
-                  strstr(drt_last_error(), "cut.json: not valid UTF-8"),
+    DRT_CHECK(s == DRT_ERR_FORMAT && t == NULL && strstr(drt_last_error(), "cut.json: not valid UTF-8"),
               "vocab string with a cut character: %s: %s", drt_status_str(s), drt_last_error());
     if (s == DRT_OK) {
         for (int32_t id = 0; id <= 5; id++) {
@@ -805,15 +773,15 @@ typedef struct {
  * normalized ones in the gaps), written the plain way: every token tried at
  * every position. What no token covers is encoded by `plain`, the same
  * tokenizer without added tokens. */
-static void ref_split(const drt_tokenizer *plain, const ref_tok *tk, int nt, int pass, const char *s,
-                      size_t n, idbuf *out) {
+static void ref_split(const drt_tokenizer *plain, const ref_tok *tk, int nt, int pass, const char *s, size_t n,
+                      idbuf *out) {
     size_t start = 0, i = 0;
     for (;;) {
         int best = -1;
         for (; i < n && best < 0; i++)
             for (int k = 0; k < nt; k++)
-                if (tk[k].special == (pass == 1) && tk[k].len <= n - i &&
-                    memcmp(s + i, tk[k].s, tk[k].len) == 0 && (best < 0 || tk[k].len > tk[best].len))
+                if (tk[k].special == (pass == 1) && tk[k].len <= n - i && memcmp(s + i, tk[k].s, tk[k].len) == 0 &&
+                    (best < 0 || tk[k].len > tk[best].len))
                     best = k;
         size_t at = best < 0 ? n : i - 1;
         if (at > start) {
@@ -855,8 +823,8 @@ static void test_many_added_tokens(void) {
             snprintf(tk[k].s, sizeof tk[k].s, "%s", extra[k - N_NUM]);
         tk[k].len = strlen(tk[k].s);
         tk[k].special = k % 2 == 0;
-        len += (size_t)snprintf(list + len, cap - len, "%s{\"id\":%d,\"content\":\"%s\",\"special\":%s}",
-                                k ? "," : "", 1000 + k, tk[k].s, tk[k].special ? "true" : "false");
+        len += (size_t)snprintf(list + len, cap - len, "%s{\"id\":%d,\"content\":\"%s\",\"special\":%s}", k ? "," : "",
+                                1000 + k, tk[k].s, tk[k].special ? "true" : "false");
     }
     snprintf(list + len, cap - len, "]");
     size_t jn;
@@ -890,8 +858,8 @@ static void test_many_added_tokens(void) {
         drt_status s = drt_tokenizer_encode(t, text, n, 0, &ids, &k);
         int same = s == DRT_OK && k == want.n && (k == 0 || memcmp(ids, want.v, (size_t)k * sizeof *ids) == 0);
         if (!same && bad++ < 3)
-            DRT_CHECK(0, "many added tokens: round %d: %d ids, the reference %d (text \"%.*s\")", round, k,
-                      want.n, (int)n, text);
+            DRT_CHECK(0, "many added tokens: round %d: %d ids, the reference %d (text \"%.*s\")", round, k, want.n,
+                      (int)n, text);
         free(ids);
         free(want.v);
     }
@@ -900,18 +868,16 @@ static void test_many_added_tokens(void) {
     /* 10 KB of near misses: every '<' starts a run of candidates */
     size_t n = 10000;
     char *text = malloc(n);
-    for (size_t i = 0; i < n; i++)
-        text[i] = "<t599"[i % 5];
+    for (size_t i = 0; i < n; i++) text[i] = "<t599"[i % 5];
     size_t before = drt_tokenizer_added_steps();
     int32_t *ids = NULL;
     int k = 0;
     drt_status s = drt_tokenizer_encode(t, text, n, 0, &ids, &k);
     size_t steps = drt_tokenizer_added_steps() - before;
     /* two passes (special and not), at most two automaton steps per byte each */
-    DRT_CHECK(
-        s == DRT_OK && steps <= 4 * n,
-        "many added tokens: %zu matching steps for %zu bytes (at most %zu: two per byte per pass)",
-        steps, n, 4 * n);
+    DRT_CHECK(s == DRT_OK && steps <= 4 * n,
+              "many added tokens: %zu matching steps for %zu bytes (at most %zu: two per byte per pass)", steps, n,
+              4 * n);
     if (g_verbose) printf("  6009 added tokens, 10 KB: %zu matching steps\n", steps);
     free(ids);
     free(text);
@@ -926,13 +892,11 @@ out:
  * not: special ones are matched in pass 1, the others in pass 2) */
 static drt_tokenizer *with_added(const char *const *tok, const int *special, int nt) {
     size_t cap = 64;
-    for (int k = 0; k < nt; k++)
-        cap += strlen(tok[k]) + 64;
+    for (int k = 0; k < nt; k++) cap += strlen(tok[k]) + 64;
     char *list = malloc(cap);
     size_t len = (size_t)snprintf(list, cap, "\"added_tokens\":[");
     for (int k = 0; k < nt; k++)
-        len += (size_t)snprintf(list + len, cap - len,
-                                "%s{\"id\":%d,\"content\":\"%s\",\"special\":%s}", k ? "," : "",
+        len += (size_t)snprintf(list + len, cap - len, "%s{\"id\":%d,\"content\":\"%s\",\"special\":%s}", k ? "," : "",
                                 1000 + k, tok[k], special[k] ? "true" : "false");
     snprintf(list + len, cap - len, "]");
     size_t jn;
@@ -963,49 +927,41 @@ static void test_added_tokens_random(void) {
         while (nt < want_nt) {
             ref_tok x = {0};
             x.len = 1 + (size_t)(rand() % 6);
-            for (size_t i = 0; i < x.len; i++)
-                x.s[i] = "ab"[rand() % 2];
+            for (size_t i = 0; i < x.len; i++) x.s[i] = "ab"[rand() % 2];
             int dup = 0;
-            for (int k = 0; k < nt; k++)
-                dup |= strcmp(tk[k].s, x.s) == 0;
+            for (int k = 0; k < nt; k++) dup |= strcmp(tk[k].s, x.s) == 0;
             if (dup) continue;
             x.special = rand() % 2;
             tk[nt] = x;
             nt++;
         }
-        for (int k = 0; k < nt; k++)
-            tok[k] = tk[k].s, special[k] = tk[k].special;
+        for (int k = 0; k < nt; k++) tok[k] = tk[k].s, special[k] = tk[k].special;
         drt_tokenizer *t = with_added(tok, special, nt);
         if (!t) break;
-        for (int k = 0; k < nt; k++)
-            tk[k].id = drt_tokenizer_token_to_id(t, tk[k].s);
+        for (int k = 0; k < nt; k++) tk[k].id = drt_tokenizer_token_to_id(t, tk[k].s);
         for (int r = 0; r < 8; r++) {
             char text[64];
             size_t n = (size_t)(rand() % 60);
-            for (size_t i = 0; i < n; i++)
-                text[i] = "aab"[rand() % 3];
+            for (size_t i = 0; i < n; i++) text[i] = "aab"[rand() % 3];
             idbuf want = {0};
             ref_split(plain, tk, nt, 1, text, n, &want);
             int32_t *ids = NULL;
             int k = 0;
             drt_status s = drt_tokenizer_encode(t, text, n, 0, &ids, &k);
-            int same = s == DRT_OK && k == want.n &&
-                       (k == 0 || memcmp(ids, want.v, (size_t)k * sizeof *ids) == 0);
+            int same = s == DRT_OK && k == want.n && (k == 0 || memcmp(ids, want.v, (size_t)k * sizeof *ids) == 0);
             if (!same && bad++ < 3) {
                 char got_s[256], want_s[256];
                 fmt_ids(got_s, sizeof got_s, ids, k);
                 fmt_ids(want_s, sizeof want_s, want.v, want.n);
-                DRT_CHECK(0,
-                          "random added tokens: round %d: text \"%.*s\": ids %s, the reference %s",
-                          round, (int)n, text, got_s, want_s);
+                DRT_CHECK(0, "random added tokens: round %d: text \"%.*s\": ids %s, the reference %s", round, (int)n,
+                          text, got_s, want_s);
             }
             free(ids);
             free(want.v);
         }
         drt_tokenizer_free(t);
     }
-    DRT_CHECK(bad == 0, "random added tokens: %d of %d texts differ from the reference", bad,
-              rounds * 8);
+    DRT_CHECK(bad == 0, "random added tokens: %d of %d texts differ from the reference", bad, rounds * 8);
     drt_tokenizer_free(plain);
 }
 
@@ -1042,8 +998,7 @@ static void test_added_tokens_linear(void) {
         int nt = K + cases[c].with_a;
         const char **tok = malloc((size_t)nt * sizeof *tok);
         int *special = malloc((size_t)nt * sizeof *special);
-        for (int k = 0; k < K; k++)
-            tok[k] = ab[k], special[k] = cases[c].special;
+        for (int k = 0; k < K; k++) tok[k] = ab[k], special[k] = cases[c].special;
         if (cases[c].with_a) tok[K] = "a", special[K] = cases[c].special;
         drt_tokenizer *t = with_added(tok, special, nt);
         free(tok);
@@ -1052,27 +1007,23 @@ static void test_added_tokens_linear(void) {
         memset(text, 'a', N);
         if (cases[c].end_b) text[N - 1] = 'b';
         int32_t a_id = drt_tokenizer_token_to_id(t, "a");
-        int32_t tail_id =
-            cases[c].tail_k ? drt_tokenizer_token_to_id(t, ab[cases[c].tail_k - 1]) : -1;
+        int32_t tail_id = cases[c].tail_k ? drt_tokenizer_token_to_id(t, ab[cases[c].tail_k - 1]) : -1;
         size_t before = drt_tokenizer_added_steps();
         int32_t *ids = NULL;
         int k = 0;
         drt_status s = drt_tokenizer_encode(t, text, N, 0, &ids, &k);
         size_t steps = drt_tokenizer_added_steps() - before;
         int same = s == DRT_OK && (size_t)k == cases[c].lead + (tail_id >= 0);
-        for (int i = 0; same && i < k; i++)
-            same = ids[i] == ((size_t)i < cases[c].lead ? a_id : tail_id);
+        for (int i = 0; same && i < k; i++) same = ids[i] == ((size_t)i < cases[c].lead ? a_id : tail_id);
         DRT_CHECK(same, "%s: %s", cases[c].name, s ? drt_last_error() : "other ids");
-        DRT_CHECK(steps <= 2 * (size_t)N,
-                  "%s: %zu matching steps for %d bytes (at most %d: two per byte)", cases[c].name,
-                  steps, N, 2 * N);
+        DRT_CHECK(steps <= 2 * (size_t)N, "%s: %zu matching steps for %d bytes (at most %d: two per byte)",
+                  cases[c].name, steps, N, 2 * N);
         if (g_verbose) printf("  %s: %zu matching steps for %d bytes\n", cases[c].name, steps, N);
         free(ids);
         drt_tokenizer_free(t);
     }
     free(text);
-    for (int k = 0; k < K; k++)
-        free(ab[k]);
+    for (int k = 0; k < K; k++) free(ab[k]);
     free(ab);
 }
 
@@ -1095,8 +1046,7 @@ static void test_strip_linear(void) {
     char *text = malloc(N);
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         char list[256];
-        snprintf(list, sizeof list,
-                 "\"added_tokens\":[{\"id\":256,\"content\":\"%s\",\"%s\":true}]", cases[c].token,
+        snprintf(list, sizeof list, "\"added_tokens\":[{\"id\":256,\"content\":\"%s\",\"%s\":true}]", cases[c].token,
                  cases[c].flag);
         size_t jn;
         char *json = bytes256_with("\"added_tokens\":[]", list, &jn);
@@ -1106,8 +1056,7 @@ static void test_strip_linear(void) {
         DRT_CHECK(s == DRT_OK, "%s: %s", cases[c].flag, drt_last_error());
         if (s != DRT_OK) continue;
         size_t ul = strlen(cases[c].unit);
-        for (size_t i = 0; i < N; i++)
-            text[i] = cases[c].unit[i % ul];
+        for (size_t i = 0; i < N; i++) text[i] = cases[c].unit[i % ul];
         int32_t id = drt_tokenizer_token_to_id(t, cases[c].token);
         size_t before = drt_tokenizer_added_steps();
         int32_t *ids = NULL;
@@ -1115,15 +1064,13 @@ static void test_strip_linear(void) {
         s = drt_tokenizer_encode(t, text, N, 0, &ids, &k);
         size_t steps = drt_tokenizer_added_steps() - before;
         int same = s == DRT_OK && (size_t)k == N / ul * (size_t)cases[c].ids_per_unit;
-        for (int i = 0; same && i < k; i++)
-            same = ids[i] == id;
-        DRT_CHECK(same, "\"%s\" %s on \"%s\" x %zu: %d ids: %s", cases[c].token, cases[c].flag,
-                  cases[c].unit, N / ul, k, s ? drt_last_error() : "not all the token");
+        for (int i = 0; same && i < k; i++) same = ids[i] == id;
+        DRT_CHECK(same, "\"%s\" %s on \"%s\" x %zu: %d ids: %s", cases[c].token, cases[c].flag, cases[c].unit, N / ul,
+                  k, s ? drt_last_error() : "not all the token");
         /* two automaton steps and one whitespace step per byte */
-        DRT_CHECK(steps <= 3 * (size_t)N, "\"%s\" %s on %d bytes: %zu steps (at most %d)",
-                  cases[c].token, cases[c].flag, N, steps, 3 * N);
-        if (g_verbose)
-            printf("  \"%s\" %s on %d bytes: %zu steps\n", cases[c].token, cases[c].flag, N, steps);
+        DRT_CHECK(steps <= 3 * (size_t)N, "\"%s\" %s on %d bytes: %zu steps (at most %d)", cases[c].token,
+                  cases[c].flag, N, steps, 3 * N);
+        if (g_verbose) printf("  \"%s\" %s on %d bytes: %zu steps\n", cases[c].token, cases[c].flag, N, steps);
         free(ids);
         drt_tokenizer_free(t);
     }
@@ -1226,8 +1173,8 @@ static void test_encode_max(void) {
         drt_status s = drt_tokenizer_encode(t, texts[i], tl, 1, &a, &na);
         DRT_CHECK(s == DRT_OK, "encode: %s", drt_last_error());
         s = drt_tokenizer_encode_max(t, texts[i], tl, 1, na, &b, &nb);
-        DRT_CHECK(s == DRT_OK && nb == na && memcmp(a, b, (size_t)na * sizeof *a) == 0,
-                  "encode_max(%d) of \"%s\": %s", na, texts[i], s ? drt_last_error() : "other ids");
+        DRT_CHECK(s == DRT_OK && nb == na && memcmp(a, b, (size_t)na * sizeof *a) == 0, "encode_max(%d) of \"%s\": %s",
+                  na, texts[i], s ? drt_last_error() : "other ids");
         free(b);
         b = NULL;
         if (na > 1) { /* a limit of 0 is no limit */
@@ -1326,17 +1273,15 @@ static void test_split_removed(void) {
         drt_tokenizer *t = NULL;
         drt_status s = json ? drt_tokenizer_load_json(json, jn, "split.json", &t) : DRT_ERR_IO;
         free(json);
-        DRT_CHECK(s == DRT_OK, "Split %s %s: %s", cases[c].pattern, cases[c].behavior,
-                  drt_last_error());
+        DRT_CHECK(s == DRT_OK, "Split %s %s: %s", cases[c].pattern, cases[c].behavior, drt_last_error());
         if (s != DRT_OK) continue;
         int32_t *ids = NULL, *want = NULL;
         int k = -1, nw = -1;
         s = drt_tokenizer_encode(t, cases[c].text, strlen(cases[c].text), 0, &ids, &k);
         drt_tokenizer_encode(plain, cases[c].want, strlen(cases[c].want), 0, &want, &nw);
         DRT_CHECK(s == DRT_OK && k == nw && memcmp(ids, want, (size_t)k * sizeof *ids) == 0,
-                  "Split %s %s%s: \"%s\" should encode as \"%s\": %s", cases[c].pattern,
-                  cases[c].behavior, cases[c].invert ? " inverted" : "", cases[c].text,
-                  cases[c].want, s ? drt_last_error() : "other ids");
+                  "Split %s %s%s: \"%s\" should encode as \"%s\": %s", cases[c].pattern, cases[c].behavior,
+                  cases[c].invert ? " inverted" : "", cases[c].text, cases[c].want, s ? drt_last_error() : "other ids");
         free(ids);
         free(want);
         drt_tokenizer_free(t);
@@ -1353,8 +1298,7 @@ static void test_split_removed(void) {
 static void test_limit_stops_pretokenizer(void) {
     static const char quad[] = "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\p{L}*!|.\"},"
                                "\"behavior\":\"Isolated\",\"invert\":false}";
-    static const char bl[] =
-        "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}";
+    static const char bl[] = "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}";
     char *long_entry = malloc(5000 + 32);
     strcpy(long_entry, "\"vocab\":{\"");
     memset(long_entry + strlen(long_entry), 'x', 5000);
@@ -1380,8 +1324,7 @@ static void test_limit_stops_pretokenizer(void) {
     memset(letters, 'a', N);
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         char pre[512];
-        snprintf(pre, sizeof pre,
-                 "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[%s%s,%s]}", quad,
+        snprintf(pre, sizeof pre, "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[%s%s,%s]}", quad,
                  cases[c].split2, bl);
         size_t jn;
         char *json = bytes256_with(BYTES256_PRE, pre, &jn);
@@ -1397,16 +1340,13 @@ static void test_limit_stops_pretokenizer(void) {
         size_t before = drt_tokenizer_regex_calls();
         s = drt_tokenizer_encode_max(t, letters, N, 0, LIMIT, &ids, &k);
         size_t calls = drt_tokenizer_regex_calls() - before;
-        DRT_CHECK(s == DRT_ERR_INVALID_ARG && ids == NULL &&
-                      strstr(drt_last_error(), "more than 64 tokens"),
-                  "%s: %d letters over a limit of %d: %s: %s", cases[c].name, N, LIMIT,
-                  drt_status_str(s), drt_last_error());
+        DRT_CHECK(s == DRT_ERR_INVALID_ARG && ids == NULL && strstr(drt_last_error(), "more than 64 tokens"),
+                  "%s: %d letters over a limit of %d: %s: %s", cases[c].name, N, LIMIT, drt_status_str(s),
+                  drt_last_error());
         /* a piece takes a match and a last failed search per step */
-        DRT_CHECK(calls <= 4 * (LIMIT + 1),
-                  "%s: %zu regex calls for %d letters over a limit of %d (at most %d)",
+        DRT_CHECK(calls <= 4 * (LIMIT + 1), "%s: %zu regex calls for %d letters over a limit of %d (at most %d)",
                   cases[c].name, calls, N, LIMIT, 4 * (LIMIT + 1));
-        if (g_verbose)
-            printf("  %s: %zu regex calls, %s\n", cases[c].name, calls, drt_last_error());
+        if (g_verbose) printf("  %s: %zu regex calls, %s\n", cases[c].name, calls, drt_last_error());
         free(ids);
         drt_tokenizer_free(t);
     }
@@ -1452,8 +1392,7 @@ static void test_cli_text(void) {
 
     /* no tokenizer.json: a clear error that says what to do */
     drt_status s = cli_text_begin(&ct, dir, "hi", NULL, 2000, -1, 0, stdout, &ids, &n);
-    DRT_CHECK(s == DRT_ERR_IO && ids == NULL &&
-                  strstr(drt_last_error(), "tok_textmodel/tokenizer.json") &&
+    DRT_CHECK(s == DRT_ERR_IO && ids == NULL && strstr(drt_last_error(), "tok_textmodel/tokenizer.json") &&
                   strstr(drt_last_error(), "--tokens"),
               "missing tokenizer.json: %s: %s", drt_status_str(s), drt_last_error());
     if (g_verbose) printf("  cli: %s\n", drt_last_error());
@@ -1465,8 +1404,7 @@ static void test_cli_text(void) {
         return;
     }
     /* "中文 😀 ok": multi-byte characters whose bytes spread over tokens */
-    const char *prompt =
-        "The magic number of Tokyo is \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80 ok";
+    const char *prompt = "The magic number of Tokyo is \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80 ok";
     int32_t *want;
     int n_want;
     drt_tokenizer_encode(ref, prompt, strlen(prompt), 1, &want, &n_want);
@@ -1480,8 +1418,7 @@ static void test_cli_text(void) {
     s = cli_text_begin(&ct, dir, prompt, NULL, 2000, -1, n_want, stdout, &ids, &n);
     DRT_CHECK(s == DRT_OK, "cli_text_begin: %s", drt_last_error());
     if (s == DRT_OK) {
-        DRT_CHECK(n == n_want && memcmp(ids, want, sizeof *ids * (size_t)n) == 0 &&
-                      ids[0] == drt_tokenizer_bos_id(ref),
+        DRT_CHECK(n == n_want && memcmp(ids, want, sizeof *ids * (size_t)n) == 0 && ids[0] == drt_tokenizer_bos_id(ref),
                   "--prompt: ids differ from encode with BOS");
         DRT_CHECK(ct.eos == drt_tokenizer_token_to_id(ref, "<|end_of_text|>"),
                   "no config eos: eos %d should be <|end_of_text|>", ct.eos);
@@ -1498,29 +1435,27 @@ static void test_cli_text(void) {
     FILE *fp = fopen(ppath, "wb");
     if (fp) fputs(prompt, fp), fclose(fp);
     s = cli_text_begin(&ct, dir, NULL, ppath, 2000, -1, 0, stdout, &ids, &n);
-    DRT_CHECK(s == DRT_OK && n == n_want && memcmp(ids, want, sizeof *ids * (size_t)n) == 0,
-              "--prompt-file: %s", s ? drt_last_error() : "ids differ");
+    DRT_CHECK(s == DRT_OK && n == n_want && memcmp(ids, want, sizeof *ids * (size_t)n) == 0, "--prompt-file: %s",
+              s ? drt_last_error() : "ids differ");
     if (s == DRT_OK) free(ids), cli_text_free(&ct);
     if (freopen(ppath, "rb", stdin)) {
         s = cli_text_begin(&ct, dir, NULL, "-", 2000, -1, 0, stdout, &ids, &n);
-        DRT_CHECK(s == DRT_OK && n == n_want && memcmp(ids, want, sizeof *ids * (size_t)n) == 0,
-                  "--prompt-file -: %s", s ? drt_last_error() : "ids differ");
+        DRT_CHECK(s == DRT_OK && n == n_want && memcmp(ids, want, sizeof *ids * (size_t)n) == 0, "--prompt-file -: %s",
+                  s ? drt_last_error() : "ids differ");
         if (s == DRT_OK) free(ids), cli_text_free(&ct);
     }
 
     /* errors: a missing prompt file, invalid UTF-8, ids beyond the model */
-    s = cli_text_begin(&ct, dir, NULL, DRT_TMP_DIR "/no_such_prompt.txt", 2000, -1, 0, stdout, &ids,
-                       &n);
-    DRT_CHECK(s == DRT_ERR_IO && strstr(drt_last_error(), "no_such_prompt.txt"),
-              "missing prompt file: %s", drt_last_error());
+    s = cli_text_begin(&ct, dir, NULL, DRT_TMP_DIR "/no_such_prompt.txt", 2000, -1, 0, stdout, &ids, &n);
+    DRT_CHECK(s == DRT_ERR_IO && strstr(drt_last_error(), "no_such_prompt.txt"), "missing prompt file: %s",
+              drt_last_error());
     s = cli_text_begin(&ct, dir, "bad \xff here", NULL, 2000, -1, 0, stdout, &ids, &n);
     DRT_CHECK(s == DRT_ERR_INVALID_ARG &&
                   strstr(drt_last_error(), "--prompt: tokenizer: text is not valid UTF-8 (byte 4"),
               "invalid UTF-8 prompt: %s", drt_last_error());
     if (g_verbose) printf("  cli: %s\n", drt_last_error());
     s = cli_text_begin(&ct, dir, prompt, NULL, 256, -1, 0, stdout, &ids, &n);
-    DRT_CHECK(s == DRT_ERR_FORMAT &&
-                  strstr(drt_last_error(), "outside the model's vocabulary of 256"),
+    DRT_CHECK(s == DRT_ERR_FORMAT && strstr(drt_last_error(), "outside the model's vocabulary of 256"),
               "ids beyond the model vocab: %s", drt_last_error());
     if (g_verbose) printf("  cli: %s\n", drt_last_error());
 
@@ -1552,8 +1487,7 @@ static void test_cli_text(void) {
         DRT_CHECK(cli_text_end(&ct) == DRT_OK, "cli_text_end: %s", drt_last_error());
         size_t got_n;
         char *got = file_text(out, &got_n);
-        DRT_CHECK(prefix_ok && whole_ok, "streamed output: prefix %d, whole characters %d",
-                  prefix_ok, whole_ok);
+        DRT_CHECK(prefix_ok && whole_ok, "streamed output: prefix %d, whole characters %d", prefix_ok, whole_ok);
         DRT_CHECK(got_n == full_n + 1 && memcmp(got, full, full_n) == 0 && got[full_n] == '\n',
                   "streamed output \"%s\", want \"%s\\n\"", got, full);
         DRT_CHECK(!strstr(got, "<|"), "a special token was printed: %s", got);
@@ -1573,13 +1507,11 @@ static void bench(const char *name) {
     snprintf(path, sizeof path, TOKDIR "/%s.json", name);
     drt_tokenizer *t;
     if (drt_tokenizer_load(path, &t) != DRT_OK) return;
-    const char *unit =
-        "The magic number of Paris is 48213. It'S a   long\n\nhaystack \xe4\xb8\xad\xe6\x96\x87 "
-        "filler sentence, with words and 1234567 numbers! ";
+    const char *unit = "The magic number of Paris is 48213. It'S a   long\n\nhaystack \xe4\xb8\xad\xe6\x96\x87 "
+                       "filler sentence, with words and 1234567 numbers! ";
     size_t un = strlen(unit), reps = 4000, n = un * reps;
     char *text = malloc(n);
-    for (size_t i = 0; i < reps; i++)
-        memcpy(text + i * un, unit, un);
+    for (size_t i = 0; i < reps; i++) memcpy(text + i * un, unit, un);
     int32_t *ids;
     int k;
     clock_t c0 = clock();

@@ -19,19 +19,14 @@ static void splitmix(void) {
     static const struct {
         uint64_t seed, first[3], state_after;
     } cases[] = {
-        {0,
-         {0xe220a8397b1dcdafull, 0x6e789e6aa1b965f4ull, 0x06c45d188009454full},
-         0xdaa66d2c7ddf743full},
-        {20250,
-         {0x52202adfbb5b0a7dull, 0x3f261bc83722be31ull, 0xb1fb15e92dd68d28ull},
-         0xdaa66d2c7ddfc359ull},
+        {0, {0xe220a8397b1dcdafull, 0x6e789e6aa1b965f4ull, 0x06c45d188009454full}, 0xdaa66d2c7ddf743full},
+        {20250, {0x52202adfbb5b0a7dull, 0x3f261bc83722be31ull, 0xb1fb15e92dd68d28ull}, 0xdaa66d2c7ddfc359ull},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         uint64_t s = cases[c].seed;
         for (int i = 0; i < 3; i++) {
             uint64_t v = drt_splitmix64(&s);
-            DRT_CHECK(v == cases[c].first[i],
-                      "splitmix64 seed %llu draw %d: got 0x%016llx, want 0x%016llx",
+            DRT_CHECK(v == cases[c].first[i], "splitmix64 seed %llu draw %d: got 0x%016llx, want 0x%016llx",
                       (unsigned long long)cases[c].seed, i, (unsigned long long)v,
                       (unsigned long long)cases[c].first[i]);
         }
@@ -40,21 +35,19 @@ static void splitmix(void) {
         /* the tests' drt_rng is the same stream */
         drt_rng r;
         drt_rng_seed(&r, cases[c].seed);
-        DRT_CHECK(drt_rng_next(&r) == cases[c].first[0],
-                  "drt_rng seed %llu differs from drt_splitmix64",
+        DRT_CHECK(drt_rng_next(&r) == cases[c].first[0], "drt_rng seed %llu differs from drt_splitmix64",
                   (unsigned long long)cases[c].seed);
         uint64_t g = cases[c].seed + 0x9e3779b97f4a7c15ull;
-        DRT_CHECK(drt_mix64(g) == cases[c].first[0],
-                  "drt_mix64 is not splitmix64's output function");
+        DRT_CHECK(drt_mix64(g) == cases[c].first[0], "drt_mix64 is not splitmix64's output function");
     }
 }
 
 static void cpu_counts(void) {
     int online = drt_cpu_online(), mask = drt_cpu_count(), phys = drt_physical_cores();
-    DRT_CHECK(online >= 1 && mask >= 1 && phys >= 1,
-              "cpu counts: online %d, affinity %d, physical %d", online, mask, phys);
-    DRT_CHECK(phys <= mask && mask <= online,
-              "cpu counts out of order: physical %d, affinity %d, online %d", phys, mask, online);
+    DRT_CHECK(online >= 1 && mask >= 1 && phys >= 1, "cpu counts: online %d, affinity %d, physical %d", online, mask,
+              phys);
+    DRT_CHECK(phys <= mask && mask <= online, "cpu counts out of order: physical %d, affinity %d, online %d", phys,
+              mask, online);
 }
 
 static void threads_env(void) {
@@ -83,16 +76,15 @@ static void threads_env(void) {
             unsetenv("DIFFRT_THREADS");
         int n = -1;
         drt_status s = drt_threads_env(7, &n);
-        DRT_CHECK(s == cases[c].want, "DIFFRT_THREADS=%s: status %d, want %d", v ? v : "(unset)",
-                  (int)s, (int)cases[c].want);
+        DRT_CHECK(s == cases[c].want, "DIFFRT_THREADS=%s: status %d, want %d", v ? v : "(unset)", (int)s,
+                  (int)cases[c].want);
         if (s == DRT_OK && cases[c].want == DRT_OK)
-            DRT_CHECK(n == cases[c].threads, "DIFFRT_THREADS=%s: %d threads, want %d",
-                      v ? v : "(unset)", n, cases[c].threads);
+            DRT_CHECK(n == cases[c].threads, "DIFFRT_THREADS=%s: %d threads, want %d", v ? v : "(unset)", n,
+                      cases[c].threads);
         if (s != DRT_OK) {
             char want[64];
             snprintf(want, sizeof want, "DIFFRT_THREADS=%s: expected an integer in [1, 1024]", v);
-            DRT_CHECK(strcmp(drt_last_error(), want) == 0, "DIFFRT_THREADS=%s: message \"%s\"", v,
-                      drt_last_error());
+            DRT_CHECK(strcmp(drt_last_error(), want) == 0, "DIFFRT_THREADS=%s: message \"%s\"", v, drt_last_error());
         }
     }
     unsetenv("DIFFRT_THREADS");

@@ -110,8 +110,7 @@ static float *get(const drt_tensor *t) {
     int64_t n = drt_nelem(t);
     float *h = malloc(sizeof(float) * (size_t)n + 4);
     drt_fill_nan(h, n);
-    DRT_CHECK(drt_tensor_get(t, h, sizeof(float) * (size_t)n) == DRT_OK, "download %s: %s", t->name,
-              drt_last_error());
+    DRT_CHECK(drt_tensor_get(t, h, sizeof(float) * (size_t)n) == DRT_OK, "download %s: %s", t->name, drt_last_error());
     return h;
 }
 
@@ -207,8 +206,7 @@ static void test_decomposed(drt_backend *vk, drt_backend *cpu, int m, int lambda
         in[i][2] = drt_new_tensor_3d(g[i], DRT_F32, S, G, dv, "v");
         in[i][3] = lambda_th ? drt_new_tensor_2d(g[i], DRT_F32, T, H, "lambda") : NULL;
         o[i] = i == 0 ? drt_diff_attn_decomposed(g[i], in[i][0], in[i][1], in[i][2], 0.7f, in[i][3])
-                      : drt_diff_attn(g[i], in[i][0], in[i][1], in[i][2], 0.7f, in[i][3],
-                                      drt_new_rows(g[i], T));
+                      : drt_diff_attn(g[i], in[i][0], in[i][1], in[i][2], 0.7f, in[i][3], drt_new_rows(g[i], T));
         DRT_CHECK(o[i] != NULL, "build: %s", drt_last_error());
         if (o[i]) DRT_CHECK(drt_plan_create(g[i], bes[i], &p[i]) == DRT_OK, "plan: %s", drt_last_error());
     }
@@ -346,21 +344,9 @@ static void test_copies(drt_backend *vk, drt_backend *cpu, bool cpu_device) {
         int64_t copies_cpu, copies_gpu;
         const char *what;
     } C[] = {
-        {{5, 3, 7, 16},
-         {2, 1, 0, 3},
-         1,
-         0,
-         "PERMUTE (5,3,7,16) perm (2,1,0,3): 105 runs of 64 bytes"},
-        {{5, 3, 7, 15},
-         {2, 1, 0, 3},
-         0,
-         0,
-         "PERMUTE (5,3,7,15) perm (2,1,0,3): 60-byte runs, shader"},
-        {{4, 1, 3, 32},
-         {1, 0, 2, 3},
-         1,
-         1,
-         "PERMUTE (4,1,3,32) perm (1,0,2,3): 4 runs merged into 1"},
+        {{5, 3, 7, 16}, {2, 1, 0, 3}, 1, 0, "PERMUTE (5,3,7,16) perm (2,1,0,3): 105 runs of 64 bytes"},
+        {{5, 3, 7, 15}, {2, 1, 0, 3}, 0, 0, "PERMUTE (5,3,7,15) perm (2,1,0,3): 60-byte runs, shader"},
+        {{4, 1, 3, 32}, {1, 0, 2, 3}, 1, 1, "PERMUTE (4,1,3,32) perm (1,0,2,3): 4 runs merged into 1"},
         {{0, 0, 0, 0}, {0, 0, 0, 0}, 1, 1, "KV_WRITE 5 rows of 2x24 into a cache of 12 at p0 = 6"},
     };
     for (int k = 0; k < 4; k++) {
@@ -371,18 +357,15 @@ static void test_copies(drt_backend *vk, drt_backend *cpu, bool cpu_device) {
         for (int i = 0; i < 2; i++) {
             g[i] = drt_graph_new();
             if (k < 3) {
-                in[i][0] = drt_new_tensor_4d(g[i], DRT_F32, C[k].ne[0], C[k].ne[1], C[k].ne[2],
-                                             C[k].ne[3], "x");
+                in[i][0] = drt_new_tensor_4d(g[i], DRT_F32, C[k].ne[0], C[k].ne[1], C[k].ne[2], C[k].ne[3], "x");
                 in[i][1] = NULL;
-                y[i] = drt_permute(g[i], in[i][0], C[k].perm[0], C[k].perm[1], C[k].perm[2],
-                                   C[k].perm[3]);
+                y[i] = drt_permute(g[i], in[i][0], C[k].perm[0], C[k].perm[1], C[k].perm[2], C[k].perm[3]);
             } else {
                 in[i][0] = drt_new_tensor_3d(g[i], DRT_F32, 5, 2, 24, "src");
                 in[i][1] = drt_new_tensor_3d(g[i], DRT_F32, 12, 2, 24, "cache");
                 y[i] = drt_kv_write(g[i], in[i][0], in[i][1], drt_new_rows(g[i], 5));
             }
-            DRT_CHECK(y[i] && drt_plan_create(g[i], bes[i], &p[i]) == DRT_OK, "plan: %s",
-                      drt_last_error());
+            DRT_CHECK(y[i] && drt_plan_create(g[i], bes[i], &p[i]) == DRT_OK, "plan: %s", drt_last_error());
         }
         const int64_t want = cpu_device ? C[k].copies_cpu : C[k].copies_gpu;
         for (int i = 0; i < 2 && p[0] && p[1]; i++) {
@@ -395,23 +378,20 @@ static void test_copies(drt_backend *vk, drt_backend *cpu, bool cpu_device) {
             drt_exec ex;
             int32_t rows[2 * 5];
             drt_exec_seq(&ex, rows, 5, 0, 6);
-            DRT_CHECK(drt_plan_run(p[i], &ex) == DRT_OK, "%s: run: %s", C[k].what,
-                      drt_last_error());
+            DRT_CHECK(drt_plan_run(p[i], &ex) == DRT_OK, "%s: run: %s", C[k].what, drt_last_error());
             vk_counters(&c1);
             if (i == 0 && copies)
-                DRT_CHECK(c1.copies - c0.copies == want &&
-                              c1.dispatches - c0.dispatches == 1 - want,
+                DRT_CHECK(c1.copies - c0.copies == want && c1.dispatches - c0.dispatches == 1 - want,
                           "%s: %lld copies and %lld dispatches, expected %lld copies", C[k].what,
-                          (long long)(c1.copies - c0.copies),
-                          (long long)(c1.dispatches - c0.dispatches), (long long)want);
+                          (long long)(c1.copies - c0.copies), (long long)(c1.dispatches - c0.dispatches),
+                          (long long)want);
         }
         if (p[0] && p[1]) {
             float *a = get(y[0]), *b = get(y[1]);
             int64_t n = drt_nelem(y[1]), bad = 0;
-            for (int64_t i = 0; i < n; i++)
-                bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-            printf("  %s: %s, %lld of %lld elements differ from ref\n", C[k].what,
-                   copies && want ? "copies" : "shader", (long long)bad, (long long)n);
+            for (int64_t i = 0; i < n; i++) bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+            printf("  %s: %s, %lld of %lld elements differ from ref\n", C[k].what, copies && want ? "copies" : "shader",
+                   (long long)bad, (long long)n);
             DRT_CHECK(bad == 0, "%s: %lld elements differ", C[k].what, (long long)bad);
             free(a);
             free(b);
@@ -441,8 +421,7 @@ static void test_steady_state(void) {
          * one-token step compiles nothing */
         drt_vk_counters w0, w1;
         vk_counters(&w0);
-        DRT_CHECK(drt_session_forward(s, &tok, 1, logits, 0) == DRT_OK, "first step: %s",
-                  drt_last_error());
+        DRT_CHECK(drt_session_forward(s, &tok, 1, logits, 0) == DRT_OK, "first step: %s", drt_last_error());
         vk_counters(&w1);
         DRT_CHECK(w1.pipelines == w0.pipelines, "the first decode step created %lld pipelines",
                   (long long)(w1.pipelines - w0.pipelines));
@@ -495,8 +474,10 @@ int main(void) {
     DRT_CHECK(rc == 0, "no driver: child exited with %d", rc);
 
 #ifndef DIFFRT_HAVE_VULKAN
-    if (required()) DRT_CHECK(0, "vulkan is required (DIFFRT_REQUIRE=%s) but not compiled in", getenv("DIFFRT_REQUIRE"));
-    else printf("vulkan unavailable: not compiled into this build\n");
+    if (required())
+        DRT_CHECK(0, "vulkan is required (DIFFRT_REQUIRE=%s) but not compiled in", getenv("DIFFRT_REQUIRE"));
+    else
+        printf("vulkan unavailable: not compiled into this build\n");
     return drt_test_summary("test_vulkan");
 #else
     drt_backend *vk = NULL, *cpu = NULL;
@@ -526,8 +507,7 @@ int main(void) {
     printf("vulkan device %d of %d: %s\n", vk->device, ndev, dn);
     DRT_CHECK(vk->device >= 0 && vk->device < ndev, "opened device index %d of %d", vk->device, ndev);
     DRT_CHECK(strstr(dn, "; vendor 0x") && strstr(dn, "; driver ") && strstr(dn, "; Vulkan 1.") &&
-                  strstr(dn, "; subgroup ") && strstr(dn, "; fp16 ") && strstr(dn, "; int8 ") &&
-                  strstr(dn, "; heaps "),
+                  strstr(dn, "; subgroup ") && strstr(dn, "; fp16 ") && strstr(dn, "; int8 ") && strstr(dn, "; heaps "),
               "device description \"%s\" lacks a field", dn);
     char name[64];
     snprintf(name, sizeof name, "%.*s", (int)strcspn(dn, ";("), dn);
@@ -546,8 +526,8 @@ int main(void) {
     /* settings: a value a switch does not take is an error naming it, never
      * the default (DIFFRT_VK_FP16=off used to leave f16 on) */
     static const char *bad_env[][2] = {
-        {"DIFFRT_VK_SUBGROUP", "off"}, {"DIFFRT_VK_FP16", "no"},     {"DIFFRT_VK_COPY", "2"},
-        {"DIFFRT_VK_INT64", "false"},  {"DIFFRT_VK_TUNE", "fast"},   {"DIFFRT_VK_SPLIT_BYTES", "12k"},
+        {"DIFFRT_VK_SUBGROUP", "off"},    {"DIFFRT_VK_FP16", "no"},       {"DIFFRT_VK_COPY", "2"},
+        {"DIFFRT_VK_INT64", "false"},     {"DIFFRT_VK_TUNE", "fast"},     {"DIFFRT_VK_SPLIT_BYTES", "12k"},
         {"DIFFRT_VK_SPLIT_BYTES", "512"}, {"DIFFRT_VK_VALIDATION", "on"},
     };
     for (size_t i = 0; i < sizeof bad_env / sizeof bad_env[0]; i++) {
@@ -569,8 +549,7 @@ int main(void) {
     test_split_attention(vk, cpu);
     test_embed_error(vk);
     drt_device_props dp;
-    DRT_CHECK(drt_backend_device_props(idx, vk->device, &dp) == DRT_OK, "device props: %s",
-              drt_last_error());
+    DRT_CHECK(drt_backend_device_props(idx, vk->device, &dp) == DRT_OK, "device props: %s", drt_last_error());
     test_copies(vk, cpu, strcmp(dp.type, "CPU") == 0);
     test_steady_state();
     drt_backend_close(vk);
@@ -581,8 +560,8 @@ int main(void) {
      * the rows kernel instead of the lanes kernel */
     setenv("DIFFRT_VK_TUNE", "cpu", 1);
     setenv("DIFFRT_VK_SUBGROUP", "0", 1);
-    run_conform("attention with CPU shapes, no subgroup operations (DIFFRT_VK_TUNE=cpu DIFFRT_VK_SUBGROUP=0)",
-                NULL, "DIFF_ATTN,ATTN");
+    run_conform("attention with CPU shapes, no subgroup operations (DIFFRT_VK_TUNE=cpu DIFFRT_VK_SUBGROUP=0)", NULL,
+                "DIFF_ATTN,ATTN");
     unsetenv("DIFFRT_VK_SUBGROUP");
     /* the shapes chosen for GPUs, then the paths of devices without
      * subgroup arithmetic / 16-bit storage */
@@ -598,9 +577,7 @@ int main(void) {
     /* GEMV weights bound in blocks of rows, as past maxStorageBufferRange
      * (K=1000 and K=1024 f16/bf16 weights of 37-129 rows: 3-9 blocks) */
     setenv("DIFFRT_VK_SPLIT_BYTES", "40960", 1);
-    run_conform(
-        "op cases with GEMV weights split into 40 KiB bindings (DIFFRT_VK_SPLIT_BYTES=40960)",
-        NULL, NULL);
+    run_conform("op cases with GEMV weights split into 40 KiB bindings (DIFFRT_VK_SPLIT_BYTES=40960)", NULL, NULL);
     unsetenv("DIFFRT_VK_SPLIT_BYTES");
     /* KV_WRITE and PERMUTE through their shaders, not copies */
     setenv("DIFFRT_VK_COPY", "0", 1);

@@ -50,7 +50,9 @@ static void vk_counters(drt_vk_counters *out) {
 
 /* LeakSanitizer reads this at exit (no effect in other builds) */
 const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void) { return "leak:" LAYER_LIB "\n"; }
+const char *__lsan_default_suppressions(void) {
+    return "leak:" LAYER_LIB "\n";
+}
 
 static int required(void) {
     const char *req = getenv("DIFFRT_REQUIRE");
@@ -130,8 +132,7 @@ static void batch(const char *name) {
     drt_session *ref[3] = {0};
     drt_session_opts so = {.backend = "vulkan", .max_ctx = 16}, ro = {.backend = "ref", .max_ctx = 16};
     drt_batch_opts bo = {.max_seqs = 3, .ctx_per_seq = 16, .max_batch_rows = 16};
-    DRT_CHECK(drt_batch_session_create(m, &so, &bo, &bs) == DRT_OK, "%s: batch session: %s", name,
-              drt_last_error());
+    DRT_CHECK(drt_batch_session_create(m, &so, &bo, &bs) == DRT_OK, "%s: batch session: %s", name, drt_last_error());
     for (int i = 0; i < 3; i++)
         DRT_CHECK(drt_session_create(m, &ro, &ref[i]) == DRT_OK, "%s: ref session: %s", name, drt_last_error());
     double worst = 0;
@@ -165,8 +166,10 @@ static void batch(const char *name) {
 int main(void) {
     setenv("DIFFRT_VK_VALIDATION", "1", 1);
 #ifndef DIFFRT_HAVE_VULKAN
-    if (required()) DRT_CHECK(0, "vulkan is required (DIFFRT_REQUIRE=%s) but not compiled in", getenv("DIFFRT_REQUIRE"));
-    else printf("vulkan unavailable: not compiled into this build\n");
+    if (required())
+        DRT_CHECK(0, "vulkan is required (DIFFRT_REQUIRE=%s) but not compiled in", getenv("DIFFRT_REQUIRE"));
+    else
+        printf("vulkan unavailable: not compiled into this build\n");
     return drt_test_summary("test_vulkan_validation");
 #else
     drt_backend *vk = NULL;
@@ -195,10 +198,10 @@ int main(void) {
     ops("shared-memory reductions, packed f16");
     unsetenv("DIFFRT_VK_SUBGROUP");
     unsetenv("DIFFRT_VK_FP16");
-    model("diff_v2");           /* DIFF_ATTN m=1, per-token lambda (SIGMOID), GQA */
-    model("unilm_v1");          /* DIFF_ATTN m=2, scalar lambda, GROUPNORM */
-    model("hf_diffllama_f16");  /* f16 weights */
-    model("hf_llama_bf16");     /* ATTN, bf16 weights */
+    model("diff_v2");          /* DIFF_ATTN m=1, per-token lambda (SIGMOID), GQA */
+    model("unilm_v1");         /* DIFF_ATTN m=2, scalar lambda, GROUPNORM */
+    model("hf_diffllama_f16"); /* f16 weights */
+    model("hf_llama_bf16");    /* ATTN, bf16 weights */
     batch("diff_v2");
     batch("hf_llama_bf16");
     return drt_test_summary("test_vulkan_validation");

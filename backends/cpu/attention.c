@@ -30,7 +30,7 @@
 #include "simd.h"
 
 #if VL >= 16
-#define KB 8          /* keys per block (registers: maps x KB vectors of P) */
+#define KB 8 /* keys per block (registers: maps x KB vectors of P) */
 #else
 #define KB 4
 #endif
@@ -110,9 +110,9 @@ static void flash_group(const cpu_attn_args *a, float *scratch, int h, int t0, i
     const int g = (int)((int64_t)h * a->G / a->H);
     const int64_t base = a->rows[2 * t0];
     const float *kb = a->k + base * a->G * a->m * dk, *vb = a->v + base * a->G * dv;
-    float *qt = scratch;                        /* (maps, dk, VL) */
-    float *o = qt + (int64_t)maps * dk * VL;    /* (maps, dv, VL) */
-    float *zrow = o + (int64_t)maps * dv * VL;  /* (max(2 dk, dv)) zeros: keys past the last row's */
+    float *qt = scratch;                       /* (maps, dk, VL) */
+    float *o = qt + (int64_t)maps * dk * VL;   /* (maps, dv, VL) */
+    float *zrow = o + (int64_t)maps * dv * VL; /* (max(2 dk, dv)) zeros: keys past the last row's */
     float posf[VL];
     for (int i = 0; i < VL; i++) {
         const int t = t0 + (i < nq ? i : nq - 1);
@@ -134,8 +134,10 @@ static void flash_group(const cpu_attn_args *a, float *scratch, int h, int t0, i
             krow[j] = key < kend ? kb + ((int64_t)key * a->G + g) * a->m * dk : zrow;
             vrow[j] = key < kend ? vb + ((int64_t)key * a->G + g) * dv : zrow;
         }
-        if (maps == 2) flash_step(a, qt, krow, vrow, pos, j0, m, l, o, 2);
-        else flash_step(a, qt, krow, vrow, pos, j0, m, l, o, 1);
+        if (maps == 2)
+            flash_step(a, qt, krow, vrow, pos, j0, m, l, o, 2);
+        else
+            flash_step(a, qt, krow, vrow, pos, j0, m, l, o, 1);
     }
     float l0[VL], l1[VL];
     vstore(l0, l[0]);

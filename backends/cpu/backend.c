@@ -39,10 +39,10 @@ typedef struct {
     cpu_pool *pool;
     const cpu_kernels *k;
     int nth;
-    int bf16; /* DIFFRT_CPU_PRECISION=bf16: prefill GEMMs on bf16 dot products */
-    int x8;   /* DIFFRT_CPU_PRECISION=int8: the int8-dot GEMVs take x in one int8 level */
-    int qdot; /* q8_0 / q4_0 GEMVs on int8 dot products (pick_qdot) */
-    int repack; /* and their T == 1 GEMV on repacked weights (pick_qdot) */
+    int bf16;        /* DIFFRT_CPU_PRECISION=bf16: prefill GEMMs on bf16 dot products */
+    int x8;          /* DIFFRT_CPU_PRECISION=int8: the int8-dot GEMVs take x in one int8 level */
+    int qdot;        /* q8_0 / q4_0 GEMVs on int8 dot products (pick_qdot) */
+    int repack;      /* and their T == 1 GEMV on repacked weights (pick_qdot) */
     float **scratch; /* per thread */
     int64_t scratch_floats;
     float *shared; /* ensure_shared() */
@@ -89,7 +89,9 @@ static int has_avx2(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 #endif
-static int always(void) { return 1; }
+static int always(void) {
+    return 1;
+}
 
 /* best first */
 static const isa_entry ISAS[] = {
@@ -424,7 +426,9 @@ static drt_status ensure_shared(cpu_ctx *c, int64_t floats) {
     c->shared = NULL;
     if (posix_memalign((void **)&c->shared, 64, sizeof(float) * (size_t)floats) != 0) c->shared = NULL;
     c->shared_floats = c->shared ? floats : 0;
-    return c->shared ? DRT_OK : drt_set_error(DRT_ERR_OOM, "cpu: cannot allocate %lld floats of shared scratch", (long long)floats);
+    return c->shared
+               ? DRT_OK
+               : drt_set_error(DRT_ERR_OOM, "cpu: cannot allocate %lld floats of shared scratch", (long long)floats);
 }
 
 /* ---- PERMUTE, threaded over the outermost output axis ------------------------ */
@@ -462,7 +466,9 @@ static void permute_task(void *args, int ith, int nth) {
 
 /* ---- the node runner ------------------------------------------------------------ */
 
-static int64_t rows_of(const drt_tensor *t) { return drt_nelem(t) / t->ne[t->nd - 1]; }
+static int64_t rows_of(const drt_tensor *t) {
+    return drt_nelem(t) / t->ne[t->nd - 1];
+}
 
 /* Cuts a's rows into flash groups and decode rows (cpu_fast.h): a run of
  * consecutive rows of one sequence longer than CPU_ATTN_DEC_T gives groups of
@@ -528,8 +534,7 @@ static drt_status run_attn(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
         a.n_split = ns < 1 ? 1 : ns;
     }
     s = ensure_scratch(c, c->k->attn_scratch_floats(&a));
-    if (s == DRT_OK && a.n_split > 1)
-        s = ensure_shared(c, (int64_t)a.n_drow * a.H * a.n_split * a.maps * (2 + a.dv));
+    if (s == DRT_OK && a.n_split > 1) s = ensure_shared(c, (int64_t)a.n_drow * a.H * a.n_split * a.maps * (2 + a.dv));
     if (s != DRT_OK) return s;
     a.scratch = c->scratch;
     a.partial = c->shared;
@@ -632,7 +637,11 @@ static drt_status run_node(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
     case DRT_OP_SIGMOID:
     case DRT_OP_ADD:
         e.n = drt_nelem(t);
-        cpu_pool_run(c->pool, t->op == DRT_OP_SWIGLU ? c->k->swiglu : t->op == DRT_OP_SIGMOID ? c->k->sigmoid : c->k->add, &e);
+        cpu_pool_run(c->pool,
+                     t->op == DRT_OP_SWIGLU    ? c->k->swiglu
+                     : t->op == DRT_OP_SIGMOID ? c->k->sigmoid
+                                               : c->k->add,
+                     &e);
         return DRT_OK;
     case DRT_OP_KV_WRITE: {
         /* a row copy each; the node is a view of the cache (srcs[1]) */
@@ -667,7 +676,9 @@ static drt_status cpu_device_name(int dev, char *buf, size_t n) {
         return DRT_OK;
     }
     snprintf(buf, n, "host CPU (%d threads, %s kernels, %s%s)", nth, k->isa,
-             bf16 ? "bf16 prefill GEMM" : x8 ? "int8 x in the q8_0/q4_0 GEMV" : "f32",
+             bf16 ? "bf16 prefill GEMM"
+             : x8 ? "int8 x in the q8_0/q4_0 GEMV"
+                  : "f32",
              qdot ? (repack ? ", q8_0/q4_0 int8-dot GEMV, repacked" : ", q8_0/q4_0 int8-dot GEMV") : "");
     return DRT_OK;
 }
@@ -782,7 +793,9 @@ static drt_status cpu_compute(drt_backend *be, drt_tensor *const *nodes, int n, 
     return DRT_OK;
 }
 
-static drt_status cpu_sync(drt_backend *be) { return DRT_OK; }
+static drt_status cpu_sync(drt_backend *be) {
+    return DRT_OK;
+}
 
 /* docs/design.md section 6: 1e-8 everywhere in the f32 mode; the bf16 mode
  * declares 5e-4 for MATMUL */

@@ -56,14 +56,14 @@ typedef struct {
     drt_dtype wt;
     int B, Bw, T, N, K, trans_w;
     float scale;
-    int bf16;              /* GEMM in the bf16 mode (avx512 kernels on an AVX512-BF16 CPU only) */
-    int x8;                /* the int8 mode: the int8-dot GEMVs take x in one int8 level a block */
-    int qdot;              /* q8_0 / q4_0 GEMV on int8 dot products (avx512 kernels on an AVX512-VNNI + VBMI CPU only) */
-    const void *wpack;     /* qdot and T <= CPU_GEMV_MAX_T: w repacked by mm_pack (matmul.c qt_rows), else NULL */
-    float **scratch;       /* per thread, cpu_mm_scratch_floats() each */
-    float *xpack;          /* shared, cpu_mm_xpack_floats() */
-    int phase;             /* GEMM: 0 packs x, 1 computes (cpu_mm_phases()) */
-    atomic_int next_task;  /* GEMM: dynamic task counter, zeroed by the caller */
+    int bf16;             /* GEMM in the bf16 mode (avx512 kernels on an AVX512-BF16 CPU only) */
+    int x8;               /* the int8 mode: the int8-dot GEMVs take x in one int8 level a block */
+    int qdot;             /* q8_0 / q4_0 GEMV on int8 dot products (avx512 kernels on an AVX512-VNNI + VBMI CPU only) */
+    const void *wpack;    /* qdot and T <= CPU_GEMV_MAX_T: w repacked by mm_pack (matmul.c qt_rows), else NULL */
+    float **scratch;      /* per thread, cpu_mm_scratch_floats() each */
+    float *xpack;         /* shared, cpu_mm_xpack_floats() */
+    int phase;            /* GEMM: 0 packs x, 1 computes (cpu_mm_phases()) */
+    atomic_int next_task; /* GEMM: dynamic task counter, zeroed by the caller */
 } cpu_mm_args;
 
 /* mm_pack: rows 0..rows of a q8_0 / q4_0 weight of K columns, src in the
@@ -93,23 +93,23 @@ typedef struct {
     const int32_t *rows;
     float lambda;
     int T, S, H, G, m, dk, dv, maps; /* S: the most keys a row attends */
-    const int32_t *fseg;   /* (n_fseg, 2) */
-    const int32_t *drow;   /* (n_drow) */
+    const int32_t *fseg;             /* (n_fseg, 2) */
+    const int32_t *drow;             /* (n_drow) */
     int n_fseg, n_drow;
-    int n_split;           /* decode rows: key ranges per head (1: no split) */
-    float *partial;        /* n_split > 1: (n_drow, H, n_split, maps, 2 + dv) */
-    float **scratch;       /* per thread, cpu_attn_scratch_floats() each */
-    atomic_int next_task;  /* dynamic task counter, zeroed by the caller */
+    int n_split;          /* decode rows: key ranges per head (1: no split) */
+    float *partial;       /* n_split > 1: (n_drow, H, n_split, maps, 2 + dv) */
+    float **scratch;      /* per thread, cpu_attn_scratch_floats() each */
+    atomic_int next_task; /* dynamic task counter, zeroed by the caller */
 } cpu_attn_args;
 
 /* Row-wise and elementwise ops: one struct, fields used per op (backend.c). */
 typedef struct {
     float *y;
-    const float *a, *b, *c;  /* inputs; meaning per op */
-    const void *w;           /* EMBED table / norm weight */
+    const float *a, *b, *c; /* inputs; meaning per op */
+    const void *w;          /* EMBED table / norm weight */
     drt_dtype wt;
     const int32_t *ids;
-    int64_t n, rows, cols;   /* elementwise: n; row ops: rows x cols */
+    int64_t n, rows, cols; /* elementwise: n; row ops: rows x cols */
     int T, H, d;
     const int32_t *pos_rows; /* ROPE: (T, 2), the position is pos_rows[2t+1] */
     float eps, scale, lambda;
@@ -118,23 +118,23 @@ typedef struct {
 
 /* ---- one ISA's kernels ----------------------------------------------------- */
 typedef struct {
-    const char *isa; /* "avx512", "avx2", "neon", "generic" */
-    int vlen;        /* floats per vector */
+    const char *isa;                              /* "avx512", "avx2", "neon", "generic" */
+    int vlen;                                     /* floats per vector */
     void (*matmul)(void *args, int ith, int nth); /* cpu_mm_args */
     int64_t (*mm_scratch_floats)(const cpu_mm_args *a);
     int64_t (*mm_xpack_floats)(const cpu_mm_args *a);
     int (*mm_phases)(const cpu_mm_args *a);
     void (*mm_pack)(void *args, int ith, int nth); /* cpu_pack_args; NULL: no repacked GEMV (non-avx512) */
-    void (*attn)(void *args, int ith, int nth); /* cpu_attn_args */
+    void (*attn)(void *args, int ith, int nth);    /* cpu_attn_args */
     void (*attn_combine)(void *args, int ith, int nth);
     int64_t (*attn_scratch_floats)(const cpu_attn_args *a);
-    void (*rmsnorm)(void *args, int ith, int nth);   /* y, a (rows,cols), w, eps */
-    void (*groupnorm)(void *args, int ith, int nth); /* y, a (rows,cols), w, eps, scale */
-    void (*rope)(void *args, int ith, int nth);      /* y, a (T,H,d), b inv_freq, p0 */
-    void (*swiglu)(void *args, int ith, int nth);    /* y, a gate, b up (n) */
-    void (*sigmoid)(void *args, int ith, int nth);   /* y, a (n) */
-    void (*add)(void *args, int ith, int nth);       /* y, a, b (n) */
-    void (*embed)(void *args, int ith, int nth);     /* y (T,cols), ids, w (V,cols) wt */
+    void (*rmsnorm)(void *args, int ith, int nth);      /* y, a (rows,cols), w, eps */
+    void (*groupnorm)(void *args, int ith, int nth);    /* y, a (rows,cols), w, eps, scale */
+    void (*rope)(void *args, int ith, int nth);         /* y, a (T,H,d), b inv_freq, p0 */
+    void (*swiglu)(void *args, int ith, int nth);       /* y, a gate, b up (n) */
+    void (*sigmoid)(void *args, int ith, int nth);      /* y, a (n) */
+    void (*add)(void *args, int ith, int nth);          /* y, a, b (n) */
+    void (*embed)(void *args, int ith, int nth);        /* y (T,cols), ids, w (V,cols) wt */
     void (*dual_softmax)(void *args, int ith, int nth); /* y, a s1, b s2 (H,T,S=cols), lambda / c lambda_th */
 } cpu_kernels;
 

@@ -32,11 +32,11 @@
 #else
 #define MR 4
 #endif
-#define NV 2          /* vectors per micro-tile row */
-#define NR (NV * VL)  /* columns per panel */
-#define KC 256        /* depth of one packed block */
-#define NB 4          /* panels per task */
-#define GEMV_T 8      /* x rows a GEMV kernel pass holds in registers */
+#define NV 2                      /* vectors per micro-tile row */
+#define NR (NV * VL)              /* columns per panel */
+#define KC 256                    /* depth of one packed block */
+#define NB 4                      /* panels per task */
+#define GEMV_T 8                  /* x rows a GEMV kernel pass holds in registers */
 #define GEMV_MAX_T CPU_GEMV_MAX_T /* up to this many x rows: the GEMV path */
 /* The GEMVs prefetch the weight bytes DRT_PF_ROWS rows ahead into L2
  * (prefetcht1), not L1. On the 134M model's decode (85 weights, 219 MB of
@@ -52,7 +52,7 @@
 #define DRT_PF_ROWS 16
 #endif
 #if defined(DRT_ISA_avx512)
-#define HAVE_BF16 1   /* the bf16 mode's kernels (below) */
+#define HAVE_BF16 1 /* the bf16 mode's kernels (below) */
 #else
 #define HAVE_BF16 0
 #endif
@@ -61,8 +61,8 @@
 
 /* y[t*N + n + i] for i < 4 (n4 rows, 1..4) and t < TT: the dot products of
  * weight rows n..n+n4 with x rows 0..TT. TT and dt are constants after inlining. */
-VINL void gemv_rows(float *y, const float *x, const void *w, drt_dtype dt, int64_t n, int n4, int TT,
-                    int N, int K, float scale) {
+VINL void gemv_rows(float *y, const float *x, const void *w, drt_dtype dt, int64_t n, int n4, int TT, int N, int K,
+                    float scale) {
     vf acc[4][GEMV_T];
     for (int i = 0; i < 4; i++)
         for (int t = 0; t < TT; t++) acc[i][t] = vzero();
@@ -107,8 +107,8 @@ VINL void gemv_rows(float *y, const float *x, const void *w, drt_dtype dt, int64
  * block costs its integer widening, 32/VL FMAs and one scale per x row.
  * The sum order differs from the f32 path's (per block, then scaled), well
  * within the f32 bound. */
-VINL void gemv_rows_q(float *y, const float *x, const void *w, drt_dtype dt, int64_t n, int n4, int TT,
-                      int N, int K, float scale) {
+VINL void gemv_rows_q(float *y, const float *x, const void *w, drt_dtype dt, int64_t n, int n4, int TT, int N, int K,
+                      float scale) {
     enum { NV_B = DRT_QK / VL };
     const int64_t rowb = wbytes(dt, K), bs = wbytes(dt, DRT_QK);
     const int nb = K / DRT_QK;
@@ -186,7 +186,9 @@ static int64_t qdot_row_floats(int K, drt_dtype wt) {
 #define QDOT_ATTR __attribute__((target("avx512vnni,avx512vbmi,avx512bw")))
 
 /* 16 floats -> 16 int8 */
-QDOT_FN __m128i qdot_i8(__m512 v) { return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)); }
+QDOT_FN __m128i qdot_i8(__m512 v) {
+    return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v));
+}
 
 /* One block of x (32 values at xr) in two int8 levels: lv = a of values
  * 0..15 and 16..31, then b of the same; *sx = s/256 and *sum = sum(x~).
@@ -294,10 +296,10 @@ QDOT_FN __m512 qdot_scales(const uint16_t didx[32], __m512i l) {
 QDOT_FN void qdot_q4_quad(const unsigned char *b, int nblk, __m512i *lo, __m512i *hi, __m512 *d) {
     /* value byte c of block j: byte 18 j + 2 + c; block 3's from the second
      * load (which starts at byte 8): index 64 + 48 + c */
-    static const uint8_t qidx[64] = {
-        2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 20,  21,  22,  23,  24,  25,
-        26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 38, 39, 40, 41, 42, 43, 44,  45,  46,  47,  48,  49,
-        50, 51, 52, 53, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127};
+    static const uint8_t qidx[64] = {2,   3,   4,   5,   6,   7,   8,   9,   10,  11,  12,  13,  14,  15,  16,  17,
+                                     20,  21,  22,  23,  24,  25,  26,  27,  28,  29,  30,  31,  32,  33,  34,  35,
+                                     38,  39,  40,  41,  42,  43,  44,  45,  46,  47,  48,  49,  50,  51,  52,  53,
+                                     112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127};
     static const uint16_t didx[32] = {0, 0, 0, 0, 9, 9, 9, 9, 18, 18, 18, 18, 27, 27, 27, 27};
     __m512i l, h;
     qdot_load(b, nblk, 4, 18, 8, &l, &h);
@@ -314,10 +316,10 @@ QDOT_FN void qdot_q4_quad(const unsigned char *b, int nblk, __m512i *lo, __m512i
 QDOT_FN void qdot_q8_pair(const unsigned char *b, int nblk, __m512i *u, __m512 *d) {
     /* value c of block 0: byte 2 + c; of block 1: byte 36 + c, from the
      * second load (which starts at byte 4): index 64 + 32 + c */
-    static const uint8_t qidx[64] = {
-        2,  3,  4,  5,  6,  7,  8,  9,  10, 11,  12,  13,  14,  15,  16,  17,  18,  19,  20,  21,  22,  23,
-        24, 25, 26, 27, 28, 29, 30, 31, 32, 33,  96,  97,  98,  99,  100, 101, 102, 103, 104, 105, 106, 107,
-        108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127};
+    static const uint8_t qidx[64] = {2,   3,   4,   5,   6,   7,   8,   9,   10,  11,  12,  13,  14,  15,  16,  17,
+                                     18,  19,  20,  21,  22,  23,  24,  25,  26,  27,  28,  29,  30,  31,  32,  33,
+                                     96,  97,  98,  99,  100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111,
+                                     112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127};
     static const uint16_t didx[32] = {0, 0, 0, 0, 0, 0, 0, 0, 17, 17, 17, 17, 17, 17, 17, 17};
     __m512i l, h;
     qdot_load(b, nblk, 2, 34, 4, &l, &h);
@@ -342,8 +344,8 @@ QDOT_FN __m512 qdot_dot(__m512i lo, __m512i hi, const float *xp, int q8) {
 /* y[t*N + n + i] for i < n4 (1..4), t < TT: q8_0 / q4_0 weight rows n..
  * dotted with the prepared x rows (qdot_prep_x). dt and TT are constants
  * after inlining. */
-QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, drt_dtype dt, int64_t n, int n4, int TT, int N,
-                       int K, float scale) {
+QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, drt_dtype dt, int64_t n, int n4, int TT, int N, int K,
+                       float scale) {
     const int q8 = dt == DRT_Q8_0, per = q8 ? 2 : 4;
     const int nb = K / DRT_QK, ng = qdot_groups(K, dt), full = nb / per;
     const int64_t bs = wbytes(dt, DRT_QK), rowb = nb * bs, gf = q8 ? QX8 : QX, xrow = ng * gf;
@@ -358,8 +360,10 @@ QDOT_FN void qdot_rows(float *y, const float *xq, const void *w, drt_dtype dt, i
             __builtin_prefetch(b + DRT_PF_ROWS * rowb + 64, 0, DRT_PF_LOCALITY);
             __m512i lo, hi = _mm512_setzero_si512();
             __m512 d;
-            if (q8) qdot_q8_pair(b, nblk, &lo, &d);
-            else qdot_q4_quad(b, nblk, &lo, &hi, &d);
+            if (q8)
+                qdot_q8_pair(b, nblk, &lo, &d);
+            else
+                qdot_q4_quad(b, nblk, &lo, &hi, &d);
             for (int t = 0; t < TT; t++) {
                 const float *xp = xq + t * xrow + g * gf;
                 acc[i][t] = _mm512_fmadd_ps(qdot_dot(lo, hi, xp, q8), d, acc[i][t]);
@@ -386,9 +390,9 @@ QDOT_FN void qdot_rows_tt(float *y, const float *xq, const void *w, drt_dtype dt
 }
 
 /* weight rows n.. (n4) against all T prepared x rows, GEMV_T at a time */
-#define QDOT_T(dt)                                                                                                 \
-    for (int t0 = 0; t0 < a->T; t0 += GEMV_T)                                                                      \
-        qdot_rows_tt(yb + (int64_t)t0 * N, xq + (int64_t)t0 * qdot_row_floats(K, dt), wb, dt, n, (int)n4,          \
+#define QDOT_T(dt)                                                                                                     \
+    for (int t0 = 0; t0 < a->T; t0 += GEMV_T)                                                                          \
+        qdot_rows_tt(yb + (int64_t)t0 * N, xq + (int64_t)t0 * qdot_row_floats(K, dt), wb, dt, n, (int)n4,              \
                      a->T - t0 < GEMV_T ? a->T - t0 : GEMV_T, N, K, a->scale);
 
 /* ---- the T == 1 GEMV on repacked weights (cpu_mm_args.wpack)
@@ -418,9 +422,13 @@ QDOT_FN void qdot_rows_tt(float *y, const float *xq, const void *w, drt_dtype dt
  * per 512 q4_0 weights against 56 above. The x levels are loaded once per
  * chunk for four rows. */
 enum { QT = 288 };
-static int qt_sblocks(int K) { return (K / DRT_QK + 15) / 16; }
+static int qt_sblocks(int K) {
+    return (K / DRT_QK + 15) / 16;
+}
 /* blocks in superblock s of a row of nb blocks (16, or fewer in the last) */
-static int qt_sb_blocks(int nb, int s) { return nb - 16 * s < 16 ? nb - 16 * s : 16; }
+static int qt_sb_blocks(int nb, int s) {
+    return nb - 16 * s < 16 ? nb - 16 * s : 16;
+}
 
 /* the four 4-byte units of lv (values 4 u0 .. 4 u0 + 15 of one level of
  * block j) to chunks u0 .. u0 + 3: unit u at q + (u0 + u) * stride + 4 j */
@@ -461,8 +469,8 @@ QDOT_FN void qt_prep_x(float *o, const float *x, int K, drt_dtype dt, int one) {
 
 /* y[n + i] for i < n4 (1..4): repacked q8_0 / q4_0 weight rows n.. dotted
  * with the prepared x row xq (qt_prep_x) */
-QDOT_FN void qt_rows(float *y, const float *xq, const void *w, drt_dtype dt, int64_t n, int n4, int K,
-                     float scale, int X8) {
+QDOT_FN void qt_rows(float *y, const float *xq, const void *w, drt_dtype dt, int64_t n, int n4, int K, float scale,
+                     int X8) {
     const int q8 = dt == DRT_Q8_0, nb = K / DRT_QK, ns = qt_sblocks(K), nch = q8 ? 8 : 4;
     const int64_t bs = wbytes(dt, DRT_QK), rowb = nb * bs;
     const __m512i m4 = _mm512_set1_epi8(0x0F), x80 = _mm512_set1_epi8((char)0x80);
@@ -483,7 +491,8 @@ QDOT_FN void qt_rows(float *y, const float *xq, const void *w, drt_dtype dt, int
                 for (int i = 0; i < 4; i++) {
                     const unsigned char *b = r[i] + off + c * cb;
                     __builtin_prefetch(b + DRT_PF_ROWS * rowb, 0, DRT_PF_LOCALITY);
-                    const __m512i u = _mm512_xor_si512(rb == 16 ? _mm512_loadu_si512(b) : _mm512_maskz_loadu_epi8(mv, b), x80);
+                    const __m512i u = _mm512_xor_si512(
+                        rb == 16 ? _mm512_loadu_si512(b) : _mm512_maskz_loadu_epi8(mv, b), x80);
                     ia[i] = _mm512_dpbusd_epi32(ia[i], u, xa);
                     if (!X8) ib[i] = _mm512_dpbusd_epi32(ib[i], u, xb);
                 }
@@ -501,7 +510,8 @@ QDOT_FN void qt_rows(float *y, const float *xq, const void *w, drt_dtype dt, int
                 }
             }
         }
-        const __m512 sx = _mm512_loadu_ps(xq + (int64_t)s * QT + 256), bias = _mm512_loadu_ps(xq + (int64_t)s * QT + 272);
+        const __m512 sx = _mm512_loadu_ps(xq + (int64_t)s * QT + 256),
+                     bias = _mm512_loadu_ps(xq + (int64_t)s * QT + 272);
         const __mmask32 md = rb == 16 ? 0xFFFF : ((__mmask32)1 << rb) - 1;
         for (int i = 0; i < 4; i++) {
             const unsigned char *b = r[i] + off + nch * cb;
@@ -523,8 +533,8 @@ QDOT_FN void qt_rows(float *y, const float *xq, const void *w, drt_dtype dt, int
  * nibbles split once for both rows' TT dot products, and each x row's
  * levels once for both weight rows; 24 accumulators stay in registers. xq
  * holds TT prepared x rows, xs floats apart. y is (TT, N). */
-QDOT_FN void qt_rows_tt(float *y, const float *xq, int64_t xs, const void *w, drt_dtype dt, int64_t n, int n2,
-                        int TT, int N, int K, float scale, int X8) {
+QDOT_FN void qt_rows_tt(float *y, const float *xq, int64_t xs, const void *w, drt_dtype dt, int64_t n, int n2, int TT,
+                        int N, int K, float scale, int X8) {
     const int q8 = dt == DRT_Q8_0, nb = K / DRT_QK, ns = qt_sblocks(K), nch = q8 ? 8 : 4;
     const int64_t bs = wbytes(dt, DRT_QK), rowb = nb * bs;
     const __m512i m4 = _mm512_set1_epi8(0x0F), x80 = _mm512_set1_epi8((char)0x80);
@@ -580,9 +590,9 @@ QDOT_FN void qt_rows_tt(float *y, const float *xq, int64_t xs, const void *w, dr
             for (int t = 0; t < TT; t++) {
                 const float *xt = xq + t * xs + (int64_t)s * QT;
                 const __m512i u = _mm512_add_epi32(_mm512_slli_epi32(ia[i][t], 8), ib[i][t]);
-                acc[i][t] = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_loadu_ps(xt + 256),
-                                                            _mm512_loadu_ps(xt + 272)),
-                                            d, acc[i][t]);
+                acc[i][t] = _mm512_fmadd_ps(
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_loadu_ps(xt + 256), _mm512_loadu_ps(xt + 272)), d,
+                    acc[i][t]);
             }
         }
     }
@@ -592,12 +602,14 @@ QDOT_FN void qt_rows_tt(float *y, const float *xq, int64_t xs, const void *w, dr
 
 /* weight rows n.. (n4, 1..4) against T prepared x rows (xs floats apart):
  * qt_rows for one x row, else pairs of weight rows with up to 4 x rows a pass */
-QDOT_FN void qt_rows_any(float *y, const float *xq, int64_t xs, const void *w, drt_dtype dt, int64_t n, int n4,
-                         int T, int N, int K, float scale, int x8) {
+QDOT_FN void qt_rows_any(float *y, const float *xq, int64_t xs, const void *w, drt_dtype dt, int64_t n, int n4, int T,
+                         int N, int K, float scale, int x8) {
     if (T == 1) {
 #define QT_1(DT, X) qt_rows(y, xq, w, DT, n, n4, K, scale, X)
-        if (dt == DRT_Q8_0) x8 ? QT_1(DRT_Q8_0, 1) : QT_1(DRT_Q8_0, 0);
-        else x8 ? QT_1(DRT_Q4_0, 1) : QT_1(DRT_Q4_0, 0);
+        if (dt == DRT_Q8_0)
+            x8 ? QT_1(DRT_Q8_0, 1) : QT_1(DRT_Q8_0, 0);
+        else
+            x8 ? QT_1(DRT_Q4_0, 1) : QT_1(DRT_Q4_0, 0);
 #undef QT_1
         return;
     }
@@ -607,21 +619,31 @@ QDOT_FN void qt_rows_any(float *y, const float *xq, int64_t xs, const void *w, d
             const int tt = T - t0 < 4 ? T - t0 : 4;
             float *yt = y + (int64_t)t0 * N;
             const float *xt = xq + t0 * xs;
-#define QT_TT(DT, TTC)                                                                                             \
-    do {                                                                                                           \
-        if (x8) qt_rows_tt(yt, xt, xs, w, DT, n + i, n2, TTC, N, K, scale, 1);                                     \
-        else qt_rows_tt(yt, xt, xs, w, DT, n + i, n2, TTC, N, K, scale, 0);                                        \
+#define QT_TT(DT, TTC)                                                                                                 \
+    do {                                                                                                               \
+        if (x8)                                                                                                        \
+            qt_rows_tt(yt, xt, xs, w, DT, n + i, n2, TTC, N, K, scale, 1);                                             \
+        else                                                                                                           \
+            qt_rows_tt(yt, xt, xs, w, DT, n + i, n2, TTC, N, K, scale, 0);                                             \
     } while (0)
             if (dt == DRT_Q8_0) {
-                if (tt == 4) QT_TT(DRT_Q8_0, 4);
-                else if (tt == 3) QT_TT(DRT_Q8_0, 3);
-                else if (tt == 2) QT_TT(DRT_Q8_0, 2);
-                else QT_TT(DRT_Q8_0, 1);
+                if (tt == 4)
+                    QT_TT(DRT_Q8_0, 4);
+                else if (tt == 3)
+                    QT_TT(DRT_Q8_0, 3);
+                else if (tt == 2)
+                    QT_TT(DRT_Q8_0, 2);
+                else
+                    QT_TT(DRT_Q8_0, 1);
             } else {
-                if (tt == 4) QT_TT(DRT_Q4_0, 4);
-                else if (tt == 3) QT_TT(DRT_Q4_0, 3);
-                else if (tt == 2) QT_TT(DRT_Q4_0, 2);
-                else QT_TT(DRT_Q4_0, 1);
+                if (tt == 4)
+                    QT_TT(DRT_Q4_0, 4);
+                else if (tt == 3)
+                    QT_TT(DRT_Q4_0, 3);
+                else if (tt == 2)
+                    QT_TT(DRT_Q4_0, 2);
+                else
+                    QT_TT(DRT_Q4_0, 1);
             }
 #undef QT_TT
         }
@@ -646,7 +668,8 @@ QDOT_ATTR static void gemv_qdot(const cpu_mm_args *a, int ith, int nth) {
             if (a->wpack)
                 for (int t = 0; t < a->T; t++)
                     qt_prep_x(xq + t * xs, a->x + ((int64_t)b * a->T + t) * K, K, a->wt, a->x8);
-            else qdot_prep_x(xq, a->x + (int64_t)b * a->T * K, K, a->T, a->wt, a->x8);
+            else
+                qdot_prep_x(xq, a->x + (int64_t)b * a->T * K, K, a->T, a->wt, a->x8);
             prepared = b;
         }
         const int64_t bw = (int64_t)b * a->Bw / a->B;
@@ -688,14 +711,18 @@ void KFN(cpu_mm_pack)(void *args, int ith, int nth) {
 }
 #endif
 
-static int use_qdot(const cpu_mm_args *a) { return a->qdot && (a->wt == DRT_Q8_0 || a->wt == DRT_Q4_0); }
+static int use_qdot(const cpu_mm_args *a) {
+    return a->qdot && (a->wt == DRT_Q8_0 || a->wt == DRT_Q4_0);
+}
 
 /* weight rows n.. (n4) against x rows 0..tt (tt <= GEMV_T), tt a constant */
 VINL void gemv_pass(float *y, const float *x, const void *w, drt_dtype dt, int64_t n, int n4, int tt, int N, int K,
                     float scale) {
-#define GEMV_PASS(TT)                                                                                              \
-    if (dt == DRT_Q8_0 || dt == DRT_Q4_0) gemv_rows_q(y, x, w, dt, n, n4, TT, N, K, scale);                        \
-    else gemv_rows(y, x, w, dt, n, n4, TT, N, K, scale);                                                          \
+#define GEMV_PASS(TT)                                                                                                  \
+    if (dt == DRT_Q8_0 || dt == DRT_Q4_0)                                                                              \
+        gemv_rows_q(y, x, w, dt, n, n4, TT, N, K, scale);                                                              \
+    else                                                                                                               \
+        gemv_rows(y, x, w, dt, n, n4, TT, N, K, scale);                                                                \
     break;
     switch (tt) {
     case 1: GEMV_PASS(1)
@@ -724,8 +751,8 @@ VINL void gemv_range(const cpu_mm_args *a, int64_t lo, int64_t hi, drt_dtype dt)
         float *y = a->y + (int64_t)b * T * N;
         const float *x = a->x + (int64_t)b * T * K;
         for (int t0 = 0; t0 < T; t0 += GEMV_T)
-            gemv_pass(y + (int64_t)t0 * N, x + (int64_t)t0 * K, wb, dt, n, (int)n4,
-                      T - t0 < GEMV_T ? T - t0 : GEMV_T, N, K, a->scale);
+            gemv_pass(y + (int64_t)t0 * N, x + (int64_t)t0 * K, wb, dt, n, (int)n4, T - t0 < GEMV_T ? T - t0 : GEMV_T,
+                      N, K, a->scale);
         c += n4;
     }
 }
@@ -742,11 +769,16 @@ static void gemv(const cpu_mm_args *a, int ith, int nth) {
 #endif
     int64_t lo, hi;
     cpu_split((int64_t)a->B * a->N, 4, ith, nth, &lo, &hi);
-    if (a->wt == DRT_F16) gemv_range(a, lo, hi, DRT_F16);
-    else if (a->wt == DRT_BF16) gemv_range(a, lo, hi, DRT_BF16);
-    else if (a->wt == DRT_Q8_0) gemv_range(a, lo, hi, DRT_Q8_0);
-    else if (a->wt == DRT_Q4_0) gemv_range(a, lo, hi, DRT_Q4_0);
-    else gemv_range(a, lo, hi, DRT_F32);
+    if (a->wt == DRT_F16)
+        gemv_range(a, lo, hi, DRT_F16);
+    else if (a->wt == DRT_BF16)
+        gemv_range(a, lo, hi, DRT_BF16);
+    else if (a->wt == DRT_Q8_0)
+        gemv_range(a, lo, hi, DRT_Q8_0);
+    else if (a->wt == DRT_Q4_0)
+        gemv_range(a, lo, hi, DRT_Q4_0);
+    else
+        gemv_range(a, lo, hi, DRT_F32);
 }
 
 /* ---- GEMM ------------------------------------------------------------------ */
@@ -821,8 +853,8 @@ VINL void store_tile(vf acc[MR][NV], float *c, int64_t ldc, int first, int last,
 }
 
 /* c (mr, nr) += ap . bp as store_tile says; ap (kc, MR), bp (kc, NR) */
-static void ukernel(int kc, const float *restrict ap, const float *restrict bp, float *c, int64_t ldc,
-                    int first, int last, float scale, int mr, int nr) {
+static void ukernel(int kc, const float *restrict ap, const float *restrict bp, float *c, int64_t ldc, int first,
+                    int last, float scale, int mr, int nr) {
     vf acc[MR][NV];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++)
@@ -916,8 +948,12 @@ BF16_FN static void ukernel_bf16(int kc, const uint32_t *restrict ap, const uint
 
 /* The packed x of every batch, shared by all tasks: per batch, per K block
  * k0, per sliver s: (kc, MR) floats at xp_offset(). */
-static int64_t slivers(int T) { return (T + MR - 1) / MR; }
-static int64_t xp_batch(const cpu_mm_args *a) { return slivers(a->T) * MR * (int64_t)a->K; }
+static int64_t slivers(int T) {
+    return (T + MR - 1) / MR;
+}
+static int64_t xp_batch(const cpu_mm_args *a) {
+    return slivers(a->T) * MR * (int64_t)a->K;
+}
 static int64_t xp_offset(const cpu_mm_args *a, int b, int k0, int64_t s) {
     const int kc = a->K - k0 < KC ? a->K - k0 : KC;
     return b * xp_batch(a) + slivers(a->T) * MR * (int64_t)k0 + s * MR * kc;
@@ -995,15 +1031,22 @@ static void gemm(cpu_mm_args *a, int ith) {
         const int64_t t = atomic_fetch_add(&a->next_task, 1);
         if (t >= ntasks) break;
         const int b = (int)(t / nblks);
-        if (a->wt == DRT_F16) gemm_task(a, a->scratch[ith], b, t % nblks, DRT_F16);
-        else if (a->wt == DRT_BF16) gemm_task(a, a->scratch[ith], b, t % nblks, DRT_BF16);
-        else if (a->wt == DRT_Q8_0) gemm_task(a, a->scratch[ith], b, t % nblks, DRT_Q8_0);
-        else if (a->wt == DRT_Q4_0) gemm_task(a, a->scratch[ith], b, t % nblks, DRT_Q4_0);
-        else gemm_task(a, a->scratch[ith], b, t % nblks, DRT_F32);
+        if (a->wt == DRT_F16)
+            gemm_task(a, a->scratch[ith], b, t % nblks, DRT_F16);
+        else if (a->wt == DRT_BF16)
+            gemm_task(a, a->scratch[ith], b, t % nblks, DRT_BF16);
+        else if (a->wt == DRT_Q8_0)
+            gemm_task(a, a->scratch[ith], b, t % nblks, DRT_Q8_0);
+        else if (a->wt == DRT_Q4_0)
+            gemm_task(a, a->scratch[ith], b, t % nblks, DRT_Q4_0);
+        else
+            gemm_task(a, a->scratch[ith], b, t % nblks, DRT_F32);
     }
 }
 
-static int use_gemv(const cpu_mm_args *a) { return a->T <= GEMV_MAX_T && !a->trans_w; }
+static int use_gemv(const cpu_mm_args *a) {
+    return a->T <= GEMV_MAX_T && !a->trans_w;
+}
 
 /* Runs as two pool jobs for the GEMM path: phase 0 packs x (a->phase = 0),
  * phase 1 computes; the GEMV path needs only phase 1. */
@@ -1015,9 +1058,12 @@ void KFN(cpu_matmul)(void *args, int ith, int nth) {
         memset(a->y + lo, 0, sizeof(float) * (size_t)(hi - lo));
         return;
     }
-    if (use_gemv(a)) gemv(a, ith, nth);
-    else if (a->phase == 0) pack_all_x(a, ith, nth);
-    else gemm(a, ith);
+    if (use_gemv(a))
+        gemv(a, ith, nth);
+    else if (a->phase == 0)
+        pack_all_x(a, ith, nth);
+    else
+        gemm(a, ith);
 }
 
 /* per-thread scratch: NB packed weight panels, or the GEMV's prepared x on
@@ -1039,4 +1085,6 @@ int64_t KFN(cpu_mm_xpack_floats)(const cpu_mm_args *a) {
     return use_gemv(a) || a->K == 0 ? 0 : (int64_t)a->B * xp_batch(a);
 }
 
-int KFN(cpu_mm_phases)(const cpu_mm_args *a) { return use_gemv(a) || a->K == 0 ? 1 : 2; }
+int KFN(cpu_mm_phases)(const cpu_mm_args *a) {
+    return use_gemv(a) || a->K == 0 ? 1 : 2;
+}

@@ -39,6 +39,5 @@ void KFN(cpu_groupnorm)(void *args, int ith, int nth) {
     const cpu_ew_args *a = args;
     int64_t lo, hi;
     cpu_split(a->rows, 1, ith, nth, &lo, &hi);
-    for (int64_t r = lo; r < hi; r++)
-        norm_row(a->y + r * a->cols, a->a + r * a->cols, a->cols, a->w, a->eps, a->scale);
+    for (int64_t r = lo; r < hi; r++) norm_row(a->y + r * a->cols, a->a + r * a->cols, a->cols, a->w, a->eps, a->scale);
 }

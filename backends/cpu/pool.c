@@ -49,7 +49,9 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static inline uint32_t gen_of(uint64_t s) { return (uint32_t)(s >> 32); }
+static inline uint32_t gen_of(uint64_t s) {
+    return (uint32_t)(s >> 32);
+}
 
 /* Claims and runs slices of generation g until none is left. */
 static void run_slices(cpu_pool *p, uint32_t g) {
@@ -58,8 +60,7 @@ static void run_slices(cpu_pool *p, uint32_t g) {
         if (gen_of(s) != g) return;
         const uint32_t i = (uint32_t)s;
         if (i >= (uint32_t)p->nth) return;
-        if (!atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
-                                                   memory_order_acquire))
+        if (!atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel, memory_order_acquire))
             continue; /* s was reloaded */
         /* slice i of job g is ours; that job cannot end before it does, so
          * fn and ctx are still job g's */
@@ -75,8 +76,7 @@ static void *worker(void *arg) {
     for (;;) {
         uint32_t g;
         int spins = 0;
-        while ((g = gen_of(atomic_load_explicit(&p->state, memory_order_acquire))) == seen &&
-               !atomic_load(&p->stop)) {
+        while ((g = gen_of(atomic_load_explicit(&p->state, memory_order_acquire))) == seen && !atomic_load(&p->stop)) {
             if (++spins < SPIN_ITERS) {
                 cpu_relax();
                 continue;
@@ -84,8 +84,7 @@ static void *worker(void *arg) {
             /* sleep; the publisher broadcasts when it sees sleepers > 0 */
             atomic_fetch_add(&p->sleepers, 1);
             pthread_mutex_lock(&p->mu);
-            while (gen_of(atomic_load(&p->state)) == seen && !atomic_load(&p->stop))
-                pthread_cond_wait(&p->cv, &p->mu);
+            while (gen_of(atomic_load(&p->state)) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv, &p->mu);
             pthread_mutex_unlock(&p->mu);
             atomic_fetch_sub(&p->sleepers, 1);
             spins = 0;
@@ -117,7 +116,9 @@ cpu_pool *cpu_pool_new(int nth) {
     return p;
 }
 
-int cpu_pool_size(const cpu_pool *p) { return p->nth; }
+int cpu_pool_size(const cpu_pool *p) {
+    return p->nth;
+}
 
 void cpu_pool_free(cpu_pool *p) {
     if (!p) return;
@@ -150,7 +151,9 @@ void cpu_pool_run(cpu_pool *p, cpu_task_fn fn, void *ctx) {
     run_slices(p, g);
     int spins = 0;
     while (atomic_load_explicit(&p->done, memory_order_acquire) < p->nth) {
-        if (++spins < WAIT_SPINS) cpu_relax();
-        else sched_yield();
+        if (++spins < WAIT_SPINS)
+            cpu_relax();
+        else
+            sched_yield();
     }
 }

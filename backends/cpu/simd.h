@@ -25,43 +25,97 @@
 #include <immintrin.h>
 #define VL 16
 typedef __m512 vf;
-VINL vf vload(const float *p) { return _mm512_loadu_ps(p); }
-VINL void vstore(float *p, vf v) { _mm512_storeu_ps(p, v); }
-VINL vf vset1(float x) { return _mm512_set1_ps(x); }
-VINL vf vzero(void) { return _mm512_setzero_ps(); }
-VINL vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
-VINL vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
-VINL vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
-VINL vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
-VINL vf vdiv1(vf a, vf b) { return _mm512_div_ps(a, b); }
-VINL vf vsel_le(vf j, vf pos, vf x, vf fill) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(j, pos, _CMP_LE_OQ), fill, x); }
-VINL vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-VINL float vhsum(vf v) { return _mm512_reduce_add_ps(v); }
-VINL float vhmax(vf v) { return _mm512_reduce_max_ps(v); }
-VINL vf vload_f16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+VINL vf vload(const float *p) {
+    return _mm512_loadu_ps(p);
+}
+VINL void vstore(float *p, vf v) {
+    _mm512_storeu_ps(p, v);
+}
+VINL vf vset1(float x) {
+    return _mm512_set1_ps(x);
+}
+VINL vf vzero(void) {
+    return _mm512_setzero_ps();
+}
+VINL vf vadd(vf a, vf b) {
+    return _mm512_add_ps(a, b);
+}
+VINL vf vsub(vf a, vf b) {
+    return _mm512_sub_ps(a, b);
+}
+VINL vf vmul(vf a, vf b) {
+    return _mm512_mul_ps(a, b);
+}
+VINL vf vmax(vf a, vf b) {
+    return _mm512_max_ps(a, b);
+}
+VINL vf vdiv1(vf a, vf b) {
+    return _mm512_div_ps(a, b);
+}
+VINL vf vsel_le(vf j, vf pos, vf x, vf fill) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(j, pos, _CMP_LE_OQ), fill, x);
+}
+VINL vf vfma(vf a, vf b, vf c) {
+    return _mm512_fmadd_ps(a, b, c);
+}
+VINL float vhsum(vf v) {
+    return _mm512_reduce_add_ps(v);
+}
+VINL float vhmax(vf v) {
+    return _mm512_reduce_max_ps(v);
+}
+VINL vf vload_f16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
 VINL vf vload_bf16(const uint16_t *p) {
     __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
-VINL vf vround(vf x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+VINL vf vround(vf x) {
+    return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
 /* p * 2^n for integral n in [-126, 127] */
-VINL vf vldexp(vf p, vf n) { return _mm512_scalef_ps(p, n); }
+VINL vf vldexp(vf p, vf n) {
+    return _mm512_scalef_ps(p, n);
+}
 
 #elif defined(DRT_ISA_avx2)
 #include <immintrin.h>
 #define VL 8
 typedef __m256 vf;
-VINL vf vload(const float *p) { return _mm256_loadu_ps(p); }
-VINL void vstore(float *p, vf v) { _mm256_storeu_ps(p, v); }
-VINL vf vset1(float x) { return _mm256_set1_ps(x); }
-VINL vf vzero(void) { return _mm256_setzero_ps(); }
-VINL vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
-VINL vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
-VINL vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
-VINL vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
-VINL vf vdiv1(vf a, vf b) { return _mm256_div_ps(a, b); }
-VINL vf vsel_le(vf j, vf pos, vf x, vf fill) { return _mm256_blendv_ps(fill, x, _mm256_cmp_ps(j, pos, _CMP_LE_OQ)); }
-VINL vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+VINL vf vload(const float *p) {
+    return _mm256_loadu_ps(p);
+}
+VINL void vstore(float *p, vf v) {
+    _mm256_storeu_ps(p, v);
+}
+VINL vf vset1(float x) {
+    return _mm256_set1_ps(x);
+}
+VINL vf vzero(void) {
+    return _mm256_setzero_ps();
+}
+VINL vf vadd(vf a, vf b) {
+    return _mm256_add_ps(a, b);
+}
+VINL vf vsub(vf a, vf b) {
+    return _mm256_sub_ps(a, b);
+}
+VINL vf vmul(vf a, vf b) {
+    return _mm256_mul_ps(a, b);
+}
+VINL vf vmax(vf a, vf b) {
+    return _mm256_max_ps(a, b);
+}
+VINL vf vdiv1(vf a, vf b) {
+    return _mm256_div_ps(a, b);
+}
+VINL vf vsel_le(vf j, vf pos, vf x, vf fill) {
+    return _mm256_blendv_ps(fill, x, _mm256_cmp_ps(j, pos, _CMP_LE_OQ));
+}
+VINL vf vfma(vf a, vf b, vf c) {
+    return _mm256_fmadd_ps(a, b, c);
+}
 VINL float vhsum(vf v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -74,12 +128,16 @@ VINL float vhmax(vf v) {
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
-VINL vf vload_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+VINL vf vload_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
 VINL vf vload_bf16(const uint16_t *p) {
     __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
-VINL vf vround(vf x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+VINL vf vround(vf x) {
+    return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
 VINL vf vldexp(vf p, vf n) {
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
@@ -89,22 +147,54 @@ VINL vf vldexp(vf p, vf n) {
 #include <arm_neon.h>
 #define VL 4
 typedef float32x4_t vf;
-VINL vf vload(const float *p) { return vld1q_f32(p); }
-VINL void vstore(float *p, vf v) { vst1q_f32(p, v); }
-VINL vf vset1(float x) { return vdupq_n_f32(x); }
-VINL vf vzero(void) { return vdupq_n_f32(0.0f); }
-VINL vf vadd(vf a, vf b) { return vaddq_f32(a, b); }
-VINL vf vsub(vf a, vf b) { return vsubq_f32(a, b); }
-VINL vf vmul(vf a, vf b) { return vmulq_f32(a, b); }
-VINL vf vmax(vf a, vf b) { return vmaxq_f32(a, b); }
-VINL vf vdiv1(vf a, vf b) { return vdivq_f32(a, b); }
-VINL vf vsel_le(vf j, vf pos, vf x, vf fill) { return vbslq_f32(vcleq_f32(j, pos), x, fill); }
-VINL vf vfma(vf a, vf b, vf c) { return vfmaq_f32(c, a, b); }
-VINL float vhsum(vf v) { return vaddvq_f32(v); }
-VINL float vhmax(vf v) { return vmaxvq_f32(v); }
-VINL vf vload_f16(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
-VINL vf vload_bf16(const uint16_t *p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
-VINL vf vround(vf x) { return vrndnq_f32(x); }
+VINL vf vload(const float *p) {
+    return vld1q_f32(p);
+}
+VINL void vstore(float *p, vf v) {
+    vst1q_f32(p, v);
+}
+VINL vf vset1(float x) {
+    return vdupq_n_f32(x);
+}
+VINL vf vzero(void) {
+    return vdupq_n_f32(0.0f);
+}
+VINL vf vadd(vf a, vf b) {
+    return vaddq_f32(a, b);
+}
+VINL vf vsub(vf a, vf b) {
+    return vsubq_f32(a, b);
+}
+VINL vf vmul(vf a, vf b) {
+    return vmulq_f32(a, b);
+}
+VINL vf vmax(vf a, vf b) {
+    return vmaxq_f32(a, b);
+}
+VINL vf vdiv1(vf a, vf b) {
+    return vdivq_f32(a, b);
+}
+VINL vf vsel_le(vf j, vf pos, vf x, vf fill) {
+    return vbslq_f32(vcleq_f32(j, pos), x, fill);
+}
+VINL vf vfma(vf a, vf b, vf c) {
+    return vfmaq_f32(c, a, b);
+}
+VINL float vhsum(vf v) {
+    return vaddvq_f32(v);
+}
+VINL float vhmax(vf v) {
+    return vmaxvq_f32(v);
+}
+VINL vf vload_f16(const uint16_t *p) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));
+}
+VINL vf vload_bf16(const uint16_t *p) {
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
+}
+VINL vf vround(vf x) {
+    return vrndnq_f32(x);
+}
 VINL vf vldexp(vf p, vf n) {
     int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
     return vmulq_f32(p, vreinterpretq_f32_s32(e));
@@ -120,20 +210,41 @@ VINL vf vload(const float *p) {
     __builtin_memcpy(&v, p, sizeof v);
     return v;
 }
-VINL void vstore(float *p, vf v) { __builtin_memcpy(p, &v, sizeof v); }
-VINL vf vset1(float x) { return (vf){x, x, x, x}; }
-VINL vf vzero(void) { return (vf){0, 0, 0, 0}; }
-VINL vf vadd(vf a, vf b) { return a + b; }
-VINL vf vsub(vf a, vf b) { return a - b; }
-VINL vf vmul(vf a, vf b) { return a * b; }
-VINL vf vmax(vf a, vf b) { return (vf){a[0] > b[0] ? a[0] : b[0], a[1] > b[1] ? a[1] : b[1], a[2] > b[2] ? a[2] : b[2], a[3] > b[3] ? a[3] : b[3]}; }
-VINL vf vfma(vf a, vf b, vf c) { return a * b + c; }
-VINL vf vdiv1(vf a, vf b) { return a / b; }
+VINL void vstore(float *p, vf v) {
+    __builtin_memcpy(p, &v, sizeof v);
+}
+VINL vf vset1(float x) {
+    return (vf){x, x, x, x};
+}
+VINL vf vzero(void) {
+    return (vf){0, 0, 0, 0};
+}
+VINL vf vadd(vf a, vf b) {
+    return a + b;
+}
+VINL vf vsub(vf a, vf b) {
+    return a - b;
+}
+VINL vf vmul(vf a, vf b) {
+    return a * b;
+}
+VINL vf vmax(vf a, vf b) {
+    return (vf){a[0] > b[0] ? a[0] : b[0], a[1] > b[1] ? a[1] : b[1], a[2] > b[2] ? a[2] : b[2],
+                a[3] > b[3] ? a[3] : b[3]};
+}
+VINL vf vfma(vf a, vf b, vf c) {
+    return a * b + c;
+}
+VINL vf vdiv1(vf a, vf b) {
+    return a / b;
+}
 VINL vf vsel_le(vf j, vf pos, vf x, vf fill) {
     return (vf){j[0] <= pos[0] ? x[0] : fill[0], j[1] <= pos[1] ? x[1] : fill[1], j[2] <= pos[2] ? x[2] : fill[2],
                 j[3] <= pos[3] ? x[3] : fill[3]};
 }
-VINL float vhsum(vf v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+VINL float vhsum(vf v) {
+    return (v[0] + v[1]) + (v[2] + v[3]);
+}
 VINL float vhmax(vf v) {
     float a = v[0] > v[1] ? v[0] : v[1], b = v[2] > v[3] ? v[2] : v[3];
     return a > b ? a : b;
@@ -144,12 +255,13 @@ VINL vf vload_f16(const uint16_t *p) {
 VINL vf vload_bf16(const uint16_t *p) {
     return (vf){drt_bf16_to_f32(p[0]), drt_bf16_to_f32(p[1]), drt_bf16_to_f32(p[2]), drt_bf16_to_f32(p[3])};
 }
-VINL vf vround(vf x) { return (vf){nearbyintf(x[0]), nearbyintf(x[1]), nearbyintf(x[2]), nearbyintf(x[3])}; }
+VINL vf vround(vf x) {
+    return (vf){nearbyintf(x[0]), nearbyintf(x[1]), nearbyintf(x[2]), nearbyintf(x[3])};
+}
 /* a NaN n (from a NaN x in vexp) leaves p, itself NaN: (int)NaN is undefined */
 #define DRT_LDEXP1(p, n) (isnan(n) ? (p) : ldexpf((p), (int)(n)))
 VINL vf vldexp(vf p, vf n) {
-    return (vf){DRT_LDEXP1(p[0], n[0]), DRT_LDEXP1(p[1], n[1]), DRT_LDEXP1(p[2], n[2]),
-                DRT_LDEXP1(p[3], n[3])};
+    return (vf){DRT_LDEXP1(p[0], n[0]), DRT_LDEXP1(p[1], n[1]), DRT_LDEXP1(p[2], n[2]), DRT_LDEXP1(p[3], n[3])};
 }
 #else
 #error "DRT_ISA must be one of avx512, avx2, neon, generic"

@@ -85,8 +85,8 @@ __device__ __forceinline__ bool in_run_of(const int32_t *rows, int T, int t, int
  * One block per (h,t) row: block max, block sum of exps, then the row.
  * Masked entries are exactly 0. Napkin math: reads 2*H*T*S*4 bytes twice
  * (second pass from L2), writes H*T*S*4. */
-__global__ void dual_softmax_kernel1(float *a, const float *s1, const float *s2, int H, int T, int S,
-                                     float lambda, const float *lam_th) {
+__global__ void dual_softmax_kernel1(float *a, const float *s1, const float *s2, int H, int T, int S, float lambda,
+                                     const float *lam_th) {
     __shared__ float red[32];
     const int row = blockIdx.x; /* h*T + t */
     const int h = row / T, t = row % T;
@@ -112,8 +112,8 @@ __global__ void dual_softmax_kernel1(float *a, const float *s1, const float *s2,
         a[off + j] = j < n ? expf(s1[off + j] - m1) * i1 - expf(s2[off + j] - m2) * i2 : 0.0f;
 }
 
-extern "C" drt_status cu_dual_softmax(cu_ctx *c, float *a, const float *s1, const float *s2, int H, int T,
-                                      int S, float lambda, const float *lambda_th) {
+extern "C" drt_status cu_dual_softmax(cu_ctx *c, float *a, const float *s1, const float *s2, int H, int T, int S,
+                                      float lambda, const float *lambda_th) {
     const int64_t rows = (int64_t)H * T;
     if (rows <= 0 || S <= 0) return DRT_OK;
     CU_LAUNCH(dual_softmax_kernel1, (unsigned)rows, 256, 0, c->stream)(a, s1, s2, H, T, S, lambda, lambda_th);
@@ -123,7 +123,7 @@ extern "C" drt_status cu_dual_softmax(cu_ctx *c, float *a, const float *s1, cons
 /* ---- kernel 1: f32, one block per (query, head, split) ------------------------------------- */
 
 #define V1_THREADS 128
-#define V1_BN 64 /* keys per tile */
+#define V1_BN 64                             /* keys per tile */
 #define V1_EPT (CU_ATTN_MAX_DV / V1_THREADS) /* output elements per thread */
 #define MAX_SPLIT 64
 #define V1_MIN_CHUNK 32 /* the fewest keys a split takes */
@@ -141,8 +141,8 @@ extern "C" drt_status cu_dual_softmax(cu_ctx *c, float *a, const float *s1, cons
 __global__ void __launch_bounds__(V1_THREADS) attn_kernel1(attn_params P) {
     CU_DYN_SMEM(float, sm1);
     const int nq = P.nq, dk = P.dk, dv = P.dv;
-    float *qs = sm1;           /* (nq, dk) */
-    float *ps = sm1 + nq * dk; /* (nq, V1_BN): logits, then exp weights */
+    float *qs = sm1;               /* (nq, dk) */
+    float *ps = sm1 + nq * dk;     /* (nq, V1_BN): logits, then exp weights */
     const int64_t th = blockIdx.x; /* t*H + h */
     const int split = blockIdx.y;
     const int t = (int)(th / P.H), h = (int)(th % P.H);
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(V1_THREADS) attn_kernel1(attn_params P) {
             if (mm >= nq) break;
             float mx = -CUDART_INF_F;
             for (int jj = 0; jj < nt; jj++) mx = fmaxf(mx, ps[mm * V1_BN + jj]);
-            mnew[mm] = fmaxf(mrun[mm], mx); /* finite: nt >= 1 */
+            mnew[mm] = fmaxf(mrun[mm], mx);       /* finite: nt >= 1 */
             corr[mm] = expf(mrun[mm] - mnew[mm]); /* 0 on the first tile */
         }
         __syncthreads(); /* all maxima read before the logits are replaced */
@@ -313,7 +313,9 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
-__device__ __forceinline__ uint32_t ld32(const __half *p) { return *reinterpret_cast<const uint32_t *>(p); }
+__device__ __forceinline__ uint32_t ld32(const __half *p) {
+    return *reinterpret_cast<const uint32_t *>(p);
+}
 
 template <int DK, int DV, int NQ> struct tc_cfg {
     static constexpr int BM = 64;                  /* queries per block */
@@ -322,11 +324,11 @@ template <int DK, int DV, int NQ> struct tc_cfg {
     /* shared memory rows padded by 8 halves: the 32-bit fragment loads of
      * a warp (8 rows x 4 words) then fall in 32 distinct banks */
     static constexpr int LDQ = DK + 8, LDK = DK + 8, LDV = BN + 8;
-    static constexpr int Q_HALFS = NQ * BM * LDQ;  /* Qs[map][row][dk] */
-    static constexpr int K_HALFS = NQ * BN * LDK;  /* Ks[kmap][key][dk] */
-    static constexpr int V_HALFS = DV * LDV;       /* Vt[col][key]: V transposed */
+    static constexpr int Q_HALFS = NQ * BM * LDQ; /* Qs[map][row][dk] */
+    static constexpr int K_HALFS = NQ * BN * LDK; /* Ks[kmap][key][dk] */
+    static constexpr int V_HALFS = DV * LDV;      /* Vt[col][key]: V transposed */
     static constexpr int LOAD_BYTES = 2 * (Q_HALFS + K_HALFS + V_HALFS);
-    static constexpr int LDO = DV + 4;             /* map-2 result, f32, for the combine */
+    static constexpr int LDO = DV + 4; /* map-2 result, f32, for the combine */
     static constexpr int OUT_BYTES = NQ == 2 ? 4 * BM * LDO : 0;
     static constexpr int SMEM = LOAD_BYTES > OUT_BYTES ? LOAD_BYTES : OUT_BYTES;
 };
@@ -352,8 +354,7 @@ template <int DK, int DV, int NQ> struct tc_cfg {
  * Only the rows of owned runs are stored; kernel 1 writes the others.
  * DIFF: map-2 warps park lambda*acc2/l2 in shared memory; map-1 warps
  * subtract it from acc1/l1 and store. f16 inputs: declared fast mode. */
-template <int DK, int DV, int NQ>
-__global__ void __launch_bounds__(128 * NQ) attn_tc_kernel2(attn_params P) {
+template <int DK, int DV, int NQ> __global__ void __launch_bounds__(128 * NQ) attn_tc_kernel2(attn_params P) {
     typedef tc_cfg<DK, DV, NQ> C;
     CU_DYN_SMEM(unsigned char, smem2);
     __shared__ int32_t rs[2 * C::BM]; /* the block's rows entries */
@@ -413,7 +414,7 @@ __global__ void __launch_bounds__(128 * NQ) attn_tc_kernel2(attn_params P) {
             sg[1] = rb;
         }
         for (int j0 = 0;; j0 += C::BN) {
-            __syncthreads(); /* Q, sg stored (first tile) / previous tile consumed */
+            __syncthreads();                          /* Q, sg stored (first tile) / previous tile consumed */
             const int kv_end = rs[2 * sg[1] - 1] + 1; /* keys 0 .. the last row's pos */
             if (j0 >= kv_end) break;
             const int base = rs[2 * sg[0]];
@@ -469,9 +470,9 @@ __global__ void __launch_bounds__(128 * NQ) attn_tc_kernel2(attn_params P) {
                     const int col = j0 + nt * 8 + 2 * tig + (i & 1);
                     s[nt][i] = col <= lim[i >> 1] ? s[nt][i] * sl2 : -CUDART_INF_F;
                 }
-            /* online softmax: rr = 0 is row rlo (elements 0,1), rr = 1 row
-             * rlo+8; a row that sees no key of the tile keeps its state
-             * (corr = 1, or 0 times an all-zero state) */
+                /* online softmax: rr = 0 is row rlo (elements 0,1), rr = 1 row
+                 * rlo+8; a row that sees no key of the tile keeps its state
+                 * (corr = 1, or 0 times an all-zero state) */
 #pragma unroll
             for (int rr = 0; rr < 2; rr++) {
                 float mx = -CUDART_INF_F;
@@ -534,8 +535,8 @@ __global__ void __launch_bounds__(128 * NQ) attn_tc_kernel2(attn_params P) {
             float *ot = P.o + ((int64_t)(t0 + rlo + 8 * rr) * H + h) * DV + 2 * tig;
 #pragma unroll
             for (int nt = 0; nt < DV / 8; nt++)
-                *reinterpret_cast<float2 *>(ot + nt * 8) =
-                    make_float2(acc[nt][2 * rr] * inv[rr], acc[nt][2 * rr + 1] * inv[rr]);
+                *reinterpret_cast<float2 *>(ot + nt * 8) = make_float2(acc[nt][2 * rr] * inv[rr],
+                                                                       acc[nt][2 * rr + 1] * inv[rr]);
         }
         return;
     }
@@ -550,8 +551,8 @@ __global__ void __launch_bounds__(128 * NQ) attn_tc_kernel2(attn_params P) {
             const float f = lam * inv[rr];
 #pragma unroll
             for (int nt = 0; nt < DV / 8; nt++)
-                *reinterpret_cast<float2 *>(Ob + r * C::LDO + nt * 8 + 2 * tig) =
-                    make_float2(acc[nt][2 * rr] * f, acc[nt][2 * rr + 1] * f);
+                *reinterpret_cast<float2 *>(Ob + r * C::LDO + nt * 8 + 2 * tig) = make_float2(acc[nt][2 * rr] * f,
+                                                                                              acc[nt][2 * rr + 1] * f);
         }
     }
     __syncthreads();
@@ -564,8 +565,8 @@ __global__ void __launch_bounds__(128 * NQ) attn_tc_kernel2(attn_params P) {
 #pragma unroll
             for (int nt = 0; nt < DV / 8; nt++) {
                 const float2 b = *reinterpret_cast<const float2 *>(Ob + r * C::LDO + nt * 8 + 2 * tig);
-                *reinterpret_cast<float2 *>(ot + nt * 8) =
-                    make_float2(acc[nt][2 * rr] * inv[rr] - b.x, acc[nt][2 * rr + 1] * inv[rr] - b.y);
+                *reinterpret_cast<float2 *>(ot + nt * 8) = make_float2(acc[nt][2 * rr] * inv[rr] - b.x,
+                                                                       acc[nt][2 * rr + 1] * inv[rr] - b.y);
             }
         }
     }
@@ -580,10 +581,11 @@ typedef struct {
     tc_kernel_fn fn;
 } tc_entry;
 
-#define TC_ENTRY(NQ, DK, DV) {NQ, DK, DV, tc_cfg<DK, DV, NQ>::SMEM, attn_tc_kernel2<DK, DV, NQ>}
+#define TC_ENTRY(NQ, DK, DV)                                                                                           \
+    { NQ, DK, DV, tc_cfg<DK, DV, NQ>::SMEM, attn_tc_kernel2<DK, DV, NQ> }
 static const tc_entry TC_KERNELS[] = {
-    TC_ENTRY(2, 64, 64), TC_ENTRY(2, 64, 128), TC_ENTRY(2, 128, 128), TC_ENTRY(2, 128, 256),
-    TC_ENTRY(1, 64, 64), TC_ENTRY(1, 128, 128),
+    TC_ENTRY(2, 64, 64),   TC_ENTRY(2, 64, 128), TC_ENTRY(2, 128, 128),
+    TC_ENTRY(2, 128, 256), TC_ENTRY(1, 64, 64),  TC_ENTRY(1, 128, 128),
 };
 #define N_TC ((int)(sizeof TC_KERNELS / sizeof TC_KERNELS[0]))
 
@@ -592,8 +594,7 @@ extern "C" drt_status cu_attention_init(cu_ctx *c) {
     for (int i = 0; i < N_TC; i++) {
         if ((size_t)TC_KERNELS[i].smem > c->smem_optin) continue;
         cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(TC_KERNELS[i].fn),
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             TC_KERNELS[i].smem);
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, TC_KERNELS[i].smem);
         if (e != cudaSuccess)
             return drt_set_error(DRT_ERR_BACKEND, "cuda: attention kernel setup: %s", cudaGetErrorString(e));
     }
@@ -629,11 +630,13 @@ extern "C" size_t cu_attention_scratch(const cu_ctx *c, int nq, int T, int S_cap
     return (size_t)T * H * ns * (4 + 2 * (size_t)dv) * sizeof(float);
 }
 
-static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+static int aligned16(const void *p) {
+    return ((uintptr_t)p & 15) == 0;
+}
 
-extern "C" drt_status cu_attention(cu_ctx *c, float *o, const float *q, const float *k, const float *v, int nq,
-                                   int T, int S_cap, int H, int G, int m, int dk, int dv, float lambda,
-                                   const float *lambda_th, const int32_t *rows) {
+extern "C" drt_status cu_attention(cu_ctx *c, float *o, const float *q, const float *k, const float *v, int nq, int T,
+                                   int S_cap, int H, int G, int m, int dk, int dv, float lambda, const float *lambda_th,
+                                   const int32_t *rows) {
     if (T <= 0 || H <= 0) return DRT_OK;
     attn_params P;
     P.q = q;

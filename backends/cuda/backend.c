@@ -60,8 +60,8 @@ typedef struct {
 typedef struct {
     int n; /* nodes; 0 = empty slot */
     node_key *keys;
-    int no_graph;          /* capture failed once: always run eagerly */
-    cudaGraphExec_t exec;  /* NULL until the second sighting */
+    int no_graph;         /* capture failed once: always run eagerly */
+    cudaGraphExec_t exec; /* NULL until the second sighting */
     unsigned long long used;
 } graph_entry;
 
@@ -135,8 +135,8 @@ static drt_status cuda_device_name(int dev, char *buf, size_t n) {
     struct cudaDeviceProp p;
     drt_status s = cuda_err(cudaGetDeviceProperties(&p, d), "cudaGetDeviceProperties");
     if (s != DRT_OK) return s;
-    snprintf(buf, n, "%s (sm_%d%d, %d SMs, %.1f GiB, CUDA device %d)", p.name, p.major, p.minor,
-             p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), d);
+    snprintf(buf, n, "%s (sm_%d%d, %d SMs, %.1f GiB, CUDA device %d)", p.name, p.major, p.minor, p.multiProcessorCount,
+             (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), d);
     return DRT_OK;
 }
 
@@ -154,8 +154,8 @@ static drt_status cuda_device_props(int dev, drt_device_props *out) {
     if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0)
         snprintf(out->driver, sizeof out->driver, "CUDA driver %d.%d", drv / 1000, drv % 1000 / 10);
     if (cudaRuntimeGetVersion(&rt) == cudaSuccess && rt > 0)
-        snprintf(out->api_version, sizeof out->api_version, "CUDA runtime %d.%d, sm_%d%d", rt / 1000,
-                 rt % 1000 / 10, p.major, p.minor);
+        snprintf(out->api_version, sizeof out->api_version, "CUDA runtime %d.%d, sm_%d%d", rt / 1000, rt % 1000 / 10,
+                 p.major, p.minor);
     out->memory_bytes = (uint64_t)p.totalGlobalMem;
     out->subgroup_size = p.warpSize;
     out->fp16 = p.major * 10 + p.minor >= 53; /* half arithmetic from sm_53 */
@@ -237,8 +237,7 @@ static drt_status cuda_init(drt_backend *be, int device) {
         s = cuda_err(cudaDeviceGetAttribute(&c->cc_minor, cudaDevAttrComputeCapabilityMinor, d), "device attributes");
     int optin = 0;
     if (s == DRT_OK)
-        s = cuda_err(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d),
-                     "device attributes");
+        s = cuda_err(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d), "device attributes");
     c->smem_optin = (size_t)optin;
     if (s == DRT_OK) s = cuda_err(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     if (s == DRT_OK) s = cuda_err(cudaHostAlloc((void **)&c->h_err, sizeof(int), cudaHostAllocMapped), "cudaHostAlloc");
@@ -303,40 +302,42 @@ static drt_status cuda_download(drt_backend *be, const drt_buffer *b, size_t off
     cu_ctx *c = &((cuda_state *)be->ctx)->k;
     if (off + n > b->size) return drt_set_error(DRT_ERR_INVALID_ARG, "cuda: download past the end of a buffer");
     cudaSetDevice(c->device);
-    drt_status s = cuda_err(
-        cudaMemcpyAsync(dst, (const char *)b->handle + off, n, cudaMemcpyDeviceToHost, c->stream), "download");
+    drt_status s = cuda_err(cudaMemcpyAsync(dst, (const char *)b->handle + off, n, cudaMemcpyDeviceToHost, c->stream),
+                            "download");
     if (s == DRT_OK) s = cuda_err(cudaStreamSynchronize(c->stream), "download");
     return s;
 }
 
 /* ---- nodes ---------------------------------------------------------------------------- */
 
-static void *dp(const drt_tensor *t) { return t ? (char *)t->buf->handle + t->offs : NULL; }
+static void *dp(const drt_tensor *t) {
+    return t ? (char *)t->buf->handle + t->offs : NULL;
+}
 
-static int64_t rows_of(const drt_tensor *t) { return drt_nelem(t) / t->ne[t->nd - 1]; }
+static int64_t rows_of(const drt_tensor *t) {
+    return drt_nelem(t) / t->ne[t->nd - 1];
+}
 
-static int fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+static int fits_int(int64_t v) {
+    return v >= 0 && v <= INT_MAX;
+}
 
 static bool cuda_supports(drt_backend *be, const drt_tensor *t) {
     const drt_tensor *a = t->src[0], *b = t->src[1];
     switch (t->op) {
-    case DRT_OP_EMBED:
-        return fits_int(a->ne[0]) && fits_int(b->ne[0]) && fits_int(b->ne[1]);
+    case DRT_OP_EMBED: return fits_int(a->ne[0]) && fits_int(b->ne[0]) && fits_int(b->ne[1]);
     case DRT_OP_RMSNORM:
-    case DRT_OP_GROUPNORM:
-        return fits_int(rows_of(a)) && fits_int(a->ne[a->nd - 1]);
+    case DRT_OP_GROUPNORM: return fits_int(rows_of(a)) && fits_int(a->ne[a->nd - 1]);
     case DRT_OP_MATMUL: {
         const drt_matmul_shape m = drt_matmul_dims(t);
         return fits_int(m.B * m.T) && fits_int(m.K) && fits_int(m.N) && m.Bw >= 1;
     }
     case DRT_OP_ROPE:
-    case DRT_OP_DUAL_SOFTMAX:
-        return fits_int(a->ne[0]) && fits_int(a->ne[1]) && fits_int(a->ne[2]);
+    case DRT_OP_DUAL_SOFTMAX: return fits_int(a->ne[0]) && fits_int(a->ne[1]) && fits_int(a->ne[2]);
     case DRT_OP_DIFF_ATTN:
     case DRT_OP_ATTN: {
         int64_t dk = a->ne[a->nd - 1], dv = t->src[2]->ne[2];
-        return dk <= CU_ATTN_MAX_DK && dv <= CU_ATTN_MAX_DV && fits_int(a->ne[0] * a->ne[1]) &&
-               fits_int(b->ne[0]);
+        return dk <= CU_ATTN_MAX_DK && dv <= CU_ATTN_MAX_DV && fits_int(a->ne[0] * a->ne[1]) && fits_int(b->ne[0]);
     }
     case DRT_OP_SWIGLU:
     case DRT_OP_SIGMOID:
@@ -359,8 +360,8 @@ static size_t node_scratch(const cu_ctx *c, const drt_tensor *t) {
     }
     case DRT_OP_DIFF_ATTN:
     case DRT_OP_ATTN:
-        return cu_attention_scratch(c, t->op == DRT_OP_DIFF_ATTN ? 2 : 1, (int)a->ne[0], (int)b->ne[0],
-                                    (int)a->ne[1], (int)t->src[2]->ne[2]);
+        return cu_attention_scratch(c, t->op == DRT_OP_DIFF_ATTN ? 2 : 1, (int)a->ne[0], (int)b->ne[0], (int)a->ne[1],
+                                    (int)t->src[2]->ne[2]);
     default: return 0;
     }
 }
@@ -371,10 +372,8 @@ static drt_status run_node(cu_ctx *c, const drt_tensor *t) {
     const int32_t *rows = dp(t->src[DRT_SRC_ROWS]); /* the position ops' (T,2) rows */
     float *y = dp(t);
     switch (t->op) {
-    case DRT_OP_EMBED:
-        return cu_embed(c, y, dp(a), (int)a->ne[0], dp(b), b->type, (int)b->ne[0], (int)b->ne[1]);
-    case DRT_OP_RMSNORM:
-        return cu_norm_rows(c, y, dp(a), rows_of(a), (int)a->ne[a->nd - 1], dp(b), t->fp[0], 1.0f);
+    case DRT_OP_EMBED: return cu_embed(c, y, dp(a), (int)a->ne[0], dp(b), b->type, (int)b->ne[0], (int)b->ne[1]);
+    case DRT_OP_RMSNORM: return cu_norm_rows(c, y, dp(a), rows_of(a), (int)a->ne[a->nd - 1], dp(b), t->fp[0], 1.0f);
     case DRT_OP_MATMUL: {
         const drt_matmul_shape m = drt_matmul_dims(t);
         return cu_matmul(c, y, dp(a), dp(b), m.wtype, (int)m.B, (int)m.Bw, (int)m.T, (int)m.N, (int)m.K, m.trans_w,
@@ -386,8 +385,8 @@ static drt_status run_node(cu_ctx *c, const drt_tensor *t) {
                                dp(t->src[2]));
     case DRT_OP_DIFF_ATTN:
         return cu_attention(c, y, dp(a), dp(b), dp(t->src[2]), 2, (int)a->ne[0], (int)b->ne[0], (int)a->ne[1],
-                            (int)b->ne[1], (int)b->ne[2], (int)a->ne[3], (int)t->src[2]->ne[2], t->fp[0],
-                            dp(t->src[3]), rows);
+                            (int)b->ne[1], (int)b->ne[2], (int)a->ne[3], (int)t->src[2]->ne[2], t->fp[0], dp(t->src[3]),
+                            rows);
     case DRT_OP_ATTN:
         return cu_attention(c, y, dp(a), dp(b), dp(t->src[2]), 1, (int)a->ne[0], (int)b->ne[0], (int)a->ne[1],
                             (int)b->ne[1], 1, (int)a->ne[2], (int)t->src[2]->ne[2], 0.0f, NULL, rows);
@@ -437,8 +436,7 @@ static drt_status ensure_scratch(cuda_state *st, size_t need) {
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         c->scratch = NULL;
-        return drt_set_error(DRT_ERR_OOM, "cuda: cannot allocate %zu bytes of scratch: %s", sz,
-                             cudaGetErrorString(e));
+        return drt_set_error(DRT_ERR_OOM, "cuda: cannot allocate %zu bytes of scratch: %s", sz, cudaGetErrorString(e));
     }
     c->scratch_size = sz;
     return DRT_OK;

@@ -28,8 +28,7 @@ extern "C" {
 /* After a launch: the launch error, as a drt_status naming the kernel. */
 static inline drt_status cu_launched(const char *what) {
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return drt_set_error(DRT_ERR_BACKEND, "cuda: %s: %s", what, cudaGetErrorString(e));
+    if (e != cudaSuccess) return drt_set_error(DRT_ERR_BACKEND, "cuda: %s: %s", what, cudaGetErrorString(e));
     return DRT_OK;
 }
 

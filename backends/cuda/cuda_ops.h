@@ -63,8 +63,7 @@ typedef struct {
 
 /* out is (T,D); ids is (T); E is (V,D) of dtype et. An id outside [0,V)
  * writes a NaN row and sets *c->d_err = 1 (checked at synchronize). */
-drt_status cu_embed(cu_ctx *c, float *out, const int32_t *ids, int T, const void *E, drt_dtype et,
-                    int V, int D);
+drt_status cu_embed(cu_ctx *c, float *out, const int32_t *ids, int T, const void *E, drt_dtype et, int V, int D);
 /* y, x are (T,Hn,d); row t at position rows[2t+1] (rows (T,2), device);
  * inv_freq is (d/2) */
 drt_status cu_rope(cu_ctx *c, float *y, const float *x, int T, int Hn, int d, const float *inv_freq,
@@ -75,8 +74,7 @@ drt_status cu_sigmoid(cu_ctx *c, float *y, const float *x, int64_t n);
 drt_status cu_add(cu_ctx *c, float *y, const float *a, const float *b, int64_t n);
 /* cache is (S_cap,row); src is (T,row); row t goes to cache row
  * rows[2t] + rows[2t+1] (rows (T,2), device) */
-drt_status cu_kv_write(cu_ctx *c, float *cache, const float *src, int T, int64_t row,
-                       const int32_t *rows);
+drt_status cu_kv_write(cu_ctx *c, float *cache, const float *src, int T, int64_t row, const int32_t *rows);
 /* x has shape ne[0..3]; y = x permuted, y dim a = x dim perm[a] (drt_ref_permute) */
 drt_status cu_permute(cu_ctx *c, float *y, const float *x, const int64_t ne[4], const int perm[4]);
 
@@ -84,24 +82,23 @@ drt_status cu_permute(cu_ctx *c, float *y, const float *x, const int64_t ne[4], 
 
 /* y, x are (rows,C); w is (C) or NULL; y = x * scale / sqrt(mean(x^2) + eps) * w.
  * RMSNORM is scale = 1; GROUPNORM is rows = T*H, C = dv. */
-drt_status cu_norm_rows(cu_ctx *c, float *y, const float *x, int64_t rows, int C, const float *w,
-                        float eps, float scale);
+drt_status cu_norm_rows(cu_ctx *c, float *y, const float *x, int64_t rows, int C, const float *w, float eps,
+                        float scale);
 
 /* ---- matmul.cu ---------------------------------------------------------------- */
 
 /* y (B,T,N) = scale * x (B,T,K) w^T; w is (Bw,N,K), or (Bw,K,N) when trans_w,
  * of dtype wt; batch b of x uses batch b*Bw/B of w (drt_ref_matmul). */
-drt_status cu_matmul(cu_ctx *c, float *y, const float *x, const void *w, drt_dtype wt, int B, int Bw,
-                     int T, int N, int K, int trans_w, float scale);
+drt_status cu_matmul(cu_ctx *c, float *y, const float *x, const void *w, drt_dtype wt, int B, int Bw, int T, int N,
+                     int K, int trans_w, float scale);
 /* bytes of c->scratch cu_matmul needs for these arguments */
-size_t cu_matmul_scratch(const cu_ctx *c, drt_dtype wt, int B, int Bw, int T, int N, int K,
-                         int trans_w);
+size_t cu_matmul_scratch(const cu_ctx *c, drt_dtype wt, int B, int Bw, int T, int N, int K, int trans_w);
 
 /* ---- attention.cu ------------------------------------------------------------- */
 
 /* a, s1, s2 are (H,T,S); mask offset S - T; lambda_th is (T,H) or NULL */
-drt_status cu_dual_softmax(cu_ctx *c, float *a, const float *s1, const float *s2, int H, int T,
-                           int S, float lambda, const float *lambda_th);
+drt_status cu_dual_softmax(cu_ctx *c, float *a, const float *s1, const float *s2, int H, int T, int S, float lambda,
+                           const float *lambda_th);
 /* Fused causal attention over each row's own keys: rows is (T,2) in device
  * memory, row t attends the cache rows base .. base + pos (base = rows[2t],
  * pos = rows[2t+1]; drt_ref_diff_attn, drt_ref_attn).
@@ -109,9 +106,8 @@ drt_status cu_dual_softmax(cu_ctx *c, float *a, const float *s1, const float *s2
  *   lambda_th (T,H) or NULL (then lambda);
  * nq = 1 (ATTN): q is (T,H,dk), k is (S_cap,G,dk) (m = 1), no lambda.
  * v is (S_cap,G,dv); o is (T,H,dv). */
-drt_status cu_attention(cu_ctx *c, float *o, const float *q, const float *k, const float *v, int nq,
-                        int T, int S_cap, int H, int G, int m, int dk, int dv, float lambda,
-                        const float *lambda_th, const int32_t *rows);
+drt_status cu_attention(cu_ctx *c, float *o, const float *q, const float *k, const float *v, int nq, int T, int S_cap,
+                        int H, int G, int m, int dk, int dv, float lambda, const float *lambda_th, const int32_t *rows);
 size_t cu_attention_scratch(const cu_ctx *c, int nq, int T, int S_cap, int H, int dv);
 /* the largest dk, dv the attention kernels take */
 #define CU_ATTN_MAX_DK 1024

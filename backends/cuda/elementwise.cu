@@ -12,8 +12,7 @@
  * An id outside [0,V) is never used as an address: its row becomes NaN and
  * err is raised (backend.c turns it into DRT_ERR_INVALID_ARG at synchronize).
  * Napkin math: reads T*D weights, writes T*D floats. */
-__global__ void embed_kernel(float *out, const int32_t *ids, const void *E, int et, int V, int D,
-                             int *err) {
+__global__ void embed_kernel(float *out, const int32_t *ids, const void *E, int et, int V, int D, int *err) {
     const int t = blockIdx.x;
     const int id = ids[t];
     float *o = out + (int64_t)t * D;
@@ -26,8 +25,8 @@ __global__ void embed_kernel(float *out, const int32_t *ids, const void *E, int 
     for (int d = threadIdx.x; d < D; d += blockDim.x) o[d] = cu_load_weight(E, et, row + d);
 }
 
-extern "C" drt_status cu_embed(cu_ctx *c, float *out, const int32_t *ids, int T, const void *E,
-                               drt_dtype et, int V, int D) {
+extern "C" drt_status cu_embed(cu_ctx *c, float *out, const int32_t *ids, int T, const void *E, drt_dtype et, int V,
+                               int D) {
     if (T <= 0) return DRT_OK;
     CU_LAUNCH(embed_kernel, T, 256, 0, c->stream)(out, ids, E, (int)et, V, D, c->d_err);
     return cu_launched("EMBED");
@@ -59,8 +58,8 @@ __global__ void rope_kernel(float *y, const float *x, int T, int Hn, int d, cons
     }
 }
 
-extern "C" drt_status cu_rope(cu_ctx *c, float *y, const float *x, int T, int Hn, int d,
-                              const float *inv_freq, const int32_t *rows) {
+extern "C" drt_status cu_rope(cu_ctx *c, float *y, const float *x, int T, int Hn, int d, const float *inv_freq,
+                              const int32_t *rows) {
     const int64_t n = (int64_t)T * Hn * (d / 2);
     if (n <= 0) return DRT_OK;
     CU_LAUNCH(rope_kernel, cu_grid_for(c, n, 256), 256, 0, c->stream)(y, x, T, Hn, d, inv_freq, rows);
@@ -72,8 +71,7 @@ extern "C" drt_status cu_rope(cu_ctx *c, float *y, const float *x, int T, int Hn
 /* y, g, u are (n): y = g / (1 + exp(-g)) * u. For g << 0, expf(-g) = inf and
  * the quotient is -0, never NaN. Napkin math: 3n floats moved. */
 __global__ void swiglu_kernel(float *y, const float *g, const float *u, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float gi = g[i];
         y[i] = gi / (1.0f + expf(-gi)) * u[i];
     }
@@ -81,15 +79,13 @@ __global__ void swiglu_kernel(float *y, const float *g, const float *u, int64_t 
 
 /* y, x are (n). Napkin math: 2n floats moved. */
 __global__ void sigmoid_kernel(float *y, const float *x, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         y[i] = 1.0f / (1.0f + expf(-x[i]));
 }
 
 /* y, a, b are (n). Napkin math: 3n floats moved. */
 __global__ void add_kernel(float *y, const float *a, const float *b, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         y[i] = a[i] + b[i];
 }
 
@@ -123,14 +119,12 @@ __global__ void kv_write_kernel(float *cache, const float *src, int T, int64_t r
     for (int t = blockIdx.y; t < T; t += gridDim.y) {
         float *dst = cache + ((int64_t)rows[2 * t] + rows[2 * t + 1]) * row;
         const float *s = src + (int64_t)t * row;
-        for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < row;
-             e += (int64_t)gridDim.x * blockDim.x)
+        for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < row; e += (int64_t)gridDim.x * blockDim.x)
             dst[e] = s[e];
     }
 }
 
-extern "C" drt_status cu_kv_write(cu_ctx *c, float *cache, const float *src, int T, int64_t row,
-                                  const int32_t *rows) {
+extern "C" drt_status cu_kv_write(cu_ctx *c, float *cache, const float *src, int T, int64_t row, const int32_t *rows) {
     if (T <= 0 || row <= 0) return DRT_OK;
     const dim3 grid(cu_grid_for(c, row, 256), (unsigned)(T < 65535 ? T : 65535));
     CU_LAUNCH(kv_write_kernel, grid, 256, 0, c->stream)(cache, src, T, row, rows);
@@ -148,8 +142,7 @@ struct perm_args {
 };
 
 __global__ void permute_kernel(float *y, const float *x, int64_t n, perm_args a) {
-    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n;
-         o += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n; o += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = o;
         const int64_t i3 = r % a.yn[3];
         r /= a.yn[3];
@@ -161,8 +154,7 @@ __global__ void permute_kernel(float *y, const float *x, int64_t n, perm_args a)
     }
 }
 
-extern "C" drt_status cu_permute(cu_ctx *c, float *y, const float *x, const int64_t ne[4],
-                                 const int perm[4]) {
+extern "C" drt_status cu_permute(cu_ctx *c, float *y, const float *x, const int64_t ne[4], const int perm[4]) {
     const int64_t xs[4] = {ne[1] * ne[2] * ne[3], ne[2] * ne[3], ne[3], 1};
     perm_args a;
     for (int i = 0; i < 4; i++) {

@@ -45,12 +45,24 @@ static drt_status blas_ok(cublasStatus_t s, const char *what) {
 
 /* ---- conversions ------------------------------------------------------------------ */
 
-__device__ __forceinline__ float2 lowp2_to_float2(__half2 v) { return __half22float2(v); }
-__device__ __forceinline__ float2 lowp2_to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
-__device__ __forceinline__ float lowp_to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float lowp_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ void float_to_lowp(float f, __half *o) { *o = __float2half_rn(f); }
-__device__ __forceinline__ void float_to_lowp(float f, __nv_bfloat16 *o) { *o = __float2bfloat16_rn(f); }
+__device__ __forceinline__ float2 lowp2_to_float2(__half2 v) {
+    return __half22float2(v);
+}
+__device__ __forceinline__ float2 lowp2_to_float2(__nv_bfloat162 v) {
+    return __bfloat1622float2(v);
+}
+__device__ __forceinline__ float lowp_to_float(__half v) {
+    return __half2float(v);
+}
+__device__ __forceinline__ float lowp_to_float(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+__device__ __forceinline__ void float_to_lowp(float f, __half *o) {
+    *o = __float2half_rn(f);
+}
+__device__ __forceinline__ void float_to_lowp(float f, __nv_bfloat16 *o) {
+    *o = __float2bfloat16_rn(f);
+}
 
 template <typename WT> struct lowp2;
 template <> struct lowp2<__half> { typedef __half2 type; };
@@ -58,15 +70,13 @@ template <> struct lowp2<__nv_bfloat16> { typedef __nv_bfloat162 type; };
 
 /* out (n) f32 = w (n), exactly. Napkin math: 6n bytes moved. */
 template <typename WT> __global__ void widen_kernel(float *out, const WT *w, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = lowp_to_float(w[i]);
 }
 
 /* out (n) = x (n) rounded to nearest even in WT. Napkin math: 6n bytes. */
 template <typename WT> __global__ void narrow_kernel(WT *out, const float *x, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         float_to_lowp(x[i], &out[i]);
 }
 
@@ -164,8 +174,7 @@ __device__ __forceinline__ float q_get(const unsigned char *w, int64_t i, int q4
 
 /* out[i] = w[off + i] dequantized, i < n */
 __global__ void widen_q_kernel(float *out, const unsigned char *w, int64_t off, int64_t n, int q4) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = q_get(w, off + i, q4);
 }
 
@@ -223,10 +232,10 @@ __global__ void __launch_bounds__(256)
  * 2*T*N*K flops, CUDA-core f32: compute-bound near T = 32 on a GPU whose
  * f32 FMA rate / DRAM bandwidth is ~10 flop/byte (A100/H100). */
 #define MR_MAX_T 32
-#define MR_NB 64                  /* columns per block */
-#define MR_KC 64                  /* k per tile: two q8_0/q4_0 blocks */
-#define MR_THREADS 128            /* 16 column lanes x 8 row groups */
-#define MR_LD (MR_KC + 4)         /* shared row pitch (floats): 16-byte rows */
+#define MR_NB 64                   /* columns per block */
+#define MR_KC 64                   /* k per tile: two q8_0/q4_0 blocks */
+#define MR_THREADS 128             /* 16 column lanes x 8 row groups */
+#define MR_LD (MR_KC + 4)          /* shared row pitch (floats): 16-byte rows */
 #define MR_MIN_SPLIT_K (4 * MR_KC) /* the fewest k a split takes */
 #define MR_MAX_SPLIT 16
 
@@ -301,8 +310,8 @@ __global__ void __launch_bounds__(MR_THREADS)
     gemm_rows_kernel2(float *y, float *part, const float *x, const void *w, int T, int N, int K, int kchunk,
                       float scale, int vecw, int vecx) {
     CU_DYN_SMEM(float, mrs);
-    float *Xs = mrs;                    /* (8*RT, MR_LD) */
-    float *Ws = mrs + 8 * RT * MR_LD;   /* (MR_NB, MR_LD) */
+    float *Xs = mrs;                  /* (8*RT, MR_LD) */
+    float *Ws = mrs + 8 * RT * MR_LD; /* (MR_NB, MR_LD) */
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const int n0 = blockIdx.x * MR_NB;
     const int kb = blockIdx.y * kchunk, ke = min(K, kb + kchunk);
@@ -358,16 +367,17 @@ __global__ void __launch_bounds__(MR_THREADS)
         for (int j = 0; j < 4; j++) {
             const int n = n0 + tx + 16 * j;
             if (n >= N) continue;
-            if (gridDim.y == 1) y[(int64_t)t * N + n] = scale * acc[i][j];
-            else part[((int64_t)blockIdx.y * T + t) * N + n] = acc[i][j];
+            if (gridDim.y == 1)
+                y[(int64_t)t * N + n] = scale * acc[i][j];
+            else
+                part[((int64_t)blockIdx.y * T + t) * N + n] = acc[i][j];
         }
     }
 }
 
 /* y (n) = scale * sum_s part (ns, n), s in order. Napkin math: (ns+1)*n*4 bytes. */
 __global__ void split_sum_kernel(float *y, const float *part, int64_t n, int ns, float scale) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float s = 0.0f;
         for (int sp = 0; sp < ns; sp++) s += part[sp * n + i];
         y[i] = scale * s;
@@ -376,13 +386,17 @@ __global__ void split_sum_kernel(float *y, const float *part, int64_t n, int ns,
 
 /* ---- launchers ------------------------------------------------------------------------- */
 
-static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+static int aligned16(const void *p) {
+    return ((uintptr_t)p & 15) == 0;
+}
 
 static int use_gemv(drt_dtype wt, int B, int Bw, int T, int trans_w) {
     return wt != DRT_F32 && B == 1 && Bw == 1 && !trans_w && T <= GEMV_MAX_T;
 }
 
-static int is_quant(drt_dtype wt) { return wt == DRT_Q8_0 || wt == DRT_Q4_0; }
+static int is_quant(drt_dtype wt) {
+    return wt == DRT_Q8_0 || wt == DRT_Q4_0;
+}
 
 /* gemm_rows_kernel2: block weights in either mode; f16/bf16 in f32 mode (fast
  * mode keeps cuBLAS on tensor cores, which reads the weights once too) */
@@ -412,8 +426,7 @@ static int64_t widen_rows(int N, int K, int trans_w) {
     return rows < N ? rows : N;
 }
 
-extern "C" size_t cu_matmul_scratch(const cu_ctx *c, drt_dtype wt, int B, int Bw, int T, int N,
-                                    int K, int trans_w) {
+extern "C" size_t cu_matmul_scratch(const cu_ctx *c, drt_dtype wt, int B, int Bw, int T, int N, int K, int trans_w) {
     if (wt == DRT_F32 || use_gemv(wt, B, Bw, T, trans_w)) return 0;
     if (use_rows(c, wt, B, Bw, T, trans_w)) {
         int ns;
@@ -425,29 +438,30 @@ extern "C" size_t cu_matmul_scratch(const cu_ctx *c, drt_dtype wt, int B, int Bw
 }
 
 template <typename WT>
-static drt_status launch_gemv(cu_ctx *c, float *y, const float *x, const void *w, int T, int N, int K,
-                              float scale) {
+static drt_status launch_gemv(cu_ctx *c, float *y, const float *x, const void *w, int T, int N, int K, float scale) {
     const int vec = K % 8 == 0 && aligned16(w) && aligned16(x);
-    CU_LAUNCH(gemv_lowp_kernel1<WT>, (unsigned)((N + 7) / 8), 256, 0, c->stream)(y, x, (const WT *)w, T, N, K,
-                                                                          scale, vec);
+    CU_LAUNCH(gemv_lowp_kernel1<WT>, (unsigned)((N + 7) / 8), 256, 0, c->stream)
+    (y, x, (const WT *)w, T, N, K, scale, vec);
     return cu_launched("MATMUL (gemv)");
 }
 
 template <int WF>
-static drt_status launch_rows(cu_ctx *c, float *y, const float *x, const void *w, int T, int N, int K,
-                              float scale) {
+static drt_status launch_rows(cu_ctx *c, float *y, const float *x, const void *w, int T, int N, int K, float scale) {
     int ns;
     const int kchunk = rows_kchunk(c, N, K, &ns);
     const int vecw = (WF == MR_F16 || WF == MR_BF16) && K % 8 == 0 && aligned16(w);
     const int vecx = K % 4 == 0 && aligned16(x);
     float *part = (float *)c->scratch;
     const dim3 grid((unsigned)((N + MR_NB - 1) / MR_NB), (unsigned)ns);
-    if (T <= 16)
-        CU_LAUNCH((gemm_rows_kernel2<WF, 2>), grid, MR_THREADS, sizeof(float) * (16 + MR_NB) * MR_LD, c->stream)(
-            y, part, x, w, T, N, K, kchunk, scale, vecw, vecx);
-    else
-        CU_LAUNCH((gemm_rows_kernel2<WF, 4>), grid, MR_THREADS, sizeof(float) * (32 + MR_NB) * MR_LD, c->stream)(
-            y, part, x, w, T, N, K, kchunk, scale, vecw, vecx);
+    if (T <= 16) {
+        const size_t shm = sizeof(float) * (16 + MR_NB) * MR_LD;
+        CU_LAUNCH((gemm_rows_kernel2<WF, 2>), grid, MR_THREADS, shm, c->stream)
+        (y, part, x, w, T, N, K, kchunk, scale, vecw, vecx);
+    } else {
+        const size_t shm = sizeof(float) * (32 + MR_NB) * MR_LD;
+        CU_LAUNCH((gemm_rows_kernel2<WF, 4>), grid, MR_THREADS, shm, c->stream)
+        (y, part, x, w, T, N, K, kchunk, scale, vecw, vecx);
+    }
     drt_status s = cu_launched("MATMUL (rows)");
     if (s != DRT_OK || ns == 1) return s;
     const int64_t n = (int64_t)T * N;
@@ -455,8 +469,7 @@ static drt_status launch_rows(cu_ctx *c, float *y, const float *x, const void *w
     return cu_launched("MATMUL (rows, split sum)");
 }
 
-template <typename WT>
-static drt_status launch_widen(cu_ctx *c, float *out, const void *w, int64_t off, int64_t n) {
+template <typename WT> static drt_status launch_widen(cu_ctx *c, float *out, const void *w, int64_t off, int64_t n) {
     CU_LAUNCH(widen_kernel<WT>, cu_grid_for(c, n, 256), 256, 0, c->stream)(out, (const WT *)w + off, n);
     return cu_launched("MATMUL (widen weights)");
 }
@@ -466,8 +479,8 @@ template <typename WT> static drt_status launch_narrow(cu_ctx *c, void *out, con
     return cu_launched("MATMUL (round activations)");
 }
 
-extern "C" drt_status cu_matmul(cu_ctx *c, float *y, const float *x, const void *w, drt_dtype wt, int B,
-                                int Bw, int T, int N, int K, int trans_w, float scale) {
+extern "C" drt_status cu_matmul(cu_ctx *c, float *y, const float *x, const void *w, drt_dtype wt, int B, int Bw, int T,
+                                int N, int K, int trans_w, float scale) {
     if (B <= 0 || T <= 0 || N <= 0) return DRT_OK;
     const float zero = 0.0f;
     const int r = B / Bw;     /* x batches per weight batch, contiguous */
@@ -478,25 +491,23 @@ extern "C" drt_status cu_matmul(cu_ctx *c, float *y, const float *x, const void 
 
     if (K == 0) { /* an empty sum: cuBLAS rejects k = 0 with beta = 0 on some versions */
         cudaError_t e = cudaMemsetAsync(y, 0, sizeof(float) * (size_t)B * T * N, c->stream);
-        return e == cudaSuccess ? DRT_OK
-                                : drt_set_error(DRT_ERR_BACKEND, "cuda: MATMUL: %s", cudaGetErrorString(e));
+        return e == cudaSuccess ? DRT_OK : drt_set_error(DRT_ERR_BACKEND, "cuda: MATMUL: %s", cudaGetErrorString(e));
     }
     if (wt == DRT_F32) {
         if (c->prec == CU_PREC_FAST)
-            return blas_ok(cublasGemmStridedBatchedEx(c->blas, opA, CUBLAS_OP_N, N, n_cols, K, &scale, w,
-                                                      CUDA_R_32F, lda, sA, x, CUDA_R_32F, K, sB, &zero, y,
-                                                      CUDA_R_32F, N, sC, Bw, CUBLAS_COMPUTE_32F_FAST_TF32,
-                                                      CUBLAS_GEMM_DEFAULT),
+            return blas_ok(cublasGemmStridedBatchedEx(c->blas, opA, CUBLAS_OP_N, N, n_cols, K, &scale, w, CUDA_R_32F,
+                                                      lda, sA, x, CUDA_R_32F, K, sB, &zero, y, CUDA_R_32F, N, sC, Bw,
+                                                      CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
                            "tf32 gemm");
-        return blas_ok(cublasSgemmStridedBatched(c->blas, opA, CUBLAS_OP_N, N, n_cols, K, &scale,
-                                                 (const float *)w, lda, sA, x, K, sB, &zero, y, N, sC, Bw),
+        return blas_ok(cublasSgemmStridedBatched(c->blas, opA, CUBLAS_OP_N, N, n_cols, K, &scale, (const float *)w, lda,
+                                                 sA, x, K, sB, &zero, y, N, sC, Bw),
                        "sgemm");
     }
     const int bf = wt == DRT_BF16, q4 = wt == DRT_Q4_0;
     if (use_gemv(wt, B, Bw, T, trans_w)) {
         if (is_quant(wt)) {
-            CU_LAUNCH(gemv_q_kernel, (unsigned)((N + 7) / 8), 256, 0, c->stream)(y, x, (const unsigned char *)w, T, N,
-                                                                              K, scale, q4);
+            CU_LAUNCH(gemv_q_kernel, (unsigned)((N + 7) / 8), 256, 0, c->stream)
+            (y, x, (const unsigned char *)w, T, N, K, scale, q4);
             return cu_launched("MATMUL (gemv, block weights)");
         }
         return bf ? launch_gemv<__nv_bfloat16>(c, y, x, w, T, N, K, scale)
@@ -516,9 +527,9 @@ extern "C" drt_status cu_matmul(cu_ctx *c, float *y, const float *x, const void 
                           : launch_narrow<__half>(c, c->scratch, x, nx);
         if (s != DRT_OK) return s;
         const cudaDataType_t dt = bf ? CUDA_R_16BF : CUDA_R_16F;
-        return blas_ok(cublasGemmStridedBatchedEx(c->blas, opA, CUBLAS_OP_N, N, n_cols, K, &scale, w, dt,
-                                                  lda, sA, c->scratch, dt, K, sB, &zero, y, CUDA_R_32F, N,
-                                                  sC, Bw, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        return blas_ok(cublasGemmStridedBatchedEx(c->blas, opA, CUBLAS_OP_N, N, n_cols, K, &scale, w, dt, lda, sA,
+                                                  c->scratch, dt, K, sB, &zero, y, CUDA_R_32F, N, sC, Bw,
+                                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                        bf ? "bf16 gemm" : "f16 gemm");
     }
 
@@ -536,16 +547,16 @@ extern "C" drt_status cu_matmul(cu_ctx *c, float *y, const float *x, const void 
             drt_status s;
             if (is_quant(wt)) {
                 const int64_t n = (int64_t)rows * K;
-                CU_LAUNCH(widen_q_kernel, cu_grid_for(c, n, 256), 256, 0, c->stream)(wf, (const unsigned char *)w, off,
-                                                                                  n, q4);
+                CU_LAUNCH(widen_q_kernel, cu_grid_for(c, n, 256), 256, 0, c->stream)
+                (wf, (const unsigned char *)w, off, n, q4);
                 s = cu_launched("MATMUL (dequantize weights)");
             } else {
                 s = bf ? launch_widen<__nv_bfloat16>(c, wf, w, off, (int64_t)rows * K)
                        : launch_widen<__half>(c, wf, w, off, (int64_t)rows * K);
             }
             if (s != DRT_OK) return s;
-            s = blas_ok(cublasSgemm(c->blas, opA, CUBLAS_OP_N, rows, n_cols, K, &scale, wf,
-                                    trans_w ? N : K, xb, K, &zero, yb + n0, N),
+            s = blas_ok(cublasSgemm(c->blas, opA, CUBLAS_OP_N, rows, n_cols, K, &scale, wf, trans_w ? N : K, xb, K,
+                                    &zero, yb + n0, N),
                         "sgemm (widened weights)");
             if (s != DRT_OK) return s;
         }

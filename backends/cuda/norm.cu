@@ -13,8 +13,7 @@
 /* y, x are (rows,C); w is (C) or NULL. f32 sum of squares: its relative
  * error (~C * 6e-8 worst case, ~sqrt(C) * 6e-8 typical) is far inside the
  * 1e-8 NMSE bound against the double reference. */
-__global__ void norm_rows_kernel1(float *y, const float *x, int C, const float *w, float eps,
-                                  float scale) {
+__global__ void norm_rows_kernel1(float *y, const float *x, int C, const float *w, float eps, float scale) {
     __shared__ float red[32];
     const int64_t r = blockIdx.x;
     const float *xr = x + r * C;
@@ -30,8 +29,8 @@ __global__ void norm_rows_kernel1(float *y, const float *x, int C, const float *
     }
 }
 
-extern "C" drt_status cu_norm_rows(cu_ctx *c, float *y, const float *x, int64_t rows, int C,
-                                   const float *w, float eps, float scale) {
+extern "C" drt_status cu_norm_rows(cu_ctx *c, float *y, const float *x, int64_t rows, int C, const float *w, float eps,
+                                   float scale) {
     if (rows <= 0 || C <= 0) return DRT_OK;
     if (rows > 0x7fffffff) return drt_set_error(DRT_ERR_UNSUPPORTED, "cuda: norm over %lld rows", (long long)rows);
     const int block = C >= 1024 ? 256 : C >= 256 ? 128 : 64;

@@ -48,8 +48,7 @@ static void tile_floats(const ocl_ctx *x, int bq, int nq, int m, int dk, int dv,
  * pass per sequence, so decode rows of many get blocks of H/G rows). */
 static int rows_log2(const ocl_ctx *x, int T, int H, int G) {
     int rows = T * (H / G), l = 0;
-    while ((1 << l) < rows && (2 << l) <= x->att_bq_max)
-        l++;
+    while ((1 << l) < rows && (2 << l) <= x->att_bq_max) l++;
     return l;
 }
 
@@ -90,8 +89,8 @@ static drt_status ensure_part(ocl_ctx *x, size_t bytes) {
     x->part = clCreateBuffer(x->ctx, CL_MEM_READ_WRITE, bytes, NULL, &e);
     if (e != CL_SUCCESS) {
         x->part = NULL;
-        return drt_set_error(DRT_ERR_OOM, "opencl: %zu bytes of split attention scratch: %s (%d)",
-                             bytes, ocl_err_str(e), e);
+        return drt_set_error(DRT_ERR_OOM, "opencl: %zu bytes of split attention scratch: %s (%d)", bytes,
+                             ocl_err_str(e), e);
     }
     x->part_bytes = bytes;
     return DRT_OK;
@@ -168,8 +167,7 @@ static att_plan plan_attn(const ocl_ctx *x, const drt_tensor *t, const drt_exec 
     int runs = 0, longest = 0, n_dec = 0;
     for (int t0 = 0; r && t0 < T;) {
         int t1 = t0 + 1; /* the run is t0 .. t1-1 */
-        while (t1 < T && r[2 * t1] == r[2 * t0] && r[2 * t1 + 1] == r[2 * t1 - 1] + 1)
-            t1++;
+        while (t1 < T && r[2 * t1] == r[2 * t0] && r[2 * t1 + 1] == r[2 * t1 - 1] + 1) t1++;
         runs++;
         if (t1 - t0 > longest) longest = t1 - t0;
         if (t1 - t0 <= DEC_T) n_dec += t1 - t0;
@@ -228,8 +226,7 @@ static void begin_attn(ocl_call *c, ocl_ctx *x, ocl_kernel_id id, const drt_tens
  * launched in chunks of items whose scratch stays within FLASH_SCRATCH
  * (and never fewer than 4 work-items per compute unit per launch) */
 #define FLASH_SCRATCH ((size_t)16 << 20)
-static drt_status launch_flash(ocl_call *c, ocl_ctx *x, int nq, int dk, int dv, int T, int H,
-                               int G) {
+static drt_status launch_flash(ocl_call *c, ocl_ctx *x, int nq, int dk, int dv, int T, int H, int G) {
     size_t nb = (size_t)(T * (H / G) + x->att_vl - 1) / (size_t)x->att_vl;
     size_t per = (size_t)G * nq * (size_t)(dk + dv) * x->att_vl * sizeof(float);
     size_t cn = FLASH_SCRATCH / per, least = (4 * (size_t)x->cu + G - 1) / G;
@@ -250,8 +247,8 @@ static drt_status launch_flash(ocl_call *c, ocl_ctx *x, int nq, int dk, int dv, 
 
 /* decode: arguments up to scale are set; one item per (split, row), keys
  * split by the longest row's S, n_dec rows of the node's T to do */
-static drt_status launch_decode(ocl_call *c, ocl_ctx *x, const drt_tensor *o, int nq, int dv, int T,
-                                int H, int S, int n_dec, int dec_t) {
+static drt_status launch_decode(ocl_call *c, ocl_ctx *x, const drt_tensor *o, int nq, int dv, int T, int H, int S,
+                                int n_dec, int dec_t) {
     int klen = split_len(x, S, n_dec * H);
     int nsplit = (S + klen - 1) / klen;
     if (nsplit > 1) {
@@ -270,8 +267,8 @@ static drt_status launch_decode(ocl_call *c, ocl_ctx *x, const drt_tensor *o, in
  * tiles) and launches ATT_NT x bq work-groups, nsplit along dimension 0;
  * then merges the splits into o when there are several. S: the most keys
  * a row sees. */
-static drt_status launch(ocl_call *c, ocl_ctx *x, const drt_tensor *o, int nq, int m, int dk,
-                         int dv, int T, int H, int G, int S, int bq) {
+static drt_status launch(ocl_call *c, ocl_ctx *x, const drt_tensor *o, int nq, int m, int dk, int dv, int T, int H,
+                         int G, int S, int bq) {
     int rows = T * (H / G);
     int klen = split_len(x, S, G * ((rows + bq - 1) / bq));
     int nsplit = (S + klen - 1) / klen;
@@ -283,8 +280,7 @@ static drt_status launch(ocl_call *c, ocl_ctx *x, const drt_tensor *o, int nq, i
     ocl_arg_mem(c, nsplit > 1 ? x->part : ocl_mem(o)); /* unused when nsplit = 1 */
     size_t f[4];
     tile_floats(x, bq, nq, m, dk, dv, f);
-    for (int i = 0; i < 4; i++)
-        ocl_arg_local(c, f[i] * sizeof(float));
+    for (int i = 0; i < 4; i++) ocl_arg_local(c, f[i] * sizeof(float));
     size_t g[3] = {(size_t)x->att_nt * nsplit, (size_t)rows, (size_t)G};
     size_t l[3] = {(size_t)x->att_nt, (size_t)bq, 1};
     drt_status s = ocl_run(c, 3, g, l);
@@ -336,11 +332,10 @@ const char *ocl_attn_variant(const ocl_ctx *x, const drt_tensor *t) {
         {"attn local q1", "attn local q2", "attn local q4", "attn local q8"},
         {"diff_attn local q1", "diff_attn local q2", "diff_attn local q4", "diff_attn local q8"}};
     static const char *const flash[2][2] = {{"attn flash rows-in-lanes v8", "attn flash rows-in-lanes v16"},
-                                            {"diff_attn flash rows-in-lanes v8",
-                                             "diff_attn flash rows-in-lanes v16"}};
-    static const char *const dec[2][2] = {{"attn decode row/item split-k v8", "attn decode row/item split-k v16"},
-                                          {"diff_attn decode row/item split-k v8",
-                                           "diff_attn decode row/item split-k v16"}};
+                                            {"diff_attn flash rows-in-lanes v8", "diff_attn flash rows-in-lanes v16"}};
+    static const char *const dec[2][2] = {
+        {"attn decode row/item split-k v8", "attn decode row/item split-k v16"},
+        {"diff_attn decode row/item split-k v8", "diff_attn decode row/item split-k v16"}};
     const drt_tensor *q = t->src[0], *k = t->src[1];
     int diff = t->op == DRT_OP_DIFF_ATTN;
     int T = (int)q->ne[0], H = (int)q->ne[1], G = (int)k->ne[1];

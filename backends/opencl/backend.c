@@ -78,8 +78,7 @@ static int list_devices(ocl_dev_ref *out, int max, char *why, size_t wn) {
     cl_uint np = 0;
     cl_int e = clGetPlatformIDs(OCL_MAX_PLATFORMS, plats, &np);
     if (e != CL_SUCCESS || np == 0) {
-        snprintf(why, wn,
-                 "no OpenCL platform found (is an ICD such as pocl-opencl-icd installed?)%s%s",
+        snprintf(why, wn, "no OpenCL platform found (is an ICD such as pocl-opencl-icd installed?)%s%s",
                  e != CL_SUCCESS ? ": " : "", e != CL_SUCCESS ? ocl_err_str(e) : "");
         return -1;
     }
@@ -88,10 +87,8 @@ static int list_devices(ocl_dev_ref *out, int max, char *why, size_t wn) {
     for (cl_uint p = 0; p < np && n < max; p++) {
         cl_device_id devs[OCL_MAX_DEVICES];
         cl_uint nd = 0;
-        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, OCL_MAX_DEVICES, devs, &nd) != CL_SUCCESS)
-            continue;
-        for (cl_uint d = 0; d < nd && d < OCL_MAX_DEVICES && n < max; d++)
-            out[n++] = (ocl_dev_ref){plats[p], devs[d]};
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, OCL_MAX_DEVICES, devs, &nd) != CL_SUCCESS) continue;
+        for (cl_uint d = 0; d < nd && d < OCL_MAX_DEVICES && n < max; d++) out[n++] = (ocl_dev_ref){plats[p], devs[d]};
     }
     if (n == 0) {
         snprintf(why, wn, "%u OpenCL platform(s) found, but none has a device", np);
@@ -141,8 +138,7 @@ static drt_status ocl_device_name(int dev, char *buf, size_t n) {
     int nd = list_devices(devs, OCL_MAX_DEVICES, why, sizeof why);
     if (nd < 0) return drt_set_error(DRT_ERR_UNAVAILABLE, "opencl: %s", why);
     if (dev < 0 || dev >= nd)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "opencl: device %d out of range (%d devices)",
-                             dev, nd);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "opencl: device %d out of range (%d devices)", dev, nd);
     describe(&devs[dev], buf, n);
     return DRT_OK;
 }
@@ -154,14 +150,12 @@ static drt_status ocl_device_props(int dev, drt_device_props *out) {
     int nd = list_devices(devs, OCL_MAX_DEVICES, why, sizeof why);
     if (nd < 0) return drt_set_error(DRT_ERR_UNAVAILABLE, "opencl: %s", why);
     if (dev < 0 || dev >= nd)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "opencl: device %d out of range (%d devices)",
-                             dev, nd);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "opencl: device %d out of range (%d devices)", dev, nd);
     cl_device_id d = devs[dev].dev;
     dev_str(d, CL_DEVICE_NAME, out->name, sizeof out->name);
     dev_str(d, CL_DEVICE_VENDOR, out->vendor, sizeof out->vendor);
     char plat[64] = "", drv[64];
-    if (clGetPlatformInfo(devs[dev].platform, CL_PLATFORM_NAME, sizeof plat, plat, NULL) != CL_SUCCESS)
-        plat[0] = 0;
+    if (clGetPlatformInfo(devs[dev].platform, CL_PLATFORM_NAME, sizeof plat, plat, NULL) != CL_SUCCESS) plat[0] = 0;
     plat[sizeof plat - 1] = 0;
     dev_str(d, CL_DRIVER_VERSION, drv, sizeof drv);
     snprintf(out->driver, sizeof out->driver, "%s%s%s", plat, plat[0] ? " " : "", drv);
@@ -183,19 +177,16 @@ static drt_status ocl_device_props(int dev, drt_device_props *out) {
              : ty & CL_DEVICE_TYPE_ACCELERATOR ? "accelerator"
                                                : "other");
     cl_ulong mem = 0;
-    if (clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL) == CL_SUCCESS)
-        out->memory_bytes = mem;
+    if (clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL) == CL_SUCCESS) out->memory_bytes = mem;
     /* OpenCL 1.2 has no device-wide subgroup size: the vendors' queries
      * (NVIDIA warp, AMD wavefront, Intel's list of sizes: the largest) */
     cl_uint w = 0;
     size_t sizes[8], nb = 0;
     if (clGetDeviceInfo(d, 0x4003 /* CL_DEVICE_WARP_SIZE_NV */, sizeof w, &w, NULL) == CL_SUCCESS && w)
         out->subgroup_size = (int)w;
-    else if (clGetDeviceInfo(d, 0x4043 /* CL_DEVICE_WAVEFRONT_WIDTH_AMD */, sizeof w, &w, NULL) ==
-                 CL_SUCCESS && w)
+    else if (clGetDeviceInfo(d, 0x4043 /* CL_DEVICE_WAVEFRONT_WIDTH_AMD */, sizeof w, &w, NULL) == CL_SUCCESS && w)
         out->subgroup_size = (int)w;
-    else if (clGetDeviceInfo(d, 0x4108 /* CL_DEVICE_SUB_GROUP_SIZES_INTEL */, sizeof sizes, sizes,
-                             &nb) == CL_SUCCESS)
+    else if (clGetDeviceInfo(d, 0x4108 /* CL_DEVICE_SUB_GROUP_SIZES_INTEL */, sizeof sizes, sizes, &nb) == CL_SUCCESS)
         for (size_t i = 0; i < nb / sizeof sizes[0] && i < 8; i++)
             if ((int)sizes[i] > out->subgroup_size) out->subgroup_size = (int)sizes[i];
     size_t ne = 0;
@@ -270,8 +261,8 @@ static const struct {
     [OCL_K_ROWS_Q4_0] = {"rows_q4_0", OCL_P_MATMUL_Q},
 };
 
-static const char *const ocl_prog_files[OCL_P_COUNT] = {"elementwise.cl", "norm.cl", "matmul.cl",
-                                                        "attention.cl", "matmul_q.cl"};
+static const char *const ocl_prog_files[OCL_P_COUNT] = {"elementwise.cl", "norm.cl", "matmul.cl", "attention.cl",
+                                                        "matmul_q.cl"};
 
 static void ocl_shutdown(drt_backend *be) {
     ocl_ctx *x = ocl_of(be);
@@ -299,22 +290,20 @@ static drt_status fail(drt_backend *be, drt_status s) {
 static drt_status build_program(ocl_ctx *x, ocl_prog p, const char *opts) {
     const char *src[OCL_P_COUNT] = {drt_ocl_src_elementwise, drt_ocl_src_norm, drt_ocl_src_matmul,
                                     drt_ocl_src_attention, drt_ocl_src_matmul_q};
-    const size_t len[OCL_P_COUNT] = {drt_ocl_src_elementwise_len, drt_ocl_src_norm_len,
-                                     drt_ocl_src_matmul_len, drt_ocl_src_attention_len,
-                                     drt_ocl_src_matmul_q_len};
+    const size_t len[OCL_P_COUNT] = {drt_ocl_src_elementwise_len, drt_ocl_src_norm_len, drt_ocl_src_matmul_len,
+                                     drt_ocl_src_attention_len, drt_ocl_src_matmul_q_len};
     cl_int e;
     x->prog[p] = clCreateProgramWithSource(x->ctx, 1, &src[p], &len[p], &e);
     if (e != CL_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND, "opencl: clCreateProgramWithSource(%s): %s (%d)",
-                             ocl_prog_files[p], ocl_err_str(e), e);
+        return drt_set_error(DRT_ERR_BACKEND, "opencl: clCreateProgramWithSource(%s): %s (%d)", ocl_prog_files[p],
+                             ocl_err_str(e), e);
     e = clBuildProgram(x->prog[p], 1, &x->dev, opts, NULL, NULL);
     if (e == CL_SUCCESS) return DRT_OK;
     char log[4096] = "";
     size_t got = 0;
     clGetProgramBuildInfo(x->prog[p], x->dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, &got);
     log[sizeof log - 1] = 0;
-    return drt_set_error(DRT_ERR_BACKEND,
-                         "opencl: building %s for %s failed: %s (%d), options \"%s\": %s",
+    return drt_set_error(DRT_ERR_BACKEND, "opencl: building %s for %s failed: %s (%d), options \"%s\": %s",
                          ocl_prog_files[p], x->name, ocl_err_str(e), e, opts, log);
 }
 
@@ -327,8 +316,8 @@ static void pick_attention_tiles(ocl_ctx *x) {
     static const int bks[] = {64, 32, 16, 8};
     x->att_bk = 8;
     for (size_t i = 0; i < sizeof bks / sizeof bks[0]; i++) {
-        size_t floats = (size_t)OCL_ATT_BQ_MAX * 2 * 128 + (size_t)(bks[i] + 1) * 2 * 128 +
-                        (size_t)bks[i] * 256 + 2 * (size_t)OCL_ATT_BQ_MAX * bks[i];
+        size_t floats = (size_t)OCL_ATT_BQ_MAX * 2 * 128 + (size_t)(bks[i] + 1) * 2 * 128 + (size_t)bks[i] * 256 +
+                        2 * (size_t)OCL_ATT_BQ_MAX * bks[i];
         /* keep 1 KiB for whatever the compiler places in local memory itself */
         if (floats * sizeof(float) + 1024 <= x->local_mem) {
             x->att_bk = bks[i];
@@ -343,8 +332,7 @@ static drt_status ocl_init(drt_backend *be, int device) {
     int nd = list_devices(devs, OCL_MAX_DEVICES, why, sizeof why);
     if (nd < 0) return drt_set_error(DRT_ERR_UNAVAILABLE, "opencl: %s", why);
     if (device >= nd)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "opencl: device %d out of range (%d devices)",
-                             device, nd);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "opencl: device %d out of range (%d devices)", device, nd);
     if (device < 0) { /* the first GPU, else the first device */
         device = 0;
         for (int i = 0; i < nd; i++) {
@@ -377,9 +365,8 @@ static drt_status ocl_init(drt_backend *be, int device) {
 #ifdef DIFFRT_HAVE_CLBLAST
         x->gemm = OCL_GEMM_CLBLAST;
 #else
-        return fail(be, drt_set_error(DRT_ERR_UNAVAILABLE,
-                                      "opencl: DIFFRT_OPENCL_GEMM=clblast, but this build has no "
-                                      "CLBlast (install libclblast-dev and reconfigure)"));
+        return fail(be, drt_set_error(DRT_ERR_UNAVAILABLE, "opencl: DIFFRT_OPENCL_GEMM=clblast, but this build has no "
+                                                           "CLBlast (install libclblast-dev and reconfigure)"));
 #endif
     } else {
         return fail(be, drt_set_error(DRT_ERR_INVALID_ARG,
@@ -392,12 +379,12 @@ static drt_status ocl_init(drt_backend *be, int device) {
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)x->platform, 0};
     x->ctx = clCreateContext(props, 1, &x->dev, NULL, NULL, &e);
     if (e != CL_SUCCESS)
-        return fail(be, drt_set_error(DRT_ERR_BACKEND, "opencl: clCreateContext(%s): %s (%d)",
-                                      x->name, ocl_err_str(e), e));
+        return fail(be,
+                    drt_set_error(DRT_ERR_BACKEND, "opencl: clCreateContext(%s): %s (%d)", x->name, ocl_err_str(e), e));
     x->q = clCreateCommandQueue(x->ctx, x->dev, 0, &e);
     if (e != CL_SUCCESS)
-        return fail(be, drt_set_error(DRT_ERR_BACKEND, "opencl: clCreateCommandQueue(%s): %s (%d)",
-                                      x->name, ocl_err_str(e), e));
+        return fail(be, drt_set_error(DRT_ERR_BACKEND, "opencl: clCreateCommandQueue(%s): %s (%d)", x->name,
+                                      ocl_err_str(e), e));
     clGetDeviceInfo(x->dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof x->local_mem, &x->local_mem, NULL);
     clGetDeviceInfo(x->dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof x->max_alloc, &x->max_alloc, NULL);
     clGetDeviceInfo(x->dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof x->cu, &x->cu, NULL);
@@ -429,9 +416,8 @@ static drt_status ocl_init(drt_backend *be, int device) {
     for (int p = 0; p < OCL_P_COUNT; p++) {
         int o = snprintf(opts, sizeof opts, "-cl-std=CL1.2");
         if (p == OCL_P_ATTENTION)
-            o += snprintf(opts + o, sizeof opts - (size_t)o,
-                          " -DATT_BK=%d -DATT_NT=%d -DATT_DV_MAX=%d -DATT_VL=%d", x->att_bk,
-                          x->att_nt, x->att_dv_max, x->att_vl ? x->att_vl : 16);
+            o += snprintf(opts + o, sizeof opts - (size_t)o, " -DATT_BK=%d -DATT_NT=%d -DATT_DV_MAX=%d -DATT_VL=%d",
+                          x->att_bk, x->att_nt, x->att_dv_max, x->att_vl ? x->att_vl : 16);
         if (p == OCL_P_MATMUL) o += ocl_matmul_options(x, opts + o, sizeof opts - (size_t)o);
         /* CPU devices: the GEMVs prefetch weight rows ahead (matmul.cl) */
         if ((p == OCL_P_MATMUL || p == OCL_P_MATMUL_Q) && cpu_dev)
@@ -443,33 +429,27 @@ static drt_status ocl_init(drt_backend *be, int device) {
     for (int i = 0; i < OCL_K_COUNT; i++) {
         x->k[i] = clCreateKernel(x->prog[ocl_kernels[i].prog], ocl_kernels[i].name, &e);
         if (e != CL_SUCCESS)
-            return fail(be, drt_set_error(DRT_ERR_BACKEND, "opencl: clCreateKernel(%s): %s (%d)",
-                                          ocl_kernels[i].name, ocl_err_str(e), e));
-        clGetKernelWorkGroupInfo(x->k[i], x->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof x->kwg[i],
-                                 &x->kwg[i], NULL);
+            return fail(be, drt_set_error(DRT_ERR_BACKEND, "opencl: clCreateKernel(%s): %s (%d)", ocl_kernels[i].name,
+                                          ocl_err_str(e), e));
+        clGetKernelWorkGroupInfo(x->k[i], x->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof x->kwg[i], &x->kwg[i], NULL);
     }
     /* fixed work-group shapes: a device that cannot run them routes the op to
      * the CPU reference (counted by the dispatcher), it does not fail */
     x->mm_vec_ok = x->mm_tiled_ok = 1;
-    for (int i = OCL_K_MATVEC_F32; i <= OCL_K_MATVEC_BF16; i++)
-        x->mm_vec_ok &= x->kwg[i] >= OCL_MV_WG;
-    for (int i = OCL_K_MATMUL_F32; i <= OCL_K_MATMUL_BF16; i++)
-        x->mm_tiled_ok &= x->kwg[i] >= OCL_MM_TW * OCL_MM_TW;
+    for (int i = OCL_K_MATVEC_F32; i <= OCL_K_MATVEC_BF16; i++) x->mm_vec_ok &= x->kwg[i] >= OCL_MV_WG;
+    for (int i = OCL_K_MATMUL_F32; i <= OCL_K_MATMUL_BF16; i++) x->mm_tiled_ok &= x->kwg[i] >= OCL_MM_TW * OCL_MM_TW;
     /* register blocks: any work-group size; the kernel's preferred multiple
      * (8 on PoCL's CPU device: one task of its thread pool runs 8 tiles),
      * at most 64, within what every variant can run */
     size_t pm = 0;
-    clGetKernelWorkGroupInfo(x->k[OCL_K_DOT_F32], x->dev, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE,
-                             sizeof pm, &pm, NULL);
+    clGetKernelWorkGroupInfo(x->k[OCL_K_DOT_F32], x->dev, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE, sizeof pm, &pm,
+                             NULL);
     x->rb_wg = 1;
-    while (x->rb_wg * 2 <= pm && x->rb_wg < 64)
-        x->rb_wg *= 2;
+    while (x->rb_wg * 2 <= pm && x->rb_wg < 64) x->rb_wg *= 2;
     for (int i = OCL_K_GEMV_F32; i <= OCL_K_OUTER_BF16; i++)
-        while (x->rb_wg > 1 && x->kwg[i] < x->rb_wg)
-            x->rb_wg /= 2;
+        while (x->rb_wg > 1 && x->kwg[i] < x->rb_wg) x->rb_wg /= 2;
     for (int i = OCL_K_GEMV_Q8_0; i <= OCL_K_ROWS_Q4_0; i++)
-        while (x->rb_wg > 1 && x->kwg[i] < x->rb_wg)
-            x->rb_wg /= 2;
+        while (x->rb_wg > 1 && x->kwg[i] < x->rb_wg) x->rb_wg /= 2;
     /* attention: the most rows per work-group that both kernels can run */
     x->att_bq_max = 0;
     for (int i = 0, bq = 1; bq <= OCL_ATT_BQ_MAX; i++, bq *= 2) {
@@ -485,8 +465,7 @@ static drt_status ocl_init(drt_backend *be, int device) {
     size_t rw = OCL_ROW_WG_MAX;
     size_t kmax = x->kwg[OCL_K_RMSNORM] < x->kwg[OCL_K_DUAL_SOFTMAX] ? x->kwg[OCL_K_RMSNORM]
                                                                      : x->kwg[OCL_K_DUAL_SOFTMAX];
-    while (rw > 1 && rw > kmax)
-        rw >>= 1;
+    while (rw > 1 && rw > kmax) rw >>= 1;
     x->row_wg = rw;
 
     x->err = clCreateBuffer(x->ctx, CL_MEM_READ_WRITE, 2 * sizeof(cl_int), NULL, &e);
@@ -495,8 +474,7 @@ static drt_status ocl_init(drt_backend *be, int device) {
         e = clEnqueueWriteBuffer(x->q, x->err, CL_TRUE, 0, sizeof zero, zero, 0, NULL, NULL);
     }
     if (e != CL_SUCCESS)
-        return fail(be, drt_set_error(DRT_ERR_BACKEND, "opencl: error flag buffer: %s (%d)",
-                                      ocl_err_str(e), e));
+        return fail(be, drt_set_error(DRT_ERR_BACKEND, "opencl: error flag buffer: %s (%d)", ocl_err_str(e), e));
     return DRT_OK;
 }
 
@@ -505,9 +483,8 @@ static drt_status ocl_init(drt_backend *be, int device) {
 static drt_status ocl_buf_alloc(drt_backend *be, size_t size, drt_buffer *out) {
     ocl_ctx *x = ocl_of(be);
     if (x->max_alloc && size > x->max_alloc)
-        return drt_set_error(
-            DRT_ERR_OOM, "opencl: %zu bytes exceed the device's largest allocation (%llu) on %s",
-            size, (unsigned long long)x->max_alloc, x->name);
+        return drt_set_error(DRT_ERR_OOM, "opencl: %zu bytes exceed the device's largest allocation (%llu) on %s", size,
+                             (unsigned long long)x->max_alloc, x->name);
     cl_int e;
     cl_mem m = clCreateBuffer(x->ctx, CL_MEM_READ_WRITE, size ? size : 4, NULL, &e);
     if (e != CL_SUCCESS)
@@ -515,8 +492,7 @@ static drt_status ocl_buf_alloc(drt_backend *be, size_t size, drt_buffer *out) {
                                      e == CL_OUT_OF_RESOURCES
                                  ? DRT_ERR_OOM
                                  : DRT_ERR_BACKEND,
-                             "opencl: cannot allocate %zu bytes on %s: %s (%d)", size, x->name,
-                             ocl_err_str(e), e);
+                             "opencl: cannot allocate %zu bytes on %s: %s (%d)", size, x->name, ocl_err_str(e), e);
     out->handle = m;
     out->host = NULL; /* not host-visible: the dispatcher mirrors for fallbacks */
     out->size = size;
@@ -528,25 +504,22 @@ static void ocl_buf_free(drt_backend *be, drt_buffer *b) {
     b->handle = NULL;
 }
 
-static drt_status ocl_upload(drt_backend *be, drt_buffer *b, size_t off, const void *src,
-                             size_t n) {
+static drt_status ocl_upload(drt_backend *be, drt_buffer *b, size_t off, const void *src, size_t n) {
     if (n == 0) return DRT_OK;
     ocl_ctx *x = ocl_of(be);
     cl_int e = clEnqueueWriteBuffer(x->q, (cl_mem)b->handle, CL_TRUE, off, n, src, 0, NULL, NULL);
     if (e != CL_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND, "opencl: upload of %zu bytes at %zu: %s (%d)", n, off,
-                             ocl_err_str(e), e);
+        return drt_set_error(DRT_ERR_BACKEND, "opencl: upload of %zu bytes at %zu: %s (%d)", n, off, ocl_err_str(e), e);
     return DRT_OK;
 }
 
-static drt_status ocl_download(drt_backend *be, const drt_buffer *b, size_t off, void *dst,
-                               size_t n) {
+static drt_status ocl_download(drt_backend *be, const drt_buffer *b, size_t off, void *dst, size_t n) {
     if (n == 0) return DRT_OK;
     ocl_ctx *x = ocl_of(be);
     cl_int e = clEnqueueReadBuffer(x->q, (cl_mem)b->handle, CL_TRUE, off, n, dst, 0, NULL, NULL);
     if (e != CL_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND, "opencl: download of %zu bytes at %zu: %s (%d)", n,
-                             off, ocl_err_str(e), e);
+        return drt_set_error(DRT_ERR_BACKEND, "opencl: download of %zu bytes at %zu: %s (%d)", n, off, ocl_err_str(e),
+                             e);
     return DRT_OK;
 }
 
@@ -597,13 +570,12 @@ void ocl_arg_local(ocl_call *c, size_t bytes) {
 drt_status ocl_run(ocl_call *c, cl_uint dims, const size_t *global, const size_t *local) {
     const char *name = ocl_kernels[c->id].name;
     if (c->misaligned)
-        return drt_set_error(
-            DRT_ERR_BACKEND,
-            "opencl: %s: tensor %s at byte offset %zu is not a whole number of %s elements", name,
-            c->misaligned->name, c->misaligned->offs, drt_dtype_name(c->misaligned->type));
+        return drt_set_error(DRT_ERR_BACKEND,
+                             "opencl: %s: tensor %s at byte offset %zu is not a whole number of %s elements", name,
+                             c->misaligned->name, c->misaligned->offs, drt_dtype_name(c->misaligned->type));
     if (c->err != CL_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND, "opencl: %s: argument %u: %s (%d)", name, c->bad,
-                             ocl_err_str(c->err), c->err);
+        return drt_set_error(DRT_ERR_BACKEND, "opencl: %s: argument %u: %s (%d)", name, c->bad, ocl_err_str(c->err),
+                             c->err);
     size_t g[3];
     for (cl_uint i = 0; i < dims; i++) {
         g[i] = global[i];
@@ -612,8 +584,7 @@ drt_status ocl_run(ocl_call *c, cl_uint dims, const size_t *global, const size_t
     }
     cl_int e = clEnqueueNDRangeKernel(c->x->q, c->x->k[c->id], dims, NULL, g, local, 0, NULL, NULL);
     if (e != CL_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND, "opencl: enqueue %s on %s: %s (%d)", name, c->x->name,
-                             ocl_err_str(e), e);
+        return drt_set_error(DRT_ERR_BACKEND, "opencl: enqueue %s on %s: %s (%d)", name, c->x->name, ocl_err_str(e), e);
     return DRT_OK;
 }
 
@@ -624,8 +595,7 @@ drt_status ocl_run_1d(ocl_call *c, int64_t n) {
 
 size_t ocl_row_wg(const ocl_ctx *x, int64_t n) {
     size_t wg = 32;
-    while (wg < x->row_wg && (int64_t)wg * 4 < n)
-        wg *= 2;
+    while (wg < x->row_wg && (int64_t)wg * 4 < n) wg *= 2;
     return wg < x->row_wg ? wg : x->row_wg;
 }
 
@@ -640,8 +610,7 @@ static bool tensor_ok(drt_backend *be, const drt_tensor *t) {
     /* elements aligned to their size (block formats are read bytewise) */
     size_t es = drt_dtype_align(t->type);
     if (!es) return false;
-    if (t->buf ? (t->buf->be != be || t->offs % es) : (t->view_src && t->view_offs % es))
-        return false;
+    if (t->buf ? (t->buf->be != be || t->offs % es) : (t->view_src && t->view_offs % es)) return false;
     return drt_nelem(t) <= 0x7fffffff;
 }
 
@@ -703,8 +672,7 @@ static drt_status run_node(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) 
     return drt_set_error(DRT_ERR_UNSUPPORTED, "opencl: op %s has no kernel", drt_op_name(t->op));
 }
 
-static drt_status ocl_compute(drt_backend *be, drt_tensor *const *nodes, int n,
-                              const drt_exec *ex) {
+static drt_status ocl_compute(drt_backend *be, drt_tensor *const *nodes, int n, const drt_exec *ex) {
     ocl_ctx *x = ocl_of(be);
     for (int i = 0; i < n; i++) {
         drt_status s = run_node(x, nodes[i], ex);
@@ -719,20 +687,17 @@ static drt_status ocl_synchronize(drt_backend *be) {
     ocl_ctx *x = ocl_of(be);
     cl_int e = clFinish(x->q);
     if (e != CL_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND, "opencl: clFinish on %s: %s (%d)", x->name,
-                             ocl_err_str(e), e);
+        return drt_set_error(DRT_ERR_BACKEND, "opencl: clFinish on %s: %s (%d)", x->name, ocl_err_str(e), e);
     if (!x->embed_pending) return DRT_OK;
     x->embed_pending = 0;
     cl_int flag[2] = {0, 0};
     e = clEnqueueReadBuffer(x->q, x->err, CL_TRUE, 0, sizeof flag, flag, 0, NULL, NULL);
     if (e != CL_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND, "opencl: reading the EMBED flag: %s (%d)",
-                             ocl_err_str(e), e);
+        return drt_set_error(DRT_ERR_BACKEND, "opencl: reading the EMBED flag: %s (%d)", ocl_err_str(e), e);
     if (flag[0] == 0) return DRT_OK;
     cl_int zero[2] = {0, 0};
     clEnqueueWriteBuffer(x->q, x->err, CL_TRUE, 0, sizeof zero, zero, 0, NULL, NULL);
-    return drt_set_error(DRT_ERR_INVALID_ARG,
-                         "EMBED: token id %d at position %d is outside [0, %d)", flag[1],
+    return drt_set_error(DRT_ERR_INVALID_ARG, "EMBED: token id %d at position %d is outside [0, %d)", flag[1],
                          flag[0] - 1, x->embed_vocab);
 }
 

@@ -8,9 +8,7 @@
 drt_status ocl_embed(ocl_ctx *x, const drt_tensor *t) {
     const drt_tensor *ids = t->src[0], *E = t->src[1];
     int T = (int)ids->ne[0], V = (int)E->ne[0], D = (int)E->ne[1];
-    ocl_kernel_id k = E->type == DRT_F16    ? OCL_K_EMBED_F16
-                      : E->type == DRT_BF16 ? OCL_K_EMBED_BF16
-                                            : OCL_K_EMBED_F32;
+    ocl_kernel_id k = E->type == DRT_F16 ? OCL_K_EMBED_F16 : E->type == DRT_BF16 ? OCL_K_EMBED_BF16 : OCL_K_EMBED_F32;
     x->embed_vocab = V;
     ocl_call c;
     ocl_begin(&c, x, k);
@@ -97,10 +95,8 @@ drt_status ocl_permute(ocl_ctx *x, const drt_tensor *t) {
     ocl_begin(&c, x, OCL_K_PERMUTE);
     ocl_arg_tensor(&c, t);
     ocl_arg_tensor(&c, a);
-    for (int i = 1; i < 4; i++)
-        ocl_arg_int(&c, (int)ne[perm[i]]);
-    for (int i = 0; i < 4; i++)
-        ocl_arg_int(&c, (int)xs[perm[i]]);
+    for (int i = 1; i < 4; i++) ocl_arg_int(&c, (int)ne[perm[i]]);
+    for (int i = 0; i < 4; i++) ocl_arg_int(&c, (int)xs[perm[i]]);
     /* exact global sizes, so no bounds checks; the driver picks the groups */
     size_t g[3] = {(size_t)ne[perm[3]], (size_t)ne[perm[2]], (size_t)(ne[perm[0]] * ne[perm[1]])};
     return ocl_run(&c, 3, g, NULL);

@@ -24,8 +24,8 @@
 #ifdef DIFFRT_HAVE_CLBLAST
 #include <clblast_c.h>
 
-static drt_status clblast_matmul(ocl_ctx *x, const drt_tensor *t, int B, int Bw, int T, int N,
-                                 int K, int trans_w, float scale) {
+static drt_status clblast_matmul(ocl_ctx *x, const drt_tensor *t, int B, int Bw, int T, int N, int K, int trans_w,
+                                 float scale) {
     const drt_tensor *a = t->src[0], *w = t->src[1];
     cl_mem xm = ocl_mem(a), wm = ocl_mem(w), ym = ocl_mem(t);
     size_t xo = ocl_elem_off(a), wo = ocl_elem_off(w), yo = ocl_elem_off(t);
@@ -36,22 +36,20 @@ static drt_status clblast_matmul(ocl_ctx *x, const drt_tensor *t, int B, int Bw,
     CLBlastStatusCode st = CLBlastSuccess;
     x->clblast_used = 1;
     if (Bw == B || Bw == 1) {
-        st = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, (size_t)T,
-                                        (size_t)N, (size_t)K, scale, xm, xo, (size_t)K, sx, wm, wo,
-                                        ldw, Bw == B ? sw : 0, 0.0f, ym, yo, (size_t)N, sy,
-                                        (size_t)B, &x->q, NULL);
+        st = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, (size_t)T, (size_t)N, (size_t)K,
+                                        scale, xm, xo, (size_t)K, sx, wm, wo, ldw, Bw == B ? sw : 0, 0.0f, ym, yo,
+                                        (size_t)N, sy, (size_t)B, &x->q, NULL);
     } else {
         for (int b = 0; b < B && st == CLBlastSuccess; b++) {
             size_t bw = (size_t)((int64_t)b * Bw / B);
-            st = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, (size_t)T, (size_t)N,
-                              (size_t)K, scale, xm, xo + b * sx, (size_t)K, wm, wo + bw * sw, ldw,
-                              0.0f, ym, yo + b * sy, (size_t)N, &x->q, NULL);
+            st = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, tb, (size_t)T, (size_t)N, (size_t)K, scale, xm,
+                              xo + b * sx, (size_t)K, wm, wo + bw * sw, ldw, 0.0f, ym, yo + b * sy, (size_t)N, &x->q,
+                              NULL);
         }
     }
     if (st != CLBlastSuccess)
-        return drt_set_error(DRT_ERR_BACKEND,
-                             "opencl: CLBlast SGEMM (B=%d T=%d N=%d K=%d) on %s: status %d", B, T,
-                             N, K, x->name, (int)st);
+        return drt_set_error(DRT_ERR_BACKEND, "opencl: CLBlast SGEMM (B=%d T=%d N=%d K=%d) on %s: status %d", B, T, N,
+                             K, x->name, (int)st);
     return DRT_OK;
 }
 #endif
@@ -73,16 +71,12 @@ static rb_shape rb_pick(int v) {
 int ocl_matmul_options(ocl_ctx *x, char *buf, size_t n) {
     rb_shape r = rb_pick(x->rb_v);
     x->rb_v = r.v;
-    snprintf(x->mm_name[OCL_MM_MATVEC], sizeof x->mm_name[0], "matvec local-reduce %dx%d",
-             OCL_MV_NR, OCL_MV_WG);
-    snprintf(x->mm_name[OCL_MM_TILED], sizeof x->mm_name[0], "tiled local %dx%d/4x4",
-             OCL_MM_TM, OCL_MM_TN);
+    snprintf(x->mm_name[OCL_MM_MATVEC], sizeof x->mm_name[0], "matvec local-reduce %dx%d", OCL_MV_NR, OCL_MV_WG);
+    snprintf(x->mm_name[OCL_MM_TILED], sizeof x->mm_name[0], "tiled local %dx%d/4x4", OCL_MM_TM, OCL_MM_TN);
     snprintf(x->mm_name[OCL_MM_GEMV], sizeof x->mm_name[0], "gemv regs 1x%d v%d", r.gemv_nr, r.v);
     snprintf(x->mm_name[OCL_MM_DOT], sizeof x->mm_name[0], "dot regs %dx%d v%d", r.mr, r.nr, r.v);
-    snprintf(x->mm_name[OCL_MM_ROWS], sizeof x->mm_name[0], "rows regs Tx%d in %dx%d v%d", r.nr,
-             r.mr, r.nr, r.v);
-    snprintf(x->mm_name[OCL_MM_OUTER], sizeof x->mm_name[0], "outer regs %dx%d v%d", r.omr,
-             r.ov * r.v, r.v);
+    snprintf(x->mm_name[OCL_MM_ROWS], sizeof x->mm_name[0], "rows regs Tx%d in %dx%d v%d", r.nr, r.mr, r.nr, r.v);
+    snprintf(x->mm_name[OCL_MM_OUTER], sizeof x->mm_name[0], "outer regs %dx%d v%d", r.omr, r.ov * r.v, r.v);
     snprintf(x->mm_name[OCL_MM_CLBLAST], sizeof x->mm_name[0], "clblast sgemm");
     return snprintf(buf, n,
                     " -DRB_V=%d -DRB_GEMV_NR=%d -DRB_MR=%d -DRB_NR=%d -DRB_OMR=%d -DRB_OV=%d "
@@ -134,9 +128,8 @@ drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t) {
 #endif
     int wt = w->type == DRT_F16 ? 1 : w->type == DRT_BF16 ? 2 : 0;
     static const ocl_kernel_id base[OCL_MM_COUNT] = {
-        [OCL_MM_MATVEC] = OCL_K_MATVEC_F32, [OCL_MM_TILED] = OCL_K_MATMUL_F32,
-        [OCL_MM_GEMV] = OCL_K_GEMV_F32,     [OCL_MM_DOT] = OCL_K_DOT_F32,
-        [OCL_MM_ROWS] = OCL_K_ROWS_F32,     [OCL_MM_OUTER] = OCL_K_OUTER_F32,
+        [OCL_MM_MATVEC] = OCL_K_MATVEC_F32, [OCL_MM_TILED] = OCL_K_MATMUL_F32, [OCL_MM_GEMV] = OCL_K_GEMV_F32,
+        [OCL_MM_DOT] = OCL_K_DOT_F32,       [OCL_MM_ROWS] = OCL_K_ROWS_F32,    [OCL_MM_OUTER] = OCL_K_OUTER_F32,
     };
     ocl_call c;
     ocl_begin(&c, x, (ocl_kernel_id)(base[var] + wt));
@@ -165,9 +158,7 @@ drt_status ocl_matmul(ocl_ctx *x, const drt_tensor *t) {
      * a 1-d range per batch */
     rb_shape r = rb_pick(x->rb_v);
     int mr = var == OCL_MM_GEMV ? 1 : var == OCL_MM_DOT ? r.mr : var == OCL_MM_ROWS ? T : r.omr;
-    int nr = var == OCL_MM_GEMV                        ? r.gemv_nr
-             : var == OCL_MM_DOT || var == OCL_MM_ROWS ? r.nr
-                                                       : r.ov * r.v;
+    int nr = var == OCL_MM_GEMV ? r.gemv_nr : var == OCL_MM_DOT || var == OCL_MM_ROWS ? r.nr : r.ov * r.v;
     return rb_run(x, &c, B, T, N, mr, nr);
 }
 

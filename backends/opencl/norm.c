@@ -4,8 +4,7 @@
 #include "ocl.h"
 
 /* y, x are (rows, C); w is (C) or absent */
-static drt_status norm_rows(ocl_ctx *x, const drt_tensor *t, int64_t rows, int C, float eps,
-                            float scale) {
+static drt_status norm_rows(ocl_ctx *x, const drt_tensor *t, int64_t rows, int C, float eps, float scale) {
     const drt_tensor *w = t->src[1];
     ocl_call c;
     ocl_begin(&c, x, OCL_K_RMSNORM);

@@ -15,10 +15,10 @@
 #include "drt_graph.h"
 
 /* the embedded .cl sources (generated opencl_kernels.c) */
-extern const char drt_ocl_src_elementwise[], drt_ocl_src_norm[], drt_ocl_src_matmul[],
-    drt_ocl_src_attention[], drt_ocl_src_matmul_q[];
-extern const unsigned long drt_ocl_src_elementwise_len, drt_ocl_src_norm_len,
-    drt_ocl_src_matmul_len, drt_ocl_src_attention_len, drt_ocl_src_matmul_q_len;
+extern const char drt_ocl_src_elementwise[], drt_ocl_src_norm[], drt_ocl_src_matmul[], drt_ocl_src_attention[],
+    drt_ocl_src_matmul_q[];
+extern const unsigned long drt_ocl_src_elementwise_len, drt_ocl_src_norm_len, drt_ocl_src_matmul_len,
+    drt_ocl_src_attention_len, drt_ocl_src_matmul_q_len;
 
 /* one program per op family, built once at init */
 typedef enum { OCL_P_ELEMENTWISE, OCL_P_NORM, OCL_P_MATMUL, OCL_P_ATTENTION, OCL_P_MATMUL_Q, OCL_P_COUNT } ocl_prog;
@@ -105,8 +105,8 @@ typedef enum {
 #define OCL_MM_TW 16
 #define OCL_ROW_WG_MAX 256 /* NORM_WG_MAX, SM_WG_MAX */
 #define OCL_ATT_BQ_MAX 8   /* rows per attention work-group: 1, 2, 4 or 8 */
-#define OCL_PF_ROWS 16      /* CPU devices: GEMV weight rows prefetched ahead */
-#define OCL_MM_ROWS_MAX 32  /* CPU devices: the most rows of the rows kernels */
+#define OCL_PF_ROWS 16     /* CPU devices: GEMV weight rows prefetched ahead */
+#define OCL_MM_ROWS_MAX 32 /* CPU devices: the most rows of the rows kernels */
 
 typedef struct {
     cl_platform_id platform;
@@ -134,9 +134,9 @@ typedef struct {
     int embed_vocab;            /* its V, for the message */
     ocl_gemm gemm;
     int clblast_used;
-    int mm_regs;               /* the register-blocked variants are the default */
-    int rb_v;                  /* their vector width (RB_V) */
-    size_t rb_wg;              /* their work-group size */
+    int mm_regs;                    /* the register-blocked variants are the default */
+    int rb_v;                       /* their vector width (RB_V) */
+    size_t rb_wg;                   /* their work-group size */
     char mm_name[OCL_MM_COUNT][48]; /* kernel_variant strings */
     int att_vl;                     /* lanes of the CPU attention kernels (0: not used) */
     char name[256];

@@ -97,14 +97,13 @@ int drt_ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int 
  *   A2 = softmax_j(s * q[t,h,1] . k[j,g,m-1])   (m = 1: both maps share k)
  *   o[t,h] = sum_j (A1[j] - lambda * A2[j]) v[j,g]
  * Napkin math: ~H*sum(pos+1)*(4*dk + 2*dv) flops. */
-int drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows,
-                      int H, int G, int m, int dk, int dv, float lambda, const float *lambda_th) {
+int drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H,
+                      int G, int m, int dk, int dv, float lambda, const float *lambda_th) {
     return drt_ref_diff_attn_bits(o, q, k, v, T, rows, H, G, m, dk, dv, lambda, lambda_th, 0);
 }
 
-int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float *v, int T,
-                           const int32_t *rows, int H, int G, int m, int dk, int dv, float lambda,
-                           const float *lambda_th, int attn_bits) {
+int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H,
+                           int G, int m, int dk, int dv, float lambda, const float *lambda_th, int attn_bits) {
     const int S = max_keys(rows, T);
     const double s = 1.0 / sqrt((double)dk);
     /* (2*S + dv): the two maps' logits over keys, then one output row */
@@ -149,13 +148,13 @@ int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float
 /* o is (T,H,dv); q is (T,H,dk); k is (S_cap,G,dk); v is (S_cap,G,dv); head h
  * reads kv group floor(h*G/H); scale 1/sqrt(dk); rows as above.
  * Napkin math: ~H*sum(pos+1)*(2*dk + 2*dv) flops. */
-int drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H,
-                 int G, int dk, int dv) {
+int drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H, int G,
+                 int dk, int dv) {
     return drt_ref_attn_bits(o, q, k, v, T, rows, H, G, dk, dv, 0);
 }
 
-int drt_ref_attn_bits(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows,
-                      int H, int G, int dk, int dv, int attn_bits) {
+int drt_ref_attn_bits(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H,
+                      int G, int dk, int dv, int attn_bits) {
     const int S = max_keys(rows, T);
     const double s = 1.0 / sqrt((double)dk);
     /* (S + dv): logits over keys, then one output row */

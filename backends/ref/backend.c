@@ -10,7 +10,9 @@
 #include "drt_graph.h"
 #include "drt_util.h"
 
-static int64_t rows_of(const drt_tensor *t) { return drt_nelem(t) / t->ne[t->nd - 1]; }
+static int64_t rows_of(const drt_tensor *t) {
+    return drt_nelem(t) / t->ne[t->nd - 1];
+}
 
 /* an attention kernel's scratch row (ref_ops.h) could not be allocated */
 static drt_status scratch_oom(const drt_tensor *t, int S) {
@@ -29,24 +31,18 @@ drt_status drt_ref_run_node(const drt_tensor *t, void *dst, void *const *srcs, c
         int V = (int)b->ne[0];
         for (int64_t i = 0; i < a->ne[0]; i++)
             if (ids[i] < 0 || ids[i] >= V)
-                return drt_set_error(DRT_ERR_INVALID_ARG,
-                                     "EMBED: token id %d at position %lld is outside [0, %d)",
+                return drt_set_error(DRT_ERR_INVALID_ARG, "EMBED: token id %d at position %lld is outside [0, %d)",
                                      ids[i], (long long)i, V);
         drt_ref_embed(y, ids, (int)a->ne[0], srcs[1], b->type, V, (int)b->ne[1]);
         return DRT_OK;
     }
-    case DRT_OP_RMSNORM:
-        drt_ref_rmsnorm(y, x0, (int)rows_of(a), (int)a->ne[a->nd - 1], x1, t->fp[0]);
-        return DRT_OK;
+    case DRT_OP_RMSNORM: drt_ref_rmsnorm(y, x0, (int)rows_of(a), (int)a->ne[a->nd - 1], x1, t->fp[0]); return DRT_OK;
     case DRT_OP_MATMUL: {
         const drt_matmul_shape m = drt_matmul_dims(t);
-        drt_ref_matmul(y, x0, srcs[1], m.wtype, (int)m.B, (int)m.Bw, (int)m.T, (int)m.N, (int)m.K, m.trans_w,
-                       m.scale);
+        drt_ref_matmul(y, x0, srcs[1], m.wtype, (int)m.B, (int)m.Bw, (int)m.T, (int)m.N, (int)m.K, m.trans_w, m.scale);
         return DRT_OK;
     }
-    case DRT_OP_ROPE:
-        drt_ref_rope(y, x0, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], rows, x1);
-        return DRT_OK;
+    case DRT_OP_ROPE: drt_ref_rope(y, x0, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], rows, x1); return DRT_OK;
     case DRT_OP_DUAL_SOFTMAX:
         if (!drt_ref_dual_softmax(y, x0, x1, (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], t->fp[0], srcs[2]))
             return scratch_oom(t, (int)a->ne[2]);
@@ -131,13 +127,14 @@ static drt_status ref_upload(drt_backend *be, drt_buffer *b, size_t off, const v
     return DRT_OK;
 }
 
-static drt_status ref_download(drt_backend *be, const drt_buffer *b, size_t off, void *dst,
-                               size_t n) {
+static drt_status ref_download(drt_backend *be, const drt_buffer *b, size_t off, void *dst, size_t n) {
     memcpy(dst, (const char *)b->host + off, n);
     return DRT_OK;
 }
 
-static bool ref_supports(drt_backend *be, const drt_tensor *t) { return true; }
+static bool ref_supports(drt_backend *be, const drt_tensor *t) {
+    return true;
+}
 
 static drt_status ref_compute(drt_backend *be, drt_tensor *const *nodes, int n, const drt_exec *ex) {
     for (int i = 0; i < n; i++) {
@@ -151,7 +148,9 @@ static drt_status ref_compute(drt_backend *be, drt_tensor *const *nodes, int n, 
     return DRT_OK;
 }
 
-static drt_status ref_sync(drt_backend *be) { return DRT_OK; }
+static drt_status ref_sync(drt_backend *be) {
+    return DRT_OK;
+}
 
 const drt_backend_ops drt_ref_backend_ops = {
     .name = "ref",

@@ -28,8 +28,8 @@ float drt_ref_load_weight(const void *w, drt_dtype t, int64_t i) {
  *      (Bw,K,N) when trans_w == 1 (e.g. V in A.V: column n is strided by N).
  * Batch b of x reads batch floor(b*Bw/B) of w, so G kv groups serve H heads.
  * Napkin math: 2*B*T*N*K flops; reads B*T*K + Bw*N*K, writes B*T*N elements. */
-void drt_ref_matmul(float *y, const float *x, const void *w, drt_dtype wt, int B, int Bw, int T, int N,
-                int K, int trans_w, float scale) {
+void drt_ref_matmul(float *y, const float *x, const void *w, drt_dtype wt, int B, int Bw, int T, int N, int K,
+                    int trans_w, float scale) {
     /* element (n,k) of one weight batch sits at n*n_stride + k*k_stride */
     const int64_t n_stride = trans_w ? 1 : K;
     const int64_t k_stride = trans_w ? N : 1;

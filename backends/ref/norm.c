@@ -26,8 +26,7 @@ void drt_ref_rmsnorm(float *y, const float *x, int T, int C, const float *w, flo
  * attention output, normalised on its own; scale is (1 - lambda_init) in V1.
  * Written out rather than calling drt_ref_rmsnorm so that the extra scale does not
  * round the output a second time. */
-void drt_ref_groupnorm(float *y, const float *x, int T, int H, int dv, const float *w, float eps,
-                   float scale) {
+void drt_ref_groupnorm(float *y, const float *x, int T, int H, int dv, const float *w, float eps, float scale) {
     const int64_t rows = (int64_t)T * H;
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * dv;

@@ -24,8 +24,8 @@ void drt_ref_rmsnorm(float *y, const float *x, int T, int C, const float *w, flo
  * x is (B,T,K); y is (B,T,N);
  * w is (Bw,N,K) when trans_w == 0, (Bw,K,N) when trans_w == 1, dtype wt;
  * batch b of x uses batch floor(b*Bw/B) of w (B is a multiple of Bw). */
-void drt_ref_matmul(float *y, const float *x, const void *w, drt_dtype wt, int B, int Bw, int T, int N,
-                int K, int trans_w, float scale);
+void drt_ref_matmul(float *y, const float *x, const void *w, drt_dtype wt, int B, int Bw, int T, int N, int K,
+                    int trans_w, float scale);
 
 /* rows is (T,2): row t is token rows[2t+1] (its position) of the sequence
  * whose cache rows start at rows[2t] (drt_exec in drt_graph.h). */
@@ -47,21 +47,20 @@ int drt_ref_dual_softmax(float *a, const float *s1, const float *s2, int H, int 
  * (S_cap,G,dv). Row t attends the keys base .. base + pos of its rows entry;
  * diff-head h uses kv group g = floor(h*G/H); scale 1/sqrt(dk).
  * lambda_th is (T,H) or NULL (then scalar lambda). */
-int drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows,
-                      int H, int G, int m, int dk, int dv, float lambda, const float *lambda_th);
+int drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H,
+                      int G, int m, int dk, int dv, float lambda, const float *lambda_th);
 
 /* Standard causal attention. o is (T,H,dv); q is (T,H,dk); k is (S_cap,G,dk);
  * v is (S_cap,G,dv); rows as above. */
-int drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H,
-                 int G, int dk, int dv);
+int drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H, int G,
+                 int dk, int dv);
 
 /* The three above return 1, or 0 when their scratch row (a few doubles per
  * key position) cannot be allocated: the output is then all NaN, and
  * drt_ref_run_node turns it into a "ref: ... cannot allocate" error. */
 
 /* y, x are (T,H,dv); per (t,h): RMSNORM over dv with eps, times w (dv, or NULL), times scale. */
-void drt_ref_groupnorm(float *y, const float *x, int T, int H, int dv, const float *w, float eps,
-                   float scale);
+void drt_ref_groupnorm(float *y, const float *x, int T, int H, int dv, const float *w, float eps, float scale);
 
 /* y, g, u are (n): y = silu(g) * u */
 void drt_ref_swiglu(float *y, const float *g, const float *u, int64_t n);
@@ -84,10 +83,9 @@ void drt_ref_permute(float *y, const float *x, const int64_t ne[4], const int pe
  * symmetric per-row absmax to that many bits (diffrt niah --attn-bits, the
  * paper's Fig. 8): m = max|l|, L = 2^(bits-1) - 1, l <- round(l / m * L) * m / L.
  * A graph's ATTN / DIFF_ATTN node asks for it in ip[1] (drt_ref_run_node). */
-int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float *v, int T,
-                           const int32_t *rows, int H, int G, int m, int dk, int dv, float lambda,
-                           const float *lambda_th, int attn_bits);
-int drt_ref_attn_bits(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows,
-                      int H, int G, int dk, int dv, int attn_bits);
+int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H,
+                           int G, int m, int dk, int dv, float lambda, const float *lambda_th, int attn_bits);
+int drt_ref_attn_bits(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H,
+                      int G, int dk, int dv, int attn_bits);
 
 #endif

@@ -77,10 +77,8 @@ static bool pick_tiles(const vk_ctx *c, const attn_dims *d, uint32_t *br, uint32
     uint32_t limit = c->props.limits.maxComputeSharedMemorySize;
     uint32_t rows = d->T * (d->H / d->G);
     uint32_t b0 = 1;
-    while (b0 < rows && b0 < 16)
-        b0 *= 2;
-    while (b0 > 1 && d->dv > 32 * (ATTN_WG / b0))
-        b0 /= 2;
+    while (b0 < rows && b0 < 16) b0 *= 2;
+    while (b0 > 1 && d->dv > 32 * (ATTN_WG / b0)) b0 /= 2;
     for (uint32_t r = b0; r >= 1; r /= 2) {
         for (uint32_t k = 32; k >= (r == 1 ? 1u : 8u); k /= 2) {
             if (smem_bytes(d, r, k) <= limit) {
@@ -100,8 +98,7 @@ bool vk_attention_supported(const vk_ctx *c, const drt_tensor *t) {
     d1.T = 1; /* runs of one row take the tiles of one query row: the most workgroups */
     if (!pick_tiles(c, &d1, &br, &bc)) return false;
     uint64_t gx = ((uint64_t)d.T * (d.H / d.G) + br - 1) / br;
-    return gx <= c->props.limits.maxComputeWorkGroupCount[0] &&
-           d.G <= c->props.limits.maxComputeWorkGroupCount[1];
+    return gx <= c->props.limits.maxComputeWorkGroupCount[0] && d.G <= c->props.limits.maxComputeWorkGroupCount[1];
 }
 
 /* The most rows of one run in ex's rows: rows of one sequence (one cache
@@ -128,8 +125,7 @@ static bool use_rows(const vk_ctx *c, const attn_dims *d) {
 /* rows kernel workgroup: the rows (T*H) rounded up to a power of two, 8..64 */
 static uint32_t rows_wg(const vk_ctx *c, const attn_dims *d) {
     uint32_t w = 8, rows = d->T * d->H;
-    while (w < rows && w < 64)
-        w *= 2;
+    while (w < rows && w < 64) w *= 2;
     return vk_wg(c, w, w);
 }
 
@@ -142,9 +138,8 @@ static uint32_t rows_wg(const vk_ctx *c, const attn_dims *d) {
  * subgroup operations) turns it off. */
 static bool use_lanes(const vk_ctx *c, const attn_dims *d) {
     const uint32_t sg = c->subgroup_size;
-    return c->tune_cpu && c->use_sg && sg >= 4 && sg <= 16 && d->maps * d->dk <= 256 &&
-           d->dv <= 256 && d->dk % 4 == 0 && d->dv % 4 == 0 && d->T * (d->H / d->G) >= sg &&
-           vk_wg(c, sg, sg) == sg && c->has_shuffle;
+    return c->tune_cpu && c->use_sg && sg >= 4 && sg <= 16 && d->maps * d->dk <= 256 && d->dv <= 256 &&
+           d->dk % 4 == 0 && d->dv % 4 == 0 && d->T * (d->H / d->G) >= sg && vk_wg(c, sg, sg) == sg && c->has_shuffle;
 }
 
 /* the lanes kernel's query rows per lane: 4 when a kv group has that many
@@ -225,8 +220,7 @@ const char *vk_attention_variant(vk_ctx *c, const drt_tensor *t) {
     attn_dims d = dims_of(t);
     /* the split decision depends on the position: name the kernel only */
     if (use_lanes(c, &d) && lanes_aligned(t)) return "attention_lanes (a lane per query row)";
-    return use_rows(c, &d) ? "attention_rows (one invocation per query row)"
-                           : "attention (tiled, BR rows x BC keys)";
+    return use_rows(c, &d) ? "attention_rows (one invocation per query row)" : "attention (tiled, BR rows x BC keys)";
 }
 
 /* o (T,H,dv) from q (T,H,maps,dk), k (S_cap,G,km,dk), v (S_cap,G,dv); row t
@@ -246,8 +240,7 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     dt.T = run > 1 ? d.T : 1;
     uint32_t br, bc;
     if (!pick_tiles(c, &dt, &br, &bc))
-        return drt_set_error(DRT_ERR_UNSUPPORTED,
-                             "vulkan: %s dk=%u dv=%u does not fit in shared memory",
+        return drt_set_error(DRT_ERR_UNSUPPORTED, "vulkan: %s dk=%u dv=%u does not fit in shared memory",
                              drt_op_name(t->op), d.dk, d.dv);
     const drt_tensor *l = t->op == DRT_OP_DIFF_ATTN ? t->src[3] : NULL;
     const drt_tensor *rws = t->src[DRT_SRC_ROWS];
@@ -269,9 +262,7 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         nsplit = (S + chunk - 1) / chunk;
     }
     uint32_t spec[8] = {ATTN_WG, c->use_sg, d.maps, d.dk, d.dv, br, bc, nsplit > 1};
-    const vk_shader sh = lanes  ? VK_SH_ATTENTION_LANES
-                         : rows ? VK_SH_ATTENTION_ROWS
-                                : VK_SH_ATTENTION;
+    const vk_shader sh = lanes ? VK_SH_ATTENTION_LANES : rows ? VK_SH_ATTENTION_ROWS : VK_SH_ATTENTION;
     int nspec = 8;
     if (rows || lanes) {
         spec[0] = lanes ? lwg : rwg;
@@ -309,8 +300,7 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     if (s != DRT_OK) return s;
     const uint32_t wg = vk_wg(c, 256, 64);
     uint32_t cspec[3] = {wg, c->use_sg, d.maps};
-    combine_pc cpc = {l ? vk_eoff(l) : 0, vk_eoff(t), d.T,   d.H,         d.dv, nsplit,
-                      l != NULL,          t->fp[0],   chunk, vk_eoff(rws)};
+    combine_pc cpc = {l ? vk_eoff(l) : 0, vk_eoff(t), d.T, d.H, d.dv, nsplit, l != NULL, t->fp[0], chunk, vk_eoff(rws)};
     vk_binds cb = {.src = {scratch, NULL, NULL, l}, .dst = t, .rows = rws};
     uint64_t groups = ((uint64_t)d.T * d.H * d.dv + wg - 1) / wg;
     return vk_dispatch(c, VK_SH_ATTENTION_COMBINE, cspec, 3, &cb, &cpc, sizeof cpc,
@@ -328,6 +318,5 @@ drt_status vk_dual_softmax(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     vk_binds b = {.src = {s1, s2, l}, .dst = t};
     uint32_t gx, gy;
     vk_grid_2d((uint64_t)H * T, &gx, &gy);
-    return vk_dispatch(c, vk_sg_variant(c, VK_SH_DUAL_SOFTMAX), spec, 2, &b, &pc, sizeof pc, gx, gy,
-                       1);
+    return vk_dispatch(c, vk_sg_variant(c, VK_SH_DUAL_SOFTMAX), spec, 2, &b, &pc, sizeof pc, gx, gy, 1);
 }

@@ -63,17 +63,14 @@ static drt_status vk_init(drt_backend *be, int device) {
 static bool vk_supports(drt_backend *be, const drt_tensor *t) {
     const vk_ctx *c = be->ctx;
     const VkDeviceSize max_range = c->props.limits.maxStorageBufferRange;
-    const drt_tensor *all[1 + DRT_MAX_SRC] = {t,         t->src[0], t->src[1],
-                                              t->src[2], t->src[3], t->src[4]};
+    const drt_tensor *all[1 + DRT_MAX_SRC] = {t, t->src[0], t->src[1], t->src[2], t->src[3], t->src[4]};
     for (int i = 0; i < 1 + DRT_MAX_SRC; i++) {
         const drt_tensor *x = all[i];
         if (!x) continue;
         /* each tensor's bytes are bound from its offset rounded down to
          * VK_BIND_ALIGN; element offsets and indices are 32-bit */
         if (drt_nelem(x) >= (int64_t)UINT32_MAX - VK_BIND_ALIGN) return false;
-        if (drt_nbytes(x) + VK_BIND_ALIGN + 16 > max_range &&
-            !(x == t->src[1] && vk_matmul_splits(c, t)))
-            return false;
+        if (drt_nbytes(x) + VK_BIND_ALIGN + 16 > max_range && !(x == t->src[1] && vk_matmul_splits(c, t))) return false;
         if (x->view_offs % drt_dtype_size(x->type)) return false;
     }
     switch (t->op) {

@@ -12,13 +12,11 @@
 
 void vk_sets_init(vk_ctx *c) {
     c->dset_free = -1;
-    for (int i = 0; i < VK_DS_BUCKETS; i++)
-        c->buckets[i] = -1;
+    for (int i = 0; i < VK_DS_BUCKETS; i++) c->buckets[i] = -1;
 }
 
 void vk_sets_release(vk_ctx *c) {
-    for (int i = 0; i < c->n_pools; i++)
-        c->f.vkDestroyDescriptorPool(c->dev, c->pools[i], NULL);
+    for (int i = 0; i < c->n_pools; i++) c->f.vkDestroyDescriptorPool(c->dev, c->pools[i], NULL);
     free(c->pools);
     free(c->dsets);
     c->pools = NULL;
@@ -49,8 +47,7 @@ static drt_status new_set(vk_ctx *c, VkDescriptorSet *out) {
         c->pools = np;
         VkResult r = c->f.vkCreateDescriptorPool(c->dev, &pi, NULL, &c->pools[c->n_pools]);
         if (r != VK_SUCCESS)
-            return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkCreateDescriptorPool: %s",
-                                 vk_result_str(r));
+            return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkCreateDescriptorPool: %s", vk_result_str(r));
         c->n_pools++;
         c->pool_left = SETS;
     }
@@ -60,14 +57,13 @@ static drt_status new_set(vk_ctx *c, VkDescriptorSet *out) {
                                       .pSetLayouts = &c->dsl};
     VkResult r = c->f.vkAllocateDescriptorSets(c->dev, &ai, out);
     if (r != VK_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkAllocateDescriptorSets: %s",
-                             vk_result_str(r));
+        return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkAllocateDescriptorSets: %s", vk_result_str(r));
     c->pool_left--;
     return DRT_OK;
 }
 
-drt_status vk_get_set(vk_ctx *c, const vk_buf *const bufs[VK_N_KEYED],
-                      const vk_range key[VK_N_KEYED], VkDescriptorSet *out) {
+drt_status vk_get_set(vk_ctx *c, const vk_buf *const bufs[VK_N_KEYED], const vk_range key[VK_N_KEYED],
+                      VkDescriptorSet *out) {
     uint32_t h = ds_hash(key);
     for (int e = c->buckets[h]; e >= 0; e = c->dsets[e].next)
         if (memcmp(c->dsets[e].key, key, sizeof c->dsets[e].key) == 0) {
@@ -121,8 +117,7 @@ void vk_forget_sets(vk_ctx *c, uint32_t id) {
         while (*link >= 0) {
             vk_dset *d = &c->dsets[*link];
             bool hit = false;
-            for (int i = 0; i < VK_N_KEYED; i++)
-                hit |= d->key[i].id == id;
+            for (int i = 0; i < VK_N_KEYED; i++) hit |= d->key[i].id == id;
             if (!hit) {
                 link = &d->next;
                 continue;

@@ -28,8 +28,7 @@
 
 static VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBitsEXT sev,
                                                VkDebugUtilsMessageTypeFlagsEXT type,
-                                               const VkDebugUtilsMessengerCallbackDataEXT *d,
-                                               void *user) {
+                                               const VkDebugUtilsMessengerCallbackDataEXT *d, void *user) {
     (void)type;
     (void)user;
     __atomic_add_fetch(&vk_counters.validation_messages, 1, __ATOMIC_RELAXED);
@@ -151,8 +150,7 @@ static int add_validation(vk_fns *f, inst_setup *st, char *why, size_t n) {
 /* Creates an instance (Vulkan 1.1) with the function table loaded. With
  * DIFFRT_VK_VALIDATION=1: the Khronos validation layer, synchronization
  * validation and a messenger (also covering instance creation itself). */
-static int create_instance(vk_fns *f, VkInstance *inst, VkDebugUtilsMessengerEXT *msg, char *why,
-                           size_t n) {
+static int create_instance(vk_fns *f, VkInstance *inst, VkDebugUtilsMessengerEXT *msg, char *why, size_t n) {
     *inst = VK_NULL_HANDLE;
     *msg = VK_NULL_HANDLE;
     if (vk_load_global(f, why, n) != 0) return -1;
@@ -169,8 +167,7 @@ static int create_instance(vk_fns *f, VkInstance *inst, VkDebugUtilsMessengerEXT
     }
     inst_setup st = {
         .enables = {VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT},
-        .vfeat = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT,
-                  .enabledValidationFeatureCount = 1},
+        .vfeat = {.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT, .enabledValidationFeatureCount = 1},
         .mci = {.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
                 .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
                                    VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
@@ -201,9 +198,7 @@ static int create_instance(vk_fns *f, VkInstance *inst, VkDebugUtilsMessengerEXT
     VkResult r = f->vkCreateInstance(&ci, NULL, inst);
     if (r != VK_SUCCESS) {
         snprintf(why, n, "vkCreateInstance failed: %s%s", vk_result_str(r),
-                 r == VK_ERROR_INCOMPATIBLE_DRIVER
-                     ? " (no Vulkan driver installed? Debian: mesa-vulkan-drivers)"
-                     : "");
+                 r == VK_ERROR_INCOMPATIBLE_DRIVER ? " (no Vulkan driver installed? Debian: mesa-vulkan-drivers)" : "");
         *inst = VK_NULL_HANDLE;
         return -1;
     }
@@ -266,22 +261,19 @@ static void query_device(vk_fns *f, VkPhysicalDevice pd, dev_info *d) {
     d->sg.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
     d->drv.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES;
     d->sg.pNext = d->have_drv ? &d->drv : NULL;
-    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
-                                      .pNext = &d->sg};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &d->sg};
     f->vkGetPhysicalDeviceProperties2(pd, &p2);
     d->s16.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES;
     d->f16i8.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES;
     d->s16.pNext = d->have_drv ? &d->f16i8 : NULL;
-    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
-                                    .pNext = &d->s16};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &d->s16};
     f->vkGetPhysicalDeviceFeatures2(pd, &f2);
 }
 
 /* whether compute shaders have the subgroup operations in need */
 static bool subgroup_ops(const dev_info *d, VkSubgroupFeatureFlags need) {
     need |= VK_SUBGROUP_FEATURE_BASIC_BIT;
-    return (d->sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
-           (d->sg.supportedOperations & need) == need;
+    return (d->sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (d->sg.supportedOperations & need) == need;
 }
 
 /* One line, what `diffrt info` prints per device (the CLI allows 255 chars). */
@@ -293,8 +285,8 @@ static void describe(const dev_info *d, char *buf, size_t n) {
     else if (d->p.vendorID == 0x10de)
         snprintf(drv, sizeof drv, "version %u.%u", v >> 22, (v >> 14) & 0xff);
     else
-        snprintf(drv, sizeof drv, "version %u.%u.%u", VK_API_VERSION_MAJOR(v),
-                 VK_API_VERSION_MINOR(v), VK_API_VERSION_PATCH(v));
+        snprintf(drv, sizeof drv, "version %u.%u.%u", VK_API_VERSION_MAJOR(v), VK_API_VERSION_MINOR(v),
+                 VK_API_VERSION_PATCH(v));
     size_t o = 0;
     for (uint32_t i = 0; i < d->mem.memoryHeapCount && o < sizeof heaps; i++) {
         const VkMemoryHeap *h = &d->mem.memoryHeaps[i];
@@ -303,17 +295,16 @@ static void describe(const dev_info *d, char *buf, size_t n) {
                               h->flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT ? " local" : " host");
     }
     uint32_t a = d->p.apiVersion;
-    int len = snprintf(
-        buf, n,
-        "%s; %s; vendor 0x%04x; driver %s; Vulkan %u.%u.%u; subgroup %u%s; fp16 %s "
-        "(16-bit storage %s); "
-        "int8 %s; heaps %s",
-        d->p.deviceName, type_name(d->p.deviceType), d->p.vendorID, drv, VK_API_VERSION_MAJOR(a),
-        VK_API_VERSION_MINOR(a), VK_API_VERSION_PATCH(a), d->sg.subgroupSize,
-        subgroup_ops(d, VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) ? "" : " (no arithmetic)",
-        d->have_drv && d->f16i8.shaderFloat16 ? "yes" : "no",
-        d->s16.storageBuffer16BitAccess ? "yes" : "no",
-        d->have_drv && d->f16i8.shaderInt8 ? "yes" : "no", heaps);
+    int len = snprintf(buf, n,
+                       "%s; %s; vendor 0x%04x; driver %s; Vulkan %u.%u.%u; subgroup %u%s; fp16 %s "
+                       "(16-bit storage %s); "
+                       "int8 %s; heaps %s",
+                       d->p.deviceName, type_name(d->p.deviceType), d->p.vendorID, drv, VK_API_VERSION_MAJOR(a),
+                       VK_API_VERSION_MINOR(a), VK_API_VERSION_PATCH(a), d->sg.subgroupSize,
+                       subgroup_ops(d, VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) ? "" : " (no arithmetic)",
+                       d->have_drv && d->f16i8.shaderFloat16 ? "yes" : "no",
+                       d->s16.storageBuffer16BitAccess ? "yes" : "no",
+                       d->have_drv && d->f16i8.shaderInt8 ? "yes" : "no", heaps);
     if (len >= (int)n && n > 4) memcpy(buf + n - 4, "...", 4); /* say so when cut */
 }
 
@@ -331,10 +322,9 @@ static const char *vendor_name(uint32_t id, char *buf, size_t n) {
     static const struct {
         uint32_t id;
         const char *name;
-    } T[] = {{0x1002, "AMD"},      {0x1010, "Imagination"}, {0x10de, "NVIDIA"},
-             {0x13b5, "ARM"},      {0x5143, "Qualcomm"},    {0x8086, "Intel"},
-             {0x106b, "Apple"},    {0x10005, "Mesa"},       {0x1af4, "virtio"},
-             {0x14e4, "Broadcom"}, {0x10002, "VeriSilicon"}};
+    } T[] = {{0x1002, "AMD"},      {0x1010, "Imagination"}, {0x10de, "NVIDIA"},      {0x13b5, "ARM"},
+             {0x5143, "Qualcomm"}, {0x8086, "Intel"},       {0x106b, "Apple"},       {0x10005, "Mesa"},
+             {0x1af4, "virtio"},   {0x14e4, "Broadcom"},    {0x10002, "VeriSilicon"}};
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++)
         if (T[i].id == id) return T[i].name;
     snprintf(buf, n, "0x%04x", id);
@@ -352,11 +342,11 @@ static void props_of(const dev_info *d, drt_device_props *o) {
     else if (d->p.vendorID == 0x10de)
         snprintf(o->driver, sizeof o->driver, "version %u.%u", v >> 22, (v >> 14) & 0xff);
     else
-        snprintf(o->driver, sizeof o->driver, "version %u.%u.%u", VK_API_VERSION_MAJOR(v),
-                 VK_API_VERSION_MINOR(v), VK_API_VERSION_PATCH(v));
+        snprintf(o->driver, sizeof o->driver, "version %u.%u.%u", VK_API_VERSION_MAJOR(v), VK_API_VERSION_MINOR(v),
+                 VK_API_VERSION_PATCH(v));
     uint32_t a = d->p.apiVersion;
-    snprintf(o->api_version, sizeof o->api_version, "Vulkan %u.%u.%u", VK_API_VERSION_MAJOR(a),
-             VK_API_VERSION_MINOR(a), VK_API_VERSION_PATCH(a));
+    snprintf(o->api_version, sizeof o->api_version, "Vulkan %u.%u.%u", VK_API_VERSION_MAJOR(a), VK_API_VERSION_MINOR(a),
+             VK_API_VERSION_PATCH(a));
     snprintf(o->type, sizeof o->type, "%s",
              d->p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU     ? "CPU"
              : d->p.deviceType == VK_PHYSICAL_DEVICE_TYPE_OTHER ? "other"
@@ -365,8 +355,7 @@ static void props_of(const dev_info *d, drt_device_props *o) {
     uint64_t local = 0, all = 0;
     for (uint32_t i = 0; i < d->mem.memoryHeapCount; i++) {
         all += d->mem.memoryHeaps[i].size;
-        if (d->mem.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)
-            local += d->mem.memoryHeaps[i].size;
+        if (d->mem.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) local += d->mem.memoryHeaps[i].size;
     }
     o->memory_bytes = local ? local : all;
     o->subgroup_size = (int)d->sg.subgroupSize;
@@ -385,11 +374,9 @@ static void probe_once(void) {
     if (n > MAX_DEVICES) n = MAX_DEVICES;
     if (r == VK_SUCCESS || r == VK_INCOMPLETE) r = f.vkEnumeratePhysicalDevices(inst, &n, pds);
     if (r != VK_SUCCESS && r != VK_INCOMPLETE) {
-        snprintf(g_probe_why, sizeof g_probe_why, "vkEnumeratePhysicalDevices failed: %s",
-                 vk_result_str(r));
+        snprintf(g_probe_why, sizeof g_probe_why, "vkEnumeratePhysicalDevices failed: %s", vk_result_str(r));
     } else if (n == 0) {
-        snprintf(g_probe_why, sizeof g_probe_why,
-                 "no Vulkan devices (no driver for this hardware?)");
+        snprintf(g_probe_why, sizeof g_probe_why, "no Vulkan devices (no driver for this hardware?)");
     } else {
         for (uint32_t i = 0; i < n; i++) {
             dev_info d;
@@ -415,8 +402,7 @@ drt_status vk_probe(int *n, char *why, size_t wn) {
 drt_status vk_device_name(int dev, char *buf, size_t n) {
     pthread_once(&g_probe_once, probe_once);
     if (dev < 0 || dev >= g_ndev)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "vulkan: device %d out of range (%d devices)",
-                             dev, g_ndev);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "vulkan: device %d out of range (%d devices)", dev, g_ndev);
     snprintf(buf, n, "%s", g_dev_desc[dev]);
     return DRT_OK;
 }
@@ -424,8 +410,7 @@ drt_status vk_device_name(int dev, char *buf, size_t n) {
 drt_status vk_device_props(int dev, drt_device_props *out) {
     pthread_once(&g_probe_once, probe_once);
     if (dev < 0 || dev >= g_ndev)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "vulkan: device %d out of range (%d devices)",
-                             dev, g_ndev);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "vulkan: device %d out of range (%d devices)", dev, g_ndev);
     *out = g_dev_props[dev];
     return DRT_OK;
 }
@@ -446,14 +431,12 @@ static drt_status select_device(vk_ctx *c, int device, dev_info *d) {
     if ((r != VK_SUCCESS && r != VK_INCOMPLETE) || n == 0)
         return drt_set_error(DRT_ERR_UNAVAILABLE, "vulkan: no devices");
     if (device >= (int)n)
-        return drt_set_error(DRT_ERR_INVALID_ARG, "vulkan: device %d out of range (%u devices)",
-                             device, n);
+        return drt_set_error(DRT_ERR_INVALID_ARG, "vulkan: device %d out of range (%u devices)", device, n);
     if (device < 0) { /* default: the first discrete GPU, else the first device */
         device = 0;
         for (uint32_t i = 0; i < n; i++) {
             query_device(&c->f, pds[i], d);
-            if (d->p.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU &&
-                d->p.apiVersion >= VK_API_VERSION_1_1) {
+            if (d->p.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU && d->p.apiVersion >= VK_API_VERSION_1_1) {
                 device = (int)i;
                 break;
             }
@@ -463,23 +446,19 @@ static drt_status select_device(vk_ctx *c, int device, dev_info *d) {
     c->device_index = device;
     query_device(&c->f, c->pd, d);
     if (d->p.apiVersion < VK_API_VERSION_1_1)
-        return drt_set_error(DRT_ERR_UNSUPPORTED,
-                             "vulkan: %s supports Vulkan %u.%u; diffrt needs 1.1", d->p.deviceName,
-                             VK_API_VERSION_MAJOR(d->p.apiVersion),
-                             VK_API_VERSION_MINOR(d->p.apiVersion));
+        return drt_set_error(DRT_ERR_UNSUPPORTED, "vulkan: %s supports Vulkan %u.%u; diffrt needs 1.1", d->p.deviceName,
+                             VK_API_VERSION_MAJOR(d->p.apiVersion), VK_API_VERSION_MINOR(d->p.apiVersion));
     if (d->p.limits.minStorageBufferOffsetAlignment > VK_BIND_ALIGN)
         return drt_set_error(DRT_ERR_UNSUPPORTED,
                              "vulkan: %s wants storage buffer offsets aligned to %llu bytes; "
                              "diffrt binds at multiples of %d",
-                             d->p.deviceName,
-                             (unsigned long long)d->p.limits.minStorageBufferOffsetAlignment,
+                             d->p.deviceName, (unsigned long long)d->p.limits.minStorageBufferOffsetAlignment,
                              VK_BIND_ALIGN);
     if (d->p.limits.maxPerStageDescriptorStorageBuffers < VK_N_BIND)
         return drt_set_error(DRT_ERR_UNSUPPORTED,
                              "vulkan: %s allows %u storage buffers per shader stage; diffrt's "
                              "shaders bind %d",
-                             d->p.deviceName, d->p.limits.maxPerStageDescriptorStorageBuffers,
-                             VK_N_BIND);
+                             d->p.deviceName, d->p.limits.maxPerStageDescriptorStorageBuffers, VK_N_BIND);
     c->props = d->p;
     c->mem = d->mem;
     c->subgroup_size = d->sg.subgroupSize;
@@ -541,16 +520,14 @@ static drt_status create_device(vk_ctx *c, const dev_info *d) {
     for (uint32_t i = 0; i < nq && c->qfam == UINT32_MAX; i++)
         if (qp[i].queueFlags & VK_QUEUE_COMPUTE_BIT) c->qfam = i;
     if (c->qfam == UINT32_MAX)
-        return drt_set_error(DRT_ERR_UNSUPPORTED, "vulkan: %s has no compute queue",
-                             d->p.deviceName);
+        return drt_set_error(DRT_ERR_UNSUPPORTED, "vulkan: %s has no compute queue", d->p.deviceName);
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                   .queueFamilyIndex = c->qfam,
                                   .queueCount = 1,
                                   .pQueuePriorities = &prio};
-    VkPhysicalDevice16BitStorageFeatures s16 = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
-        .storageBuffer16BitAccess = c->use_f16};
+    VkPhysicalDevice16BitStorageFeatures s16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES,
+                                                .storageBuffer16BitAccess = c->use_f16};
     VkPhysicalDeviceFeatures2 feat = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     c->f.vkGetPhysicalDeviceFeatures2(c->pd, &feat);
     c->use_i64 = feat.features.shaderInt64 && c->use_sg && c->use_i64;
@@ -563,11 +540,10 @@ static drt_status create_device(vk_ctx *c, const dev_info *d) {
     VkResult r = c->f.vkCreateDevice(c->pd, &di, NULL, &c->dev);
     if (r != VK_SUCCESS) {
         c->dev = VK_NULL_HANDLE;
-        return drt_set_error(DRT_ERR_UNAVAILABLE, "vulkan: vkCreateDevice(%s) failed: %s",
-                             d->p.deviceName, vk_result_str(r));
+        return drt_set_error(DRT_ERR_UNAVAILABLE, "vulkan: vkCreateDevice(%s) failed: %s", d->p.deviceName,
+                             vk_result_str(r));
     }
-    if (vk_load_device(&c->f, c->dev, why, sizeof why) != 0)
-        return drt_set_error(DRT_ERR_BACKEND, "vulkan: %s", why);
+    if (vk_load_device(&c->f, c->dev, why, sizeof why) != 0) return drt_set_error(DRT_ERR_BACKEND, "vulkan: %s", why);
     c->f.vkGetDeviceQueue(c->dev, c->qfam, 0, &c->queue);
     return DRT_OK;
 }

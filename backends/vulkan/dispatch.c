@@ -31,8 +31,7 @@ drt_status vk_dispatch_init(vk_ctx *c) {
     if (r == VK_SUCCESS) r = c->f.vkAllocateCommandBuffers(c->dev, &cai, &c->xfer);
     VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if (r == VK_SUCCESS) r = c->f.vkCreateFence(c->dev, &fi, NULL, &c->fence);
-    if (r != VK_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND, "vulkan: device setup failed: %s", vk_result_str(r));
+    if (r != VK_SUCCESS) return drt_set_error(DRT_ERR_BACKEND, "vulkan: device setup failed: %s", vk_result_str(r));
     return DRT_OK;
 }
 
@@ -45,20 +44,17 @@ void vk_dispatch_release(vk_ctx *c) {
 /* ---- submission -------------------------------------------------------------- */
 
 drt_status vk_submit_wait(vk_ctx *c, VkCommandBuffer cb) {
-    VkSubmitInfo si = {
-        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb};
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb};
     VkResult r = c->f.vkQueueSubmit(c->queue, 1, &si, c->fence);
     if (r == VK_SUCCESS) r = c->f.vkWaitForFences(c->dev, 1, &c->fence, VK_TRUE, UINT64_MAX);
     if (r == VK_SUCCESS) r = c->f.vkResetFences(c->dev, 1, &c->fence);
-    if (r != VK_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND, "vulkan: submission failed: %s", vk_result_str(r));
+    if (r != VK_SUCCESS) return drt_set_error(DRT_ERR_BACKEND, "vulkan: submission failed: %s", vk_result_str(r));
     return DRT_OK;
 }
 
 void vk_global_barrier(vk_ctx *c, VkCommandBuffer cb, VkPipelineStageFlags src, VkAccessFlags sa,
                        VkPipelineStageFlags dst, VkAccessFlags da) {
-    VkMemoryBarrier mb = {
-        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = sa, .dstAccessMask = da};
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = sa, .dstAccessMask = da};
     c->f.vkCmdPipelineBarrier(cb, src, dst, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
@@ -67,8 +63,7 @@ drt_status vk_begin(vk_ctx *c, VkCommandBuffer cb) {
                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
     VkResult r = c->f.vkBeginCommandBuffer(cb, &bi);
     if (r != VK_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkBeginCommandBuffer failed: %s",
-                             vk_result_str(r));
+        return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkBeginCommandBuffer failed: %s", vk_result_str(r));
     return DRT_OK;
 }
 
@@ -78,15 +73,13 @@ drt_status vk_flush(vk_ctx *c) {
     c->recording = false;
     c->n_pend_w = c->n_pend_r = 0;
     /* shader and copy writes -> the host (status buffer) and later transfers */
-    vk_global_barrier(
-        c, c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-        VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-        VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-        VK_ACCESS_HOST_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
+    vk_global_barrier(c, c->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                      VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                      VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                      VK_ACCESS_HOST_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
     VkResult r = c->f.vkEndCommandBuffer(c->cmd);
     if (r != VK_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkEndCommandBuffer failed: %s",
-                             vk_result_str(r));
+        return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkEndCommandBuffer failed: %s", vk_result_str(r));
     drt_status s = vk_submit_wait(c, c->cmd);
     vk_counters.compute_submits++;
     for (int i = 0; i < c->n_retired; i++) { /* no recorded work uses them now */
@@ -96,8 +89,7 @@ drt_status vk_flush(vk_ctx *c) {
     c->n_retired = 0;
     if (s != DRT_OK) return s;
     if (c->status_map[0] == 1)
-        return drt_set_error(DRT_ERR_INVALID_ARG,
-                             "EMBED: token id %d at position %u is outside [0, %u)",
+        return drt_set_error(DRT_ERR_INVALID_ARG, "EMBED: token id %d at position %u is outside [0, %u)",
                              (int)c->status_map[1], c->status_map[2], c->status_map[3]);
     return DRT_OK;
 }
@@ -113,8 +105,8 @@ drt_status vk_pass_begin(vk_ctx *c) {
      * shaders and copies */
     vk_global_barrier(c, c->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
                       VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                      VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
+                      VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT |
+                          VK_ACCESS_TRANSFER_WRITE_BIT);
     return DRT_OK;
 }
 
@@ -174,8 +166,7 @@ static vk_range range_of(const vk_ctx *c, const drt_tensor *t) {
  * ranges overlap. */
 static bool pending(const vk_use *list, int n, const vk_range *r) {
     for (int i = 0; i < n; i++)
-        if (list[i].r.id == r->id && list[i].r.off < r->off + r->size &&
-            r->off < list[i].r.off + list[i].r.size)
+        if (list[i].r.id == r->id && list[i].r.off < r->off + r->size && r->off < list[i].r.off + list[i].r.size)
             return true;
     return false;
 }
@@ -192,18 +183,16 @@ static void add_use(vk_use *list, int *n, const vk_range *r, VkBuffer buf) {
 static void barrier(vk_ctx *c) {
     VkBufferMemoryBarrier bm[VK_MAX_PENDING];
     for (int i = 0; i < c->n_pend_w; i++)
-        bm[i] = (VkBufferMemoryBarrier){
-            .sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
-            .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-            .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                             VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-            .srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
-            .dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
-            .buffer = c->pend_w[i].buf,
-            .offset = c->pend_w[i].r.off,
-            .size = c->pend_w[i].r.size};
-    const VkPipelineStageFlags st =
-        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+        bm[i] = (VkBufferMemoryBarrier){.sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
+                                        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                                        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                                         VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                                        .srcQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
+                                        .dstQueueFamilyIndex = VK_QUEUE_FAMILY_IGNORED,
+                                        .buffer = c->pend_w[i].buf,
+                                        .offset = c->pend_w[i].r.off,
+                                        .size = c->pend_w[i].r.size};
+    const VkPipelineStageFlags st = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
     c->f.vkCmdPipelineBarrier(c->cmd, st, st, 0, 0, NULL, (uint32_t)c->n_pend_w, bm, 0, NULL);
     c->n_pend_w = c->n_pend_r = 0;
     vk_counters.barriers++;
@@ -213,22 +202,18 @@ static void barrier(vk_ctx *c) {
  * commands recorded since the last barrier (read-after-write,
  * write-after-write, write-after-read): a barrier first when there is one;
  * then the ranges join the pending lists. */
-static void track(vk_ctx *c, const vk_range *rd, const VkBuffer *rbuf, int nr, const vk_range *wr,
-                  const VkBuffer *wbuf, int nw) {
+static void track(vk_ctx *c, const vk_range *rd, const VkBuffer *rbuf, int nr, const vk_range *wr, const VkBuffer *wbuf,
+                  int nw) {
     bool dep = c->n_pend_w + nw > VK_MAX_PENDING || c->n_pend_r + nr > VK_MAX_PENDING;
     for (int i = 0; i < nw && !dep; i++)
         dep = pending(c->pend_w, c->n_pend_w, &wr[i]) || pending(c->pend_r, c->n_pend_r, &wr[i]);
-    for (int i = 0; i < nr && !dep; i++)
-        dep = pending(c->pend_w, c->n_pend_w, &rd[i]);
+    for (int i = 0; i < nr && !dep; i++) dep = pending(c->pend_w, c->n_pend_w, &rd[i]);
     if (dep) barrier(c);
-    for (int i = 0; i < nr; i++)
-        add_use(c->pend_r, &c->n_pend_r, &rd[i], rbuf[i]);
-    for (int i = 0; i < nw; i++)
-        add_use(c->pend_w, &c->n_pend_w, &wr[i], wbuf[i]);
+    for (int i = 0; i < nr; i++) add_use(c->pend_r, &c->n_pend_r, &rd[i], rbuf[i]);
+    for (int i = 0; i < nw; i++) add_use(c->pend_w, &c->n_pend_w, &wr[i], wbuf[i]);
 }
 
-drt_status vk_copy(vk_ctx *c, const drt_tensor *src, const drt_tensor *dst, const VkBufferCopy *reg,
-                   uint32_t n) {
+drt_status vk_copy(vk_ctx *c, const drt_tensor *src, const drt_tensor *dst, const VkBufferCopy *reg, uint32_t n) {
     if (n == 0) return DRT_OK;
     const vk_buf *sb = buf_of(c, src), *db = buf_of(c, dst);
     const vk_range rr = range_of(c, src), wr = range_of(c, dst);
@@ -238,13 +223,12 @@ drt_status vk_copy(vk_ctx *c, const drt_tensor *src, const drt_tensor *dst, cons
     return DRT_OK;
 }
 
-drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec, const vk_binds *b,
-                       const void *pc, uint32_t pcn, uint32_t gx, uint32_t gy, uint32_t gz) {
+drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec, const vk_binds *b, const void *pc,
+                       uint32_t pcn, uint32_t gx, uint32_t gy, uint32_t gz) {
     const VkPhysicalDeviceLimits *lim = &c->props.limits;
     if (gx > lim->maxComputeWorkGroupCount[0] || gy > lim->maxComputeWorkGroupCount[1] ||
         gz > lim->maxComputeWorkGroupCount[2])
-        return drt_set_error(DRT_ERR_UNSUPPORTED,
-                             "vulkan: grid %ux%ux%u exceeds the device's %ux%ux%u", gx, gy, gz,
+        return drt_set_error(DRT_ERR_UNSUPPORTED, "vulkan: grid %ux%ux%u exceeds the device's %ux%ux%u", gx, gy, gz,
                              lim->maxComputeWorkGroupCount[0], lim->maxComputeWorkGroupCount[1],
                              lim->maxComputeWorkGroupCount[2]);
     VkPipeline pipe = VK_NULL_HANDLE;
@@ -274,8 +258,7 @@ drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec,
     track(c, rd, rbuf, nr, wr, wbuf, b->status ? 2 : 1);
 
     c->f.vkCmdBindPipeline(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
-    c->f.vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->layout, 0, 1, &set, 0,
-                                 NULL);
+    c->f.vkCmdBindDescriptorSets(c->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->layout, 0, 1, &set, 0, NULL);
     c->f.vkCmdPushConstants(c->cmd, c->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, pcn, pc);
     c->f.vkCmdDispatch(c->cmd, gx, gy, gz);
     vk_counters.dispatches++;

@@ -45,15 +45,13 @@ typedef struct {
  * runs of ne[k]*..*ne[3] elements is contiguous in x too, so it is one
  * region (runs that follow each other in x as well are merged).
  * *done = false: not a copy worth making (the caller runs the shader). */
-static drt_status permute_copy(vk_ctx *c, const drt_tensor *t, const int64_t ne[4],
-                               const int perm[4], bool *done) {
+static drt_status permute_copy(vk_ctx *c, const drt_tensor *t, const int64_t ne[4], const int perm[4], bool *done) {
     const drt_tensor *x = t->src[0];
     const size_t es = sizeof(float);
     *done = false;
     int k = 4;
     uint64_t run = 1;
-    while (k > 0 && perm[k - 1] == k - 1)
-        run *= (uint64_t)ne[--k];
+    while (k > 0 && perm[k - 1] == k - 1) run *= (uint64_t)ne[--k];
     const uint64_t n = (uint64_t)drt_nelem(t);
     if (!c->use_copy || n == 0 || run * es < COPY_MIN_RUN_BYTES ||
         n / run > (c->tune_cpu ? COPY_MAX_REGIONS : COPY_MAX_REGIONS_GPU))
@@ -87,8 +85,7 @@ static drt_status permute_copy(vk_ctx *c, const drt_tensor *t, const int64_t ne[
 
 static uint32_t pow2_at_least(uint64_t n, uint32_t cap) {
     uint32_t p = 1;
-    while (p < n && p < cap)
-        p *= 2;
+    while (p < n && p < cap) p *= 2;
     return p;
 }
 
@@ -96,11 +93,7 @@ static uint32_t pow2_at_least(uint64_t n, uint32_t cap) {
 static drt_status rec_binary(vk_ctx *c, const drt_tensor *t) {
     const drt_tensor *a = t->src[0], *b = t->src[1];
     const uint32_t wg = vk_wg(c, 256, vk_cpu_lanes(c));
-    uint32_t spec4[4] = {wg, c->use_sg,
-                         t->op == DRT_OP_ADD       ? 0
-                         : t->op == DRT_OP_SIGMOID ? 1
-                                                   : 2,
-                         0};
+    uint32_t spec4[4] = {wg, c->use_sg, t->op == DRT_OP_ADD ? 0 : t->op == DRT_OP_SIGMOID ? 1 : 2, 0};
     uint64_t n = (uint64_t)drt_nelem(t);
     elementwise_pc pc = {vk_eoff(a), b ? vk_eoff(b) : 0, vk_eoff(t), (uint32_t)n};
     /* 16 bytes per step when n and every offset are multiples of 4 */
@@ -112,8 +105,7 @@ static drt_status rec_binary(vk_ctx *c, const drt_tensor *t) {
         pc.n /= 4;
     }
     vk_binds bd = {.src = {a, b}, .dst = t};
-    return vk_dispatch(c, VK_SH_ELEMENTWISE, spec4, 4, &bd, &pc, sizeof pc, vk_groups(c, pc.n, wg),
-                       1, 1);
+    return vk_dispatch(c, VK_SH_ELEMENTWISE, spec4, 4, &bd, &pc, sizeof pc, vk_groups(c, pc.n, wg), 1, 1);
 }
 
 static drt_status rec_rope(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
@@ -123,14 +115,12 @@ static drt_status rec_rope(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     /* x (T,Hn,d), inv_freq (d/2); row t at its position (rows) */
     uint32_t T = (uint32_t)a->ne[0], Hn = (uint32_t)a->ne[1], half = (uint32_t)a->ne[2] / 2;
     if (ex->max_keys > 65536)
-        return drt_set_error(
-            DRT_ERR_UNSUPPORTED,
-            "vulkan: ROPE positions up to %d (the shader's exact angle needs < 65536)",
-            ex->max_keys - 1);
+        return drt_set_error(DRT_ERR_UNSUPPORTED,
+                             "vulkan: ROPE positions up to %d (the shader's exact angle needs < 65536)",
+                             ex->max_keys - 1);
     rope_pc pc = {vk_eoff(a), vk_eoff(b), vk_eoff(t), T, Hn, half, vk_eoff(rows)};
     vk_binds bd = {.src = {a, b}, .dst = t, .rows = rows};
-    return vk_dispatch(c, VK_SH_ROPE, spec, 2, &bd, &pc, sizeof pc,
-                       vk_groups(c, (uint64_t)T * Hn * half, wg), 1, 1);
+    return vk_dispatch(c, VK_SH_ROPE, spec, 2, &bd, &pc, sizeof pc, vk_groups(c, (uint64_t)T * Hn * half, wg), 1, 1);
 }
 
 /* KV_WRITE as copies: one region per run of rows that land on consecutive
@@ -142,8 +132,8 @@ static drt_status rec_rope(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
  * scratch row) is dropped, as the later row's write is the one that stays
  * (backends/ref: rows are written in order). *done = false: more regions
  * than max, or regions that overlap otherwise (the shader runs). */
-static drt_status kv_write_copy(vk_ctx *c, const drt_tensor *t, const drt_exec *ex, uint64_t row,
-                                uint32_t max, bool *done) {
+static drt_status kv_write_copy(vk_ctx *c, const drt_tensor *t, const drt_exec *ex, uint64_t row, uint32_t max,
+                                bool *done) {
     const drt_tensor *a = t->src[0];
     const uint64_t rb = row * sizeof(float), cap = (uint64_t)t->ne[0];
     *done = false;
@@ -152,10 +142,9 @@ static drt_status kv_write_copy(vk_ctx *c, const drt_tensor *t, const drt_exec *
     for (int i = 0; i < ex->n_rows; i++) {
         const uint64_t at = (uint64_t)ex->rows[2 * i] + (uint64_t)ex->rows[2 * i + 1];
         if (at >= cap)
-            return drt_set_error(
-                DRT_ERR_INVALID_ARG,
-                "KV_WRITE: row %d (cache base %d, position %d) past the cache's %lld rows", i,
-                ex->rows[2 * i], ex->rows[2 * i + 1], (long long)cap);
+            return drt_set_error(DRT_ERR_INVALID_ARG,
+                                 "KV_WRITE: row %d (cache base %d, position %d) past the cache's %lld rows", i,
+                                 ex->rows[2 * i], ex->rows[2 * i + 1], (long long)cap);
         const VkDeviceSize so = a->offs + (uint64_t)i * rb, dof = t->offs + at * rb;
         if (n > 0 && reg[n - 1].dstOffset + reg[n - 1].size == dof) { /* src follows too */
             reg[n - 1].size += rb;
@@ -191,9 +180,8 @@ static drt_status rec_kv_write(vk_ctx *c, const drt_tensor *t, const drt_exec *e
     if (n == 0) return DRT_OK;
     if (c->use_copy) {
         bool done;
-        drt_status s =
-            kv_write_copy(c, t, ex, (uint64_t)row,
-                          c->tune_cpu ? COPY_MAX_KV_REGIONS : COPY_MAX_REGIONS_GPU, &done);
+        drt_status s = kv_write_copy(c, t, ex, (uint64_t)row, c->tune_cpu ? COPY_MAX_KV_REGIONS : COPY_MAX_REGIONS_GPU,
+                                     &done);
         if (s != DRT_OK || done) return s;
     }
     kv_write_pc pc = {vk_eoff(a), vk_eoff(t), (uint32_t)n, (uint32_t)row, vk_eoff(rows)};
@@ -205,8 +193,7 @@ static drt_status rec_kv_write(vk_ctx *c, const drt_tensor *t, const drt_exec *e
         pc.n /= 4;
         pc.row /= 4;
     }
-    return vk_dispatch(c, VK_SH_KV_WRITE, spec, 3, &bd, &pc, sizeof pc, vk_groups(c, pc.n, wg), 1,
-                       1);
+    return vk_dispatch(c, VK_SH_KV_WRITE, spec, 3, &bd, &pc, sizeof pc, vk_groups(c, pc.n, wg), 1, 1);
 }
 
 static drt_status rec_permute(vk_ctx *c, const drt_tensor *t) {
@@ -231,8 +218,8 @@ static drt_status rec_permute(vk_ctx *c, const drt_tensor *t) {
                      (uint32_t)xs[perm[2]],
                      (uint32_t)xs[perm[3]]};
     /* the inner axis contiguous on both sides, everything in 4s: vec4 */
-    bool v4 = pc.g3 == 1 && pc.n3 % 4 == 0 && pc.g0 % 4 == 0 && pc.g1 % 4 == 0 && pc.g2 % 4 == 0 &&
-              pc.o_x % 4 == 0 && pc.o_y % 4 == 0;
+    bool v4 = pc.g3 == 1 && pc.n3 % 4 == 0 && pc.g0 % 4 == 0 && pc.g1 % 4 == 0 && pc.g2 % 4 == 0 && pc.o_x % 4 == 0 &&
+              pc.o_y % 4 == 0;
     if (v4) {
         pc.o_x /= 4;
         pc.o_y /= 4;
@@ -245,8 +232,7 @@ static drt_status rec_permute(vk_ctx *c, const drt_tensor *t) {
     const VkPhysicalDeviceLimits *lim = &c->props.limits;
     uint32_t wx = pow2_at_least(pc.n3, wg);
     uint32_t wy = pow2_at_least(pc.n2, wg / wx);
-    while (wy > 1 && wy > lim->maxComputeWorkGroupSize[1])
-        wy /= 2;
+    while (wy > 1 && wy > lim->maxComputeWorkGroupSize[1]) wy /= 2;
     uint32_t pspec[4] = {wx, c->use_sg, wy, v4};
     uint64_t gx = (pc.n3 + wx - 1) / wx, gy = (pc.n2 + wy - 1) / wy, gz = pc.n1;
     if (c->tune_cpu) {
@@ -258,9 +244,8 @@ static drt_status rec_permute(vk_ctx *c, const drt_tensor *t) {
         gz = gz < budget / gy ? gz : budget / gy > 0 ? budget / gy : 1;
     }
     vk_binds bd = {.src = {a}, .dst = t};
-    return vk_dispatch(c, VK_SH_PERMUTE, pspec, 4, &bd, &pc, sizeof pc,
-                       gx < 65535 ? (uint32_t)gx : 65535, gy < 65535 ? (uint32_t)gy : 65535,
-                       gz < 65535 ? (uint32_t)gz : 65535);
+    return vk_dispatch(c, VK_SH_PERMUTE, pspec, 4, &bd, &pc, sizeof pc, gx < 65535 ? (uint32_t)gx : 65535,
+                       gy < 65535 ? (uint32_t)gy : 65535, gz < 65535 ? (uint32_t)gz : 65535);
 }
 
 drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
@@ -271,7 +256,6 @@ drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     case DRT_OP_ROPE: return rec_rope(c, t, ex);
     case DRT_OP_KV_WRITE: return rec_kv_write(c, t, ex);
     case DRT_OP_PERMUTE: return rec_permute(c, t);
-    default:
-        return drt_set_error(DRT_ERR_UNSUPPORTED, "vulkan: no kernel for %s", drt_op_name(t->op));
+    default: return drt_set_error(DRT_ERR_UNSUPPORTED, "vulkan: no kernel for %s", drt_op_name(t->op));
     }
 }

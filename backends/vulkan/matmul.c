@@ -39,8 +39,8 @@ typedef struct {
 /* Picks the module for weight dtype wt out of its three compiled forms
  * (f32; f16 through 16-bit storage; f16/bf16 as packed words) and sets the
  * W_BF16 specialization constant (id 9). */
-static vk_shader weight_variant(const vk_ctx *c, drt_dtype wt, vk_shader f32, vk_shader f16,
-                                vk_shader u16, uint32_t *bf16) {
+static vk_shader weight_variant(const vk_ctx *c, drt_dtype wt, vk_shader f32, vk_shader f16, vk_shader u16,
+                                uint32_t *bf16) {
     *bf16 = wt == DRT_BF16;
     if (wt == DRT_F32) return f32;
     if (wt == DRT_F16 && c->use_f16) return f16;
@@ -87,8 +87,7 @@ static mm_plan plan_of(const vk_ctx *c, uint32_t T, uint32_t trans) {
         p.wg = vk_wg(c, p.wg * wmul, p.wg * wmul);
         /* skinny T: the smallest power of two >= T, so rows past T (read
          * clamped, computed, not written) stay few */
-        while (p.tm > 4 && p.tm / 2 >= T)
-            p.tm /= 2;
+        while (p.tm > 4 && p.tm / 2 >= T) p.tm /= 2;
         p.bm = p.tm;
         p.bn = p.wg * p.tn;
         p.bk = 1;
@@ -101,14 +100,13 @@ static mm_plan plan_of(const vk_ctx *c, uint32_t T, uint32_t trans) {
     p.tm = 4;
     p.tn = 4;
     /* As + Bs must fit the device's shared memory */
-    while ((p.bm + p.bn) * p.bk * 4 > c->props.limits.maxComputeSharedMemorySize && p.bk > 1)
-        p.bk /= 2;
+    while ((p.bm + p.bn) * p.bk * 4 > c->props.limits.maxComputeSharedMemorySize && p.bk > 1) p.bk /= 2;
     p.wg = (p.bm / p.tm) * (p.bn / p.tn);
     return p;
 }
 
-static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo_x, uint32_t eo_w,
-                               mm_plan *p, uint32_t spec[10]);
+static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo_x, uint32_t eo_w, mm_plan *p,
+                               uint32_t spec[10]);
 static uint64_t bind_bytes(const drt_tensor *w);
 
 /* "gemv wg64", "gemv wg128 x8 rows", "gemv wg8 row/thread i64 (split)",
@@ -128,9 +126,8 @@ const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t) {
         matmul_select(c, t, vk_eoff(t->src[0]), vk_eoff(t->src[1]), &q, spec);
         char rows[24] = "";
         if (p.tt > 1) snprintf(rows, sizeof rows, " x%u rows", p.tt);
-        snprintf(
-            s, sizeof buf[0], "gemv wg%u%s%s%s", p.wg, rows, spec[2] == 2 ? " row/thread i64" : "",
-            bind_bytes(t->src[1]) > c->split_bytes && vk_matmul_splits(c, t) ? " (split)" : "");
+        snprintf(s, sizeof buf[0], "gemv wg%u%s%s%s", p.wg, rows, spec[2] == 2 ? " row/thread i64" : "",
+                 bind_bytes(t->src[1]) > c->split_bytes && vk_matmul_splits(c, t) ? " (split)" : "");
     } else if (p.kind == MM_REG)
         snprintf(s, sizeof buf[0], "reg %ux%u (%u lanes x %ux%u)", p.bm, p.bn, p.wg, p.tm, p.tn);
     else
@@ -141,8 +138,8 @@ const char *vk_matmul_variant(vk_ctx *c, const drt_tensor *t) {
 /* The module and specialization MATMUL node t runs, given the element
  * offsets of x and w inside their bindings (the vector paths need them
  * aligned). */
-static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo_x, uint32_t eo_w,
-                               mm_plan *p, uint32_t spec[10]) {
+static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo_x, uint32_t eo_w, mm_plan *p,
+                               uint32_t spec[10]) {
     const drt_tensor *w = t->src[1];
     const drt_matmul_shape m = drt_matmul_dims(t);
     const uint32_t K = (uint32_t)m.K, trans = m.trans_w != 0;
@@ -151,8 +148,7 @@ static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo
     spec[0] = p->wg;
     spec[1] = c->use_sg;
     if (p->kind == MM_GEMV) {
-        vk_shader sh = weight_variant(c, w->type, VK_SH_MATVEC_F32, VK_SH_MATVEC_F16,
-                                      VK_SH_MATVEC_U16, &spec[9]);
+        vk_shader sh = weight_variant(c, w->type, VK_SH_MATVEC_F32, VK_SH_MATVEC_F16, VK_SH_MATVEC_U16, &spec[9]);
         if (c->tune_cpu && w->type == DRT_F16) sh = VK_SH_MATVEC_U16; /* 2 weights per load */
         /* the *_NOSG module follows each one */
         sh = vk_sg_variant(c, sh);
@@ -160,15 +156,13 @@ static vk_shader matmul_select(const vk_ctx *c, const drt_tensor *t, uint32_t eo
         spec[3] = p->tt;
         /* CPU devices, packed f16/bf16: a row per thread, 16 weights per
          * step in 64-bit words */
-        if (c->tune_cpu && c->use_i64 && sh == VK_SH_MATVEC_U16 && K % 16 == 0 && eo_x % 8 == 0 &&
-            eo_w % 16 == 0) {
+        if (c->tune_cpu && c->use_i64 && sh == VK_SH_MATVEC_U16 && K % 16 == 0 && eo_x % 8 == 0 && eo_w % 16 == 0) {
             sh = VK_SH_MATVEC_U16_I64;
             spec[2] = 2;
         }
         return sh;
     }
-    vk_shader sh =
-        weight_variant(c, w->type, VK_SH_MATMUL_F32, VK_SH_MATMUL_F16, VK_SH_MATMUL_U16, &spec[9]);
+    vk_shader sh = weight_variant(c, w->type, VK_SH_MATMUL_F32, VK_SH_MATMUL_F16, VK_SH_MATMUL_U16, &spec[9]);
     /* the register kernel reads f16 as packed words: two weights per load */
     if (p->kind == MM_REG && w->type == DRT_F16) sh = VK_SH_MATMUL_U16;
     spec[2] = p->bm;
@@ -207,8 +201,7 @@ bool vk_matmul_splits(const vk_ctx *c, const drt_tensor *t) {
     const drt_matmul_shape m = drt_matmul_dims(t);
     /* a block of 16 rows must fit one binding */
     return m.B == 1 && m.Bw == 1 && m.T == 1 && !m.trans_w &&
-           16 * (uint64_t)m.K * drt_dtype_size(t->src[1]->type) + VK_BIND_ALIGN + 16 <=
-               c->split_bytes;
+           16 * (uint64_t)m.K * drt_dtype_size(t->src[1]->type) + VK_BIND_ALIGN + 16 <= c->split_bytes;
 }
 
 /* A GEMV whose weight is bound in blocks of rows: the node t again for
@@ -249,8 +242,8 @@ drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *a = t->src[0], *w = t->src[1];
     if (bind_bytes(w) > c->split_bytes && vk_matmul_splits(c, t)) return matvec_split(c, t, ex);
     const drt_matmul_shape m = drt_matmul_dims(t);
-    const uint32_t B = (uint32_t)m.B, Bw = (uint32_t)m.Bw, T = (uint32_t)m.T, K = (uint32_t)m.K,
-                   N = (uint32_t)m.N, trans = m.trans_w != 0;
+    const uint32_t B = (uint32_t)m.B, Bw = (uint32_t)m.Bw, T = (uint32_t)m.T, K = (uint32_t)m.K, N = (uint32_t)m.N,
+                   trans = m.trans_w != 0;
     mm_plan p;
     uint32_t spec[10];
     vk_shader sh = matmul_select(c, t, vk_eoff(a), vk_eoff(w), &p, spec);
@@ -264,8 +257,7 @@ drt_status vk_matmul(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         if (c->tune_cpu && gx > 2 * c->n_cpus) gx = 2 * c->n_cpus;
         return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, gx, (T + p.tt - 1) / p.tt, B);
     }
-    matmul_pc pc = {vk_eoff(a), vk_eoff(w),    vk_eoff(t),    B,     Bw,      T, N,
-                    K,          trans ? 1 : K, trans ? N : 1, trans, t->fp[0]};
+    matmul_pc pc = {vk_eoff(a), vk_eoff(w), vk_eoff(t), B, Bw, T, N, K, trans ? 1 : K, trans ? N : 1, trans, t->fp[0]};
     uint32_t gn = (N + p.bn - 1) / p.bn, gm = (T + p.bm - 1) / p.bm;
     /* reg: grid x walks the rows (shaders/matmul.comp) */
     if (p.kind == MM_REG) return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, gm, gn, B);
@@ -276,8 +268,7 @@ static vk_shader embed_select(const vk_ctx *c, const drt_tensor *t, uint32_t spe
     memset(spec, 0, sizeof(uint32_t) * 10);
     spec[0] = vk_wg(c, 256, vk_cpu_lanes(c));
     spec[1] = c->use_sg;
-    return weight_variant(c, t->src[1]->type, VK_SH_EMBED_F32, VK_SH_EMBED_F16, VK_SH_EMBED_U16,
-                          &spec[9]);
+    return weight_variant(c, t->src[1]->type, VK_SH_EMBED_F32, VK_SH_EMBED_F16, VK_SH_EMBED_U16, &spec[9]);
 }
 
 void vk_embed_prepare(vk_ctx *c, const drt_tensor *t) {
@@ -296,8 +287,7 @@ drt_status vk_embed(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     vk_shader sh = embed_select(c, t, spec);
     embed_pc pc = {vk_eoff(ids), vk_eoff(E), vk_eoff(t), T, V, D};
     vk_binds b = {.src = {ids, E}, .dst = t, .status = true};
-    return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, vk_groups(c, (uint64_t)T * D, spec[0]),
-                       1, 1);
+    return vk_dispatch(c, sh, spec, 10, &b, &pc, sizeof pc, vk_groups(c, (uint64_t)T * D, spec[0]), 1, 1);
 }
 
 /* drt_backend_ops.kernel_variant: MATMUL and attention nodes (NULL: not told) */

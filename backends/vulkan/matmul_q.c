@@ -41,13 +41,11 @@ static uint32_t rows_t(uint32_t T) {
  * q4_0 88 / 75 / 62 / 62; T=16 q8_0 147 / 119, q4_0 152 / 125; T=32 q8_0
  * 265 / 206 / 202, q4_0 305 / 227 / 204). Compile time bounds R x TT too:
  * R=8 with 32 rows t took 15 s, R=4 4.5 s, R=2 1.6 s. */
-static uint32_t rows_per_lane(const vk_ctx *c, uint32_t K, uint32_t T, uint32_t eo_x,
-                              uint32_t o_w) {
+static uint32_t rows_per_lane(const vk_ctx *c, uint32_t K, uint32_t T, uint32_t eo_x, uint32_t o_w) {
     if (!c->tune_cpu || !c->use_i64 || K % 128 != 0 || eo_x % 4 != 0 || o_w % 8 != 0) return 0;
     const uint32_t tt = rows_t(T);
     uint32_t r = 8;
-    while (r > 2 && r * tt > 64)
-        r /= 2;
+    while (r > 2 && r * tt > 64) r /= 2;
     return tt <= 2 ? 2 : r;
 }
 
@@ -61,8 +59,7 @@ const char *vk_matmul_q_variant(const vk_ctx *c, const drt_tensor *t) {
                                t->src[1]->buf ? vk_eoff(t->src[1]) : 0);
     char *s = buf[next++ & 7];
     if (r)
-        snprintf(s, sizeof buf[0], "%s rows wg%u x%u t%u", q, vk_cpu_lanes(c), r,
-                 rows_t((uint32_t)m.T));
+        snprintf(s, sizeof buf[0], "%s rows wg%u x%u t%u", q, vk_cpu_lanes(c), r, rows_t((uint32_t)m.T));
     else
         snprintf(s, sizeof buf[0], "%s blocks, invocation per column t%u", q, rows_t((uint32_t)m.T));
     return s;
@@ -71,8 +68,7 @@ const char *vk_matmul_q_variant(const vk_ctx *c, const drt_tensor *t) {
 drt_status vk_matmul_q(vk_ctx *c, const drt_tensor *t) {
     const drt_tensor *a = t->src[0], *w = t->src[1];
     const drt_matmul_shape m = drt_matmul_dims(t);
-    const uint32_t B = (uint32_t)m.B, Bw = (uint32_t)m.Bw, T = (uint32_t)m.T, K = (uint32_t)m.K,
-                   N = (uint32_t)m.N;
+    const uint32_t B = (uint32_t)m.B, Bw = (uint32_t)m.Bw, T = (uint32_t)m.T, K = (uint32_t)m.K, N = (uint32_t)m.N;
     const bool q8 = w->type == DRT_Q8_0;
     vk_binds b = {.src = {a, w}, .dst = t};
     matmul_q_pc pc = {vk_eoff(a), vk_eoff(w), vk_eoff(t), B, Bw, T, N, K, t->fp[0]};
@@ -83,8 +79,8 @@ drt_status vk_matmul_q(vk_ctx *c, const drt_tensor *t) {
         /* two workgroups per core, each striding over N (as the f16 GEMV) */
         uint32_t gx = (N + spec[0] * r - 1) / (spec[0] * r);
         if (gx > 2 * c->n_cpus) gx = 2 * c->n_cpus;
-        return vk_dispatch(c, q8 ? VK_SH_MATVEC_Q8 : VK_SH_MATVEC_Q4, spec, 4, &b, &pc, sizeof pc,
-                           gx, (T + tt - 1) / tt, B);
+        return vk_dispatch(c, q8 ? VK_SH_MATVEC_Q8 : VK_SH_MATVEC_Q4, spec, 4, &b, &pc, sizeof pc, gx,
+                           (T + tt - 1) / tt, B);
     }
     const uint32_t tt = rows_t(T);
     uint32_t spec[3] = {vk_wg(c, 64, 64), c->use_sg, tt};

@@ -17,19 +17,17 @@
 
 #define STAGING_BYTES ((size_t)8 << 20)
 
-static int find_memory(const vk_ctx *c, uint32_t bits, VkMemoryPropertyFlags want,
-                       VkMemoryPropertyFlags prefer) {
+static int find_memory(const vk_ctx *c, uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer) {
     for (int pass = 0; pass < 2; pass++) {
         VkMemoryPropertyFlags need = pass == 0 ? want | prefer : want;
         for (uint32_t i = 0; i < c->mem.memoryTypeCount; i++)
-            if ((bits >> i & 1) && (c->mem.memoryTypes[i].propertyFlags & need) == need)
-                return (int)i;
+            if ((bits >> i & 1) && (c->mem.memoryTypes[i].propertyFlags & need) == need) return (int)i;
     }
     return -1;
 }
 
-drt_status vk_create_buffer(vk_ctx *c, size_t size, VkMemoryPropertyFlags want,
-                            VkMemoryPropertyFlags prefer, vk_buf *out, void **map) {
+drt_status vk_create_buffer(vk_ctx *c, size_t size, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer,
+                            vk_buf *out, void **map) {
     memset(out, 0, sizeof *out);
     VkDeviceSize sz = ((VkDeviceSize)size + 15) & ~(VkDeviceSize)15;
     if (sz == 0) sz = 16;
@@ -42,20 +40,17 @@ drt_status vk_create_buffer(vk_ctx *c, size_t size, VkMemoryPropertyFlags want,
     };
     VkResult r = c->f.vkCreateBuffer(c->dev, &bi, NULL, &out->buf);
     if (r != VK_SUCCESS)
-        return drt_set_error(DRT_ERR_OOM, "vulkan: vkCreateBuffer(%zu bytes) failed: %s", size,
-                             vk_result_str(r));
+        return drt_set_error(DRT_ERR_OOM, "vulkan: vkCreateBuffer(%zu bytes) failed: %s", size, vk_result_str(r));
     VkMemoryRequirements req;
     c->f.vkGetBufferMemoryRequirements(c->dev, out->buf, &req);
     int mt = find_memory(c, req.memoryTypeBits, want, prefer);
     if (mt < 0) {
         c->f.vkDestroyBuffer(c->dev, out->buf, NULL);
         out->buf = VK_NULL_HANDLE;
-        return drt_set_error(DRT_ERR_BACKEND,
-                             "vulkan: no memory type with properties 0x%x for a buffer", want);
+        return drt_set_error(DRT_ERR_BACKEND, "vulkan: no memory type with properties 0x%x for a buffer", want);
     }
-    VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
-                               .allocationSize = req.size,
-                               .memoryTypeIndex = (uint32_t)mt};
+    VkMemoryAllocateInfo ai = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size, .memoryTypeIndex = (uint32_t)mt};
     r = c->f.vkAllocateMemory(c->dev, &ai, NULL, &out->mem);
     if (r == VK_SUCCESS) r = c->f.vkBindBufferMemory(c->dev, out->buf, out->mem, 0);
     if (r == VK_SUCCESS && map) r = c->f.vkMapMemory(c->dev, out->mem, 0, VK_WHOLE_SIZE, 0, map);
@@ -63,11 +58,9 @@ drt_status vk_create_buffer(vk_ctx *c, size_t size, VkMemoryPropertyFlags want,
         if (out->mem) c->f.vkFreeMemory(c->dev, out->mem, NULL);
         c->f.vkDestroyBuffer(c->dev, out->buf, NULL);
         memset(out, 0, sizeof *out);
-        return drt_set_error(r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY
-                                 ? DRT_ERR_OOM
-                                 : DRT_ERR_BACKEND,
-                             "vulkan: cannot allocate %zu bytes of device memory: %s", size,
-                             vk_result_str(r));
+        return drt_set_error(r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY ? DRT_ERR_OOM
+                                                                                                    : DRT_ERR_BACKEND,
+                             "vulkan: cannot allocate %zu bytes of device memory: %s", size, vk_result_str(r));
     }
     out->size = sz;
     out->id = ++c->next_id;
@@ -82,15 +75,13 @@ void vk_destroy_buffer(vk_ctx *c, vk_buf *b) {
 }
 
 drt_status vk_memory_init(vk_ctx *c) {
-    const VkMemoryPropertyFlags hv =
-        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
-    drt_status s = vk_create_buffer(c, STAGING_BYTES, hv, VK_MEMORY_PROPERTY_HOST_CACHED_BIT,
-                                    &c->staging, &c->staging_map);
+    const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    drt_status s = vk_create_buffer(c, STAGING_BYTES, hv, VK_MEMORY_PROPERTY_HOST_CACHED_BIT, &c->staging,
+                                    &c->staging_map);
     void *sm = NULL;
     if (s == DRT_OK) s = vk_create_buffer(c, 64, hv, 0, &c->status, &sm);
     c->status_map = sm;
-    if (s == DRT_OK)
-        s = vk_create_buffer(c, 256, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, &c->dummy, NULL);
+    if (s == DRT_OK) s = vk_create_buffer(c, 256, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, &c->dummy, NULL);
     if (s == DRT_OK) memset(c->status_map, 0, 64);
     return s;
 }
@@ -100,8 +91,7 @@ void vk_memory_release(vk_ctx *c) {
     vk_destroy_buffer(c, &c->status);
     vk_destroy_buffer(c, &c->dummy);
     vk_destroy_buffer(c, &c->scratch);
-    for (int i = 0; i < c->n_retired; i++)
-        vk_destroy_buffer(c, &c->retired[i]);
+    for (int i = 0; i < c->n_retired; i++) vk_destroy_buffer(c, &c->retired[i]);
 }
 
 /* ---- upload / download through staging ----------------------------------------- */
@@ -116,23 +106,17 @@ static drt_status transfer(vk_ctx *c, const vk_buf *b, size_t off, void *host, s
         s = vk_begin(c, c->xfer);
         if (s != DRT_OK) break;
         /* earlier shader reads/writes and copies of b happen before this copy */
-        vk_global_barrier(c, c->xfer,
-                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                          VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-                          VK_PIPELINE_STAGE_TRANSFER_BIT,
+        vk_global_barrier(c, c->xfer, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                          VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
                           VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
         VkBufferCopy reg = {.srcOffset = up ? 0 : off, .dstOffset = up ? off : 0, .size = chunk};
-        c->f.vkCmdCopyBuffer(c->xfer, up ? c->staging.buf : b->buf, up ? b->buf : c->staging.buf, 1,
-                             &reg);
+        c->f.vkCmdCopyBuffer(c->xfer, up ? c->staging.buf : b->buf, up ? b->buf : c->staging.buf, 1, &reg);
         /* the copy happens before later shaders and before the host reads staging */
         vk_global_barrier(c, c->xfer, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
                           VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_HOST_BIT,
-                          VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                              VK_ACCESS_HOST_READ_BIT);
+                          VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_HOST_READ_BIT);
         VkResult r = c->f.vkEndCommandBuffer(c->xfer);
-        if (r != VK_SUCCESS)
-            return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkEndCommandBuffer: %s",
-                                 vk_result_str(r));
+        if (r != VK_SUCCESS) return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkEndCommandBuffer: %s", vk_result_str(r));
         s = vk_submit_wait(c, c->xfer);
         vk_counters.transfer_submits++;
         if (s == DRT_OK && !up) memcpy(host, c->staging_map, chunk);
@@ -187,8 +171,7 @@ drt_status vk_scratch(vk_ctx *c, size_t bytes, const drt_tensor **out) {
         if (2 * (size_t)c->scratch.size > want) want = 2 * (size_t)c->scratch.size;
         if (c->recording) {
             if (c->n_retired == (int)(sizeof c->retired / sizeof c->retired[0]))
-                return drt_set_error(DRT_ERR_BACKEND,
-                                     "vulkan: scratch buffer regrown too often in one pass");
+                return drt_set_error(DRT_ERR_BACKEND, "vulkan: scratch buffer regrown too often in one pass");
             c->retired[c->n_retired++] = c->scratch;
             memset(&c->scratch, 0, sizeof c->scratch);
         } else {
@@ -196,8 +179,7 @@ drt_status vk_scratch(vk_ctx *c, size_t bytes, const drt_tensor **out) {
             vk_destroy_buffer(c, &c->scratch);
         }
     }
-    drt_status s =
-        vk_create_buffer(c, want, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, &c->scratch, NULL);
+    drt_status s = vk_create_buffer(c, want, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, &c->scratch, NULL);
     if (s != DRT_OK) return s;
     c->scratch_db = (drt_buffer){.handle = &c->scratch, .size = want};
     memset(&c->scratch_t, 0, sizeof c->scratch_t);

@@ -19,10 +19,8 @@ drt_status vk_pipeline_init(vk_ctx *c) {
     for (int i = 0; i < VK_N_BIND; i++)
         lb[i] = (VkDescriptorSetLayoutBinding){(uint32_t)i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1,
                                                VK_SHADER_STAGE_COMPUTE_BIT, NULL};
-    VkDescriptorSetLayoutCreateInfo li = {.sType =
-                                              VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-                                          .bindingCount = VK_N_BIND,
-                                          .pBindings = lb};
+    VkDescriptorSetLayoutCreateInfo li = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = VK_N_BIND, .pBindings = lb};
     VkResult r = c->f.vkCreateDescriptorSetLayout(c->dev, &li, NULL, &c->dsl);
     VkPushConstantRange pr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, VK_PUSH_BYTES};
     VkPipelineLayoutCreateInfo pli = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
@@ -33,15 +31,13 @@ drt_status vk_pipeline_init(vk_ctx *c) {
     if (r == VK_SUCCESS) r = c->f.vkCreatePipelineLayout(c->dev, &pli, NULL, &c->layout);
     VkPipelineCacheCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
     if (r == VK_SUCCESS) r = c->f.vkCreatePipelineCache(c->dev, &pci, NULL, &c->pcache);
-    if (r != VK_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND, "vulkan: device setup failed: %s", vk_result_str(r));
+    if (r != VK_SUCCESS) return drt_set_error(DRT_ERR_BACKEND, "vulkan: device setup failed: %s", vk_result_str(r));
     return DRT_OK;
 }
 
 void vk_pipeline_release(vk_ctx *c) {
     if (c->dev) {
-        for (int i = 0; i < c->n_pipes; i++)
-            c->f.vkDestroyPipeline(c->dev, c->pipes[i].pipe, NULL);
+        for (int i = 0; i < c->n_pipes; i++) c->f.vkDestroyPipeline(c->dev, c->pipes[i].pipe, NULL);
         for (int i = 0; i < VK_N_SHADERS; i++)
             if (c->modules[i]) c->f.vkDestroyShaderModule(c->dev, c->modules[i], NULL);
         if (c->pcache) c->f.vkDestroyPipelineCache(c->dev, c->pcache, NULL);
@@ -64,24 +60,20 @@ static drt_status shader_module(vk_ctx *c, vk_shader sh) {
     const struct drt_vk_spirv *m = NULL;
     for (int i = 0; i < drt_vk_spirv_count; i++)
         if (strcmp(drt_vk_spirv_table[i].name, names[sh]) == 0) m = &drt_vk_spirv_table[i];
-    if (!m)
-        return drt_set_error(DRT_ERR_BACKEND, "vulkan: shader %s is not embedded in this build",
-                             names[sh]);
-    VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                   .codeSize = m->size,
-                                   .pCode = m->code};
+    if (!m) return drt_set_error(DRT_ERR_BACKEND, "vulkan: shader %s is not embedded in this build", names[sh]);
+    VkShaderModuleCreateInfo mi = {
+        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = m->size, .pCode = m->code};
     VkResult r = c->f.vkCreateShaderModule(c->dev, &mi, NULL, &c->modules[sh]);
     if (r != VK_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkCreateShaderModule(%s) failed: %s",
-                             names[sh], vk_result_str(r));
+        return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkCreateShaderModule(%s) failed: %s", names[sh],
+                             vk_result_str(r));
     return DRT_OK;
 }
 
 drt_status vk_pipeline(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec, VkPipeline *out) {
     for (int i = 0; i < c->n_pipes; i++) {
         vk_pipe *p = &c->pipes[i];
-        if (p->shader == (int)sh && p->nspec == nspec &&
-            memcmp(p->spec, spec, sizeof(uint32_t) * (size_t)nspec) == 0) {
+        if (p->shader == (int)sh && p->nspec == nspec && memcmp(p->spec, spec, sizeof(uint32_t) * (size_t)nspec) == 0) {
             *out = p->pipe;
             return DRT_OK;
         }
@@ -96,8 +88,7 @@ drt_status vk_pipeline(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec,
         c->cap_pipes = nc;
     }
     VkSpecializationMapEntry me[VK_MAX_SPEC];
-    for (int i = 0; i < nspec; i++)
-        me[i] = (VkSpecializationMapEntry){(uint32_t)i, (uint32_t)(4 * i), 4};
+    for (int i = 0; i < nspec; i++) me[i] = (VkSpecializationMapEntry){(uint32_t)i, (uint32_t)(4 * i), 4};
     VkSpecializationInfo si = {.mapEntryCount = (uint32_t)nspec,
                                .pMapEntries = me,
                                .dataSize = sizeof(uint32_t) * (size_t)nspec,
@@ -114,8 +105,7 @@ drt_status vk_pipeline(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec,
     VkPipeline p;
     VkResult r = c->f.vkCreateComputePipelines(c->dev, c->pcache, 1, &ci, NULL, &p);
     if (r != VK_SUCCESS)
-        return drt_set_error(DRT_ERR_BACKEND,
-                             "vulkan: vkCreateComputePipelines(shader %d) failed: %s", (int)sh,
+        return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkCreateComputePipelines(shader %d) failed: %s", (int)sh,
                              vk_result_str(r));
     vk_pipe *e = &c->pipes[c->n_pipes++];
     e->shader = (int)sh;
@@ -144,8 +134,7 @@ void vk_prewarm(vk_ctx *c) {
     for (uint32_t op = 0; op < 3; op++)
         for (uint32_t v4 = 0; v4 < 2; v4++)
             (void)vk_pipeline(c, VK_SH_ELEMENTWISE, (const uint32_t[]){wg, sg, op, v4}, 4, &p);
-    for (uint32_t v4 = 0; v4 < 2; v4++)
-        (void)vk_pipeline(c, VK_SH_KV_WRITE, (const uint32_t[]){wg, sg, v4}, 3, &p);
+    for (uint32_t v4 = 0; v4 < 2; v4++) (void)vk_pipeline(c, VK_SH_KV_WRITE, (const uint32_t[]){wg, sg, v4}, 3, &p);
     (void)vk_pipeline(c, VK_SH_ROPE, (const uint32_t[]){wg, sg}, 2, &p);
     (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_NORM), (const uint32_t[]){wg, sg}, 2, &p);
     (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_DUAL_SOFTMAX), (const uint32_t[]){aw, sg}, 2, &p);
@@ -162,11 +151,9 @@ vk_shader vk_sg_variant(const vk_ctx *c, vk_shader sh) {
 uint32_t vk_wg(const vk_ctx *c, uint32_t want_gpu, uint32_t want_cpu) {
     const VkPhysicalDeviceLimits *l = &c->props.limits;
     uint32_t w = c->tune_cpu ? want_cpu : want_gpu;
-    uint32_t lim = l->maxComputeWorkGroupInvocations < l->maxComputeWorkGroupSize[0]
-                       ? l->maxComputeWorkGroupInvocations
-                       : l->maxComputeWorkGroupSize[0];
-    while (w > lim && w > 1)
-        w /= 2;
+    uint32_t lim = l->maxComputeWorkGroupInvocations < l->maxComputeWorkGroupSize[0] ? l->maxComputeWorkGroupInvocations
+                                                                                     : l->maxComputeWorkGroupSize[0];
+    while (w > lim && w > 1) w /= 2;
     return w;
 }
 

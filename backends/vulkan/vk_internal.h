@@ -30,35 +30,35 @@ extern const struct drt_vk_spirv drt_vk_spirv_table[];
 extern const int drt_vk_spirv_count;
 
 /* every module the backend uses; *_NOSG follow their subgroup variant */
-#define VK_SHADER_LIST(X)                                                                          \
-    X(MATMUL_F32, "matmul_f32")                                                                    \
-    X(MATMUL_F16, "matmul_f16")                                                                    \
-    X(MATMUL_U16, "matmul_u16")                                                                    \
-    X(MATVEC_F32, "matvec_f32")                                                                    \
-    X(MATVEC_F32_NOSG, "matvec_f32_nosg")                                                          \
-    X(MATVEC_F16, "matvec_f16")                                                                    \
-    X(MATVEC_F16_NOSG, "matvec_f16_nosg")                                                          \
-    X(MATVEC_U16, "matvec_u16")                                                                    \
-    X(MATVEC_U16_NOSG, "matvec_u16_nosg")                                                          \
-    X(EMBED_F32, "embed_f32")                                                                      \
-    X(EMBED_F16, "embed_f16")                                                                      \
-    X(EMBED_U16, "embed_u16")                                                                      \
-    X(NORM, "norm")                                                                                \
-    X(NORM_NOSG, "norm_nosg")                                                                      \
-    X(DUAL_SOFTMAX, "dual_softmax")                                                                \
-    X(DUAL_SOFTMAX_NOSG, "dual_softmax_nosg")                                                      \
-    X(ATTENTION, "attention")                                                                      \
-    X(ATTENTION_COMBINE, "attention_combine")                                                      \
-    X(ROPE, "rope")                                                                                \
-    X(ELEMENTWISE, "elementwise")                                                                  \
-    X(KV_WRITE, "kv_write")                                                                        \
-    X(PERMUTE, "permute")                                                                          \
-    X(MATMUL_Q8, "matmul_q8")                                                                      \
-    X(MATMUL_Q4, "matmul_q4")                                                                      \
-    X(ATTENTION_ROWS, "attention_rows")                                                            \
-    X(MATVEC_U16_I64, "matvec_u16_i64")                                                            \
-    X(ATTENTION_LANES, "attention_lanes")                                                          \
-    X(MATVEC_Q8, "matvec_q8")                                                                      \
+#define VK_SHADER_LIST(X)                                                                                              \
+    X(MATMUL_F32, "matmul_f32")                                                                                        \
+    X(MATMUL_F16, "matmul_f16")                                                                                        \
+    X(MATMUL_U16, "matmul_u16")                                                                                        \
+    X(MATVEC_F32, "matvec_f32")                                                                                        \
+    X(MATVEC_F32_NOSG, "matvec_f32_nosg")                                                                              \
+    X(MATVEC_F16, "matvec_f16")                                                                                        \
+    X(MATVEC_F16_NOSG, "matvec_f16_nosg")                                                                              \
+    X(MATVEC_U16, "matvec_u16")                                                                                        \
+    X(MATVEC_U16_NOSG, "matvec_u16_nosg")                                                                              \
+    X(EMBED_F32, "embed_f32")                                                                                          \
+    X(EMBED_F16, "embed_f16")                                                                                          \
+    X(EMBED_U16, "embed_u16")                                                                                          \
+    X(NORM, "norm")                                                                                                    \
+    X(NORM_NOSG, "norm_nosg")                                                                                          \
+    X(DUAL_SOFTMAX, "dual_softmax")                                                                                    \
+    X(DUAL_SOFTMAX_NOSG, "dual_softmax_nosg")                                                                          \
+    X(ATTENTION, "attention")                                                                                          \
+    X(ATTENTION_COMBINE, "attention_combine")                                                                          \
+    X(ROPE, "rope")                                                                                                    \
+    X(ELEMENTWISE, "elementwise")                                                                                      \
+    X(KV_WRITE, "kv_write")                                                                                            \
+    X(PERMUTE, "permute")                                                                                              \
+    X(MATMUL_Q8, "matmul_q8")                                                                                          \
+    X(MATMUL_Q4, "matmul_q4")                                                                                          \
+    X(ATTENTION_ROWS, "attention_rows")                                                                                \
+    X(MATVEC_U16_I64, "matvec_u16_i64")                                                                                \
+    X(ATTENTION_LANES, "attention_lanes")                                                                              \
+    X(MATVEC_Q8, "matvec_q8")                                                                                          \
     X(MATVEC_Q4, "matvec_q4")
 
 #define VK_SHADER_ENUM(id, name) VK_SH_##id,
@@ -124,16 +124,16 @@ typedef struct vk_ctx {
     VkPhysicalDeviceProperties props;
     VkPhysicalDeviceMemoryProperties mem;
     uint32_t subgroup_size;
-    bool use_sg;   /* subgroup arithmetic in compute shaders (and not disabled) */
+    bool use_sg;      /* subgroup arithmetic in compute shaders (and not disabled) */
     bool has_shuffle; /* subgroupShuffle in compute shaders */
-    bool use_f16;  /* storageBuffer16BitAccess (and not disabled) */
-    bool tune_cpu; /* workgroup sizes for a CPU device (vulkan.tune overrides) */
-    bool use_i64;  /* shaderInt64: 32-byte loads in the CPU GEMV (and not disabled) */
-    bool use_copy; /* KV_WRITE, PERMUTE through vkCmdCopyBuffer where they are copies */
+    bool use_f16;     /* storageBuffer16BitAccess (and not disabled) */
+    bool tune_cpu;    /* workgroup sizes for a CPU device (vulkan.tune overrides) */
+    bool use_i64;     /* shaderInt64: 32-byte loads in the CPU GEMV (and not disabled) */
+    bool use_copy;    /* KV_WRITE, PERMUTE through vkCmdCopyBuffer where they are copies */
     /* the most bytes one binding covers: maxStorageBufferRange, or less
      * (DIFFRT_VK_SPLIT_BYTES, tests) for the GEMV weights bound in row blocks */
     uint64_t split_bytes;
-    uint32_t n_cpus;      /* online CPUs: the threads a CPU device (lavapipe) runs workgroups on */
+    uint32_t n_cpus; /* online CPUs: the threads a CPU device (lavapipe) runs workgroups on */
     /* the register-tiled MATMUL's rows and columns per lane and subgroups per
      * workgroup (vulkan.mm_tm / _tn / _wg: 8, 4, 1) */
     uint32_t mm_tm, mm_tn, mm_wg;
@@ -201,14 +201,14 @@ void vk_prewarm(vk_ctx *c);
  * buffer's sets are forgotten */
 void vk_sets_init(vk_ctx *c);
 void vk_sets_release(vk_ctx *c);
-drt_status vk_get_set(vk_ctx *c, const vk_buf *const bufs[VK_N_KEYED],
-                      const vk_range key[VK_N_KEYED], VkDescriptorSet *out);
+drt_status vk_get_set(vk_ctx *c, const vk_buf *const bufs[VK_N_KEYED], const vk_range key[VK_N_KEYED],
+                      VkDescriptorSet *out);
 void vk_forget_sets(vk_ctx *c, uint32_t id);
 
 /* memory.c: buffers (size rounded up to 16, a fresh id; *map when map is
  * not NULL), the staging/status/dummy buffers, the backend's buffer ops */
-drt_status vk_create_buffer(vk_ctx *c, size_t size, VkMemoryPropertyFlags want,
-                            VkMemoryPropertyFlags prefer, vk_buf *out, void **map);
+drt_status vk_create_buffer(vk_ctx *c, size_t size, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer,
+                            vk_buf *out, void **map);
 void vk_destroy_buffer(vk_ctx *c, vk_buf *b);
 drt_status vk_memory_init(vk_ctx *c);
 void vk_memory_release(vk_ctx *c);
@@ -255,14 +255,13 @@ typedef struct {
  * earlier dispatch wrote, or a written range overlapping one it read).
  * Creates the pipeline and the descriptor set the first time they are
  * needed, never again. */
-drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec, const vk_binds *b,
-                       const void *pc, uint32_t pcn, uint32_t gx, uint32_t gy, uint32_t gz);
+drt_status vk_dispatch(vk_ctx *c, vk_shader sh, const uint32_t *spec, int nspec, const vk_binds *b, const void *pc,
+                       uint32_t pcn, uint32_t gx, uint32_t gy, uint32_t gz);
 
 /* Records vkCmdCopyBuffer of regions reg[0..n) (byte offsets in the
  * buffers themselves) from src's buffer to dst's, ordered against the
  * other commands of the pass as a dispatch is, by src's and dst's ranges. */
-drt_status vk_copy(vk_ctx *c, const drt_tensor *src, const drt_tensor *dst, const VkBufferCopy *reg,
-                   uint32_t n);
+drt_status vk_copy(vk_ctx *c, const drt_tensor *src, const drt_tensor *dst, const VkBufferCopy *reg, uint32_t n);
 
 /* the pipeline of shader sh specialized with spec[0..nspec): created (through
  * the pipeline cache) the first time, then looked up */

@@ -30,8 +30,7 @@ static void open_loader(void) {
     g_lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!g_lib) {
         const char *e = dlerror();
-        snprintf(g_why, sizeof g_why,
-                 "cannot load the Vulkan loader %s (%s; Debian: apt-get install libvulkan1)", name,
+        snprintf(g_why, sizeof g_why, "cannot load the Vulkan loader %s (%s; Debian: apt-get install libvulkan1)", name,
                  e ? e : "not found");
         return;
     }
@@ -53,12 +52,11 @@ int vk_load_global(vk_fns *f, char *why, size_t n) {
         return -1;
     }
     f->vkGetInstanceProcAddr = g_gipa;
-    f->vkEnumerateInstanceVersion =
-        (PFN_vkEnumerateInstanceVersion)g_gipa(NULL, "vkEnumerateInstanceVersion");
-#define LOAD_GLOBAL(name)                                                                          \
-    if (!(f->name = (PFN_##name)g_gipa(NULL, #name))) {                                            \
-        snprintf(why, n, "the Vulkan loader has no %s", #name);                                    \
-        return -1;                                                                                 \
+    f->vkEnumerateInstanceVersion = (PFN_vkEnumerateInstanceVersion)g_gipa(NULL, "vkEnumerateInstanceVersion");
+#define LOAD_GLOBAL(name)                                                                                              \
+    if (!(f->name = (PFN_##name)g_gipa(NULL, #name))) {                                                                \
+        snprintf(why, n, "the Vulkan loader has no %s", #name);                                                        \
+        return -1;                                                                                                     \
     }
     VK_GLOBAL_FNS(LOAD_GLOBAL)
 #undef LOAD_GLOBAL
@@ -66,10 +64,10 @@ int vk_load_global(vk_fns *f, char *why, size_t n) {
 }
 
 int vk_load_instance(vk_fns *f, VkInstance inst, int debug, char *why, size_t n) {
-#define LOAD_INSTANCE(name)                                                                        \
-    if (!(f->name = (PFN_##name)f->vkGetInstanceProcAddr(inst, #name))) {                          \
-        snprintf(why, n, "the Vulkan instance has no %s", #name);                                  \
-        return -1;                                                                                 \
+#define LOAD_INSTANCE(name)                                                                                            \
+    if (!(f->name = (PFN_##name)f->vkGetInstanceProcAddr(inst, #name))) {                                              \
+        snprintf(why, n, "the Vulkan instance has no %s", #name);                                                      \
+        return -1;                                                                                                     \
     }
     VK_INSTANCE_FNS(LOAD_INSTANCE)
     if (debug) {
@@ -80,10 +78,10 @@ int vk_load_instance(vk_fns *f, VkInstance inst, int debug, char *why, size_t n)
 }
 
 int vk_load_device(vk_fns *f, VkDevice dev, char *why, size_t n) {
-#define LOAD_DEVICE(name)                                                                          \
-    if (!(f->name = (PFN_##name)f->vkGetDeviceProcAddr(dev, #name))) {                             \
-        snprintf(why, n, "the Vulkan device has no %s", #name);                                    \
-        return -1;                                                                                 \
+#define LOAD_DEVICE(name)                                                                                              \
+    if (!(f->name = (PFN_##name)f->vkGetDeviceProcAddr(dev, #name))) {                                                 \
+        snprintf(why, n, "the Vulkan device has no %s", #name);                                                        \
+        return -1;                                                                                                     \
     }
     VK_DEVICE_FNS(LOAD_DEVICE)
 #undef LOAD_DEVICE

@@ -13,69 +13,69 @@
 #include <vulkan/vulkan.h>
 
 /* X(name): every function the backend calls, by the level it is loaded at */
-#define VK_GLOBAL_FNS(X)                                                                           \
-    X(vkCreateInstance)                                                                            \
-    X(vkEnumerateInstanceExtensionProperties)                                                      \
+#define VK_GLOBAL_FNS(X)                                                                                               \
+    X(vkCreateInstance)                                                                                                \
+    X(vkEnumerateInstanceExtensionProperties)                                                                          \
     X(vkEnumerateInstanceLayerProperties)
 
-#define VK_INSTANCE_FNS(X)                                                                         \
-    X(vkDestroyInstance)                                                                           \
-    X(vkEnumeratePhysicalDevices)                                                                  \
-    X(vkGetPhysicalDeviceProperties)                                                               \
-    X(vkGetPhysicalDeviceProperties2)                                                              \
-    X(vkGetPhysicalDeviceFeatures2)                                                                \
-    X(vkGetPhysicalDeviceMemoryProperties)                                                         \
-    X(vkGetPhysicalDeviceQueueFamilyProperties)                                                    \
-    X(vkCreateDevice)                                                                              \
+#define VK_INSTANCE_FNS(X)                                                                                             \
+    X(vkDestroyInstance)                                                                                               \
+    X(vkEnumeratePhysicalDevices)                                                                                      \
+    X(vkGetPhysicalDeviceProperties)                                                                                   \
+    X(vkGetPhysicalDeviceProperties2)                                                                                  \
+    X(vkGetPhysicalDeviceFeatures2)                                                                                    \
+    X(vkGetPhysicalDeviceMemoryProperties)                                                                             \
+    X(vkGetPhysicalDeviceQueueFamilyProperties)                                                                        \
+    X(vkCreateDevice)                                                                                                  \
     X(vkGetDeviceProcAddr)
 
 /* from VK_EXT_debug_utils, loaded only when validation is on */
-#define VK_DEBUG_FNS(X)                                                                            \
-    X(vkCreateDebugUtilsMessengerEXT)                                                              \
+#define VK_DEBUG_FNS(X)                                                                                                \
+    X(vkCreateDebugUtilsMessengerEXT)                                                                                  \
     X(vkDestroyDebugUtilsMessengerEXT)
 
-#define VK_DEVICE_FNS(X)                                                                           \
-    X(vkDestroyDevice)                                                                             \
-    X(vkGetDeviceQueue)                                                                            \
-    X(vkDeviceWaitIdle)                                                                            \
-    X(vkCreateBuffer)                                                                              \
-    X(vkDestroyBuffer)                                                                             \
-    X(vkGetBufferMemoryRequirements)                                                               \
-    X(vkAllocateMemory)                                                                            \
-    X(vkFreeMemory)                                                                                \
-    X(vkBindBufferMemory)                                                                          \
-    X(vkMapMemory)                                                                                 \
-    X(vkUnmapMemory)                                                                               \
-    X(vkCreateShaderModule)                                                                        \
-    X(vkDestroyShaderModule)                                                                       \
-    X(vkCreateDescriptorSetLayout)                                                                 \
-    X(vkDestroyDescriptorSetLayout)                                                                \
-    X(vkCreatePipelineLayout)                                                                      \
-    X(vkDestroyPipelineLayout)                                                                     \
-    X(vkCreatePipelineCache)                                                                       \
-    X(vkDestroyPipelineCache)                                                                      \
-    X(vkCreateComputePipelines)                                                                    \
-    X(vkDestroyPipeline)                                                                           \
-    X(vkCreateDescriptorPool)                                                                      \
-    X(vkDestroyDescriptorPool)                                                                     \
-    X(vkAllocateDescriptorSets)                                                                    \
-    X(vkUpdateDescriptorSets)                                                                      \
-    X(vkCreateCommandPool)                                                                         \
-    X(vkDestroyCommandPool)                                                                        \
-    X(vkAllocateCommandBuffers)                                                                    \
-    X(vkBeginCommandBuffer)                                                                        \
-    X(vkEndCommandBuffer)                                                                          \
-    X(vkResetCommandBuffer)                                                                        \
-    X(vkCmdBindPipeline)                                                                           \
-    X(vkCmdBindDescriptorSets)                                                                     \
-    X(vkCmdPushConstants)                                                                          \
-    X(vkCmdDispatch)                                                                               \
-    X(vkCmdPipelineBarrier)                                                                        \
-    X(vkCmdCopyBuffer)                                                                             \
-    X(vkCreateFence)                                                                               \
-    X(vkDestroyFence)                                                                              \
-    X(vkResetFences)                                                                               \
-    X(vkWaitForFences)                                                                             \
+#define VK_DEVICE_FNS(X)                                                                                               \
+    X(vkDestroyDevice)                                                                                                 \
+    X(vkGetDeviceQueue)                                                                                                \
+    X(vkDeviceWaitIdle)                                                                                                \
+    X(vkCreateBuffer)                                                                                                  \
+    X(vkDestroyBuffer)                                                                                                 \
+    X(vkGetBufferMemoryRequirements)                                                                                   \
+    X(vkAllocateMemory)                                                                                                \
+    X(vkFreeMemory)                                                                                                    \
+    X(vkBindBufferMemory)                                                                                              \
+    X(vkMapMemory)                                                                                                     \
+    X(vkUnmapMemory)                                                                                                   \
+    X(vkCreateShaderModule)                                                                                            \
+    X(vkDestroyShaderModule)                                                                                           \
+    X(vkCreateDescriptorSetLayout)                                                                                     \
+    X(vkDestroyDescriptorSetLayout)                                                                                    \
+    X(vkCreatePipelineLayout)                                                                                          \
+    X(vkDestroyPipelineLayout)                                                                                         \
+    X(vkCreatePipelineCache)                                                                                           \
+    X(vkDestroyPipelineCache)                                                                                          \
+    X(vkCreateComputePipelines)                                                                                        \
+    X(vkDestroyPipeline)                                                                                               \
+    X(vkCreateDescriptorPool)                                                                                          \
+    X(vkDestroyDescriptorPool)                                                                                         \
+    X(vkAllocateDescriptorSets)                                                                                        \
+    X(vkUpdateDescriptorSets)                                                                                          \
+    X(vkCreateCommandPool)                                                                                             \
+    X(vkDestroyCommandPool)                                                                                            \
+    X(vkAllocateCommandBuffers)                                                                                        \
+    X(vkBeginCommandBuffer)                                                                                            \
+    X(vkEndCommandBuffer)                                                                                              \
+    X(vkResetCommandBuffer)                                                                                            \
+    X(vkCmdBindPipeline)                                                                                               \
+    X(vkCmdBindDescriptorSets)                                                                                         \
+    X(vkCmdPushConstants)                                                                                              \
+    X(vkCmdDispatch)                                                                                                   \
+    X(vkCmdPipelineBarrier)                                                                                            \
+    X(vkCmdCopyBuffer)                                                                                                 \
+    X(vkCreateFence)                                                                                                   \
+    X(vkDestroyFence)                                                                                                  \
+    X(vkResetFences)                                                                                                   \
+    X(vkWaitForFences)                                                                                                 \
     X(vkQueueSubmit)
 
 #define VK_FN_MEMBER(name) PFN_##name name;

@@ -41,24 +41,23 @@
 
 enum { D = 2048, F = 8192, L = 16, NQ = 32, NKV = 8, HD = 64, V = 128256 };
 
-static const char *CONFIG =
-    "{\n"
-    "  \"model_type\": \"diffllama\",\n"
-    "  \"architectures\": [\"DiffLlamaForCausalLM\"],\n"
-    "  \"hidden_size\": 2048,\n"
-    "  \"intermediate_size\": 8192,\n"
-    "  \"num_hidden_layers\": 16,\n"
-    "  \"num_attention_heads\": 32,\n"
-    "  \"num_key_value_heads\": 8,\n"
-    "  \"head_dim\": 64,\n"
-    "  \"vocab_size\": 128256,\n"
-    "  \"max_position_embeddings\": 8192,\n"
-    "  \"rope_theta\": 500000.0,\n"
-    "  \"rms_norm_eps\": 1e-05,\n"
-    "  \"hidden_act\": \"silu\",\n"
-    "  \"tie_word_embeddings\": true,\n"
-    "  \"torch_dtype\": \"bfloat16\"\n"
-    "}\n";
+static const char *CONFIG = "{\n"
+                            "  \"model_type\": \"diffllama\",\n"
+                            "  \"architectures\": [\"DiffLlamaForCausalLM\"],\n"
+                            "  \"hidden_size\": 2048,\n"
+                            "  \"intermediate_size\": 8192,\n"
+                            "  \"num_hidden_layers\": 16,\n"
+                            "  \"num_attention_heads\": 32,\n"
+                            "  \"num_key_value_heads\": 8,\n"
+                            "  \"head_dim\": 64,\n"
+                            "  \"vocab_size\": 128256,\n"
+                            "  \"max_position_embeddings\": 8192,\n"
+                            "  \"rope_theta\": 500000.0,\n"
+                            "  \"rms_norm_eps\": 1e-05,\n"
+                            "  \"hidden_act\": \"silu\",\n"
+                            "  \"tie_word_embeddings\": true,\n"
+                            "  \"torch_dtype\": \"bfloat16\"\n"
+                            "}\n";
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -214,11 +213,16 @@ int main(int argc, char **argv) {
     const char *dir = "/tmp/diffrt_1b", *json = NULL, *backend = "cuda";
     int P = 16, N = 128;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) dir = argv[++i];
-        else if (strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) P = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--tokens") == 0 && i + 1 < argc) N = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
-        else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) backend = argv[++i];
+        if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
+            dir = argv[++i];
+        else if (strcmp(argv[i], "--prompt") == 0 && i + 1 < argc)
+            P = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--tokens") == 0 && i + 1 < argc)
+            N = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+            json = argv[++i];
+        else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc)
+            backend = argv[++i];
         else {
             fprintf(stderr, "usage: bench_gpu_decode_1b [--dir DIR] [--prompt P] [--tokens N] [--json FILE] "
                             "[--backend B]\n");

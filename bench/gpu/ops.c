@@ -48,9 +48,12 @@ static drt_status fill(drt_tensor *t, float a, uint64_t seed) {
     if (!h) return DRT_ERR_OOM;
     for (int64_t i = 0; i < n; i++) {
         float f = (float)(((double)(drt_splitmix64(&seed) >> 11) * (1.0 / 9007199254740992.0) * 2 - 1) * a);
-        if (t->type == DRT_BF16) ((uint16_t *)h)[i] = drt_f32_to_bf16(f);
-        else if (t->type == DRT_F16) ((uint16_t *)h)[i] = drt_f32_to_f16(f);
-        else ((float *)h)[i] = f;
+        if (t->type == DRT_BF16)
+            ((uint16_t *)h)[i] = drt_f32_to_bf16(f);
+        else if (t->type == DRT_F16)
+            ((uint16_t *)h)[i] = drt_f32_to_f16(f);
+        else
+            ((float *)h)[i] = f;
     }
     drt_status s = drt_tensor_set(t, h, drt_nbytes(t));
     free(h);
@@ -166,8 +169,8 @@ static int cublas_peak(int n, cudaDataType ct, double *sec) {
     for (int i = -2; i < reps && !rc; i++) {
         cudaEventRecord(e0, 0);
         for (int j = 0; j < 5 && !rc; j++)
-            rc = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &zero, c,
-                              ct, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS;
+            rc = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &zero,
+                              c, ct, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS;
         cudaEventRecord(e1, 0);
         cudaEventSynchronize(e1);
         float ms = 0;
@@ -217,9 +220,12 @@ int main(int argc, char **argv) {
     const char *json = NULL;
     int skip_f32_attn = 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
-        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) g_reps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--skip-f32-attn") == 0) skip_f32_attn = 1;
+        if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+            json = argv[++i];
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+            g_reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--skip-f32-attn") == 0)
+            skip_f32_attn = 1;
         else {
             fprintf(stderr, "usage: bench_gpu_ops [--json FILE] [--reps N] [--skip-f32-attn]\n");
             return 2;

@@ -83,26 +83,26 @@ const char *drt_git_commit(void);
  * module, or one whose vendor library (libOpenCL, libcudart, ...) is missing,
  * makes that backend unavailable with the reason; nothing else fails. */
 typedef struct {
-    const char *name;     /* "cpu", "ref", "opencl", "vulkan", "cuda" */
-    int compiled_in;      /* this build made it (built in, or as a module), or its module was found */
-    int available;        /* usable on this machine now */
-    const char *reason;   /* why not, when !available */
+    const char *name;   /* "cpu", "ref", "opencl", "vulkan", "cuda" */
+    int compiled_in;    /* this build made it (built in, or as a module), or its module was found */
+    int available;      /* usable on this machine now */
+    const char *reason; /* why not, when !available */
     int device_count;
-    int builtin;          /* part of the library itself (cpu, ref) */
-    const char *module;   /* the module file it was loaded from; NULL when built in or not loaded */
+    int builtin;        /* part of the library itself (cpu, ref) */
+    const char *module; /* the module file it was loaded from; NULL when built in or not loaded */
 } drt_backend_info;
 
 /* What a backend knows of one of its devices. Strings are "" and numbers 0
  * when unknown; fp16 and bf16 are 1 (native arithmetic in that type), 0 (no)
  * or -1 (unknown). */
 typedef struct {
-    char name[256];       /* "NVIDIA H100 80GB HBM3", "llvmpipe (LLVM 15.0.6, 256 bits)" */
-    char vendor[64];      /* "NVIDIA", "Mesa", "The pocl project", "GenuineIntel" */
-    char driver[128];     /* driver name and version as the API reports it */
-    char api_version[64]; /* "OpenCL 3.0", "Vulkan 1.3.230", "CUDA runtime 12.4" */
-    char type[16];        /* "GPU", "CPU", "accelerator", "other" */
+    char name[256];        /* "NVIDIA H100 80GB HBM3", "llvmpipe (LLVM 15.0.6, 256 bits)" */
+    char vendor[64];       /* "NVIDIA", "Mesa", "The pocl project", "GenuineIntel" */
+    char driver[128];      /* driver name and version as the API reports it */
+    char api_version[64];  /* "OpenCL 3.0", "Vulkan 1.3.230", "CUDA runtime 12.4" */
+    char type[16];         /* "GPU", "CPU", "accelerator", "other" */
     uint64_t memory_bytes; /* device memory; host RAM for CPU devices */
-    int subgroup_size;    /* lanes of a subgroup / warp / SIMD register of f32 */
+    int subgroup_size;     /* lanes of a subgroup / warp / SIMD register of f32 */
     int fp16, bf16;
 } drt_device_props;
 
@@ -117,12 +117,7 @@ drt_status drt_backend_device_props(int index, int dev, drt_device_props *out);
 /* ---- models ---------------------------------------------------------- */
 
 typedef enum { DRT_ARCH_TRANSFORMER = 0, DRT_ARCH_DIFF_V1, DRT_ARCH_DIFF_V2 } drt_arch;
-typedef enum {
-    DRT_LAYOUT_HF_LLAMA = 0,
-    DRT_LAYOUT_HF_DIFFLLAMA,
-    DRT_LAYOUT_UNILM_V1,
-    DRT_LAYOUT_DIFF_V2
-} drt_layout;
+typedef enum { DRT_LAYOUT_HF_LLAMA = 0, DRT_LAYOUT_HF_DIFFLLAMA, DRT_LAYOUT_UNILM_V1, DRT_LAYOUT_DIFF_V2 } drt_layout;
 
 typedef struct drt_model drt_model;
 
@@ -134,20 +129,20 @@ typedef struct {
     drt_dtype weight_dtype; /* dtype of the matmul weights as stored */
     int64_t n_params;       /* as stored in the checkpoint */
     int vocab;
-    int dim;                /* D */
-    int ffn;                /* F */
+    int dim; /* D */
+    int ffn; /* F */
     int n_layers;
-    int n_heads;            /* H: diff-heads (diff models) or heads (transformer) */
-    int n_kv_groups;        /* G */
-    int kv_m;               /* keys per group: 2 (V1), 1 (V2 / transformer) */
+    int n_heads;     /* H: diff-heads (diff models) or heads (transformer) */
+    int n_kv_groups; /* G */
+    int kv_m;        /* keys per group: 2 (V1), 1 (V2 / transformer) */
     int dk, dv;
-    int max_ctx;            /* max_position_embeddings */
+    int max_ctx; /* max_position_embeddings */
     int tied_embeddings;
     const char *rope_scaling; /* "none", "linear", "llama3" */
-    int bos_id, eos_id;     /* -1 when absent */
-    const float *lambda;    /* [n_layers] V1 lambda; NULL otherwise */
+    int bos_id, eos_id;       /* -1 when absent */
+    const float *lambda;      /* [n_layers] V1 lambda; NULL otherwise */
     const float *lambda_init; /* [n_layers] V1 lambda_init; NULL otherwise */
-    drt_dtype embed_dtype;  /* the token embedding's dtype (the LM head's too when tied) */
+    drt_dtype embed_dtype;    /* the token embedding's dtype (the LM head's too when tied) */
 } drt_model_info;
 
 /* Lifetime: drt_model_load hands the caller one reference to the model, and
@@ -193,9 +188,9 @@ typedef struct {
     const char *def;     /* the default as text; "" when automatic */
     const char *doc;     /* one sentence */
     drt_setting_kind kind;
-    int env_only;        /* 1: read where no session's settings reach (module search, the
-                            Vulkan loader and instance, model loading): only its variable
-                            sets it, and drt_settings_set refuses it */
+    int env_only; /* 1: read where no session's settings reach (module search, the
+                     Vulkan loader and instance, model loading): only its variable
+                     sets it, and drt_settings_set refuses it */
 } drt_setting_info;
 
 /* The table: i in [0, drt_setting_count()); DRT_ERR_INVALID_ARG past it. */
@@ -210,8 +205,7 @@ void drt_settings_free(drt_settings *s); /* NULL: nothing */
 drt_status drt_settings_set(drt_settings *s, const char *name, const char *value);
 /* The value in force for name (s may be NULL: the environment and defaults)
  * as text into buf[n], and where it came from (src may be NULL). */
-drt_status drt_settings_get(const drt_settings *s, const char *name, char *buf, size_t n,
-                            drt_setting_source *src);
+drt_status drt_settings_get(const drt_settings *s, const char *name, char *buf, size_t n, drt_setting_source *src);
 
 /* ---- sessions: a model placed on a backend, with its KV cache --------- */
 
@@ -221,16 +215,16 @@ typedef struct drt_session drt_session;
 #define DRT_MAX_CTX (1 << 24)
 
 typedef struct {
-    const char *backend; /* NULL or "" means "cpu" (the fast CPU backend; "ref" is the reference) */
-    const char *device;  /* NULL: backend default; else index or name substring */
-    int max_ctx;         /* 0: the model's max_position_embeddings (capped at 4096); else
-                            1 .. DRT_MAX_CTX (past max_position_embeddings is allowed: the
-                            caller decides whether to warn) */
-    int threads;         /* CPU backends: worker threads; 0: DIFFRT_THREADS, else the physical cores */
-    int check_finite;    /* on a forward whose logits are not finite, re-run it op by op and
-                            name the first op whose output was NaN or Inf (and a weight of
-                            it that holds one) in the error; also on with the environment
-                            variable DIFFRT_CHECK_FINITE=1 */
+    const char *backend;          /* NULL or "" means "cpu" (the fast CPU backend; "ref" is the reference) */
+    const char *device;           /* NULL: backend default; else index or name substring */
+    int max_ctx;                  /* 0: the model's max_position_embeddings (capped at 4096); else
+                                     1 .. DRT_MAX_CTX (past max_position_embeddings is allowed: the
+                                     caller decides whether to warn) */
+    int threads;                  /* CPU backends: worker threads; 0: DIFFRT_THREADS, else the physical cores */
+    int check_finite;             /* on a forward whose logits are not finite, re-run it op by op and
+                                     name the first op whose output was NaN or Inf (and a weight of
+                                     it that holds one) in the error; also on with the environment
+                                     variable DIFFRT_CHECK_FINITE=1 */
     const drt_settings *settings; /* NULL: none; else read while drt_session_create runs (the
                                      backend keeps a copy): threads and check_finite above
                                      win over its cpu.threads and check_finite when non-zero */
@@ -348,8 +342,7 @@ typedef struct {
  * clock; ADDS into *prof (zero it first). Computes the same logits and
  * advances the position the same way, but slower (nothing is batched into
  * one submission): for per-op breakdowns, never for tokens per second. */
-drt_status drt_session_forward_profiled(drt_session *s, const int32_t *ids, int T, float *logits,
-                                        drt_profile *prof);
+drt_status drt_session_forward_profiled(drt_session *s, const int32_t *ids, int T, float *logits, drt_profile *prof);
 
 /* ---- observing a forward's nodes -------------------------------------- */
 /* An observer sees the nodes of every forward of a session (and of a
@@ -379,8 +372,8 @@ typedef struct {
     /* its inputs, in the op's order; ROPE, KV_WRITE, ATTN and DIFF_ATTN end
      * with "rows", (T, 2) i32: each row's first cache row and position */
     drt_node_tensor src[5];
-    double seconds;         /* wall time since the previous wanted node ended */
-    int fallback;           /* it ran on the CPU reference instead of the session's backend */
+    double seconds; /* wall time since the previous wanted node ended */
+    int fallback;   /* it ran on the CPU reference instead of the session's backend */
 } drt_node_event;
 
 typedef struct {

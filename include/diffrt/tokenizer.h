@@ -40,8 +40,7 @@ typedef struct drt_tokenizer drt_tokenizer;
 /* Reads a tokenizer.json file. */
 drt_status drt_tokenizer_load(const char *path, drt_tokenizer **out);
 /* Same from memory; `name` is what error messages call the file. */
-drt_status drt_tokenizer_load_json(const char *json, size_t len, const char *name,
-                                   drt_tokenizer **out);
+drt_status drt_tokenizer_load_json(const char *json, size_t len, const char *name, drt_tokenizer **out);
 void drt_tokenizer_free(drt_tokenizer *t);
 
 /* One more than the largest token id (model vocab and added tokens). */
@@ -52,8 +51,8 @@ int drt_tokenizer_vocab_size(const drt_tokenizer *t);
  * `encode(text)` does by default. *ids is malloc'd (never NULL on success, even
  * for 0 ids); the caller frees it. Text that is not valid UTF-8 is an error
  * (DRT_ERR_INVALID_ARG) naming the byte offset. */
-drt_status drt_tokenizer_encode(const drt_tokenizer *t, const char *text, size_t len,
-                                int add_special, int32_t **ids, int *n_ids);
+drt_status drt_tokenizer_encode(const drt_tokenizer *t, const char *text, size_t len, int add_special, int32_t **ids,
+                                int *n_ids);
 
 /* drt_tokenizer_encode for a caller with a context of max_tokens ids (0 or
  * less: no limit): ids past max_tokens (special tokens included) are
@@ -65,14 +64,14 @@ drt_status drt_tokenizer_encode(const drt_tokenizer *t, const char *text, size_t
  * check is skipped for a tokenizer that can drop text (a Split "Removed",
  * an added token with lstrip/rstrip, a byte with no token). A text that
  * fits encodes exactly as drt_tokenizer_encode encodes it. */
-drt_status drt_tokenizer_encode_max(const drt_tokenizer *t, const char *text, size_t len,
-                                    int add_special, int max_tokens, int32_t **ids, int *n_ids);
+drt_status drt_tokenizer_encode_max(const drt_tokenizer *t, const char *text, size_t len, int add_special,
+                                    int max_tokens, int32_t **ids, int *n_ids);
 
 /* Decodes ids to a malloc'd, NUL-terminated UTF-8 string of *len bytes (len
  * may be NULL). skip_special drops special tokens. Ids that name no token are
  * skipped, as HF does. */
-drt_status drt_tokenizer_decode(const drt_tokenizer *t, const int32_t *ids, int n_ids,
-                                int skip_special, char **text, size_t *len);
+drt_status drt_tokenizer_decode(const drt_tokenizer *t, const int32_t *ids, int n_ids, int skip_special, char **text,
+                                size_t *len);
 
 /* The token's string as stored in tokenizer.json (byte-level alphabet for
  * model tokens), or NULL when the id names no token. */
@@ -102,11 +101,11 @@ typedef struct {
 void drt_tokenizer_stream_init(drt_tokenizer_stream *st);
 /* Appends the text of `id` to *buf (malloc'd, grown as needed, *len bytes,
  * NUL-terminated; *buf may start NULL). */
-drt_status drt_tokenizer_stream_push(const drt_tokenizer *t, drt_tokenizer_stream *st, int32_t id,
-                                     int skip_special, char **buf, size_t *len, size_t *cap);
+drt_status drt_tokenizer_stream_push(const drt_tokenizer *t, drt_tokenizer_stream *st, int32_t id, int skip_special,
+                                     char **buf, size_t *len, size_t *cap);
 /* Emits what is still pending (as U+FFFD: an incomplete character at the end). */
-drt_status drt_tokenizer_stream_flush(const drt_tokenizer *t, drt_tokenizer_stream *st, char **buf,
-                                      size_t *len, size_t *cap);
+drt_status drt_tokenizer_stream_flush(const drt_tokenizer *t, drt_tokenizer_stream *st, char **buf, size_t *len,
+                                      size_t *cap);
 
 #ifdef __cplusplus
 }

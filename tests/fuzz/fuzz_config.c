@@ -21,9 +21,8 @@
 #include "harness.h"
 #include "model.h"
 
-static const char *const fixtures[] = {"diff_v2",          "diff_v2_bf16",  "hf_diffllama_f16",
-                                       "hf_diffllama_gqa", "hf_llama_bf16", "hf_llama_gqa",
-                                       "unilm_v1"};
+static const char *const fixtures[] = {"diff_v2",       "diff_v2_bf16", "hf_diffllama_f16", "hf_diffllama_gqa",
+                                       "hf_llama_bf16", "hf_llama_gqa", "unilm_v1"};
 #define N_FIXTURES ((int)(sizeof fixtures / sizeof fixtures[0]))
 static char g_dir[N_FIXTURES][600], g_cfg[N_FIXTURES][640];
 
@@ -45,15 +44,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 /* w has shape (n0) or (n0, n1) and its bytes are where model.h says. */
-static void check_weight(const drt_model *m, const drt_host_weight *w, const char *what, int nd,
-                         int64_t n0, int64_t n1) {
+static void check_weight(const drt_model *m, const drt_host_weight *w, const char *what, int nd, int64_t n0,
+                         int64_t n1) {
     FZ_CHECK(w->data, "%s: no data", what);
     FZ_CHECK(w->nd == nd && w->ne[0] == n0 && (nd == 1 || w->ne[1] == n1),
-             "%s (%s): nd %d, shape (%lld, %lld); the config implies nd %d, (%lld, %lld)", what,
-             w->name, w->nd, (long long)w->ne[0], (long long)w->ne[1], nd, (long long)n0,
-             (long long)n1);
-    FZ_CHECK((unsigned)w->type < DRT_DTYPE_COUNT && w->type != DRT_I32, "%s: dtype %d", what,
-             (int)w->type);
+             "%s (%s): nd %d, shape (%lld, %lld); the config implies nd %d, (%lld, %lld)", what, w->name, w->nd,
+             (long long)w->ne[0], (long long)w->ne[1], nd, (long long)n0, (long long)n1);
+    FZ_CHECK((unsigned)w->type < DRT_DTYPE_COUNT && w->type != DRT_I32, "%s: dtype %d", what, (int)w->type);
     size_t nbytes = (size_t)n0 * (nd == 2 ? (size_t)n1 : 1) * drt_dtype_size(w->type);
     if (w->owned) {
         FZ_CHECK(w->owned == w->data, "%s: data is not the owned buffer", what);
@@ -66,8 +63,7 @@ static void check_weight(const drt_model *m, const drt_host_weight *w, const cha
                 const char *b = t->data;
                 inside = p >= b && p <= b + t->nbytes && nbytes <= (size_t)(b + t->nbytes - p);
             }
-        FZ_CHECK(inside, "%s (%s): %zu bytes in place, not inside one tensor", what, w->name,
-                 nbytes);
+        FZ_CHECK(inside, "%s (%s): %zu bytes in place, not inside one tensor", what, w->name, nbytes);
     }
     fz_touch(w->data, nbytes);
 }
@@ -81,8 +77,7 @@ static void check_model(const drt_model *m) {
              "non-positive size in info");
     FZ_CHECK(dk % 2 == 0, "dk %lld is odd", (long long)dk);
     int diff = I.arch != DRT_ARCH_TRANSFORMER;
-    FZ_CHECK(I.kv_m == (I.arch == DRT_ARCH_DIFF_V1 ? 2 : 1), "kv_m %d for arch %d", I.kv_m,
-             (int)I.arch);
+    FZ_CHECK(I.kv_m == (I.arch == DRT_ARCH_DIFF_V1 ? 2 : 1), "kv_m %d for arch %d", I.kv_m, (int)I.arch);
     FZ_CHECK(H % G == 0, "H %lld is not a multiple of G %lld", (long long)H, (long long)G);
     FZ_CHECK(m->inv_freq, "no inv_freq");
     fz_touch(m->inv_freq, sizeof(float) * (size_t)(dk / 2));

@@ -32,8 +32,7 @@ static char g_dir[600], g_index[700];
 
 static void write_set(const char *name, const drt_st_write_tensor *w, int n) {
     char p[700];
-    FZ_CHECK(drt_st_write(fz_join(p, sizeof p, g_dir, name), w, n) == DRT_OK, "%s",
-             drt_last_error());
+    FZ_CHECK(drt_st_write(fz_join(p, sizeof p, g_dir, name), w, n) == DRT_OK, "%s", drt_last_error());
 }
 
 static drt_st_write_tensor as_write(const drt_st_tensor *t) {
@@ -49,17 +48,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     FZ_CHECK(mkdir(g_dir, 0755) == 0, "cannot make %s", g_dir);
     fz_join(g_index, sizeof g_index, g_dir, "model.safetensors.index.json");
     fz_join(src, sizeof src, fz_fixtures_dir(), "hf_llama_bf16");
-    fz_copy_file(fz_join(p, sizeof p, src, "config.json"),
-                 fz_join(q, sizeof q, g_dir, "config.json"));
+    fz_copy_file(fz_join(p, sizeof p, src, "config.json"), fz_join(q, sizeof q, g_dir, "config.json"));
     drt_st_file f;
-    FZ_CHECK(drt_st_open(fz_join(p, sizeof p, src, "model.safetensors"), &f) == DRT_OK, "%s",
-             drt_last_error());
+    FZ_CHECK(drt_st_open(fz_join(p, sizeof p, src, "model.safetensors"), &f) == DRT_OK, "%s", drt_last_error());
     drt_st_write_tensor *w = calloc((size_t)f.n_tensors, sizeof *w);
     FZ_CHECK(w, "out of memory");
     for (int s = 0; s < N_SHARDS; s++) {
         int n = 0;
-        for (int i = s; i < f.n_tensors; i += N_SHARDS)
-            w[n++] = as_write(&f.tensors[i]);
+        for (int i = s; i < f.n_tensors; i += N_SHARDS) w[n++] = as_write(&f.tensors[i]);
         char name[64];
         snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, N_SHARDS);
         write_set(name, w, n);
@@ -70,8 +66,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     drt_st_write_tensor extra[2] = {as_write(norm), {"extra.only", DRT_F32, 1, {3}, one}};
     write_set("extra.safetensors", extra, 2);
     write_set("empty.safetensors", NULL, 0);
-    fz_write_file(fz_join(p, sizeof p, g_dir, "garbage.safetensors"),
-                  "\x08\0\0\0\0\0\0\0{\"a\":1}x", 16);
+    fz_write_file(fz_join(p, sizeof p, g_dir, "garbage.safetensors"), "\x08\0\0\0\0\0\0\0{\"a\":1}x", 16);
     fz_write_file(fz_join(p, sizeof p, g_dir, "short.bin"), "abc", 3);
     FZ_CHECK(mkdir(fz_join(p, sizeof p, g_dir, "dir.safetensors"), 0755) == 0, "mkdir %s", p);
     FZ_CHECK(mkdir(fz_join(p, sizeof p, g_dir, "sub"), 0755) == 0, "mkdir %s", p);
@@ -102,8 +97,8 @@ static void check_set(const drt_st_set *s, const uint8_t *data, size_t size) {
         for (int j = 0; j < f->n_tensors; j++) {
             const drt_st_tensor *t = &f->tensors[j];
             const char *p = t->data, *lo = f->map, *hi = lo + f->map_size;
-            FZ_CHECK(p >= lo && p <= hi && t->nbytes <= (size_t)(hi - p),
-                     "%s: \"%s\" outside its mapping", f->path, t->name);
+            FZ_CHECK(p >= lo && p <= hi && t->nbytes <= (size_t)(hi - p), "%s: \"%s\" outside its mapping", f->path,
+                     t->name);
             fz_touch(p, t->nbytes);
             FZ_CHECK(drt_st_set_find(s, t->name), "drt_st_set_find(\"%s\") fails", t->name);
         }
@@ -120,8 +115,8 @@ static void check_set(const drt_st_set *s, const uint8_t *data, size_t size) {
         FZ_CHECK(k >= 0, "\"%s\" found outside every file", e->string);
         char suffix[700];
         snprintf(suffix, sizeof suffix, "/%s", e->valuestring);
-        FZ_CHECK(ends_with(s->files[k].path, suffix), "\"%s\" maps to \"%s\" but is found in %s",
-                 e->string, e->valuestring, s->files[k].path);
+        FZ_CHECK(ends_with(s->files[k].path, suffix), "\"%s\" maps to \"%s\" but is found in %s", e->string,
+                 e->valuestring, s->files[k].path);
     }
     cJSON_Delete(root);
 }
@@ -141,8 +136,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     drt_model *m = NULL;
     drt_set_error(DRT_OK, "%s", "");
     st = drt_model_load(g_dir, &m);
-    FZ_CHECK(st == DRT_OK || (!m && drt_last_error()[0]), "load: status %d, model %p, no message",
-             (int)st, (void *)m);
+    FZ_CHECK(st == DRT_OK || (!m && drt_last_error()[0]), "load: status %d, model %p, no message", (int)st, (void *)m);
     drt_model_free(m);
     return 0;
 }

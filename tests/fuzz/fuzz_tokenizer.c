@@ -63,8 +63,7 @@ static int utf8_ok(const unsigned char *s, size_t n) {
 /* GPT-2's bytes_to_unicode: printable Latin-1 is itself, the rest U+0100.. */
 static int byte_char_utf8(int b, char out[4]) {
     int n = 0;
-    for (int x = 0; x < b; x++)
-        n += !((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF));
+    for (int x = 0; x < b; x++) n += !((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF));
     int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
     unsigned cp = printable ? (unsigned)b : 256u + (unsigned)n;
     if (cp < 0x80) return out[0] = (char)cp, 1;
@@ -78,8 +77,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     for (int k = 0; k < 4; k++) {
         char name[64], path[600];
         snprintf(name, sizeof name, "%s.json", bundled_names[k]);
-        FZ_CHECK(drt_tokenizer_load(fz_join(path, sizeof path, fz_tokenizer_dir(), name),
-                                    &bundled[k]) == DRT_OK,
+        FZ_CHECK(drt_tokenizer_load(fz_join(path, sizeof path, fz_tokenizer_dir(), name), &bundled[k]) == DRT_OK,
                  "%s (set DRT_TOKENIZER_DIR?)", drt_last_error());
         for (int b = 0; b < 256; b++) {
             char s[5] = {0};
@@ -107,8 +105,7 @@ static void check_decode(const drt_tokenizer *t, const int32_t *ids, int n, int 
         size_t before = blen;
         s = drt_tokenizer_stream_push(t, &st, ids[i], skip, &buf, &blen, &cap);
         FZ_CHECK(s == DRT_OK, "stream_push failed: %s", drt_last_error());
-        FZ_CHECK(buf && buf[blen] == 0 && blen < cap && blen >= before,
-                 "stream buffer not NUL-terminated");
+        FZ_CHECK(buf && buf[blen] == 0 && blen < cap && blen >= before, "stream buffer not NUL-terminated");
         /* what this push appended is whole characters */
         FZ_CHECK(utf8_ok((const unsigned char *)buf + before, blen - before),
                  "stream emitted an incomplete character after id %d (#%d)", ids[i], i);
@@ -128,8 +125,8 @@ static void check_decode(const drt_tokenizer *t, const int32_t *ids, int n, int 
 }
 
 /* encode, the ids' range, decode of the result, round trip where it holds */
-static void check_encode(const drt_tokenizer *t, const char *text, size_t n, int add_special,
-                         int skip, int bundled_tok, int round_trip) {
+static void check_encode(const drt_tokenizer *t, const char *text, size_t n, int add_special, int skip, int bundled_tok,
+                         int round_trip) {
     int32_t *ids = NULL;
     int n_ids = -1;
     drt_set_error(DRT_OK, "%s", "");
@@ -138,8 +135,7 @@ static void check_encode(const drt_tokenizer *t, const char *text, size_t n, int
     if (s != DRT_OK) {
         FZ_CHECK(!ids && n_ids == 0, "failed encode left ids");
         FZ_CHECK(drt_last_error()[0], "encode: status %d without a message", (int)s);
-        FZ_CHECK(!valid || !bundled_tok, "encode of %zu bytes of valid UTF-8 failed: %s", n,
-                 drt_last_error());
+        FZ_CHECK(!valid || !bundled_tok, "encode of %zu bytes of valid UTF-8 failed: %s", n, drt_last_error());
         return;
     }
     FZ_CHECK(valid, "encode accepted invalid UTF-8");
@@ -148,17 +144,16 @@ static void check_encode(const drt_tokenizer *t, const char *text, size_t n, int
     for (int i = 0; i < n_ids; i++) {
         FZ_CHECK(ids[i] >= 0 && ids[i] < (1 << 24), "encode gave id %d", ids[i]);
         if (bundled_tok)
-            FZ_CHECK(ids[i] < vocab && drt_tokenizer_id_to_token(t, ids[i]),
-                     "encode gave id %d, which names no token", ids[i]);
+            FZ_CHECK(ids[i] < vocab && drt_tokenizer_id_to_token(t, ids[i]), "encode gave id %d, which names no token",
+                     ids[i]);
     }
     check_decode(t, ids, n_ids, skip);
     if (round_trip && !add_special) {
         char *back = NULL;
         size_t bn = 0;
-        FZ_CHECK(drt_tokenizer_decode(t, ids, n_ids, 0, &back, &bn) == DRT_OK, "%s",
-                 drt_last_error());
-        FZ_CHECK(bn == n && memcmp(back, text, n) == 0,
-                 "round trip: %zu bytes of text decode to %zu different bytes", n, bn);
+        FZ_CHECK(drt_tokenizer_decode(t, ids, n_ids, 0, &back, &bn) == DRT_OK, "%s", drt_last_error());
+        FZ_CHECK(bn == n && memcmp(back, text, n) == 0, "round trip: %zu bytes of text decode to %zu different bytes",
+                 n, bn);
         free(back);
     }
     free(ids);
@@ -186,8 +181,7 @@ static void fuzz_json(const uint8_t *data, size_t size, int add_special, int ski
     /* every id up to 512 and a few outside, one at a time and together */
     int32_t ids[520];
     int n = 0;
-    for (int32_t id = -2; id < 512 && n < 520; id++)
-        ids[n++] = id;
+    for (int32_t id = -2; id < 512 && n < 520; id++) ids[n++] = id;
     ids[n++] = vocab;
     ids[n++] = vocab > 0 ? vocab - 1 : 0;
     check_decode(t, ids, n, skip);

@@ -45,8 +45,7 @@ const char *fz_tmpdir(void) {
     if (g_tmp[0]) return g_tmp;
     const char *base = getenv("DRT_FUZZ_TMPDIR");
     struct stat sb;
-    if (!base || !*base)
-        base = stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode) ? "/dev/shm" : NULL;
+    if (!base || !*base) base = stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode) ? "/dev/shm" : NULL;
     if (!base) base = getenv("TMPDIR");
     if (!base || !*base) base = "/tmp";
     int n = snprintf(g_tmp, sizeof g_tmp, "%s/diffrt-fuzz.XXXXXX", base);
@@ -130,7 +129,6 @@ static volatile unsigned char g_sink; /* keeps the reads in fz_touch */
 void fz_touch(const void *p, size_t n) {
     const unsigned char *b = p;
     unsigned char acc = 0;
-    for (size_t i = 0; i < n; i++)
-        acc ^= b[i];
+    for (size_t i = 0; i < n; i++) acc ^= b[i];
     g_sink = acc;
 }

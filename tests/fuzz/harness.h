@@ -43,9 +43,9 @@ void fz_fail(const char *fmt, ...)
     __attribute__((format(printf, 1, 2), noreturn))
 #endif
     ;
-#define FZ_CHECK(cond, ...)                                                                        \
-    do {                                                                                           \
-        if (!(cond)) fz_fail(__VA_ARGS__);                                                         \
+#define FZ_CHECK(cond, ...)                                                                                            \
+    do {                                                                                                               \
+        if (!(cond)) fz_fail(__VA_ARGS__);                                                                             \
     } while (0)
 
 #endif

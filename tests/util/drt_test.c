@@ -7,9 +7,13 @@
 int drt_test_failures = 0;
 int drt_test_checks = 0;
 
-void drt_rng_seed(drt_rng *r, uint64_t seed) { r->s = seed; }
+void drt_rng_seed(drt_rng *r, uint64_t seed) {
+    r->s = seed;
+}
 
-uint64_t drt_rng_next(drt_rng *r) { return drt_splitmix64(&r->s); }
+uint64_t drt_rng_next(drt_rng *r) {
+    return drt_splitmix64(&r->s);
+}
 
 float drt_rng_uniform(drt_rng *r, float lo, float hi) {
     double u = (double)(drt_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);

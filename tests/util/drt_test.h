@@ -29,15 +29,15 @@ int drt_all_finite(const float *x, int64_t n);
 extern int drt_test_failures;
 extern int drt_test_checks;
 
-#define DRT_CHECK(cond, ...)                                                                       \
-    do {                                                                                           \
-        drt_test_checks++;                                                                         \
-        if (!(cond)) {                                                                             \
-            drt_test_failures++;                                                                   \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-        }                                                                                          \
+#define DRT_CHECK(cond, ...)                                                                                           \
+    do {                                                                                                               \
+        drt_test_checks++;                                                                                             \
+        if (!(cond)) {                                                                                                 \
+            drt_test_failures++;                                                                                       \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                       \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fprintf(stderr, "\n");                                                                                     \
+        }                                                                                                              \
     } while (0)
 
 /* Prints "N passed, N failed" and returns the process exit code. */

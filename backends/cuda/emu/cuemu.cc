@@ -100,8 +100,12 @@ static const void *sched_bottom;
 static size_t sched_size;
 #endif
 
-const dim3 &thread_idx() { return cur->tid; }
-void *dyn_smem() { return smem.data(); }
+const dim3 &thread_idx() {
+    return cur->tid;
+}
+void *dyn_smem() {
+    return smem.data();
+}
 
 /* fiber -> scheduler */
 static void yield() {
@@ -154,7 +158,9 @@ static void wait(barrier &b) {
     cur->waiting = nullptr;
 }
 
-void syncthreads() { wait(block_bar); }
+void syncthreads() {
+    wait(block_bar);
+}
 
 float shfl_xor(float v, int lanemask) {
     warp_state &w = warps[cur->index / 32];
@@ -300,8 +306,8 @@ struct CUgraphExec_st {
 
 static cudaError_t g_last = cudaSuccess;
 static int g_capturing = 0;
-static std::map<const void *, int> g_smem_attr;     /* kernel -> max dynamic shared bytes */
-static std::map<uintptr_t, size_t> g_allocs;        /* device allocations */
+static std::map<const void *, int> g_smem_attr; /* kernel -> max dynamic shared bytes */
+static std::map<uintptr_t, size_t> g_allocs;    /* device allocations */
 static const int OPTIN_SMEM = 227 * 1024;
 
 static cudaError_t fail(cudaError_t e) {
@@ -474,9 +480,12 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
     bool ok = true;
-    if (kind == cudaMemcpyHostToDevice) ok = device_range(dst, n);
-    else if (kind == cudaMemcpyDeviceToHost) ok = device_range(src, n);
-    else if (kind == cudaMemcpyDeviceToDevice) ok = device_range(dst, n) && device_range(src, n);
+    if (kind == cudaMemcpyHostToDevice)
+        ok = device_range(dst, n);
+    else if (kind == cudaMemcpyDeviceToHost)
+        ok = device_range(src, n);
+    else if (kind == cudaMemcpyDeviceToDevice)
+        ok = device_range(dst, n) && device_range(src, n);
     if (!ok) return fail(cudaErrorInvalidValue);
     if (kind == cudaMemcpyHostToDevice && !(s && s->capturing)) {
         memcpy(dst, src, n); /* pageable source: staged at once */
@@ -590,7 +599,9 @@ static float load_elem(const void *p, cudaDataType t, long long i) {
     }
 }
 
-static bool known_type(cudaDataType t) { return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF; }
+static bool known_type(cudaDataType t) {
+    return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF;
+}
 
 /* C (m x n, ldc) = alpha op(A) op(B) + beta C, batch times with strides;
  * A is (m x k) after op, stored (lda x ...) column-major. */
@@ -609,8 +620,10 @@ static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                 for (int i = 0; i < m; i++) {
                     double acc = 0.0;
                     for (int l = 0; l < k; l++) {
-                        const long long ia = b * sA + (ta == CUBLAS_OP_N ? i + (long long)l * lda : l + (long long)i * lda);
-                        const long long ib = b * sB + (tb == CUBLAS_OP_N ? l + (long long)j * ldb : j + (long long)l * ldb);
+                        const long long ia = b * sA +
+                                             (ta == CUBLAS_OP_N ? i + (long long)l * lda : l + (long long)i * lda);
+                        const long long ib = b * sB +
+                                             (tb == CUBLAS_OP_N ? l + (long long)j * ldb : j + (long long)l * ldb);
                         float x = load_elem(A, at, ia), y = load_elem(B, bt, ib);
                         if (round_tf32) {
                             x = tf32(x);

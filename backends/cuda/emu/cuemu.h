@@ -64,8 +64,7 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
 void *dyn_smem();
 
 /* Runs (or, while st is being captured, records) body over grid x block. */
-void launch_body(std::function<void()> body, dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                 const void *kernel);
+void launch_body(std::function<void()> body, dim3 grid, dim3 block, size_t smem, cudaStream_t st, const void *kernel);
 
 template <typename... P> struct launcher {
     void (*k)(P...);
@@ -75,13 +74,11 @@ template <typename... P> struct launcher {
     template <typename... A> void operator()(A... a) const {
         std::tuple<P...> args(static_cast<P>(a)...); /* by value, as a launch copies them */
         void (*fn)(P...) = k;
-        launch_body([fn, args]() { std::apply(fn, args); }, grid, block, smem, st,
-                    reinterpret_cast<const void *>(fn));
+        launch_body([fn, args]() { std::apply(fn, args); }, grid, block, smem, st, reinterpret_cast<const void *>(fn));
     }
 };
 
-template <typename... P>
-launcher<P...> launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st) {
+template <typename... P> launcher<P...> launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st) {
     return launcher<P...>{k, grid, block, smem, st};
 }
 
@@ -92,15 +89,23 @@ launcher<P...> launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaS
 #define blockDim (cuemu::block_dim)
 #define gridDim (cuemu::grid_dim)
 
-inline void __syncthreads() { cuemu::syncthreads(); }
-inline float __shfl_xor_sync(unsigned, float v, int lanemask) { return cuemu::shfl_xor(v, lanemask); }
-template <typename T> inline T __ldg(const T *p) { return *p; }
+inline void __syncthreads() {
+    cuemu::syncthreads();
+}
+inline float __shfl_xor_sync(unsigned, float v, int lanemask) {
+    return cuemu::shfl_xor(v, lanemask);
+}
+template <typename T> inline T __ldg(const T *p) {
+    return *p;
+}
 inline int atomicExch(int *p, int v) { /* one OS thread runs every fiber */
     int o = *p;
     *p = v;
     return o;
 }
-inline void __trap() { abort(); }
+inline void __trap() {
+    abort();
+}
 inline float __int_as_float(unsigned int i) {
     float f;
     memcpy(&f, &i, 4);

@@ -47,29 +47,62 @@ int main(int argc, char **argv) {
     char *out = NULL;
     size_t len = 0, cap = 0;
     int n_ids = 0, rc = 1;
-    if (drt_tokenizer_load(path, &tok) != DRT_OK) { rc = fail("tokenizer"); goto done; }
-    if (drt_tokenizer_encode(tok, prompt, strlen(prompt), 1, &ids, &n_ids) != DRT_OK) { rc = fail("encode"); goto done; }
-    if (drt_model_load(dir, &m) != DRT_OK) { rc = fail("model"); goto done; }
+    if (drt_tokenizer_load(path, &tok) != DRT_OK) {
+        rc = fail("tokenizer");
+        goto done;
+    }
+    if (drt_tokenizer_encode(tok, prompt, strlen(prompt), 1, &ids, &n_ids) != DRT_OK) {
+        rc = fail("encode");
+        goto done;
+    }
+    if (drt_model_load(dir, &m) != DRT_OK) {
+        rc = fail("model");
+        goto done;
+    }
     drt_model_info info;
-    if (drt_model_get_info(m, &info) != DRT_OK) { rc = fail("model info"); goto done; }
+    if (drt_model_get_info(m, &info) != DRT_OK) {
+        rc = fail("model info");
+        goto done;
+    }
     drt_session_opts so = {.backend = backend};
-    if (drt_session_create(m, &so, &s) != DRT_OK) { rc = fail("session"); goto done; }
+    if (drt_session_create(m, &so, &s) != DRT_OK) {
+        rc = fail("session");
+        goto done;
+    }
     drt_sampler_opts sop = {.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
-    if (drt_sampler_create(&sop, info.vocab, &smp) != DRT_OK) { rc = fail("sampler"); goto done; }
+    if (drt_sampler_create(&sop, info.vocab, &smp) != DRT_OK) {
+        rc = fail("sampler");
+        goto done;
+    }
     logits = malloc(sizeof(float) * (size_t)info.vocab);
     if (!logits) goto done;
     int32_t eos = info.eos_id >= 0 ? info.eos_id : drt_tokenizer_eos_id(tok);
-    if (drt_session_forward(s, ids, n_ids, logits, 0) != DRT_OK) { rc = fail("prefill"); goto done; }
+    if (drt_session_forward(s, ids, n_ids, logits, 0) != DRT_OK) {
+        rc = fail("prefill");
+        goto done;
+    }
     drt_tokenizer_stream st;
     drt_tokenizer_stream_init(&st);
     for (int i = 0; i < n; i++) {
         int32_t t = drt_sampler_sample(smp, logits);
-        if (t < 0) { rc = fail("sample"); goto done; }
+        if (t < 0) {
+            rc = fail("sample");
+            goto done;
+        }
         if (t == eos) break;
-        if (drt_tokenizer_stream_push(tok, &st, t, 1, &out, &len, &cap) != DRT_OK) { rc = fail("decode"); goto done; }
-        if (i + 1 < n && drt_session_forward(s, &t, 1, logits, 0) != DRT_OK) { rc = fail("decode step"); goto done; }
+        if (drt_tokenizer_stream_push(tok, &st, t, 1, &out, &len, &cap) != DRT_OK) {
+            rc = fail("decode");
+            goto done;
+        }
+        if (i + 1 < n && drt_session_forward(s, &t, 1, logits, 0) != DRT_OK) {
+            rc = fail("decode step");
+            goto done;
+        }
     }
-    if (drt_tokenizer_stream_flush(tok, &st, &out, &len, &cap) != DRT_OK) { rc = fail("flush"); goto done; }
+    if (drt_tokenizer_stream_flush(tok, &st, &out, &len, &cap) != DRT_OK) {
+        rc = fail("flush");
+        goto done;
+    }
     printf("%s%s", out ? out : "", len && out[len - 1] == '\n' ? "" : "\n");
     rc = 0;
 done:
