@@ -819,8 +819,9 @@ class TestSettings(unittest.TestCase):
         self.assertEqual([r.name for r in rows], info_names)
         by = {r.name: r for r in rows}
         self.assertEqual(by["cpu.precision"], diffrt.SettingInfo(
-            "cpu.precision", "DIFFRT_CPU_PRECISION", None, "f32, bf16", "f32",
-            "bf16: prefill GEMMs on AVX512-BF16, declared bound 5e-4", "user", False))
+            "cpu.precision", "DIFFRT_CPU_PRECISION", None, "f32, bf16, int8", "f32",
+            "bf16: prefill GEMMs on AVX512-BF16; int8: x in one int8 level in the q8_0/q4_0 GEMVs (as llama.cpp); "
+            "declared bound 5e-4", "user", False))
         self.assertEqual((by["vulkan.fp16"].old_env, by["vulkan.fp16"].kind), ("DIFFRT_VK_FP16", "debug"))
         self.assertTrue(by["no_mmap"].env_only)
         self.assertEqual(by["cpu.threads"].default, "")  # automatic
