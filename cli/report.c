@@ -537,10 +537,12 @@ static int read_row(report *R, const cJSON *b, const char *w, const char *path, 
     read_parallel(R, b, r, w, e);
     if (e->msg[0]) return 0;
     if (R->keys.slot[ki]) {
+        /* names from the files, shown escaped (a raw ESC never reaches the terminal) */
+        char hb[80], db[100], bb[40];
         snprintf(e->msg, sizeof e->msg,
-                 "host %.60s, device %.80s, backend %.16s is also in %.200s (same model and "
-                 "settings): give each run once",
-                 r->host, r->device, r->backend, R->rows[R->keys.slot[ki] - 1].file);
+                 "host %s, device %s, backend %s is also in %.200s (same model and settings): give each run once",
+                 drt_printable(r->host, hb, sizeof hb), drt_printable(r->device, db, sizeof db),
+                 drt_printable(r->backend, bb, sizeof bb), R->rows[R->keys.slot[ki] - 1].file);
         return 0;
     }
     R->keys.slot[ki] = self;

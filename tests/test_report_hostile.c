@@ -286,6 +286,12 @@ static void many_rows(void) {
                   "diffrt %s: exit %d (want 2), one line naming %s and \"%s\":\n%s", args, rc, first, dups[i].names,
                   g_out);
     }
+    /* the names in that message come from the files: shown escaped, never a raw ESC */
+    write_bench(Fd, "h\\u001b[31mx", 16, 0, 1, 0, "dev 0", NULL, NULL);
+    snprintf(args, sizeof args, "report '%s' --out '%s'", Fd, dir);
+    rc = run(args);
+    DRT_CHECK(rc == 2 && !strchr(g_out, 0x1b) && strstr(g_out, "[31mx, device dev 0, backend cpu is also in"),
+              "diffrt %s: exit %d (want 2), the host escaped:\n%s", args, rc, g_out);
 }
 
 /* ---- hostile numbers ------------------------------------------------------------------ */
