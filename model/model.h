@@ -51,6 +51,11 @@ struct drt_model {
      * once the caller freed it; 0 (as calloc leaves it) is the caller's alone */
     atomic_int extra_refs;
     atomic_int released; /* drt_model_free was called */
+    /* the weights on backends whose memory the host cannot address, one
+     * copy per device and settings, shared by the sessions asking for the
+     * same (session.h, device_weights.c), under dev_lock */
+    atomic_flag dev_lock;
+    struct drt_device_weights *devs;
 };
 
 /* model_ref.c: a session takes a reference to its model and drops it when

@@ -49,8 +49,9 @@ static int probe_seen(void *ctx, const drt_node_seen *ev, const drt_exec *ex);
 struct drt_batch_session {
     drt_model *m; /* a reference (model_ref.c) */
     drt_backend *be;
-    drt_graph *store; /* owns the weight and cache tensors */
-    drt_model_tensors mt;
+    drt_device_weights *dw;            /* the backend instance and the weights on it, maybe shared */
+    drt_graph *store;                  /* owns the cache tensors */
+    drt_model_tensors mt;              /* the weights (dw's) and the caches */
     int max_seqs, ctx, max_rows;       /* slots, positions per slot, rows per forward */
     int *len;                          /* per slot: positions held */
     int check_finite;                  /* drt_session_opts.check_finite or DIFFRT_CHECK_FINITE */
@@ -76,10 +77,13 @@ struct drt_session {
     drt_batch_session b;
 };
 
-/* Takes the session for this call, or DRT_ERR_BUSY naming `what`. */
+/* Takes the session for this call, or DRT_ERR_BUSY naming `what`; then its
+ * backend instance, which sessions of one model may share (waits for the
+ * other session's call). */
 static drt_status enter(drt_batch_session *s, const char *what) {
     if (pthread_mutex_trylock(&s->mu) != 0)
         return drt_set_error(DRT_ERR_BUSY, "%s: the session is in use by another thread", what);
+    drt_device_weights_lock(s->dw);
     return DRT_OK;
 }
 
@@ -93,31 +97,10 @@ static void leave(const drt_batch_session *s) {
     pthread_mutex_unlock((pthread_mutex_t *)&s->mu);
 }
 
-static drt_tensor *upload(drt_batch_session *s, const drt_host_weight *w, drt_status *st) {
-    if (*st != DRT_OK || !w->data) return NULL;
-    drt_tensor *t = drt_new_tensor(s->store, w->type, w->nd, w->ne, w->name);
-    if (!t) {
-        *st = s->store->err;
-        return NULL;
-    }
-    t->flags |= DRT_TF_WEIGHT;
-    if (s->be->ops->buf_wrap) {
-        /* a host backend reads the model's memory in place: no copy */
-        drt_buffer *b = calloc(1, sizeof *b);
-        *st = b ? s->be->ops->buf_wrap(s->be, (void *)w->data, drt_nbytes(t), b)
-                : drt_set_error(DRT_ERR_OOM, "out of memory");
-        if (*st != DRT_OK) {
-            free(b);
-            return NULL;
-        }
-        b->be = s->be;
-        t->buf = b;
-    } else {
-        *st = drt_alloc_tensors(s->be, &t, 1);
-        if (*st == DRT_OK) *st = drt_tensor_set(t, w->data, drt_nbytes(t));
-    }
-    if (*st == DRT_OK && s->be->ops->prepare_weight) *st = s->be->ops->prepare_weight(s->be, t);
-    return t;
+/* leaves a call entered with enter() */
+static void leave_call(drt_batch_session *s) {
+    drt_device_weights_unlock(s->dw);
+    leave(s);
 }
 
 static void forward_free(drt_forward_graph *f) {
@@ -135,6 +118,7 @@ void drt_batch_session_free(drt_batch_session *s) {
     wait_enter(s);
     leave(s);
     pthread_mutex_destroy(&s->mu);
+    drt_device_weights_lock(s->dw); /* the plans and caches go back to a maybe shared instance */
     for (int i = 0; i < N_GRAPHS; i++) forward_free(&s->graph[i]);
     for (int l = 0; l < s->probe.n_layers; l++) {
         if (s->probe.q) free(s->probe.q[l]);
@@ -148,7 +132,8 @@ void drt_batch_session_free(drt_batch_session *s) {
     free(s->sel);
     drt_graph_free(s->store);
     free(s->mt.layers);
-    drt_backend_close(s->be);
+    drt_device_weights_unlock(s->dw);
+    drt_device_weights_put(s->dw);
     drt_model *m = s->m;
     free(s);
     /* last: the buffers above may wrap the model's memory */
@@ -266,40 +251,28 @@ static drt_status create(drt_model *m, const drt_session_opts *opts, const drt_b
     s->rows = malloc(2 * sizeof(int32_t) * (size_t)s->max_rows);
     s->sel = malloc(sizeof(int32_t) * (size_t)s->max_rows);
     drt_status st = s->len && s->ids && s->rows && s->sel ? DRT_OK : drt_set_error(DRT_ERR_OOM, "out of memory");
-    if (st == DRT_OK) st = drt_backend_open_settings(o.backend, o.device, o.threads, o.settings, &s->be);
+    if (st == DRT_OK) st = drt_device_weights_get(m, o.backend, o.device, o.threads, o.settings, &s->dw);
     if (st == DRT_OK) {
+        s->be = s->dw->be;
+        drt_device_weights_lock(s->dw); /* held while the caches and the first plan are made */
         s->store = drt_graph_new();
+        s->mt = s->dw->w;
         s->mt.layers = calloc((size_t)I->n_layers, sizeof *s->mt.layers);
-        if (!s->store || !s->mt.layers) st = drt_set_error(DRT_ERR_OOM, "out of memory");
+        if (!s->store || !s->mt.layers)
+            st = drt_set_error(DRT_ERR_OOM, "out of memory");
+        else
+            memcpy(s->mt.layers, s->dw->w.layers, sizeof *s->mt.layers * (size_t)I->n_layers);
     }
     s->mt.n_layers = I->n_layers;
     s->probe.n_layers = I->n_layers;
     s->probe.q = calloc((size_t)I->n_layers, sizeof(float *));
     s->probe.lam = calloc((size_t)I->n_layers, sizeof(float *));
     if (st == DRT_OK && (!s->probe.q || !s->probe.lam)) st = drt_set_error(DRT_ERR_OOM, "out of memory");
-    s->mt.embed = upload(s, &m->embed, &st);
-    s->mt.final_norm = upload(s, &m->final_norm, &st);
-    s->mt.lm_head = I->tied_embeddings ? s->mt.embed : upload(s, &m->lm_head, &st);
-    drt_host_weight fw = {.name = "inv_freq", .type = DRT_F32, .nd = 1, .ne = {I->dk / 2}, .data = m->inv_freq};
-    s->mt.inv_freq = upload(s, &fw, &st);
     /* slot i's positions are cache rows i*ctx .., then one scratch row that
      * the padding rows write and read */
     const int64_t cache_rows = (int64_t)s->max_seqs * s->ctx + 1;
     for (int l = 0; st == DRT_OK && l < I->n_layers; l++) {
-        const drt_layer_weights *lw = &m->layers[l];
         drt_layer_tensors *L = &s->mt.layers[l];
-        L->attn_norm = upload(s, &lw->attn_norm, &st);
-        L->ffn_norm = upload(s, &lw->ffn_norm, &st);
-        L->wq = upload(s, &lw->wq, &st);
-        L->wk = upload(s, &lw->wk, &st);
-        L->wv = upload(s, &lw->wv, &st);
-        L->wo = upload(s, &lw->wo, &st);
-        L->w_lambda = upload(s, &lw->w_lambda, &st);
-        L->subln = upload(s, &lw->subln, &st);
-        L->wg = upload(s, &lw->wg, &st);
-        L->wu = upload(s, &lw->wu, &st);
-        L->wd = upload(s, &lw->wd, &st);
-        if (st != DRT_OK) break;
         char nm[32];
         snprintf(nm, sizeof nm, "k_cache.%d", l);
         if (I->arch == DRT_ARCH_TRANSFORMER)
@@ -319,6 +292,7 @@ static drt_status create(drt_model *m, const drt_session_opts *opts, const drt_b
     }
     drt_forward_graph *f;
     if (st == DRT_OK) st = graph_for(s, 1, 1, &f);
+    if (s->dw) drt_device_weights_unlock(s->dw);
     if (st != DRT_OK) {
         drt_batch_session_free(s);
         return st;
@@ -490,7 +464,7 @@ drt_status drt_session_set_observer(drt_session *ss, const drt_observer *obs) {
         s->obs = *obs;
     else
         memset(&s->obs, 0, sizeof s->obs);
-    leave(s);
+    leave_call(s);
     return DRT_OK;
 }
 
@@ -499,7 +473,7 @@ drt_status drt_session_keep_attention(drt_session *ss, int on) {
     drt_status st = enter(s, "drt_session_keep_attention");
     if (st != DRT_OK) return st;
     s->keep_probe = on != 0;
-    leave(s);
+    leave_call(s);
     return DRT_OK;
 }
 
@@ -512,7 +486,7 @@ drt_status drt_session_set_attn_bits(drt_session *ss, int bits) {
     if (st != DRT_OK) return st;
     s->attn_bits = bits;
     for (int i = 0; i < N_GRAPHS; i++) put_attn_bits(&s->graph[i], bits);
-    leave(s);
+    leave_call(s);
     return DRT_OK;
 }
 
@@ -673,7 +647,7 @@ drt_status drt_batch_forward(drt_batch_session *s, const drt_batch *b, float *lo
     rowset r = {.n = b->n, .token = b->token, .seq = b->seq, .pos = b->pos, .flags = b->logits};
     if (!b->seq) st = drt_set_error(DRT_ERR_INVALID_ARG, "drt_batch_forward: seq is NULL");
     if (st == DRT_OK) st = forward_rows(s, &r, logits, NULL, "drt_batch_forward");
-    leave(s);
+    leave_call(s);
     return st;
 }
 
@@ -691,7 +665,7 @@ drt_status drt_seq_truncate(drt_batch_session *s, int seq, int new_len) {
     else
         s->len[seq] = new_len;
     if (st == DRT_OK) s->last = NULL; /* the probe's positions are gone */
-    leave(s);
+    leave_call(s);
     return st;
 }
 
@@ -732,7 +706,7 @@ static drt_status forward(drt_session *ss, const int32_t *ids, int T, float *log
                                ids[i], i, V);
     rowset r = {.n = T, .token = ids, .all = all_logits != 0};
     if (st == DRT_OK) st = forward_rows(s, &r, logits, prof, "drt_session_forward");
-    leave(s);
+    leave_call(s);
     return st;
 }
 
@@ -865,7 +839,7 @@ drt_status drt_session_last_attention(drt_session *ss, float *weights) {
     drt_status st = enter(s, "drt_session_last_attention");
     if (st != DRT_OK) return st;
     st = last_attention_entered(s, weights);
-    leave(s);
+    leave_call(s);
     return st;
 }
 

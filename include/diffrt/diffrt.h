@@ -230,10 +230,13 @@ typedef struct {
                                      win over its cpu.threads and check_finite when non-zero */
 } drt_session_opts;
 
-/* The session holds a reference to the model (see drt_model_free) and reads
- * its weights in place on host backends (cpu, ref); except that cpu, on a
- * CPU with AVX512-VNNI, keeps a repacked copy of q8_0 / q4_0 weights for
- * decode, one per model, shared by its sessions (DIFFRT_CPU_REPACK=0: none).
+/* The session holds a reference to the model (see drt_model_free). cpu reads
+ * the weights in place; except that, on a CPU with AVX512-VNNI, it keeps a
+ * repacked copy of q8_0 / q4_0 weights for decode, one per model, shared by
+ * its sessions (DIFFRT_CPU_REPACK=0: none). The other backends (ref, opencl,
+ * vulkan, cuda) copy the weights once per model, device, threads and
+ * settings: sessions (batch sessions too) asking for the same share one
+ * backend instance and one copy, and take turns on it, a call at a time.
  * opts NULL: all defaults. */
 drt_status drt_session_create(drt_model *m, const drt_session_opts *opts, drt_session **out);
 /* NULL: nothing. A call in flight on another thread is waited for (and must
