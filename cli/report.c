@@ -387,6 +387,18 @@ static void read_roof(const cJSON *r, const char *key, const char *peak_key, dou
     if (*state == 1 && *frac > 1.0) *flag = 1;
 }
 
+/* an array of *cap elements of size es, n in use: room for one more (it
+ * doubles, from `first`); 0 when out of memory */
+static int room(void **a, size_t *cap, size_t n, size_t es, size_t first) {
+    if (n < *cap) return 1;
+    size_t nc = *cap ? 2 * *cap : first;
+    void *p = realloc(*a, nc * es);
+    if (!p) return 0;
+    *a = p;
+    *cap = nc;
+    return 1;
+}
+
 static void read_ops(report *R, const cJSON *ops, const char *key, row *r, int k, const char *where, rerr *e) {
     r->ops_at[k] = (uint32_t)R->nops;
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(ops, key);
@@ -397,15 +409,9 @@ static void read_ops(report *R, const cJSON *ops, const char *key, row *r, int k
     const cJSON *a = need(x, "ops", cJSON_Array, w, e), *it;
     cJSON_ArrayForEach(it, a) {
         if (r->n_ops[k] == MAX_OPS || e->msg[0]) break;
-        if (R->nops == R->cap_ops) {
-            size_t nc = R->cap_ops ? 2 * R->cap_ops : 1024;
-            op_share *no = realloc(R->ops, nc * sizeof *no);
-            if (!no) {
-                oom(e);
-                return;
-            }
-            R->ops = no;
-            R->cap_ops = nc;
+        if (!room((void **)&R->ops, &R->cap_ops, R->nops, sizeof *R->ops, 1024)) {
+            oom(e);
+            return;
         }
         op_share *s = &R->ops[R->nops++];
         r->n_ops[k]++;
@@ -428,15 +434,9 @@ static void read_parallel(report *R, const cJSON *b, row *r, const char *where, 
     }
     cJSON_ArrayForEach(it, a) {
         if (r->n_par == MAX_PAR || e->msg[0]) break;
-        if (R->npar == R->cap_par) {
-            size_t nc = R->cap_par ? 2 * R->cap_par : 256;
-            par_entry *np = realloc(R->par, nc * sizeof *np);
-            if (!np) {
-                oom(e);
-                return;
-            }
-            R->par = np;
-            R->cap_par = nc;
+        if (!room((void **)&R->par, &R->cap_par, R->npar, sizeof *R->par, 256)) {
+            oom(e);
+            return;
         }
         par_entry *pe = &R->par[R->npar];
         pe->n_seq = (int)shape(it, "n_seq", 1, 4096, 1, w, e);

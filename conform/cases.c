@@ -98,9 +98,11 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_MATMUL, .B = 2, .T = 1, .K = 544, .N = 7, .wt = Q8, .scale = 0.5f},
     {.op = DRT_OP_MATMUL, .B = 2, .T = 9, .K = 300, .N = 130, .trans_w = 1, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 8, .K = 1000, .N = 77, .scale = 1},
-    /* the decode step of a batch (issue 27): 2..32 rows, each weight read
-     * once for all rows; K past whole 64-wide tiles and several K splits
-     * (q: K a multiple of 32), N past whole 64-column tiles */
+    /* the decode step of a batch (issue 27): 2..37 rows against one weight,
+     * which every backend's multi-row kernels read once for all of them.
+     * First the CUDA rows kernel's edges: K past whole 64-wide tiles and
+     * several K splits (q: K a multiple of 32), N past whole 64-column
+     * tiles */
     {.op = DRT_OP_MATMUL, .T = 2, .K = 200, .N = 70, .wt = F16, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 5, .K = 136, .N = 67, .wt = BF16, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 8, .K = 256, .N = 65, .wt = F16, .scale = 0.5f},
@@ -117,11 +119,10 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_MATMUL, .T = 32, .K = 1056, .N = 129, .wt = Q8, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 16, .K = 200, .N = 67, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 32, .K = 136, .N = 70, .scale = 1},
-    /* batched decode (issue 27): T = 2..32 rows reading each weight once
-     * (the OpenCL rows kernels: 4 weight rows x all T, in tiles of 4, then
-     * 2 and 1 rows): T of 2, 3 (2+1), 5 (4+1), 8, 16, 31 (4*7+2+1), 32; N
-     * past whole groups of 4, K with a tail past whole vectors, batches
-     * with shared and own w */
+    /* the OpenCL rows kernels' (4 weight rows x all T, in tiles of 4, then 2
+     * and 1 rows): T of 2, 3 (2+1), 5 (4+1), 8, 16, 31 (4*7+2+1), 32; N past
+     * whole groups of 4, K with a tail past whole vectors, batches with
+     * shared and own w */
     {.op = DRT_OP_MATMUL, .T = 2, .K = 200, .N = 37, .wt = F16, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 3, .K = 136, .N = 38, .wt = F16, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 5, .K = 200, .N = 37, .wt = F16, .scale = 1},
@@ -141,10 +142,9 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_MATMUL, .T = 31, .K = 64, .N = 13, .wt = Q4, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 32, .K = 256, .N = 70, .wt = Q4, .scale = 1},
     {.op = DRT_OP_MATMUL, .B = 3, .Bw = 3, .T = 7, .K = 64, .N = 9, .wt = Q4, .scale = 1},
-    /* decode rows of several sequences (issue 27): 2..32 rows against one
-     * weight, which the GEMVs stream once for all of them; K % 128 == 0
-     * (the Vulkan rows kernel for CPU devices) and not, rows past a
-     * multiple of a kernel's rows */
+    /* the Vulkan kernels': K % 128 == 0 (its rows kernel for CPU devices)
+     * and not, rows past a multiple of a kernel's rows, and 37 rows (the
+     * GEMM past the rows kernels' 32) */
     {.op = DRT_OP_MATMUL, .T = 2, .K = 256, .N = 70, .wt = F16, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 16, .K = 136, .N = 33, .wt = F16, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 32, .K = 260, .N = 67, .wt = F16, .scale = 0.5f},
