@@ -728,8 +728,8 @@ static int cmp_added_rev(const void *pa, const void *pb) {
     const unsigned char *ea = (const unsigned char *)sort_ctx.arena + a->off + a->len;
     const unsigned char *eb = (const unsigned char *)sort_ctx.arena + b->off + b->len;
     size_t n = a->len < b->len ? a->len : b->len;
-    for (size_t i = 1; i <= n; i++)
-        if (ea[-i] != eb[-i]) return ea[-i] < eb[-i] ? -1 : 1;
+    for (size_t i = 1; i <= n; i++) /* ea - i: ea[-i] would add a wrapped unsigned offset */
+        if (*(ea - i) != *(eb - i)) return *(ea - i) < *(eb - i) ? -1 : 1;
     return a->len != b->len ? (a->len < b->len ? -1 : 1) : 0;
 }
 
