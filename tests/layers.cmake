@@ -6,10 +6,12 @@
 #   model/       + runtime/
 #   conform/     + model/, backends/ref/
 #   eval/        + model/: NIAH prompts and scoring, analysis
+#   serve/       the public include/diffrt/ only, and its own folder
 #   cli/         anything
-set(DRT_LAYERS runtime backends model conform eval)
+set(DRT_LAYERS runtime backends model conform eval serve)
 set(allowed_runtime runtime include/diffrt)
 set(allowed_backends runtime include/diffrt backends/ref)
 set(allowed_model runtime include/diffrt model)
 set(allowed_conform runtime include/diffrt model backends/ref conform)
 set(allowed_eval runtime include/diffrt model eval)
+set(allowed_serve include/diffrt serve)

@@ -1,0 +1,51 @@
+/* Chat templates (serve/chat.c): a conversation rendered into the prompt
+ * text a model was trained on.
+ *
+ * There is no Jinja engine here. The template is detected by its markers in
+ * DIR/tokenizer_config.json's "chat_template" (a string, or a list of
+ * {"name","template"} of which "default" is used): "<|start_header_id|>" and
+ * "<|end_header_id|>" are llama3 (the 3.1 form, which puts "Cutting
+ * Knowledge Date: ... Today Date: ..." in a system header, is llama3.1),
+ * "<|im_start|>" is chatml. Each is rendered by hand-written C, byte for
+ * byte as the template renders under Jinja (tests/test_serve_chat.c checks
+ * that against python3-jinja2's output of the real template strings).
+ * "plain" is diffrt's own opt-in format for base models:
+ * "System: ...\nUser: ...\nAssistant:", stopped at "\nUser:". */
+#ifndef DRT_SRV_CHAT_H
+#define DRT_SRV_CHAT_H
+
+#include "diffrt/diffrt.h"
+#include "srv_types.h"
+
+typedef enum { SRV_CHAT_NONE = 0, SRV_CHAT_LLAMA3, SRV_CHAT_LLAMA31, SRV_CHAT_CHATML, SRV_CHAT_PLAIN } srv_chat_kind;
+
+typedef struct {
+    srv_chat_kind kind;
+    const char *name;        /* "llama3", "llama3.1", "chatml", "plain", "none" */
+    int add_bos;             /* 1: encode the rendered text with the tokenizer's special tokens (BOS) added;
+                                0: the text already starts with the BOS text the template writes */
+    const char *end_of_turn; /* the token text that ends the assistant's turn ("<|eot_id|>",
+                                "<|im_end|>"): its id stops generation; NULL for none */
+    const char *stop;        /* a stop string the format implies ("\nUser:" for plain), or NULL */
+} srv_chat_template;
+
+/* Detects the template of model dir `dir` from tokenizer_config.json. No
+ * file, no "chat_template" key, or a template of no known form: DRT_OK with
+ * kind SRV_CHAT_NONE (*why says which, for the server's startup line). A
+ * file that cannot be read or parsed: an error naming the file
+ * (drt_last_error is not set: the message goes to why). The file is
+ * untrusted: read with a size limit (16 MiB). */
+drt_status srv_chat_detect(const char *dir, srv_chat_template *out, char *why, size_t why_n);
+
+/* The template called `name` ("llama3", "llama3.1", "chatml", "plain");
+ * -1 for an unknown name. */
+int srv_chat_by_name(const char *name, srv_chat_template *out);
+
+/* Renders msgs[0..n) followed by the assistant turn's opening, so the model
+ * writes the assistant's reply next. *text is malloc'd, NUL-terminated,
+ * *len bytes. Returns 0, or -1 with *err set (400: e.g. a conversation the
+ * format cannot hold; 500 out of memory). */
+int srv_chat_render(const srv_chat_template *t, const srv_message *msgs, int n, char **text, size_t *len,
+                    srv_error *err);
+
+#endif
