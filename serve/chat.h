@@ -9,8 +9,30 @@
  * "<|im_start|>" is chatml. Each is rendered by hand-written C, byte for
  * byte as the template renders under Jinja (tests/test_serve_chat.c checks
  * that against python3-jinja2's output of the real template strings).
- * "plain" is diffrt's own opt-in format for base models:
- * "System: ...\nUser: ...\nAssistant:", stopped at "\nUser:". */
+ * "plain" is diffrt's own opt-in format for base models: for each message
+ * in order "System: ", "User: " or "Assistant: " by its role, then its
+ * content trimmed (as llama3's | trim: the whitespace of Python's
+ * str.strip() at both ends), then "\n"; after the last one "Assistant:",
+ * with no space or newline after the colon. Encoded with the tokenizer's
+ * BOS (add_bos 1), stopped at "\nUser:". System "Be brief." and user "Hi"
+ * give "System: Be brief.\nUser: Hi\nAssistant:".
+ *
+ * What the others render (add_generation_prompt=true, no tools):
+ *   llama3    [BOS], per message "<|start_header_id|>ROLE<|end_header_id|>\n\n"
+ *             + trim(CONTENT) + "<|eot_id|>", then
+ *             "<|start_header_id|>assistant<|end_header_id|>\n\n";
+ *   llama3.1  [BOS] "<|start_header_id|>system<|end_header_id|>\n\n"
+ *             "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+ *             + trim(the first message's content if it is a system message,
+ *             else "") + "<|eot_id|>", then the other messages as llama3 (a
+ *             later system message gets a header of its own). The date is
+ *             the template's default date_string; Llama 3.2/3.3 templates,
+ *             which take today's date from strftime_now under Hugging Face,
+ *             are rendered with it too;
+ *   chatml    per message "<|im_start|>ROLE\n" + CONTENT (untrimmed) +
+ *             "<|im_end|>\n", then "<|im_start|>assistant\n".
+ * [BOS] is "<|begin_of_text|>", written when add_bos is 0. ROLE is
+ * "system", "user" or "assistant". */
 #ifndef DRT_SRV_CHAT_H
 #define DRT_SRV_CHAT_H
 
@@ -23,7 +45,11 @@ typedef struct {
     srv_chat_kind kind;
     const char *name;        /* "llama3", "llama3.1", "chatml", "plain", "none" */
     int add_bos;             /* 1: encode the rendered text with the tokenizer's special tokens (BOS) added;
-                                0: the text already starts with the BOS text the template writes */
+                                0: the text already starts with the BOS text the template writes (the
+                                llama3 family when the template uses bos_token inside a {{ }} or {% %}
+                                tag, as Meta's do; by name llama3 and llama3.1 are 0). chatml is always
+                                1: its renderer writes no BOS text, and where a chatml template writes
+                                bos_token, the tokenizer's post-processor adds that same BOS */
     const char *end_of_turn; /* the token text that ends the assistant's turn ("<|eot_id|>",
                                 "<|im_end|>"): its id stops generation; NULL for none */
     const char *stop;        /* a stop string the format implies ("\nUser:" for plain), or NULL */
