@@ -8,12 +8,14 @@
  * anything sized from the config is allocated, so the work done before an
  * error is proportional to the checkpoint, not to a number in a file. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "drt_checked.h"
 #include "drt_error.h"
@@ -188,6 +190,90 @@ static drt_status cfg_token(cfg_t *c, const char *key, int *out) {
     }
     *out = (int)id;
     return DRT_OK;
+}
+
+/* ---- eos ids: config.json, then generation_config.json ------------------ */
+
+#define EOS_LIST_MAX 1024 /* entries of one eos_token_id list (Llama 3 has 3) */
+
+/* Appends to m->eos_ids the ids of root's "eos_token_id" (an integer, a list
+ * of integers, null or absent) that it lacks, in file order. Each is an
+ * integer in CFG_INT_RANGES and below vocab_size (parse_config has set it). */
+static drt_status add_eos_ids(const char *path, const cJSON *root, drt_model *m) {
+    const cfg_int_range *r = int_range("eos_token_id");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+    if (!v || cJSON_IsNull(v)) return DRT_OK;
+    int list = cJSON_IsArray(v), n = list ? cJSON_GetArraySize(v) : 1;
+    if (n > EOS_LIST_MAX)
+        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"eos_token_id\" lists %d ids, at most %d", path, n,
+                             EOS_LIST_MAX);
+    if (n == 0) return DRT_OK;
+    int32_t *ids = realloc(m->eos_ids, sizeof *ids * (size_t)(m->n_eos + n)); /* <= 2 * EOS_LIST_MAX */
+    if (!ids) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    m->eos_ids = ids;
+    const cJSON *e = list ? v->child : v;
+    for (int i = 0; i < n && e; i++, e = e->next) {
+        char name[64];
+        int64_t x;
+        if (list)
+            snprintf(name, sizeof name, "eos_token_id[%d]", i);
+        else
+            snprintf(name, sizeof name, "eos_token_id");
+        drt_status s = int_value(path, name, e, r, &x);
+        if (s != DRT_OK) return s;
+        if (x >= m->info.vocab)
+            return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" is %lld, not below vocab_size %d", path, name,
+                                 (long long)x, m->info.vocab);
+        int k = 0;
+        while (k < m->n_eos && ids[k] != (int32_t)x) k++;
+        if (k == m->n_eos) ids[m->n_eos++] = (int32_t)x;
+    }
+    return DRT_OK;
+}
+
+/* DIR/generation_config.json, optional, read under config.json's rules (a
+ * regular file, symbolic links followed, the text-file size limit, strict
+ * JSON, no duplicate keys, an object): its eos ids join m's. Absent (no
+ * directory entry): nothing. */
+static drt_status read_generation_config(const char *dir, drt_model *m) {
+    size_t dl = strlen(dir);
+    char *path = malloc(dl + sizeof "/generation_config.json");
+    if (!path) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    memcpy(path, dir, dl);
+    memcpy(path + dl, "/generation_config.json", sizeof "/generation_config.json");
+    struct stat sb;
+    if (lstat(path, &sb) != 0 && errno == ENOENT) {
+        free(path);
+        return DRT_OK;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    cJSON *root = NULL;
+    drt_status s = drt_read_text_file(path, &text, &len);
+    if (s == DRT_OK) s = drt_json_parse(text, len, path, NULL, &root);
+    if (s == DRT_OK && !cJSON_IsObject(root))
+        s = drt_set_error(DRT_ERR_FORMAT, "%s: expected a JSON object, got %s", path,
+                          cJSON_IsArray(root)    ? "an array"
+                          : cJSON_IsNumber(root) ? "a number"
+                                                 : json_kind(root));
+    if (s == DRT_OK) s = drt_json_check(root, text, len, path);
+    if (s == DRT_OK) s = add_eos_ids(path, root, m);
+    cJSON_Delete(root);
+    free(text);
+    free(path);
+    return s;
+}
+
+int drt_model_eos_ids(const drt_model *m, int32_t *ids, int cap) {
+    if (!m || cap < 0 || (!ids && cap > 0)) {
+        drt_set_error(DRT_ERR_INVALID_ARG, "drt_model_eos_ids: %s",
+                      !m        ? "m is NULL"
+                      : cap < 0 ? "cap < 0"
+                                : "ids is NULL");
+        return -1;
+    }
+    for (int i = 0; i < m->n_eos && i < cap; i++) ids[i] = m->eos_ids[i];
+    return m->n_eos;
 }
 
 /* ---- RoPE ------------------------------------------------------------ */
@@ -428,6 +514,7 @@ void drt_model_destroy(drt_model *m) {
     free(m->inv_freq);
     free(m->lambda_v);
     free(m->lambda_init_v);
+    free(m->eos_ids);
     drt_st_set_close(&m->st);
     free(m);
 }
@@ -756,9 +843,11 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
     }
     int nq = 0, nkv = 0;
     if (s == DRT_OK) s = parse_config(&c, m, &nq, &nkv);
+    if (s == DRT_OK) s = add_eos_ids(cpath, c.root, m);
     cJSON_Delete(c.root);
     free(text);
     free(cpath);
+    if (s == DRT_OK) s = read_generation_config(dir, m);
     if (s == DRT_OK) s = drt_st_set_open_dir(dir, &m->st);
     if (s != DRT_OK) {
         free(st_name);

@@ -46,6 +46,8 @@ struct drt_model {
     drt_host_weight embed, final_norm, lm_head, inv_freq_w;
     drt_layer_weights *layers;
     float *lambda_v, *lambda_init_v; /* (n_layers) for info */
+    int32_t *eos_ids;                /* (n_eos) config.json's, then generation_config.json's eos ids */
+    int n_eos;
     drt_st_set st;
     /* references beyond the caller's (model_ref.c): +1 per live session, -1
      * once the caller freed it; 0 (as calloc leaves it) is the caller's alone */

@@ -493,8 +493,114 @@ out:
     drt_model_free(m);
 }
 
+/* drt_model_eos_ids: config.json's eos_token_id and generation_config.json's,
+ * distinct, in file order. Each case is the base model with config.json's
+ * eos_token_id replaced (NULL: removed) and a generation_config.json
+ * (NULL: none; "<dir>": a directory by that name). */
+static void eos_ids(void) {
+    static const struct {
+        const char *name;
+        const char *eos; /* config.json's eos_token_id, as JSON */
+        const char *gen; /* generation_config.json's text */
+        drt_status want;
+        int eos_id;       /* drt_model_info.eos_id */
+        const char *says; /* DRT_OK: drt_model_eos_ids' ids ("2,5"); else in the message */
+    } C[] = {
+        {"int_no_gen", "2", NULL, DRT_OK, 2, "2"},
+        {"none", NULL, NULL, DRT_OK, -1, ""},
+        {"list_no_gen", "[7, 3, 7, 9]", NULL, DRT_OK, 7, "7,3,9"},
+        {"list_and_gen", "[2, 5]", "{\"bos_token_id\": 1, \"eos_token_id\": [5, 7, 2, 9], \"do_sample\": true}", DRT_OK,
+         2, "2,5,7,9"},
+        {"gen_int", "2", "{\"eos_token_id\": 255}", DRT_OK, 2, "2,255"},
+        {"gen_only", NULL, "{\"eos_token_id\": [4, 4]}", DRT_OK, -1, "4"},
+        {"gen_null", "2", "{\"eos_token_id\": null}", DRT_OK, 2, "2"},
+        {"gen_empty_list", "2", "{\"eos_token_id\": []}", DRT_OK, 2, "2"},
+        {"gen_no_eos", "2", "{\"temperature\": 0.6}", DRT_OK, 2, "2"},
+        {"gen_past_vocab", "2", "{\"eos_token_id\": [3, 256]}", DRT_ERR_FORMAT, 0,
+         "generation_config.json: field \"eos_token_id[1]\" is 256, not below vocab_size 256"},
+        {"config_past_vocab", "[2, 300]", NULL, DRT_ERR_FORMAT, 0,
+         "/config.json: field \"eos_token_id[1]\" is 300, not below vocab_size 256"},
+        {"gen_negative", "2", "{\"eos_token_id\": -1}", DRT_ERR_FORMAT, 0,
+         "generation_config.json: field \"eos_token_id\" is -1, allowed 0..2147483647"},
+        {"gen_string", "2", "{\"eos_token_id\": [\"</s>\"]}", DRT_ERR_FORMAT, 0,
+         "generation_config.json: field \"eos_token_id[0]\" is a string"},
+        {"gen_bad_json", "2", "{\"eos_token_id\": [3,", DRT_ERR_FORMAT, 0, "generation_config.json: not valid JSON"},
+        {"gen_not_object", "2", "[3]", DRT_ERR_FORMAT, 0,
+         "generation_config.json: expected a JSON object, got an array"},
+        {"gen_duplicate_key", "2", "{\"eos_token_id\": 3, \"eos_token_id\": 4}", DRT_ERR_FORMAT, 0,
+         "generation_config.json: duplicate key \"eos_token_id\""},
+        {"gen_directory", "2", "<dir>", DRT_ERR_IO, 0, "generation_config.json: not a regular file"},
+    };
+    char dir[1024], p[1200];
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "eos_%s", C[i].name);
+        char *cfg = config_with("eos_token_id", C[i].eos);
+        make_dir(dir, sizeof dir, name, cfg, 1, NULL, NULL);
+        free(cfg);
+        snprintf(p, sizeof p, "%s/generation_config.json", dir);
+        remove(p);
+        if (C[i].gen && strcmp(C[i].gen, "<dir>") == 0)
+            mkdir(p, 0755);
+        else if (C[i].gen)
+            write_file(p, C[i].gen, strlen(C[i].gen));
+        drt_model *m = NULL;
+        drt_status s = drt_model_load(dir, &m);
+        const char *msg = drt_last_error();
+        printf("%-20s -> %s: %s\n", name, drt_status_str(s), s == DRT_OK ? "(loaded)" : msg);
+        DRT_CHECK(s == C[i].want, "eos %s: status %s, expected %s (%s)", C[i].name, drt_status_str(s),
+                  drt_status_str(C[i].want), msg);
+        if (C[i].want != DRT_OK)
+            DRT_CHECK(s != DRT_OK && strstr(msg, C[i].says) && strstr(msg, dir), "eos %s: message \"%s\" lacks \"%s\"",
+                      C[i].name, msg, C[i].says);
+        if (s == DRT_OK) {
+            drt_model_info I;
+            drt_model_get_info(m, &I);
+            int32_t ids[8];
+            for (int k = 0; k < 8; k++) ids[k] = -5;
+            int n = drt_model_eos_ids(m, ids, 8);
+            char got[128] = "";
+            for (int k = 0; k < n && k < 8; k++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), "%s%d", k ? "," : "", ids[k]);
+            DRT_CHECK(strcmp(got, C[i].says) == 0 && (n >= 8 || ids[n] == -5), "eos %s: %d ids \"%s\", want \"%s\"",
+                      C[i].name, n, got, C[i].says);
+            DRT_CHECK(I.eos_id == C[i].eos_id, "eos %s: info.eos_id %d, want %d", C[i].name, I.eos_id, C[i].eos_id);
+            /* a short buffer gets the first cap ids and the whole count */
+            int32_t one[2] = {-5, -5};
+            DRT_CHECK(drt_model_eos_ids(m, one, 1) == n && one[0] == (n ? ids[0] : -5) && one[1] == -5, "eos %s: cap 1",
+                      C[i].name);
+            DRT_CHECK(drt_model_eos_ids(m, NULL, 0) == n, "eos %s: count only", C[i].name);
+            DRT_CHECK(drt_model_eos_ids(m, NULL, 1) == -1 && drt_model_eos_ids(m, one, -1) == -1,
+                      "eos %s: NULL ids or cap < 0 accepted", C[i].name);
+        }
+        drt_model_free(m);
+        remove(p);
+    }
+    DRT_CHECK(drt_model_eos_ids(NULL, NULL, 0) == -1 && strstr(drt_last_error(), "m is NULL"), "NULL model");
+
+    /* a list longer than 1024 entries */
+    char *cfg = config_with("eos_token_id", "2");
+    make_dir(dir, sizeof dir, "eos_long_list", cfg, 1, NULL, NULL);
+    free(cfg);
+    char *gen = malloc(32 + 1025 * 4);
+    size_t gl = (size_t)sprintf(gen, "{\"eos_token_id\": [");
+    for (int k = 0; k < 1025; k++) gl += (size_t)sprintf(gen + gl, "%s%d", k ? "," : "", k % 200);
+    sprintf(gen + gl, "]}");
+    snprintf(p, sizeof p, "%s/generation_config.json", dir);
+    write_file(p, gen, strlen(gen));
+    free(gen);
+    drt_model *m = NULL;
+    drt_status s = drt_model_load(dir, &m);
+    printf("%-20s -> %s: %s\n", "eos_long_list", drt_status_str(s), drt_last_error());
+    DRT_CHECK(s == DRT_ERR_FORMAT && strstr(drt_last_error(), "\"eos_token_id\" lists 1025 ids, at most 1024"),
+              "eos long list: %s", drt_last_error());
+    drt_model_free(m);
+    remove(p);
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof LOAD_CASES / sizeof LOAD_CASES[0]; i++) run_load_case(&LOAD_CASES[i]);
+    eos_ids();
     config_json_strict();
     diffllama_odd_kv();
     long_path();

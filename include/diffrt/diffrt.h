@@ -139,7 +139,7 @@ typedef struct {
     int max_ctx; /* max_position_embeddings */
     int tied_embeddings;
     const char *rope_scaling; /* "none", "linear", "llama3" */
-    int bos_id, eos_id;       /* -1 when absent */
+    int bos_id, eos_id;       /* -1 when absent; eos_id: config.json's first (drt_model_eos_ids: all) */
     const float *lambda;      /* [n_layers] V1 lambda; NULL otherwise */
     const float *lambda_init; /* [n_layers] V1 lambda_init; NULL otherwise */
     drt_dtype embed_dtype;    /* the token embedding's dtype (the LM head's too when tied) */
@@ -158,6 +158,16 @@ typedef struct {
 drt_status drt_model_load(const char *dir, drt_model **out);
 void drt_model_free(drt_model *m); /* NULL: nothing */
 drt_status drt_model_get_info(const drt_model *m, drt_model_info *out);
+/* Every token id that ends generation: the distinct ids of config.json's
+ * "eos_token_id", then those of generation_config.json's (optional; read
+ * under config.json's rules) that config.json lacks, in file order. Each
+ * field is an integer, a list of at most 1024 integers, or null/absent;
+ * every id is in 0 .. vocab - 1, else drt_model_load fails naming the file
+ * and the entry (Llama 3.1 lists 128001, 128008, 128009). Copies the first
+ * min(count, cap) ids to ids and returns the count (0: none); -1 with
+ * DRT_ERR_INVALID_ARG when m is NULL, cap < 0, or ids is NULL with cap > 0.
+ * drt_model_info.eos_id stays the first id of config.json's field. */
+int drt_model_eos_ids(const drt_model *m, int32_t *ids, int cap);
 
 /* ---- settings: backend and session knobs, one table ------------------- */
 /* Every setting has a name ("cpu.precision", "vulkan.fp16", "check_finite")
