@@ -222,6 +222,7 @@ _PROTOTYPES = {
     "drt_free": (None, [c_void_p]),
     "drt_session_ctx": (c_int, [c_void_p]),
     "drt_model_get_info": (c_enum, [c_void_p, POINTER(ModelInfoC)]),
+    "drt_model_eos_ids": (c_int, [c_void_p, POINTER(c_int32), c_int]),
     # sessions
     "drt_session_create": (c_enum, [c_void_p, POINTER(SessionOptsC), POINTER(c_void_p)]),
     # settings (docs/environment.md)

@@ -2,7 +2,7 @@
 
 import os
 import warnings
-from ctypes import byref, c_char as ctypes_c_char, c_void_p, create_string_buffer
+from ctypes import byref, c_char as ctypes_c_char, c_int32, c_void_p, create_string_buffer
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
@@ -123,9 +123,12 @@ class ModelInfo:
     lambda_: Optional[Tuple[float, ...]]  # V1: per layer; None otherwise
     lambda_init: Optional[Tuple[float, ...]]
     embed_dtype: str  # the token embedding's (the LM head's too when tied)
+    # every id that ends generation: config.json's eos_token_id, then
+    # generation_config.json's, distinct (drt_model_eos_ids)
+    eos_ids: Tuple[int, ...] = ()
 
 
-def _info_from_c(I):
+def _info_from_c(I, eos_ids=()):
     L = _lib.lib()
     per_layer = lambda p: tuple(p[i] for i in range(I.n_layers)) if p else None  # noqa: E731
     return ModelInfo(
@@ -150,6 +153,7 @@ def _info_from_c(I):
         lambda_=per_layer(I.lambda_),
         lambda_init=per_layer(I.lambda_init),
         embed_dtype=_lib.cstr(L.drt_dtype_name(I.embed_dtype)),
+        eos_ids=tuple(eos_ids),
     )
 
 
@@ -186,7 +190,11 @@ class Model(_lib.Handle):
         self._h = h
         I = _lib.ModelInfoC()
         _lib.check(_lib.lib().drt_model_get_info(h, byref(I)))
-        self.info = _info_from_c(I)
+        n = _lib.lib().drt_model_eos_ids(h, None, 0)
+        eos = (c_int32 * max(n, 1))()
+        if n < 0 or _lib.lib().drt_model_eos_ids(h, eos, n) != n:
+            raise _lib.error(Status.INVALID_ARG)
+        self.info = _info_from_c(I, eos[:n])
 
 
     def __repr__(self):

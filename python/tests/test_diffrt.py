@@ -274,6 +274,8 @@ class TestModel(unittest.TestCase):
                 self.assertEqual(I.max_ctx, cfg["max_position_embeddings"])
                 self.assertEqual(I.bos_id, cfg.get("bos_token_id"))
                 self.assertEqual(I.eos_id, cfg.get("eos_token_id"))
+                eos = cfg.get("eos_token_id")
+                self.assertEqual(I.eos_ids, () if eos is None else (eos,) if isinstance(eos, int) else tuple(eos))
 
     def test_logits(self):
         for name, m in self.models.items():
