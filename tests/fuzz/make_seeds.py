@@ -295,6 +295,54 @@ def seeds_tokenizer():
     put("tokenizer", "stream_invalid_utf8", tok_byte0(3, 3) + b"a\xe4\xb8\xff\xf0\x9f\x98b\xc3")
 
 
+# fuzz_request.c: byte 0 picks the endpoint (modulo 4), the rest is the body
+ENDPOINTS = ["completions", "chat", "tokenize", "detokenize"]
+
+
+def seeds_request():
+    def req(name, ep, body):
+        if not isinstance(body, (str, bytes)):
+            body = json.dumps(body, separators=(",", ":"))
+        if isinstance(body, str):
+            body = body.encode()
+        put("request", name, bytes([ENDPOINTS.index(ep)]) + body)
+
+    user = [{"role": "user", "content": "Hello"}]
+    req("completions_text", "completions", {"model": "m", "prompt": "Once upon a time", "max_tokens": 16})
+    req("completions_ids", "completions", {"prompt": [1, 2, 999], "max_tokens": 4, "seed": 42})
+    req("completions_all", "completions", {
+        "model": "m", "prompt": "x", "max_tokens": 100, "temperature": 0.7, "top_p": 0.9, "top_k": 40,
+        "seed": 18446744073709551615, "stop": ["\n", "END"], "stream": True,
+        "stream_options": {"include_usage": True}, "ignore_eos": False, "n": 1, "echo": False,
+        "logprobs": None, "suffix": None, "presence_penalty": 0, "logit_bias": {}, "user": "u"})
+    req("completions_batch_of_one", "completions", {"prompt": [[5, 6]]})
+    req("completions_nulls", "completions", '{"prompt":"x","stop":null,"seed":null,"temperature":null}')
+    req("completions_escapes", "completions", '{"prompt":"a\\u00e9\\ud83d\\ude00\\n\\"\\\\"}')
+    req("completions_bad_text", "completions", '{"prompt":"a\\u0000b\\ud800c"}')
+    req("completions_raw_utf8", "completions", b'{"prompt":"\xe4\xb8\xad\xff\xc0\xaf"}')
+    req("completions_numbers", "completions",
+        '{"prompt":"x","max_tokens":1.5e1,"seed":1e19,"top_k":-1,"temperature":1e999}')
+    req("completions_dup", "completions", '{"prompt":"a","prompt":"b","Prompt":1}')
+    req("completions_deep", "completions", '{"prompt":"x","x":' + "[" * 70 + "]" * 70 + "}")
+    req("chat_simple", "chat", {"model": "m", "messages": user})
+    req("chat_all_roles", "chat", {"messages": [
+        {"role": "developer", "content": "d"}, {"role": "system", "content": "s"},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "assistant", "content": None, "tool_calls": []}, {"role": "user", "content": ""}],
+        "max_completion_tokens": 8, "max_tokens": 9, "stream": True, "stream_options": {}})
+    req("chat_unsupported", "chat", {"messages": user, "tools": [{"type": "function"}],
+                                     "response_format": {"type": "json_object"}})
+    req("chat_image", "chat", {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:"}}]}]})
+    req("chat_tool_role", "chat", {"messages": [{"role": "tool", "content": "x"}]})
+    req("tokenize_content", "tokenize", {"content": "Hello world", "add_special": False})
+    req("tokenize_prompt", "tokenize", {"prompt": "Hi", "model": "m"})
+    req("detokenize", "detokenize", {"tokens": [1, 2, 3, 0, 999]})
+    req("detokenize_bad", "detokenize", {"tokens": [-1, 1000, 1.5]})
+    req("not_object", "completions", "[]")
+    req("truncated", "chat", '{"messages":[{"role":"user","content":"x')
+
+
 def main():
     if len(sys.argv) > 1:
         sys.exit(__doc__)
@@ -304,6 +352,7 @@ def main():
     seeds_config()
     seeds_index()
     seeds_tokenizer()
+    seeds_request()
     for h in sorted(os.listdir(OUT)):
         d = os.path.join(OUT, h)
         files = os.listdir(d)
