@@ -325,7 +325,7 @@ static int get_real(const ctx *c, const cJSON *it, const char *param, double lo,
     double d = cJSON_IsNumber(it) ? it->valuedouble : NAN;
     if (!isfinite(d) || (lo_open ? d <= lo : d < lo) || d > hi)
         return bad(c->err, param, "'%s' must be a number in %c%g, %g]", param, lo_open ? '(' : '[', lo, hi);
-    *out = d;
+    *out = d + 0.0; /* -0 is 0 */
     return 0;
 }
 

@@ -159,6 +159,7 @@ static const struct {
      "prompt=x;prompt_len=1"},
     {SRV_EP_COMPLETIONS, "{\"prompt\":\"x\",\"temperature\":2,\"top_p\":1e-9,\"max_tokens\":2147483647}",
      "prompt=x;prompt_len=1;temperature=2;top_p=1e-09;max_tokens=2147483647;given=1"},
+    {SRV_EP_COMPLETIONS, "{\"prompt\":\"x\",\"temperature\":-0.0}", "prompt=x;prompt_len=1;temperature=0"},
     {SRV_EP_COMPLETIONS, "{\"prompt\":\"x\",\"max_tokens\":1,\"top_k\":2147483647}",
      "prompt=x;prompt_len=1;max_tokens=1;given=1;top_k=2147483647"},
     {SRV_EP_COMPLETIONS, "{\"prompt\":\"x\",\"max_tokens\":2.0,\"top_k\":-1}",
