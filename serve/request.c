@@ -24,6 +24,15 @@
  * sets). Raw control characters other than NUL inside strings are taken as
  * they are (cJSON does; curl -d with a newline in the prompt works).
  *
+ * Choices a client sees (where OpenAI, vLLM and llama.cpp differ or say
+ * nothing): "stop": [] is no stop string; "top_k": -1 is off, as 0; a
+ * prompt list of one ("prompt": ["text"] or [[1,2]]) is that prompt, more
+ * is unsupported; text content parts are joined with no separator; an
+ * assistant message without content is empty; "developer" is "system";
+ * "tool_choice" / "function_call" "none" or "auto" pass (there are no
+ * tools). Messages quote at most MAX_ECHO bytes of client text, printable
+ * ASCII only, and otherwise name the field.
+ *
  * cJSON writes a static error position on every parse (cJSON_GetErrorPtr):
  * a benign race between threads that nothing here reads. */
 #include <cjson/cJSON.h>
@@ -462,7 +471,7 @@ static int parse_unsupported(const ctx *c) {
 
 /* ---- the endpoints ---------------------------------------------------------- */
 
-/* an array of token ids, at least min long */
+/* an array of token ids, each in [0, vocab) (empty: the caller decides) */
 static int parse_ids(const ctx *c, const cJSON *arr, const char *param, int vocab, int32_t **out, int *n_out) {
     int n = cJSON_GetArraySize(arr);
     int32_t *ids = malloc(sizeof *ids * (size_t)(n > 0 ? n : 1));
