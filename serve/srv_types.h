@@ -18,7 +18,7 @@ typedef struct {
     int status;
     const char *type;
     const char *code;
-    char param[64];    /* the field at fault, "" for none */
+    char param[64]; /* the field at fault, "" for none */
     char message[320];
 } srv_error;
 
