@@ -24,6 +24,7 @@ int cmd_bench(int argc, char **argv);    /* cli/bench.c */
 int cmd_report(int argc, char **argv);   /* cli/report.c */
 int cmd_quantize(int argc, char **argv); /* cli/quantize.c */
 int cmd_analyze(int argc, char **argv);  /* cli/analyze.c */
+int cmd_serve(int argc, char **argv);    /* cli/serve.c */
 
 /* diffrt bench's JSON (docs/bench-json.md) and the text that marks a
  * roofline fraction above 1.0 wherever one is printed */

@@ -681,6 +681,7 @@ static const cli_command COMMANDS[] = {
     {"run", "generate from a prompt of token ids or text", cmd_run},
     {"conform", "every op case and model on each backend against the CPU reference", cmd_conform},
     {"niah", "multi-needle retrieval accuracy per depth and context length", cmd_niah},
+    {"serve", "an OpenAI-compatible HTTP server with continuous batching", cmd_serve},
     {"bench", "prefill and decode tokens/s, the time per op, roofline fractions", cmd_bench},
     {"report", "bench --json files from any machines merged into markdown and SVG", cmd_report},
     {"quantize", "a model with its projection weights in q8_0 or q4_0 blocks", cmd_quantize},

@@ -273,7 +273,8 @@ static void help_matches_docs(void) {
         DRT_CHECK(0, "docs/cli.md: %s", drt_last_error());
         return;
     }
-    static const char *cmds[] = {"info", "run", "conform", "niah", "bench", "report", "quantize", "analyze", "--help"};
+    static const char *cmds[] = {"info",   "run",      "conform", "niah",  "bench",
+                                 "report", "quantize", "analyze", "serve", "--help"};
     const size_t n_cmds = sizeof cmds / sizeof cmds[0];
     char top[16384], cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' --help 2>/dev/null", DRT_CLI_PATH);

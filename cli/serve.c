@@ -1,0 +1,141 @@
+/* diffrt serve: the command line of the OpenAI-compatible server
+ * (serve/, docs/serve.md). Built without libmicrohttpd, it parses the same
+ * options and then says how to get the server. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "diffrt/diffrt.h"
+#include "opts.h"
+#include "serve.h"
+
+/* "1048576", "512K", "1M": bytes, 1 .. 1 GiB; -1 on anything else */
+static long parse_size(const char *s) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || v < 1) return -1;
+    if (*end == 'K' || *end == 'k') v <<= 10, end++;
+    else if (*end == 'M' || *end == 'm') v <<= 20, end++;
+    if (*end || v > (1LL << 30)) return -1;
+    return (long)v;
+}
+
+int cmd_serve(int argc, char **argv) {
+    srv_opts o = {.host = "127.0.0.1",
+                  .port = 8080,
+                  .backend = "cpu",
+                  .parallel = 4,
+                  .batch_tokens = 512,
+                  .queue = 64,
+                  .timeout_s = 600,
+                  .idle_timeout_s = 30,
+                  .body_timeout_s = 30,
+                  .max_conns = 1024,
+                  .max_conns_per_ip = 64,
+                  .grace_s = 30};
+    const char *set_spec = NULL, *aliases = NULL, *max_body = "1M", *max_out = "1M";
+    int threads = 0, ctx = 0;
+    const cli_opt opts[] = {
+        {.name = "--model", .short_name = 'm', .kind = CLI_STR, .dst = &o.model_dir, .meta = "DIR",
+         .help = "the model directory (config.json, model.safetensors, tokenizer.json)"},
+        {.name = "--host", .kind = CLI_STR, .dst = &o.host, .meta = "ADDR",
+         .help = "numeric address to listen on (default 127.0.0.1; 0.0.0.0 or :: for\nevery interface: then set an "
+                 "API key)"},
+        {.name = "--port", .kind = CLI_INT, .dst = &o.port, .meta = "N", .lo = 0, .hi = 65535,
+         .help = "TCP port (default 8080; 0: any free port, printed at startup)"},
+        {.name = "--backend", .kind = CLI_STR, .dst = &o.backend, .meta = "B",
+         .help = "cpu | ref | opencl | vulkan | cuda (default cpu)"},
+        {.name = "--device", .kind = CLI_STR, .dst = &o.device, .meta = "D",
+         .help = "device index or name substring (default: the backend's first)"},
+        {.name = "--threads", .kind = CLI_INT, .dst = &threads, .meta = "N", .lo = 1, .hi = 1024,
+         .help = "CPU threads for cpu (default: DIFFRT_THREADS, else the physical cores)"},
+        CLI_OPT_SET(&set_spec),
+        {.name = "--parallel", .short_name = 'p', .kind = CLI_INT, .dst = &o.parallel, .meta = "N", .lo = 1,
+         .hi = DRT_MAX_SEQS, .help = "slots: requests decoded together in one forward (default 4)"},
+        {.name = "--ctx", .short_name = 'c', .kind = CLI_INT, .dst = &ctx, .meta = "N", .lo = 1, .hi = DRT_MAX_CTX,
+         .help = "positions per slot, prompt and completion together (default: the\nmodel's max_position_embeddings, "
+                 "at most 4096). The KV cache holds\n(N slots + 1) x N positions; startup prints its size"},
+        {.name = "--batch-tokens", .short_name = 'b', .kind = CLI_INT, .dst = &o.batch_tokens, .meta = "N", .lo = 1,
+         .hi = DRT_MAX_BATCH_ROWS,
+         .help = "rows per forward: decode rows first, then prompt chunks (default 512)"},
+        {.name = "--queue", .kind = CLI_INT, .dst = &o.queue, .meta = "N", .lo = 0, .hi = 1 << 20,
+         .help = "requests waiting for a slot; beyond it 503 + Retry-After (default 64)"},
+        {.name = "--alias", .kind = CLI_STR, .dst = &aliases, .meta = "NAME,...",
+         .help = "the model's names for \"model\" (default: the directory's basename)"},
+        {.name = "--any-model", .kind = CLI_FLAG, .dst = &o.any_model,
+         .help = "accept any \"model\" name (for clients that hard-code one)"},
+        {.name = "--api-key-file", .kind = CLI_STR, .dst = &o.api_key_file, .meta = "F",
+         .help = "API keys, one a line (default: DIFFRT_API_KEY; neither: no auth).\n/health needs none"},
+        {.name = "--cors-origin", .kind = CLI_STR, .dst = &o.cors_origin, .meta = "ORIGIN",
+         .help = "allow browser pages from ORIGIN (\"*\": any); default: no CORS"},
+        {.name = "--metrics", .kind = CLI_FLAG, .dst = &o.metrics, .help = "serve GET /metrics (Prometheus text)"},
+        {.name = "--chat-template", .kind = CLI_STR, .dst = &o.chat_template, .meta = "NAME",
+         .help = "llama3 | llama3.1 | chatml | plain (default: detected from\ntokenizer_config.json; none: chat "
+                 "answers 400)"},
+        {.name = "--max-body", .kind = CLI_STR, .dst = &max_body, .meta = "SIZE",
+         .help = "largest request body, bytes or with K/M (default 1M; beyond: 413)"},
+        {.name = "--max-unread", .kind = CLI_STR, .dst = &max_out, .meta = "SIZE",
+         .help = "stream bytes a client may leave unread before it is dropped\n(default 1M)"},
+        {.name = "--timeout", .kind = CLI_INT, .dst = &o.timeout_s, .meta = "S", .lo = 0, .hi = INT_MAX,
+         .help = "seconds a request may take, waiting included; then it ends with\nfinish_reason \"length\" (default "
+                 "600; 0: none)"},
+        {.name = "--idle-timeout", .kind = CLI_INT, .dst = &o.idle_timeout_s, .meta = "S", .lo = 1, .hi = 86400,
+         .help = "close a connection silent this long (default 30)"},
+        {.name = "--body-timeout", .kind = CLI_INT, .dst = &o.body_timeout_s, .meta = "S", .lo = 1, .hi = 86400,
+         .help = "a body must arrive within S seconds of its headers (default 30;\nthen 408)"},
+        {.name = "--max-conns", .kind = CLI_INT, .dst = &o.max_conns, .meta = "N", .lo = 1, .hi = 1 << 20,
+         .help = "open connections in all (default 1024)"},
+        {.name = "--max-conns-per-ip", .kind = CLI_INT, .dst = &o.max_conns_per_ip, .meta = "N", .lo = 1,
+         .hi = 1 << 20, .help = "open connections from one address (default 64)"},
+        {.name = "--grace", .kind = CLI_INT, .dst = &o.grace_s, .meta = "S", .lo = 0, .hi = 86400,
+         .help = "on SIGTERM, seconds in-flight requests get before they are\ncancelled (default 30)"},
+        {.name = "--ready-file", .kind = CLI_STR, .dst = &o.ready_file, .meta = "F",
+         .help = "write \"HOST PORT\" to F once listening (for scripts and tests)"},
+        {.name = "--step-delay", .kind = CLI_INT, .dst = &o.step_delay_ms, .meta = "MS", .lo = 0, .hi = 60000,
+         .help = "debug: sleep MS after each forward, so tests can catch a request\nmid-stream (default 0)"},
+        {0}};
+    const cli_cmd cmd = {
+        .name = "serve",
+        .synopsis = "--model DIR [options]",
+        .about = "An OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (streaming\n"
+                 "or not), /v1/models, /tokenize, /detokenize, /health and, with --metrics, /metrics.\n"
+                 "Requests share forwards (continuous batching) in --parallel slots. SIGTERM drains.\n"
+                 "docs/serve.md has the endpoints, limits, errors and metrics.\n",
+        .opts = opts};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc != CLI_PARSED) return rc;
+    if (!o.model_dir) return cli_die("serve: --model DIR is required%s", "");
+    if ((o.max_body = parse_size(max_body)) < 0)
+        return cli_die("serve: --max-body wants bytes (or K/M) from 1 to 1G, got \"%s\"", max_body);
+    if ((o.max_out = parse_size(max_out)) < 0)
+        return cli_die("serve: --max-unread wants bytes (or K/M) from 1 to 1G, got \"%s\"", max_out);
+    char alias_buf[1024];
+    if (aliases) {
+        if (strlen(aliases) >= sizeof alias_buf) return cli_die("serve: --alias is too long%s", "");
+        strcpy(alias_buf, aliases);
+        for (char *p = strtok(alias_buf, ","); p; p = strtok(NULL, ",")) {
+            if (o.n_aliases == SRV_MAX_ALIASES) return cli_die("serve: --alias takes at most 8 names%s", "");
+            o.aliases[o.n_aliases++] = p;
+        }
+        if (!o.n_aliases) return cli_die("serve: --alias wants NAME,...%s", "");
+    }
+    o.threads = threads;
+    o.ctx = ctx;
+    drt_settings *set = NULL;
+    if ((rc = cli_settings("serve", set_spec, &set)) != 0) {
+        drt_settings_free(set);
+        return rc;
+    }
+    o.settings = set;
+#ifdef DIFFRT_HAVE_SERVE
+    rc = srv_run(&o);
+#else
+    fprintf(stderr, "diffrt: serve: this build has no server: it needs libmicrohttpd (Debian: apt-get install "
+                    "libmicrohttpd-dev, or bash scripts/setup.sh), then configure and build again\n");
+    rc = 1;
+#endif
+    drt_settings_free(set);
+    return rc;
+}
