@@ -31,13 +31,11 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "drt_util.h"
 #include "opts.h"
 #include "outfile.h"
+#include "diffrt/backend.h"
 #include "diffrt/diffrt.h"
-#include "drt_graph.h"
-#include "drt_peak.h"
-#include "diffrt/diffrt.h"
+#include "diffrt/util.h"
 
 #define MAX_BACKENDS 8
 #define MAX_REPS 1000
@@ -203,17 +201,26 @@ typedef struct {
     } par[BENCH_MAX_PAR];
 } bench_backend;
 
+/* name's index among drt_backend_count()'s, or -1 */
+static int backend_index(const char *name) {
+    for (int i = 0; i < drt_backend_count(); i++) {
+        drt_backend_info bi;
+        if (drt_backend_get_info(i, &bi) == DRT_OK && strcmp(bi.name, name) == 0) return i;
+    }
+    return -1;
+}
+
 /* What the record says about the device a backend instance runs on: its
  * name, and vendor and driver where the backend's device_props knows them. */
 static void device_describe(drt_backend *be, bench_backend *r) {
-    r->device_index = be->device < 0 ? 0 : be->device;
+    const int b = backend_index(r->name), dev = drt_backend_device(be);
+    r->device_index = dev < 0 ? 0 : dev;
     r->vendor = r->driver = NULL;
-    memset(&r->props, 0, sizeof r->props);
-    if (be->ops->device_props && be->ops->device_props(r->device_index, &r->props) == DRT_OK) {
+    if (drt_backend_device_props(b, r->device_index, &r->props) == DRT_OK) {
         if (r->props.vendor[0]) r->vendor = r->props.vendor;
         if (r->props.driver[0]) r->driver = r->props.driver;
     }
-    if (be->ops->device_name(r->device_index, r->device, sizeof r->device) != DRT_OK)
+    if (drt_backend_device_name(b, r->device_index, r->device, sizeof r->device) != DRT_OK)
         snprintf(r->device, sizeof r->device, "%.15s device %d", r->name, r->device_index);
 }
 
@@ -353,7 +360,7 @@ static int run_parallel(const bench_opts *o, drt_model *m, const drt_model_info 
             progress(r->name, line);
         }
         for (int q = 0; q < N; q++) drt_seq_truncate(s, q, 0);
-        double t0 = drt_now_s();
+        double t0 = drt_clock_s();
         /* the prompts, packed into forwards of up to PAR_ROWS rows; the
          * last row of each prompt has logits */
         int n = 0;
@@ -371,7 +378,7 @@ static int run_parallel(const bench_opts *o, drt_model *m, const drt_model_info 
                     n = 0;
                 }
             }
-        double t1 = drt_now_s();
+        double t1 = drt_clock_s();
         for (int i = 0; i < G; i++) {
             for (int q = 0; q < N; q++) {
                 tok[q] = ids[(i + q) % (P > G ? P : G)];
@@ -384,7 +391,7 @@ static int run_parallel(const bench_opts *o, drt_model *m, const drt_model_info 
                 goto done;
             }
         }
-        double t2 = drt_now_s();
+        double t2 = drt_clock_s();
         if (rep < 0) continue;
         if (P) r->par[k].pp.v[r->par[k].pp.n++] = (double)N * P / (t1 - t0);
         if (G) r->par[k].tg.v[r->par[k].tg.n++] = (double)N * G / (t2 - t1);
@@ -444,12 +451,12 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
         progress(r->name, line);
         for (int k = 0; k < o->r; k++) {
             drt_session_reset(s);
-            double t0 = drt_now_s();
+            double t0 = drt_clock_s();
             if (drt_session_forward(s, ids, P, logits, 0) != DRT_OK) {
                 rc = fail_backend(r, "prefill");
                 goto done;
             }
-            r->pp.v[r->pp.n++] = P / (drt_now_s() - t0);
+            r->pp.v[r->pp.n++] = P / (drt_clock_s() - t0);
         }
         stat_finish(&r->pp);
     }
@@ -458,13 +465,13 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
         progress(r->name, line);
         for (int k = 0; k < o->r; k++) {
             drt_session_reset(s);
-            double t0 = drt_now_s();
+            double t0 = drt_clock_s();
             for (int i = 0; i < N; i++)
                 if (drt_session_forward(s, ids + i, 1, logits, 0) != DRT_OK) {
                     rc = fail_backend(r, "decode");
                     goto done;
                 }
-            r->tg.v[r->tg.n++] = N / (drt_now_s() - t0);
+            r->tg.v[r->tg.n++] = N / (drt_clock_s() - t0);
         }
         stat_finish(&r->tg);
     }
@@ -912,14 +919,6 @@ static int parse_parallel(const char *spec, bench_opts *o) {
     }
 }
 
-static int known_backend(const char *name) {
-    for (int i = 0; i < drt_backend_count(); i++) {
-        drt_backend_info bi;
-        if (drt_backend_get_info(i, &bi) == DRT_OK && strcmp(bi.name, name) == 0) return 1;
-    }
-    return 0;
-}
-
 /* LIST into b[].name; 0 with a message on a bad list */
 static int parse_backends(const char *list, bench_backend *b, int *nb) {
     *nb = 0;
@@ -933,7 +932,7 @@ static int parse_backends(const char *list, bench_backend *b, int *nb) {
         }
         memcpy(name, p, len);
         name[len] = 0;
-        if (!known_backend(name)) {
+        if (backend_index(name) < 0) {
             fprintf(stderr, "diffrt: bench: unknown backend \"%s\" (known: cpu, ref, opencl, vulkan, cuda)\n", name);
             return 0;
         }

@@ -8,10 +8,10 @@
 #include <time.h>
 
 #include "cli.h"
-#include "drt_util.h"
 #include "opts.h"
 #include "outfile.h"
 #include "diffrt/diffrt.h"
+#include "diffrt/util.h"
 #include "drt_conform.h"
 #include "text.h"
 
@@ -472,9 +472,9 @@ static void run_end_output(cli_text *ct) {
  * the timings and fallbacks on stderr. The exit status. */
 static int run_generate(const run_args *r, drt_session *s, drt_sampler *smp, cli_text *ct, const int32_t *prompt, int T,
                         int32_t eos, float *logits) {
-    double t0 = drt_now_s();
+    double t0 = drt_clock_s();
     if (drt_session_forward(s, prompt, T, logits, 0) != DRT_OK) return cli_fail("prefill");
-    double t1 = drt_now_s();
+    double t1 = drt_clock_s();
     size_t act_unplanned = 0, act = drt_session_activation_bytes(s, &act_unplanned); /* prefill's */
     int generated = 0;
     for (long i = 0; i < r->n_gen; i++) {
@@ -497,7 +497,7 @@ static int run_generate(const run_args *r, drt_session *s, drt_sampler *smp, cli
             return cli_fail("decode");
         }
     }
-    double t2 = drt_now_s();
+    double t2 = drt_clock_s();
     if (ct->tok) {
         if (cli_text_end(ct) != DRT_OK) return cli_fail("run");
     } else {

@@ -10,14 +10,13 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "drt_util.h"
 #include "opts.h"
 #include "outfile.h"
 #include "diffrt/diffrt.h"
+#include "diffrt/util.h"
 #include "analysis.h"
 #include "compare.h"
 #include "niah.h"
-#include "session.h" /* drt_session_set_attn_bits */
 
 #define MAX_LIST DRT_NIAH_MAX_LIST
 
@@ -292,7 +291,7 @@ static int niah_query(niah_eval *e, const drt_niah_prompt *p, int c, int d, int 
     e->done_n++;
     if (e->tty || e->done_n == e->total || e->done_n % (e->total / 20 > 0 ? e->total / 20 : 1) == 0)
         fprintf(stderr, "%s[%d/%d] ctx %d depth %d%%: %d correct so far, %.1f s%s", e->tty ? "\r" : "", e->done_n,
-                e->total, a->ctxs[c], a->depths[d], e->t.correct[c][d], drt_now_s() - e->t0, e->tty ? "" : "\n");
+                e->total, a->ctxs[c], a->depths[d], e->t.correct[c][d], drt_clock_s() - e->t0, e->tty ? "" : "\n");
     return 0;
 }
 
@@ -304,11 +303,11 @@ static int niah_eval_all(niah_eval *e) {
     fprintf(stderr, "niah: %s (%s) on %s: %d prompts (ctx", a->model, e->I.arch_name, a->backend, e->total);
     for (int c = 0; c < a->n_ctx; c++) fprintf(stderr, "%s%d", c ? "," : " ", a->ctxs[c]);
     fprintf(stderr, ", N=%d R=%d, %d samples per depth, seed %llu)\n", a->needles, a->queries, a->samples, a->seed);
-    e->t0 = drt_now_s();
+    e->t0 = drt_clock_s();
     if (a->attn_bits) {
         /* on both models' sessions, as the --logits-vs comparison always had it */
-        if (drt_session_set_attn_bits(e->s, a->attn_bits) != DRT_OK ||
-            (e->rs && drt_session_set_attn_bits(e->rs, a->attn_bits) != DRT_OK))
+        if (drt_analysis_set_attn_bits(e->s, a->attn_bits) != DRT_OK ||
+            (e->rs && drt_analysis_set_attn_bits(e->rs, a->attn_bits) != DRT_OK))
             return cli_fail("niah");
         fprintf(stderr, "niah: attention logits quantized to %d bits (symmetric, per-row absmax) before softmax\n",
                 a->attn_bits);

@@ -28,9 +28,9 @@
 #include <limits.h>
 #include <stdio.h>
 
-#include "drt_outfile.h"
+#include "diffrt/util.h"
 
-typedef drt_outfile cli_outfile; /* runtime/drt_outfile.h: f, path, tmp */
+typedef drt_outfile cli_outfile; /* include/diffrt/util.h: f, path, tmp */
 
 /* 0, or 1 with the message printed (o->f is then NULL) */
 int cli_out_open(cli_outfile *o, const char *what, const char *path);

@@ -28,7 +28,7 @@
 #include "opts.h"
 #include "outfile.h"
 #include "diffrt/diffrt.h"
-#include "safetensors.h" /* drt_read_text_file, drt_printable */
+#include "diffrt/util.h" /* drt_read_text_file, drt_printable */
 
 static const char REPORT_ABOUT[] =
     "Merges `diffrt bench --json` files (any machines, backends) into DIR/report.md: one table\n"

@@ -6,8 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "drt_error.h"
-#include "safetensors.h" /* drt_printable */
+#include "diffrt/util.h" /* drt_set_error, drt_printable */
 
 #define PROMPT_MAX ((size_t)64 << 20)
 

@@ -2,7 +2,7 @@
 #   P/bin/diffrt
 #   P/lib*/libdiffrt.so.<version> (+ .so.<major>, .so) or libdiffrt.a
 #   P/lib*/libdiffrt-<backend>.so   the backend modules (cmake/backends.cmake)
-#   P/include/diffrt/{diffrt.h,tokenizer.h}
+#   P/include/diffrt/{diffrt.h,tokenizer.h,backend.h,quantize.h,util.h}
 #   P/lib*/cmake/diffrt/            find_package(diffrt) -> diffrt::diffrt
 #   P/lib*/pkgconfig/diffrt.pc      pkg-config --cflags --libs diffrt
 include(CMakePackageConfigHelpers)

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "conform_internal.h"
-#include "drt_peak.h"
+#include "diffrt/backend.h"
 #include "drt_util.h"
 
 typedef struct {

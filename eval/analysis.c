@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "drt_error.h"
+#include "session.h" /* drt_session_set_attn_bits */
 
 #define DECADES 24 /* |x| in [1e-12, 1e12) */
 #define PER_DECADE 1000
@@ -204,4 +205,8 @@ void drt_act_stats_print(FILE *f, const drt_act_stats *a, const drt_mag_stats *b
         print_row(f, "  map 2 (q2.k2)", &a->logits[1]);
     }
     print_row(f, "hidden states", &a->hidden);
+}
+
+drt_status drt_analysis_set_attn_bits(drt_session *s, int bits) {
+    return drt_session_set_attn_bits(s, bits);
 }

@@ -59,6 +59,14 @@ drt_status drt_act_stats_observe(drt_act_stats *a, drt_session *s);
  * DIFF model), each map of a DIFF model (diff), and the hidden states */
 void drt_act_stats_print(FILE *f, const drt_act_stats *a, const drt_mag_stats *both, int diff);
 
+/* NIAH with low-bit attention logits (the paper's Fig. 8; diffrt niah
+ * --attn-bits): every ATTN / DIFF_ATTN node of s's graphs, built and to be
+ * built, quantizes its attention logits to bits (> 0; 0: off; symmetric,
+ * per-row absmax) before the softmax. A parameter of the attention node
+ * that the reference kernels read, not an observer: the ref backend only,
+ * DRT_ERR_UNSUPPORTED elsewhere (model/session.h). */
+drt_status drt_analysis_set_attn_bits(drt_session *s, int bits);
+
 /* logits against reference logits (n values each): NMSE sum((a-r)^2) /
  * sum(r^2) (the plain sum when r is all zero), and whether their argmax
  * (the first maximum) agrees */

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "diffrt/diffrt.h"
+#include "diffrt/util.h"
 
 typedef struct {
     char *name;
@@ -96,11 +97,8 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n);
  * links". On success *fd is the descriptor and *size the file size. */
 drt_status drt_open_regular(const char *path, int *fd, uint64_t *size);
 
-/* s made fit for a one-line message, for names and values read from files:
- * C0 controls, DEL and bytes that are not UTF-8 become \xNN, C1 controls
- * (U+0080..U+009F), U+2028/U+2029 and the bidirectional overrides \uNNNN;
- * a string longer than the buffer is cut after a whole character with "...". */
-const char *drt_printable(const char *s, char *buf, size_t n);
+/* drt_printable and drt_read_text_file (safetensors.c) are public:
+ * include/diffrt/util.h. */
 
 struct cJSON;
 /* Parses text[0..len) as one JSON document, as strictly as Python's json and
@@ -119,9 +117,5 @@ drt_status drt_json_parse(const char *text, size_t len, const char *name, const 
  * would not be the one the file spells) is DRT_ERR_FORMAT too. Used for
  * config.json, tokenizer.json, safetensors headers and the shard index. */
 drt_status drt_json_check(const struct cJSON *root, const char *text, size_t len, const char *name);
-
-/* Reads a whole (small) regular file (drt_open_regular: never a FIFO or a
- * device, so it cannot block) into a NUL-terminated malloc'd buffer. */
-drt_status drt_read_text_file(const char *path, char **out, size_t *len);
 
 #endif

@@ -469,6 +469,7 @@ drt_status drt_session_set_observer(drt_session *ss, const drt_observer *obs) {
 }
 
 drt_status drt_session_keep_attention(drt_session *ss, int on) {
+    if (!ss) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_keep_attention: the session is NULL");
     drt_batch_session *s = &ss->b;
     drt_status st = enter(s, "drt_session_keep_attention");
     if (st != DRT_OK) return st;

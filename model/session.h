@@ -74,9 +74,6 @@ drt_status drt_build_forward(const drt_model *m, const drt_model_tensors *mt, in
  * softmax (ref_ops.h; diffrt niah --attn-bits). The ref backend only:
  * DRT_ERR_UNSUPPORTED elsewhere. */
 drt_status drt_session_set_attn_bits(drt_session *s, int bits);
-/* on: every following forward copies what drt_session_last_attention
- * reads (the last token's q and lambda rows, a synchronize per layer), so
- * the probe needs no re-run of the forward (diffrt niah --attention). */
-drt_status drt_session_keep_attention(drt_session *s, int on);
+/* drt_session_keep_attention is public (include/diffrt/diffrt.h). */
 
 #endif

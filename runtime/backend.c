@@ -341,6 +341,7 @@ drt_status drt_backend_open_threads(const char *name, const char *device, int th
 
 drt_status drt_backend_open_settings(const char *name, const char *device, int threads, const drt_settings *settings,
                                      drt_backend **out) {
+    if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_backend_open_settings: out is NULL");
     *out = NULL;
     if (threads < 0) return drt_set_error(DRT_ERR_INVALID_ARG, "threads %d must be >= 0 (0: the default)", threads);
     if (!name || !*name) name = "cpu";
@@ -375,6 +376,10 @@ drt_status drt_backend_open_settings(const char *name, const char *device, int t
     }
     *out = be;
     return DRT_OK;
+}
+
+int drt_backend_device(const drt_backend *be) {
+    return be ? be->device : -1;
 }
 
 void drt_backend_close(drt_backend *be) {

@@ -1,17 +1,10 @@
-/* Internal error reporting: set the thread-local message and return the code. */
+/* Internal error reporting: drt_set_error (set the thread-local message and
+ * return the code) and DRT_PRINTF are public, in include/diffrt/util.h. */
 #ifndef DRT_ERROR_H
 #define DRT_ERROR_H
 
 #include "diffrt/diffrt.h"
-
-#if defined(__GNUC__)
-#define DRT_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define DRT_PRINTF(a, b)
-#endif
-
-/* Formats the message for drt_last_error() and returns s. */
-drt_status drt_set_error(drt_status s, const char *fmt, ...) DRT_PRINTF(2, 3);
+#include "diffrt/util.h"
 
 /* Settings (0/1 switches and the rest) are read through the table in
  * drt_settings.h, never with getenv. */

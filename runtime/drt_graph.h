@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "diffrt/backend.h" /* drt_backend, drt_backend_open_settings, drt_backend_close */
 #include "diffrt/diffrt.h"
 
 #define DRT_MAX_DIMS 4
@@ -190,7 +191,6 @@ const char *drt_op_name(drt_op op);
 drt_status drt_op_check_exec(const drt_tensor *node, const drt_exec *ex);
 
 /* ---- backends ---------------------------------------------------------- */
-typedef struct drt_backend drt_backend;
 
 /* The host CPU's model and vendor ("" when the OS does not say), for the
  * CPU backends' device_props and for reports. */
@@ -273,12 +273,10 @@ drt_status drt_backend_open(const char *name, const char *device, drt_backend **
 /* The same with a thread count for CPU backends (0: DIFFRT_THREADS, else the
  * physical cores available to the process); other backends ignore it. */
 drt_status drt_backend_open_threads(const char *name, const char *device, int threads, drt_backend **out);
-/* The same with settings (NULL: none): the backend reads its settings
+/* The same with settings, drt_backend_open_settings, and drt_backend_close
+ * are public (include/diffrt/backend.h): the backend reads its settings
  * (cpu.*, vulkan.*, ..., and device when device is NULL) from them first,
  * then from the environment. */
-drt_status drt_backend_open_settings(const char *name, const char *device, int threads, const drt_settings *settings,
-                                     drt_backend **out);
-void drt_backend_close(drt_backend *be);
 
 /* Allocates one buffer per non-view tensor in ts (skipping ones that have a
  * buffer already) and points views at their base. */

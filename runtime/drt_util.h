@@ -12,9 +12,11 @@
 #include <time.h>
 
 #include "diffrt/diffrt.h"
+#include "diffrt/util.h"
 
 /* Seconds on CLOCK_MONOTONIC (never steps back; its zero is arbitrary): for
- * intervals only. Needs _POSIX_C_SOURCE >= 199309L, which the build sets. */
+ * intervals only. Needs _POSIX_C_SOURCE >= 199309L, which the build sets.
+ * Exported as drt_clock_s (include/diffrt/util.h) for the public API. */
 static inline double drt_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -39,16 +41,8 @@ static inline uint64_t drt_splitmix64(uint64_t *state) {
     return drt_mix64(*state += 0x9e3779b97f4a7c15ull);
 }
 
-/* CPUs this process may run on: those in its affinity mask (taskset, cgroup
- * cpusets), else the online CPUs when the mask cannot be read; >= 1. */
-int drt_cpu_count(void);
-/* Logical CPUs online on the machine, whatever the affinity mask; >= 1. For
- * describing the host (device names, reports), not for sizing thread pools. */
-int drt_cpu_online(void);
-/* Physical cores among the CPUs this process may run on (SMT siblings count
- * once), from the affinity mask and the sysfs topology; drt_cpu_count() when
- * the topology cannot be read; >= 1. The cpu backend's default threads. */
-int drt_physical_cores(void);
+/* drt_cpu_count, drt_cpu_online and drt_physical_cores (runtime/util.c)
+ * are public: include/diffrt/util.h. */
 
 /* The most threads DIFFRT_THREADS (or a requested count) may ask for. */
 #define DRT_MAX_THREADS 1024

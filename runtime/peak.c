@@ -1,9 +1,9 @@
-/* A backend's peaks by microbenchmark (drt_peak.h): streaming bandwidth
- * (a big ADD, a big GEMV with the model's weight dtype, and on host-memory
- * backends a threaded host read loop like bench/membw.c) and GEMM FLOP/s
- * (MATMUL n^3, n = 1024 grown or shrunk to the device). Every figure is the
- * best of several steady samples, each sample the mean of enough back-to-back
- * runs to last min_sample_s. */
+/* A backend's peaks by microbenchmark (include/diffrt/backend.h): streaming
+ * bandwidth (a big ADD, a big GEMV with the model's weight dtype, and on
+ * host-memory backends a threaded host read loop like bench/membw.c) and
+ * GEMM FLOP/s (MATMUL n^3, n = 1024 grown or shrunk to the device). Every
+ * figure is the best of several steady samples, each sample the mean of
+ * enough back-to-back runs to last min_sample_s. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -13,7 +13,7 @@
 #include "drt_error.h"
 #include "drt_graph.h"
 #include "drt_half.h"
-#include "drt_peak.h"
+#include "diffrt/backend.h"
 #include "drt_util.h"
 
 /* ---- one op on the backend, planned once ----------------------------------- */
@@ -262,6 +262,7 @@ drt_status drt_measure_peak(drt_backend *be, const drt_peak_opts *opts, drt_peak
     if (!o.max_bytes) o.max_bytes = (size_t)1 << 30;
     if (o.gemm_max <= 0) o.gemm_max = 4096;
     if (o.weight_dtype != DRT_F16 && o.weight_dtype != DRT_BF16) o.weight_dtype = DRT_F32;
+    if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_measure_peak: out is NULL");
     memset(out, 0, sizeof *out);
     out->runs = o.runs;
     if (!be) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_measure_peak: no backend");

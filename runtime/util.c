@@ -1,4 +1,5 @@
-/* drt_util.h: the CPU counts and DIFFRT_THREADS. */
+/* drt_util.h: the CPU counts, DIFFRT_THREADS and the clock's exported face
+ * (drt_clock_s, include/diffrt/util.h). */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <sched.h>
 #include <stdio.h>
@@ -59,4 +60,8 @@ drt_status drt_threads_env(int fallback, int *out) {
     if (s != DRT_OK) return s;
     *out = n > 0 ? (int)n : fallback;
     return DRT_OK;
+}
+
+double drt_clock_s(void) {
+    return drt_now_s();
 }

@@ -1,4 +1,4 @@
-/* The public API (include/diffrt/diffrt.h) at its edges:
+/* The public API (include/diffrt/diffrt.h, backend.h, quantize.h) at its edges:
  *   - every entry point called with NULL pointers and counts out of range
  *     returns DRT_ERR_INVALID_ARG with a one-line message (or, for the few
  *     without a status, the documented value), and nothing crashes;
@@ -25,7 +25,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "diffrt/backend.h"
 #include "diffrt/diffrt.h"
+#include "diffrt/quantize.h"
 #include "drt_test.h"
 #include "safetensors.h"
 
@@ -109,6 +111,40 @@ static void backends(void) {
     CHECK_ERR(drt_backend_device_name(0, 1000, buf, sizeof buf), DRT_ERR_INVALID_ARG, "out of range",
               "device_name(dev 1000)");
     DRT_CHECK(drt_backend_device_name(0, 0, buf, sizeof buf) == DRT_OK && buf[0], "cpu device 0: %s", drt_last_error());
+}
+
+/* The tools' headers (backend.h, quantize.h) at their edges */
+static void tools(void) {
+    drt_backend *be = (drt_backend *)&be;
+    drt_peak pk;
+    CHECK_ERR(drt_backend_open_settings("cpu", NULL, 0, NULL, NULL), DRT_ERR_INVALID_ARG, "out is NULL",
+              "open_settings(out NULL)");
+    CHECK_ERR(drt_backend_open_settings("nosuch", NULL, 0, NULL, &be), DRT_ERR_INVALID_ARG, "unknown backend",
+              "open_settings(nosuch)");
+    DRT_CHECK(be == NULL, "open_settings(nosuch) left *out set");
+    CHECK_ERR(drt_backend_open_settings("cpu", NULL, -1, NULL, &be), DRT_ERR_INVALID_ARG, "threads -1",
+              "open_settings(threads -1)");
+    CHECK_ERR(drt_measure_peak(NULL, NULL, &pk), DRT_ERR_INVALID_ARG, "no backend", "measure_peak(NULL)");
+    DRT_CHECK(drt_backend_device(NULL) == -1, "drt_backend_device(NULL)");
+    drt_backend_close(NULL);
+    if (drt_backend_open_settings("cpu", NULL, 1, NULL, &be) == DRT_OK) {
+        DRT_CHECK(drt_backend_device(be) == 0, "cpu: device %d", drt_backend_device(be));
+        CHECK_ERR(drt_measure_peak(be, NULL, NULL), DRT_ERR_INVALID_ARG, "out is NULL", "measure_peak(out NULL)");
+        drt_backend_close(be);
+    } else {
+        DRT_CHECK(0, "open cpu: %s", drt_last_error());
+    }
+
+    drt_quantize_result r = {.n_tensors = 7};
+    CHECK_ERR(drt_quantize_model(NULL, DRT_Q8_0, "/tmp", NULL, &r), DRT_ERR_INVALID_ARG, "dir is NULL",
+              "quantize(dir NULL)");
+    DRT_CHECK(r.n_tensors == 0, "quantize(dir NULL) left the result set");
+    CHECK_ERR(drt_quantize_model(BASE, DRT_Q8_0, NULL, NULL, NULL), DRT_ERR_INVALID_ARG, "out_dir is NULL",
+              "quantize(out_dir NULL)");
+    CHECK_ERR(drt_quantize_model(BASE, DRT_F16, "/tmp", NULL, NULL), DRT_ERR_INVALID_ARG, "q8_0 or q4_0, got f16",
+              "quantize(f16)");
+    CHECK_ERR(drt_quantize_model(BASE "/nonexistent", DRT_Q4_0, "/tmp", NULL, NULL), DRT_ERR_IO, "nonexistent",
+              "quantize(a missing model)");
 }
 
 static void models(void) {
@@ -197,6 +233,7 @@ static void sessions(void) {
     CHECK_ERR(drt_session_last_attention(s, NULL), DRT_ERR_INVALID_ARG, "weights is NULL",
               "last_attention(weights NULL)");
     DRT_CHECK(drt_session_last_attention(s, w) == DRT_OK, "probe: %s", drt_last_error());
+    CHECK_ERR(drt_session_keep_attention(NULL, 1), DRT_ERR_INVALID_ARG, "session is NULL", "keep_attention(NULL)");
     char fb[64] = "x";
     DRT_CHECK(drt_session_fallbacks(NULL, fb, sizeof fb) == 0 && fb[0] == 0, "fallbacks(NULL)");
     size_t un = 7;
@@ -347,6 +384,7 @@ static void truncated_checkpoint(void) {
 int main(void) {
     status_and_dtypes();
     backends();
+    tools();
     models();
     sessions();
     session_outlives_model();

@@ -14,7 +14,7 @@
 
 #include "drt_error.h"
 #include "drt_graph.h"
-#include "drt_peak.h"
+#include "diffrt/backend.h"
 #include "drt_test.h"
 
 static void profile_matches(const char *fixture, const char *backend, int matmuls_per_layer) {

@@ -275,6 +275,12 @@ size_t drt_session_activation_bytes(const drt_session *s, size_t *unplanned);
  * A1 - lambda*A2 for diff models. Computed on the host, in double, from the
  * backend's q (after RoPE), KV cache and lambda. weights holds pos floats. */
 drt_status drt_session_last_attention(drt_session *s, float *weights);
+/* on (nonzero): every following forward of s copies what
+ * drt_session_last_attention reads (the last token's q after RoPE and, for
+ * DIFF V2, lambda rows: a synchronize per layer), so that the probe needs
+ * no re-run of the last forward (diffrt niah --attention asks after each
+ * prompt). 0 (the default): nothing is copied and the probe re-runs it. */
+drt_status drt_session_keep_attention(drt_session *s, int on);
 
 /* ---- batch sessions: many sequences in one forward -------------------- */
 /* A batch session holds up to max_seqs sequences ("slots") of ctx_per_seq

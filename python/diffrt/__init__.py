@@ -67,3 +67,8 @@ __all__ = [
 from .settings import SettingInfo, SettingValue, setting, settings_in_force, settings_table  # noqa: E402
 
 __all__ += ["SettingInfo", "SettingValue", "setting", "settings_in_force", "settings_table"]
+
+# quantizing a model and a backend's measured peaks (tools.py)
+from .tools import Peak, QuantizeResult, measure_peak, quantize  # noqa: E402
+
+__all__ += ["Peak", "QuantizeResult", "measure_peak", "quantize"]

@@ -1,7 +1,8 @@
 """Loading libdiffrt.so and declaring its C API with ctypes.
 
-Everything here mirrors include/diffrt/diffrt.h and include/diffrt/tokenizer.h:
-the structs field for field, and argtypes/restype for every function the
+Everything here mirrors include/diffrt/diffrt.h and include/diffrt/tokenizer.h
+(and what tools.py calls of backend.h and quantize.h): the structs field for
+field, and argtypes/restype for every function the
 package calls. The library is loaded on first use (so ``import diffrt`` works
 without it), from the environment variable DIFFRT_LIBRARY when set, else
 wherever the dynamic linker finds ``libdiffrt.so``.
@@ -203,6 +204,51 @@ class TokenizerStreamC(Structure):
     ]
 
 
+# include/diffrt/backend.h
+class PeakOptsC(Structure):
+    _fields_ = [
+        ("runs", c_int),
+        ("min_sample_s", c_double),
+        ("max_bytes", c_size_t),
+        ("gemm_max", c_int),
+        ("min_run_s", c_double),
+        ("weight_dtype", c_enum),
+        ("host_threads", c_int),
+    ]
+
+
+class PeakC(Structure):
+    _fields_ = [
+        ("gbytes_per_s", c_double),
+        ("gflops", c_double),
+        ("bw_probe", c_char * 96),
+        ("flops_probe", c_char * 96),
+        ("add_gbps", c_double),
+        ("gemv_gbps", c_double),
+        ("host_gbps", c_double),
+        ("gemm_f32_gflops", c_double),
+        ("gemm_w_gflops", c_double),
+        ("runs", c_int),
+    ]
+
+
+# include/diffrt/quantize.h
+QuantizeProgressFn = CFUNCTYPE(None, c_void_p, c_int, c_int, c_char_p, c_int64, c_int64)
+
+
+class QuantizeOptsC(Structure):
+    _fields_ = [("progress", QuantizeProgressFn), ("ctx", c_void_p)]
+
+
+class QuantizeResultC(Structure):
+    _fields_ = [
+        ("n_tensors", c_int),
+        ("n_quantized", c_int),
+        ("bytes_in", c_uint64),
+        ("bytes_out", c_uint64),
+    ]
+
+
 # name: (restype, argtypes). Opaque handles (drt_model *, ...) are c_void_p;
 # buffers the caller owns (ids, logits) are passed as addresses (c_void_p).
 _PROTOTYPES = {
@@ -236,6 +282,13 @@ _PROTOTYPES = {
     "drt_session_fallbacks": (c_int, [c_void_p, c_char_p, c_size_t]),
     "drt_session_last_attention": (c_enum, [c_void_p, c_void_p]),
     "drt_session_set_observer": (c_enum, [c_void_p, POINTER(ObserverC)]),
+    "drt_session_keep_attention": (c_enum, [c_void_p, c_int]),
+    # a backend instance and its peaks (backend.h); quantizing (quantize.h)
+    "drt_backend_open_settings": (c_enum, [c_char_p, c_char_p, c_int, c_void_p, POINTER(c_void_p)]),
+    "drt_backend_close": (None, [c_void_p]),
+    "drt_backend_device": (c_int, [c_void_p]),
+    "drt_measure_peak": (c_enum, [c_void_p, POINTER(PeakOptsC), POINTER(PeakC)]),
+    "drt_quantize_model": (c_enum, [c_char_p, c_enum, c_char_p, POINTER(QuantizeOptsC), POINTER(QuantizeResultC)]),
     # batch sessions
     "drt_batch_session_create": (
         c_enum, [c_void_p, POINTER(SessionOptsC), POINTER(BatchOptsC), POINTER(c_void_p)]),

@@ -546,6 +546,13 @@ class Session(_lib.Handle):
             _lib.check(_lib.lib().drt_session_last_attention(h, w.ctypes.data))
         return w
 
+    def keep_attention(self, on=True):
+        """on: every following forward keeps what last_attention reads, so
+        asking after each forward costs no re-run of it
+        (drt_session_keep_attention)."""
+        with self._exclusive() as h:
+            _lib.check(_lib.lib().drt_session_keep_attention(h, 1 if on else 0))
+
     def generate(self, prompt, n=None, *, temperature=0.0, top_k=0, top_p=1.0, seed=0, stop=True,
                  on_text=None):
         """Model.generate on this session, from its current position (a new

@@ -240,6 +240,62 @@ class TestModel(unittest.TestCase):
                     s.forward([5])
                     self.assertEqual(s.pos, len(ids) + 3)
 
+    def test_keep_attention(self):
+        """Session.keep_attention: the probe gives what a re-run gives."""
+        for name, m in self.models.items():
+            for backend in ("ref", "cpu"):
+                with self.subTest(model=name, backend=backend), diffrt.Session(m, backend=backend, ctx=64) as a, \
+                        diffrt.Session(m, backend=backend, ctx=64) as b:
+                    ids = m.tokenizer.encode(SHORT_PROMPT)
+                    a.keep_attention(True)
+                    a.forward(ids)
+                    b.forward(ids)
+                    np.testing.assert_array_equal(a.last_attention(), b.last_attention())
+                    a.keep_attention(False)
+                    a.forward([3])
+                    b.forward([3])
+                    np.testing.assert_array_equal(a.last_attention(), b.last_attention())
+
+    def test_quantize_matches_cli(self):
+        """diffrt.quantize writes the bytes diffrt quantize writes; its
+        counts are the CLI's summary line's."""
+        src = model_path("diff-v1-tiny")
+        with tempfile.TemporaryDirectory() as tmp:
+            for t in ("q8_0", "q4_0"):
+                with self.subTest(type=t):
+                    mine, theirs = os.path.join(tmp, "py-" + t), os.path.join(tmp, "cli-" + t)
+                    os.mkdir(mine)
+                    seen = []
+                    r = diffrt.quantize(src, t, mine, progress=lambda *a: seen.append(a))
+                    _, _, err = cli("quantize", "--model", src, "--type", t, "--out", theirs)
+                    for f in ("model.safetensors", "config.json", "tokenizer.json"):
+                        with open(os.path.join(mine, f), "rb") as x, open(os.path.join(theirs, f), "rb") as y:
+                            self.assertEqual(x.read(), y.read(), f)
+                    self.assertIn(f"quantize: {r.n_quantized} of {r.n_tensors} tensors to {t};", err)
+                    self.assertEqual(len(seen), r.n_quantized)
+                    self.assertTrue(0 < r.bytes_out < r.bytes_in)
+                    with diffrt.Model(mine) as q:
+                        self.assertEqual(q.info.weight_dtype, t)
+            with self.assertRaises(diffrt.InvalidArgument):
+                diffrt.quantize(src, "q5_1", tmp)
+            with self.assertRaises(diffrt.Error):  # config.json exists there already
+                diffrt.quantize(src, "q8_0", os.path.join(tmp, "py-q8_0"))
+
+    def test_measure_peak(self):
+        """diffrt.measure_peak on cpu, small and short: positive figures,
+        the best probe named; an unknown backend raises."""
+        p = diffrt.measure_peak("cpu", runs=1, min_sample_s=0.001, max_bytes=64 << 20, gemm_max=256,
+                                min_run_s=0.001)
+        self.assertEqual((p.device, p.runs), (0, 1))
+        self.assertGreater(p.gbytes_per_s, 0)
+        self.assertGreater(p.gflops, 0)
+        self.assertEqual(p.gbytes_per_s, max(p.add_gbps, p.gemv_gbps, p.host_gbps))
+        self.assertTrue(p.bw_probe and p.flops_probe)
+        with self.assertRaises(diffrt.Error) as e:
+            diffrt.measure_peak("nosuch")
+        self.assertEqual(e.exception.status, diffrt.Status.INVALID_ARG)
+        self.assertIn('unknown backend "nosuch"', str(e.exception))
+
     def test_info_matches_cli_and_config(self):
         for name, m in self.models.items():
             with self.subTest(model=name):

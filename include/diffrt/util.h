@@ -1,0 +1,109 @@
+/* Host helpers that diffrt's own programs (the CLI, conform, the tests)
+ * share with the library, public so that a tool built on diffrt reports and
+ * writes the way `diffrt` does: a monotonic clock, the CPU counts, setting
+ * drt_last_error() from outside the library, a string made fit for a
+ * one-line message, reading a small text file, and files written whole or
+ * not at all. Each has one implementation, in the library. */
+#ifndef DIFFRT_UTIL_H
+#define DIFFRT_UTIL_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "diffrt/diffrt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define DRT_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define DRT_PRINTF(a, b)
+#endif
+
+/* ---- time and CPUs ----------------------------------------------------- */
+
+/* Seconds on CLOCK_MONOTONIC (never steps back; its zero is arbitrary): for
+ * intervals only. The library's own clock (drt_now_s inside it). */
+double drt_clock_s(void);
+
+/* CPUs this process may run on: those in its affinity mask (taskset, cgroup
+ * cpusets), else the online CPUs when the mask cannot be read; >= 1. */
+int drt_cpu_count(void);
+/* Logical CPUs online on the machine, whatever the affinity mask; >= 1. For
+ * describing the host (device names, reports), not for sizing thread pools. */
+int drt_cpu_online(void);
+/* Physical cores among the CPUs this process may run on (SMT siblings count
+ * once), from the affinity mask and the sysfs topology; drt_cpu_count() when
+ * the topology cannot be read; >= 1. The cpu backend's default threads. */
+int drt_physical_cores(void);
+
+/* ---- messages ---------------------------------------------------------- */
+
+/* Formats the message drt_last_error() returns on this thread and returns s:
+ * code built on diffrt (a tool, an observer's caller) reports its own
+ * failures the way the library does. fmt may quote drt_last_error(). */
+drt_status drt_set_error(drt_status s, const char *fmt, ...) DRT_PRINTF(2, 3);
+
+/* s made fit for a one-line message, for names and values read from files:
+ * C0 controls, DEL and bytes that are not UTF-8 become \xNN, C1 controls
+ * (U+0080..U+009F), U+2028/U+2029 and the bidirectional overrides \uNNNN;
+ * a string longer than the buffer is cut after a whole character with "...".
+ * s NULL: "(null)". Returns buf. */
+const char *drt_printable(const char *s, char *buf, size_t n);
+
+/* ---- files ------------------------------------------------------------- */
+
+/* Reads a whole (small: up to 64 MiB) regular file into a NUL-terminated
+ * malloc'd buffer (*len bytes when len is not NULL; free with drt_free).
+ * Only a regular file is opened, never a FIFO or a device, so it cannot
+ * block; anything else is DRT_ERR_IO "<path>: not a regular file (...)". */
+drt_status drt_read_text_file(const char *path, char **out, size_t *len);
+
+/* A file written whole or not at all (the CLI's outputs, conform's reports):
+ *
+ *     drt_outfile o;
+ *     if (drt_outfile_open(&o, path)) return fail;   // message set
+ *     fprintf(o.f, ...);                              // unchecked writes are fine here
+ *     if (drt_outfile_finish(&o) || drt_outfile_commit(&o)) ...  // checked, then renamed
+ *     drt_outfile_discard(&o);                        // always: drops what is left
+ *
+ * drt_outfile_open creates ".<name>.tmp.XXXXXX" beside path (O_CREAT |
+ * O_EXCL | O_NOFOLLOW: never through a symlink, never over another file;
+ * mode 0666 less the umask, or the mode of the file it will replace).
+ * drt_outfile_finish checks ferror, fflush and fclose; drt_outfile_commit
+ * renames the temp onto path, so a reader sees the previous file or the
+ * complete new one. Until the commit, and after any failure, the previous
+ * file at path keeps its bytes. Finishing and committing are separate so
+ * that several files can be made complete before any replaces its path.
+ *
+ * A path that exists and is not a regular file (/dev/stdout, /dev/full, a
+ * FIFO) cannot be replaced by a rename: it is opened and written directly,
+ * with the same checks. Every failure is DRT_ERR_IO "<path>: cannot write:
+ * <reason>". */
+#define DRT_PATH_MAX 4096 /* Linux's PATH_MAX, which strict C11 does not define */
+typedef struct drt_outfile {
+    FILE *f;                 /* write here; NULL when not open */
+    char path[DRT_PATH_MAX]; /* the final name */
+    char tmp[DRT_PATH_MAX];  /* the temp name; "" when there is none to rename (f writes path itself) */
+} drt_outfile;
+
+drt_status drt_outfile_open(drt_outfile *o, const char *path);
+/* every write checked and the file closed (o->f NULL after); not renamed */
+drt_status drt_outfile_finish(drt_outfile *o);
+/* renames a finished temp onto the path */
+drt_status drt_outfile_commit(drt_outfile *o);
+/* closes and removes what was not committed; the path untouched; a no-op
+ * when nothing is left */
+void drt_outfile_discard(drt_outfile *o);
+
+/* path split at its last '/': dir ("." when none; "/" for "/x") into
+ * dir[dn] and *base, the last component; 0 when path names no file ("d/")
+ * or dir does not fit */
+int drt_split_path(const char *path, char *dir, size_t dn, const char **base);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
