@@ -14,7 +14,9 @@
 #     bash bench/run_serve.sh [BUILD_DIR] [OUT_PREFIX]
 #
 # MODELS as bench/run_batched.sh (diffllama-134m, llama-1.1b-q4_0,
-# llama-1.1b-q4_0.gguf). LLAMA_BIN holds llama-server (llama.cpp from PyPI's
+# llama-1.1b-q4_0.gguf), the two diffrt models with a placeholder
+# tokenizer.json (python/bench/make_placeholder_tokenizer.py DIR; prompts are
+# 32 random token ids, so no tokenizer is involved in either server). LLAMA_BIN holds llama-server (llama.cpp from PyPI's
 # llama-cpp-python source package, built outside the repository: cmake
 # -DLLAMA_BUILD_SERVER=ON, target llama-server); without it part 2 runs
 # diffrt alone. ROUNDS (default 3), THREADS (default 2), REQS (requests per
@@ -70,7 +72,7 @@ stop_server() { kill -TERM "$PID"; wait "$PID" 2>/dev/null; PID=; }
 
 load() { # LABEL CONCURRENCY JSON
     "$PY" bench/serve_load.py --url "http://127.0.0.1:$PORT" --concurrency "$2" --requests "$REQS" \
-        --max-tokens "$NTOK" --prompt-words 24 --label "$1" --json "$3"
+        --max-tokens "$NTOK" --prompt-tokens 32 --vocab 32000 --label "$1" --json "$3"
 }
 
 echo "run_serve: $(git rev-parse --short HEAD) $(date -u +%FT%TZ), $(nproc) CPUs, threads $THREADS, rounds $ROUNDS, $REQS requests x $NTOK tokens per client"

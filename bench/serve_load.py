@@ -9,8 +9,8 @@ token and inter-token latency (p50/p99), and errors.
 Each of C clients sends --requests streaming /v1/completions requests one
 after the other (greedy, "ignore_eos": true so every request generates
 exactly --max-tokens tokens), each with its own prompt of --prompt-words
-random words (seeded; no two requests share a prefix, so no server's prompt
-cache helps). TTFT is the time from sending to the first text chunk;
+random words, or of --prompt-tokens random token ids (seeded; no two
+requests share a prefix, so no server's prompt cache helps). TTFT is the time from sending to the first text chunk;
 inter-token latency the gaps between chunks. Output tokens are counted from
 the usage a server reports, else from --max-tokens when finish_reason is
 "length". Standard library only.
@@ -96,7 +96,12 @@ def one_request(host, port, body, timeout):
 
 def sweep_point(host, port, conc, a, seed):
     rnd = random.Random(seed)
-    bodies = [[{"prompt": " ".join(rnd.choice(WORDS) for _ in range(a.prompt_words)), "max_tokens": a.max_tokens,
+    def prompt():
+        if a.prompt_tokens:
+            return [rnd.randrange(259, a.vocab) for _ in range(a.prompt_tokens)]
+        return " ".join(rnd.choice(WORDS) for _ in range(a.prompt_words))
+
+    bodies = [[{"prompt": prompt(), "max_tokens": a.max_tokens,
                 "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
                 **({"model": a.model} if a.model else {})} for _ in range(a.requests)] for _ in range(conc)]
     res = [[] for _ in range(conc)]
@@ -144,6 +149,9 @@ def main():
     ap.add_argument("--requests", type=int, default=4, help="requests per client")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompt-words", type=int, default=24)
+    ap.add_argument("--prompt-tokens", type=int, default=0,
+                    help="prompts of N random token ids in [259, --vocab) instead of words (no tokenizer involved)")
+    ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--model", default=None)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=600)
@@ -163,6 +171,7 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"url": a.url, "label": a.label, "max_tokens": a.max_tokens, "prompt_words": a.prompt_words,
+                       "prompt_tokens": a.prompt_tokens,
                        "requests_per_client": a.requests, "rows": rows}, f, indent=1)
             f.write("\n")
 
