@@ -399,8 +399,6 @@ static drt_status packed_weight(cpu_ctx *c, const drt_tensor *w, int K, int shar
     return DRT_OK;
 }
 
-/* ---- scratch ------------------------------------------------------------------ */
-
 static drt_status ensure_scratch(cpu_ctx *c, int64_t floats) {
     if (floats <= c->scratch_floats) return DRT_OK;
     for (int i = 0; i < c->nth; i++) {
@@ -417,6 +415,34 @@ static drt_status ensure_scratch(cpu_ctx *c, int64_t floats) {
     c->scratch_floats = floats;
     return DRT_OK;
 }
+
+/* A prefill MATMUL of q8_0 / q4_0 weights in the int8 mode: the rows go
+ * through the repacked int8-dot GEMV (matmul.c qt_rows) CPU_GEMV_MAX_T at a
+ * time, so each weight is read T/32 times, from its repacked copy, instead
+ * of widened to f32 for the GEMM. In the int8 mode x is one int8 level a
+ * block, and VPDPBUSD does four multiply-adds where the f32 GEMM's FMA does
+ * one; in the f32 mode (two int8 levels of x) the GEMM is as fast, and keeps
+ * the path. */
+static drt_status matmul_row_chunks(cpu_ctx *c, const cpu_mm_args *m, const drt_tensor *w) {
+    cpu_mm_args r = *m;
+    drt_status s = packed_weight(c, w, m->K, 0, &r.wpack);
+    r.T = CPU_GEMV_MAX_T;
+    if (s == DRT_OK) s = ensure_scratch(c, c->k->mm_scratch_floats(&r));
+    if (s != DRT_OK) return s;
+    r.scratch = c->scratch;
+    r.xpack = NULL;
+    for (int t0 = 0; t0 < m->T; t0 += CPU_GEMV_MAX_T) {
+        r.T = m->T - t0 < CPU_GEMV_MAX_T ? m->T - t0 : CPU_GEMV_MAX_T;
+        r.x = m->x + (int64_t)t0 * m->K;
+        r.y = m->y + (int64_t)t0 * m->N;
+        r.phase = 1;
+        atomic_init(&r.next_task, 0);
+        cpu_pool_run(c->pool, c->k->matmul, &r);
+    }
+    return DRT_OK;
+}
+
+/* ---- scratch ------------------------------------------------------------------ */
 
 /* one grow-only buffer shared by all threads: packed x of a GEMM, or the
  * partial results of a split attention */
@@ -600,7 +626,11 @@ static drt_status run_node(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
         m.x8 = c->x8;
         m.qdot = c->qdot;
         drt_status s = DRT_OK;
-        if (c->repack && m.T <= CPU_GEMV_MAX_T && !m.trans_w && m.K > 0 && (m.wt == DRT_Q8_0 || m.wt == DRT_Q4_0))
+        const int quant = m.wt == DRT_Q8_0 || m.wt == DRT_Q4_0;
+        if (c->repack && c->x8 && m.qdot && quant && m.T > CPU_GEMV_MAX_T && !m.trans_w && m.K > 0 && m.B == 1 &&
+            m.Bw == 1)
+            return matmul_row_chunks(c, &m, b);
+        if (c->repack && m.T <= CPU_GEMV_MAX_T && !m.trans_w && m.K > 0 && quant)
             s = packed_weight(c, b, m.K, 0, &m.wpack);
         if (s == DRT_OK) s = ensure_scratch(c, c->k->mm_scratch_floats(&m));
         if (s == DRT_OK) s = ensure_shared(c, c->k->mm_xpack_floats(&m));
