@@ -234,6 +234,9 @@ static drt_status open_backend(int i, const char *sel, const char *env, const dr
     if (ops->device_name(b->device, b->dev_desc, sizeof b->dev_desc) != DRT_OK) b->dev_desc[0] = 0;
     if (ops->device_props && ops->device_props(b->device, &b->props) == DRT_OK) b->have_props = 1;
     if (ops->precision) b->precision = ops->precision(b->be);
+    /* a declared reduced-precision mode (cpu bf16 or int8, vulkan fp16)
+     * holds whole-model logits to the loosest bound an op may declare */
+    if (strcmp(b->precision, "f32") != 0) b->model_bound = CF_REDUCED_NMSE;
     return DRT_OK;
 }
 
