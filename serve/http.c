@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,7 @@ typedef struct {
     int too_large;
     double t_start;
     srv_job *job;
-    char *model; /* GET /v1/models/{id} */
+    char *model;        /* GET /v1/models/{id} */
     const char *origin; /* the allowed CORS origin this request came from, or NULL */
 } conn_state;
 
@@ -70,8 +71,7 @@ static enum MHD_Result send_body(srv *S, struct MHD_Connection *c, const conn_st
     if (!body) {
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
                                   "\"code\":null}}";
-        struct MHD_Response *res =
-            MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+        struct MHD_Response *res = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
         if (!res) return MHD_NO;
         MHD_add_response_header(res, "Content-Type", "application/json");
         enum MHD_Result r = MHD_queue_response(c, 500, res);
@@ -266,12 +266,11 @@ static int job_prompt(srv *S, srv_job *j, srv_error *e) {
     long room = (long)ctx - j->n_prompt;
     j->max_tokens = q->max_tokens_given || q->ep == SRV_EP_COMPLETIONS ? q->max_tokens : room;
     if (room < 1 || j->max_tokens > room)
-        return srv_error_set(e, 400, "invalid_request_error", "context_length_exceeded",
-                             q->ep == SRV_EP_CHAT ? "messages" : "prompt",
-                             "This model's maximum context length is %d tokens. However, you requested %ld tokens "
-                             "(%d in the %s, %ld in the completion).",
-                             ctx, j->n_prompt + j->max_tokens, j->n_prompt,
-                             q->ep == SRV_EP_CHAT ? "messages" : "prompt", j->max_tokens);
+        return srv_error_set(
+            e, 400, "invalid_request_error", "context_length_exceeded", q->ep == SRV_EP_CHAT ? "messages" : "prompt",
+            "This model's maximum context length is %d tokens. However, you requested %ld tokens "
+            "(%d in the %s, %ld in the completion).",
+            ctx, j->n_prompt + j->max_tokens, j->n_prompt, q->ep == SRV_EP_CHAT ? "messages" : "prompt", j->max_tokens);
     drt_sampler_opts so = {.temperature = (float)q->temperature,
                            .top_k = q->top_k,
                            .top_p = (float)q->top_p,
@@ -302,7 +301,9 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     return r;
 }
 
-static void stream_free(void *cls) { srv_job_unref(cls); }
+static void stream_free(void *cls) {
+    srv_job_unref(cls);
+}
 
 /* A finished non-streaming job's answer. */
 static enum MHD_Result answer_job(srv *S, struct MHD_Connection *c, conn_state *cs) {
@@ -583,6 +584,17 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
+/* debug (--sndbuf): a small socket send buffer, so that a test's client
+ * that does not read fills it after a few KiB */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    (void)socket_context;
+    srv *S = cls;
+    if (toe != MHD_CONNECTION_NOTIFY_STARTED || S->o.sndbuf <= 0) return;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci) setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &S->o.sndbuf, sizeof S->o.sndbuf);
+}
+
 static void on_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     (void)fmt;
@@ -611,7 +623,7 @@ int srv_http_start(srv *S) {
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)S->o.max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         (unsigned)S->o.max_conns_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)S->o.idle_timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32768, MHD_OPTION_NOTIFY_COMPLETED, on_completed, S,
-        MHD_OPTION_EXTERNAL_LOGGER, on_log, S, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_EXTERNAL_LOGGER, on_log, S, MHD_OPTION_END);
     if (!S->daemon) {
         fprintf(stderr, "diffrt: serve: cannot listen on %s port %d (in use, or not an address of this host)\n",
                 S->o.host, S->o.port);

@@ -8,8 +8,9 @@
 #include "server.h"
 
 static const double b_latency[SRV_HIST_BUCKETS] = {0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
-                                                   0.5,   1,    2.5,  5,    10,   30,   60,   1e300};
-static const double b_tokens[SRV_HIST_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 1e300};
+                                                   0.5,   1,    2.5,  5,    10,   30,   60,  1e300};
+static const double b_tokens[SRV_HIST_BUCKETS] = {1,   2,   4,    8,    16,   32,   64,    128,
+                                                  256, 512, 1024, 2048, 4096, 8192, 16384, 1e300};
 
 void srv_metrics_init(srv_metrics *m) {
     memset(m, 0, sizeof *m);
@@ -91,8 +92,7 @@ char *srv_metrics_text(srv *S) {
     one(&b, "counter", "prompt_tokens_total", "prompt tokens admitted", (double)m->prompt_tokens);
     one(&b, "counter", "generation_tokens_total", "tokens generated", (double)m->generation_tokens);
     one(&b, "counter", "forward_total", "batch forwards run", (double)m->forwards);
-    one(&b, "counter", "client_disconnects_total", "requests whose client left before the end",
-        (double)m->disconnects);
+    one(&b, "counter", "client_disconnects_total", "requests whose client left before the end", (double)m->disconnects);
     put(&b, "# HELP diffrt:request_success_total requests finished, by reason\n"
             "# TYPE diffrt:request_success_total counter\n");
     put(&b, "diffrt:request_success_total{finished_reason=\"stop\"} %llu\n", m->success_stop);

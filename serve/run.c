@@ -104,10 +104,13 @@ static int load_model(srv *S) {
     }
     S->end_of_turn = S->chat.end_of_turn ? drt_tokenizer_token_to_id(S->tok, S->chat.end_of_turn) : -1;
     if (S->chat.kind == SRV_CHAT_NONE)
-        fprintf(stderr, "diffrt: serve: no chat template (%s): /v1/chat/completions answers 400 unless "
-                        "--chat-template NAME\n", why[0] ? why : "none found");
+        fprintf(stderr,
+                "diffrt: serve: no chat template (%s): /v1/chat/completions answers 400 unless "
+                "--chat-template NAME\n",
+                why[0] ? why : "none found");
     else
-        fprintf(stderr, "diffrt: serve: chat template %s%s\n", S->chat.name, S->o.chat_template ? " (--chat-template)" : "");
+        fprintf(stderr, "diffrt: serve: chat template %s%s\n", S->chat.name,
+                S->o.chat_template ? " (--chat-template)" : "");
     return 0;
 }
 
@@ -126,8 +129,8 @@ static int make_session(srv *S) {
     const drt_model_info *I = &S->info;
     double per_pos = 4.0 * I->n_layers * I->n_kv_groups * ((double)I->kv_m * I->dk + I->dv);
     double kv = per_pos * (S->o.parallel + 1.0) * S->o.ctx;
-    fprintf(stderr, "diffrt: serve: %d slots x %d positions = %.1f MiB KV (%s, %d rows per forward)\n",
-            S->o.parallel, S->o.ctx, kv / 1048576.0, S->o.backend ? S->o.backend : "cpu", S->o.batch_tokens);
+    fprintf(stderr, "diffrt: serve: %d slots x %d positions = %.1f MiB KV (%s, %d rows per forward)\n", S->o.parallel,
+            S->o.ctx, kv / 1048576.0, S->o.backend ? S->o.backend : "cpu", S->o.batch_tokens);
     if (S->o.ctx > I->max_ctx)
         fprintf(stderr, "diffrt: warning: --ctx %d is past the model's max_position_embeddings %d\n", S->o.ctx,
                 I->max_ctx);
@@ -206,8 +209,10 @@ int srv_run(const srv_opts *o) {
     signal(SIGPIPE, SIG_IGN);
     if (load_keys(&S) != 0 || load_model(&S) != 0 || make_session(&S) != 0) goto done;
     if (!S.n_keys && !is_loopback(o->host))
-        fprintf(stderr, "diffrt: warning: serving on %s without an API key: anyone who reaches it can use it "
-                        "(--api-key-file F or DIFFRT_API_KEY)\n", o->host);
+        fprintf(stderr,
+                "diffrt: warning: serving on %s without an API key: anyone who reaches it can use it "
+                "(--api-key-file F or DIFFRT_API_KEY)\n",
+                o->host);
     if (pthread_create(&S.sched, NULL, srv_sched_main, &S) != 0) {
         fprintf(stderr, "diffrt: serve: cannot start the scheduler thread\n");
         goto done;

@@ -35,6 +35,7 @@ typedef struct {
     long max_out;           /* bytes a streaming client may leave unread before it is dropped */
     const char *ready_file; /* when set, "host port\n" is written there once listening (tests) */
     int step_delay_ms;      /* debug: sleep this long after each forward (tests of slow streams) */
+    int sndbuf;             /* debug: SO_SNDBUF of each connection, 0: the system's (tests of slow readers) */
 } srv_opts;
 
 /* Loads the model, serves until SIGTERM or SIGINT, drains, and returns the

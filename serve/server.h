@@ -69,9 +69,9 @@ struct srv_job {
     /* output (under job.mu) */
     char *out; /* bytes for the client: SSE events, or the whole body */
     size_t out_len, out_off, out_cap;
-    int out_done; /* nothing more will be appended */
-    int status;   /* non-streaming: the response's status when out_done */
-    int no_retry; /* non-streaming error: x-should-retry: false */
+    int out_done;                /* nothing more will be appended */
+    int status;                  /* non-streaming: the response's status when out_done */
+    int no_retry;                /* non-streaming error: x-should-retry: false */
     struct MHD_Connection *conn; /* NULL once libmicrohttpd is done with it */
     int fd;                      /* its socket, to see a client that left */
     int suspended;

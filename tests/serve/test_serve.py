@@ -493,18 +493,21 @@ def case_deadline():
 
 def case_slow_reader():
     """A client that never reads its stream does not hold up the others, and
-    is dropped once it leaves --max-unread bytes unread."""
-    S = Server(A.diffrt, model(), "--parallel", "2", "--max-unread", "1K", "--metrics")
+    is dropped once it leaves --max-unread bytes unread (the socket buffers
+    made small with the debug --sndbuf so that they fill)."""
+    S = Server(A.diffrt, model(), "--parallel", "2", "--max-unread", "2K", "--sndbuf", "4096", "--metrics")
     try:
         sk = S.sock()
         sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
         body = {"prompt": "The", "max_tokens": 180, "ignore_eos": True, "stream": True}
         sk.sendall(raw_request("POST", "/v1/completions", json.dumps(body).encode()))
         for i in range(3):
-            t0 = time.time()
             s, _, b = S.post("/v1/completions", {"prompt": "The", "max_tokens": 8}, timeout=20)
             check(s == 200, f"request {i} beside a slow reader: {s}")
         S.wait_metric("diffrt:num_requests_running", lambda v: v == 0, 10)
+        m = S.metrics()
+        aborted = m['diffrt:request_success_total{finished_reason="abort"}']
+        check(aborted == 1, f"the slow reader was not dropped: {aborted} requests aborted")
         sk.close()
     finally:
         check(S.stop() == 0, "exit status")
