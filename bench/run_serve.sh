@@ -19,9 +19,12 @@
 # 32 random token ids, so no tokenizer is involved in either server). LLAMA_BIN holds llama-server (llama.cpp from PyPI's
 # llama-cpp-python source package, built outside the repository: cmake
 # -DLLAMA_BUILD_SERVER=ON, target llama-server); without it part 2 runs
-# diffrt alone. ROUNDS (default 3), THREADS (default 2), REQS (requests per
-# client, default 4), NTOK (tokens per request, default 64), CTX (positions
-# per slot, default 256), SKIP (parts to skip, e.g. "2"). Raw output and JSON
+# diffrt alone. diffrt runs the 1.1B in both cpu.precision modes: f32, and
+# int8 (x in one int8 level, as llama.cpp's q8_0 activations). ROUNDS
+# (default 3), THREADS (default 2), REQS (requests per client, default 4),
+# NTOK (tokens per request, default 64), SPREAD (each request's max_tokens
+# uniform in NTOK x [1-S, 1+S], default 0.5; 0 keeps the clients in
+# lockstep: serve_load.py --spread), CTX (positions per slot, default 256), SKIP (parts to skip, e.g. "2"). Raw output and JSON
 # go to OUT_PREFIX.txt and OUT_PREFIX-*.json (default
 # bench/results/serve-<date>).
 set -uo pipefail
@@ -34,6 +37,7 @@ THREADS=${THREADS:-2}
 REQS=${REQS:-4}
 NTOK=${NTOK:-64}
 CTX=${CTX:-256}
+SPREAD=${SPREAD:-0.5}
 SKIP=${SKIP:-}
 D=$BUILD/diffrt
 PY=${PYTHON:-python3}
@@ -47,10 +51,11 @@ trap cleanup EXIT
 say() { printf '\n== %s (%s; %s)\n' "$1" "$(date -u +%H:%M:%S)" "$(uptime | sed 's/.*load/load/')"; }
 skip() { case ",$SKIP," in *",$1,"*) return 0 ;; esac; return 1; }
 
-# start_diffrt MODEL_DIR: diffrt serve on a free port; sets PORT and PID
+# start_diffrt MODEL_DIR [PRECISION]: diffrt serve on a free port; sets PORT and PID
 start_diffrt() {
     rm -f "$TMP/ready"
-    "$D" serve --model "$1" --threads "$THREADS" --parallel 8 --ctx "$CTX" --port 0 --ready-file "$TMP/ready" \
+    "$D" serve --model "$1" --set "cpu.precision=${2:-f32}" --threads "$THREADS" --parallel 8 --ctx "$CTX" \
+        --port 0 --ready-file "$TMP/ready" \
         --max-conns-per-ip 1024 --queue 64 > "$TMP/server.log" 2>&1 &
     PID=$!
     for _ in $(seq 600); do [ -s "$TMP/ready" ] && break; sleep 0.1; done
@@ -72,10 +77,10 @@ stop_server() { kill -TERM "$PID"; wait "$PID" 2>/dev/null; PID=; }
 
 load() { # LABEL CONCURRENCY JSON
     "$PY" bench/serve_load.py --url "http://127.0.0.1:$PORT" --concurrency "$2" --requests "$REQS" \
-        --max-tokens "$NTOK" --prompt-tokens 32 --vocab 32000 --label "$1" --json "$3"
+        --max-tokens "$NTOK" --spread "$SPREAD" --prompt-tokens 32 --vocab 32000 --label "$1" --json "$3"
 }
 
-echo "run_serve: $(git rev-parse --short HEAD) $(date -u +%FT%TZ), $(nproc) CPUs, threads $THREADS, rounds $ROUNDS, $REQS requests x $NTOK tokens per client"
+echo "run_serve: $(git rev-parse --short HEAD) $(date -u +%FT%TZ), $(nproc) CPUs, threads $THREADS, rounds $ROUNDS, $REQS requests x $NTOK tokens (spread $SPREAD) per client"
 grep -m1 'model name' /proc/cpuinfo
 
 for r in $(seq 1 "$ROUNDS"); do
@@ -86,10 +91,12 @@ for r in $(seq 1 "$ROUNDS"); do
         stop_server
     fi
     if ! skip 2; then
-        say "round $r: 2. diffrt serve, llama-1.1b q4_0, --parallel 8"
-        start_diffrt "$MODELS/llama-1.1b-q4_0"
-        load "diffrt 1.1b-q4_0 r$r" 1,8 "$PREFIX-1b-diffrt-r$r.json"
-        stop_server
+        for prec in f32 int8; do
+            say "round $r: 2. diffrt serve, llama-1.1b q4_0, --parallel 8, cpu.precision=$prec"
+            start_diffrt "$MODELS/llama-1.1b-q4_0" $prec
+            load "diffrt $prec 1.1b-q4_0 r$r" 1,8 "$PREFIX-1b-diffrt-$prec-r$r.json"
+            stop_server
+        done
         if [ -n "${LLAMA_BIN:-}" ]; then
             say "round $r: 2. llama-server -np 8, llama-1.1b q4_0 GGUF"
             start_llama "$MODELS/llama-1.1b-q4_0.gguf"

@@ -8,7 +8,9 @@ token and inter-token latency (p50/p99), and errors.
 
 Each of C clients sends --requests streaming /v1/completions requests one
 after the other (greedy, "ignore_eos": true so every request generates
-exactly --max-tokens tokens), each with its own prompt of --prompt-words
+exactly its max_tokens: --max-tokens, or with --spread S a length drawn
+uniformly from [N(1-S), N(1+S)], which keeps the clients from arriving in
+lockstep), each with its own prompt of --prompt-words
 random words, or of --prompt-tokens random token ids (seeded; no two
 requests share a prefix, so no server's prompt cache helps). TTFT is the time from sending to the first text chunk;
 inter-token latency the gaps between chunks. Output tokens are counted from
@@ -101,7 +103,12 @@ def sweep_point(host, port, conc, a, seed):
             return [rnd.randrange(259, a.vocab) for _ in range(a.prompt_tokens)]
         return " ".join(rnd.choice(WORDS) for _ in range(a.prompt_words))
 
-    bodies = [[{"prompt": prompt(), "max_tokens": a.max_tokens,
+    def ntok():
+        lo = max(1, round(a.max_tokens * (1 - a.spread)))
+        hi = max(lo, round(a.max_tokens * (1 + a.spread)))
+        return rnd.randint(lo, hi)
+
+    bodies = [[{"prompt": prompt(), "max_tokens": ntok(),
                 "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
                 **({"model": a.model} if a.model else {})} for _ in range(a.requests)] for _ in range(conc)]
     res = [[] for _ in range(conc)]
@@ -149,6 +156,9 @@ def main():
     ap.add_argument("--requests", type=int, default=4, help="requests per client")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompt-words", type=int, default=24)
+    ap.add_argument("--spread", type=float, default=0,
+                    help="max_tokens drawn uniformly from [N(1-S), N(1+S)] per request (0: every request N, so "
+                         "clients stay in lockstep; vLLM's random dataset varies lengths the same way)")
     ap.add_argument("--prompt-tokens", type=int, default=0,
                     help="prompts of N random token ids in [259, --vocab) instead of words (no tokenizer involved)")
     ap.add_argument("--vocab", type=int, default=32000)
@@ -170,7 +180,8 @@ def main():
     print(table(rows, a.label))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"url": a.url, "label": a.label, "max_tokens": a.max_tokens, "prompt_words": a.prompt_words,
+            json.dump({"url": a.url, "label": a.label, "max_tokens": a.max_tokens, "spread": a.spread,
+                       "prompt_words": a.prompt_words,
                        "prompt_tokens": a.prompt_tokens,
                        "requests_per_client": a.requests, "rows": rows}, f, indent=1)
             f.write("\n")
