@@ -60,9 +60,10 @@ static char *event(cJSON *o) {
     return ev;
 }
 
-char *srv_body_final(const srv_job *j) {
-    int chat = j->req.ep == SRV_EP_CHAT;
-    cJSON *o = envelope(j, chat ? "chat.completion" : "text_completion");
+/* The envelope with one choice {"index": 0}; the choice in *choice. NULL
+ * when out of memory. */
+static cJSON *with_choice(const srv_job *j, const char *object, cJSON **choice) {
+    cJSON *o = envelope(j, object);
     cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
     if (!o || !choices || !c) {
         cJSON_Delete(c);
@@ -71,6 +72,14 @@ char *srv_body_final(const srv_job *j) {
     }
     cJSON_AddItemToArray(choices, c);
     cJSON_AddNumberToObject(c, "index", 0);
+    *choice = c;
+    return o;
+}
+
+char *srv_body_final(const srv_job *j) {
+    int chat = j->req.ep == SRV_EP_CHAT;
+    cJSON *c, *o = with_choice(j, chat ? "chat.completion" : "text_completion", &c);
+    if (!o) return NULL;
     cJSON *text = string_n(j->text ? j->text : "", j->text ? j->text_len : 0);
     if (chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
@@ -89,15 +98,8 @@ char *srv_body_final(const srv_job *j) {
  * or, with finish set, the closing one. */
 static cJSON *chunk(const srv_job *j, const char *text, size_t n, int role_chunk, const char *finish) {
     int chat = j->req.ep == SRV_EP_CHAT;
-    cJSON *o = envelope(j, chat ? "chat.completion.chunk" : "text_completion");
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    if (!o || !choices || !c) {
-        cJSON_Delete(c);
-        cJSON_Delete(o);
-        return NULL;
-    }
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON *c, *o = with_choice(j, chat ? "chat.completion.chunk" : "text_completion", &c);
+    if (!o) return NULL;
     if (chat) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (role_chunk) {
