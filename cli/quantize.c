@@ -6,7 +6,8 @@
  * long is quantized row by row; the rest (embedding, norms, lambdas, any
  * row length not a multiple of 32) is copied as it is. The output
  * model.safetensors holds the blocks as U8 [rows, blocks, block bytes] with
- * the format in __metadata__; config.json and tokenizer.json are copied.
+ * the format in __metadata__; config.json, tokenizer.json,
+ * generation_config.json and tokenizer_config.json are copied.
  *
  * The whole directory is written as a fresh ".DIR2.tmp.XXXXXX" beside DIR2,
  * loaded back there, and only then moved into place (cli_outdir in
@@ -30,7 +31,8 @@
 static const char ABOUT_Q[] =
     "Writes DIR2/model.safetensors with DIR's projection weights quantized (2-D *.weight\n"
     "tensors but the embedding, rows a multiple of 32), everything else as stored, and copies\n"
-    "config.json and tokenizer.json. DIR2 must not exist or be empty; with --force an existing\n"
+    "config.json, tokenizer.json, generation_config.json and tokenizer_config.json (those\n"
+    "present). DIR2 must not exist or be empty; with --force an existing\n"
     "DIR2 is replaced as a whole. DIR2 is written beside itself under a temporary name, checked,\n"
     "then moved into place.\n";
 

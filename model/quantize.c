@@ -121,7 +121,10 @@ drt_status drt_quantize_model(const char *dir, drt_dtype type, const char *out_d
     if (st == DRT_OK && o && o->progress) o->progress(o->ctx, n, n, NULL, 0, 0);
     if (st == DRT_OK) st = drt_st_write(path, w, n);
     if (st == DRT_OK) st = copy_file(dir, out_dir, "config.json", 1);
-    if (st == DRT_OK) st = copy_file(dir, out_dir, "tokenizer.json", 0);
+    /* the files beside the weights that loading and serving read, when present */
+    static const char *const optional[] = {"tokenizer.json", "generation_config.json", "tokenizer_config.json"};
+    for (size_t i = 0; st == DRT_OK && i < sizeof optional / sizeof optional[0]; i++)
+        st = copy_file(dir, out_dir, optional[i], 0);
     if (st == DRT_OK && out)
         *out = (drt_quantize_result){.n_tensors = n, .n_quantized = nq, .bytes_in = bytes_in, .bytes_out = bytes_out};
     for (int i = 0; owned && i < n; i++) free(owned[i]);

@@ -111,6 +111,18 @@ q "$src" empty
 check "empty existing --out: written" 0 "tensors to q8_0"
 [ -f "$X/empty/model.safetensors" ] && [ ! -L "$X/empty" ] || fail "empty --out: no model.safetensors in it"
 
+# generation_config.json (eos ids) and tokenizer_config.json (chat
+# template) come along when present
+gen="$X/gen-src"
+mkdir "$gen" && cp "$src/config.json" "$src/model.safetensors" "$src/tokenizer.json" "$gen/" &&
+  echo '{"eos_token_id": [1]}' >"$gen/generation_config.json" &&
+  echo '{"chat_template": "<|im_start|>"}' >"$gen/tokenizer_config.json"
+q "$gen" gen
+check "a model with generation_config.json and tokenizer_config.json: written" 0 "tensors to q8_0"
+for f in generation_config.json tokenizer_config.json; do
+  cmp -s "$gen/$f" "$X/gen/$f" && pass "$f copied" || fail "$f not copied"
+done
+
 # --force replaces the directory as a whole: a model without tokenizer.json
 # over one with it (and a stray file) leaves neither behind
 notok="$X/notok-src"

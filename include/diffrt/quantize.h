@@ -31,9 +31,10 @@ typedef struct {
  * embedding whose rows are a multiple of 32 long, row by row; the rest
  * (embedding, norms, lambdas, other row lengths) as stored. The blocks are
  * U8 [rows, blocks, block bytes] with the format in __metadata__. Then
- * copies dir's config.json and, when there is one, tokenizer.json. out_dir
- * must exist and hold none of these files (the two copies are created new,
- * never through a symlink). A tensor holding a NaN or Inf is
+ * copies dir's config.json and, when present, tokenizer.json,
+ * generation_config.json (eos ids) and tokenizer_config.json (chat
+ * template). out_dir must exist and hold none of these files (the copies
+ * are created new, never through a symlink). A tensor holding a NaN or Inf is
  * DRT_ERR_FORMAT naming it and where. On failure what was written stays in
  * out_dir: write into a fresh directory and move it into place after a
  * check (`diffrt quantize` loads the result back first). out may be NULL. */
