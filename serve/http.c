@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "diffrt/util.h"
 #include "server.h"
 
 typedef enum {
@@ -519,7 +520,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!cs) {
         cs = calloc(1, sizeof *cs);
         if (!cs) return MHD_NO;
-        cs->t_start = srv_now();
+        cs->t_start = drt_clock_s();
         *con_cls = cs;
         return first_call(S, c, cs, url, method);
     }
@@ -530,7 +531,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         /* libmicrohttpd cannot answer before the body's end: a body that
          * comes too slowly is cut by closing the connection; one past the
          * limit is read and dropped (nothing kept), then answered 413 */
-        if (S->o.body_timeout_s > 0 && srv_now() - cs->t_start > S->o.body_timeout_s) return MHD_NO;
+        if (S->o.body_timeout_s > 0 && drt_clock_s() - cs->t_start > S->o.body_timeout_s) return MHD_NO;
         if (cs->too_large) return MHD_YES;
         if (cs->len + n > (size_t)S->o.max_body) {
             cs->too_large = 1;

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "diffrt/util.h"
 #include "server.h"
 
 static void sleep_s(double s) {
@@ -149,12 +150,12 @@ static void drain(srv *S, int sig) {
     pthread_mutex_lock(&S->mu);
     S->draining = 1;
     pthread_mutex_unlock(&S->mu);
-    double t0 = srv_now();
+    double t0 = drt_clock_s();
     for (;;) {
         pthread_mutex_lock(&S->mu);
         int busy = S->n_active + S->n_queued;
         pthread_mutex_unlock(&S->mu);
-        if (!busy || srv_now() - t0 >= S->o.grace_s) break;
+        if (!busy || drt_clock_s() - t0 >= S->o.grace_s) break;
         sleep_s(0.05);
     }
     pthread_mutex_lock(&S->mu);
@@ -163,8 +164,8 @@ static void drain(srv *S, int sig) {
     pthread_mutex_unlock(&S->mu);
     pthread_join(S->sched, NULL);
     /* every connection is resumed now; give them a moment to send their last bytes */
-    double t1 = srv_now();
-    while (srv_http_connections(S) > 0 && srv_now() - t1 < 2) sleep_s(0.02);
+    double t1 = drt_clock_s();
+    while (srv_http_connections(S) > 0 && drt_clock_s() - t1 < 2) sleep_s(0.02);
 }
 
 static void cleanup(srv *S) {

@@ -13,13 +13,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "diffrt/util.h"
 #include "server.h"
-
-double srv_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 srv_job *srv_job_new(srv *S) {
     srv_job *j = calloc(1, sizeof *j);
@@ -29,7 +24,7 @@ srv_job *srv_job_new(srv *S) {
     j->S = S;
     j->slot = -1;
     j->fd = -1;
-    j->t_arrival = srv_now();
+    j->t_arrival = drt_clock_s();
     j->t_ping = j->t_arrival;
     drt_tokenizer_stream_init(&j->st);
     return j;
@@ -192,7 +187,7 @@ static void job_finish(srv *S, srv_job *j, const char *why, resume_list *rl) {
         S->m.success_stop++;
     else
         S->m.success_length++;
-    srv_hist_add(&S->m.e2e, srv_now() - j->t_arrival);
+    srv_hist_add(&S->m.e2e, drt_clock_s() - j->t_arrival);
     if (j->req.stream) {
         put_owned(j, srv_sse_finish(j), 1, rl);
     } else {
@@ -485,7 +480,7 @@ void *srv_sched_main(void *arg) {
     }
     pthread_mutex_lock(&S->mu);
     for (;;) {
-        double now = srv_now();
+        double now = drt_clock_s();
         sweep(S, now, &rl);
         if (S->stop) fail_all(S, &rl);
         admit(S);
@@ -494,26 +489,20 @@ void *srv_sched_main(void *arg) {
         pthread_mutex_unlock(&S->mu);
         resume_all(&rl);
         pthread_mutex_lock(&S->mu);
-        if (!n) {
-            if (!S->n_active && !S->n_queued && !S->stop) {
+        if (!n) { /* nothing runs (a running request always has a row): sleep unless work came meanwhile */
+            if (!S->n_queued && !S->stop) {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
                 ts.tv_sec += 1; /* wakes for deadlines and pings */
-                pthread_cond_timedwait(&S->wake, &S->mu, &ts);
-            } else if (S->n_active || S->n_queued) { /* work waits on its client: look again soon */
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_nsec += 20 * 1000000L;
-                if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
                 pthread_cond_timedwait(&S->wake, &S->mu, &ts);
             }
             continue;
         }
         pthread_mutex_unlock(&S->mu);
         drt_batch batch = {.n = n, .token = b.tok, .seq = b.seq, .logits = b.flag};
-        double t0 = srv_now();
+        double t0 = drt_clock_s();
         drt_status st = drt_batch_forward(S->bs, &batch, S->logits);
-        double t1 = srv_now();
+        double t1 = drt_clock_s();
         if (S->o.step_delay_ms > 0) {
             struct timespec d = {S->o.step_delay_ms / 1000, (long)(S->o.step_delay_ms % 1000) * 1000000L};
             nanosleep(&d, NULL);

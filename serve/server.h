@@ -140,6 +140,4 @@ int srv_http_start(srv *S);
 int srv_http_connections(srv *S); /* open connections */
 void srv_http_stop(srv *S);
 
-double srv_now(void); /* seconds, monotonic */
-
 #endif
