@@ -502,11 +502,16 @@ def case_slow_reader():
     """A client that never reads its stream does not hold up the others, and
     is dropped once it leaves --max-unread bytes unread (the socket buffers
     made small with the debug --sndbuf so that they fill)."""
-    S = Server(A.diffrt, model(), "--parallel", "2", "--max-unread", "2K", "--sndbuf", "4096", "--metrics")
+    S = Server(A.diffrt, model(), "--parallel", "2", "--max-unread", "1K", "--sndbuf", "4096", "--metrics")
     try:
-        sk = S.sock()
+        # the receive buffer set before connecting, so the window the
+        # server sees is small from the start
+        sk = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
-        body = {"prompt": "The", "max_tokens": 180, "ignore_eos": True, "stream": True}
+        sk.settimeout(30)
+        sk.connect((S.host, S.port))
+        body = {"prompt": "The", "max_tokens": 180, "ignore_eos": True, "stream": True,
+                "stream_options": {"include_usage": True}}
         sk.sendall(raw_request("POST", "/v1/completions", json.dumps(body).encode()))
         for i in range(3):
             s, _, b = S.post("/v1/completions", {"prompt": "The", "max_tokens": 8}, timeout=20)
