@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import shutil
 import tempfile
 import time
 
@@ -25,10 +26,15 @@ class Server:
         t0 = time.time()
         while not os.path.exists(ready) or not open(ready).read().endswith("\n"):
             if self.p.poll() is not None:
-                raise RuntimeError(f"server exited {self.p.returncode}: {self.text_log()}")
+                msg = f"server exited {self.p.returncode}: {self.text_log()}"
+                self.cleanup()
+                raise RuntimeError(msg)
             if time.time() - t0 > 60:
                 self.p.kill()
-                raise RuntimeError("server did not start in 60 s: " + self.text_log())
+                self.p.wait()
+                msg = "server did not start in 60 s: " + self.text_log()
+                self.cleanup()
+                raise RuntimeError(msg)
             time.sleep(0.02)
         self.host, port = open(ready).read().split()
         self.port = int(port)
@@ -38,15 +44,27 @@ class Server:
         with open(self.log_path) as f:
             return f.read()[-4000:]
 
+    def cleanup(self):
+        """Closes the log and removes the server's temporary folder (a log
+        given by the caller is kept)."""
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     def stop(self, timeout=60):
+        """SIGTERM, wait, clean up; a non-zero exit prints the log's tail."""
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
         try:
             rc = self.p.wait(timeout)
         except subprocess.TimeoutExpired:
             self.p.kill()
-            raise RuntimeError("server did not exit within %d s of SIGTERM" % timeout)
-        self.log.close()
+            self.p.wait()
+            msg = "server did not exit within %d s of SIGTERM: %s" % (timeout, self.text_log())
+            self.cleanup()
+            raise RuntimeError(msg)
+        if rc != 0:
+            print(f"server exited {rc}; its log ends:\n{self.text_log()}")
+        self.cleanup()
         return rc
 
     def conn(self, timeout=60):

@@ -13,7 +13,9 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 import openai
 
@@ -111,7 +113,8 @@ def main():
         rc = S.stop()
     check(rc == 0, f"exit status {rc}")
     # auth and 503 with the SDK
-    keys = os.path.join(S.dir, "keys")
+    kdir = tempfile.mkdtemp(prefix="drt-keys-")
+    keys = os.path.join(kdir, "keys")
     with open(keys, "w") as f:
         f.write("sk-test\n")
     S = Server(a.diffrt, mdl, "--api-key-file", keys, "--parallel", "1", "--queue", "0", "--step-delay", "30")
@@ -135,6 +138,7 @@ def main():
         ok += 1
     finally:
         rc = S.stop()
+        shutil.rmtree(kdir, ignore_errors=True)
     check(rc == 0, f"exit status {rc}")
     print(f"openai {openai.__version__}: {ok} groups passed")
 
