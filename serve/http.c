@@ -45,7 +45,7 @@ static const struct {
     {"/metrics", R_METRICS, "GET"},
 };
 
-typedef struct {
+typedef struct conn_state {
     route r;
     char *body;
     size_t len, cap;
@@ -54,6 +54,17 @@ typedef struct {
     srv_job *job;
     char *model;        /* GET /v1/models/{id} */
     const char *origin; /* the allowed CORS origin this request came from, or NULL */
+
+    /* A POST's preparation (parse, chat template, tokenize) runs on a
+     * tokenizer thread while the connection is suspended; the thread owns
+     * these until it sets prep_done (under S->prep_mu) and resumes it. */
+    struct MHD_Connection *conn;
+    struct conn_state *prep_next;
+    int prep_busy, prep_done;
+    int perr_set;
+    srv_error perr;
+    char *pbody;   /* /tokenize, /detokenize: the answer */
+    srv_job *pjob; /* a completion: the job, its prompt's ids ready */
 } conn_state;
 
 /* ---- responses ---- */
@@ -188,29 +199,38 @@ static enum MHD_Result do_model(srv *S, struct MHD_Connection *c, const conn_sta
     return fail(S, c, cs, 404, "not_found_error", "model_not_found", "model", "no such model");
 }
 
-static enum MHD_Result do_tokenize(srv *S, struct MHD_Connection *c, conn_state *cs, srv_request *q) {
+/* /tokenize and /detokenize: the JSON answer into cs->pbody, or cs->perr */
+static void prep_tokenize(srv *S, conn_state *cs, srv_request *q) {
     int32_t *ids = NULL;
     int n = 0;
-    if (drt_tokenizer_encode(S->tok, q->prompt_text, q->prompt_len, q->add_special, &ids, &n) != DRT_OK)
-        return fail(S, c, cs, 400, "invalid_request_error", NULL, "content", drt_last_error());
+    if (drt_tokenizer_encode(S->tok, q->prompt_text, q->prompt_len, q->add_special, &ids, &n) != DRT_OK) {
+        cs->perr_set = 1;
+        srv_error_set(&cs->perr, 400, "invalid_request_error", NULL, "content", "%s", drt_last_error());
+        return;
+    }
     cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tokens");
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(ids[i]));
     cJSON_AddNumberToObject(o, "count", n);
     cJSON_AddNumberToObject(o, "max_model_len", S->o.ctx);
     free(ids);
-    return send_json(S, c, cs, o);
+    cs->pbody = cJSON_PrintUnformatted(o); /* NULL: out of memory, answered 500 */
+    cJSON_Delete(o);
 }
 
-static enum MHD_Result do_detokenize(srv *S, struct MHD_Connection *c, conn_state *cs, srv_request *q) {
+static void prep_detokenize(srv *S, conn_state *cs, srv_request *q) {
     char *text = NULL;
     size_t len = 0;
-    if (drt_tokenizer_decode(S->tok, q->tokens, q->n_tokens, 0, &text, &len) != DRT_OK)
-        return fail(S, c, cs, 400, "invalid_request_error", NULL, "tokens", drt_last_error());
+    if (drt_tokenizer_decode(S->tok, q->tokens, q->n_tokens, 0, &text, &len) != DRT_OK) {
+        cs->perr_set = 1;
+        srv_error_set(&cs->perr, 400, "invalid_request_error", NULL, "tokens", "%s", drt_last_error());
+        return;
+    }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "content", text);
     cJSON_AddStringToObject(o, "prompt", text);
     drt_free(text);
-    return send_json(S, c, cs, o);
+    cs->pbody = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
 }
 
 /* ---- completions ---- */
@@ -339,24 +359,37 @@ static enum MHD_Result answer_job(srv *S, struct MHD_Connection *c, conn_state *
     return r;
 }
 
-static enum MHD_Result do_completion(srv *S, struct MHD_Connection *c, conn_state *cs, srv_request *q) {
-    srv_error e;
+/* A completion's job with its prompt's ids into cs->pjob, or cs->perr. */
+static void prep_completion(srv *S, conn_state *cs, srv_request *q) {
+    srv_error *e = &cs->perr;
     if (q->model && !model_known(S, q->model)) {
-        srv_error_set(&e, 404, "not_found_error", "model_not_found", "model",
+        cs->perr_set = 1;
+        srv_error_set(e, 404, "not_found_error", "model_not_found", "model",
                       "The model `%.64s` does not exist (this server serves `%s`)", q->model, S->aliases[0]);
-        return send_error(S, c, cs, &e);
+        return;
     }
     srv_job *j = srv_job_new(S);
-    if (!j) return send_body(S, c, cs, 500, NULL, NULL);
+    if (!j) {
+        cs->perr_set = 1;
+        srv_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return;
+    }
     j->req = *q;
     memset(q, 0, sizeof *q);
-    if (job_prompt(S, j, &e) != 0) {
+    if (job_prompt(S, j, e) != 0) {
         srv_job_unref(j);
+        cs->perr_set = 1;
         pthread_mutex_lock(&S->mu);
         S->m.rejected_bad_request++;
         pthread_mutex_unlock(&S->mu);
-        return send_error(S, c, cs, &e);
+        return;
     }
+    cs->pjob = j;
+}
+
+/* Hands a prepared job to the scheduler and answers: a stream at once, a
+ * whole answer once the scheduler has it. */
+static enum MHD_Result start_job(srv *S, struct MHD_Connection *c, conn_state *cs, srv_job *j) {
     static atomic_ullong serial;
     snprintf(j->id, sizeof j->id, "%s-%llx%04llx", j->req.ep == SRV_EP_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)time(NULL), (unsigned long long)(atomic_fetch_add(&serial, 1) & 0xffff));
@@ -412,36 +445,103 @@ static enum MHD_Result do_completion(srv *S, struct MHD_Connection *c, conn_stat
     return done ? answer_job(S, c, cs) : MHD_YES;
 }
 
-/* ---- dispatch ---- */
+/* ---- the tokenizer threads ---- */
 
-static enum MHD_Result handle_body(srv *S, struct MHD_Connection *c, conn_state *cs) {
+/* Parses cs's body and prepares its answer (on a tokenizer thread). */
+static void prepare(srv *S, conn_state *cs) {
     srv_endpoint ep = cs->r == R_COMPLETIONS ? SRV_EP_COMPLETIONS
                       : cs->r == R_CHAT      ? SRV_EP_CHAT
                       : cs->r == R_TOKENIZE  ? SRV_EP_TOKENIZE
                                              : SRV_EP_DETOKENIZE;
-    if (ep == SRV_EP_COMPLETIONS || ep == SRV_EP_CHAT) {
+    if (S->o.prep_delay_ms > 0) {
+        struct timespec d = {S->o.prep_delay_ms / 1000, (long)(S->o.prep_delay_ms % 1000) * 1000000L};
+        nanosleep(&d, NULL);
+    }
+    srv_request q;
+    if (srv_request_parse(ep, cs->body ? cs->body : "", cs->len, S->info.vocab, &q, &cs->perr) != 0) {
+        cs->perr_set = 1;
+        pthread_mutex_lock(&S->mu);
+        S->m.rejected_bad_request++;
+        pthread_mutex_unlock(&S->mu);
+        return;
+    }
+    if (ep == SRV_EP_TOKENIZE)
+        prep_tokenize(S, cs, &q);
+    else if (ep == SRV_EP_DETOKENIZE)
+        prep_detokenize(S, cs, &q);
+    else
+        prep_completion(S, cs, &q);
+    srv_request_free(&q);
+}
+
+static void *prep_main(void *arg) {
+    srv *S = arg;
+    pthread_mutex_lock(&S->prep_mu);
+    for (;;) {
+        while (!S->prep_head && !S->prep_stop) pthread_cond_wait(&S->prep_wake, &S->prep_mu);
+        conn_state *cs = S->prep_head;
+        if (!cs) break; /* stopping, and nothing is left */
+        S->prep_head = cs->prep_next;
+        if (!S->prep_head) S->prep_tail = NULL;
+        pthread_mutex_unlock(&S->prep_mu);
+        prepare(S, cs);
+        struct MHD_Connection *c = cs->conn;
+        pthread_mutex_lock(&S->prep_mu);
+        cs->prep_busy = 0;
+        cs->prep_done = 1;
+        pthread_mutex_unlock(&S->prep_mu);
+        /* outside prep_mu, as the scheduler resumes outside job.mu; the
+         * HTTP thread suspended c before it queued cs, so this cannot come
+         * first. After this, cs is the HTTP thread's again. */
+        MHD_resume_connection(c);
+        pthread_mutex_lock(&S->prep_mu);
+    }
+    pthread_mutex_unlock(&S->prep_mu);
+    return NULL;
+}
+
+/* The HTTP thread, once the tokenizer thread has resumed the connection. */
+static enum MHD_Result finish_prep(srv *S, struct MHD_Connection *c, conn_state *cs) {
+    cs->prep_done = 0;
+    if (cs->perr_set) return send_error(S, c, cs, &cs->perr);
+    if (cs->pjob) {
+        srv_job *j = cs->pjob;
+        cs->pjob = NULL;
+        return start_job(S, c, cs, j);
+    }
+    char *body = cs->pbody; /* NULL: out of memory, answered 500 */
+    cs->pbody = NULL;
+    return send_body(S, c, cs, 200, body, NULL);
+}
+
+/* ---- dispatch ---- */
+
+static enum MHD_Result handle_body(srv *S, struct MHD_Connection *c, conn_state *cs) {
+    if (cs->r == R_COMPLETIONS || cs->r == R_CHAT) {
         pthread_mutex_lock(&S->mu);
         int draining = S->draining;
         pthread_mutex_unlock(&S->mu);
         if (draining) return fail(S, c, cs, 503, "unavailable_error", NULL, NULL, "the server is shutting down");
     }
-    srv_request q;
-    srv_error e;
-    if (srv_request_parse(ep, cs->body ? cs->body : "", cs->len, S->info.vocab, &q, &e) != 0) {
-        pthread_mutex_lock(&S->mu);
-        S->m.rejected_bad_request++;
-        pthread_mutex_unlock(&S->mu);
-        return send_error(S, c, cs, &e);
+    /* parsing, the chat template and tokenizing run on a tokenizer thread,
+     * so a 1 MiB prompt never holds up the other sockets */
+    pthread_mutex_lock(&S->prep_mu);
+    if (S->prep_stop) {
+        pthread_mutex_unlock(&S->prep_mu);
+        return fail(S, c, cs, 503, "unavailable_error", NULL, NULL, "the server is shutting down");
     }
-    enum MHD_Result r;
-    if (ep == SRV_EP_TOKENIZE)
-        r = do_tokenize(S, c, cs, &q);
-    else if (ep == SRV_EP_DETOKENIZE)
-        r = do_detokenize(S, c, cs, &q);
+    cs->conn = c;
+    cs->prep_busy = 1;
+    cs->prep_next = NULL;
+    if (S->prep_tail)
+        S->prep_tail->prep_next = cs;
     else
-        r = do_completion(S, c, cs, &q);
-    srv_request_free(&q);
-    return r;
+        S->prep_head = cs;
+    S->prep_tail = cs;
+    MHD_suspend_connection(c);
+    pthread_cond_signal(&S->prep_wake);
+    pthread_mutex_unlock(&S->prep_mu);
+    return MHD_YES;
 }
 
 static enum MHD_Result first_call(srv *S, struct MHD_Connection *c, conn_state *cs, const char *url,
@@ -525,6 +625,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return first_call(S, c, cs, url, method);
     }
     if (cs->job) return answer_job(S, c, cs);
+    pthread_mutex_lock(&S->prep_mu);
+    int prep_done = cs->prep_done, prep_busy = cs->prep_busy;
+    pthread_mutex_unlock(&S->prep_mu);
+    if (prep_done) return finish_prep(S, c, cs);
+    if (prep_busy) return MHD_YES; /* not reached: suspended while a tokenizer thread has it */
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
@@ -579,6 +684,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         if (unfinished || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) srv_job_cancel(j, "client left");
         srv_job_unref(j);
     }
+    if (cs->pjob) srv_job_unref(cs->pjob); /* prepared, never started (the daemon is stopping) */
+    free(cs->pbody);
     free(cs->body);
     free(cs->model);
     free(cs);
@@ -602,7 +709,33 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
     (void)ap; /* libmicrohttpd's own messages (a client's bad request line, ...) are not the operator's business */
 }
 
+/* Stops the tokenizer threads once they have emptied their queue: every
+ * connection they had is resumed when this returns. */
+static void prep_stop(srv *S) {
+    pthread_mutex_lock(&S->prep_mu);
+    S->prep_stop = 1;
+    pthread_cond_broadcast(&S->prep_wake);
+    pthread_mutex_unlock(&S->prep_mu);
+    for (int i = 0; i < S->n_prep_threads; i++) pthread_join(S->prep_threads[i], NULL);
+    S->n_prep_threads = 0;
+    free(S->prep_threads);
+    S->prep_threads = NULL;
+}
+
+static int prep_start(srv *S) {
+    int n = S->o.tokenizer_threads > 0 ? S->o.tokenizer_threads : 1;
+    if (!(S->prep_threads = calloc((size_t)n, sizeof *S->prep_threads))) return -1;
+    for (; S->n_prep_threads < n; S->n_prep_threads++)
+        if (pthread_create(&S->prep_threads[S->n_prep_threads], NULL, prep_main, S) != 0) {
+            fprintf(stderr, "diffrt: serve: cannot start a tokenizer thread\n");
+            prep_stop(S);
+            return -1;
+        }
+    return 0;
+}
+
 int srv_http_start(srv *S) {
+    if (prep_start(S) != 0) return -1;
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
@@ -617,6 +750,7 @@ int srv_http_start(srv *S) {
         flags |= MHD_USE_IPv6;
     } else {
         fprintf(stderr, "diffrt: serve: --host wants a numeric IPv4 or IPv6 address, got \"%.64s\"\n", S->o.host);
+        prep_stop(S);
         return -1;
     }
     S->daemon = MHD_start_daemon(
@@ -628,6 +762,7 @@ int srv_http_start(srv *S) {
     if (!S->daemon) {
         fprintf(stderr, "diffrt: serve: cannot listen on %s port %d (in use, or not an address of this host)\n",
                 S->o.host, S->o.port);
+        prep_stop(S);
         return -1;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(S->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -641,6 +776,7 @@ int srv_http_connections(srv *S) {
 }
 
 void srv_http_stop(srv *S) {
+    if (S->n_prep_threads) prep_stop(S);
     if (S->daemon) MHD_stop_daemon(S->daemon);
     S->daemon = NULL;
 }

@@ -179,6 +179,8 @@ static void cleanup(srv *S) {
     free(S->slots);
     pthread_cond_destroy(&S->wake);
     pthread_mutex_destroy(&S->mu);
+    pthread_cond_destroy(&S->prep_wake);
+    pthread_mutex_destroy(&S->prep_mu);
 }
 
 int srv_run(const srv_opts *o) {
@@ -189,6 +191,8 @@ int srv_run(const srv_opts *o) {
     S.started = (long long)time(NULL);
     pthread_mutex_init(&S.mu, NULL);
     pthread_cond_init(&S.wake, NULL);
+    pthread_mutex_init(&S.prep_mu, NULL);
+    pthread_cond_init(&S.prep_wake, NULL);
     srv_metrics_init(&S.m);
     for (int i = 0; i < o->n_aliases; i++) S.aliases[S.n_aliases++] = o->aliases[i];
     if (!S.n_aliases) {

@@ -35,7 +35,9 @@ typedef struct {
     int grace_s;            /* SIGTERM: in-flight work gets this long, then is cancelled */
     long max_out;           /* bytes a streaming client may leave unread before it is dropped */
     const char *ready_file; /* when set, "host port\n" is written there once listening (tests) */
+    int tokenizer_threads;  /* threads that parse and tokenize request bodies */
     int step_delay_ms;      /* debug: sleep this long after each forward (tests of slow streams) */
+    int prep_delay_ms;      /* debug: a tokenizer thread sleeps this long before each request */
     int sndbuf;             /* debug: SO_SNDBUF of each connection, 0: the system's (tests of slow readers) */
 } srv_opts;
 

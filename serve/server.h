@@ -2,12 +2,16 @@
  * (http.c), the scheduler (sched.c), responses (respond.c), metrics
  * (metrics.c) and startup/shutdown (run.c).
  *
- * Threads: libmicrohttpd's one polling thread runs every HTTP callback; one
- * scheduler thread owns the batch session; the main thread waits for
- * SIGTERM/SIGINT. Locks: srv.mu guards the queue, the slots and the
- * metrics; job.mu guards a job's output and its connection. Order: srv.mu
- * before job.mu. Nothing calls into libmicrohttpd while holding srv.mu, and
- * only the HTTP thread calls it while holding job.mu (to suspend). */
+ * Threads: libmicrohttpd's one polling thread runs every HTTP callback;
+ * --tokenizer-threads threads parse, render and tokenize request bodies
+ * while their connections are suspended; one scheduler thread owns the
+ * batch session; the main thread waits for SIGTERM/SIGINT. Locks: srv.mu
+ * guards the queue, the slots and the metrics; job.mu guards a job's output
+ * and its connection; srv.prep_mu the tokenizer threads' queue. Order:
+ * srv.mu before job.mu; prep_mu is never held with either. Nothing calls
+ * into libmicrohttpd while holding srv.mu; only the HTTP thread calls it
+ * while holding job.mu (to suspend); prep_mu is held to suspend (HTTP
+ * thread) and to resume (tokenizer thread) a preparing connection. */
 #ifndef DRT_SRV_SERVER_H
 #define DRT_SRV_SERVER_H
 
@@ -22,6 +26,7 @@
 
 struct MHD_Connection;
 struct MHD_Daemon;
+struct conn_state;
 
 typedef enum { JOB_QUEUED = 0, JOB_PREFILL, JOB_DECODE, JOB_DONE } srv_job_state;
 
@@ -106,6 +111,15 @@ typedef struct srv {
     srv_metrics m;
     float *logits;
     pthread_t sched;
+
+    /* the tokenizer threads (http.c): requests waiting to be parsed and
+     * tokenized, under prep_mu */
+    pthread_mutex_t prep_mu;
+    pthread_cond_t prep_wake;
+    struct conn_state *prep_head, *prep_tail;
+    int prep_stop;
+    pthread_t *prep_threads;
+    int n_prep_threads;
 } srv;
 
 /* ---- jobs (sched.c) ---- */

@@ -11,7 +11,8 @@ requests = N `diffrt run` calls; the NIAH answers), stream (SSE framing),
 errors, auth, cors, limits (413, 431, 408, slowloris, idle), protocol
 (keep-alive, pipelining, HTTP/1.0, Expect), disconnect (queued, prefill,
 mid-stream, non-streaming), flood (503 past the queue), slow_reader, drain
-(SIGTERM), idle_conns, soak (mixed clients with random disconnects; fds and
+(SIGTERM), tokenizer_threads (bodies tokenized off the HTTP thread),
+idle_conns, soak (mixed clients with random disconnects; fds and
 RSS before and after).
 """
 
@@ -667,6 +668,55 @@ def case_idle_conns():
         for sk in socks:
             sk.close()
         check(S.stop() == 0, "exit status")
+
+
+def case_tokenizer_threads():
+    """Bodies are parsed and tokenized off the HTTP thread: while two
+    /tokenize requests sit 1.5 s each on the two tokenizer threads
+    (--prep-delay), /health answers at once and both finish together; a
+    request still being tokenized at SIGTERM is answered 503 and the server
+    exits 0."""
+    S = Server(A.diffrt, model(), "--tokenizer-threads", "2", "--prep-delay", "1500")
+    try:
+        took = [None, None]
+
+        def tok(i):
+            t0 = time.time()
+            s, j = S.json("POST", "/tokenize", {"content": "The capital of France", "add_special": False})
+            check(s == 200 and j["count"] > 0, f"tokenize {i}: {s} {j}")
+            took[i] = time.time() - t0
+
+        t0 = time.time()
+        ts = [threading.Thread(target=tok, args=(i,)) for i in range(2)]
+        for t in ts:
+            t.start()
+        time.sleep(0.3)
+        h0 = time.time()
+        s, _, _ = S.request("GET", "/health", timeout=10)
+        dt = time.time() - h0
+        check(s == 200 and dt < 0.8, f"/health took {dt:.2f} s while two bodies were being tokenized")
+        for t in ts:
+            t.join()
+        total = time.time() - t0
+        check(None not in took, "a /tokenize did not finish")
+        check(total < 2.9, f"two 1.5 s preparations on two threads took {total:.2f} s (one after the other?)")
+    finally:
+        check(S.stop() == 0, "exit status")
+    # SIGTERM while a completion is on a tokenizer thread
+    S = Server(A.diffrt, model(), "--tokenizer-threads", "1", "--prep-delay", "1000", "--grace", "5")
+    res = {}
+
+    def post():
+        res["r"] = S.post("/v1/completions", {"prompt": "The", "max_tokens": 4}, timeout=30)
+
+    t = threading.Thread(target=post)
+    t.start()
+    time.sleep(0.3)
+    S.p.send_signal(15)
+    t.join(30)
+    check("r" in res, "no answer to a request tokenized during the drain")
+    check(res["r"][0] == 503, f"a request tokenized during the drain: {res['r'][0]} {res['r'][2][:200]}")
+    check(S.stop() == 0, "exit status after a drain with a request on a tokenizer thread")
 
 
 def case_soak():
