@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "drt_error.h"
+#include "drt_util.h"
 #include "session.h"
 
 static void list_lock(drt_model *m) {
@@ -53,6 +54,7 @@ static drt_tensor *upload(drt_device_weights *d, const drt_host_weight *w, drt_s
         return NULL;
     }
     t->flags |= DRT_TF_WEIGHT;
+    if (w->mapped) t->flags |= DRT_TF_MAPPED;
     drt_backend *be = d->be;
     if (be->ops->buf_wrap) {
         /* a host backend reads the model's memory in place: no copy */
@@ -68,6 +70,10 @@ static drt_tensor *upload(drt_device_weights *d, const drt_host_weight *w, drt_s
     } else {
         *st = drt_alloc_tensors(be, &t, 1);
         if (*st == DRT_OK) *st = drt_tensor_set(t, w->data, drt_nbytes(t));
+        /* the backend has its own copy: the file's pages need not stay
+         * resident beside it (another session that reads them in place
+         * brings them back from the file) */
+        if (*st == DRT_OK && w->mapped) drt_release_pages(w->data, drt_nbytes(t));
     }
     if (*st == DRT_OK && be->ops->prepare_weight) *st = be->ops->prepare_weight(be, t);
     return t;

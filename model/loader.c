@@ -419,6 +419,7 @@ static drt_status load_as_is(ld_t *L, drt_host_weight *w, const char *name, int6
     /* block formats are read a byte at a time: any address will do */
     if ((uintptr_t)t->data % drt_dtype_align(t->dtype) == 0) {
         w->data = t->data;
+        w->mapped = t->mapped;
         return DRT_OK;
     }
     void *d = malloc(t->nbytes); /* nbytes == the bytes of n0 x n1 of dtype: the header was checked */

@@ -25,6 +25,7 @@ typedef struct {
     int64_t ne[2];
     const void *data; /* into the mapping, or into owned */
     void *owned;      /* non-NULL when the loader built this tensor */
+    int mapped;       /* data is in place in a read-only file mapping (drt_st_tensor.mapped) */
 } drt_host_weight;
 
 typedef struct {

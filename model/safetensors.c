@@ -30,6 +30,7 @@
 #include "drt_error.h"
 #include "drt_settings.h"
 #include "drt_half.h"
+#include "drt_util.h"
 
 /* same cap as the reference implementation (MAX_HEADER_SIZE) */
 #define ST_MAX_HEADER ((uint64_t)100000000)
@@ -595,6 +596,7 @@ static drt_status parse_header(drt_st_file *f) {
             goto done;
         }
         t->data = data + spans[f->n_tensors].begin;
+        t->mapped = f->mapped;
         spans[f->n_tensors].idx = f->n_tensors;
         f->n_tensors++;
     }
@@ -641,7 +643,7 @@ done:
  * mapping asks for huge pages so that a cold read makes them PMD-sized
  * (Linux 6.18, ext4, the same f16 file read cold: 213 MB of 219 mapped in
  * 2 MiB pages with the hint, 141 MB without). */
-static drt_status map_file(int fd, size_t size, const char *path, void **out) {
+static drt_status map_file(int fd, size_t size, const char *path, void **out, int *mapped) {
     int no_mmap;
     drt_status st = drt_setting_bool(NULL, "no_mmap", &no_mmap); /* environment only */
     if (st != DRT_OK) return st;
@@ -653,6 +655,7 @@ static drt_status map_file(int fd, size_t size, const char *path, void **out) {
         (void)madvise(map, size, MADV_HUGEPAGE); /* a hint, as above */
 #endif
         *out = map;
+        *mapped = 1;
         return DRT_OK;
     }
     void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -705,10 +708,12 @@ drt_status drt_st_open(const char *path, drt_st_file *out) {
     }
     size_t size = (size_t)fsize;
     void *map = NULL;
-    st = map_file(fd, size, path, &map);
+    int mapped = 0;
+    st = map_file(fd, size, path, &map, &mapped);
     close(fd);
     if (st != DRT_OK) return st;
     out->map = map;
+    out->mapped = mapped;
     out->map_size = size;
     out->path = str_dup(path);
     if (!out->path) {
@@ -1244,11 +1249,7 @@ done:
 }
 
 void drt_st_release(const drt_st_tensor *t) {
-    const long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0 || !t->data) return;
-    uintptr_t a = (uintptr_t)t->data, e = a + t->nbytes;
-    uintptr_t lo = (a + (uintptr_t)page - 1) & ~((uintptr_t)page - 1), hi = e & ~((uintptr_t)page - 1);
-    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    drt_release_pages(t->data, t->nbytes);
 }
 
 float drt_st_elem_f32(const drt_st_tensor *t, int64_t i) {

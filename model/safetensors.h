@@ -23,12 +23,15 @@ typedef struct {
                        * header length decides where the data starts): read it
                        * with memcpy, or copy it (the loader does) */
     size_t nbytes;
+    int mapped; /* data lies in a read-only mapping of the file (not DIFFRT_NO_MMAP's
+                 * copy): pages dropped from it come back from the file */
 } drt_st_tensor;
 
 typedef struct {
     char *path;
     void *map;
     size_t map_size;
+    int mapped; /* map is the file's mapping; 0: a copy read into anonymous memory */
     int n_tensors;
     drt_st_tensor *tensors;
 } drt_st_file;

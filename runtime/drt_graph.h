@@ -36,10 +36,12 @@ typedef enum {
 } drt_op;
 
 typedef enum {
-    DRT_TF_WEIGHT = 1, /* uploaded once, owned by the model's weight set */
-    DRT_TF_INPUT = 2,  /* written by the host before each run */
-    DRT_TF_OUTPUT = 4, /* read by the host after each run: keeps storage of its own */
-    DRT_TF_CACHE = 8,  /* persistent across runs (KV cache) */
+    DRT_TF_WEIGHT = 1,  /* uploaded once, owned by the model's weight set */
+    DRT_TF_INPUT = 2,   /* written by the host before each run */
+    DRT_TF_OUTPUT = 4,  /* read by the host after each run: keeps storage of its own */
+    DRT_TF_CACHE = 8,   /* persistent across runs (KV cache) */
+    DRT_TF_MAPPED = 16, /* a weight whose bytes lie in a read-only file mapping: a backend that
+                         * never reads them again may drop their pages (drt_release_pages) */
 } drt_tensor_flags;
 
 struct drt_backend;
@@ -239,7 +241,8 @@ typedef struct drt_backend_ops {
     /* optional: weight w's bytes are in place and final (a model's weight,
      * once loaded); the backend may derive now what its kernels read instead
      * of paying for it on first use (the cpu backend repacks q8_0 / q4_0
-     * weights for its decode GEMV). NULL: nothing to do. */
+     * weights, and drops the original's pages when w is DRT_TF_MAPPED: its
+     * kernels read only the copy). NULL: nothing to do. */
     drt_status (*prepare_weight)(drt_backend *be, const drt_tensor *w);
     /* optional: computes node into dst from srcs, all host memory laid out as
      * the tensors, on no instance. The ref backend's is the CPU reference,

@@ -52,4 +52,10 @@ static inline uint64_t drt_splitmix64(uint64_t *state) {
  * else fallback (e.g. drt_physical_cores()). */
 drt_status drt_threads_env(int fallback, int *out);
 
+/* Drops the resident pages that lie wholly inside [p, p + n) (madvise
+ * MADV_DONTNEED). Only for bytes of a read-only file mapping
+ * (drt_st_tensor.mapped, DRT_TF_MAPPED): a later read brings them back from
+ * the file, where anonymous memory would read zeros. */
+void drt_release_pages(const void *p, size_t n);
+
 #endif

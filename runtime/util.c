@@ -2,8 +2,10 @@
  * (drt_clock_s, include/diffrt/util.h). */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "drt_error.h"
@@ -64,4 +66,12 @@ drt_status drt_threads_env(int fallback, int *out) {
 
 double drt_clock_s(void) {
     return drt_now_s();
+}
+
+void drt_release_pages(const void *p, size_t n) {
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || !p) return;
+    uintptr_t a = (uintptr_t)p, e = a + n;
+    uintptr_t lo = (a + (uintptr_t)page - 1) & ~((uintptr_t)page - 1), hi = e & ~((uintptr_t)page - 1);
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }

@@ -630,8 +630,9 @@ static drt_status run_node(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
         if (c->repack && c->x8 && m.qdot && quant && m.T > CPU_GEMV_MAX_T && !m.trans_w && m.K > 0 && m.B == 1 &&
             m.Bw == 1)
             return matmul_row_chunks(c, &m, b);
-        if (c->repack && m.T <= CPU_GEMV_MAX_T && !m.trans_w && m.K > 0 && quant)
-            s = packed_weight(c, b, m.K, 0, &m.wpack);
+        /* every path reads a repacked weight from its copy, never the
+         * original (prepare_weight may have dropped its pages) */
+        if (c->repack && !m.trans_w && m.K > 0 && quant) s = packed_weight(c, b, m.K, 0, &m.wpack);
         if (s == DRT_OK) s = ensure_scratch(c, c->k->mm_scratch_floats(&m));
         if (s == DRT_OK) s = ensure_shared(c, c->k->mm_xpack_floats(&m));
         if (s != DRT_OK) return s;
@@ -838,12 +839,15 @@ static double cpu_nmse_bound(drt_backend *be, const drt_tensor *t) {
 }
 
 /* a loaded q8_0 / q4_0 weight (N, K) is repacked now, so the first decode
- * step does not pay for it */
+ * step does not pay for it, and its mapped original dropped */
 static drt_status cpu_prepare_weight(drt_backend *be, const drt_tensor *w) {
     cpu_ctx *c = be->ctx;
     const void *p;
     if (!c->repack || (w->type != DRT_Q8_0 && w->type != DRT_Q4_0) || w->nd < 2 || w->ne[w->nd - 1] <= 0) return DRT_OK;
-    return packed_weight(c, w, (int)w->ne[w->nd - 1], 1, &p);
+    drt_status s = packed_weight(c, w, (int)w->ne[w->nd - 1], 1, &p);
+    /* every MATMUL path reads the copy from now on: one copy stays resident */
+    if (s == DRT_OK && (w->flags & DRT_TF_MAPPED)) drt_release_pages(drt_host_ptr(w), drt_nbytes(w));
+    return s;
 }
 
 static const char *cpu_precision(drt_backend *be) {

@@ -59,7 +59,8 @@ typedef struct {
     int bf16;             /* GEMM in the bf16 mode (avx512 kernels on an AVX512-BF16 CPU only) */
     int x8;               /* the int8 mode: the int8-dot GEMVs take x in one int8 level a block */
     int qdot;             /* q8_0 / q4_0 GEMV on int8 dot products (avx512 kernels on an AVX512-VNNI + VBMI CPU only) */
-    const void *wpack;    /* qdot and T <= CPU_GEMV_MAX_T: w repacked by mm_pack (matmul.c qt_rows), else NULL */
+    const void *wpack;    /* q8_0 / q4_0 w repacked by mm_pack (matmul.c qt_rows; avx512 kernels only), else NULL:
+                           * the int8-dot GEMV reads it, the GEMM widens its panels from it */
     float **scratch;      /* per thread, cpu_mm_scratch_floats() each */
     float *xpack;         /* shared, cpu_mm_xpack_floats() */
     int phase;            /* GEMM: 0 packs x, 1 computes (cpu_mm_phases()) */

@@ -703,6 +703,22 @@ static void qt_pack_rows(unsigned char *dst, const unsigned char *src, drt_dtype
         }
 }
 
+/* The inverse of qt_pack_rows for the blocks [b0, b0 + nb_out) of one row:
+ * from the repacked row at src back to the checkpoint's block layout at dst
+ * (the GEMM widens them from there, so a repacked weight's original is
+ * never read again) */
+static void qt_unpack_blocks(unsigned char *dst, const unsigned char *src, drt_dtype wt, int K, int b0, int nb_out) {
+    const int q8 = wt == DRT_Q8_0, nb = K / DRT_QK, nch = q8 ? 8 : 4;
+    const int64_t bs = wbytes(wt, DRT_QK);
+    for (int i = 0; i < nb_out; i++) {
+        const int blk = b0 + i, s = blk / 16, j = blk % 16, rb = qt_sb_blocks(nb, s);
+        const unsigned char *in = src + 16 * s * bs;
+        unsigned char *out = dst + i * bs;
+        for (int c = 0; c < nch; c++) memcpy(out + 2 + 4 * c, in + 4 * (c * rb + j), 4);
+        memcpy(out, in + nch * 4 * rb + 2 * j, 2);
+    }
+}
+
 void KFN(cpu_mm_pack)(void *args, int ith, int nth) {
     const cpu_pack_args *p = args;
     int64_t lo, hi;
@@ -995,13 +1011,35 @@ static void gemm_task(const cpu_mm_args *a, float *bp, int b, int64_t nblk, drt_
         const int kc = K - k0 < KC ? K - k0 : KC;
         for (int p = 0; p < np; p++) {
             float *panel = bp + (int64_t)p * KC * NR;
+            const cpu_mm_args *pa = a;
+            const void *pw = wb;
+            int64_t pn0 = n_first + (int64_t)p * NR;
+            int pk0 = k0;
+#if defined(DRT_ISA_avx512)
+            /* a repacked q8_0 / q4_0 weight: the panel's rows, blocks
+             * k0/32.., back in the checkpoint's layout in qb, read as a
+             * (rows, kc) matrix */
+            cpu_mm_args sub;
+            unsigned char qb[NR * (KC / DRT_QK) * 34];
+            if (a->wpack && (dt == DRT_Q8_0 || dt == DRT_Q4_0)) {
+                const int64_t rowb = wbytes(dt, K);
+                const int rows = N - pn0 < NR ? (int)(N - pn0) : NR;
+                const unsigned char *src = (const unsigned char *)a->wpack + bw * wbytes(dt, (int64_t)N * K);
+                for (int r = 0; r < rows; r++)
+                    qt_unpack_blocks(qb + r * wbytes(dt, kc), src + (pn0 + r) * rowb, dt, K, k0 / DRT_QK, kc / DRT_QK);
+                sub = *a;
+                sub.N = rows;
+                sub.K = kc;
+                pa = &sub, pw = qb, pn0 = 0, pk0 = 0;
+            }
+#endif
 #if HAVE_BF16
             if (a->bf16) {
-                pack_w_bf16((uint32_t *)panel, a, wb, n_first + (int64_t)p * NR, k0, kc, dt);
+                pack_w_bf16((uint32_t *)panel, pa, pw, pn0, pk0, kc, dt);
                 continue;
             }
 #endif
-            pack_w(panel, a, wb, n_first + (int64_t)p * NR, k0, kc, dt);
+            pack_w(panel, pa, pw, pn0, pk0, kc, dt);
         }
         for (int64_t s = 0; s < ns; s++) {
             const float *ap = a->xpack + xp_offset(a, b, k0, s);
