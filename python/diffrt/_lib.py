@@ -575,8 +575,8 @@ def library_path():
 
 def cli_path():
     """The diffrt executable that goes with this package: DIFFRT_CLI when set,
-    else the one pip installed inside the package, else the one beside the
-    library loaded (a build directory). None when there is none."""
+    else the one pip installed inside the package, else the one beside
+    DIFFRT_LIBRARY (a build directory). None when there is none."""
     env = os.environ.get("DIFFRT_CLI")
     if env:
         return env
