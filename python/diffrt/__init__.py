@@ -1,8 +1,10 @@
 """diffrt: run DIFF Transformer models from Python.
 
-A thin ctypes layer over libdiffrt.so (the C API in include/diffrt/): set
-DIFFRT_LIBRARY to the library's path, or install it where the dynamic linker
-finds it. numpy is required.
+A thin ctypes layer over libdiffrt.so (the C API in include/diffrt/).
+``pip install`` of a checkout puts the library, its backend modules and the
+CLI inside the package (``python -m diffrt run ...`` is ``diffrt run ...``);
+from a source build, set DIFFRT_LIBRARY to the library's path. numpy is
+required.
 
     import diffrt
     with diffrt.Model("models/diff-v1-tiny") as m:
@@ -18,6 +20,7 @@ from ._lib import (
     InvalidArgument,
     LibraryNotFound,
     Status,
+    cli_path,
     library_path,
 )
 from .model import (
@@ -58,6 +61,7 @@ __all__ = [
     "StreamDecoder",
     "Tokenizer",
     "backends",
+    "cli_path",
     "git_commit",
     "library_path",
     "version",

@@ -5,6 +5,7 @@ Everything here mirrors include/diffrt/diffrt.h and include/diffrt/tokenizer.h
 field, and argtypes/restype for every function the
 package calls. The library is loaded on first use (so ``import diffrt`` works
 without it), from the environment variable DIFFRT_LIBRARY when set, else
+from the package's own ``lib/`` (where ``pip install`` puts it), else
 wherever the dynamic linker finds ``libdiffrt.so``.
 """
 
@@ -501,10 +502,19 @@ _path = None
 _free = None
 
 
+# pip install puts libdiffrt.so, its backend modules beside it (where the
+# core looks first) and the CLI inside the package (cmake/wheel.cmake)
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+BUNDLED_LIBRARY = os.path.join(PACKAGE_DIR, "lib", "libdiffrt.so")
+BUNDLED_CLI = os.path.join(PACKAGE_DIR, "bin", "diffrt")
+
+
 def _candidates():
     env = os.environ.get("DIFFRT_LIBRARY")
     if env:
         return [env]
+    if os.path.isfile(BUNDLED_LIBRARY):
+        return [BUNDLED_LIBRARY]
     found = ctypes.util.find_library("diffrt")
     # then plain dlopen: LD_LIBRARY_PATH and ld.so.cache
     return ([found] if found else []) + ["libdiffrt.so"]
@@ -524,9 +534,11 @@ def _load():
     if handle is None:
         if env:
             raise LibraryNotFound(f"diffrt: cannot load DIFFRT_LIBRARY={env}: {errors[-1]}")
+        if os.path.isfile(BUNDLED_LIBRARY):
+            raise LibraryNotFound(f"diffrt: cannot load {BUNDLED_LIBRARY}: {errors[-1]}")
         raise LibraryNotFound(
-            "diffrt: libdiffrt.so not found: set DIFFRT_LIBRARY to its path "
-            "(e.g. DIFFRT_LIBRARY=/path/to/build/libdiffrt.so)"
+            "diffrt: libdiffrt.so not found: not in the package (install it with pip), "
+            "so set DIFFRT_LIBRARY to its path (e.g. DIFFRT_LIBRARY=/path/to/build/libdiffrt.so)"
         )
     for fname, (restype, argtypes) in _PROTOTYPES.items():
         try:
@@ -559,6 +571,23 @@ def library_path():
     """The path (or name) libdiffrt was loaded from."""
     lib()
     return _path
+
+
+def cli_path():
+    """The diffrt executable that goes with this package: DIFFRT_CLI when set,
+    else the one pip installed inside the package, else the one beside
+    DIFFRT_LIBRARY (a build directory). None when there is none."""
+    env = os.environ.get("DIFFRT_CLI")
+    if env:
+        return env
+    if os.path.isfile(BUNDLED_CLI):
+        return BUNDLED_CLI
+    env = os.environ.get("DIFFRT_LIBRARY")
+    if env:
+        beside = os.path.join(os.path.dirname(os.path.abspath(env)), "diffrt")
+        if os.path.isfile(beside) and os.access(beside, os.X_OK):
+            return beside
+    return None
 
 
 def free(ptr):

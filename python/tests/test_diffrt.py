@@ -5,6 +5,15 @@
 
 Both variables are required: without them (or with paths that do not work)
 every test fails; none is skipped. Uses the bundled models in models/.
+
+The package pip installed (tests/install/wheel.sh), from a directory where
+the checkout's python/ is not importable:
+
+    DIFFRT_TEST_INSTALLED=1 /venv/bin/python /checkout/python/tests/test_diffrt.py -v
+
+Then the package imported is the installed one, the library and the CLI are
+those inside it (DIFFRT_LIBRARY and DIFFRT_CLI must not be set), and
+TestInstalled checks that it is so.
 """
 
 import json
@@ -18,7 +27,9 @@ import unittest
 import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+INSTALLED = os.environ.get("DIFFRT_TEST_INSTALLED") == "1"
+if not INSTALLED:
+    sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import numpy as np  # noqa: E402
 
@@ -32,10 +43,21 @@ SAMPLED = dict(temperature=0.8, top_k=20, top_p=0.9, seed=7)
 
 LIB = os.environ.get("DIFFRT_LIBRARY")
 CLI = os.environ.get("DIFFRT_CLI")
+if INSTALLED and not (LIB or CLI):
+    from diffrt import _lib as _installed_lib
+
+    LIB, CLI = _installed_lib.BUNDLED_LIBRARY, _installed_lib.BUNDLED_CLI
 
 
 def setUpModule():
     problems = []
+    if INSTALLED:
+        for var in ("DIFFRT_LIBRARY", "DIFFRT_CLI", "DIFFRT_BACKEND_PATH"):
+            if os.environ.get(var):
+                problems.append(f"DIFFRT_TEST_INSTALLED=1 with {var} set (the installed package's own files are under test)")
+        src = os.path.join(os.path.realpath(ROOT), "python") + os.sep
+        if os.path.realpath(diffrt.__file__).startswith(src):
+            problems.append(f"DIFFRT_TEST_INSTALLED=1 but diffrt was imported from the source tree ({diffrt.__file__})")
     if not LIB:
         problems.append("DIFFRT_LIBRARY is not set (the path of the libdiffrt.so under test)")
     elif not os.path.isfile(LIB):
@@ -1089,6 +1111,63 @@ class TestThreads(unittest.TestCase):
             self.assertTrue(results and len(set(results)) == 1)
             with self.assertRaises(ValueError):
                 tok.encode("x")
+
+
+if INSTALLED:
+
+    class TestInstalled(unittest.TestCase):
+        """The package pip installed: imported from the environment's
+        site-packages, with the library, the backend modules and the CLI
+        inside it, found without any environment variable."""
+
+        def setUp(self):
+            self.pkg = os.path.dirname(os.path.realpath(diffrt.__file__))
+
+        def test_imported_from_the_environment(self):
+            self.assertTrue(self.pkg.startswith(os.path.realpath(sys.prefix) + os.sep), (self.pkg, sys.prefix))
+            self.assertNotEqual(sys.prefix, sys.base_prefix, "not a virtual environment")
+
+        def test_library_and_cli_inside_the_package(self):
+            lib_dir = os.path.join(self.pkg, "lib")
+            self.assertEqual(os.path.realpath(diffrt.library_path()), os.path.join(lib_dir, "libdiffrt.so"))
+            self.assertEqual(os.path.realpath(diffrt.cli_path()), os.path.join(self.pkg, "bin", "diffrt"))
+
+        def test_version_is_the_librarys(self):
+            from importlib.metadata import version
+
+            self.assertEqual(version("diffrt"), diffrt.version())
+
+        def test_modules_found_in_the_package(self):
+            # every module pip put beside libdiffrt.so is the one its backend
+            # was loaded from, or the backend says why it could not be used
+            lib_dir = os.path.join(self.pkg, "lib")
+            files = sorted(f for f in os.listdir(lib_dir) if f.startswith("libdiffrt-") and f.endswith(".so"))
+            by_name = {b.name: b for b in diffrt.backends()}
+            for f in files:
+                name = f[len("libdiffrt-"):-len(".so")]
+                with self.subTest(module=f):
+                    b = by_name[name]
+                    self.assertTrue(b.compiled_in, b)
+                    if b.available:
+                        self.assertEqual(os.path.realpath(b.module), os.path.join(lib_dir, f))
+                    else:
+                        self.assertTrue(b.reason, b)
+            for b in by_name.values():
+                if not b.builtin and f"libdiffrt-{b.name}.so" not in files:
+                    self.assertFalse(b.available, b)
+                    self.assertTrue(b.reason, b)
+
+        def test_python_m_diffrt_is_the_cli(self):
+            # the README's main job through python -m diffrt
+            p = subprocess.run([sys.executable, "-m", "diffrt", "run", "--model", os.path.join(MODELS_DIR, "diff-v1-tiny"),
+                                "--prompt-file", PROMPT_FILE], capture_output=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(p.stdout.decode(), " 6019.\n")
+            p = subprocess.run([sys.executable, "-m", "diffrt", "--version"], capture_output=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(p.stdout.decode().splitlines()[0], f"diffrt {diffrt.version()} (commit {diffrt.git_commit()})")
+            p = subprocess.run([sys.executable, "-m", "diffrt", "run", "--no-such-flag"], capture_output=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0)
 
 
 if __name__ == "__main__":
