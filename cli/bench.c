@@ -193,6 +193,7 @@ typedef struct {
     drt_profile prof_pp, prof_tg;
     int n_fallbacks;
     char fallbacks[512];
+    double session_s; /* drt_session_create: the weights placed on the backend and prepared */
     /* --parallel: per sequence count, prefill and decode tok/s of all
      * sequences together */
     struct {
@@ -241,6 +242,7 @@ typedef struct {
     const char *json_path;
     const drt_settings *settings;  /* --set, for every backend measured (NULL: none) */
     int par[BENCH_MAX_PAR], n_par; /* --parallel: sequence counts */
+    double load_s;                 /* drt_model_load */
 } bench_opts;
 
 static uint64_t g_lcg;
@@ -430,10 +432,12 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
         rc = 1;
         goto done;
     }
+    const double t_create = drt_clock_s();
     if (drt_session_create(m, &so, &s) != DRT_OK) {
         rc = fail_backend(r, "session");
         goto done;
     }
+    r->session_s = drt_clock_s() - t_create;
     int P = (int)o->p, N = (int)o->n;
     progress(r->name, "warm-up");
     if (P > 0 && drt_session_forward(s, ids, P, logits, 0) != DRT_OK) {
@@ -721,6 +725,14 @@ static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I, c
         }
     }
     fprintf(f, "\n");
+    int o_len = snprintf(buf, sizeof buf, "load: model %.3f s", o->load_s);
+    for (int i = 0; i < nb && o_len > 0 && (size_t)o_len < sizeof buf; i++)
+        if (!b[i].failed)
+            o_len += snprintf(buf + o_len, sizeof buf - (size_t)o_len, "; %.16s session %.3f s", b[i].name,
+                              b[i].session_s);
+    put_text(f, md, buf);
+    fprintf(f, md ? " (weights placed on the backend and prepared)  \n"
+                  : " (weights placed on the backend and prepared)\n");
     for (int i = 0; i < nb; i++) {
         if (b[i].failed) continue;
         snprintf(buf, sizeof buf, "peaks %.16s: %.2f GB/s (%.96s), %.2f GFLOP/s (%.96s)", b[i].name,
@@ -821,6 +833,7 @@ static int write_json(const char *path, const bench_opts *o, const drt_model_inf
 
     cJSON *jm = cJSON_AddObjectToObject(root, "model");
     cJSON_AddStringToObject(jm, "name", model_name);
+    cJSON_AddNumberToObject(jm, "load_s", o->load_s);
     cJSON_AddStringToObject(jm, "path", o->model_dir);
     cJSON_AddStringToObject(jm, "architecture", I->arch_name);
     cJSON_AddStringToObject(jm, "layout", I->layout_name);
@@ -849,6 +862,7 @@ static int write_json(const char *path, const bench_opts *o, const drt_model_inf
             cJSON_AddItemToArray(ja, e);
             continue;
         }
+        cJSON_AddNumberToObject(e, "session_s", b[i].session_s);
         cJSON *jp = cJSON_AddObjectToObject(e, "peak");
         cJSON_AddStringToObject(jp, "source", b[i].peak_given ? "given" : "measured");
         cJSON_AddNumberToObject(jp, "gbytes_per_s", b[i].peak.gbytes_per_s);
@@ -1088,10 +1102,12 @@ int cmd_bench(int argc, char **argv) {
     drt_settings *set = NULL;
     if ((rc = cli_settings("bench", set_spec, &set)) != 0) goto done;
     o.settings = set;
+    const double t_load = drt_clock_s();
     if (drt_model_load(o.model_dir, &m) != DRT_OK) {
         rc = cli_fail("bench");
         goto done;
     }
+    o.load_s = drt_clock_s() - t_load;
     drt_model_info I;
     drt_model_get_info(m, &I);
     long need = o.p + 1 > o.n ? o.p + 1 : o.n;
