@@ -96,8 +96,12 @@ FIXTURES = [
                 "reproduces the base Llama (checked), f32"),
     dict(name="axolotl_bf16", group="main", seed=2006, dtype="bfloat16", heads=4, kv=2, hidden=64,
          ffn=64, layers=2, tied=True, rope_scaling=LLAMA3_SCALING, split=False, subln=True,
+         from_llama=True,
          covers="bf16 checkpoint (lambda_init stored rounded to bf16), tied embeddings and llama3 "
-                "rope_scaling as Llama-3.2 1B/3B give them, GQA 4/2"),
+                "rope_scaling as Llama-3.2 1B/3B give them, GQA 4/2; made as axolotl converts: "
+                "from_llama of a random tied Llama (the new q/k halves, lambda_q/k and subln keep "
+                "the family's own init), so lm_head.weight is stored too, equal to the embedding "
+                "(from_pretrained ties it and ignores it)"),
     dict(name="axolotl_scale_2501", group="old", seed=2007, dtype="float32", heads=4, kv=2,
          hidden=64, ffn=64, layers=2, tied=False, rope_scaling=None, split=False, subln=True,
          covers="axolotl 4f804f6 (2025-01-10): attention output times (1 - lambda_init) after "
@@ -226,6 +230,12 @@ def build(spec, fam):
         return model.to(torch.float32).eval(), DiffLlamaForCausalLM, None
     cls, ccls = fam.LlamaDifferentialForCausalLM, fam.LlamaDifferentialConfig
     extra = dict(split_heads=spec["split"], sublayer_norm=spec["subln"])
+    if spec.get("from_llama"):
+        llama = random_llama(spec)
+        config = ccls(**llama.config.__dict__, zero_init=False, mirror_weights=False, **extra)
+        torch.manual_seed(spec["seed"] + 1)  # the family's init of what the conversion adds
+        model = cls.from_llama(llama, config).to(torch.float32).eval()
+        return model, cls, None
     if spec.get("zero_init"):
         llama = random_llama(spec)
         # as convert_diff_transformer does it
@@ -295,6 +305,10 @@ def make_one(spec, fam, out_root):
     stored = load_file(os.path.join(d, "model.safetensors"))
     bad = [k for k, v in stored.items() if v.dtype != storage]
     assert not bad, f"tensors not in {storage}: {bad}"
+    if spec.get("from_llama") and spec["tied"]:
+        # what a tied conversion writes: lm_head.weight beside the embedding, equal to it
+        assert torch.equal(stored["lm_head.weight"], stored["model.embed_tokens.weight"])
+        print("    lm_head.weight stored, equal to model.embed_tokens.weight")
     li = {k: float(v) for k, v in stored.items() if k.endswith("lambda_init")}
     print(f"    stored lambda_init: {li}")
     re = cls.from_pretrained(d, torch_dtype=torch.float32, attn_implementation="eager").eval()
