@@ -137,7 +137,8 @@ static void print_model(const char *dir) {
         for (int l = 0; l < I.n_layers; l++) printf("%s%.4f", l ? " " : "", (double)I.lambda[l]);
         printf("\n  lambda_init     ");
         for (int l = 0; l < I.n_layers; l++) printf("%s%.4f", l ? " " : "", (double)I.lambda_init[l]);
-        printf("\n");
+        printf("\n  sub-norm        %s, output scale %s\n", I.subnorm ? "yes" : "no",
+               I.out_scale ? "1 - lambda_init" : "none");
     } else if (I.arch == DRT_ARCH_DIFF_V2) {
         printf("  lambda          per token: sigmoid(lambda_proj x)\n");
     }

@@ -2,7 +2,8 @@
  *   X = EMBED(ids)
  *   per layer:  Y = X + Attn(RMSNORM(X));  X = Y + W2(SWIGLU(Wg Y', Wu Y')), Y' = RMSNORM(Y)
  *   logits = LM_HEAD(RMSNORM(X))
- * Attn: transformer ATTN; diff-v1 DIFF_ATTN with scalar lambda then GROUPNORM;
+ * Attn: transformer ATTN; diff-v1 DIFF_ATTN with scalar lambda then GROUPNORM
+ * (unless the model has none);
  * diff-v2 DIFF_ATTN with lambda = SIGMOID(Y' W_lambda^T) per token and head.
  *
  * A graph runs T rows (tokens of one or several sequences: drt_exec); ROPE,
@@ -59,7 +60,9 @@ static drt_tensor *attention(drt_graph *g, const drt_model *m, int l, const drt_
         drt_tensor *q4 = reshape(g, q, 4, T, H, 2, dk);
         if (I->arch == DRT_ARCH_DIFF_V1) {
             o = named(drt_diff_attn(g, q4, kc, vc, lw->lambda, NULL, rows), l, "attn");
-            o = named(drt_groupnorm(g, o, L->subln, m->gn_eps, 1.0f - lw->lambda_init), l, "attn.subln");
+            /* without it (axolotl's sublayer_norm false) a scale other than 1
+             * is folded into wo by the loader */
+            if (I->subnorm) o = named(drt_groupnorm(g, o, L->subln, m->gn_eps, lw->gn_scale), l, "attn.subln");
         } else {
             drt_tensor *lam = named(drt_matmul(g, h, L->w_lambda), l, "attn.lambda_proj");
             lam = *lam_out = named(drt_sigmoid(g, lam), l, "attn.lambda"); /* (T, H) */

@@ -1,4 +1,4 @@
-/* config.json + safetensors -> drt_model, for the four layouts of docs/design.md
+/* config.json + safetensors -> drt_model, for the five layouts of docs/design.md
  * section 4. Every mismatch is one line naming the file, field or tensor.
  *
  * A model directory is untrusted input. Every number read from config.json is
@@ -20,6 +20,7 @@
 #include "drt_checked.h"
 #include "drt_error.h"
 #include "drt_half.h"
+#include "drt_quant.h"
 #include "model.h"
 
 /* ---- config.json ----------------------------------------------------- */
@@ -382,12 +383,12 @@ static void shape_txt(int nd, const int64_t *ne, char *buf, size_t n) {
     if (o < n) snprintf(buf + o, n - o, ")");
 }
 
-/* Finds `name` with exactly the given shape (nd 1 or 2). */
+/* Finds `name` with exactly the given shape (nd 0, 1 or 2). */
 static drt_status get_tensor(ld_t *L, const char *name, int nd, int64_t n0, int64_t n1, const drt_st_tensor **out) {
     const drt_st_tensor *t = drt_st_set_find(&L->m->st, name);
     if (!t) return drt_set_error(DRT_ERR_FORMAT, "%s: missing tensor \"%s\"", L->st_name, name);
     int64_t want[2] = {n0, n1};
-    int ok = t->ndim == nd && t->shape[0] == n0 && (nd == 1 || t->shape[1] == n1);
+    int ok = t->ndim == nd && (nd < 1 || t->shape[0] == n0) && (nd < 2 || t->shape[1] == n1);
     if (!ok) {
         char a[96], b[96];
         shape_txt(t->ndim, t->shape, a, sizeof a);
@@ -497,6 +498,32 @@ static float dot_exp(const drt_st_tensor *a, const drt_st_tensor *b, int64_t n) 
     return e > FLT_MAX ? INFINITY : (float)e;
 }
 
+/* w times s, as an f32 copy (f32, f16, bf16 or a block format): the
+ * (1 - lambda_init) output scale of a model without GROUPNORM, folded into
+ * its o_proj. */
+static drt_status scale_weight(ld_t *L, drt_host_weight *w, float s) {
+    int64_t rows = w->ne[0], cols = w->ne[1], n;
+    size_t rb = (size_t)(cols / drt_dtype_block(w->type)) * drt_dtype_size(w->type), bytes;
+    float *d = drt_mul_ok(rows, cols, &n) && drt_bytes_ok(n, sizeof(float), &bytes) ? malloc(bytes) : NULL;
+    if (!d) return drt_set_error(DRT_ERR_OOM, "%s: out of memory scaling \"%s\"", L->st_name, w->name);
+    for (int64_t r = 0; r < rows; r++) {
+        const char *src = (const char *)w->data + rb * (size_t)r;
+        float *y = d + (size_t)(r * cols);
+        if (drt_dtype_block(w->type) > 1)
+            drt_dequantize_row(src, w->type, y, cols);
+        else
+            for (int64_t c = 0; c < cols; c++)
+                y[c] = w->type == DRT_F32   ? ((const float *)(const void *)src)[c]
+                       : w->type == DRT_F16 ? drt_f16_to_f32(((const uint16_t *)(const void *)src)[c])
+                                            : drt_bf16_to_f32(((const uint16_t *)(const void *)src)[c]);
+        for (int64_t c = 0; c < cols; c++) y[c] *= s;
+    }
+    free(w->owned);
+    w->type = DRT_F32;
+    w->data = w->owned = d;
+    return DRT_OK;
+}
+
 /* ---- the model ----------------------------------------------------------- */
 
 void drt_model_destroy(drt_model *m) {
@@ -560,26 +587,40 @@ static drt_status load_attention(ld_t *L, int l, drt_layer_weights *lw, int n_q_
         snprintf(nm, sizeof nm, "%s.%d.self_attn.o_proj.weight", pre, l);
         if (s == DRT_OK) s = load_as_is(L, &lw->wo, nm, D, H * dv);
         break;
-    case DRT_LAYOUT_HF_DIFFLLAMA: {
-        /* sub-head n of HF: diff-head n % H, map n / H; kv head j: group j % G, map j / G */
+    case DRT_LAYOUT_HF_DIFFLLAMA:
+    case DRT_LAYOUT_AXOLOTL_DIFF: {
+        /* sub-head n of HF: diff-head n % H, map n / H; kv head j: group j % G, map j / G.
+         * axolotl: the first and second halves of the q and k rows are the two
+         * maps, heads (diff-heads) and kv heads in order within each: the same
+         * row map, over 2 H dk and 2 G dk source rows */
+        int ax = I->layout == DRT_LAYOUT_AXOLOTL_DIFF;
         int64_t d = dk;
         r = 0;
         for (int64_t h = 0; map && h < H; h++)
             for (int64_t c2 = 0; c2 < 2; c2++)
                 for (int64_t i = 0; i < d; i++) map[r++] = (c2 * H + h) * d + i;
         snprintf(nm, sizeof nm, "%s.%d.self_attn.q_proj.weight", pre, l);
-        s = load_rows(L, &lw->wq, nm, 2 * H * d, D, map, (int64_t)n_q_heads * d);
+        s = load_rows(L, &lw->wq, nm, 2 * H * d, D, map, ax ? 2 * H * d : (int64_t)n_q_heads * d);
         r = 0;
         for (int64_t g = 0; map && g < G; g++)
             for (int64_t c2 = 0; c2 < 2; c2++)
                 for (int64_t i = 0; i < d; i++) map[r++] = (c2 * G + g) * d + i;
         snprintf(nm, sizeof nm, "%s.%d.self_attn.k_proj.weight", pre, l);
-        if (s == DRT_OK) s = load_rows(L, &lw->wk, nm, 2 * G * d, D, map, (int64_t)n_kv_heads * d);
-        /* V of group g = [v_g ; v_{g+G}]: the same row order as k */
+        if (s == DRT_OK) s = load_rows(L, &lw->wk, nm, 2 * G * d, D, map, ax ? 2 * G * d : (int64_t)n_kv_heads * d);
+        /* V of group g = [v_g ; v_{g+G}]: the same row order as k (axolotl's
+         * split_heads regroups its V so too); axolotl's default layout has one
+         * V of width dk per kv head, read by both maps, used as stored */
         snprintf(nm, sizeof nm, "%s.%d.self_attn.v_proj.weight", pre, l);
-        if (s == DRT_OK) s = load_rows(L, &lw->wv, nm, 2 * G * d, D, map, (int64_t)n_kv_heads * d);
+        if (s == DRT_OK && ax && dv == d)
+            s = load_as_is(L, &lw->wv, nm, G * dv, D);
+        else if (s == DRT_OK)
+            s = load_rows(L, &lw->wv, nm, 2 * G * d, D, map, 2 * G * d);
         snprintf(nm, sizeof nm, "%s.%d.self_attn.o_proj.weight", pre, l);
         if (s == DRT_OK) s = load_as_is(L, &lw->wo, nm, D, H * dv);
+        if (s == DRT_OK && ax && I->subnorm) {
+            snprintf(nm, sizeof nm, "%s.%d.self_attn.subln.weight", pre, l);
+            s = load_f32_vec(L, &lw->subln, nm, dv);
+        }
         break;
     }
     case DRT_LAYOUT_UNILM_V1:
@@ -622,8 +663,20 @@ static drt_status load_attention(ld_t *L, int l, drt_layer_weights *lw, int n_q_
             s = get_tensor(L, nm, 1, dk, 0, dst[i]);
             if (s != DRT_OK) return s;
         }
+        /* axolotl stores lambda_init (0-dim): 0 after a zero-init conversion,
+         * rounded in a bf16 file; the others compute it from the layer index */
+        const drt_st_tensor *li = NULL;
+        if (I->layout == DRT_LAYOUT_AXOLOTL_DIFF) {
+            snprintf(nm, sizeof nm, "%s.%d.self_attn.lambda_init", pre, l);
+            if ((s = get_tensor(L, nm, 0, 0, 0, &li)) != DRT_OK) return s;
+        }
         if (L->dry) return DRT_OK;
-        lw->lambda_init = (float)(0.8 - 0.6 * exp(-0.3 * l));
+        lw->lambda_init = li ? drt_st_elem_f32(li, 0) : (float)(0.8 - 0.6 * exp(-0.3 * l));
+        if (!isfinite(lw->lambda_init))
+            return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\" is not finite", L->st_name, nm);
+        lw->gn_scale = I->out_scale ? 1.0f - lw->lambda_init : 1.0f;
+        /* no GROUPNORM to carry the scale: o_proj(s x) = (s o_proj) x */
+        if (!I->subnorm && lw->gn_scale != 1.0f && (s = scale_weight(L, &lw->wo, lw->gn_scale)) != DRT_OK) return s;
         /* HF: exp of the float32 sum, then lambda_1 - lambda_2 + lambda_init */
         lw->lambda = dot_exp(lq1, lk1, dk) - dot_exp(lq2, lk2, dk) + lw->lambda_init;
         if (!isfinite(lw->lambda))
@@ -686,7 +739,54 @@ static drt_status load_globals(ld_t *L) {
 }
 
 static const char *arch_names[] = {"transformer", "diff-v1", "diff-v2"};
-static const char *layout_names[] = {"hf-llama", "hf-diffllama", "unilm-v1", "diff-v2"};
+static const char *layout_names[] = {"hf-llama", "hf-diffllama", "unilm-v1", "diff-v2", "axolotl-diff"};
+
+/* A boolean field that, when present, must be one (null included: no writer
+ * of these files writes null). */
+static drt_status opt_bool(cfg_t *c, const char *key, int *present, int *value) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->root, key);
+    *present = v != NULL;
+    *value = cJSON_IsTrue(v);
+    if (v && !cJSON_IsBool(v))
+        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"%s\" is %s, expected true or false", c->path, key,
+                             cJSON_IsNumber(v) ? "a number" : json_kind(v));
+    return DRT_OK;
+}
+
+/* axolotl's "llama-differential" (docs/checkpoints.md): the per-head width is
+ * hidden_size / num_attention_heads; split_heads picks the layout,
+ * sublayer_norm the GROUPNORM; the (1 - lambda_init) output scale is applied
+ * by the versions of late Dec 2024 to 10 Jan 2025, whose config.json has no
+ * "mirror_weights" key, unless "diffrt_output_scale" says otherwise. */
+static drt_status axolotl_config(cfg_t *c, drt_model_info *I, int heads, int kv, int hd) {
+    drt_status s;
+    if (I->dim % heads || hd != I->dim / heads)
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: llama-differential takes the head width from hidden_size / "
+                             "num_attention_heads (%d / %d), which must be a whole number equal to head_dim (%d)",
+                             c->path, I->dim, heads, hd);
+    int split, mirror, present;
+    if ((s = cfg_bool(c, "split_heads", 0, &split)) != DRT_OK) return s;
+    if ((s = cfg_bool(c, "sublayer_norm", 1, &I->subnorm)) != DRT_OK) return s;
+    if ((s = opt_bool(c, "mirror_weights", &present, &mirror)) != DRT_OK) return s;
+    I->out_scale = !present;
+    int over;
+    if ((s = opt_bool(c, "diffrt_output_scale", &present, &over)) != DRT_OK) return s;
+    if (present) I->out_scale = over;
+    if (heads % kv)
+        return drt_set_error(DRT_ERR_FORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                             c->path, heads, kv);
+    if (!split) {
+        I->n_heads = heads, I->n_kv_groups = kv, I->kv_m = 2, I->dk = I->dv = hd;
+        return DRT_OK;
+    }
+    if (heads % 2 || kv % 2)
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: split_heads needs even num_attention_heads and num_key_value_heads (got %d and %d)",
+                             c->path, heads, kv);
+    I->n_heads = heads / 2, I->n_kv_groups = kv / 2, I->kv_m = 2, I->dk = hd, I->dv = 2 * hd;
+    return DRT_OK;
+}
 
 static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv_heads) {
     drt_model_info *I = &m->info;
@@ -694,7 +794,7 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
     if (!cJSON_IsString(mt))
         return drt_set_error(DRT_ERR_FORMAT,
                              "%s: missing field \"model_type\" (expected \"llama\", \"diffllama\", "
-                             "\"diff_transformer_v1\" or \"diff_transformer_v2\")",
+                             "\"diff_transformer_v1\", \"diff_transformer_v2\" or \"llama-differential\")",
                              c->path);
     const char *t = mt->valuestring;
     if (strcmp(t, "llama") == 0) {
@@ -709,11 +809,14 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
     } else if (strcmp(t, "diff_transformer_v2") == 0) {
         I->arch = DRT_ARCH_DIFF_V2;
         I->layout = DRT_LAYOUT_DIFF_V2;
+    } else if (strcmp(t, "llama-differential") == 0) {
+        I->arch = DRT_ARCH_DIFF_V1;
+        I->layout = DRT_LAYOUT_AXOLOTL_DIFF;
     } else {
         char tb[64]; /* file text: one line, bounded */
         return drt_set_error(DRT_ERR_UNSUPPORTED,
                              "%s: model_type \"%s\" is not supported (supported: llama, diffllama, "
-                             "diff_transformer_v1, diff_transformer_v2)",
+                             "diff_transformer_v1, diff_transformer_v2, llama-differential)",
                              c->path, drt_printable(t, tb, sizeof tb));
     }
     I->arch_name = arch_names[I->arch];
@@ -761,6 +864,12 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
     if ((s = cfg_token(c, "eos_token_id", &I->eos_id)) != DRT_OK) return s;
     *n_q_heads = heads;
     *n_kv_heads = kv;
+    I->subnorm = I->out_scale = I->arch == DRT_ARCH_DIFF_V1; /* axolotl_config decides its own */
+    if (I->layout != DRT_LAYOUT_AXOLOTL_DIFF && cJSON_GetObjectItemCaseSensitive(c->root, "diffrt_output_scale"))
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: field \"diffrt_output_scale\" applies to model_type "
+                             "\"llama-differential\" only",
+                             c->path);
 
     switch (I->layout) {
     case DRT_LAYOUT_HF_LLAMA:
@@ -799,6 +908,9 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
                                  "num_key_value_heads %d)",
                                  c->path, heads, kv);
         I->n_heads = heads / 2, I->n_kv_groups = kv, I->kv_m = 1, I->dk = I->dv = hd;
+        break;
+    case DRT_LAYOUT_AXOLOTL_DIFF:
+        if ((s = axolotl_config(c, I, heads, kv, hd)) != DRT_OK) return s;
         break;
     }
     return rope_setup(c, m, hd);

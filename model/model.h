@@ -35,6 +35,7 @@ typedef struct {
     drt_host_weight subln;    /* V1 GROUPNORM weight (dv) f32; empty when none */
     drt_host_weight wg, wu, wd;
     float lambda, lambda_init; /* V1 */
+    float gn_scale;            /* V1: GROUPNORM's scale, 1 - lambda_init or 1 (drt_model_info.out_scale) */
 } drt_layer_weights;
 
 struct drt_model {

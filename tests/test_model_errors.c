@@ -3,6 +3,7 @@
  * Every case starts from a copy of the hf_llama_gqa fixture with one thing
  * broken. The messages are printed so the issue note can list them. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -454,6 +455,209 @@ static void diffllama_odd_kv(void) {
     drt_model_free(m);
 }
 
+/* ---- axolotl's llama-differential ------------------------------------------ */
+
+#define AX_BASE DRT_FIXTURES_DIR "/axolotl_gqa"
+
+/* DRT_TMP_DIR/merr_<name>/: base's config with `key` set to the JSON
+ * `value` (NULL: removed; a name starting "ax_split" sets split_heads true
+ * too), and its tensors with `drop` left out and `oddshape` stored as a (1)
+ * vector holding NaN */
+static void ax_dir(char *dir, size_t n, const char *name, const char *base, const char *key, const char *value,
+                   const char *drop, const char *oddshape) {
+    snprintf(dir, n, "%s/merr_%s", DRT_TMP_DIR, name);
+    mkdir(dir, 0755);
+    char src[1200], p[1200];
+    size_t len;
+    snprintf(src, sizeof src, "%s/config.json", base);
+    char *text = read_all(src, &len);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (key) cJSON_DeleteItemFromObjectCaseSensitive(root, key);
+    if (key && value) cJSON_AddItemToObject(root, key, cJSON_Parse(value));
+    if (strncmp(name, "ax_split_", 9) == 0 && strcmp(name, "ax_split_str") != 0)
+        cJSON_ReplaceItemInObjectCaseSensitive(root, "split_heads", cJSON_CreateTrue());
+    char *cfg = cJSON_Print(root);
+    cJSON_Delete(root);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    remove(p);
+    write_file(p, cfg, strlen(cfg));
+    free(cfg);
+    snprintf(src, sizeof src, "%s/model.safetensors", base);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    remove(p);
+    drt_st_file f;
+    if (drt_st_open(src, &f) != DRT_OK) return;
+    drt_st_write_tensor *w = calloc((size_t)f.n_tensors, sizeof *w);
+    static const float nan_val = (float)NAN;
+    int k = 0;
+    for (int i = 0; i < f.n_tensors; i++) {
+        const drt_st_tensor *t = &f.tensors[i];
+        if (drop && strcmp(t->name, drop) == 0) continue;
+        w[k] = (drt_st_write_tensor){t->name, t->dtype, t->ndim, {0}, t->data};
+        memcpy(w[k].shape, t->shape, sizeof w[k].shape);
+        if (oddshape && strcmp(t->name, oddshape) == 0) {
+            w[k].ndim = 1;
+            w[k].shape[0] = 1;
+            w[k].data = &nan_val;
+        }
+        k++;
+    }
+    drt_st_write(p, w, k);
+    free(w);
+    drt_st_close(&f);
+}
+
+static void axolotl_errors(void) {
+    static const struct {
+        const char *name, *key, *value, *drop, *oddshape;
+        drt_status want;
+        const char *says[2];
+    } cases[] = {
+        {"ax_head_dim", "head_dim", "8", NULL, NULL, DRT_ERR_FORMAT, {"hidden_size / num_attention_heads", "(8)"}},
+        {"ax_heads_uneven", "num_attention_heads", "3", NULL, NULL, DRT_ERR_FORMAT, {"(64 / 3)", "whole number"}},
+        {"ax_split_odd_kv", "num_key_value_heads", "1", NULL, NULL, DRT_ERR_FORMAT, {"split_heads needs even", NULL}},
+        {"ax_split_str", "split_heads", "\"yes\"", NULL, NULL, DRT_ERR_FORMAT, {"\"split_heads\"", NULL}},
+        {"ax_subln_num", "sublayer_norm", "1", NULL, NULL, DRT_ERR_FORMAT, {"\"sublayer_norm\"", NULL}},
+        {"ax_mirror_null", "mirror_weights", "null", NULL, NULL, DRT_ERR_FORMAT, {"\"mirror_weights\" is null", NULL}},
+        {"ax_scale_num", "diffrt_output_scale", "1", NULL, NULL, DRT_ERR_FORMAT, {"\"diffrt_output_scale\"", NULL}},
+        {"ax_no_lambda_init",
+         NULL,
+         NULL,
+         "model.layers.1.self_attn.lambda_init",
+         NULL,
+         DRT_ERR_FORMAT,
+         {"missing tensor \"model.layers.1.self_attn.lambda_init\"", NULL}},
+        {"ax_lambda_init_1d",
+         NULL,
+         NULL,
+         NULL,
+         "model.layers.0.self_attn.lambda_init",
+         DRT_ERR_FORMAT,
+         {"has shape (1) but config.json implies ()", NULL}},
+        {"ax_no_subln",
+         NULL,
+         NULL,
+         "model.layers.0.self_attn.subln.weight",
+         NULL,
+         DRT_ERR_FORMAT,
+         {"missing tensor \"model.layers.0.self_attn.subln.weight\"", NULL}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[1024];
+        ax_dir(dir, sizeof dir, cases[i].name, AX_BASE, cases[i].key, cases[i].value, cases[i].drop, cases[i].oddshape);
+        drt_model *m = NULL;
+        drt_status s = drt_model_load(dir, &m);
+        const char *msg = drt_last_error();
+        printf("%-20s -> %s: %s\n", cases[i].name, drt_status_str(s), s == DRT_OK ? "(loaded)" : msg);
+        DRT_CHECK(s == cases[i].want, "case %s: status %s (%s)", cases[i].name, drt_status_str(s), msg);
+        for (int k = 0; k < 2; k++)
+            if (cases[i].says[k])
+                DRT_CHECK(s != DRT_OK && strstr(msg, cases[i].says[k]), "case %s: message \"%s\" lacks \"%s\"",
+                          cases[i].name, msg, cases[i].says[k]);
+        DRT_CHECK(strchr(msg, '\n') == NULL, "case %s: message spans lines", cases[i].name);
+        drt_model_free(m);
+    }
+    /* lambda_init holding NaN, stored 0-dim */
+    {
+        char dir[1024];
+        ax_dir(dir, sizeof dir, "ax_lambda_init_nan", AX_BASE, NULL, NULL, NULL, NULL);
+        /* the same tensors, layer 1's lambda_init a 0-dim NaN */
+        char p[1200];
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        drt_st_file f;
+        if (drt_st_open(AX_BASE "/model.safetensors", &f) == DRT_OK) {
+            drt_st_write_tensor *w = calloc((size_t)f.n_tensors, sizeof *w);
+            static const float nan_val = (float)NAN;
+            for (int i = 0; i < f.n_tensors; i++) {
+                const drt_st_tensor *t = &f.tensors[i];
+                w[i] = (drt_st_write_tensor){t->name, t->dtype, t->ndim, {0}, t->data};
+                memcpy(w[i].shape, t->shape, sizeof w[i].shape);
+                if (strcmp(t->name, "model.layers.1.self_attn.lambda_init") == 0) w[i].data = &nan_val;
+            }
+            remove(p);
+            drt_st_write(p, w, f.n_tensors);
+            free(w);
+            drt_st_close(&f);
+        }
+        drt_model *m = NULL;
+        drt_status s = drt_model_load(dir, &m);
+        printf("%-20s -> %s: %s\n", "ax_lambda_init_nan", drt_status_str(s), drt_last_error());
+        DRT_CHECK(s == DRT_ERR_FORMAT && strstr(drt_last_error(), "lambda_init\" is not finite"), "nan lambda_init: %s",
+                  drt_last_error());
+        drt_model_free(m);
+    }
+    /* the override key belongs to llama-differential alone */
+    {
+        char dir[1024];
+        ax_dir(dir, sizeof dir, "ax_scale_on_llama", BASE, "diffrt_output_scale", "true", NULL, NULL);
+        drt_model *m = NULL;
+        drt_status s = drt_model_load(dir, &m);
+        printf("%-20s -> %s: %s\n", "ax_scale_on_llama", drt_status_str(s), drt_last_error());
+        DRT_CHECK(s == DRT_ERR_FORMAT && strstr(drt_last_error(), "applies to model_type \"llama-differential\" only"),
+                  "diffrt_output_scale on llama: %s", drt_last_error());
+        drt_model_free(m);
+    }
+}
+
+/* prefill logits of the model in dir on ref (T tokens of expected.safetensors) */
+static int ax_logits(const char *dir, const int32_t *ids, int T, float *out, drt_model_info *info) {
+    drt_model *m = NULL;
+    drt_session *s = NULL;
+    drt_session_opts so = {.backend = "ref", .max_ctx = T + 1};
+    int ok = drt_model_load(dir, &m) == DRT_OK && drt_session_create(m, &so, &s) == DRT_OK &&
+             drt_session_forward(s, ids, T, out, 1) == DRT_OK;
+    if (ok && info) drt_model_get_info(m, info);
+    DRT_CHECK(ok, "%s: %s", dir, drt_last_error());
+    drt_session_free(s);
+    drt_model_free(m);
+    return ok;
+}
+
+/* The (1 - lambda_init) scale: no "mirror_weights" key applies it, and
+ * "diffrt_output_scale" overrides that either way. Each variant is compared
+ * with the family's own output (expected.safetensors). */
+static void axolotl_output_scale(void) {
+    static const struct {
+        const char *name, *base, *key, *value;
+        int want_scale, matches;
+    } cases[] = {
+        {"ax_scale_default", AX_BASE, NULL, NULL, 0, 1},
+        {"ax_no_mirror_key", AX_BASE, "mirror_weights", NULL, 1, 0},
+        {"ax_override_off", AX_BASE, "diffrt_output_scale", "false", 0, 1},
+        {"ax_override_on", AX_BASE, "diffrt_output_scale", "true", 1, 0},
+        {"ax_old_default", DRT_FIXTURES_DIR "/axolotl_scale_2501", NULL, NULL, 1, 1},
+        {"ax_old_override_off", DRT_FIXTURES_DIR "/axolotl_scale_2501", "diffrt_output_scale", "false", 0, 0},
+        {"ax_old_mirror_key", DRT_FIXTURES_DIR "/axolotl_scale_2501", "mirror_weights", "false", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[1024], ep[1200];
+        ax_dir(dir, sizeof dir, cases[i].name, cases[i].base, cases[i].key, cases[i].value, NULL, NULL);
+        snprintf(ep, sizeof ep, "%s/expected.safetensors", cases[i].base);
+        drt_st_file ex;
+        if (drt_st_open(ep, &ex) != DRT_OK) {
+            DRT_CHECK(0, "%s: %s", ep, drt_last_error());
+            continue;
+        }
+        const drt_st_tensor *tok = drt_st_find(&ex, "tokens"), *lp = drt_st_find(&ex, "logits_prefill");
+        int T = (int)tok->shape[0];
+        int64_t n = (int64_t)lp->nbytes / 4;
+        float *lg = malloc(sizeof(float) * (size_t)n);
+        drt_model_info I;
+        if (ax_logits(dir, tok->data, T, lg, &I)) {
+            double e = drt_nmse(lg, lp->data, n);
+            printf("%-20s -> output scale %s, NMSE vs the family's output %.3e\n", cases[i].name,
+                   I.out_scale ? "1 - lambda_init" : "none", e);
+            DRT_CHECK(I.out_scale == cases[i].want_scale, "%s: out_scale %d, expected %d", cases[i].name, I.out_scale,
+                      cases[i].want_scale);
+            DRT_CHECK(cases[i].matches ? e <= 1e-6 : e > 1e-4, "%s: NMSE %.3e, expected %s", cases[i].name, e,
+                      cases[i].matches ? "a match" : "a mismatch");
+        }
+        free(lg);
+        drt_st_close(&ex);
+    }
+}
+
 /* run-time argument errors on a good model */
 static void forward_errors(void) {
     drt_model *m = NULL;
@@ -603,6 +807,8 @@ int main(void) {
     eos_ids();
     config_json_strict();
     diffllama_odd_kv();
+    axolotl_errors();
+    axolotl_output_scale();
     long_path();
     forward_errors();
     return drt_test_summary("test_model_errors");

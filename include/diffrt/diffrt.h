@@ -117,7 +117,13 @@ drt_status drt_backend_device_props(int index, int dev, drt_device_props *out);
 /* ---- models ---------------------------------------------------------- */
 
 typedef enum { DRT_ARCH_TRANSFORMER = 0, DRT_ARCH_DIFF_V1, DRT_ARCH_DIFF_V2 } drt_arch;
-typedef enum { DRT_LAYOUT_HF_LLAMA = 0, DRT_LAYOUT_HF_DIFFLLAMA, DRT_LAYOUT_UNILM_V1, DRT_LAYOUT_DIFF_V2 } drt_layout;
+typedef enum {
+    DRT_LAYOUT_HF_LLAMA = 0,
+    DRT_LAYOUT_HF_DIFFLLAMA,
+    DRT_LAYOUT_UNILM_V1,
+    DRT_LAYOUT_DIFF_V2,
+    DRT_LAYOUT_AXOLOTL_DIFF /* axolotl's "llama-differential" */
+} drt_layout;
 
 typedef struct drt_model drt_model;
 
@@ -143,6 +149,10 @@ typedef struct {
     const float *lambda;      /* [n_layers] V1 lambda; NULL otherwise */
     const float *lambda_init; /* [n_layers] V1 lambda_init; NULL otherwise */
     drt_dtype embed_dtype;    /* the token embedding's dtype (the LM head's too when tied) */
+    /* V1: a GROUPNORM follows DIFF_ATTN (axolotl's sublayer_norm false: none),
+     * and the attention output is scaled by (1 - lambda_init) (axolotl: only
+     * some versions, docs/checkpoints.md); 0 for other architectures */
+    int subnorm, out_scale;
 } drt_model_info;
 
 /* Lifetime: drt_model_load hands the caller one reference to the model, and

@@ -110,6 +110,8 @@ class ModelInfoC(Structure):
         ("lambda_", POINTER(c_float)),
         ("lambda_init", POINTER(c_float)),
         ("embed_dtype", c_enum),
+        ("subnorm", c_int),
+        ("out_scale", c_int),
     ]
 
 

@@ -126,6 +126,10 @@ class ModelInfo:
     # every id that ends generation: config.json's eos_token_id, then
     # generation_config.json's, distinct (drt_model_eos_ids)
     eos_ids: Tuple[int, ...] = ()
+    # V1: a GROUPNORM follows the attention, and its output is scaled by
+    # (1 - lambda_init) (axolotl's llama-differential: docs/checkpoints.md)
+    subnorm: bool = False
+    out_scale: bool = False
 
 
 def _info_from_c(I, eos_ids=()):
@@ -154,6 +158,8 @@ def _info_from_c(I, eos_ids=()):
         lambda_init=per_layer(I.lambda_init),
         embed_dtype=_lib.cstr(L.drt_dtype_name(I.embed_dtype)),
         eos_ids=tuple(eos_ids),
+        subnorm=bool(I.subnorm),
+        out_scale=bool(I.out_scale),
     )
 
 

@@ -96,7 +96,8 @@ static void check_model(const drt_model *m) {
         check_weight(m, &lw->wu, "wu", 2, F, D);
         check_weight(m, &lw->wd, "wd", 2, D, F);
         if (I.arch == DRT_ARCH_DIFF_V2) check_weight(m, &lw->w_lambda, "w_lambda", 2, H, D);
-        if (I.layout == DRT_LAYOUT_UNILM_V1) check_weight(m, &lw->subln, "subln", 1, dv, 0);
+        if (I.layout == DRT_LAYOUT_UNILM_V1 || (I.layout == DRT_LAYOUT_AXOLOTL_DIFF && I.subnorm))
+            check_weight(m, &lw->subln, "subln", 1, dv, 0);
     }
     if (I.arch == DRT_ARCH_DIFF_V1) {
         FZ_CHECK(I.lambda && I.lambda_init, "diff-v1 without lambda");
