@@ -146,8 +146,7 @@ static int one_type(drt_dtype type, const char *tname) {
         printf("test_one_copy: %s: %ld KiB of the %zu KiB file resident (bound %ld; %zu KiB quantized)\n", tname, rss,
                fsize / 1024, bound, qbytes / 1024);
     } else {
-        printf("test_one_copy: %s: no repack on this CPU (AVX512-VNNI and VBMI): resident bytes not checked\n",
-               tname);
+        printf("test_one_copy: %s: no repack on this CPU (AVX512-VNNI and VBMI): resident bytes not checked\n", tname);
         skipped = 1;
     }
     /* the original, read again: the dropped pages come back from the file */
