@@ -15,7 +15,11 @@ random words, or of --prompt-tokens random token ids (seeded; no two
 requests share a prefix, so no server's prompt cache helps). TTFT is the time from sending to the first text chunk;
 inter-token latency the gaps between chunks. Output tokens are counted from
 the usage a server reports, else from --max-tokens when finish_reason is
-"length". Standard library only.
+"length". Output tok/s is over the whole sweep point; steady tok/s only
+over the window in which every client has a request in flight (from the
+last client's first text to the first client's end), which leaves out the
+start (every prompt at once) and the tail (fewer clients than C, since
+lengths differ). Standard library only.
 """
 
 import argparse
@@ -46,15 +50,16 @@ def percentile(xs, q):
 
 
 def one_request(host, port, body, timeout):
-    """(ttft, [gaps], tokens, error or None)"""
+    """(ttft, [gaps], tokens, error or None, [chunk times], end time)"""
     c = http.client.HTTPConnection(host, port, timeout=timeout)
     t0 = time.perf_counter()
     try:
         c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
         r = c.getresponse()
         if r.status != 200:
-            return None, [], 0, f"HTTP {r.status}"
+            return None, [], 0, f"HTTP {r.status}", [], time.perf_counter()
         ttft, last, gaps, chunks, usage, finish = None, None, [], 0, None, None
+        times = []
         buf = b""
         while True:
             d = r.read1(65536) if hasattr(r, "read1") else r.read(1)
@@ -83,15 +88,16 @@ def one_request(host, port, body, timeout):
                                 gaps.append(now - last)
                             last = now
                             chunks += 1
+                            times.append(now)
         if usage and usage.get("completion_tokens"):
             toks = usage["completion_tokens"]
         elif finish == "length":
             toks = body["max_tokens"]
         else:
             toks = chunks
-        return ttft, gaps, toks, None
+        return ttft, gaps, toks, None, times, time.perf_counter()
     except Exception as e:  # noqa: BLE001
-        return None, [], 0, type(e).__name__
+        return None, [], 0, type(e).__name__, [], time.perf_counter()
     finally:
         c.close()
 
@@ -133,18 +139,32 @@ def sweep_point(host, port, conc, a, seed):
     for r in flat:
         if r[3]:
             errs[r[3]] = errs.get(r[3], 0) + 1
+    # steady state: from the moment every client has its first text to the
+    # moment the first client is done, every client has a request in flight
+    # (the sweep's start, all prompts at once, and its tail, fewer clients
+    # than C, are left out); chunks in that window, weighted by their
+    # request's tokens per chunk
+    steady = float("nan")
+    firsts = [rs[0][4][0] for rs in res if rs and rs[0][4]]
+    lasts = [rs[-1][5] for rs in res if rs]
+    if len(firsts) == conc and lasts:
+        ta, tb = max(firsts), min(lasts)
+        if tb > ta:
+            n = sum(sum(1 for t in r[4] if ta <= t <= tb) * r[2] / len(r[4]) for r in ok if r[4])
+            steady = n / (tb - ta)
     return {"concurrency": conc, "requests": len(flat), "ok": len(ok), "errors": errs, "wall_s": wall,
-            "requests_per_s": len(ok) / wall, "output_tok_per_s": toks / wall,
+            "requests_per_s": len(ok) / wall, "output_tok_per_s": toks / wall, "steady_tok_per_s": steady,
             "ttft_p50_ms": percentile(ttft, 0.5) * 1e3, "ttft_p99_ms": percentile(ttft, 0.99) * 1e3,
             "itl_p50_ms": percentile(itl, 0.5) * 1e3, "itl_p99_ms": percentile(itl, 0.99) * 1e3}
 
 
 def table(rows, label):
-    out = [f"{label}", "", "| clients | req/s | output tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | errors |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = [f"{label}", "", "| clients | req/s | output tok/s | steady tok/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | "
+           "ITL p99 ms | errors |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         e = ", ".join(f"{k} {v}" for k, v in r["errors"].items()) or "0"
         out.append(f"| {r['concurrency']} | {r['requests_per_s']:.2f} | {r['output_tok_per_s']:.1f} | "
+                   f"{r['steady_tok_per_s']:.1f} | "
                    f"{r['ttft_p50_ms']:.0f} | {r['ttft_p99_ms']:.0f} | {r['itl_p50_ms']:.1f} | {r['itl_p99_ms']:.1f} | {e} |")
     return "\n".join(out)
 
@@ -174,7 +194,8 @@ def main():
     for conc in [int(x) for x in a.concurrency.split(",")]:
         r = sweep_point(host, port, conc, a, a.seed * 1000 + conc)
         rows.append(r)
-        print(f"{a.label} clients {conc}: {r['output_tok_per_s']:.1f} tok/s, {r['requests_per_s']:.2f} req/s, "
+        print(f"{a.label} clients {conc}: {r['output_tok_per_s']:.1f} tok/s (steady {r['steady_tok_per_s']:.1f}), "
+              f"{r['requests_per_s']:.2f} req/s, "
               f"TTFT p50 {r['ttft_p50_ms']:.0f} ms, ITL p50 {r['itl_p50_ms']:.1f} ms, errors {r['errors'] or 0}",
               file=sys.stderr, flush=True)
     print(table(rows, a.label))
