@@ -117,7 +117,14 @@ drt_status drt_backend_device_props(int index, int dev, drt_device_props *out);
 /* ---- models ---------------------------------------------------------- */
 
 typedef enum { DRT_ARCH_TRANSFORMER = 0, DRT_ARCH_DIFF_V1, DRT_ARCH_DIFF_V2 } drt_arch;
-typedef enum { DRT_LAYOUT_HF_LLAMA = 0, DRT_LAYOUT_HF_DIFFLLAMA, DRT_LAYOUT_UNILM_V1, DRT_LAYOUT_DIFF_V2 } drt_layout;
+typedef enum {
+    DRT_LAYOUT_HF_LLAMA = 0,
+    DRT_LAYOUT_HF_DIFFLLAMA,
+    DRT_LAYOUT_UNILM_V1,
+    DRT_LAYOUT_DIFF_V2,
+    DRT_LAYOUT_MLX_DIFF,    /* guygrigsby/diff-mlx, variant "diff" */
+    DRT_LAYOUT_MLX_VANILLA, /* guygrigsby/diff-mlx, variant "vanilla" */
+} drt_layout;
 
 typedef struct drt_model drt_model;
 
