@@ -398,6 +398,36 @@ static void shape_overflow(const char *d) {
     st_edit(d, edit_shape_overflow);
 }
 
+/* an empty tensor `name` of dtype `dt` added at the end of the data section:
+ * a tensor the layout does not read */
+static const char *g_extra_name, *g_extra_dtype;
+static void edit_add_empty(cJSON *hdr, size_t n_data) {
+    cJSON *t = cJSON_CreateObject(), *sh = cJSON_CreateArray(), *off = cJSON_CreateArray();
+    cJSON_AddItemToArray(sh, cJSON_CreateNumber(0));
+    cJSON_AddItemToArray(off, cJSON_CreateNumber((double)n_data));
+    cJSON_AddItemToArray(off, cJSON_CreateNumber((double)n_data));
+    cJSON_AddStringToObject(t, "dtype", g_extra_dtype);
+    cJSON_AddItemToObject(t, "shape", sh);
+    cJSON_AddItemToObject(t, "data_offsets", off);
+    cJSON_AddItemToObject(hdr, g_extra_name, t);
+}
+static void add_empty(const char *d, const char *name, const char *dtype) {
+    g_extra_name = name, g_extra_dtype = dtype;
+    st_edit(d, edit_add_empty);
+}
+/* a DiffLlama tensor in a checkpoint whose config.json says llama */
+static void stray_lambda(const char *d) {
+    add_empty(d, "model.layers.0.self_attn.lambda_q1", "F32");
+}
+/* an optimizer's U64 step counter in a Hugging Face checkpoint */
+static void stray_u64(const char *d) {
+    add_empty(d, "opt.step", "U64");
+}
+/* the RoPE table older Hugging Face checkpoints stored: harmless */
+static void rope_inv_freq(const char *d) {
+    add_empty(d, "model.layers.0.self_attn.rotary_emb.inv_freq", "F32");
+}
+
 /* the same header and data, the data section at an odd offset */
 static void misaligned(const char *d) {
     char p[1200];
@@ -414,7 +444,7 @@ typedef enum { CMD_RUN, CMD_INFO, CMD_PROMPT } cmd_kind;
 typedef struct {
     const char *name;
     const char *fixture;           /* NULL: BASE */
-    const char *cfg[4];            /* config.json edits: key, JSON value (NULL: removed) */
+    const char *cfg[8];            /* config.json edits: key, JSON value (NULL: removed) */
     void (*make)(const char *dir); /* then this, on the copied directory */
     cmd_kind cmd;
     int want_rc;
@@ -517,6 +547,24 @@ static const hostile_case CASES[] = {
     {"weights_empty_file", NULL, {0}, empty_weights, CMD_RUN, 1, {"@/model.safetensors: file is 0 bytes, too short", NULL}, NULL},
     {"header_not_json", NULL, {0}, not_json, CMD_RUN, 1, {"@/model.safetensors: header is not valid JSON", NULL}, NULL},
     /* 4. misaligned data loads, and runs like the aligned file */
+    /* transformers-5 spellings (rope_parameters, dtype) in the own layouts' configs: the same output */
+    {"v1_transformers5_config", "unilm_v1", {"rope_theta", NULL, "rope_scaling", NULL, "torch_dtype", NULL, "rope_parameters", "{\"rope_theta\": 10000.0, \"rope_type\": \"default\"}"}, NULL, CMD_RUN, 0, {NULL, NULL}, NULL},
+    {"v2_transformers5_config", "diff_v2", {"rope_theta", NULL, "rope_scaling", NULL, "torch_dtype", NULL, "rope_parameters", "{\"rope_theta\": 10000.0, \"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 16}"}, NULL, CMD_RUN, 0, {NULL, NULL}, NULL},
+    {"v2_rope_parameters_used", "diff_v2", {"rope_theta", NULL, "rope_scaling", NULL, "rope_parameters", "{\"rope_theta\": 10000.0, \"rope_type\": \"yarn\", \"factor\": 8.0}", NULL, NULL}, NULL, CMD_RUN, 1,
+     {"rope_scaling type \"yarn\" is not supported", NULL}, NULL},
+    /* model_type "diff_llama": two unrelated families, refused by name */
+    {"diff_llama_peihaowang", NULL, {"model_type", "\"diff_llama\"", "attn_family", "\"diff_attn\""}, NULL, CMD_INFO, 1,
+     {"model_type \"diff_llama\" with \"attn_family\" is peihaowang's differential Llama", "no public modeling code"}, NULL},
+    {"diff_llama_amazingvince", NULL, {"model_type", "\"diff_llama\"", "num_kv_heads", "2"}, NULL, CMD_INFO, 1,
+     {"is amazingvince/diff-llama, which is not differential attention", "no causal mask"}, NULL},
+    {"diff_llama_neither", NULL, {"model_type", "\"diff_llama\"", NULL, NULL}, NULL, CMD_INFO, 1,
+     {"model_type \"diff_llama\" is used by two unrelated families", "this config has neither key"}, NULL},
+    /* tensors the layout does not read: an error unless known harmless */
+    {"stray_tensor", NULL, {0}, stray_lambda, CMD_RUN, 1,
+     {"@/model.safetensors: tensor \"model.layers.0.self_attn.lambda_q1\" is not part of the hf-llama layout", NULL}, NULL},
+    {"stray_tensor_u64", NULL, {0}, stray_u64, CMD_RUN, 1,
+     {"@/model.safetensors: tensor \"opt.step\" (U64) is not part of the hf-llama layout", NULL}, NULL},
+    {"rotary_inv_freq_ignored", NULL, {0}, rope_inv_freq, CMD_RUN, 0, {NULL, NULL}, NULL},
     {"data_misaligned", NULL, {0}, misaligned, CMD_RUN, 0, {NULL, NULL}, NULL},
     {"data_misaligned_f16", "hf_diffllama_f16", {0}, misaligned, CMD_RUN, 0, {NULL, NULL}, NULL},
 };
@@ -620,7 +668,7 @@ static void make_case_dir(const hostile_case *c, char *dir, size_t n) {
     cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
     free(text);
     DRT_CHECK(root != NULL, "cannot parse %s", src);
-    for (int i = 0; root && i < 4 && c->cfg[i]; i += 2) {
+    for (int i = 0; root && i < 8 && c->cfg[i]; i += 2) {
         cJSON_DeleteItemFromObjectCaseSensitive(root, c->cfg[i]);
         if (!c->cfg[i + 1]) continue;
         /* raw: the text exactly as written ("1e400", "4294967296"), not as
