@@ -428,6 +428,33 @@ static void rope_inv_freq(const char *d) {
     add_empty(d, "model.layers.0.self_attn.rotary_emb.inv_freq", "F32");
 }
 
+/* diff-mlx: an LM head it never has, optimizer state it skips, the names
+ * with and without its "model." prefix at once, no weights file, and a
+ * weight of a dtype diffrt does not compute with */
+static void mlx_lm_head(const char *d) {
+    add_empty(d, "lm_head.weight", "F32");
+}
+static void mlx_opt_step(const char *d) {
+    add_empty(d, "opt.step", "U64");
+}
+static void mlx_bare_embed(const char *d) {
+    add_empty(d, "tok_embed.weight", "F32");
+}
+static void mlx_no_weights(const char *d) {
+    char p[1200];
+    unlink(at(p, sizeof p, d, "model.safetensors"));
+}
+static void edit_norm_u64(cJSON *hdr, size_t n_data) {
+    (void)n_data;
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(hdr, "model.final_norm.scale"), *sh = cJSON_CreateArray();
+    cJSON_AddItemToArray(sh, cJSON_CreateNumber(32)); /* the same 256 bytes as F32 [64] */
+    cJSON_ReplaceItemInObjectCaseSensitive(t, "dtype", cJSON_CreateString("U64"));
+    cJSON_ReplaceItemInObjectCaseSensitive(t, "shape", sh);
+}
+static void mlx_norm_u64(const char *d) {
+    st_edit(d, edit_norm_u64);
+}
+
 /* the same header and data, the data section at an odd offset */
 static void misaligned(const char *d) {
     char p[1200];
@@ -565,6 +592,20 @@ static const hostile_case CASES[] = {
     {"stray_tensor_u64", NULL, {0}, stray_u64, CMD_RUN, 1,
      {"@/model.safetensors: tensor \"opt.step\" (U64) is not part of the hf-llama layout", NULL}, NULL},
     {"rotary_inv_freq_ignored", NULL, {0}, rope_inv_freq, CMD_RUN, 0, {NULL, NULL}, NULL},
+    /* diff-mlx: its own config keys, prefix, file names and skipped tensors */
+    {"mlx_dims_disagree", "mlx_diff", {"model", "{\"dim\": 64, \"n_layers\": 2, \"n_heads_vanilla\": 4, \"qk_head_dim\": 8, \"vocab_size\": 256, \"mlp_intermediate\": 96}", NULL, NULL}, NULL, CMD_INFO, 1,
+     {"@/config.json: model.n_heads_vanilla 4 x model.qk_head_dim 8 != model.dim 64", NULL}, NULL},
+    {"mlx_layers_1e7", "mlx_diff", {"model", "{\"dim\": 64, \"n_layers\": 10000000, \"n_heads_vanilla\": 4, \"qk_head_dim\": 16, \"vocab_size\": 256, \"mlp_intermediate\": 96}", NULL, NULL}, NULL, CMD_RUN, 1,
+     {"@/config.json: field \"model.n_layers\" is 10000000, allowed 1..4096", NULL}, NULL},
+    {"mlx_stray_tensor", "mlx_diff", {0}, mlx_lm_head, CMD_RUN, 1,
+     {"@/model.safetensors: tensor \"lm_head.weight\" is not part of the mlx-diff layout", NULL}, NULL},
+    {"mlx_opt_step_skipped", "mlx_diff", {0}, mlx_opt_step, CMD_RUN, 0, {NULL, NULL}, NULL},
+    {"mlx_both_prefixes", "mlx_diff", {0}, mlx_bare_embed, CMD_RUN, 1,
+     {"both \"model.tok_embed.weight\" and \"tok_embed.weight\"", NULL}, NULL},
+    {"mlx_no_weights", "mlx_diff", {0}, mlx_no_weights, CMD_RUN, 1,
+     {"@: no model.safetensors, model.safetensors.index.json or latest.safetensors", NULL}, NULL},
+    {"mlx_weight_u64", "mlx_diff", {0}, mlx_norm_u64, CMD_RUN, 1,
+     {"@/model.safetensors: tensor \"model.final_norm.scale\" is U64; expected F32, F16 or BF16", NULL}, NULL},
     {"data_misaligned", NULL, {0}, misaligned, CMD_RUN, 0, {NULL, NULL}, NULL},
     {"data_misaligned_f16", "hf_diffllama_f16", {0}, misaligned, CMD_RUN, 0, {NULL, NULL}, NULL},
 };
