@@ -23,9 +23,11 @@ static int ends_with(const char *name, const char *suffix) {
 
 /* Is tensor t one that is quantized? */
 static int quantizable(const drt_st_tensor *t) {
+    /* the embedding stays as it is (the loader needs f32/f16/bf16 there):
+     * embed_tokens (Hugging Face), tok_embed (diff-mlx) */
     return t->ndim == 2 && ends_with(t->name, ".weight") && !strstr(t->name, "embed_tokens") &&
-           (t->dtype == DRT_F32 || t->dtype == DRT_F16 || t->dtype == DRT_BF16) && t->shape[1] > 0 &&
-           t->shape[1] % DRT_QK == 0;
+           !strstr(t->name, "tok_embed") && (t->dtype == DRT_F32 || t->dtype == DRT_F16 || t->dtype == DRT_BF16) &&
+           t->shape[1] > 0 && t->shape[1] % DRT_QK == 0;
 }
 
 /* Copies dir/name to out/name (a small text file), created new (never

@@ -550,6 +550,29 @@ static void eos_list_stops(void) {
     cJSON_Delete(cfg);
 }
 
+/* diffrt quantize on diff-mlx checkpoints: the plain one quantizes (its
+ * tok_embed stays unquantized, as the loader requires) and loads back; the
+ * published one with its U64 optimizer step is refused by name. */
+static void quantize_mlx(void) {
+    char out[8192], cmd[16384], dir[1024];
+    snprintf(dir, sizeof dir, "%s/cli_mlx_q8", DRT_TMP_DIR);
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && '%s' quantize --model '%s/mlx_diff' --type q8_0 --out '%s' >/dev/null 2>&1 && "
+             "'%s' run --model '%s' --tokens 5,6,7 -n 4 --no-stop 2>/dev/null",
+             dir, DRT_CLI_PATH, DRT_FIXTURES_DIR, dir, DRT_CLI_PATH, dir);
+    int32_t ids[8];
+    DRT_CHECK(run(cmd, out, sizeof out) == 0 && parse_ids(out, ids, 8) == 4, "quantized mlx_diff: %s", out);
+    char src[1024];
+    snprintf(src, sizeof src, "%s/cli_mlx_opt", DRT_TMP_DIR);
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' '%s' && mkdir -p '%s' && cp '%s/mlx_diff_opt/config.json' '%s' && "
+             "cp '%s/mlx_diff_opt/latest.safetensors' '%s/model.safetensors' && "
+             "'%s' quantize --model '%s' --type q8_0 --out '%s' 2>&1",
+             dir, src, src, DRT_FIXTURES_DIR, src, DRT_FIXTURES_DIR, src, DRT_CLI_PATH, src, dir);
+    DRT_CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "tensor \"opt.step\" is U64: diffrt quantize copies only"),
+              "quantize mlx_diff_opt: %s", out);
+}
+
 int main(void) {
     DIR *d = opendir(DRT_FIXTURES_DIR);
     struct dirent *e;
@@ -568,6 +591,7 @@ int main(void) {
     DRT_CHECK(n >= 4, "only %d fixtures", n);
     text_mode();
     eos_list_stops();
+    quantize_mlx();
     niah_compare();
     last_argument();
     help_lists_options();
