@@ -1074,10 +1074,6 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
     return rope_setup(c, m, hd);
 }
 
-/* The weights: DIR/model.safetensors or its sharded index; a diff-mlx model
- * may instead have the name its trainer writes, DIR/latest.safetensors, when
- * neither of those exists. st_name (room for either name) gets the file's
- * path for messages. */
 /* an entry named NAME in DIR (lstat: any kind, even a dangling link) */
 static int dir_has(const char *dir, const char *name) {
     size_t dl = strlen(dir), nl = strlen(name);
@@ -1092,6 +1088,10 @@ static int dir_has(const char *dir, const char *name) {
     return has;
 }
 
+/* The weights: DIR/model.safetensors or its sharded index; a diff-mlx model
+ * may instead have the name its trainer writes, DIR/latest.safetensors, when
+ * neither of those exists. st_name (room for either name) gets the file's
+ * path for messages. */
 static drt_status open_weights(const char *dir, int mlx, char *st_name, drt_st_set *out) {
     if (mlx && !dir_has(dir, "model.safetensors") && !dir_has(dir, "model.safetensors.index.json")) {
         memcpy(st_name + strlen(dir), "/latest.safetensors", sizeof "/latest.safetensors");
