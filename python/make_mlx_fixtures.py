@@ -36,6 +36,10 @@ For every fixture:
                                         has no KV cache)
         greedy          int32 [32]      32 argmax tokens after the prompt,
                                         each from a full forward
+        logits_prefill_native float32 [12, V] (amp_dtype bfloat16 only) the
+                                        prefill with diff-mlx computing in
+                                        bfloat16; the others are computed with
+                                        amp_dtype float32 on the same weights
 """
 
 import argparse
@@ -64,6 +68,7 @@ FIXTURES = {
     "mlx_diff_opt": ("diff", "latest.safetensors", "ckpt_opt", 32, {}),
     "mlx_diff_legacy": ("diff", "model.safetensors", "legacy", 33, {}),
     "mlx_vanilla": ("vanilla", "latest.safetensors", "ckpt", 34, {}),
+    "mlx_diff_amp_bf16": ("diff", "model.safetensors", "ckpt", 35, {"amp_dtype": "bfloat16"}),
 }
 
 DESCRIPTIONS = {
@@ -72,12 +77,14 @@ DESCRIPTIONS = {
                     "state (U64 step)",
     "mlx_diff_legacy": "diff variant, model.safetensors, unprefixed names (older checkpoints)",
     "mlx_vanilla": "vanilla variant (plain MHA, interleaved RoPE), latest.safetensors, \"model.\" names",
+    "mlx_diff_amp_bf16": "diff variant trained with amp_dtype bfloat16 (f32 weights, bf16 compute), as diff-mlx's "
+                         "stage1/stage2 configs",
 }
 
 
-def model_config(ModelConfig):
+def model_config(ModelConfig, **over):
     return ModelConfig(dim=64, n_layers=2, n_heads_vanilla=4, qk_head_dim=16, vocab_size=VOCAB,
-                       mlp_intermediate=96, block_size=64, rope_base=10000.0, rms_eps=1e-5)
+                       mlp_intermediate=96, block_size=64, rope_base=10000.0, rms_eps=1e-5, **over)
 
 
 def reinit(model, mx, tree_flatten, tree_unflatten, D):
@@ -144,10 +151,10 @@ def main():
     from config import ModelConfig, TrainConfig
     from model import Transformer
 
-    for name, (variant, fname, writer, seed, _) in FIXTURES.items():
+    for name, (variant, fname, writer, seed, over) in FIXTURES.items():
         if a.only and name not in a.only:
             continue
-        cfg = model_config(ModelConfig)
+        cfg = model_config(ModelConfig, **over)
         mx.random.seed(seed)
         model = Transformer(cfg, variant=variant)
         reinit(model, mx, tree_flatten, tree_unflatten, cfg.dim)
@@ -177,8 +184,15 @@ def main():
         # reload with diff-mlx's own reader into a fresh model: that is the reference
         params, _, opt_back = ck.load_checkpoint(path)
         assert (opt_back is not None) == (writer == "ckpt_opt")
-        ref = Transformer(cfg, variant=variant)
+        # the reference runs in float32 (amp_dtype only sets diff-mlx's compute
+        # dtype; the weights are f32 either way); a bf16-compute model gives
+        # logits_prefill_native, as for the f16/bf16 fixtures
+        ref = Transformer(model_config(ModelConfig, **dict(over, amp_dtype="float32")), variant=variant)
         ref.update(params)
+        native = None
+        if cfg.amp_dtype != "float32":
+            native = Transformer(cfg, variant=variant)
+            native.update(params)
         a_sd = dict(tree_flatten(model.parameters()))
         b_sd = dict(tree_flatten(ref.parameters()))
         assert a_sd.keys() == b_sd.keys()
@@ -189,16 +203,25 @@ def main():
         prefill = logits_of(ref, mx, prompt)
         decode = np.stack([logits_of(ref, mx, prompt[:t + 1])[-1] for t in range(PROMPT_LEN)])
         assert np.array_equal(np.array(greedy_of(ref, mx, prompt)[0]), np.array(greedy))
-        mx.save_safetensors(os.path.join(d, "expected.safetensors"), {
+        expected = {
             "tokens": mx.array(prompt, dtype=mx.int32),
             "logits_prefill": mx.array(prefill),
             "logits_decode": mx.array(decode),
             "greedy": mx.array(greedy, dtype=mx.int32),
-        })
+        }
+        note = ""
+        if native is not None:
+            nat = logits_of(native, mx, prompt)
+            expected["logits_prefill_native"] = mx.array(nat)
+            nmse = float(np.sum((nat - prefill) ** 2) / np.sum(prefill ** 2))
+            same = int(np.sum(np.argmax(nat, -1) == np.argmax(prefill, -1)))
+            note = (f" native ({cfg.amp_dtype}) vs f32 prefill: max {np.abs(nat - prefill).max():.1e} "
+                    f"NMSE {nmse:.1e} argmax {same}/{PROMPT_LEN}")
+        mx.save_safetensors(os.path.join(d, "expected.safetensors"), expected)
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
         print(f"{name:18s} {variant:7s} {fname:18s} max|prefill-decode| {np.abs(prefill - decode).max():.1e} "
               f"min top-2 gap {gap:.3f}{'' if ok else ' (best)'} logits in [{prefill.min():.2f}, "
-              f"{prefill.max():.2f}] {size // 1024} KB")
+              f"{prefill.max():.2f}] {size // 1024} KB{note}")
 
 
 if __name__ == "__main__":
