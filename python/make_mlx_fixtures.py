@@ -2,7 +2,7 @@
 """Create the diff-mlx golden fixtures under tests/fixtures/ with diff-mlx's
 own code (guygrigsby/diff-mlx: model.py, config.py, checkpoint.py).
 
-    python3 -m venv /tmp/venv-mlx && /tmp/venv-mlx/bin/pip install "mlx[cpu]" numpy
+    python3 -m venv /tmp/venv-mlx && /tmp/venv-mlx/bin/pip install "mlx[cpu]" numpy safetensors
     /tmp/venv-mlx/bin/python python/make_mlx_fixtures.py \
         --src /tmp/diff-mlx-src --out tests/fixtures
 
@@ -51,6 +51,7 @@ import tempfile
 from dataclasses import asdict
 
 import numpy as np
+from safetensors.numpy import save_file
 
 PROMPT_LEN = 12
 N_GREEDY = 32
@@ -203,21 +204,25 @@ def main():
         prefill = logits_of(ref, mx, prompt)
         decode = np.stack([logits_of(ref, mx, prompt[:t + 1])[-1] for t in range(PROMPT_LEN)])
         assert np.array_equal(np.array(greedy_of(ref, mx, prompt)[0]), np.array(greedy))
+        # written with the safetensors package: its header is padded so the
+        # data is aligned, which the tests that read these tensors in place
+        # rely on (mx.save_safetensors does not pad; the checkpoints above
+        # keep diff-mlx's own unpadded layout, which the loader copes with)
         expected = {
-            "tokens": mx.array(prompt, dtype=mx.int32),
-            "logits_prefill": mx.array(prefill),
-            "logits_decode": mx.array(decode),
-            "greedy": mx.array(greedy, dtype=mx.int32),
+            "tokens": np.array(prompt, dtype=np.int32),
+            "logits_prefill": prefill.astype(np.float32),
+            "logits_decode": decode.astype(np.float32),
+            "greedy": np.array(greedy, dtype=np.int32),
         }
         note = ""
         if native is not None:
             nat = logits_of(native, mx, prompt)
-            expected["logits_prefill_native"] = mx.array(nat)
+            expected["logits_prefill_native"] = nat.astype(np.float32)
             nmse = float(np.sum((nat - prefill) ** 2) / np.sum(prefill ** 2))
             same = int(np.sum(np.argmax(nat, -1) == np.argmax(prefill, -1)))
             note = (f" native ({cfg.amp_dtype}) vs f32 prefill: max {np.abs(nat - prefill).max():.1e} "
                     f"NMSE {nmse:.1e} argmax {same}/{PROMPT_LEN}")
-        mx.save_safetensors(os.path.join(d, "expected.safetensors"), expected)
+        save_file(expected, os.path.join(d, "expected.safetensors"))
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
         print(f"{name:18s} {variant:7s} {fname:18s} max|prefill-decode| {np.abs(prefill - decode).max():.1e} "
               f"min top-2 gap {gap:.3f}{'' if ok else ' (best)'} logits in [{prefill.min():.2f}, "
