@@ -134,7 +134,7 @@ typedef struct {
     const char *arch_name;
     const char *layout_name;
     drt_dtype weight_dtype; /* dtype of the matmul weights as stored */
-    int64_t n_params;       /* as stored in the checkpoint */
+    int64_t n_params;       /* of the tensors the model reads (not an optimizer state beside them) */
     int vocab;
     int dim; /* D */
     int ffn; /* F */
