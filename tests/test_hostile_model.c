@@ -428,6 +428,27 @@ static void rope_inv_freq(const char *d) {
     add_empty(d, "model.layers.0.self_attn.rotary_emb.inv_freq", "F32");
 }
 
+/* a sharded checkpoint whose weight_map lists a U64 tensor: the index
+ * accepts it, the loader then refuses it as a tensor no layout reads */
+static void shard_foreign(const char *d) {
+    char p[1200], q[1200];
+    add_empty(d, "opt.step", "U64");
+    rename(at(p, sizeof p, d, "model.safetensors"), at(q, sizeof q, d, "model-00001-of-00001.safetensors"));
+    write_index(d, "model-00001-of-00001.safetensors");
+    size_t n;
+    char *text = (char *)slurp(at(p, sizeof p, d, "model.safetensors.index.json"), &n);
+    cJSON *root = text ? cJSON_ParseWithLength(text, n) : NULL;
+    free(text);
+    DRT_CHECK(root != NULL, "cannot read back %s", p);
+    if (!root) return;
+    cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(root, "weight_map"), "opt.step",
+                            "model-00001-of-00001.safetensors");
+    text = cJSON_Print(root);
+    spit(p, text, strlen(text));
+    free(text);
+    cJSON_Delete(root);
+}
+
 /* diff-mlx: an LM head it never has, optimizer state it skips, the names
  * with and without its "model." prefix at once, no weights file, and a
  * weight of a dtype diffrt does not compute with */
@@ -592,6 +613,8 @@ static const hostile_case CASES[] = {
     {"stray_tensor_u64", NULL, {0}, stray_u64, CMD_RUN, 1,
      {"@/model.safetensors: tensor \"opt.step\" (U64) is not part of the hf-llama layout", NULL}, NULL},
     {"rotary_inv_freq_ignored", NULL, {0}, rope_inv_freq, CMD_RUN, 0, {NULL, NULL}, NULL},
+    {"shard_stray_u64", NULL, {0}, shard_foreign, CMD_RUN, 1,
+     {"@/model-00001-of-00001.safetensors: tensor \"opt.step\" (U64) is not part of the hf-llama layout", NULL}, NULL},
     /* diff-mlx: its own config keys, prefix, file names and skipped tensors */
     {"mlx_dims_disagree", "mlx_diff", {"model", "{\"dim\": 64, \"n_layers\": 2, \"n_heads_vanilla\": 4, \"qk_head_dim\": 8, \"vocab_size\": 256, \"mlp_intermediate\": 96}", NULL, NULL}, NULL, CMD_INFO, 1,
      {"@/config.json: model.n_heads_vanilla 4 x model.qk_head_dim 8 != model.dim 64", NULL}, NULL},
