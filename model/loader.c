@@ -907,6 +907,22 @@ static int harmless_tensor(const drt_model *m, const char *name) {
     return mlx && strncmp(name, "opt.", 4) == 0;
 }
 
+/* A tied Hugging Face checkpoint that stores lm_head.weight anyway (some
+ * converters write both): harmless when it is the embedding, byte for
+ * byte; 1 then, 0 when it is no such copy. */
+static int hf_tied_head(const drt_model *m, const char *name) {
+    drt_layout l = m->info.layout;
+    return m->info.tied_embeddings && l != DRT_LAYOUT_MLX_DIFF && l != DRT_LAYOUT_MLX_VANILLA &&
+           strcmp(name, "lm_head.weight") == 0;
+}
+static int tied_copy(const drt_model *m, const drt_st_tensor *t) {
+    if (!hf_tied_head(m, t->name)) return 0;
+    const drt_st_tensor *e = drt_st_set_find(&m->st, "model.embed_tokens.weight");
+    return e && e->dtype == t->dtype && e->ndim == t->ndim && e->shape[0] == t->shape[0] &&
+           (t->ndim < 2 || e->shape[1] == t->shape[1]) && e->nbytes == t->nbytes &&
+           memcmp(e->data, t->data, t->nbytes) == 0;
+}
+
 /* Every tensor of the checkpoint is one the layout read (L->used) or a
  * harmless one: any other means config.json describes another model than
  * the weights (a wrong layout guess must not load silently). */
@@ -914,12 +930,19 @@ static drt_status check_strays(ld_t *L) {
     const drt_st_set *st = &L->m->st;
     const char *lname = L->m->info.layout_name;
     char nb[160];
-    for (int i = 0; i < st->n_names; i++)
-        if (!L->used[i] && !harmless_tensor(L->m, st->by_name[i]->name))
+    for (int i = 0; i < st->n_names; i++) {
+        const drt_st_tensor *t = st->by_name[i];
+        if (L->used[i] || harmless_tensor(L->m, t->name) || tied_copy(L->m, t)) continue;
+        if (hf_tied_head(L->m, t->name))
             return drt_set_error(DRT_ERR_FORMAT,
-                                 "%s: tensor \"%s\" is not part of the %s layout (config.json describes another "
-                                 "model than the weights?)",
-                                 L->st_name, drt_printable(st->by_name[i]->name, nb, sizeof nb), lname);
+                                 "%s: tensor \"lm_head.weight\" is not a copy of \"model.embed_tokens.weight\", "
+                                 "but config.json says tie_word_embeddings: which LM head is meant is ambiguous",
+                                 L->st_name);
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: tensor \"%s\" is not part of the %s layout (config.json describes another "
+                             "model than the weights?)",
+                             L->st_name, drt_printable(t->name, nb, sizeof nb), lname);
+    }
     for (int f = 0; f < st->n_files; f++)
         for (int i = 0; i < st->files[f].n_foreign; i++) {
             const drt_st_tensor *t = &st->files[f].foreign[i];

@@ -428,6 +428,37 @@ static void rope_inv_freq(const char *d) {
     add_empty(d, "model.layers.0.self_attn.rotary_emb.inv_freq", "F32");
 }
 
+/* a tied checkpoint that also stores lm_head.weight: the embedding's bytes
+ * appended under that name, with byte `flip` changed (-1: none) */
+static void add_head_copy(const char *d, long flip) {
+    char p[1200];
+    at(p, sizeof p, d, "model.safetensors");
+    st_parts s;
+    DRT_CHECK(st_split(p, &s), "cannot split %s", p);
+    if (!s.header) return;
+    cJSON *e = cJSON_GetObjectItemCaseSensitive(s.header, "model.embed_tokens.weight");
+    cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    size_t b = (size_t)cJSON_GetArrayItem(off, 0)->valuedouble, en = (size_t)cJSON_GetArrayItem(off, 1)->valuedouble;
+    unsigned char *data = malloc(s.n_data + (en - b));
+    memcpy(data, s.data, s.n_data);
+    memcpy(data + s.n_data, s.data + b, en - b);
+    if (flip >= 0) data[s.n_data + (size_t)flip] ^= 0x40;
+    cJSON *t = cJSON_Duplicate(e, 1), *no = cJSON_CreateArray();
+    cJSON_AddItemToArray(no, cJSON_CreateNumber((double)s.n_data));
+    cJSON_AddItemToArray(no, cJSON_CreateNumber((double)(s.n_data + (en - b))));
+    cJSON_ReplaceItemInObjectCaseSensitive(t, "data_offsets", no);
+    cJSON_AddItemToObject(s.header, "lm_head.weight", t);
+    st_join(p, s.header, 0, data, s.n_data + (en - b));
+    free(data);
+    st_free(&s);
+}
+static void tied_head_copy(const char *d) {
+    add_head_copy(d, -1);
+}
+static void tied_head_differs(const char *d) {
+    add_head_copy(d, 1001);
+}
+
 /* a sharded checkpoint whose weight_map lists a U64 tensor: the index
  * accepts it, the loader then refuses it as a tensor no layout reads */
 static void shard_foreign(const char *d) {
@@ -613,6 +644,9 @@ static const hostile_case CASES[] = {
     {"stray_tensor_u64", NULL, {0}, stray_u64, CMD_RUN, 1,
      {"@/model.safetensors: tensor \"opt.step\" (U64) is not part of the hf-llama layout", NULL}, NULL},
     {"rotary_inv_freq_ignored", NULL, {0}, rope_inv_freq, CMD_RUN, 0, {NULL, NULL}, NULL},
+    {"tied_lm_head_copy", "hf_llama_bf16", {0}, tied_head_copy, CMD_RUN, 0, {NULL, NULL}, NULL},
+    {"tied_lm_head_differs", "hf_llama_bf16", {0}, tied_head_differs, CMD_RUN, 1,
+     {"@/model.safetensors: tensor \"lm_head.weight\" is not a copy of \"model.embed_tokens.weight\", but config.json says tie_word_embeddings", NULL}, NULL},
     {"shard_stray_u64", NULL, {0}, shard_foreign, CMD_RUN, 1,
      {"@/model-00001-of-00001.safetensors: tensor \"opt.step\" (U64) is not part of the hf-llama layout", NULL}, NULL},
     /* diff-mlx: its own config keys, prefix, file names and skipped tensors */
