@@ -402,8 +402,8 @@ static int run_parse(int argc, char **argv, run_args *r) {
         {.name = "--no-stop",
          .kind = CLI_FLAG,
          .dst = &r->no_stop,
-         .help = "do not stop at the model's eos token\n(with text, eos is the config's eos_token_id, else the "
-                 "tokenizer's)"},
+         .help = "do not stop at the model's eos tokens\n(every eos_token_id of config.json and "
+                 "generation_config.json;\nwith text and none there, the tokenizer's)"},
         {.name = "--verbose",
          .short_name = 'v',
          .kind = CLI_FLAG,
@@ -472,7 +472,7 @@ static void run_end_output(cli_text *ct) {
 /* Prefill, then sample and decode up to -n tokens, printed as they come;
  * the timings and fallbacks on stderr. The exit status. */
 static int run_generate(const run_args *r, drt_session *s, drt_sampler *smp, cli_text *ct, const int32_t *prompt, int T,
-                        int32_t eos, float *logits) {
+                        const int32_t *eos, int n_eos, float *logits) {
     double t0 = drt_clock_s();
     if (drt_session_forward(s, prompt, T, logits, 0) != DRT_OK) return cli_fail("prefill");
     double t1 = drt_clock_s();
@@ -484,7 +484,8 @@ static int run_generate(const run_args *r, drt_session *s, drt_sampler *smp, cli
             run_end_output(ct);
             return cli_fail("sample");
         }
-        int stop = !r->no_stop && tok == eos;
+        int stop = 0;
+        for (int k = 0; k < n_eos && !r->no_stop && !stop; k++) stop = tok == eos[k];
         if (!ct->tok) {
             printf("%s%d", generated ? "," : "", tok);
             fflush(stdout);
@@ -535,6 +536,7 @@ static int cmd_run(int argc, char **argv) {
     float *logits = NULL;
     cli_text ct = {0};
     drt_settings *set = NULL;
+    int32_t *eos = NULL;
     if ((rc = cli_settings("run", r.set, &set)) != 0) goto done; /* 2: a usage error, before any work */
     rc = 1;
     if (drt_model_load(r.model, &m) != DRT_OK) {
@@ -543,7 +545,15 @@ static int cmd_run(int argc, char **argv) {
     }
     drt_model_info I;
     drt_model_get_info(m, &I);
-    int32_t eos = I.eos_id;
+    /* every id of config.json's and generation_config.json's eos_token_id
+     * stops (Llama 3 lists three); with text and none there, the
+     * tokenizer's end-of-text token */
+    int n_eos = drt_model_eos_ids(m, NULL, 0);
+    eos = malloc(sizeof *eos * (size_t)(n_eos > 0 ? n_eos + 1 : 1));
+    if (!eos || drt_model_eos_ids(m, eos, n_eos) != n_eos) {
+        fprintf(stderr, "diffrt: run: out of memory\n");
+        goto done;
+    }
     if (!r.tokens) {
         /* the prompt cannot be longer than the context: --ctx, else max_position_embeddings */
         long max_ids = r.ctx ? r.ctx : I.max_ctx;
@@ -554,7 +564,7 @@ static int cmd_run(int argc, char **argv) {
             rc = ct.over_context ? 2 : 1; /* a prompt longer than the context: as the checks below */
             goto done;
         }
-        eos = ct.eos;
+        if (n_eos == 0 && ct.eos >= 0) eos[n_eos++] = ct.eos;
     }
     if ((rc = run_fit_context(&r, T, I.max_ctx)) != 0) goto done;
     rc = 1;
@@ -571,8 +581,9 @@ static int cmd_run(int argc, char **argv) {
         goto done;
     }
     logits = malloc(sizeof(float) * (size_t)I.vocab);
-    if (logits) rc = run_generate(&r, s, smp, &ct, prompt, T, eos, logits);
+    if (logits) rc = run_generate(&r, s, smp, &ct, prompt, T, eos, n_eos, logits);
 done:
+    free(eos);
     drt_settings_free(set);
     free(logits);
     free(prompt);

@@ -181,6 +181,8 @@ typedef struct {
     drt_settings *set; /* --set: both models' sessions */
     drt_model_info I;
     float *logits, *attn, *rlogits;
+    int32_t *eos; /* every id that ends an answer (drt_model_eos_ids) */
+    int n_eos;
     double nmse_sum, nmse_max;
     int top1_same, n_cmp;
     cJSON *jarr;
@@ -197,6 +199,12 @@ static int niah_setup(niah_eval *e) {
     if (drt_model_load(a->model, &e->m) != DRT_OK || drt_tokenizer_load(tpath, &e->tok) != DRT_OK)
         return cli_fail("niah");
     drt_model_get_info(e->m, &e->I);
+    e->n_eos = drt_model_eos_ids(e->m, NULL, 0);
+    e->eos = malloc(sizeof *e->eos * (size_t)(e->n_eos > 0 ? e->n_eos : 1));
+    if (!e->eos || drt_model_eos_ids(e->m, e->eos, e->n_eos) != e->n_eos) {
+        fprintf(stderr, "diffrt: niah: out of memory\n");
+        return 1;
+    }
     if (!a->n_ctx) a->ctxs[a->n_ctx++] = e->I.max_ctx < 4096 ? e->I.max_ctx : 4096;
     int max_ctx = 0;
     for (int i = 0; i < a->n_ctx; i++) max_ctx = a->ctxs[i] > max_ctx ? a->ctxs[i] : max_ctx;
@@ -258,7 +266,7 @@ static int niah_query(niah_eval *e, const drt_niah_prompt *p, int c, int d, int 
     }
     char pred[32] = "";
     if (st == DRT_OK)
-        st = drt_niah_answer(e->s, e->tok, e->I.vocab, e->I.eos_id, e->logits, gen, &ng, pred, sizeof pred);
+        st = drt_niah_answer(e->s, e->tok, e->I.vocab, e->eos, e->n_eos, e->logits, gen, &ng, pred, sizeof pred);
     if (st != DRT_OK) return cli_fail("niah");
     int ok = strcmp(pred, p->answer) == 0;
     e->t.correct[c][d] += ok;
@@ -417,6 +425,7 @@ int cmd_niah(int argc, char **argv) {
     }
     cJSON_Delete(e->jarr);
     free(e->logits);
+    free(e->eos);
     free(e->rlogits);
     free(e->attn);
     drt_tokenizer_free(e->tok);

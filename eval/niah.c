@@ -351,8 +351,8 @@ drt_status drt_niah_make(const drt_tokenizer *tok, uint64_t seed, int ctx, int n
     return st;
 }
 
-drt_status drt_niah_answer(drt_session *s, const drt_tokenizer *tok, int vocab, int eos_id, float *logits,
-                           int32_t gen[DRT_NIAH_MAX_NEW_TOKENS], int *ng, char *pred, size_t n) {
+drt_status drt_niah_answer(drt_session *s, const drt_tokenizer *tok, int vocab, const int32_t *eos, int n_eos,
+                           float *logits, int32_t gen[DRT_NIAH_MAX_NEW_TOKENS], int *ng, char *pred, size_t n) {
     drt_status st = DRT_OK;
     *ng = 0;
     if (n) pred[0] = 0;
@@ -360,7 +360,9 @@ drt_status drt_niah_answer(drt_session *s, const drt_tokenizer *tok, int vocab, 
         int best = 0;
         for (int v = 1; v < vocab; v++)
             if (logits[v] > logits[best]) best = v;
-        if (best == eos_id) break;
+        int stop = 0;
+        for (int i = 0; i < n_eos && !stop; i++) stop = best == eos[i];
+        if (stop) break;
         gen[(*ng)++] = best;
         if (*ng < DRT_NIAH_MAX_NEW_TOKENS) st = drt_session_forward(s, &gen[*ng - 1], 1, logits, 0);
     }

@@ -44,11 +44,12 @@ drt_status drt_niah_prompt_count(int64_t n_ctx, int64_t n_depth, int64_t samples
 void drt_niah_predicted(const char *generated, char *pred, size_t n);
 
 /* The scorer, after the prompt's prefill on s left its last-token logits in
- * logits[vocab]: greedy continuation until eos or DRT_NIAH_MAX_NEW_TOKENS
+ * logits[vocab]: greedy continuation until any of the n_eos ids eos[] (the
+ * model's drt_model_eos_ids: Llama 3 has three) or DRT_NIAH_MAX_NEW_TOKENS
  * (its ids in gen, their count in *ng), decoded and judged into pred (n
  * bytes); logits is overwritten. */
-drt_status drt_niah_answer(drt_session *s, const drt_tokenizer *tok, int vocab, int eos_id, float *logits,
-                           int32_t gen[DRT_NIAH_MAX_NEW_TOKENS], int *ng, char *pred, size_t n);
+drt_status drt_niah_answer(drt_session *s, const drt_tokenizer *tok, int vocab, const int32_t *eos, int n_eos,
+                           float *logits, int32_t gen[DRT_NIAH_MAX_NEW_TOKENS], int *ng, char *pred, size_t n);
 
 /* The final query token's attention over the context before the question
  * (attn as drt_session_last_attention gives it), split into the answer

@@ -21,11 +21,13 @@ int main(int argc, char **argv) {
     snprintf(tokenizer_json, sizeof tokenizer_json, "%s/tokenizer.json", dir);
     /* README: begin */
     drt_model *m; drt_model_info info; drt_tokenizer *tok; drt_session *s; drt_sampler *smp;
-    int32_t *ids, out[16];
+    int32_t *ids, out[16], eos[8];
     int n_ids, n = 0;
     char *text;
     TRY(drt_model_load(dir, &m));
     TRY(drt_model_get_info(m, &info));
+    int n_eos = drt_model_eos_ids(m, eos, 8); /* every id that ends generation (Llama 3 has three) */
+    if (n_eos > 8) n_eos = 8;
     TRY(drt_tokenizer_load(tokenizer_json, &tok));
     TRY(drt_tokenizer_encode(tok, prompt, strlen(prompt), 1, &ids, &n_ids)); /* 1: with BOS */
     TRY(drt_session_create(m, NULL, &s)); /* the model on cpu with its KV cache (NULL: default options) */
@@ -37,7 +39,9 @@ int main(int argc, char **argv) {
     while (n < 16 && drt_session_pos(s) < drt_session_ctx(s)) {
         int32_t t = drt_sampler_sample(smp, logits);
         if (t < 0) return fail();
-        if (t == info.eos_id) break;
+        int stop = 0;
+        for (int i = 0; i < n_eos; i++) stop |= t == eos[i];
+        if (stop) break;
         out[n++] = t;
         TRY(drt_session_forward(s, &t, 1, logits, 0)); /* one token: the next logits */
     }

@@ -54,7 +54,8 @@ static drt_tensor *upload(drt_device_weights *d, const drt_host_weight *w, drt_s
         return NULL;
     }
     t->flags |= DRT_TF_WEIGHT;
-    if (w->mapped) t->flags |= DRT_TF_MAPPED;
+    const int mapped = w->mapped && !w->owned; /* the file's bytes, in place */
+    if (mapped) t->flags |= DRT_TF_MAPPED;
     drt_backend *be = d->be;
     if (be->ops->buf_wrap) {
         /* a host backend reads the model's memory in place: no copy */
@@ -73,7 +74,7 @@ static drt_tensor *upload(drt_device_weights *d, const drt_host_weight *w, drt_s
         /* the backend has its own copy: the file's pages need not stay
          * resident beside it (another session that reads them in place
          * brings them back from the file) */
-        if (*st == DRT_OK && w->mapped) drt_release_pages(w->data, drt_nbytes(t));
+        if (*st == DRT_OK && mapped) drt_release_pages(w->data, drt_nbytes(t));
     }
     if (*st == DRT_OK && be->ops->prepare_weight) *st = be->ops->prepare_weight(be, t);
     return t;

@@ -49,6 +49,13 @@ static const cfg_int_range CFG_INT_RANGES[] = {
     {"bos_token_id", 0, INT32_MAX}, /* also each entry of a list */
     {"eos_token_id", 0, INT32_MAX},
     {"original_max_position_embeddings", 1, 1 << 24}, /* rope_scaling (llama3) */
+    /* diff-mlx's config.json "model" object */
+    {"dim", 1, 1 << 20},
+    {"n_layers", 1, 4096},
+    {"n_heads_vanilla", 1, 4096},
+    {"qk_head_dim", 2, 4096},
+    {"mlp_intermediate", 1, 1 << 22},
+    {"block_size", 1, 1 << 24},
 };
 
 /* Allowed range (lo, hi] of each real-valued field: finite, positive, and
@@ -63,6 +70,7 @@ static const cfg_num_range CFG_NUM_RANGES[] = {
     {"rope_theta", 0, 1e12},       {"rms_norm_eps", 0, 1},
     {"factor", 1e-3, 65536}, /* rope_scaling: inv_freq / factor stays a float */
     {"low_freq_factor", 0, 65536}, {"high_freq_factor", 0, 65536},
+    {"rope_base", 0, 1e12},        {"rms_eps", 0, 1}, /* diff-mlx */
 };
 
 typedef struct {
@@ -374,7 +382,24 @@ typedef struct {
     /* the checking pass: look every tensor up and check its shape, allocate
      * and copy nothing; the loading pass runs only after it succeeded */
     int dry;
+    /* by m->st.by_name index: the tensor was looked up (either pass), so
+     * the layout uses it; anything else must be harmless (check_strays) */
+    unsigned char *used;
+    const char *mlx_pre; /* diff-mlx: "model." or "" (older files) */
 } ld_t;
+
+/* index of `name` in s->by_name (the first of equal names), -1 if absent */
+static int find_index(const drt_st_set *s, const char *name) {
+    int lo = 0, hi = s->n_names;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (strcmp(s->by_name[mid]->name, name) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->n_names && strcmp(s->by_name[lo]->name, name) == 0 ? lo : -1;
+}
 
 static void shape_txt(int nd, const int64_t *ne, char *buf, size_t n) {
     size_t o = (size_t)snprintf(buf, n, "(");
@@ -385,8 +410,16 @@ static void shape_txt(int nd, const int64_t *ne, char *buf, size_t n) {
 
 /* Finds `name` with exactly the given shape (nd 0, 1 or 2). */
 static drt_status get_tensor(ld_t *L, const char *name, int nd, int64_t n0, int64_t n1, const drt_st_tensor **out) {
-    const drt_st_tensor *t = drt_st_set_find(&L->m->st, name);
-    if (!t) return drt_set_error(DRT_ERR_FORMAT, "%s: missing tensor \"%s\"", L->st_name, name);
+    int idx = find_index(&L->m->st, name);
+    const drt_st_tensor *t = idx >= 0 ? L->m->st.by_name[idx] : NULL;
+    if (!t) {
+        const drt_st_tensor *f = drt_st_set_find_foreign(&L->m->st, name);
+        if (f)
+            return drt_set_error(DRT_ERR_UNSUPPORTED, "%s: tensor \"%s\" is %s; expected F32, F16 or BF16", L->st_name,
+                                 name, f->foreign_dtype);
+        return drt_set_error(DRT_ERR_FORMAT, "%s: missing tensor \"%s\"", L->st_name, name);
+    }
+    if (L->used) L->used[idx] = 1;
     int64_t want[2] = {n0, n1};
     int ok = t->ndim == nd && (nd < 1 || t->shape[0] == n0) && (nd < 2 || t->shape[1] == n1);
     if (!ok) {
@@ -521,6 +554,7 @@ static drt_status scale_weight(ld_t *L, drt_host_weight *w, float s) {
     free(w->owned);
     w->type = DRT_F32;
     w->data = w->owned = d;
+    w->mapped = 0; /* no longer the file's bytes: never to be dropped (DRT_TF_MAPPED) */
     return DRT_OK;
 }
 
@@ -555,6 +589,46 @@ static int map_rows(const drt_model_info *I, int64_t *out) {
         return 0;
     *out = q > k ? q : k;
     return 1;
+}
+
+/* V1's scalar lambda of layer l from the vectors PRE lambda_q1 .. lambda_k2
+ * (dk each): exp(q1 . k1) - exp(q2 . k2) + lambda_init(l) */
+static drt_status load_v1_lambda(ld_t *L, int l, drt_layer_weights *lw, const char *pre) {
+    drt_model *m = L->m;
+    int64_t dk = m->info.dk;
+    char nm[200];
+    const drt_st_tensor *lq1, *lk1, *lq2, *lk2;
+    const char *names[4] = {"lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"};
+    const drt_st_tensor **dst[4] = {&lq1, &lk1, &lq2, &lk2};
+    drt_status s;
+    for (int i = 0; i < 4; i++) {
+        snprintf(nm, sizeof nm, "%s%s", pre, names[i]);
+        if ((s = get_tensor(L, nm, 1, dk, 0, dst[i])) != DRT_OK) return s;
+    }
+    /* axolotl stores lambda_init (0-dim): 0 after a zero-init conversion,
+     * rounded in a bf16 file; the others compute it from the layer index */
+    const drt_st_tensor *li = NULL;
+    if (m->info.layout == DRT_LAYOUT_AXOLOTL_DIFF) {
+        snprintf(nm, sizeof nm, "%slambda_init", pre);
+        if ((s = get_tensor(L, nm, 0, 0, 0, &li)) != DRT_OK) return s;
+    }
+    if (L->dry) return DRT_OK;
+    lw->lambda_init = li ? drt_st_elem_f32(li, 0) : (float)(0.8 - 0.6 * exp(-0.3 * l));
+    if (!isfinite(lw->lambda_init))
+        return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\" is not finite", L->st_name, nm);
+    lw->gn_scale = m->info.out_scale ? 1.0f - lw->lambda_init : 1.0f;
+    /* no GROUPNORM to carry the scale: o_proj(s x) = (s o_proj) x */
+    if (!m->info.subnorm && lw->gn_scale != 1.0f && (s = scale_weight(L, &lw->wo, lw->gn_scale)) != DRT_OK) return s;
+    /* HF: exp of the float32 sum, then lambda_1 - lambda_2 + lambda_init */
+    lw->lambda = dot_exp(lq1, lk1, dk) - dot_exp(lq2, lk2, dk) + lw->lambda_init;
+    if (!isfinite(lw->lambda))
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: layer %d: lambda = exp(lambda_q1 . lambda_k1) - "
+                             "exp(lambda_q2 . lambda_k2) + lambda_init is not finite",
+                             L->st_name, l);
+    m->lambda_v[l] = lw->lambda;
+    m->lambda_init_v[l] = lw->lambda_init;
+    return DRT_OK;
 }
 
 static drt_status load_attention(ld_t *L, int l, drt_layer_weights *lw, int n_q_heads, int n_kv_heads) {
@@ -650,42 +724,15 @@ static drt_status load_attention(ld_t *L, int l, drt_layer_weights *lw, int n_q_
         }
         break;
     }
+    case DRT_LAYOUT_MLX_DIFF:
+    case DRT_LAYOUT_MLX_VANILLA: /* load_mlx_layers */ break;
     }
     free(map);
     if (s != DRT_OK) return s;
 
     if (I->arch == DRT_ARCH_DIFF_V1) {
-        const drt_st_tensor *lq1, *lk1, *lq2, *lk2;
-        const char *names[4] = {"lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"};
-        const drt_st_tensor **dst[4] = {&lq1, &lk1, &lq2, &lk2};
-        for (int i = 0; i < 4; i++) {
-            snprintf(nm, sizeof nm, "%s.%d.self_attn.%s", pre, l, names[i]);
-            s = get_tensor(L, nm, 1, dk, 0, dst[i]);
-            if (s != DRT_OK) return s;
-        }
-        /* axolotl stores lambda_init (0-dim): 0 after a zero-init conversion,
-         * rounded in a bf16 file; the others compute it from the layer index */
-        const drt_st_tensor *li = NULL;
-        if (I->layout == DRT_LAYOUT_AXOLOTL_DIFF) {
-            snprintf(nm, sizeof nm, "%s.%d.self_attn.lambda_init", pre, l);
-            if ((s = get_tensor(L, nm, 0, 0, 0, &li)) != DRT_OK) return s;
-        }
-        if (L->dry) return DRT_OK;
-        lw->lambda_init = li ? drt_st_elem_f32(li, 0) : (float)(0.8 - 0.6 * exp(-0.3 * l));
-        if (!isfinite(lw->lambda_init))
-            return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\" is not finite", L->st_name, nm);
-        lw->gn_scale = I->out_scale ? 1.0f - lw->lambda_init : 1.0f;
-        /* no GROUPNORM to carry the scale: o_proj(s x) = (s o_proj) x */
-        if (!I->subnorm && lw->gn_scale != 1.0f && (s = scale_weight(L, &lw->wo, lw->gn_scale)) != DRT_OK) return s;
-        /* HF: exp of the float32 sum, then lambda_1 - lambda_2 + lambda_init */
-        lw->lambda = dot_exp(lq1, lk1, dk) - dot_exp(lq2, lk2, dk) + lw->lambda_init;
-        if (!isfinite(lw->lambda))
-            return drt_set_error(DRT_ERR_FORMAT,
-                                 "%s: layer %d: lambda = exp(lambda_q1 . lambda_k1) - "
-                                 "exp(lambda_q2 . lambda_k2) + lambda_init is not finite",
-                                 L->st_name, l);
-        m->lambda_v[l] = lw->lambda;
-        m->lambda_init_v[l] = lw->lambda_init;
+        snprintf(nm, sizeof nm, "%s.%d.self_attn.", pre, l);
+        return load_v1_lambda(L, l, lw, nm);
     }
     return DRT_OK;
 }
@@ -739,7 +786,8 @@ static drt_status load_globals(ld_t *L) {
 }
 
 static const char *arch_names[] = {"transformer", "diff-v1", "diff-v2"};
-static const char *layout_names[] = {"hf-llama", "hf-diffllama", "unilm-v1", "diff-v2", "axolotl-diff"};
+static const char *layout_names[] = {"hf-llama",     "hf-diffllama", "unilm-v1",   "diff-v2",
+                                     "axolotl-diff", "mlx-diff",     "mlx-vanilla"};
 
 /* A boolean field that, when present, must be one (null included: no writer
  * of these files writes null). */
@@ -788,15 +836,262 @@ static drt_status axolotl_config(cfg_t *c, drt_model_info *I, int heads, int kv,
     return DRT_OK;
 }
 
+/* ---- diff-mlx (guygrigsby/diff-mlx) -------------------------------------
+ * config.json is save_run_metadata's {"model": ModelConfig, "train": ...},
+ * with no model_type. Weights: checkpoint.py's save_checkpoint names them
+ * "model.<param path>" (beside "opt.<path>" optimizer state); older files
+ * have the bare path. The variant is not in config.json (train.py writes it
+ * to variant.txt): a "diff" model has blocks.N.attn.lambda_q1, "vanilla"
+ * has not. Math (model.py): pre-norm blocks, RMSNorm with a learned `scale`
+ * and eps model.rms_eps everywhere (subln too), SwiGLU gate/up/down, RoPE
+ * mx.fast.rope(traditional=True) = interleaved pairs, tied embeddings
+ * (Transformer ties whatever tie_embeddings says). diff: the authors' V1 as
+ * MHA: q/k heads 2h, 2h+1 are diff-head h's two maps, V (H, 2 dk), lambda =
+ * exp(q1.k1) - exp(q2.k2) + lambda_init(layer), out = (1 - lambda_init)
+ * subln(o1 - lambda o2). vanilla: plain MHA. */
+
+/* config.json is diff-mlx's: no model_type, a "model" object with
+ * n_heads_vanilla */
+static int is_mlx_config(const cJSON *root) {
+    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(root, "model");
+    return !cJSON_GetObjectItemCaseSensitive(root, "model_type") && cJSON_IsObject(mo) &&
+           cJSON_GetObjectItemCaseSensitive(mo, "n_heads_vanilla") != NULL;
+}
+
+/* Reads config.json's "model" object. The variant (and with it arch, layout
+ * and the head split) waits for the tensors: mlx_variant. */
+static drt_status parse_mlx_config(cfg_t *c, drt_model *m) {
+    drt_model_info *I = &m->info;
+    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(c->root, "model");
+    const char *p = c->path;
+    int64_t v[7];
+    static const char *const keys[7] = {"vocab_size",       "dim",         "n_layers",  "n_heads_vanilla",
+                                        "mlp_intermediate", "qk_head_dim", "block_size"};
+    char nm[64];
+    drt_status s;
+    for (int i = 0; i < 7; i++) {
+        snprintf(nm, sizeof nm, "model.%s", keys[i]);
+        if ((s = get_int(p, mo, keys[i], nm, i < 6, 2048, &v[i])) != DRT_OK) return s;
+    }
+    I->vocab = (int)v[0], I->dim = (int)v[1], I->ffn = (int)v[4], I->n_layers = (int)v[2];
+    I->max_ctx = (int)v[6];
+    int nh = (int)v[3], hd = (int)v[5];
+    /* model.py asserts dim == n_heads_vanilla * qk_head_dim (both variants) */
+    if ((int64_t)nh * hd != I->dim)
+        return drt_set_error(DRT_ERR_FORMAT, "%s: model.n_heads_vanilla %d x model.qk_head_dim %d != model.dim %d", p,
+                             nh, hd, I->dim);
+    if (hd % 2) return drt_set_error(DRT_ERR_FORMAT, "%s: model.qk_head_dim %d must be even for RoPE", p, hd);
+    double eps, theta;
+    if ((s = num_field(p, mo, "rms_eps", "model.rms_eps", 0, 1e-5, &eps)) != DRT_OK) return s;
+    if ((s = num_field(p, mo, "rope_base", "model.rope_base", 0, 10000.0, &theta)) != DRT_OK) return s;
+    m->rms_eps = m->gn_eps = (float)eps; /* subln is RMSNorm(2 dk, eps=rms_eps) */
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(mo, "tie_embeddings");
+    if (t && !cJSON_IsBool(t))
+        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"model.tie_embeddings\" must be true or false", p);
+    I->tied_embeddings = 1; /* Transformer uses tok_embed.weight.T either way */
+    const cJSON *amp = cJSON_GetObjectItemCaseSensitive(mo, "amp_dtype");
+    if (amp && !(cJSON_IsString(amp) &&
+                 (strcmp(amp->valuestring, "float32") == 0 || strcmp(amp->valuestring, "bfloat16") == 0)))
+        return drt_set_error(DRT_ERR_FORMAT, "%s: field \"model.amp_dtype\" must be \"float32\" or \"bfloat16\"", p);
+    I->bos_id = I->eos_id = -1;          /* diff-mlx's config names no special tokens */
+    I->n_heads = nh, I->dk = I->dv = hd; /* mlx_variant finishes the split */
+    m->rope_theta = (float)theta;
+    m->info.rope_scaling = "none";
+    m->inv_freq = malloc(sizeof(float) * (size_t)(hd / 2));
+    if (!m->inv_freq) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    for (int i = 0; i < hd / 2; i++) {
+        float e = (float)(2 * i) / (float)hd;
+        m->inv_freq[i] = (float)(1.0 / pow((double)(float)theta, (double)e));
+    }
+    return DRT_OK;
+}
+
+/* The name prefix ("model." or "") and the variant, from the tensors. */
+static drt_status mlx_variant(ld_t *L) {
+    drt_model *m = L->m;
+    drt_model_info *I = &m->info;
+    int pre = drt_st_set_find(&m->st, "model.tok_embed.weight") != NULL;
+    int bare = drt_st_set_find(&m->st, "tok_embed.weight") != NULL;
+    if (!pre && !bare)
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: missing tensor \"model.tok_embed.weight\" (or \"tok_embed.weight\" of an older "
+                             "diff-mlx checkpoint)",
+                             L->st_name);
+    if (pre && bare)
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: both \"model.tok_embed.weight\" and \"tok_embed.weight\": which names are the "
+                             "model is ambiguous",
+                             L->st_name);
+    L->mlx_pre = pre ? "model." : "";
+    char nm[64];
+    snprintf(nm, sizeof nm, "%sblocks.0.attn.lambda_q1", L->mlx_pre);
+    int nh = I->n_heads, hd = I->dk;
+    if (drt_st_set_find(&m->st, nm) || drt_st_set_find_foreign(&m->st, nm)) {
+        if (nh % 2)
+            return drt_set_error(DRT_ERR_FORMAT,
+                                 "%s: a diff model (it has \"%s\") needs an even model.n_heads_vanilla, got %d",
+                                 L->st_name, nm, nh);
+        I->arch = DRT_ARCH_DIFF_V1, I->layout = DRT_LAYOUT_MLX_DIFF;
+        I->subnorm = I->out_scale = 1; /* the authors' V1: weighted subln, x (1 - lambda_init) */
+        I->n_heads = I->n_kv_groups = nh / 2, I->kv_m = 2, I->dk = hd, I->dv = 2 * hd;
+    } else {
+        I->arch = DRT_ARCH_TRANSFORMER, I->layout = DRT_LAYOUT_MLX_VANILLA;
+        I->n_heads = I->n_kv_groups = nh, I->kv_m = 1, I->dk = I->dv = hd;
+    }
+    I->arch_name = arch_names[I->arch];
+    I->layout_name = layout_names[I->layout];
+    return DRT_OK;
+}
+
+static drt_status load_mlx_globals(ld_t *L) {
+    drt_model *m = L->m;
+    drt_model_info *I = &m->info;
+    char nm[64];
+    snprintf(nm, sizeof nm, "%stok_embed.weight", L->mlx_pre);
+    drt_status s = load_as_is(L, &m->embed, nm, I->vocab, I->dim);
+    if (s == DRT_OK && !L->dry && drt_dtype_block(m->embed.type) > 1)
+        s = drt_set_error(DRT_ERR_UNSUPPORTED, "%s: tensor \"%s\" is %s: the embedding must be f32, f16 or bf16",
+                          L->st_name, nm, drt_dtype_name(m->embed.type));
+    snprintf(nm, sizeof nm, "%sfinal_norm.scale", L->mlx_pre);
+    if (s == DRT_OK) s = load_f32_vec(L, &m->final_norm, nm, I->dim);
+    if (s != DRT_OK || L->dry) return s;
+    m->lm_head = (drt_host_weight){.type = m->embed.type, .nd = 2, .ne = {I->vocab, I->dim}, .data = m->embed.data};
+    snprintf(m->lm_head.name, sizeof m->lm_head.name, "lm_head (tied)");
+    return DRT_OK;
+}
+
+static drt_status load_mlx_layers(ld_t *L) {
+    drt_model *m = L->m;
+    drt_model_info *I = &m->info;
+    int64_t D = I->dim, F = I->ffn, dk = I->dk, dv = I->dv;
+    int diff = I->layout == DRT_LAYOUT_MLX_DIFF;
+    /* q and k: D rows either way (2H dk = H dk of vanilla = D); only the
+     * interleaved RoPE rows of each dk-wide head are reordered */
+    int64_t *map = NULL;
+    if (!L->dry) {
+        size_t bytes;
+        if (drt_bytes_ok(D, sizeof *map, &bytes)) map = malloc(bytes);
+        if (!map) return drt_set_error(DRT_ERR_OOM, "out of memory");
+        for (int64_t r = 0; r < D; r++) map[r] = (r / dk) * dk + deinterleave(r % dk, dk);
+    }
+    char pre[96], nm[200];
+    drt_layer_weights scratch;
+    drt_status s = DRT_OK;
+    for (int l = 0; s == DRT_OK && l < I->n_layers; l++) {
+        drt_layer_weights *lw = L->dry ? &scratch : &m->layers[l];
+        snprintf(pre, sizeof pre, "%sblocks.%d.", L->mlx_pre, l);
+#define MLX_NAME(fmt) (snprintf(nm, sizeof nm, "%s" fmt, pre), nm)
+        s = load_f32_vec(L, &lw->attn_norm, MLX_NAME("norm_attn.scale"), D);
+        if (s == DRT_OK) s = load_f32_vec(L, &lw->ffn_norm, MLX_NAME("norm_mlp.scale"), D);
+        if (s == DRT_OK) s = load_rows(L, &lw->wq, MLX_NAME("attn.q_proj.weight"), D, D, map, D);
+        if (s == DRT_OK) s = load_rows(L, &lw->wk, MLX_NAME("attn.k_proj.weight"), D, D, map, D);
+        if (s == DRT_OK) s = load_as_is(L, &lw->wv, MLX_NAME("attn.v_proj.weight"), D, D);
+        if (s == DRT_OK) s = load_as_is(L, &lw->wo, MLX_NAME("attn.o_proj.weight"), D, D);
+        if (s == DRT_OK && diff) s = load_f32_vec(L, &lw->subln, MLX_NAME("attn.subln.scale"), dv);
+        if (s == DRT_OK && diff) s = load_v1_lambda(L, l, lw, MLX_NAME("attn."));
+        if (s == DRT_OK) s = load_as_is(L, &lw->wg, MLX_NAME("mlp.gate.weight"), F, D);
+        if (s == DRT_OK) s = load_as_is(L, &lw->wu, MLX_NAME("mlp.up.weight"), F, D);
+        if (s == DRT_OK) s = load_as_is(L, &lw->wd, MLX_NAME("mlp.down.weight"), D, F);
+#undef MLX_NAME
+    }
+    free(map);
+    return s;
+}
+
+/* ---- tensors no layout uses ------------------------------------------- */
+
+/* Tensors a checkpoint may carry beside the model, known to change nothing:
+ * the RoPE table older Hugging Face checkpoints stored (diffrt computes it
+ * from config.json) and diff-mlx's optimizer state. */
+static int harmless_tensor(const drt_model *m, const char *name) {
+    static const char inv[] = ".rotary_emb.inv_freq";
+    size_t n = strlen(name), k = sizeof inv - 1;
+    if (n >= k && strcmp(name + n - k, inv) == 0) return 1;
+    int mlx = m->info.layout == DRT_LAYOUT_MLX_DIFF || m->info.layout == DRT_LAYOUT_MLX_VANILLA;
+    return mlx && strncmp(name, "opt.", 4) == 0;
+}
+
+/* A tied Hugging Face checkpoint that stores lm_head.weight anyway (some
+ * converters write both): harmless when it is the embedding, byte for
+ * byte; 1 then, 0 when it is no such copy. */
+static int hf_tied_head(const drt_model *m, const char *name) {
+    drt_layout l = m->info.layout;
+    return m->info.tied_embeddings && l != DRT_LAYOUT_MLX_DIFF && l != DRT_LAYOUT_MLX_VANILLA &&
+           strcmp(name, "lm_head.weight") == 0;
+}
+static int tied_copy(const drt_model *m, const drt_st_tensor *t) {
+    if (!hf_tied_head(m, t->name)) return 0;
+    const drt_st_tensor *e = drt_st_set_find(&m->st, "model.embed_tokens.weight");
+    return e && e->dtype == t->dtype && e->ndim == t->ndim && e->shape[0] == t->shape[0] &&
+           (t->ndim < 2 || e->shape[1] == t->shape[1]) && e->nbytes == t->nbytes &&
+           memcmp(e->data, t->data, t->nbytes) == 0;
+}
+
+/* Every tensor of the checkpoint is one the layout read (L->used) or a
+ * harmless one: any other means config.json describes another model than
+ * the weights (a wrong layout guess must not load silently). */
+static drt_status check_strays(ld_t *L) {
+    const drt_st_set *st = &L->m->st;
+    const char *lname = L->m->info.layout_name;
+    char nb[160];
+    for (int i = 0; i < st->n_names; i++) {
+        const drt_st_tensor *t = st->by_name[i];
+        if (L->used[i] || harmless_tensor(L->m, t->name) || tied_copy(L->m, t)) continue;
+        if (hf_tied_head(L->m, t->name))
+            return drt_set_error(DRT_ERR_FORMAT,
+                                 "%s: tensor \"lm_head.weight\" is not a copy of \"model.embed_tokens.weight\", "
+                                 "but config.json says tie_word_embeddings: which LM head is meant is ambiguous",
+                                 L->st_name);
+        return drt_set_error(DRT_ERR_FORMAT,
+                             "%s: tensor \"%s\" is not part of the %s layout (config.json describes another "
+                             "model than the weights?)",
+                             L->st_name, drt_printable(t->name, nb, sizeof nb), lname);
+    }
+    for (int f = 0; f < st->n_files; f++)
+        for (int i = 0; i < st->files[f].n_foreign; i++) {
+            const drt_st_tensor *t = &st->files[f].foreign[i];
+            if (!harmless_tensor(L->m, t->name))
+                return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\" (%s) is not part of the %s layout",
+                                     st->files[f].path, drt_printable(t->name, nb, sizeof nb), t->foreign_dtype, lname);
+        }
+    return DRT_OK;
+}
+
+/* model_type "diff_llama" names two unrelated families, neither run here:
+ * one line naming the family and why. */
+static drt_status refuse_diff_llama(const cfg_t *c) {
+    const cJSON *r = c->root;
+    if (cJSON_GetObjectItemCaseSensitive(r, "attn_family"))
+        return drt_set_error(DRT_ERR_UNSUPPORTED,
+                             "%s: model_type \"diff_llama\" with \"attn_family\" is peihaowang's differential "
+                             "Llama, which has no public modeling code: its tensor layout and math are unknown, "
+                             "so diffrt does not load it",
+                             c->path);
+    if (cJSON_GetObjectItemCaseSensitive(r, "num_kv_heads"))
+        return drt_set_error(DRT_ERR_UNSUPPORTED,
+                             "%s: model_type \"diff_llama\" with \"num_kv_heads\" is amazingvince/diff-llama, "
+                             "which is not differential attention (it subtracts each key's score from its "
+                             "neighbour's and has no causal mask): diffrt does not run it",
+                             c->path);
+    return drt_set_error(DRT_ERR_UNSUPPORTED,
+                         "%s: model_type \"diff_llama\" is used by two unrelated families diffrt does not run "
+                         "(peihaowang's, with \"attn_family\": no public modeling code; amazingvince/diff-llama, "
+                         "with \"num_kv_heads\": not differential attention), and this config has neither key",
+                         c->path);
+}
+
 static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv_heads) {
     drt_model_info *I = &m->info;
+    if (is_mlx_config(c->root)) return parse_mlx_config(c, m);
     cJSON *mt = cJSON_GetObjectItemCaseSensitive(c->root, "model_type");
     if (!cJSON_IsString(mt))
         return drt_set_error(DRT_ERR_FORMAT,
                              "%s: missing field \"model_type\" (expected \"llama\", \"diffllama\", "
-                             "\"diff_transformer_v1\", \"diff_transformer_v2\" or \"llama-differential\")",
+                             "\"diff_transformer_v1\", \"diff_transformer_v2\" or \"llama-differential\"; "
+                             "diff-mlx's config.json has none but a \"model\" object with \"n_heads_vanilla\")",
                              c->path);
     const char *t = mt->valuestring;
+    if (strcmp(t, "diff_llama") == 0) return refuse_diff_llama(c);
     if (strcmp(t, "llama") == 0) {
         I->arch = DRT_ARCH_TRANSFORMER;
         I->layout = DRT_LAYOUT_HF_LLAMA;
@@ -912,8 +1207,38 @@ static drt_status parse_config(cfg_t *c, drt_model *m, int *n_q_heads, int *n_kv
     case DRT_LAYOUT_AXOLOTL_DIFF:
         if ((s = axolotl_config(c, I, heads, kv, hd)) != DRT_OK) return s;
         break;
+    case DRT_LAYOUT_MLX_DIFF:
+    case DRT_LAYOUT_MLX_VANILLA: /* parse_mlx_config */ break;
     }
     return rope_setup(c, m, hd);
+}
+
+/* an entry named NAME in DIR (lstat: any kind, even a dangling link) */
+static int dir_has(const char *dir, const char *name) {
+    size_t dl = strlen(dir), nl = strlen(name);
+    char *p = malloc(dl + nl + 2);
+    if (!p) return 1; /* the open that follows reports it */
+    memcpy(p, dir, dl);
+    p[dl] = '/';
+    memcpy(p + dl + 1, name, nl + 1);
+    struct stat sb;
+    int has = lstat(p, &sb) == 0 || errno != ENOENT;
+    free(p);
+    return has;
+}
+
+/* The weights: DIR/model.safetensors or its sharded index; a diff-mlx model
+ * may instead have the name its trainer writes, DIR/latest.safetensors, when
+ * neither of those exists. st_name (room for either name) gets the file's
+ * path for messages. */
+static drt_status open_weights(const char *dir, int mlx, char *st_name, drt_st_set *out) {
+    if (mlx && !dir_has(dir, "model.safetensors") && !dir_has(dir, "model.safetensors.index.json")) {
+        memcpy(st_name + strlen(dir), "/latest.safetensors", sizeof "/latest.safetensors");
+        if (dir_has(dir, "latest.safetensors")) return drt_st_set_open_file(st_name, out);
+        return drt_set_error(DRT_ERR_IO, "%s: no model.safetensors, model.safetensors.index.json or latest.safetensors",
+                             dir);
+    }
+    return drt_st_set_open_dir(dir, out);
 }
 
 drt_status drt_model_load(const char *dir, drt_model **out) {
@@ -927,7 +1252,7 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
     /* the paths in messages are never cut, however long dir is */
     size_t dl = strlen(dir);
     char *cpath = malloc(dl + sizeof "/model.safetensors");
-    char *st_name = malloc(dl + sizeof "/model.safetensors");
+    char *st_name = malloc(dl + sizeof "/latest.safetensors");
     if (!cpath || !st_name) {
         free(cpath);
         free(st_name);
@@ -954,25 +1279,32 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
             s = drt_json_check(c.root, text, len, cpath);
         }
     }
-    int nq = 0, nkv = 0;
+    int nq = 0, nkv = 0, mlx = s == DRT_OK && is_mlx_config(c.root);
     if (s == DRT_OK) s = parse_config(&c, m, &nq, &nkv);
     if (s == DRT_OK) s = add_eos_ids(cpath, c.root, m);
     cJSON_Delete(c.root);
     free(text);
     free(cpath);
     if (s == DRT_OK) s = read_generation_config(dir, m);
-    if (s == DRT_OK) s = drt_st_set_open_dir(dir, &m->st);
+    if (s == DRT_OK) s = open_weights(dir, mlx, st_name, &m->st);
+    drt_model_info *I = &m->info;
+    ld_t L = {m, st_name, 1, NULL, NULL};
+    if (s == DRT_OK && mlx) s = mlx_variant(&L);
+    if (s == DRT_OK) {
+        L.used = calloc((size_t)(m->st.n_names > 0 ? m->st.n_names : 1), 1);
+        if (!L.used) s = drt_set_error(DRT_ERR_OOM, "out of memory");
+    }
     if (s != DRT_OK) {
+        free(L.used);
         free(st_name);
         drt_model_free(m);
         return s;
     }
-    drt_model_info *I = &m->info;
-    ld_t L = {m, st_name, 1};
     /* checking pass: every tensor the config implies, with its shape, before
-     * anything sized from the config is allocated */
-    s = load_globals(&L);
-    if (s == DRT_OK) s = load_layers(&L, nq, nkv);
+     * anything sized from the config is allocated; then nothing else */
+    s = mlx ? load_mlx_globals(&L) : load_globals(&L);
+    if (s == DRT_OK) s = mlx ? load_mlx_layers(&L) : load_layers(&L, nq, nkv);
+    if (s == DRT_OK) s = check_strays(&L);
     if (s == DRT_OK) {
         L.dry = 0;
         m->layers = calloc((size_t)I->n_layers, sizeof *m->layers); /* calloc checks n * size */
@@ -980,18 +1312,19 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
         m->lambda_init_v = calloc((size_t)I->n_layers, sizeof(float));
         if (!m->layers || !m->lambda_v || !m->lambda_init_v) s = drt_set_error(DRT_ERR_OOM, "out of memory");
     }
-    if (s == DRT_OK) s = load_globals(&L);
-    if (s == DRT_OK) s = load_layers(&L, nq, nkv);
-    /* the element count of each tensor is its checked byte count over its
-     * dtype size; the sum is checked too */
+    if (s == DRT_OK) s = mlx ? load_mlx_globals(&L) : load_globals(&L);
+    if (s == DRT_OK) s = mlx ? load_mlx_layers(&L) : load_layers(&L, nq, nkv);
+    /* the element count of each tensor the model uses is its checked byte
+     * count over its dtype size; the sum is checked too (an optimizer's
+     * state is not the model's) */
     I->n_params = 0;
-    for (int f = 0; s == DRT_OK && f < m->st.n_files; f++)
-        for (int i = 0; s == DRT_OK && i < m->st.files[f].n_tensors; i++) {
-            const drt_st_tensor *t = &m->st.files[f].tensors[i];
-            int64_t n = (int64_t)(t->nbytes / drt_dtype_size(t->dtype)) * drt_dtype_block(t->dtype);
-            if (!drt_add_ok(I->n_params, n, &I->n_params))
-                s = drt_set_error(DRT_ERR_FORMAT, "%s: parameter count overflows int64", dir);
-        }
+    for (int i = 0; s == DRT_OK && i < m->st.n_names; i++) {
+        const drt_st_tensor *t = m->st.by_name[i];
+        int64_t n = (int64_t)(t->nbytes / drt_dtype_size(t->dtype)) * drt_dtype_block(t->dtype);
+        if (L.used[i] && !drt_add_ok(I->n_params, n, &I->n_params))
+            s = drt_set_error(DRT_ERR_FORMAT, "%s: parameter count overflows int64", dir);
+    }
+    free(L.used);
     free(st_name);
     if (s != DRT_OK) {
         drt_model_free(m);

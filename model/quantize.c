@@ -23,9 +23,11 @@ static int ends_with(const char *name, const char *suffix) {
 
 /* Is tensor t one that is quantized? */
 static int quantizable(const drt_st_tensor *t) {
+    /* the embedding stays as it is (the loader needs f32/f16/bf16 there):
+     * embed_tokens (Hugging Face), tok_embed (diff-mlx) */
     return t->ndim == 2 && ends_with(t->name, ".weight") && !strstr(t->name, "embed_tokens") &&
-           (t->dtype == DRT_F32 || t->dtype == DRT_F16 || t->dtype == DRT_BF16) && t->shape[1] > 0 &&
-           t->shape[1] % DRT_QK == 0;
+           !strstr(t->name, "tok_embed") && (t->dtype == DRT_F32 || t->dtype == DRT_F16 || t->dtype == DRT_BF16) &&
+           t->shape[1] > 0 && t->shape[1] % DRT_QK == 0;
 }
 
 /* Copies dir/name to out/name (a small text file), created new (never
@@ -93,6 +95,18 @@ drt_status drt_quantize_model(const char *dir, drt_dtype type, const char *out_d
     drt_st_set set;
     drt_status st = drt_st_set_open_dir(dir, &set);
     if (st != DRT_OK) return st;
+    /* a tensor of a dtype diffrt cannot write would be dropped: refuse */
+    for (int f = 0; f < set.n_files; f++)
+        if (set.files[f].n_foreign > 0) {
+            char nb[160]; /* file text: one line, bounded */
+            st = drt_set_error(DRT_ERR_UNSUPPORTED,
+                               "%s: tensor \"%s\" is %s: diffrt quantize copies only F32, "
+                               "F16, BF16 and I32 tensors",
+                               set.files[f].path, drt_printable(set.files[f].foreign[0].name, nb, sizeof nb),
+                               set.files[f].foreign[0].foreign_dtype);
+            drt_st_set_close(&set);
+            return st;
+        }
     int n = set.n_names, nq = 0;
     drt_st_write_tensor *w = calloc((size_t)(n > 0 ? n : 1), sizeof *w);
     void **owned = calloc((size_t)(n > 0 ? n : 1), sizeof *owned);

@@ -46,6 +46,16 @@ static const char *const st_dtype_names[DRT_DTYPE_COUNT] = {"F32", "F16", "BF16"
 _Static_assert(DRT_DTYPE_COUNT == 6, "add the new dtype to st_dtype_names");
 #define ST_N_PLAIN 4 /* the dtypes stored under their own name */
 
+/* The other standard safetensors dtypes and their element sizes: such a
+ * tensor is read (checked like any other) into drt_st_file.foreign, so a
+ * checkpoint may carry one that its layout ignores (an optimizer's U64 step
+ * counter); the loader rejects any it would use. */
+static const struct {
+    const char *name;
+    uint64_t size;
+} st_foreign[] = {{"F64", 8}, {"I64", 8}, {"U64", 8},  {"I16", 2},     {"U16", 2},
+                  {"U32", 4}, {"I8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+
 /* __metadata__ key naming the block format of a U8 tensor */
 #define ST_QUANT_KEY "diffrt.dtype."
 
@@ -432,6 +442,14 @@ static drt_status parse_entry(const char *path, const char *name, const cJSON *e
         dtype = q;
         quant = 1;
     }
+    uint64_t esize = 0;
+    t->foreign_dtype = NULL;
+    for (size_t i = 0; dtype < 0 && i < sizeof st_foreign / sizeof st_foreign[0]; i++)
+        if (strcmp(dt->valuestring, st_foreign[i].name) == 0) {
+            t->foreign_dtype = st_foreign[i].name;
+            esize = st_foreign[i].size;
+            dtype = DRT_F32; /* unused: a foreign tensor's dtype means nothing */
+        }
     if (dtype < 0)
         return drt_set_error(DRT_ERR_UNSUPPORTED,
                              "%s: tensor \"%s\": dtype \"%s\" not supported (expected F32, F16, "
@@ -450,7 +468,7 @@ static drt_status parse_entry(const char *path, const char *name, const cJSON *e
     t->ndim = ndim;
     /* product of the dims times the dtype size, with overflow detection
      * (a block format's shape is in bytes) */
-    uint64_t nbytes = quant ? 1 : drt_dtype_size(t->dtype);
+    uint64_t nbytes = quant ? 1 : esize ? esize : drt_dtype_size(t->dtype);
     int overflow = 0, k = 0;
     const cJSON *d;
     cJSON_ArrayForEach(d, sh) {
@@ -502,11 +520,11 @@ static drt_status parse_entry(const char *path, const char *name, const cJSON *e
         snprintf(shp + p, sizeof shp - (size_t)p, "]");
         if (overflow)
             return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": shape %s of %s overflows 64-bit byte count", path,
-                                 nm, shp, st_dtype_names[t->dtype]);
+                                 nm, shp, esize ? t->foreign_dtype : st_dtype_names[t->dtype]);
         return drt_set_error(DRT_ERR_FORMAT,
                              "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
                              " bytes, shape %s of %s needs %" PRIu64,
-                             path, nm, b, en, en - b, shp, st_dtype_names[t->dtype], nbytes);
+                             path, nm, b, en, en - b, shp, esize ? t->foreign_dtype : st_dtype_names[t->dtype], nbytes);
     }
     if (quant) {
         /* [rows, blocks, block bytes] -> the logical (rows, blocks * 32) */
@@ -624,6 +642,24 @@ static drt_status parse_header(drt_st_file *f) {
             goto done;
         }
     }
+    /* the foreign tensors move to their own list, both lists stay sorted */
+    int nf = 0;
+    for (int i = 0; i < n; i++) nf += f->tensors[i].foreign_dtype != NULL;
+    if (nf > 0) {
+        f->foreign = calloc((size_t)nf, sizeof *f->foreign);
+        if (!f->foreign) {
+            st = drt_set_error(DRT_ERR_OOM, "%s: out of memory", path);
+            goto done;
+        }
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            if (f->tensors[i].foreign_dtype)
+                f->foreign[f->n_foreign++] = f->tensors[i];
+            else
+                f->tensors[k++] = f->tensors[i];
+        }
+        f->n_tensors = k;
+    }
 done:
     free(spans);
     cJSON_Delete(root);
@@ -729,6 +765,8 @@ void drt_st_close(drt_st_file *f) {
     if (!f) return;
     for (int i = 0; i < f->n_tensors; i++) free(f->tensors[i].name);
     free(f->tensors);
+    for (int i = 0; i < f->n_foreign; i++) free(f->foreign[i].name);
+    free(f->foreign);
     if (f->map) munmap(f->map, f->map_size);
     free(f->path);
     memset(f, 0, sizeof *f);
@@ -949,7 +987,12 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
     st = set_index(out, ipath);
     if (st != DRT_OK) goto done;
     for (int i = 0; i < n; i++) {
-        const drt_st_tensor *t = drt_st_find(&out->files[file_of[i]], ent[i].tensor);
+        const drt_st_file *sf = &out->files[file_of[i]];
+        const drt_st_tensor *t = drt_st_find(sf, ent[i].tensor);
+        drt_st_tensor key = {.name = (char *)ent[i].tensor};
+        if (!t && sf->n_foreign > 0 &&
+            bsearch(&key, sf->foreign, (size_t)sf->n_foreign, sizeof *sf->foreign, cmp_tensor_name))
+            continue; /* of a foreign dtype: the loader decides */
         if (!t) {
             st = drt_set_error(DRT_ERR_FORMAT,
                                "%s: weight_map: tensor \"%s\" not found in shard "
@@ -972,6 +1015,19 @@ done:
     free(sorted);
     free(ent);
     cJSON_Delete(root);
+    return st;
+}
+
+drt_status drt_st_set_open_file(const char *path, drt_st_set *out) {
+    if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_st_set_open_file: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!path) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_st_set_open_file: path is NULL");
+    out->files = calloc(1, sizeof *out->files);
+    if (!out->files) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", path);
+    drt_status st = drt_st_open(path, &out->files[0]);
+    if (st == DRT_OK) out->n_files = 1;
+    if (st == DRT_OK) st = set_index(out, path);
+    if (st != DRT_OK) drt_st_set_close(out);
     return st;
 }
 
@@ -1031,6 +1087,21 @@ const drt_st_tensor *drt_st_set_find(const drt_st_set *s, const char *name) {
             hi = mid;
     }
     return lo < s->n_names && strcmp(s->by_name[lo]->name, name) == 0 ? s->by_name[lo] : NULL;
+}
+
+const drt_st_tensor *drt_st_set_find_foreign(const drt_st_set *s, const char *name) {
+    if (!s || !name) return NULL;
+    for (int f = 0; f < s->n_files; f++) {
+        const drt_st_file *fl = &s->files[f];
+        if (fl->n_foreign <= 0) continue;
+        drt_st_tensor key;
+        memset(&key, 0, sizeof key);
+        key.name = (char *)name;
+        const drt_st_tensor *t = bsearch(&key, fl->foreign, (size_t)fl->n_foreign, sizeof *fl->foreign,
+                                         cmp_tensor_name);
+        if (t) return t;
+    }
+    return NULL;
 }
 
 /* ---- writing -------------------------------------------------------------- */

@@ -25,6 +25,10 @@ typedef struct {
     size_t nbytes;
     int mapped; /* data lies in a read-only mapping of the file (not DIFFRT_NO_MMAP's
                  * copy): pages dropped from it come back from the file */
+    /* NULL, or the safetensors name of a standard dtype diffrt does not
+     * compute with (F64, I64, U64, ...): such a tensor sits in the file's
+     * `foreign` list, never in `tensors`, and `dtype` means nothing */
+    const char *foreign_dtype;
 } drt_st_tensor;
 
 typedef struct {
@@ -34,11 +38,19 @@ typedef struct {
     int mapped; /* map is the file's mapping; 0: a copy read into anonymous memory */
     int n_tensors;
     drt_st_tensor *tensors;
+    /* tensors of a standard dtype diffrt does not compute with (an
+     * optimizer's U64 step counter): checked like the others (shape, data
+     * offsets, no overlap, unique names), sorted by name, kept apart so
+     * that no reader of `tensors` ever sees them */
+    int n_foreign;
+    drt_st_tensor *foreign;
 } drt_st_file;
 
 /* Maps and validates: header length inside the file, header is a JSON
- * object, every dtype known (F32, F16, BF16, I32; anything else is
- * DRT_ERR_UNSUPPORTED naming the tensor and dtype), shape has at most 4
+ * object, every dtype known (F32, F16, BF16, I32 in `tensors`; the other
+ * standard safetensors dtypes, F64 I64 U64 I16 U16 U32 I8 BOOL F8_E4M3
+ * F8_E5M2, in `foreign`; anything else is DRT_ERR_UNSUPPORTED naming the
+ * tensor and dtype), shape has at most 4
  * dims of non-negative sizes, data_offsets inside the data section,
  * end - begin == product(shape) * dtype size, no two tensors overlap.
  * On failure returns DRT_ERR_IO / DRT_ERR_FORMAT / DRT_ERR_UNSUPPORTED with a
@@ -77,8 +89,14 @@ typedef struct {
 } drt_st_set;
 
 drt_status drt_st_set_open_dir(const char *dir, drt_st_set *out);
+/* The set of one file, whatever its name (diff-mlx publishes
+ * latest.safetensors). */
+drt_status drt_st_set_open_file(const char *path, drt_st_set *out);
 void drt_st_set_close(drt_st_set *s);
 const drt_st_tensor *drt_st_set_find(const drt_st_set *s, const char *name);
+/* The tensor `name` of a foreign dtype (drt_st_file.foreign) in any file of
+ * s; NULL when none. */
+const drt_st_tensor *drt_st_set_find_foreign(const drt_st_set *s, const char *name);
 
 /* Writing (used by tests to make good and bad files, and by tools).
  * Tensors are written in the given order, contiguous, offsets ascending. */

@@ -452,6 +452,127 @@ static void ref_oom_names_ref(void) {
 #endif
 }
 
+/* parses "a,b,c\n" into ids; the count */
+static int parse_ids(const char *s, int32_t *ids, int cap) {
+    int k = 0;
+    for (const char *p = s; k < cap; p++) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) break;
+        ids[k++] = (int32_t)v;
+        p = end;
+        if (*p != ',') break;
+    }
+    return k;
+}
+
+/* Every eos id stops `diffrt run`, not only the first (Llama 3 lists three):
+ * eos_token_id [x, g] in config.json, or x in config.json and [x, g] in
+ * generation_config.json, where x never comes and g is the greedy path's
+ * j-th token, ends the run right after printing g. */
+static void eos_list_stops(void) {
+    char dir[1024], cmd[4096], out[8192];
+    snprintf(dir, sizeof dir, "%s/cli_eos_model", DRT_TMP_DIR);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && cp '%s/hf_llama_gqa/model.safetensors' '%s'", dir, dir,
+             DRT_FIXTURES_DIR, dir);
+    DRT_CHECK(system(cmd) == 0, "cannot make %s", dir);
+    char src[1200], cfg_path[1200], gen_path[1200];
+    snprintf(src, sizeof src, "%s/hf_llama_gqa/config.json", DRT_FIXTURES_DIR);
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", dir);
+    snprintf(gen_path, sizeof gen_path, "%s/generation_config.json", dir);
+    FILE *f = fopen(src, "rb");
+    char text[8192];
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = 0;
+    cJSON *cfg = cJSON_Parse(text);
+    DRT_CHECK(cfg != NULL, "cannot parse %s", src);
+    if (!cfg) return;
+    int vocab = cJSON_GetObjectItem(cfg, "vocab_size")->valueint;
+
+    /* the greedy path with no eos at all */
+    cJSON_DeleteItemFromObject(cfg, "eos_token_id");
+    char *t = cJSON_Print(cfg);
+    f = fopen(cfg_path, "wb");
+    fputs(t, f);
+    fclose(f);
+    free(t);
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --tokens 5,6,7 -n 8 2>/dev/null", DRT_CLI_PATH, dir);
+    int32_t seq[8];
+    DRT_CHECK(run(cmd, out, sizeof out) == 0 && parse_ids(out, seq, 8) == 8, "no eos: 8 tokens, got %s", out);
+    int j = 1; /* the first token after the first that is new */
+    while (j < 8 && (seq[j] == seq[0] || (j > 1 && seq[j] == seq[1]))) j++;
+    int x = 3; /* an id the path never takes */
+    for (int again = 1; again;) {
+        again = 0;
+        for (int i = 0; i < 8; i++) again |= seq[i] == x;
+        if (again) x++;
+    }
+    DRT_CHECK(j < 7 && x < vocab, "no usable greedy path: %s", out);
+    char want[256];
+    int w = 0;
+    for (int i = 0; i <= j; i++) w += snprintf(want + w, sizeof want - (size_t)w, i ? ",%d" : "%d", seq[i]);
+    snprintf(want + w, sizeof want - (size_t)w, "\n");
+
+    for (int where = 0; where < 2; where++) {
+        cJSON *list = cJSON_CreateArray();
+        cJSON_AddItemToArray(list, cJSON_CreateNumber(x));
+        cJSON_AddItemToArray(list, cJSON_CreateNumber(seq[j]));
+        cJSON_DeleteItemFromObject(cfg, "eos_token_id");
+        unlink(gen_path);
+        if (where == 0) {
+            cJSON_AddItemToObject(cfg, "eos_token_id", list);
+        } else {
+            cJSON_AddNumberToObject(cfg, "eos_token_id", x);
+            cJSON *g = cJSON_CreateObject();
+            cJSON_AddItemToObject(g, "eos_token_id", list);
+            t = cJSON_Print(g);
+            f = fopen(gen_path, "wb");
+            fputs(t, f);
+            fclose(f);
+            free(t);
+            cJSON_Delete(g);
+        }
+        t = cJSON_Print(cfg);
+        f = fopen(cfg_path, "wb");
+        fputs(t, f);
+        fclose(f);
+        free(t);
+        const char *what = where ? "generation_config.json [x, g]" : "config.json [x, g]";
+        DRT_CHECK(run(cmd, out, sizeof out) == 0 && strcmp(out, want) == 0, "eos %s: printed %s, expected %s", what,
+                  out, want);
+        snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --tokens 5,6,7 -n 8 --no-stop 2>/dev/null", DRT_CLI_PATH, dir);
+        int32_t all[8];
+        DRT_CHECK(run(cmd, out, sizeof out) == 0 && parse_ids(out, all, 8) == 8 && memcmp(all, seq, sizeof all) == 0,
+                  "eos %s, --no-stop: %s", what, out);
+        snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --tokens 5,6,7 -n 8 2>/dev/null", DRT_CLI_PATH, dir);
+    }
+    cJSON_Delete(cfg);
+}
+
+/* diffrt quantize on diff-mlx checkpoints: the plain one quantizes (its
+ * tok_embed stays unquantized, as the loader requires) and loads back; the
+ * published one with its U64 optimizer step is refused by name. */
+static void quantize_mlx(void) {
+    char out[8192], cmd[16384], dir[1024];
+    snprintf(dir, sizeof dir, "%s/cli_mlx_q8", DRT_TMP_DIR);
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && '%s' quantize --model '%s/mlx_diff' --type q8_0 --out '%s' >/dev/null 2>&1 && "
+             "'%s' run --model '%s' --tokens 5,6,7 -n 4 --no-stop 2>/dev/null",
+             dir, DRT_CLI_PATH, DRT_FIXTURES_DIR, dir, DRT_CLI_PATH, dir);
+    int32_t ids[8];
+    DRT_CHECK(run(cmd, out, sizeof out) == 0 && parse_ids(out, ids, 8) == 4, "quantized mlx_diff: %s", out);
+    char src[1024];
+    snprintf(src, sizeof src, "%s/cli_mlx_opt", DRT_TMP_DIR);
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' '%s' && mkdir -p '%s' && cp '%s/mlx_diff_opt/config.json' '%s' && "
+             "cp '%s/mlx_diff_opt/latest.safetensors' '%s/model.safetensors' && "
+             "'%s' quantize --model '%s' --type q8_0 --out '%s' 2>&1",
+             dir, src, src, DRT_FIXTURES_DIR, src, DRT_FIXTURES_DIR, src, DRT_CLI_PATH, src, dir);
+    DRT_CHECK(run(cmd, out, sizeof out) == 1 && strstr(out, "tensor \"opt.step\" is U64: diffrt quantize copies only"),
+              "quantize mlx_diff_opt: %s", out);
+}
+
 int main(void) {
     DIR *d = opendir(DRT_FIXTURES_DIR);
     struct dirent *e;
@@ -469,6 +590,8 @@ int main(void) {
     if (d) closedir(d);
     DRT_CHECK(n >= 4, "only %d fixtures", n);
     text_mode();
+    eos_list_stops();
+    quantize_mlx();
     niah_compare();
     last_argument();
     help_lists_options();

@@ -398,6 +398,115 @@ static void shape_overflow(const char *d) {
     st_edit(d, edit_shape_overflow);
 }
 
+/* an empty tensor `name` of dtype `dt` added at the end of the data section:
+ * a tensor the layout does not read */
+static const char *g_extra_name, *g_extra_dtype;
+static void edit_add_empty(cJSON *hdr, size_t n_data) {
+    cJSON *t = cJSON_CreateObject(), *sh = cJSON_CreateArray(), *off = cJSON_CreateArray();
+    cJSON_AddItemToArray(sh, cJSON_CreateNumber(0));
+    cJSON_AddItemToArray(off, cJSON_CreateNumber((double)n_data));
+    cJSON_AddItemToArray(off, cJSON_CreateNumber((double)n_data));
+    cJSON_AddStringToObject(t, "dtype", g_extra_dtype);
+    cJSON_AddItemToObject(t, "shape", sh);
+    cJSON_AddItemToObject(t, "data_offsets", off);
+    cJSON_AddItemToObject(hdr, g_extra_name, t);
+}
+static void add_empty(const char *d, const char *name, const char *dtype) {
+    g_extra_name = name, g_extra_dtype = dtype;
+    st_edit(d, edit_add_empty);
+}
+/* a DiffLlama tensor in a checkpoint whose config.json says llama */
+static void stray_lambda(const char *d) {
+    add_empty(d, "model.layers.0.self_attn.lambda_q1", "F32");
+}
+/* an optimizer's U64 step counter in a Hugging Face checkpoint */
+static void stray_u64(const char *d) {
+    add_empty(d, "opt.step", "U64");
+}
+/* the RoPE table older Hugging Face checkpoints stored: harmless */
+static void rope_inv_freq(const char *d) {
+    add_empty(d, "model.layers.0.self_attn.rotary_emb.inv_freq", "F32");
+}
+
+/* a tied checkpoint that also stores lm_head.weight: the embedding's bytes
+ * appended under that name, with byte `flip` changed (-1: none) */
+static void add_head_copy(const char *d, long flip) {
+    char p[1200];
+    at(p, sizeof p, d, "model.safetensors");
+    st_parts s;
+    DRT_CHECK(st_split(p, &s), "cannot split %s", p);
+    if (!s.header) return;
+    cJSON *e = cJSON_GetObjectItemCaseSensitive(s.header, "model.embed_tokens.weight");
+    cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    size_t b = (size_t)cJSON_GetArrayItem(off, 0)->valuedouble, en = (size_t)cJSON_GetArrayItem(off, 1)->valuedouble;
+    unsigned char *data = malloc(s.n_data + (en - b));
+    memcpy(data, s.data, s.n_data);
+    memcpy(data + s.n_data, s.data + b, en - b);
+    if (flip >= 0) data[s.n_data + (size_t)flip] ^= 0x40;
+    cJSON *t = cJSON_Duplicate(e, 1), *no = cJSON_CreateArray();
+    cJSON_AddItemToArray(no, cJSON_CreateNumber((double)s.n_data));
+    cJSON_AddItemToArray(no, cJSON_CreateNumber((double)(s.n_data + (en - b))));
+    cJSON_ReplaceItemInObjectCaseSensitive(t, "data_offsets", no);
+    cJSON_AddItemToObject(s.header, "lm_head.weight", t);
+    st_join(p, s.header, 0, data, s.n_data + (en - b));
+    free(data);
+    st_free(&s);
+}
+static void tied_head_copy(const char *d) {
+    add_head_copy(d, -1);
+}
+static void tied_head_differs(const char *d) {
+    add_head_copy(d, 1001);
+}
+
+/* a sharded checkpoint whose weight_map lists a U64 tensor: the index
+ * accepts it, the loader then refuses it as a tensor no layout reads */
+static void shard_foreign(const char *d) {
+    char p[1200], q[1200];
+    add_empty(d, "opt.step", "U64");
+    rename(at(p, sizeof p, d, "model.safetensors"), at(q, sizeof q, d, "model-00001-of-00001.safetensors"));
+    write_index(d, "model-00001-of-00001.safetensors");
+    size_t n;
+    char *text = (char *)slurp(at(p, sizeof p, d, "model.safetensors.index.json"), &n);
+    cJSON *root = text ? cJSON_ParseWithLength(text, n) : NULL;
+    free(text);
+    DRT_CHECK(root != NULL, "cannot read back %s", p);
+    if (!root) return;
+    cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(root, "weight_map"), "opt.step",
+                            "model-00001-of-00001.safetensors");
+    text = cJSON_Print(root);
+    spit(p, text, strlen(text));
+    free(text);
+    cJSON_Delete(root);
+}
+
+/* diff-mlx: an LM head it never has, optimizer state it skips, the names
+ * with and without its "model." prefix at once, no weights file, and a
+ * weight of a dtype diffrt does not compute with */
+static void mlx_lm_head(const char *d) {
+    add_empty(d, "lm_head.weight", "F32");
+}
+static void mlx_opt_step(const char *d) {
+    add_empty(d, "opt.step", "U64");
+}
+static void mlx_bare_embed(const char *d) {
+    add_empty(d, "tok_embed.weight", "F32");
+}
+static void mlx_no_weights(const char *d) {
+    char p[1200];
+    unlink(at(p, sizeof p, d, "model.safetensors"));
+}
+static void edit_norm_u64(cJSON *hdr, size_t n_data) {
+    (void)n_data;
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(hdr, "model.final_norm.scale"), *sh = cJSON_CreateArray();
+    cJSON_AddItemToArray(sh, cJSON_CreateNumber(32)); /* the same 256 bytes as F32 [64] */
+    cJSON_ReplaceItemInObjectCaseSensitive(t, "dtype", cJSON_CreateString("U64"));
+    cJSON_ReplaceItemInObjectCaseSensitive(t, "shape", sh);
+}
+static void mlx_norm_u64(const char *d) {
+    st_edit(d, edit_norm_u64);
+}
+
 /* the same header and data, the data section at an odd offset */
 static void misaligned(const char *d) {
     char p[1200];
@@ -414,7 +523,7 @@ typedef enum { CMD_RUN, CMD_INFO, CMD_PROMPT } cmd_kind;
 typedef struct {
     const char *name;
     const char *fixture;           /* NULL: BASE */
-    const char *cfg[4];            /* config.json edits: key, JSON value (NULL: removed) */
+    const char *cfg[8];            /* config.json edits: key, JSON value (NULL: removed) */
     void (*make)(const char *dir); /* then this, on the copied directory */
     cmd_kind cmd;
     int want_rc;
@@ -517,6 +626,43 @@ static const hostile_case CASES[] = {
     {"weights_empty_file", NULL, {0}, empty_weights, CMD_RUN, 1, {"@/model.safetensors: file is 0 bytes, too short", NULL}, NULL},
     {"header_not_json", NULL, {0}, not_json, CMD_RUN, 1, {"@/model.safetensors: header is not valid JSON", NULL}, NULL},
     /* 4. misaligned data loads, and runs like the aligned file */
+    /* transformers-5 spellings (rope_parameters, dtype) in the own layouts' configs: the same output */
+    {"v1_transformers5_config", "unilm_v1", {"rope_theta", NULL, "rope_scaling", NULL, "torch_dtype", NULL, "rope_parameters", "{\"rope_theta\": 10000.0, \"rope_type\": \"default\"}"}, NULL, CMD_RUN, 0, {NULL, NULL}, NULL},
+    {"v2_transformers5_config", "diff_v2", {"rope_theta", NULL, "rope_scaling", NULL, "torch_dtype", NULL, "rope_parameters", "{\"rope_theta\": 10000.0, \"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 16}"}, NULL, CMD_RUN, 0, {NULL, NULL}, NULL},
+    {"v2_rope_parameters_used", "diff_v2", {"rope_theta", NULL, "rope_scaling", NULL, "rope_parameters", "{\"rope_theta\": 10000.0, \"rope_type\": \"yarn\", \"factor\": 8.0}", NULL, NULL}, NULL, CMD_RUN, 1,
+     {"rope_scaling type \"yarn\" is not supported", NULL}, NULL},
+    /* model_type "diff_llama": two unrelated families, refused by name */
+    {"diff_llama_peihaowang", NULL, {"model_type", "\"diff_llama\"", "attn_family", "\"diff_attn\""}, NULL, CMD_INFO, 1,
+     {"model_type \"diff_llama\" with \"attn_family\" is peihaowang's differential Llama", "no public modeling code"}, NULL},
+    {"diff_llama_amazingvince", NULL, {"model_type", "\"diff_llama\"", "num_kv_heads", "2"}, NULL, CMD_INFO, 1,
+     {"is amazingvince/diff-llama, which is not differential attention", "no causal mask"}, NULL},
+    {"diff_llama_neither", NULL, {"model_type", "\"diff_llama\"", NULL, NULL}, NULL, CMD_INFO, 1,
+     {"model_type \"diff_llama\" is used by two unrelated families", "this config has neither key"}, NULL},
+    /* tensors the layout does not read: an error unless known harmless */
+    {"stray_tensor", NULL, {0}, stray_lambda, CMD_RUN, 1,
+     {"@/model.safetensors: tensor \"model.layers.0.self_attn.lambda_q1\" is not part of the hf-llama layout", NULL}, NULL},
+    {"stray_tensor_u64", NULL, {0}, stray_u64, CMD_RUN, 1,
+     {"@/model.safetensors: tensor \"opt.step\" (U64) is not part of the hf-llama layout", NULL}, NULL},
+    {"rotary_inv_freq_ignored", NULL, {0}, rope_inv_freq, CMD_RUN, 0, {NULL, NULL}, NULL},
+    {"tied_lm_head_copy", "hf_llama_bf16", {0}, tied_head_copy, CMD_RUN, 0, {NULL, NULL}, NULL},
+    {"tied_lm_head_differs", "hf_llama_bf16", {0}, tied_head_differs, CMD_RUN, 1,
+     {"@/model.safetensors: tensor \"lm_head.weight\" is not a copy of \"model.embed_tokens.weight\", but config.json says tie_word_embeddings", NULL}, NULL},
+    {"shard_stray_u64", NULL, {0}, shard_foreign, CMD_RUN, 1,
+     {"@/model-00001-of-00001.safetensors: tensor \"opt.step\" (U64) is not part of the hf-llama layout", NULL}, NULL},
+    /* diff-mlx: its own config keys, prefix, file names and skipped tensors */
+    {"mlx_dims_disagree", "mlx_diff", {"model", "{\"dim\": 64, \"n_layers\": 2, \"n_heads_vanilla\": 4, \"qk_head_dim\": 8, \"vocab_size\": 256, \"mlp_intermediate\": 96}", NULL, NULL}, NULL, CMD_INFO, 1,
+     {"@/config.json: model.n_heads_vanilla 4 x model.qk_head_dim 8 != model.dim 64", NULL}, NULL},
+    {"mlx_layers_1e7", "mlx_diff", {"model", "{\"dim\": 64, \"n_layers\": 10000000, \"n_heads_vanilla\": 4, \"qk_head_dim\": 16, \"vocab_size\": 256, \"mlp_intermediate\": 96}", NULL, NULL}, NULL, CMD_RUN, 1,
+     {"@/config.json: field \"model.n_layers\" is 10000000, allowed 1..4096", NULL}, NULL},
+    {"mlx_stray_tensor", "mlx_diff", {0}, mlx_lm_head, CMD_RUN, 1,
+     {"@/model.safetensors: tensor \"lm_head.weight\" is not part of the mlx-diff layout", NULL}, NULL},
+    {"mlx_opt_step_skipped", "mlx_diff", {0}, mlx_opt_step, CMD_RUN, 0, {NULL, NULL}, NULL},
+    {"mlx_both_prefixes", "mlx_diff", {0}, mlx_bare_embed, CMD_RUN, 1,
+     {"both \"model.tok_embed.weight\" and \"tok_embed.weight\"", NULL}, NULL},
+    {"mlx_no_weights", "mlx_diff", {0}, mlx_no_weights, CMD_RUN, 1,
+     {"@: no model.safetensors, model.safetensors.index.json or latest.safetensors", NULL}, NULL},
+    {"mlx_weight_u64", "mlx_diff", {0}, mlx_norm_u64, CMD_RUN, 1,
+     {"@/model.safetensors: tensor \"model.final_norm.scale\" is U64; expected F32, F16 or BF16", NULL}, NULL},
     {"data_misaligned", NULL, {0}, misaligned, CMD_RUN, 0, {NULL, NULL}, NULL},
     {"data_misaligned_f16", "hf_diffllama_f16", {0}, misaligned, CMD_RUN, 0, {NULL, NULL}, NULL},
 };
@@ -620,7 +766,7 @@ static void make_case_dir(const hostile_case *c, char *dir, size_t n) {
     cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
     free(text);
     DRT_CHECK(root != NULL, "cannot parse %s", src);
-    for (int i = 0; root && i < 4 && c->cfg[i]; i += 2) {
+    for (int i = 0; root && i < 8 && c->cfg[i]; i += 2) {
         cJSON_DeleteItemFromObjectCaseSensitive(root, c->cfg[i]);
         if (!c->cfg[i + 1]) continue;
         /* raw: the text exactly as written ("1e400", "4294967296"), not as

@@ -194,10 +194,63 @@ static int get_int(cJSON *o, const char *k) {
     return cJSON_IsNumber(v) ? (int)v->valuedouble : -1;
 }
 
+/* drt_niah_answer stops at any of the eos ids it is given, not only one
+ * (Llama 3 lists three): on a fixture's greedy path, eos {x, g} where x
+ * never comes and g is the path's j-th token ends the answer before g. */
+static void answer_stops_at_every_eos(void) {
+    drt_model *m = NULL;
+    drt_session *s = NULL;
+    drt_tokenizer *t = NULL;
+    drt_session_opts so = {.backend = "ref"};
+    if (drt_model_load(DRT_FIXTURES_DIR "/hf_llama_gqa", &m) != DRT_OK || drt_session_create(m, &so, &s) != DRT_OK ||
+        drt_tokenizer_load(DRT_FIXTURES_DIR "/../tokenizer/bytes256.json", &t) != DRT_OK) {
+        DRT_CHECK(0, "answer eos: %s", drt_last_error());
+        drt_session_free(s);
+        drt_model_free(m);
+        return;
+    }
+    drt_model_info I;
+    drt_model_get_info(m, &I);
+    float *logits = malloc(sizeof(float) * (size_t)I.vocab);
+    const int32_t prompt[3] = {5, 6, 7};
+    int32_t path[DRT_NIAH_MAX_NEW_TOKENS], gen[DRT_NIAH_MAX_NEW_TOKENS];
+    int n_path = 0, ng = -1;
+    char pred[32];
+    drt_status st = drt_session_forward(s, prompt, 3, logits, 0);
+    if (st == DRT_OK) st = drt_niah_answer(s, t, I.vocab, NULL, 0, logits, path, &n_path, pred, sizeof pred);
+    DRT_CHECK(st == DRT_OK && n_path == DRT_NIAH_MAX_NEW_TOKENS, "answer without eos: %d tokens: %s", n_path,
+              drt_last_error());
+    int j = 1; /* the first token that is new on the path */
+    for (int dup = 1; j < n_path && dup; j += dup) {
+        dup = 0;
+        for (int i = 0; i < j; i++) dup |= path[i] == path[j];
+    }
+    int32_t x = 3; /* an id the path never takes */
+    for (int again = 1; again;) {
+        again = 0;
+        for (int i = 0; i < n_path; i++) again |= path[i] == x;
+        x += again;
+    }
+    DRT_CHECK(j < n_path, "answer eos: the greedy path repeats one token");
+    if (j < n_path) {
+        const int32_t eos[2] = {x, path[j]};
+        drt_session_reset(s);
+        st = drt_session_forward(s, prompt, 3, logits, 0);
+        if (st == DRT_OK) st = drt_niah_answer(s, t, I.vocab, eos, 2, logits, gen, &ng, pred, sizeof pred);
+        DRT_CHECK(st == DRT_OK && ng == j && memcmp(gen, path, sizeof *gen * (size_t)j) == 0,
+                  "answer with eos {%d, %d}: %d tokens, expected %d", x, path[j], ng, j);
+    }
+    free(logits);
+    drt_tokenizer_free(t);
+    drt_session_free(s);
+    drt_model_free(m);
+}
+
 int main(int argc, char **argv) {
     const char *samples = argc > 1 ? argv[1] : NIAH_DIR "/samples.jsonl";
     const char *tokpath = argc > 2 ? argv[2] : NIAH_DIR "/tokenizer.json";
     drt_tokenizer *tok = NULL;
+    answer_stops_at_every_eos();
     DRT_CHECK(drt_tokenizer_load(tokpath, &tok) == DRT_OK, "%s", drt_last_error());
     char *text = NULL;
     size_t len = 0;

@@ -284,8 +284,14 @@ static const header_case header_cases[] = {
     {"bad_value_nul_escape", "{\"__metadata__\":{\"format\":\"p\\u0000t\"}}", 0, 0,
      DRT_ERR_FORMAT, {"string \"p\\u0000t\"", "holds a NUL"}, 0},
     /* dtype */
-    {"bad_dtype_f64",       "{\"w\":" T("\"F64\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"w\"", "dtype \"F64\" not supported"}, 0},
-    {"bad_dtype_i8",        "{\"w\":" T("\"I8\"",  "[1]", "[0,1]") "}", 0, 1, DRT_ERR_UNSUPPORTED, {"\"w\"", "\"I8\""}, 0},
+    /* standard dtypes diffrt does not compute with open, into f.foreign
+     * (n_tensors counts `tensors` only; test_foreign checks the list) */
+    {"ok_foreign_f64",      "{\"w\":" T("\"F64\"", "[1]", "[0,8]") "}", 0, 8, DRT_OK, {0}, 0},
+    {"ok_foreign_u64_i8",   "{\"s\":" T("\"U64\"", "[]", "[0,8]") ",\"w\":" T("\"F32\"", "[1]", "[8,12]")
+                            ",\"b\":" T("\"I8\"", "[1]", "[12,13]") "}", 0, 13, DRT_OK, {0}, 1},
+    {"bad_foreign_size",    "{\"w\":" T("\"U64\"", "[2]", "[0,8]") "}", 0, 8, DRT_ERR_FORMAT, {"\"w\"", "shape [2] of U64 needs 16"}, 0},
+    {"bad_foreign_overlap", "{\"w\":" T("\"U64\"", "[1]", "[0,8]") ",\"v\":" T("\"F32\"", "[1]", "[4,8]") "}", 0, 8, DRT_ERR_FORMAT, {"overlap", NULL}, 0},
+    {"bad_dtype_f128",      "{\"w\":" T("\"F128\"", "[1]", "[0,16]") "}", 0, 16, DRT_ERR_UNSUPPORTED, {"\"w\"", "dtype \"F128\" not supported"}, 0},
     {"bad_dtype_foo",       "{\"w\":" T("\"FOO\"", "[1]", "[0,4]") "}", 0, 4, DRT_ERR_UNSUPPORTED, {"\"w\"", "\"FOO\""}, 0},
     {"bad_dtype_lowercase", "{\"w\":" T("\"f32\"", "[1]", "[0,4]") "}", 0, 4, DRT_ERR_UNSUPPORTED, {"\"w\"", "\"f32\""}, 0},
     {"bad_dtype_number",    "{\"w\":" T("32",      "[1]", "[0,4]") "}", 0, 4, DRT_ERR_FORMAT, {"\"w\"", "\"dtype\" is not a string"}, 0},
@@ -319,11 +325,11 @@ static const header_case header_cases[] = {
      * character (C0, DEL, C1 such as U+009B CSI) or byte that is not UTF-8
      * reaches the terminal: each is shown escaped (check_error checks every
      * message for raw ones) */
-    {"bad_name_newline", "{\"a\\nb\":" T("\"F64\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\x0ab\"", NULL}, 0},
-    {"bad_name_esc", "{\"a\\u001b[2Jb\\u007f\":" T("\"F64\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\x1b[2Jb\\x7f\"", NULL}, 0},
-    {"bad_name_c1_escape", "{\"a\\u009b2J\\u0085\":" T("\"F64\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\u009b2J\\u0085\"", NULL}, 0},
-    {"bad_name_c1_raw", "{\"a\xc2\x9b" "2J\xe2\x80\xae\":" T("\"F64\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\u009b2J\\u202e\"", NULL}, 0},
-    {"bad_name_invalid_utf8", "{\"a\xff\xc2\xe2\x82 \xc3\xa9\":" T("\"F64\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\xff\\xc2\\xe2\\x82 \xc3\xa9\"", NULL}, 0},
+    {"bad_name_newline", "{\"a\\nb\":" T("\"F65\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\x0ab\"", NULL}, 0},
+    {"bad_name_esc", "{\"a\\u001b[2Jb\\u007f\":" T("\"F65\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\x1b[2Jb\\x7f\"", NULL}, 0},
+    {"bad_name_c1_escape", "{\"a\\u009b2J\\u0085\":" T("\"F65\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\u009b2J\\u0085\"", NULL}, 0},
+    {"bad_name_c1_raw", "{\"a\xc2\x9b" "2J\xe2\x80\xae\":" T("\"F65\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\u009b2J\\u202e\"", NULL}, 0},
+    {"bad_name_invalid_utf8", "{\"a\xff\xc2\xe2\x82 \xc3\xa9\":" T("\"F65\"", "[1]", "[0,8]") "}", 0, 8, DRT_ERR_UNSUPPORTED, {"\"a\\xff\\xc2\\xe2\\x82 \xc3\xa9\"", NULL}, 0},
     {"bad_dtype_esc", "{\"w\":" T("\"F\\u001b]0;x\\u0007\"", "[1]", "[0,4]") "}", 0, 4, DRT_ERR_UNSUPPORTED, {"dtype \"F\\x1b]0;x\\x07\"", NULL}, 0},
 };
 // clang-format on
@@ -659,6 +665,34 @@ static void test_text_file(void) {
     check_error("st_symlink_loop", st, DRT_ERR_IO, "loop.json", strerror(ELOOP), NULL);
 }
 
+/* A tensor of a standard dtype diffrt does not compute with opens into the
+ * file's `foreign` list, sorted, with its dtype name and data; `tensors`
+ * never holds it, drt_st_find never finds it. */
+static void test_foreign(void) {
+    const char *h = "{\"s\":" T("\"U64\"", "[]", "[0,8]") ",\"w\":" T("\"F32\"", "[1]", "[8,12]") ",\"b\":" T(
+        "\"I8\"", "[1]", "[12,13]") "}";
+    const char *path = TMP "/foreign.safetensors";
+    write_raw(path, strlen(h), h, strlen(h), 13);
+    drt_st_file f;
+    drt_status st = drt_st_open(path, &f);
+    DRT_CHECK(st == DRT_OK, "foreign: %s", drt_last_error());
+    if (st != DRT_OK) return;
+    DRT_CHECK(f.n_tensors == 1 && strcmp(f.tensors[0].name, "w") == 0, "foreign: tensors holds only \"w\"");
+    DRT_CHECK(f.n_foreign == 2, "foreign: n_foreign %d, expected 2", f.n_foreign);
+    if (f.n_foreign == 2) {
+        DRT_CHECK(strcmp(f.foreign[0].name, "b") == 0 && strcmp(f.foreign[0].foreign_dtype, "I8") == 0 &&
+                      f.foreign[0].nbytes == 1,
+                  "foreign[0] is b, I8, 1 byte");
+        DRT_CHECK(strcmp(f.foreign[1].name, "s") == 0 && strcmp(f.foreign[1].foreign_dtype, "U64") == 0 &&
+                      f.foreign[1].nbytes == 8 && f.foreign[1].ndim == 0,
+                  "foreign[1] is s, U64 scalar, 8 bytes");
+    }
+    DRT_CHECK(drt_st_find(&f, "s") == NULL && drt_st_find(&f, "w") != NULL, "drt_st_find skips foreign tensors");
+    DRT_CHECK(f.tensors[0].foreign_dtype == NULL, "a usable tensor has no foreign dtype");
+    drt_st_close(&f);
+    DRT_CHECK(f.foreign == NULL && f.n_foreign == 0, "close clears the foreign list");
+}
+
 int main(void) {
     g_verbose = getenv("DRT_TEST_VERBOSE") != NULL;
     make_dir(TMP);
@@ -666,6 +700,7 @@ int main(void) {
     test_exact_bytes();
     test_sharded();
     test_header_cases();
+    test_foreign();
     test_damage_cases();
     test_mutations();
     test_paths();

@@ -122,7 +122,9 @@ typedef enum {
     DRT_LAYOUT_HF_DIFFLLAMA,
     DRT_LAYOUT_UNILM_V1,
     DRT_LAYOUT_DIFF_V2,
-    DRT_LAYOUT_AXOLOTL_DIFF /* axolotl's "llama-differential" */
+    DRT_LAYOUT_AXOLOTL_DIFF, /* axolotl's "llama-differential" */
+    DRT_LAYOUT_MLX_DIFF,     /* guygrigsby/diff-mlx, variant "diff" */
+    DRT_LAYOUT_MLX_VANILLA,  /* guygrigsby/diff-mlx, variant "vanilla" */
 } drt_layout;
 
 typedef struct drt_model drt_model;
@@ -133,7 +135,7 @@ typedef struct {
     const char *arch_name;
     const char *layout_name;
     drt_dtype weight_dtype; /* dtype of the matmul weights as stored */
-    int64_t n_params;       /* as stored in the checkpoint */
+    int64_t n_params;       /* of the tensors the model reads (not an optimizer state beside them) */
     int vocab;
     int dim; /* D */
     int ffn; /* F */

@@ -231,10 +231,11 @@ class Model(_lib.Handle):
         """Does what `diffrt run` does, with the same defaults.
 
         ``prompt`` is text (str or UTF-8 bytes: encoded with the model's
-        tokenizer.json, special tokens added; stops at the config's eos, else
-        the tokenizer's; the text is returned and passed piece by piece to
-        ``on_text`` as it completes) or a sequence of ids (`run --tokens`:
-        stops at the config's eos only; no text). The context ``ctx`` 0 is the
+        tokenizer.json, special tokens added; stops at any of the model's eos
+        ids (``info.eos_ids``: config.json's and generation_config.json's
+        eos_token_id), else at the tokenizer's; the text is returned and
+        passed piece by piece to ``on_text`` as it completes) or a sequence
+        of ids (`run --tokens`: stops at the model's eos ids only; no text). The context ``ctx`` 0 is the
         CLI's default: min(max_position_embeddings, 4096), or prompt + n when
         that needs more and fits max_position_embeddings; a prompt + n that
         does not fit is an Error before any work. ``stop=False`` is --no-stop.
@@ -260,8 +261,9 @@ class Model(_lib.Handle):
                 return s._generate(ids, n, smp, eos, stop, tok, on_text)
 
     def _prompt(self, prompt, max_ids):
-        """(ids, eos, tokenizer or None) as cmd_run prepares them; a text
-        prompt stops encoding once it makes more than max_ids (the context)."""
+        """(ids, eos ids (a tuple), tokenizer or None) as cmd_run prepares
+        them; a text prompt stops encoding once it makes more than max_ids
+        (the context)."""
         info = self.info
         if isinstance(prompt, (str, bytes, bytearray)):
             tok = self.tokenizer
@@ -275,12 +277,14 @@ class Model(_lib.Handle):
                     raise Error(Status.FORMAT,
                                 f"{tok.path}: prompt token {i} (\"{(name or '?')[:40]}\") is outside the "
                                 f"model's vocabulary of {info.vocab}: is this the model's tokenizer?")
-            eos = info.eos_id if info.eos_id is not None else tok.eos_id
+            eos = info.eos_ids
+            if not eos and tok.eos_id is not None:
+                eos = (tok.eos_id,)
             return ids, eos, tok
         ids = [int(i) for i in _check_vocab(as_ids(prompt), info.vocab)]
         if not ids:
             raise Error(Status.INVALID_ARG, "the prompt has no tokens: nothing to start from")
-        return ids, info.eos_id, None
+        return ids, info.eos_ids, None
 
 
 def _session_opts(backend, device, ctx, threads, check_finite):
@@ -586,8 +590,9 @@ class Session(_lib.Handle):
             return self._generate(ids, n, smp, eos, stop, tok, on_text)
 
     def _generate(self, ids, n, sampler, eos, stop, tok, on_text):
-        """cmd_run's loop: prefill the whole prompt, then sample; stop at eos
-        (unless not stop); forward each kept token; at most n tokens."""
+        """cmd_run's loop: prefill the whole prompt, then sample; stop at any
+        id of eos (unless not stop); forward each kept token; at most n
+        tokens."""
         logits = self.forward(ids)
         stream = tok.stream(skip_special=True) if tok is not None else None
         pieces = []
@@ -602,7 +607,7 @@ class Session(_lib.Handle):
         try:
             for i in range(n):
                 t = sampler.sample(logits)
-                stop_now = stop and eos is not None and t == eos
+                stop_now = stop and t in eos
                 # an id of the model's past the tokenizer's vocabulary (a
                 # padded embedding) prints nothing, as in cmd_run: push()
                 # would raise for it

@@ -54,12 +54,28 @@ def attention_stats(rows, span, question_start):
     return float(ans.mean()), float((ctx - ans).mean())
 
 
+def eos_ids(model_dir):
+    """Every id that ends an answer (docs/niah_spec.md section 6): config.json's
+    eos_token_id, then generation_config.json's (optional), each an id or a
+    list, as drt_model_eos_ids collects them."""
+    ids = []
+    for name in ("config.json", "generation_config.json"):
+        path = os.path.join(model_dir, name)
+        if name != "config.json" and not os.path.exists(path):
+            continue
+        with open(path) as f:
+            v = json.load(f).get("eos_token_id")
+        for i in (v if isinstance(v, list) else [] if v is None else [v]):
+            if i not in ids:
+                ids.append(i)
+    return ids
+
+
 def evaluate(model_dir, kind, model, tok, needles, queries, ctxs, depths, samples, seed,
              attention=False, quiet=False):
     """Runs the evaluation set; returns (summary dict, per-prompt records)."""
     count = g.TokenCounter(tok)
-    with open(os.path.join(model_dir, "config.json")) as f:
-        eos = json.load(f)["eos_token_id"]
+    eos = eos_ids(model_dir)
     runner = M.Runner(kind, model)
     prompts = g.eval_set(count, seed, ctxs, needles, queries, depths, samples)
     recs = []

@@ -247,7 +247,8 @@ class Runner:
         return out.logits[0, -1].float()
 
     def greedy(self, ids, max_new, eos):
-        """Greedy continuation: up to max_new tokens, stopping after (and not returning) eos.
+        """Greedy continuation: up to max_new tokens, stopping after (and not returning) any
+        id of eos (a collection of ids).
         Also returns the top-2 logit gap at each step (a near tie can flip between
         implementations)."""
         cache = self.new_cache()
@@ -257,7 +258,7 @@ class Runner:
             top = torch.topk(logits, 2)
             gaps.append(float(top.values[0] - top.values[1]))
             nxt = int(torch.argmax(logits))
-            if nxt == eos:
+            if nxt in eos:
                 break
             out.append(nxt)
             logits = self(out[-1:], cache)

@@ -705,6 +705,53 @@ class TestGenerateMatchesCli(unittest.TestCase):
                         stopped += g.stopped
         self.assertGreater(stopped, 0, "no case stopped at eos: the eos path went untested")
 
+    def test_every_eos_stops(self):
+        """Every eos id stops generation (Llama 3 lists three), from
+        config.json's list or generation_config.json's, in Python as in
+        `diffrt run`; failed before when only info.eos_id stopped."""
+        src = model_path("transformer-tiny")
+        with open(os.path.join(src, "config.json")) as f:
+            cfg = json.load(f)
+        prompt = [5, 6, 7]
+        with tempfile.TemporaryDirectory() as tmp:
+            for f in ("model.safetensors", "tokenizer.json"):
+                os.symlink(os.path.join(src, f), os.path.join(tmp, f))
+
+            def write(config, gen=None):
+                with open(os.path.join(tmp, "config.json"), "w") as f:
+                    json.dump(config, f)
+                gpath = os.path.join(tmp, "generation_config.json")
+                if gen is None:
+                    if os.path.exists(gpath):
+                        os.unlink(gpath)
+                else:
+                    with open(gpath, "w") as f:
+                        json.dump(gen, f)
+
+            write({k: v for k, v in cfg.items() if k != "eos_token_id"})
+            with diffrt.Model(tmp) as m:
+                self.assertEqual(m.info.eos_ids, ())
+                path = m.generate(prompt, n=12).ids
+            self.assertEqual(len(path), 12)
+            j = next(i for i in range(1, 12) if path[i] not in path[:i])
+            x = next(i for i in range(3, m.info.vocab) if i not in path)
+            for where in ("config.json", "generation_config.json"):
+                with self.subTest(where=where):
+                    if where == "config.json":
+                        write(dict(cfg, eos_token_id=[x, path[j]]))
+                    else:
+                        write(dict(cfg, eos_token_id=x), {"eos_token_id": [x, path[j]]})
+                    with diffrt.Model(tmp) as m:
+                        self.assertEqual(m.info.eos_ids, (x, path[j]))
+                        g = m.generate(prompt, n=12)
+                        self.assertEqual(g.ids, path[:j + 1])
+                        self.assertTrue(g.stopped)
+                        self.assertEqual(m.generate(prompt, n=12, stop=False).ids, path)
+                        with m.session() as s:
+                            self.assertEqual(s.generate(prompt, n=12).ids, path[:j + 1])
+                    _, out, _ = cli("run", "--model", tmp, "--tokens", ",".join(map(str, prompt)), "-n", 12)
+                    self.assertEqual(out, ",".join(map(str, path[:j + 1])) + "\n")
+
     def test_session_generate(self):
         with diffrt.Model(model_path("diff-v2-tiny")) as m:
             g = m.generate(SHORT_PROMPT, n=20, **SAMPLED)

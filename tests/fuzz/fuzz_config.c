@@ -22,7 +22,7 @@
 #include "model.h"
 
 static const char *const fixtures[] = {"diff_v2",       "diff_v2_bf16", "hf_diffllama_f16", "hf_diffllama_gqa",
-                                       "hf_llama_bf16", "hf_llama_gqa", "unilm_v1"};
+                                       "hf_llama_bf16", "hf_llama_gqa", "unilm_v1",         "mlx_diff"};
 #define N_FIXTURES ((int)(sizeof fixtures / sizeof fixtures[0]))
 static char g_dir[N_FIXTURES][600], g_cfg[N_FIXTURES][640];
 
@@ -96,7 +96,8 @@ static void check_model(const drt_model *m) {
         check_weight(m, &lw->wu, "wu", 2, F, D);
         check_weight(m, &lw->wd, "wd", 2, D, F);
         if (I.arch == DRT_ARCH_DIFF_V2) check_weight(m, &lw->w_lambda, "w_lambda", 2, H, D);
-        if (I.layout == DRT_LAYOUT_UNILM_V1 || (I.layout == DRT_LAYOUT_AXOLOTL_DIFF && I.subnorm))
+        if (I.layout == DRT_LAYOUT_UNILM_V1 || I.layout == DRT_LAYOUT_MLX_DIFF ||
+            (I.layout == DRT_LAYOUT_AXOLOTL_DIFF && I.subnorm))
             check_weight(m, &lw->subln, "subln", 1, dv, 0);
     }
     if (I.arch == DRT_ARCH_DIFF_V1) {

@@ -18,9 +18,9 @@ FIX = os.path.join(ROOT, "tests", "fixtures")
 TOK = os.path.join(ROOT, "tests", "tokenizer")
 OUT = os.path.join(ROOT, "tests", "fuzz", "corpus")
 
-# fuzz_config.c picks fixtures[byte 0 % 7] in this order
+# fuzz_config.c picks fixtures[byte 0 % 8] in this order
 FIXTURES = ["diff_v2", "diff_v2_bf16", "hf_diffllama_f16", "hf_diffllama_gqa",
-            "hf_llama_bf16", "hf_llama_gqa", "unilm_v1"]
+            "hf_llama_bf16", "hf_llama_gqa", "unilm_v1", "mlx_diff"]
 # fuzz_tokenizer.c: bundled tokenizer k = bits 2-3 of byte 0
 TOKENIZERS = ["gpt2", "llama3", "flags", "bytes256"]
 SIZES = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4}
@@ -98,7 +98,11 @@ def seeds_safetensors():
     put("safetensors", "bad_size.st", raw_header({
         "a": {"dtype": "F16", "shape": [3], "data_offsets": [0, 8]}}, b"\0" * 8))
     put("safetensors", "bad_dtype.st", raw_header({
-        "a": {"dtype": "F64", "shape": [1], "data_offsets": [0, 8]}}, b"\0" * 8))
+        "a": {"dtype": "F65", "shape": [1], "data_offsets": [0, 8]}}, b"\0" * 8))
+    # a standard dtype diffrt does not compute with: read into the foreign list
+    put("safetensors", "foreign_u64.st", raw_header({
+        "opt.step": {"dtype": "U64", "shape": [], "data_offsets": [0, 8]},
+        "w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}, b"\0" * 16))
     put("safetensors", "bad_5dims.st", raw_header({
         "a": {"dtype": "F32", "shape": [1, 1, 1, 1, 1], "data_offsets": [0, 4]}}, b"\0" * 4))
     # empty: the zero comes first, so no product overflows on the way
@@ -117,7 +121,7 @@ def seeds_config():
         # only the fields the loader needs
         need = ["model_type", "vocab_size", "hidden_size", "intermediate_size",
                 "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-                "tie_word_embeddings"]
+                "tie_word_embeddings", "model"]
         put("config", fx + "_minimal.json",
             bytes([i]) + json.dumps({k: c[k] for k in need if k in c}).encode())
     # transformers 4 spellings of RoPE on a transformers 5 fixture
@@ -132,7 +136,7 @@ def seeds_config():
     by_type = {}
     for i, fx in enumerate(FIXTURES):
         with open(os.path.join(FIX, fx, "config.json")) as f:
-            by_type.setdefault(json.load(f)["model_type"], i)
+            by_type.setdefault(json.load(f).get("model_type"), i)
     models = os.path.join(ROOT, "models")
     for m in sorted(os.listdir(models)):
         p = os.path.join(models, m, "config.json")

@@ -76,7 +76,11 @@ int main(int argc, char **argv) {
     }
     logits = malloc(sizeof(float) * (size_t)info.vocab);
     if (!logits) goto done;
-    int32_t eos = info.eos_id >= 0 ? info.eos_id : drt_tokenizer_eos_id(tok);
+    /* every eos id of the model stops (Llama 3 has three), else the tokenizer's */
+    int32_t eos[8];
+    int n_eos = drt_model_eos_ids(m, eos, 8);
+    if (n_eos > 8) n_eos = 8;
+    if (n_eos <= 0 && (eos[0] = drt_tokenizer_eos_id(tok)) >= 0) n_eos = 1;
     if (drt_session_forward(s, ids, n_ids, logits, 0) != DRT_OK) {
         rc = fail("prefill");
         goto done;
@@ -89,7 +93,9 @@ int main(int argc, char **argv) {
             rc = fail("sample");
             goto done;
         }
-        if (t == eos) break;
+        int stop = 0;
+        for (int k = 0; k < n_eos; k++) stop |= t == eos[k];
+        if (stop) break;
         if (drt_tokenizer_stream_push(tok, &st, t, 1, &out, &len, &cap) != DRT_OK) {
             rc = fail("decode");
             goto done;
