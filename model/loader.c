@@ -21,6 +21,7 @@
 #include "drt_error.h"
 #include "drt_half.h"
 #include "drt_quant.h"
+#include "drt_util.h"
 #include "model.h"
 
 /* ---- config.json ----------------------------------------------------- */
@@ -388,19 +389,6 @@ typedef struct {
     const char *mlx_pre; /* diff-mlx: "model." or "" (older files) */
 } ld_t;
 
-/* index of `name` in s->by_name (the first of equal names), -1 if absent */
-static int find_index(const drt_st_set *s, const char *name) {
-    int lo = 0, hi = s->n_names;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (strcmp(s->by_name[mid]->name, name) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < s->n_names && strcmp(s->by_name[lo]->name, name) == 0 ? lo : -1;
-}
-
 static void shape_txt(int nd, const int64_t *ne, char *buf, size_t n) {
     size_t o = (size_t)snprintf(buf, n, "(");
     for (int i = 0; i < nd && o < n; i++)
@@ -410,7 +398,7 @@ static void shape_txt(int nd, const int64_t *ne, char *buf, size_t n) {
 
 /* Finds `name` with exactly the given shape (nd 0, 1 or 2). */
 static drt_status get_tensor(ld_t *L, const char *name, int nd, int64_t n0, int64_t n1, const drt_st_tensor **out) {
-    int idx = find_index(&L->m->st, name);
+    int idx = drt_st_set_index(&L->m->st, name);
     const drt_st_tensor *t = idx >= 0 ? L->m->st.by_name[idx] : NULL;
     if (!t) {
         const drt_st_tensor *f = drt_st_set_find_foreign(&L->m->st, name);
@@ -551,6 +539,8 @@ static drt_status scale_weight(ld_t *L, drt_host_weight *w, float s) {
                                             : drt_bf16_to_f32(((const uint16_t *)(const void *)src)[c]);
         for (int64_t c = 0; c < cols; c++) y[c] *= s;
     }
+    /* the copy replaces the original: a mapped one's pages go (as load_rows') */
+    if (w->mapped && !w->owned) drt_release_pages(w->data, rb * (size_t)rows);
     free(w->owned);
     w->type = DRT_F32;
     w->data = w->owned = d;

@@ -1075,8 +1075,8 @@ void drt_st_set_close(drt_st_set *s) {
     memset(s, 0, sizeof *s);
 }
 
-const drt_st_tensor *drt_st_set_find(const drt_st_set *s, const char *name) {
-    if (!s || !name) return NULL;
+int drt_st_set_index(const drt_st_set *s, const char *name) {
+    if (!s || !name) return -1;
     /* the first of the equal names: ties are in file order */
     int lo = 0, hi = s->n_names;
     while (lo < hi) {
@@ -1086,7 +1086,12 @@ const drt_st_tensor *drt_st_set_find(const drt_st_set *s, const char *name) {
         else
             hi = mid;
     }
-    return lo < s->n_names && strcmp(s->by_name[lo]->name, name) == 0 ? s->by_name[lo] : NULL;
+    return lo < s->n_names && strcmp(s->by_name[lo]->name, name) == 0 ? lo : -1;
+}
+
+const drt_st_tensor *drt_st_set_find(const drt_st_set *s, const char *name) {
+    const int i = drt_st_set_index(s, name);
+    return i < 0 ? NULL : s->by_name[i];
 }
 
 const drt_st_tensor *drt_st_set_find_foreign(const drt_st_set *s, const char *name) {

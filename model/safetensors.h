@@ -94,6 +94,9 @@ drt_status drt_st_set_open_dir(const char *dir, drt_st_set *out);
 drt_status drt_st_set_open_file(const char *path, drt_st_set *out);
 void drt_st_set_close(drt_st_set *s);
 const drt_st_tensor *drt_st_set_find(const drt_st_set *s, const char *name);
+/* The same tensor's index in s->by_name (the first of equal names), -1 when
+ * absent. */
+int drt_st_set_index(const drt_st_set *s, const char *name);
 /* The tensor `name` of a foreign dtype (drt_st_file.foreign) in any file of
  * s; NULL when none. */
 const drt_st_tensor *drt_st_set_find_foreign(const drt_st_set *s, const char *name);
