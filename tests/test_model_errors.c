@@ -47,6 +47,34 @@ static void write_file(const char *path, const void *data, size_t n) {
     fclose(f);
 }
 
+/* dst: the tensors of the checkpoint src, with `drop` left out, `reshape`
+ * declared with its first dim halved and `oddshape` stored as a (1) vector
+ * holding NaN (each NULL: none) */
+static void copy_weights(const char *src, const char *dst, const char *drop, const char *reshape,
+                         const char *oddshape) {
+    drt_st_file f;
+    if (drt_st_open(src, &f) != DRT_OK) return;
+    drt_st_write_tensor *w = calloc((size_t)f.n_tensors, sizeof *w);
+    static const float nan_val = (float)NAN;
+    int k = 0;
+    for (int i = 0; i < f.n_tensors; i++) {
+        const drt_st_tensor *t = &f.tensors[i];
+        if (drop && strcmp(t->name, drop) == 0) continue;
+        w[k] = (drt_st_write_tensor){t->name, t->dtype, t->ndim, {0}, t->data};
+        memcpy(w[k].shape, t->shape, sizeof w[k].shape);
+        if (reshape && strcmp(t->name, reshape) == 0) w[k].shape[0] /= 2;
+        if (oddshape && strcmp(t->name, oddshape) == 0) {
+            w[k].ndim = 1;
+            w[k].shape[0] = 1;
+            w[k].data = &nan_val;
+        }
+        k++;
+    }
+    drt_st_write(dst, w, k);
+    free(w);
+    drt_st_close(&f);
+}
+
 /* Makes DRT_TMP_DIR/merr_<name>/ with the given config text (NULL: none)
  * and a model.safetensors with tensor `drop` left out and tensor `reshape`
  * declared with its first dim halved (NULL: unchanged); copy = 0 writes none. */
@@ -60,22 +88,7 @@ static void make_dir(char *dir, size_t n, const char *name, const char *config, 
     if (config) write_file(p, config, strlen(config));
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     remove(p);
-    if (!copy) return;
-    drt_st_file f;
-    if (drt_st_open(BASE "/model.safetensors", &f) != DRT_OK) return;
-    drt_st_write_tensor *w = calloc((size_t)f.n_tensors, sizeof *w);
-    int k = 0;
-    for (int i = 0; i < f.n_tensors; i++) {
-        const drt_st_tensor *t = &f.tensors[i];
-        if (drop && strcmp(t->name, drop) == 0) continue;
-        w[k] = (drt_st_write_tensor){t->name, t->dtype, t->ndim, {0}, t->data};
-        memcpy(w[k].shape, t->shape, sizeof w[k].shape);
-        if (reshape && strcmp(t->name, reshape) == 0) w[k].shape[0] /= 2;
-        k++;
-    }
-    drt_st_write(p, w, k);
-    free(w);
-    drt_st_close(&f);
+    if (copy) copy_weights(BASE "/model.safetensors", p, drop, reshape, NULL);
 }
 
 /* the base config with one field replaced (value NULL: removed) */
@@ -486,26 +499,7 @@ static void ax_dir(char *dir, size_t n, const char *name, const char *base, cons
     snprintf(src, sizeof src, "%s/model.safetensors", base);
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     remove(p);
-    drt_st_file f;
-    if (drt_st_open(src, &f) != DRT_OK) return;
-    drt_st_write_tensor *w = calloc((size_t)f.n_tensors, sizeof *w);
-    static const float nan_val = (float)NAN;
-    int k = 0;
-    for (int i = 0; i < f.n_tensors; i++) {
-        const drt_st_tensor *t = &f.tensors[i];
-        if (drop && strcmp(t->name, drop) == 0) continue;
-        w[k] = (drt_st_write_tensor){t->name, t->dtype, t->ndim, {0}, t->data};
-        memcpy(w[k].shape, t->shape, sizeof w[k].shape);
-        if (oddshape && strcmp(t->name, oddshape) == 0) {
-            w[k].ndim = 1;
-            w[k].shape[0] = 1;
-            w[k].data = &nan_val;
-        }
-        k++;
-    }
-    drt_st_write(p, w, k);
-    free(w);
-    drt_st_close(&f);
+    copy_weights(src, p, drop, NULL, oddshape);
 }
 
 static void axolotl_errors(void) {
