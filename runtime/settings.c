@@ -74,6 +74,9 @@ static const row ROWS[] = {
      "bind decode GEMV weights larger than this in blocks of rows (default: maxStorageBufferRange)"},
     {"vulkan.tune", "DIFFRT_VULKAN_TUNE", "DIFFRT_VK_TUNE", T_CHOICE, D, 0, "", 0, 0, "gpu, cpu",
      "workgroup sizes and tiles as for that kind of device (default: by the device's type)"},
+    {"vulkan.denorm", "DIFFRT_VULKAN_DENORM", NULL, T_CHOICE, D, 0, "", 0, 0, "off, force",
+     "f32 subnormals: off = no DenormPreserve in the shaders, force = declared even where the device does "
+     "not say it keeps them (tests; default: where it does)"},
     {"device", "DIFFRT_DEVICE", NULL, T_STR, U, 0, "", 0, 0, "an index or a name substring",
      "the device of a backend opened without one (default: its first GPU, else its first device)"},
     {"backend_path", "DIFFRT_BACKEND_PATH", NULL, T_STR, U, 1, "", 0, 0, "colon-separated directories",

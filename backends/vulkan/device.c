@@ -247,8 +247,21 @@ typedef struct {
     VkPhysicalDevice16BitStorageFeatures s16;
     VkPhysicalDeviceShaderFloat16Int8Features f16i8; /* valid when have_drv (1.2) */
     VkPhysicalDeviceMemoryProperties mem;
+    VkPhysicalDeviceFloatControlsProperties fc; /* valid when have_fc */
     bool have_drv;
+    bool have_fc; /* VK_KHR_shader_float_controls */
 } dev_info;
+
+/* whether the device offers the device extension name */
+static bool device_has_ext(vk_fns *f, VkPhysicalDevice pd, const char *name) {
+    uint32_t n = 0;
+    if (f->vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || n == 0) return false;
+    VkExtensionProperties *e = calloc(n, sizeof *e);
+    if (!e) return false;
+    bool has = f->vkEnumerateDeviceExtensionProperties(pd, NULL, &n, e) == VK_SUCCESS && has_ext(e, n, name);
+    free(e);
+    return has;
+}
 
 /* Queries what diffrt needs to know about pd. Structures newer than the
  * device's API version are never chained (that would be invalid usage). */
@@ -260,7 +273,10 @@ static void query_device(vk_fns *f, VkPhysicalDevice pd, dev_info *d) {
     d->have_drv = d->p.apiVersion >= VK_API_VERSION_1_2;
     d->sg.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
     d->drv.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES;
-    d->sg.pNext = d->have_drv ? &d->drv : NULL;
+    d->have_fc = device_has_ext(f, pd, VK_KHR_SHADER_FLOAT_CONTROLS_EXTENSION_NAME);
+    d->fc.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES;
+    d->drv.pNext = d->have_fc ? &d->fc : NULL;
+    d->sg.pNext = d->have_drv ? (void *)&d->drv : d->have_fc ? (void *)&d->fc : NULL;
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &d->sg};
     f->vkGetPhysicalDeviceProperties2(pd, &p2);
     d->s16.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_16BIT_STORAGE_FEATURES;
@@ -298,13 +314,14 @@ static void describe(const dev_info *d, char *buf, size_t n) {
     int len = snprintf(buf, n,
                        "%s; %s; vendor 0x%04x; driver %s; Vulkan %u.%u.%u; subgroup %u%s; fp16 %s "
                        "(16-bit storage %s); "
-                       "int8 %s; heaps %s",
+                       "int8 %s; f32 denormals %s; heaps %s",
                        d->p.deviceName, type_name(d->p.deviceType), d->p.vendorID, drv, VK_API_VERSION_MAJOR(a),
                        VK_API_VERSION_MINOR(a), VK_API_VERSION_PATCH(a), d->sg.subgroupSize,
                        subgroup_ops(d, VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) ? "" : " (no arithmetic)",
                        d->have_drv && d->f16i8.shaderFloat16 ? "yes" : "no",
                        d->s16.storageBuffer16BitAccess ? "yes" : "no",
-                       d->have_drv && d->f16i8.shaderInt8 ? "yes" : "no", heaps);
+                       d->have_drv && d->f16i8.shaderInt8 ? "yes" : "no",
+                       d->have_fc && d->fc.shaderDenormPreserveFloat32 ? "kept" : "may flush", heaps);
     if (len >= (int)n && n > 4) memcpy(buf + n - 4, "...", 4); /* say so when cut */
 }
 
@@ -472,7 +489,7 @@ static drt_status select_device(vk_ctx *c, int device, dev_info *d) {
 static drt_status read_settings(vk_ctx *c, const dev_info *d) {
     int want_sg, want_f16, want_copy, want_i64;
     long long tm, tn, wg, sb;
-    const char *tune;
+    const char *tune, *denorm;
     const drt_settings *set = c->settings;
     drt_status es;
     if ((es = drt_setting_bool(set, "vulkan.subgroup", &want_sg)) != DRT_OK ||
@@ -483,7 +500,8 @@ static drt_status read_settings(vk_ctx *c, const dev_info *d) {
         (es = drt_setting_int(set, "vulkan.mm_tn", &tn)) != DRT_OK ||
         (es = drt_setting_int(set, "vulkan.mm_wg", &wg)) != DRT_OK ||
         (es = drt_setting_int(set, "vulkan.split_bytes", &sb)) != DRT_OK ||
-        (es = drt_setting_str(set, "vulkan.tune", &tune)) != DRT_OK)
+        (es = drt_setting_str(set, "vulkan.tune", &tune)) != DRT_OK ||
+        (es = drt_setting_str(set, "vulkan.denorm", &denorm)) != DRT_OK)
         return es;
     if (tm * tn > 64) /* the compiler unrolls every FMA of the tile */
         return drt_set_error(DRT_ERR_INVALID_ARG,
@@ -498,6 +516,9 @@ static drt_status read_settings(vk_ctx *c, const dev_info *d) {
     c->use_f16 = d->s16.storageBuffer16BitAccess && want_f16;
     c->use_copy = want_copy;
     c->use_i64 = want_i64;
+    c->denorm_preserve = strcmp(denorm, "force") == 0 ||
+                         (strcmp(denorm, "off") != 0 && d->have_fc && d->fc.shaderDenormPreserveFloat32);
+    c->denorm_ext = c->denorm_preserve && d->have_fc;
     c->split_bytes = d->p.limits.maxStorageBufferRange;
     if (sb > 0 && (unsigned long long)sb < c->split_bytes) c->split_bytes = (uint64_t)sb; /* >= 1024, checked */
     c->tune_cpu = *tune ? strcmp(tune, "cpu") == 0 : d->p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
@@ -532,10 +553,13 @@ static drt_status create_device(vk_ctx *c, const dev_info *d) {
     c->f.vkGetPhysicalDeviceFeatures2(c->pd, &feat);
     c->use_i64 = feat.features.shaderInt64 && c->use_sg && c->use_i64;
     VkPhysicalDeviceFeatures want = {.shaderInt64 = c->use_i64};
+    const char *exts[] = {VK_KHR_SHADER_FLOAT_CONTROLS_EXTENSION_NAME};
     VkDeviceCreateInfo di = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
                              .pNext = &s16,
                              .queueCreateInfoCount = 1,
                              .pQueueCreateInfos = &qi,
+                             .enabledExtensionCount = c->denorm_ext ? 1 : 0,
+                             .ppEnabledExtensionNames = exts,
                              .pEnabledFeatures = &want};
     VkResult r = c->f.vkCreateDevice(c->pd, &di, NULL, &c->dev);
     if (r != VK_SUCCESS) {

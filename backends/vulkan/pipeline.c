@@ -49,6 +49,69 @@ void vk_pipeline_release(vk_ctx *c) {
     c->n_pipes = c->cap_pipes = 0;
 }
 
+/* SPIR-V opcodes and enumerants used below (SPIR-V spec, section 3) */
+enum {
+    SPV_OP_EXTENSION = 10,
+    SPV_OP_ENTRY_POINT = 15,
+    SPV_OP_EXECUTION_MODE = 16,
+    SPV_OP_CAPABILITY = 17,
+    SPV_CAP_DENORM_PRESERVE = 4464,
+    SPV_MODE_DENORM_PRESERVE = 4459,
+};
+
+/* A copy of the module (n words; *n becomes the new count) declaring
+ * DenormPreserve for 32-bit floats on its entry point: OpCapability
+ * DenormPreserve, OpExtension "SPV_KHR_float_controls" and OpExecutionMode
+ * %main DenormPreserve 32, each placed in its section of the logical layout
+ * (capabilities, extensions, ..., entry points, execution modes). NULL on a
+ * module that is not one compute shader laid out so, or out of memory. */
+static uint32_t *spirv_denorm_preserve(const uint32_t *code, size_t *n) {
+    static const char ext[] = "SPV_KHR_float_controls"; /* 23 bytes with its NUL: 6 words */
+    const size_t ext_words = 1 + (sizeof ext + 3) / 4;
+    size_t words = *n, cap_end = 0, mode_end = 0;
+    uint32_t entry = 0;
+    if (words < 5 || code[0] != 0x07230203u) return NULL;
+    for (size_t i = 5; i < words;) {
+        uint32_t op = code[i] & 0xffffu, wc = code[i] >> 16;
+        if (wc == 0 || wc > words - i) return NULL;
+        if (op == SPV_OP_CAPABILITY) {
+            if (wc == 2 && code[i + 1] == SPV_CAP_DENORM_PRESERVE) return NULL; /* already there: not ours */
+            cap_end = i + wc;
+        } else if (op == SPV_OP_ENTRY_POINT) {
+            if (entry) return NULL; /* one entry point per module */
+            entry = code[i + 2];
+            mode_end = i + wc;
+        } else if (op == SPV_OP_EXECUTION_MODE) {
+            mode_end = i + wc;
+        }
+        i += wc;
+    }
+    /* the new extension goes right after the capabilities, before any other
+     * extension or import: valid in the logical layout either way */
+    if (!cap_end || !entry || mode_end < cap_end) return NULL;
+    size_t add = 2 + ext_words + 4;
+    uint32_t *out = malloc((words + add) * sizeof *out);
+    if (!out) return NULL;
+    memcpy(out, code, cap_end * 4);
+    size_t o = cap_end;
+    out[o++] = 2u << 16 | SPV_OP_CAPABILITY;
+    out[o++] = SPV_CAP_DENORM_PRESERVE;
+    out[o++] = (uint32_t)ext_words << 16 | SPV_OP_EXTENSION;
+    memset(out + o, 0, (ext_words - 1) * 4);
+    memcpy(out + o, ext, sizeof ext);
+    o += ext_words - 1;
+    memcpy(out + o, code + cap_end, (mode_end - cap_end) * 4);
+    o += mode_end - cap_end;
+    out[o++] = 4u << 16 | SPV_OP_EXECUTION_MODE;
+    out[o++] = entry;
+    out[o++] = SPV_MODE_DENORM_PRESERVE;
+    out[o++] = 32; /* the float width it applies to */
+    memcpy(out + o, code + mode_end, (words - mode_end) * 4);
+    o += words - mode_end;
+    *n = o;
+    return out;
+}
+
 /* c->modules[sh] from the embedded SPIR-V, made the first time */
 static drt_status shader_module(vk_ctx *c, vk_shader sh) {
     if (c->modules[sh]) return DRT_OK;
@@ -61,9 +124,19 @@ static drt_status shader_module(vk_ctx *c, vk_shader sh) {
     for (int i = 0; i < drt_vk_spirv_count; i++)
         if (strcmp(drt_vk_spirv_table[i].name, names[sh]) == 0) m = &drt_vk_spirv_table[i];
     if (!m) return drt_set_error(DRT_ERR_BACKEND, "vulkan: shader %s is not embedded in this build", names[sh]);
-    VkShaderModuleCreateInfo mi = {
-        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = m->size, .pCode = m->code};
+    uint32_t *patched = NULL;
+    size_t words = m->size / 4;
+    if (c->denorm_preserve) {
+        patched = spirv_denorm_preserve(m->code, &words);
+        if (!patched)
+            return drt_set_error(DRT_ERR_BACKEND, "vulkan: shader %s: cannot add DenormPreserve (SPIR-V malformed?)",
+                                 names[sh]);
+    }
+    VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                   .codeSize = words * 4,
+                                   .pCode = patched ? patched : m->code};
     VkResult r = c->f.vkCreateShaderModule(c->dev, &mi, NULL, &c->modules[sh]);
+    free(patched);
     if (r != VK_SUCCESS)
         return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkCreateShaderModule(%s) failed: %s", names[sh],
                              vk_result_str(r));

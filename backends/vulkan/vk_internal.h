@@ -130,6 +130,11 @@ typedef struct vk_ctx {
     bool tune_cpu;    /* workgroup sizes for a CPU device (vulkan.tune overrides) */
     bool use_i64;     /* shaderInt64: 32-byte loads in the CPU GEMV (and not disabled) */
     bool use_copy;    /* KV_WRITE, PERMUTE through vkCmdCopyBuffer where they are copies */
+    /* f32 subnormals kept in every shader (SPV_KHR_float_controls
+     * DenormPreserve, patched into the SPIR-V): the reference keeps them,
+     * and drivers that flush (NVIDIA's) otherwise lose products under 2^-126 */
+    bool denorm_preserve;
+    bool denorm_ext; /* VK_KHR_shader_float_controls enabled on the device */
     /* the most bytes one binding covers: maxStorageBufferRange, or less
      * (DIFFRT_VK_SPLIT_BYTES, tests) for the GEMV weights bound in row blocks */
     uint64_t split_bytes;

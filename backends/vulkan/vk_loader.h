@@ -26,6 +26,7 @@
     X(vkGetPhysicalDeviceFeatures2)                                                                                    \
     X(vkGetPhysicalDeviceMemoryProperties)                                                                             \
     X(vkGetPhysicalDeviceQueueFamilyProperties)                                                                        \
+    X(vkEnumerateDeviceExtensionProperties)                                                                            \
     X(vkCreateDevice)                                                                                                  \
     X(vkGetDeviceProcAddr)
 
