@@ -295,6 +295,9 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_SIGMOID, .rows = 33, .cols = 129, .mag = 300},
     {.op = DRT_OP_ADD, .rows = 1, .cols = 4097},
     {.op = DRT_OP_ADD, .rows = 37, .cols = 129},
+    /* an output past 2 MiB: the CUDA backend downloads it through its two
+     * pinned 2 MiB chunks (cuda.staged), the second one partial */
+    {.op = DRT_OP_ADD, .rows = 1100, .cols = 521},
     /* KV_WRITE: src (T, G, m, d) into a cache (cap, G, m, d) at p0, or m = 0:
      * (cap, G, d) */
     {.op = DRT_OP_KV_WRITE, .T = 1, .cap = 64, .G = 2, .m = 2, .d = 64, .p0 = 63},
@@ -351,6 +354,12 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_MATMUL, .T = 2, .K = 128, .N = 70, .wt = BF16, .scale = 1},
     {.op = DRT_OP_MATMUL, .B = 3, .T = 1, .K = 256, .N = 33, .wt = F16, .scale = 0.5f},
     {.op = DRT_OP_MATMUL, .T = 4, .K = 48, .N = 130, .wt = F16, .scale = 1},
+    /* the CUDA decode GEMV 2 (K split over 8 warps of 256 weights each): K
+     * past 2048, so that warps take several chunks and some one fewer; rows
+     * per block 4, 2 and 1 by N (the emulator's 16 SMs: N >= 128, >= 64) */
+    {.op = DRT_OP_MATMUL, .T = 1, .K = 4360, .N = 131, .wt = BF16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 6, .K = 2568, .N = 67, .wt = F16, .scale = 0.5f},
+    {.op = DRT_OP_MATMUL, .T = 8, .K = 2056, .N = 9, .wt = BF16, .scale = 1},
     /* Vulkan lanes attention (backends/vulkan/shaders/attention_lanes.comp, CPU devices):
      * 4 rows per lane with split keys, a partial last row block, GQA of 4,
      * T != S; 2 rows per lane split with m = 1 and large logits; dk/dv of

@@ -57,6 +57,7 @@ typedef struct {
     int cc_major, cc_minor;
     size_t smem_optin; /* max dynamic shared memory per block (opt-in) */
     cu_precision prec;
+    int gemv; /* the f16/bf16 decode GEMV kernel: 1 or 2 (cuda.gemv, matmul.cu) */
 } cu_ctx;
 
 /* ---- elementwise.cu ------------------------------------------------------- */
@@ -89,6 +90,22 @@ drt_status cu_norm_rows(cu_ctx *c, float *y, const float *x, int64_t rows, int C
 
 /* y (B,T,N) = scale * x (B,T,K) w^T; w is (Bw,N,K), or (Bw,K,N) when trans_w,
  * of dtype wt; batch b of x uses batch b*Bw/B of w (drt_ref_matmul). */
+/* Several decode GEMVs over one x (T <= 8 rows, K columns) in one launch
+ * (gemv_lowp_kernel2): y[i] (T, N[i]) = scale * x w[i]^T, each w[i] (N[i],
+ * K) of one dtype. first[] is filled in by cu_matmul_group. */
+#define CU_GEMV_GROUP 3
+typedef struct {
+    int n;
+    const void *w[CU_GEMV_GROUP];
+    float *y[CU_GEMV_GROUP];
+    int N[CU_GEMV_GROUP];
+    int first[CU_GEMV_GROUP];
+} cu_gemv_group;
+/* whether a MATMUL of these dims and pointers may join a group (f16/bf16 2-d
+ * weights, T <= 8, K % 8 == 0, 16-byte aligned, cuda.gemv 2) */
+int cu_gemv_groupable(const cu_ctx *c, drt_dtype wt, int B, int Bw, int T, int N, int K, int trans_w, const void *x,
+                      const void *w);
+drt_status cu_matmul_group(cu_ctx *c, cu_gemv_group *g, drt_dtype wt, const float *x, int T, int K, float scale);
 drt_status cu_matmul(cu_ctx *c, float *y, const float *x, const void *w, drt_dtype wt, int B, int Bw, int T, int N,
                      int K, int trans_w, float scale);
 /* bytes of c->scratch cu_matmul needs for these arguments */

@@ -149,6 +149,101 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+/* The same product, R rows per block, K split over the block's 8 warps:
+ * chunk c (256 weights of a row) goes to warp c % 8, lane l takes weights
+ * 8l .. 8l+7 of it (16 bytes). Each lane issues the 16-byte weight loads
+ * of GEMV2_U chunks x R rows before it multiplies, where kernel 1
+ * has one row per warp and the row's chunks one after another; x's 8
+ * values per chunk are loaded once for all R rows. The warps' partial sums
+ * meet in shared memory, added in warp order. Needs K % 8 == 0 and 16-byte
+ * aligned w, x (the caller's vec). R is picked so that there are blocks
+ * for every SM: N / R >= 2 x SMs where possible. TM: the most rows of x
+ * (1: the decode of one sequence, with 1/8 of the accumulators; else 8).
+ * Napkin math: as kernel 1, N*K*2 bytes of weights; target = DRAM
+ * bandwidth, also for the (512, 2048) K/V projections of a 1B model. */
+#define GEMV2_WARPS 8
+#define GEMV2_U 4
+template <typename WT, int R, int TM>
+__global__ void __launch_bounds__(256) gemv_lowp_kernel2(cu_gemv_group G, const float *x, int T, int K, float scale) {
+    typedef typename lowp2<WT>::type WT2;
+    __shared__ float red[GEMV2_WARPS][R * TM];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    /* the matrix this block's rows are in: blocks [first[i], first[i+1]) */
+    int gi = 0;
+#pragma unroll
+    for (int i = 1; i < CU_GEMV_GROUP; i++)
+        if (i < G.n && (int)blockIdx.x >= G.first[i]) gi = i;
+    const WT *w = (const WT *)G.w[gi];
+    float *y = G.y[gi];
+    const int N = G.N[gi];
+    const int n0 = ((int)blockIdx.x - G.first[gi]) * R;
+    const WT *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        wr[r] = w + (int64_t)(n0 + r < N ? n0 + r : n0) * K; /* a past-the-end row re-reads row n0 */
+    float acc[R][TM];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < TM; t++) acc[r][t] = 0.0f;
+    /* U chunks a lane at a time: all their loads issued before any FMA (2
+     * for 4 rows of 8 accumulators each, which would spill with 4) */
+    constexpr int U = TM > 1 && R >= 4 ? 2 : GEMV2_U;
+    const int stride = GEMV2_WARPS * 256;
+    for (int k0 = (warp * 32 + lane) * 8; k0 < K; k0 += U * stride) {
+        uint4 raw[U][R];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (k0 + u * stride < K)
+#pragma unroll
+                for (int r = 0; r < R; r++) raw[u][r] = __ldg(reinterpret_cast<const uint4 *>(wr[r] + k0 + u * stride));
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int k = k0 + u * stride;
+            if (k >= K) break;
+#pragma unroll
+            for (int t = 0; t < TM; t++) {
+                if (t < T) {
+                    const float4 *xp = reinterpret_cast<const float4 *>(x + (int64_t)t * K + k);
+                    const float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        const WT2 *h2 = reinterpret_cast<const WT2 *>(&raw[u][r]);
+                        const float2 w0 = lowp2_to_float2(h2[0]), w1 = lowp2_to_float2(h2[1]);
+                        const float2 w2 = lowp2_to_float2(h2[2]), w3 = lowp2_to_float2(h2[3]);
+                        float s = acc[r][t];
+                        s = fmaf(a.x, w0.x, s);
+                        s = fmaf(a.y, w0.y, s);
+                        s = fmaf(a.z, w1.x, s);
+                        s = fmaf(a.w, w1.y, s);
+                        s = fmaf(b.x, w2.x, s);
+                        s = fmaf(b.y, w2.y, s);
+                        s = fmaf(b.z, w3.x, s);
+                        s = fmaf(b.w, w3.y, s);
+                        acc[r][t] = s;
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < TM; t++)
+            if (t < T) {
+                const float v = cu_warp_sum(acc[r][t]);
+                if (lane == 0) red[warp][r * TM + t] = v;
+            }
+    __syncthreads();
+    const int i = threadIdx.x, r = i / TM, t = i % TM;
+    if (i < R * TM && t < T && n0 + r < N) {
+        float v = 0.0f;
+#pragma unroll
+        for (int j = 0; j < GEMV2_WARPS; j++) v += red[j][i];
+        y[(int64_t)t * N + n0 + r] = scale * v;
+    }
+}
+
 /* ---- q8_0 / q4_0 weights (runtime/drt_quant.h, docs/quantization.md) ----------------- */
 
 /* an f16 bit pattern as float, exactly (subnormals included) */
@@ -437,12 +532,69 @@ extern "C" size_t cu_matmul_scratch(const cu_ctx *c, drt_dtype wt, int B, int Bw
     return (size_t)widen_rows(N, K, trans_w) * K * 4;
 }
 
+/* rows per block of gemv_lowp_kernel2 for a launch of N rows in all */
+static int gemv2_rows(const cu_ctx *c, int64_t N) {
+    return N >= 4 * 2 * c->n_sm ? 4 : N >= 2 * 2 * c->n_sm ? 2 : 1;
+}
+
+/* gemv_lowp_kernel2 over the matrices of g (g->first filled in here) */
+template <typename WT>
+static drt_status launch_gemv2(cu_ctx *c, cu_gemv_group *g, const float *x, int T, int K, float scale) {
+    int64_t total = 0;
+    for (int i = 0; i < g->n; i++) total += g->N[i];
+    const int r = gemv2_rows(c, total);
+    int64_t nb = 0;
+    for (int i = 0; i < g->n; i++) {
+        g->first[i] = (int)nb;
+        nb += (g->N[i] + r - 1) / r;
+    }
+#define GEMV2(R, TM) CU_LAUNCH((gemv_lowp_kernel2<WT, R, TM>), (unsigned)nb, 256, 0, c->stream)(*g, x, T, K, scale)
+    if (T == 1) {
+        if (r == 4)
+            GEMV2(4, 1);
+        else if (r == 2)
+            GEMV2(2, 1);
+        else
+            GEMV2(1, 1);
+    } else {
+        if (r == 4)
+            GEMV2(4, GEMV_MAX_T);
+        else if (r == 2)
+            GEMV2(2, GEMV_MAX_T);
+        else
+            GEMV2(1, GEMV_MAX_T);
+    }
+#undef GEMV2
+    return cu_launched(g->n > 1 ? "MATMUL (gemv 2, grouped)" : "MATMUL (gemv 2)");
+}
+
 template <typename WT>
 static drt_status launch_gemv(cu_ctx *c, float *y, const float *x, const void *w, int T, int N, int K, float scale) {
     const int vec = K % 8 == 0 && aligned16(w) && aligned16(x);
+    if (vec && c->gemv == 2) {
+        cu_gemv_group g;
+        memset(&g, 0, sizeof g);
+        g.n = 1;
+        g.w[0] = w;
+        g.y[0] = y;
+        g.N[0] = N;
+        return launch_gemv2<WT>(c, &g, x, T, K, scale);
+    }
     CU_LAUNCH(gemv_lowp_kernel1<WT>, (unsigned)((N + 7) / 8), 256, 0, c->stream)
     (y, x, (const WT *)w, T, N, K, scale, vec);
     return cu_launched("MATMUL (gemv)");
+}
+
+extern "C" int cu_gemv_groupable(const cu_ctx *c, drt_dtype wt, int B, int Bw, int T, int N, int K, int trans_w,
+                                 const void *x, const void *w) {
+    return c->gemv == 2 && (wt == DRT_F16 || wt == DRT_BF16) && use_gemv(wt, B, Bw, T, trans_w) && K % 8 == 0 &&
+           aligned16(w) && aligned16(x) && N > 0;
+}
+
+extern "C" drt_status cu_matmul_group(cu_ctx *c, cu_gemv_group *g, drt_dtype wt, const float *x, int T, int K,
+                                      float scale) {
+    return wt == DRT_BF16 ? launch_gemv2<__nv_bfloat16>(c, g, x, T, K, scale)
+                          : launch_gemv2<__half>(c, g, x, T, K, scale);
 }
 
 template <int WF>
