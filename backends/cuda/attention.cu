@@ -612,12 +612,13 @@ static const tc_entry *tc_pick(const cu_ctx *c, int nq, int T, int dk, int dv) {
     return NULL;
 }
 
-/* blocks per (t,h) for kernel 1: enough to give every SM ~2 blocks when
- * T*H is small (decode), at least V1_MIN_CHUNK cache rows per split (a row
- * with fewer keys leaves the last splits empty) */
+/* blocks per (t,h) for kernel 1: enough to give every SM ~4 blocks when
+ * T*H is small (decode; 32 sequences of 16 heads: 2 splits), at least
+ * V1_MIN_CHUNK cache rows per split (a row with fewer keys leaves the last
+ * splits empty) */
 static int attn_nsplit(const cu_ctx *c, int T, int S_cap, int H) {
     const int64_t units = (int64_t)T * H;
-    int64_t want = (2 * (int64_t)c->n_sm + units - 1) / units;
+    int64_t want = (4 * (int64_t)c->n_sm + units - 1) / units;
     int64_t most = S_cap / V1_MIN_CHUNK;
     if (want > most) want = most;
     if (want > MAX_SPLIT) want = MAX_SPLIT;
