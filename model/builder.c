@@ -42,12 +42,14 @@ static drt_tensor *attention(drt_graph *g, const drt_model *m, int l, const drt_
     int diff = I->arch != DRT_ARCH_TRANSFORMER;
     int64_t qmaps = diff ? 2 : 1;
 
-    /* q: (T, H*qmaps*dk) -> RoPE over (T, H*qmaps, dk) */
+    /* q: (T, H*qmaps*dk) -> RoPE over (T, H*qmaps, dk). The three
+     * projections of h come first, one after the other, so that a backend
+     * may run them as one launch (the CUDA decode GEMV does). */
     drt_tensor *q = named(drt_matmul(g, h, L->wq), l, "attn.q");
-    q = *q_out = named(drt_rope(g, reshape(g, q, 3, T, H * qmaps, dk, 0), inv_freq, rows), l, "attn.q_rope");
     drt_tensor *k = named(drt_matmul(g, h, L->wk), l, "attn.k");
-    k = named(drt_rope(g, reshape(g, k, 3, T, G * km, dk, 0), inv_freq, rows), l, "attn.k_rope");
     drt_tensor *v = named(drt_matmul(g, h, L->wv), l, "attn.v");
+    q = *q_out = named(drt_rope(g, reshape(g, q, 3, T, H * qmaps, dk, 0), inv_freq, rows), l, "attn.q_rope");
+    k = named(drt_rope(g, reshape(g, k, 3, T, G * km, dk, 0), inv_freq, rows), l, "attn.k_rope");
 
     drt_tensor *o, *kc, *vc;
     if (!diff) {

@@ -74,7 +74,16 @@ typedef struct {
     int cur_cap;
     int verbose; /* DIFFRT_CUDA_VERBOSE=1: one stats line on stderr at shutdown */
     long long n_eager, n_captured, n_replayed, n_capture_failed;
+    /* large downloads (a batch's logits) go through two pinned chunks, the
+     * device copying one while the host copies the other out: a copy
+     * straight into pageable memory ran at a few GB/s (cuda.staged) */
+    int staged;
+    void *stage[2];
+    cudaEvent_t stage_ev[2];
 } cuda_state;
+
+#define STAGE_CHUNK ((size_t)2 << 20)
+#define STAGE_MIN ((size_t)1 << 20) /* smaller downloads are copied directly */
 
 static drt_status cuda_err(cudaError_t e, const char *what) {
     if (e == cudaSuccess) return DRT_OK;
@@ -193,6 +202,10 @@ static void cuda_shutdown(drt_backend *be) {
     cudaFree(c->blas_ws);
     cudaFree(c->scratch);
     if (c->h_err) cudaFreeHost(c->h_err);
+    for (int i = 0; i < 2; i++) {
+        if (st->stage[i]) cudaFreeHost(st->stage[i]);
+        if (st->stage_ev[i]) cudaEventDestroy(st->stage_ev[i]);
+    }
     if (c->stream) cudaStreamDestroy(c->stream);
     (void)cudaGetLastError();
     free(st);
@@ -206,13 +219,18 @@ static drt_status blas_err(cublasStatus_t s, const char *what) {
 
 static drt_status read_env(cuda_state *st, const drt_settings *settings) {
     const char *p;
-    int graphs, verbose;
+    int graphs, verbose, staged;
+    long long gemv;
     drt_status s = drt_setting_str(settings, "cuda.precision", &p); /* f32 or fast, checked */
+    if (s == DRT_OK) s = drt_setting_int(settings, "cuda.gemv", &gemv);
     if (s == DRT_OK) s = drt_setting_bool(settings, "cuda.graph", &graphs);
+    if (s == DRT_OK) s = drt_setting_bool(settings, "cuda.staged", &staged);
     if (s == DRT_OK) s = drt_setting_bool(settings, "cuda.verbose", &verbose);
     if (s != DRT_OK) return s;
     st->k.prec = strcmp(p, "fast") == 0 ? CU_PREC_FAST : CU_PREC_F32;
+    st->k.gemv = (int)gemv;
     st->graphs = graphs;
+    st->staged = staged;
     st->verbose = verbose;
     return DRT_OK;
 }
@@ -298,10 +316,43 @@ static drt_status cuda_upload(drt_backend *be, drt_buffer *b, size_t off, const 
     return s;
 }
 
+/* src (device) to dst (pageable host) through the two pinned chunks: chunk
+ * i + 1 is copied by the device while the host copies chunk i out. */
+static drt_status download_staged(cuda_state *st, void *dst, const char *src, size_t n) {
+    cu_ctx *c = &st->k;
+    drt_status s = DRT_OK;
+    for (int i = 0; s == DRT_OK && i < 2; i++) {
+        if (!st->stage[i])
+            s = cuda_err(cudaHostAlloc(&st->stage[i], STAGE_CHUNK, cudaHostAllocDefault), "cudaHostAlloc");
+        if (s == DRT_OK && !st->stage_ev[i])
+            s = cuda_err(cudaEventCreateWithFlags(&st->stage_ev[i], cudaEventDisableTiming), "cudaEventCreate");
+    }
+    if (s != DRT_OK) return s;
+    const size_t k = (n + STAGE_CHUNK - 1) / STAGE_CHUNK;
+    for (size_t i = 0; i <= k && s == DRT_OK; i++) {
+        if (i < k) { /* issue chunk i; its buffer's previous chunk (i - 2) was copied out below */
+            const size_t len = i + 1 < k ? STAGE_CHUNK : n - i * STAGE_CHUNK;
+            s = cuda_err(
+                cudaMemcpyAsync(st->stage[i & 1], src + i * STAGE_CHUNK, len, cudaMemcpyDeviceToHost, c->stream),
+                "download");
+            if (s == DRT_OK) s = cuda_err(cudaEventRecord(st->stage_ev[i & 1], c->stream), "download");
+        }
+        if (i > 0 && s == DRT_OK) { /* copy chunk i - 1 out while chunk i is in flight */
+            const size_t j = i - 1, len = j + 1 < k ? STAGE_CHUNK : n - j * STAGE_CHUNK;
+            s = cuda_err(cudaEventSynchronize(st->stage_ev[j & 1]), "download");
+            if (s == DRT_OK) memcpy((char *)dst + j * STAGE_CHUNK, st->stage[j & 1], len);
+        }
+    }
+    if (s != DRT_OK) (void)cudaStreamSynchronize(c->stream); /* nothing left writing the chunks */
+    return s;
+}
+
 static drt_status cuda_download(drt_backend *be, const drt_buffer *b, size_t off, void *dst, size_t n) {
-    cu_ctx *c = &((cuda_state *)be->ctx)->k;
+    cuda_state *st = be->ctx;
+    cu_ctx *c = &st->k;
     if (off + n > b->size) return drt_set_error(DRT_ERR_INVALID_ARG, "cuda: download past the end of a buffer");
     cudaSetDevice(c->device);
+    if (st->staged && n >= STAGE_MIN) return download_staged(st, dst, (const char *)b->handle + off, n);
     drt_status s = cuda_err(cudaMemcpyAsync(dst, (const char *)b->handle + off, n, cudaMemcpyDeviceToHost, c->stream),
                             "download");
     if (s == DRT_OK) s = cuda_err(cudaStreamSynchronize(c->stream), "download");
@@ -412,10 +463,64 @@ static drt_status run_node(cu_ctx *c, const drt_tensor *t) {
     return drt_set_error(DRT_ERR_UNSUPPORTED, "cuda: op %s has no kernel", drt_op_name(t->op));
 }
 
+/* whether the storage of a and b overlaps */
+static int overlaps(const drt_tensor *a, const drt_tensor *b) {
+    const char *pa = dp(a), *pb = dp(b);
+    return pa < pb + drt_nbytes(b) && pb < pa + drt_nbytes(a);
+}
+
+/* whether node t is a MATMUL that may join a decode GEMV group */
+static int groupable(const cu_ctx *c, const drt_tensor *t) {
+    if (t->op != DRT_OP_MATMUL) return 0;
+    const drt_matmul_shape m = drt_matmul_dims(t);
+    return cu_gemv_groupable(c, m.wtype, (int)m.B, (int)m.Bw, (int)m.T, (int)m.N, (int)m.K, m.trans_w, dp(t->src[0]),
+                             dp(t->src[1]));
+}
+
+/* Consecutive decode GEMVs that read the same x with the same shape of x,
+ * weight dtype and scale (a layer's gate and up projections) run as one
+ * launch: one kernel's worth of blocks instead of two half-filled tails and
+ * two launch gaps. Their order in the plan is kept, and nothing runs in
+ * between, so this is the same schedule the plan's buffers were laid out
+ * for. Returns how many nodes from nodes[0] it ran (0: none). */
+static int run_group(cu_ctx *c, drt_tensor *const *nodes, int n, drt_status *st) {
+    if (n < 2 || !groupable(c, nodes[0])) return 0;
+    const drt_tensor *t0 = nodes[0];
+    const drt_matmul_shape m0 = drt_matmul_dims(t0);
+    cu_gemv_group g = {.n = 0};
+    for (int i = 0; i < n && g.n < CU_GEMV_GROUP; i++) {
+        const drt_tensor *t = nodes[i];
+        if (i > 0) {
+            if (!groupable(c, t) || dp(t->src[0]) != dp(t0->src[0])) break;
+            const drt_matmul_shape m = drt_matmul_dims(t);
+            if (m.wtype != m0.wtype || m.T != m0.T || m.K != m0.K || m.scale != m0.scale) break;
+            /* run one after the other, an output could reuse the memory of
+             * an earlier one that nothing reads: then they must not share
+             * a launch */
+            int overlap = 0;
+            for (int j = 0; j < i; j++) overlap |= overlaps(nodes[j], t);
+            if (overlap) break;
+        }
+        g.w[g.n] = dp(t->src[1]);
+        g.y[g.n] = dp(t);
+        g.N[g.n] = (int)drt_matmul_dims(t).N;
+        g.n++;
+    }
+    if (g.n < 2) return 0;
+    *st = cu_matmul_group(c, &g, m0.wtype, dp(t0->src[0]), (int)m0.T, (int)m0.K, m0.scale);
+    return g.n;
+}
+
 static drt_status run_nodes(cu_ctx *c, drt_tensor *const *nodes, int n) {
-    for (int i = 0; i < n; i++) {
-        drt_status s = run_node(c, nodes[i]);
+    for (int i = 0; i < n;) {
+        drt_status s = DRT_OK;
+        int k = run_group(c, nodes + i, n - i, &s);
+        if (k == 0) {
+            s = run_node(c, nodes[i]);
+            k = 1;
+        }
         if (s != DRT_OK) return s;
+        i += k;
     }
     return DRT_OK;
 }

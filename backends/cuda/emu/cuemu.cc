@@ -495,6 +495,36 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     return cudaSuccess;
 }
 
+/* Events: work runs when it is enqueued (outside a capture), so an event
+ * is complete as soon as it is recorded. Recording one into a capture is
+ * not something the backend does. */
+struct CUevent_st {
+    int recorded;
+};
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
+    (void)flags;
+    *e = new CUevent_st{0};
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    if (!e || (s && s->capturing)) return fail(cudaErrorInvalidValue);
+    e->recorded = 1;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (!e) return fail(cudaErrorInvalidValue);
+    if (capture_violation()) return g_last;
+    return cudaSuccess;
+}
+
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     (void)flags;
     *s = new CUstream_st;
