@@ -14,6 +14,12 @@
 #   .gl/*.deb the Vulkan/GL loaders (the device tool's README)
 #
 #   BUDGET=500 bash bench/gpu/lease.sh     # seconds for all stages
+#   STAGES="conform_vulkan gemv" bash bench/gpu/lease.sh   # only these
+#
+# Stages, in order: info conform_cuda conform_vulkan conform_fast gemv ops
+# torch decode decode_gemv1 bench_cuda bench_cuda_fast bench_vulkan
+# batch_step batch_step_unstaged batch_step_fast ncu_decode ncu_batch conform_vulkan_denorm
+# conform_nograph perf_f32 perf_fast conform_fast_models.
 #
 # Output: $OUT/summary.txt (updated after every stage) and $OUT/results.tgz
 # (every log and JSON file, under gpu-run/).
@@ -37,10 +43,12 @@ pack() {
 left() { echo $((BUDGET - (SECONDS - T0))); }
 
 # stage NAME SECONDS CMD...: CMD's output in $R/NAME.log, under a limit of
-# SECONDS (or what is left of the budget); exit status and time noted
+# SECONDS (or what is left of the budget); exit status and time noted.
+# Skipped when STAGES is set and does not name it.
 stage() {
     local name=$1 lim=$2
     shift 2
+    case " ${STAGES:-$name} " in *" $name "*) ;; *) return 0 ;; esac
     local l
     l=$(left)
     if [ "$l" -lt 15 ]; then
@@ -92,20 +100,42 @@ note "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format
 grep 'not found' "$R/device.txt" | sed 's/^/missing: /' | tee -a "$S"
 
 TAILN=0 stage info 30 "$B/diffrt" info
-sed -n '1,/^settings/p' "$R/info.log" | sed 's/^/   | /' | tee -a "$S"
+[ -f "$R/info.log" ] && sed -n '1,/^settings/p' "$R/info.log" | sed 's/^/   | /' | tee -a "$S"
 stage conform_cuda 90 env DIFFRT_CUDA_VERBOSE=1 "$B/diffrt" conform --backend cpu,cuda \
     --require cpu,cuda --models tests/fixtures --json "$R/conform_cuda.json"
 stage conform_vulkan 120 "$B/diffrt" conform --require vulkan --backend vulkan \
     --models tests/fixtures --json "$R/conform_vulkan.json"
 stage conform_fast 90 cmake -DEXE="$B/diffrt" -DFIXTURES="$ROOT/tests/fixtures" \
     -DOUT="$R/conform_fast.json" -P backends/cuda/emu/check_fast.cmake
-stage ops 60 "$B/bench_gpu_ops" --json "$R/ops.json"
+TAILN=24 stage gemv 90 "$B/bench_gpu_ops" --gemv-only --json "$R/gemv.json"
+stage ops 60 "$B/bench_gpu_ops" --skip-gemv --json "$R/ops.json"
 stage torch 90 python3 bench/gpu/torch_ref.py --json "$R/torch_ref.json" --ours "$R/ops.json"
 stage decode 120 "$B/bench_gpu_decode_1b" --dir "$M" --json "$R/decode_1b.json"
+stage decode_gemv1 60 env DIFFRT_CUDA_GEMV=1 "$B/bench_gpu_decode_1b" --dir "$M" --json "$R/decode_1b_gemv1.json"
 TAILN=30 stage bench_cuda 100 "$B/diffrt" bench --model "$M" --backend cuda -p 512 -n 128 -r 3 \
     --parallel 1,8,32 --json "$R/bench_cuda.json"
+TAILN=8 stage bench_cuda_fast 100 env DIFFRT_CUDA_PRECISION=fast "$B/diffrt" bench --model "$M" --backend cuda \
+    -p 512 -n 128 -r 3 --parallel 1,8,32 --json "$R/bench_cuda_fast.json"
 TAILN=30 stage bench_vulkan 100 "$B/diffrt" bench --model "$M" --backend vulkan -p 512 -n 128 -r 3 \
     --json "$R/bench_vulkan.json"
+stage batch_step 90 "$B/bench_gpu_batch_step" --model "$M" --seqs 1,8,32 --prompt 512 --steps 16 \
+    --json "$R/batch_step.json"
+stage batch_step_unstaged 90 env DIFFRT_CUDA_STAGED=0 "$B/bench_gpu_batch_step" --model "$M" --seqs 1,8,32 \
+    --prompt 512 --steps 16 --json "$R/batch_step_unstaged.json"
+stage batch_step_fast 90 env DIFFRT_CUDA_PRECISION=fast "$B/bench_gpu_batch_step" --model "$M" --seqs 1,8,32 \
+    --prompt 512 --steps 16 --json "$R/batch_step_fast.json"
+# kernel times of a decode step (Nsight Compute, one pass per kernel): one
+# sequence, and 32 (short prompts keep the prefill kernels few)
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
+if [ -n "$NCU" ]; then
+    TAILN=40 stage ncu_decode 100 "$NCU" --metrics gpu__time_duration.sum --print-summary per-kernel \
+        "$B/bench_gpu_batch_step" --model "$M" --seqs 1 --prompt 16 --steps 4
+    TAILN=40 stage ncu_batch 100 "$NCU" --metrics gpu__time_duration.sum --print-summary per-kernel \
+        "$B/bench_gpu_batch_step" --model "$M" --seqs 32 --prompt 16 --steps 4
+else
+    note "-- ncu: not found"
+fi
+stage conform_vulkan_denorm 60 env DIFFRT_VULKAN_DENORM=force "$B/diffrt" conform --backend vulkan --op MATMUL
 stage conform_nograph 60 env DIFFRT_CUDA_GRAPH=0 "$B/diffrt" conform --backend cpu,cuda \
     --require cpu,cuda --models tests/fixtures --json "$R/conform_nograph.json"
 stage perf_f32 60 "$B/diffrt" conform --perf --backend cuda --json "$R/perf_f32.json"

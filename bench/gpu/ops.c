@@ -18,7 +18,10 @@
  * a synchronize; after the second run it is one CUDA-graph launch), or of
  * cudaEvent-timed loops for raw cuBLAS.
  *
- *   bench_gpu_ops [--json FILE] [--reps N] [--skip-f32-attn] */
+ *   The decode GEMVs of a 1B model (bench_gemv): GB/s of weights read by
+ *   each kernel variant (cuda.gemv 1, 2) at T = 1 and 8.
+ *
+ *   bench_gpu_ops [--json FILE] [--reps N] [--skip-f32-attn] [--gemv-only | --skip-gemv] */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -152,6 +155,56 @@ static drt_status bench_attn(const char *prec, int diff, int T, int H, int dk, i
     return s;
 }
 
+/* The decode GEMV y (T,N) = x (T,K) w^T with bf16 w, kernel variant gemv
+ * (cuda.gemv), f32 mode: n independent weight matrices (>= 1 GiB in all,
+ * so L2 holds none of them between uses) multiplied in one plan, one CUDA
+ * graph after the second run; *sec = median plan time / n, so the gaps
+ * between kernels inside a graph count, as they do in a decode step. */
+static drt_status bench_gemv(int gemv, int T, int N, int K, double *sec, int *nodes) {
+    char v[8];
+    snprintf(v, sizeof v, "%d", gemv);
+    setenv("DIFFRT_CUDA_GEMV", v, 1);
+    drt_backend *be = NULL;
+    drt_status s = open_cuda("f32", &be);
+    unsetenv("DIFFRT_CUDA_GEMV");
+    if (s != DRT_OK) return s;
+    const double bytes = 2.0 * N * K;
+    int n = (int)((1024.0 * 1024 * 1024 + bytes - 1) / bytes);
+    if (n < 2) n = 2;
+    if (n > 256) n = 256;
+    drt_graph *g = drt_graph_new();
+    drt_tensor *x = drt_new_tensor_2d(g, DRT_F32, T, K, "x");
+    drt_tensor *last = NULL;
+    drt_tensor **w = calloc((size_t)n, sizeof *w);
+    if (!w) s = DRT_ERR_OOM;
+    for (int i = 0; s == DRT_OK && i < n; i++) {
+        w[i] = drt_new_tensor_2d(g, DRT_BF16, N, K, "w");
+        last = drt_matmul(g, x, w[i]);
+    }
+    drt_plan *p = NULL;
+    if (s == DRT_OK) s = g->err != DRT_OK || !last ? g->err : drt_plan_create(g, be, &p);
+    /* one random weight content for all n (distinct buffers all the same) */
+    uint64_t seed = 7;
+    if (s == DRT_OK) s = fill(x, 1.0f, seed++);
+    uint16_t *h = s == DRT_OK ? malloc((size_t)N * K * 2) : NULL;
+    if (s == DRT_OK && !h) s = DRT_ERR_OOM;
+    for (int64_t i = 0; s == DRT_OK && i < (int64_t)N * K; i++)
+        h[i] = drt_f32_to_bf16(
+            (float)(((double)(drt_splitmix64(&seed) >> 11) * (1.0 / 9007199254740992.0) - 0.5) * 0.1));
+    for (int i = 0; s == DRT_OK && i < n; i++) s = drt_tensor_set(w[i], h, (size_t)N * K * 2);
+    free(h);
+    drt_exec ex = {0};
+    double med = 0;
+    if (s == DRT_OK) s = time_plan(p, &ex, &med);
+    *sec = med / n;
+    *nodes = n;
+    drt_plan_free(p);
+    free(w);
+    drt_graph_free(g);
+    drt_backend_close(be);
+    return s;
+}
+
 /* cuBLAS bf16 GEMM n^3 with output type ct: median seconds per call */
 static int cublas_peak(int n, cudaDataType ct, double *sec) {
     void *a = NULL, *b = NULL, *c = NULL;
@@ -218,7 +271,7 @@ static int fail(const char *what) {
 
 int main(int argc, char **argv) {
     const char *json = NULL;
-    int skip_f32_attn = 0;
+    int skip_f32_attn = 0, gemv_only = 0, skip_gemv = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
             json = argv[++i];
@@ -226,8 +279,13 @@ int main(int argc, char **argv) {
             g_reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--skip-f32-attn") == 0)
             skip_f32_attn = 1;
+        else if (strcmp(argv[i], "--gemv-only") == 0)
+            gemv_only = 1;
+        else if (strcmp(argv[i], "--skip-gemv") == 0)
+            skip_gemv = 1;
         else {
-            fprintf(stderr, "usage: bench_gpu_ops [--json FILE] [--reps N] [--skip-f32-attn]\n");
+            fprintf(stderr, "usage: bench_gpu_ops [--json FILE] [--reps N] [--skip-f32-attn] [--gemv-only | "
+                            "--skip-gemv]\n");
             return 2;
         }
     }
@@ -240,8 +298,40 @@ int main(int argc, char **argv) {
     }
     printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
     jres = cJSON_CreateArray();
+    if (gemv_only || !skip_gemv) {
+        /* the bf16 shapes of a 1B decode step (bench_gpu_decode_1b's model) */
+        static const struct {
+            const char *what;
+            int N, K;
+        } G[] = {{"q, o (2048x2048)", 2048, 2048},
+                 {"k, v (512x2048)", 512, 2048},
+                 {"gate, up (8192x2048)", 8192, 2048},
+                 {"down (2048x8192)", 2048, 8192},
+                 {"lm_head (128256x2048)", 128256, 2048}};
+        printf("decode GEMV, bf16 weights, f32 mode: GB/s of weights read (copy bandwidth: %s)\n",
+               "see bench_gpu_decode_1b");
+        for (size_t i = 0; i < sizeof G / sizeof G[0]; i++)
+            for (int T = 1; T <= 8; T += 7)
+                for (int kv = 1; kv <= 2; kv++) {
+                    double sec = 0;
+                    int nodes = 0;
+                    if (bench_gemv(kv, T, G[i].N, G[i].K, &sec, &nodes) != DRT_OK) return fail("GEMV");
+                    const double gbs = 2.0 * G[i].N * G[i].K / sec * 1e-9;
+                    printf("  %-24s T=%d gemv %d %9.2f us %8.1f GB/s  (%d matrices a graph)\n", G[i].what, T, kv,
+                           sec * 1e6, gbs, nodes);
+                    cJSON *j = cJSON_CreateObject();
+                    cJSON_AddStringToObject(j, "group", "gemv");
+                    cJSON_AddStringToObject(j, "what", G[i].what);
+                    cJSON_AddNumberToObject(j, "T", T);
+                    cJSON_AddNumberToObject(j, "gemv", kv);
+                    cJSON_AddNumberToObject(j, "median_s", sec);
+                    cJSON_AddNumberToObject(j, "gbps", gbs);
+                    cJSON_AddItemToArray(jres, j);
+                }
+    }
     measure m;
     const int n = 4096;
+    if (gemv_only) goto done;
     const double gemm_flops = 2.0 * n * n * (double)n;
 
     printf("MATMUL %dx%dx%d, bf16 weights\n", n, n, n);
@@ -270,6 +360,7 @@ int main(int argc, char **argv) {
     printf("ATTN of the same useful flops, causal\n");
     if (bench_attn("fast", 0, T, 32, 128, 128, &m) != DRT_OK) return fail("ATTN fast");
     report("attn", "diffrt ATTN H=32 d=128 (tensor cores)", "fast", m.seconds, m.flops, m.fallbacks, diff_fast);
+done:
 
     if (json) {
         cJSON *root = cJSON_CreateObject();
