@@ -123,8 +123,7 @@ int main(int argc, char **argv) {
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p || v < 1 || v > 512) {
-            fprintf(stderr, "bench_gpu_batch_step: --seqs wants counts 1 .. 512, comma-separated (got \"%s\")\n",
-                    seqs);
+            fprintf(stderr, "bench_gpu_batch_step: --seqs wants counts 1 .. 512, comma-separated (got \"%s\")\n", seqs);
             return 2;
         }
         nv[ns++] = (int)v;
