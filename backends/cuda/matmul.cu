@@ -14,8 +14,12 @@
  *   f32 weights   cublasSgemmStridedBatched, CUBLAS_DEFAULT_MATH (no TF32);
  *                 fast mode: cublasGemmStridedBatchedEx, COMPUTE_32F_FAST_TF32.
  *   f16/bf16, 2-d, T <= 8 (decode)
- *                 gemv_lowp_kernel1: weights streamed once, widened exactly to
- *                 f32, f32 FMA. Memory-bound: this is what decode speed is.
+ *                 gemv_lowp_kernel2 (cuda.gemv=1: gemv_lowp_kernel1): weights
+ *                 streamed once, widened exactly to f32, f32 FMA. Memory-
+ *                 bound: this is what decode speed is. backend.c runs
+ *                 consecutive ones over one x (q/k/v, gate/up) as one launch
+ *                 (cu_matmul_group). H100: 1.5-2.7 TB/s of bf16 weights
+ *                 (bench/results/gpu-20261127-h100).
  *   f16/bf16, 2-d, 8 < T <= 32, f32 mode (decode of a batch of sequences)
  *                 gemm_rows_kernel2: weights streamed once for all rows,
  *                 widened exactly in shared memory, f32 FMA.
