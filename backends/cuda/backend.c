@@ -469,30 +469,31 @@ static int overlaps(const drt_tensor *a, const drt_tensor *b) {
     return pa < pb + drt_nbytes(b) && pb < pa + drt_nbytes(a);
 }
 
-/* whether node t is a MATMUL that may join a decode GEMV group */
-static int groupable(const cu_ctx *c, const drt_tensor *t) {
+/* whether node t is a MATMUL that may join a decode GEMV group; *m its dims */
+static int groupable(const cu_ctx *c, const drt_tensor *t, drt_matmul_shape *m) {
     if (t->op != DRT_OP_MATMUL) return 0;
-    const drt_matmul_shape m = drt_matmul_dims(t);
-    return cu_gemv_groupable(c, m.wtype, (int)m.B, (int)m.Bw, (int)m.T, (int)m.N, (int)m.K, m.trans_w, dp(t->src[0]),
-                             dp(t->src[1]));
+    *m = drt_matmul_dims(t);
+    return cu_gemv_groupable(c, m->wtype, (int)m->B, (int)m->Bw, (int)m->T, (int)m->N, (int)m->K, m->trans_w,
+                             dp(t->src[0]), dp(t->src[1]));
 }
 
 /* Consecutive decode GEMVs that read the same x with the same shape of x,
- * weight dtype and scale (a layer's gate and up projections) run as one
- * launch: one kernel's worth of blocks instead of two half-filled tails and
- * two launch gaps. Their order in the plan is kept, and nothing runs in
+ * weight dtype and scale (a layer's q/k/v and gate/up projections) run as
+ * one launch: one kernel's worth of blocks instead of half-filled tails and
+ * launch gaps. Their order in the plan is kept, and nothing runs in
  * between, so this is the same schedule the plan's buffers were laid out
  * for. Returns how many nodes from nodes[0] it ran (0: none). */
 static int run_group(cu_ctx *c, drt_tensor *const *nodes, int n, drt_status *st) {
-    if (n < 2 || !groupable(c, nodes[0])) return 0;
+    drt_matmul_shape m0, m;
+    if (n < 2 || !groupable(c, nodes[0], &m0)) return 0;
     const drt_tensor *t0 = nodes[0];
-    const drt_matmul_shape m0 = drt_matmul_dims(t0);
     cu_gemv_group g = {.n = 0};
     for (int i = 0; i < n && g.n < CU_GEMV_GROUP; i++) {
         const drt_tensor *t = nodes[i];
-        if (i > 0) {
-            if (!groupable(c, t) || dp(t->src[0]) != dp(t0->src[0])) break;
-            const drt_matmul_shape m = drt_matmul_dims(t);
+        if (i == 0) {
+            m = m0;
+        } else {
+            if (!groupable(c, t, &m) || dp(t->src[0]) != dp(t0->src[0])) break;
             if (m.wtype != m0.wtype || m.T != m0.T || m.K != m0.K || m.scale != m0.scale) break;
             /* run one after the other, an output could reuse the memory of
              * an earlier one that nothing reads: then they must not share
@@ -503,7 +504,7 @@ static int run_group(cu_ctx *c, drt_tensor *const *nodes, int n, drt_status *st)
         }
         g.w[g.n] = dp(t->src[1]);
         g.y[g.n] = dp(t);
-        g.N[g.n] = (int)drt_matmul_dims(t).N;
+        g.N[g.n] = (int)m.N;
         g.n++;
     }
     if (g.n < 2) return 0;
