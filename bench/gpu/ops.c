@@ -44,13 +44,18 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* uniform in [-a, a] */
+static float uniform(uint64_t *seed, float a) {
+    return (float)(((double)(drt_splitmix64(seed) >> 11) * (1.0 / 9007199254740992.0) * 2 - 1) * a);
+}
+
 /* t = uniform [-a, a] in t's dtype */
 static drt_status fill(drt_tensor *t, float a, uint64_t seed) {
     int64_t n = drt_nelem(t);
     void *h = malloc(drt_nbytes(t) + 4);
     if (!h) return DRT_ERR_OOM;
     for (int64_t i = 0; i < n; i++) {
-        float f = (float)(((double)(drt_splitmix64(&seed) >> 11) * (1.0 / 9007199254740992.0) * 2 - 1) * a);
+        float f = uniform(&seed, a);
         if (t->type == DRT_BF16)
             ((uint16_t *)h)[i] = drt_f32_to_bf16(f);
         else if (t->type == DRT_F16)
@@ -188,9 +193,7 @@ static drt_status bench_gemv(int gemv, int T, int N, int K, double *sec, int *no
     if (s == DRT_OK) s = fill(x, 1.0f, seed++);
     uint16_t *h = s == DRT_OK ? malloc((size_t)N * K * 2) : NULL;
     if (s == DRT_OK && !h) s = DRT_ERR_OOM;
-    for (int64_t i = 0; s == DRT_OK && i < (int64_t)N * K; i++)
-        h[i] = drt_f32_to_bf16(
-            (float)(((double)(drt_splitmix64(&seed) >> 11) * (1.0 / 9007199254740992.0) - 0.5) * 0.1));
+    for (int64_t i = 0; s == DRT_OK && i < (int64_t)N * K; i++) h[i] = drt_f32_to_bf16(uniform(&seed, 0.05f));
     for (int i = 0; s == DRT_OK && i < n; i++) s = drt_tensor_set(w[i], h, (size_t)N * K * 2);
     free(h);
     drt_exec ex = {0};
