@@ -156,6 +156,13 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_MATMUL, .T = 16, .K = 128, .N = 35, .wt = Q4, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 32, .K = 256, .N = 9, .wt = Q4, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 37, .K = 256, .N = 11, .wt = Q8, .scale = 1},
+    /* prefill past 32 rows with K a multiple of 512: the cpu backend's
+     * int8-dot row chunks (32 rows a pass, then a remainder), also at the
+     * magnitudes of the x levels' scaling */
+    {.op = DRT_OP_MATMUL, .T = 70, .K = 1024, .N = 67, .wt = Q8, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 45, .K = 512, .N = 35, .wt = Q4, .scale = 0.5f},
+    {.op = DRT_OP_MATMUL, .T = 33, .K = 1536, .N = 9, .wt = Q4, .mag = 1e-36f, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 33, .K = 1536, .N = 9, .wt = Q8, .mag = 1e30f, .scale = 1},
     /* ROPE: x (T, H, d); inv_freq of theta 10000 */
     {.op = DRT_OP_ROPE, .T = 1, .H = 4, .d = 64, .p0 = 17},
     {.op = DRT_OP_ROPE, .T = 37, .H = 3, .d = 128},
