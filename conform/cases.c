@@ -47,6 +47,14 @@ const cf_opcase CF_CASES[] = {
      * (the cpu backend's packed GEMM: KC 256, MC up to 128, NR up to 32) */
     {.op = DRT_OP_MATMUL, .T = 150, .K = 520, .N = 97, .wt = BF16, .scale = 0.5f},
     {.op = DRT_OP_MATMUL, .T = 70, .K = 700, .N = 300, .wt = F16, .scale = 1},
+    /* past 128 rows (the cpu backend's GEMV limit on avx512): the GEMM for
+     * f32, f16 and the q formats with K not a multiple of 512, the int8-dot
+     * row chunks (32 rows a pass, and a remainder) for K = 512 */
+    {.op = DRT_OP_MATMUL, .T = 150, .K = 129, .N = 67, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 140, .K = 700, .N = 65, .wt = F16, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 133, .K = 320, .N = 67, .wt = Q8, .scale = 0.5f},
+    {.op = DRT_OP_MATMUL, .T = 133, .K = 320, .N = 67, .wt = Q4, .scale = 1},
+    {.op = DRT_OP_MATMUL, .T = 300, .K = 512, .N = 20, .wt = Q4, .scale = 1},
     /* q8_0 / q4_0 weights (K a multiple of 32): GEMV rows, GEMM with a K tail
      * past one packed block, odd N, batches sharing weights, a scale */
     {.op = DRT_OP_MATMUL, .T = 1, .K = 1024, .N = 37, .wt = Q8, .scale = 1},
@@ -157,8 +165,8 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_MATMUL, .T = 32, .K = 256, .N = 9, .wt = Q4, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 37, .K = 256, .N = 11, .wt = Q8, .scale = 1},
     /* prefill past 32 rows with K a multiple of 512: the cpu backend's
-     * int8-dot row chunks (32 rows a pass, then a remainder), also at the
-     * magnitudes of the x levels' scaling */
+     * int8-dot GEMV over every row (on avx512; the GEMM elsewhere), also at
+     * the magnitudes of the x levels' scaling */
     {.op = DRT_OP_MATMUL, .T = 70, .K = 1024, .N = 67, .wt = Q8, .scale = 1},
     {.op = DRT_OP_MATMUL, .T = 45, .K = 512, .N = 35, .wt = Q4, .scale = 0.5f},
     {.op = DRT_OP_MATMUL, .T = 33, .K = 1536, .N = 9, .wt = Q4, .mag = 1e-36f, .scale = 1},

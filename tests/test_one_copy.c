@@ -1,7 +1,7 @@
 /* One resident copy of a quantized model's weights on the cpu backend
  * (issue 30): a q8_0 / q4_0 weight repacked for the int8-dot kernels
  * replaces the mapped file pages it was made from.
- *   - after a session's load, a prefill of more than 32 rows (the GEMM) and
+ *   - after a session's load, a prefill of more than 128 rows (the GEMM) and
  *     decode steps, the checkpoint mapping's resident bytes stay below the
  *     file's size less its quantized tensors (before, every quantized byte
  *     stayed resident beside its copy);
@@ -23,7 +23,7 @@
 #include "safetensors.h"
 
 #define MODEL DRT_MODELS_DIR "/diff-v1-tiny"
-#define T 40 /* > 32: the GEMM path */
+#define T 140 /* > 128: the GEMM path (cpu_fast.h CPU_GEMV_MAX_T) */
 #define STEPS 4
 
 /* resident KiB of the mappings of path in this process (smaps), -1 when none */

@@ -137,7 +137,7 @@ static drt_status pick_isa(const drt_settings *settings, const cpu_kernels **out
 /* DIFFRT_CPU_PRECISION: "f32" (default; every op within 1e-8 of the
  * reference), "bf16" (prefill MATMULs round x and w to bf16 and use
  * AVX512-BF16 dot products; needs the avx512 kernels on a CPU with
- * AVX512-BF16) or "int8" (the q8_0 / q4_0 int8-dot GEMVs, T <= 32, quantize
+ * AVX512-BF16) or "int8" (the q8_0 / q4_0 int8-dot GEMVs and row chunks quantize
  * x to one int8 level per block of 32, as llama.cpp's q8_0 activations,
  * instead of two: half the dot products; needs the int8-dot GEMV, AVX512-VNNI
  * and VBMI). bf16 and int8 are declared reduced-precision modes,
@@ -417,18 +417,20 @@ static drt_status ensure_scratch(cpu_ctx *c, int64_t floats) {
 }
 
 /* A prefill MATMUL of q8_0 / q4_0 weights: the rows go through the
- * repacked int8-dot GEMV (matmul.c qt_rows) CPU_GEMV_MAX_T at a time, so
+ * repacked int8-dot GEMV (matmul.c qt_rows) CPU_ROW_CHUNK at a time, so
  * each weight is read T/32 times, from its repacked copy, instead of widened
- * to f32 for the GEMM. In the int8 mode x is one int8 level a block, and
+ * to f32 for the GEMM (32-row chunks keep the prepared x rows in L2: 1.1B
+ * q4_0 pp512 126 tok/s, 116 with 128-row chunks). In the int8 mode x is one int8 level a block, and
  * VPDPBUSD does four multiply-adds where the f32 GEMM's FMA does one. In the
  * f32 mode x is two levels (within the f32 bound, as the GEMV); there it
  * pays only where K is a multiple of 512, every superblock of 16 blocks
  * full (cpu_row_chunks): 1.1B q4_0 pp512 126 against 95 tok/s, q8_0 111
  * against 97; the 134M DiffLlama q4_0, whose K = 768 rows end in a half
  * superblock, 0.92x with it for every K and 1.07x for K = 2048 alone. */
+enum { CPU_ROW_CHUNK = 32 };
 static int cpu_row_chunks(const cpu_ctx *c, const cpu_mm_args *m) {
     const int quant = m->wt == DRT_Q8_0 || m->wt == DRT_Q4_0;
-    return c->repack && m->qdot && quant && m->T > CPU_GEMV_MAX_T && !m->trans_w && m->K > 0 && m->B == 1 &&
+    return c->repack && m->qdot && quant && m->T > c->k->gemv_max_t && !m->trans_w && m->K > 0 && m->B == 1 &&
            m->Bw == 1 && (c->x8 || m->K % 512 == 0); /* 16 blocks of 32 */
     ;
 }
@@ -436,13 +438,14 @@ static int cpu_row_chunks(const cpu_ctx *c, const cpu_mm_args *m) {
 static drt_status matmul_row_chunks(cpu_ctx *c, const cpu_mm_args *m, const drt_tensor *w) {
     cpu_mm_args r = *m;
     drt_status s = packed_weight(c, w, m->K, 0, &r.wpack);
-    r.T = CPU_GEMV_MAX_T;
+    const int R = CPU_ROW_CHUNK;
+    r.T = R;
     if (s == DRT_OK) s = ensure_scratch(c, c->k->mm_scratch_floats(&r));
     if (s != DRT_OK) return s;
     r.scratch = c->scratch;
     r.xpack = NULL;
-    for (int t0 = 0; t0 < m->T; t0 += CPU_GEMV_MAX_T) {
-        r.T = m->T - t0 < CPU_GEMV_MAX_T ? m->T - t0 : CPU_GEMV_MAX_T;
+    for (int t0 = 0; t0 < m->T; t0 += R) {
+        r.T = m->T - t0 < R ? m->T - t0 : R;
         r.x = m->x + (int64_t)t0 * m->K;
         r.y = m->y + (int64_t)t0 * m->N;
         r.phase = 1;

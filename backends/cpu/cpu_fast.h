@@ -45,9 +45,20 @@ static inline void cpu_split(int64_t n, int64_t align, int ith, int nth, int64_t
 
 /* MATMUL: y (B,T,N) = scale * x (B,T,K) w^T, w (Bw,N,K) or (Bw,K,N) when
  * trans_w, dtype wt; batch b of x reads batch b*Bw/B of w (drt_ref_matmul). */
-/* x rows up to which MATMUL takes the GEMV path (matmul.c), and with it the
- * repacked q8_0 / q4_0 weights */
+/* x rows up to which MATMUL takes the GEMV path (matmul.c), per ISA; the
+ * backend reads it as cpu_kernels.gemv_max_t. On avx512 the GEMV, which
+ * widens each weight once per pass of 8 x rows in registers, beats the
+ * GEMM, which widens whole panels to memory first, up to 128-256 rows
+ * (2 threads, AMD EPYC, pp N of diffrt bench, GEMV / GEMM tok/s: 134M
+ * DiffLlama f16 N=40 791/514, 64 861/711, 128 942/883, 256 924/954; the
+ * 1.1B Llama f16 N=40 91/48, 128 92/84, 512 88/101; the 134M q4_0 N=40
+ * 822/493); on avx2 only to about 40 (N=64 580/721), so 32 stays there and
+ * on the ISAs not measured. */
+#if defined(DRT_ISA_avx512)
+#define CPU_GEMV_MAX_T 128
+#else
 #define CPU_GEMV_MAX_T 32
+#endif
 
 typedef struct {
     float *y;
@@ -121,6 +132,7 @@ typedef struct {
 typedef struct {
     const char *isa;                              /* "avx512", "avx2", "neon", "generic" */
     int vlen;                                     /* floats per vector */
+    int gemv_max_t;                               /* CPU_GEMV_MAX_T of this ISA */
     void (*matmul)(void *args, int ith, int nth); /* cpu_mm_args */
     int64_t (*mm_scratch_floats)(const cpu_mm_args *a);
     int64_t (*mm_xpack_floats)(const cpu_mm_args *a);

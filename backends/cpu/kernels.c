@@ -27,6 +27,7 @@ void KFN(cpu_dual_softmax)(void *args, int ith, int nth);
 const cpu_kernels KFN(cpu_kernels) = {
     .isa = STR(DRT_ISA),
     .vlen = VL,
+    .gemv_max_t = CPU_GEMV_MAX_T,
     .matmul = KFN(cpu_matmul),
     .mm_scratch_floats = KFN(cpu_mm_scratch_floats),
     .mm_xpack_floats = KFN(cpu_mm_xpack_floats),

@@ -4,8 +4,8 @@
  * trans_w), accumulated in f32.
  *
  * Two paths:
- *  - GEMV (T <= GEMV_MAX_T, trans_w = 0; decode, and decode steps of up to
- *    32 sequences in one forward): threads split the B*N output columns;
+ *  - GEMV (T <= GEMV_MAX_T, trans_w = 0: decode, decode steps of many
+ *    sequences in one forward, and short prompts; cpu_fast.h): threads split the B*N output columns;
  *    each group of 4 weight rows is streamed once from memory, widened to
  *    f32 in registers, and dotted with every x row, GEMV_T x rows per pass
  *    (the registers' limit; the group's later passes read it from L1).
