@@ -407,14 +407,15 @@ typedef struct {
 static int build_batch(srv *S, batch_buf *b) {
     int budget = S->o.batch_tokens, decoding = 0;
     for (int s = 0; s < S->o.parallel; s++) decoding += S->slots[s] && S->slots[s]->state == JOB_DECODE;
-    /* while requests decode, prompt chunks ride along in steps of at most
-     * --decode-step-rows rows: a step that large costs about what a decode
-     * step costs (the weights are read once either way), where a step of
-     * hundreds of rows would stall every stream for its whole length */
-    if (decoding && S->o.decode_step_rows > 0) {
-        int cap = S->o.decode_step_rows > decoding ? S->o.decode_step_rows : decoding;
-        if (cap < budget) budget = cap;
-    }
+    /* while requests decode, every decode row goes, and prompt chunks ride
+     * along, at most --step-prompt-rows of them: a step of a few dozen rows
+     * costs about what a decode step costs (the weights are read once
+     * either way), where a step of hundreds of rows would stall every
+     * stream for its whole length. The cap counts prompt rows only, so a
+     * prompt that fits it is read in one step however many decode beside
+     * it, and its first token comes one step after it was admitted. */
+    if (decoding && S->o.step_prompt_rows > 0 && decoding + S->o.step_prompt_rows < budget)
+        budget = decoding + S->o.step_prompt_rows;
     b->n = 0;
     for (int s = 0; s < S->o.parallel; s++) {
         b->chunk[s] = 0;

@@ -18,7 +18,7 @@ typedef struct {
     int parallel;                 /* slots: sequences decoded together */
     int ctx;                      /* positions per slot */
     int batch_tokens;             /* rows per forward */
-    int decode_step_rows;         /* rows per forward while a request is decoding (0: batch_tokens) */
+    int step_prompt_rows;         /* prompt rows a forward carries beside decode rows (0: batch_tokens) */
     int queue;                    /* requests waiting for a slot, beyond: 503 */
     const char *aliases[SRV_MAX_ALIASES];
     int n_aliases;             /* 0: the model directory's basename */
