@@ -24,7 +24,10 @@
 # (default 3), THREADS (default 2), REQS (requests per client, default 4),
 # NTOK (tokens per request, default 64), SPREAD (each request's max_tokens
 # uniform in NTOK x [1-S, 1+S], default 0.5; 0 keeps the clients in
-# lockstep: serve_load.py --spread), CTX (positions per slot, default 256), SKIP (parts to skip, e.g. "2"). Raw output and JSON
+# lockstep: serve_load.py --spread), CTX (positions per slot, default 256), SKIP (parts to skip, e.g. "2"),
+# CONC (part 1's client counts, default 1,2,4,8,16), BASE (another build
+# directory, e.g. of an older commit: part 1 then runs its diffrt serve too,
+# right after this build's in each round, labelled "base"). Raw output and JSON
 # go to OUT_PREFIX.txt and OUT_PREFIX-*.json (default
 # bench/results/serve-<date>).
 set -uo pipefail
@@ -39,9 +42,12 @@ NTOK=${NTOK:-64}
 CTX=${CTX:-256}
 SPREAD=${SPREAD:-0.5}
 SKIP=${SKIP:-}
+CONC=${CONC:-1,2,4,8,16}
+BASE=${BASE:-}
 D=$BUILD/diffrt
 PY=${PYTHON:-python3}
 [ -x "$D" ] || { echo "run_serve: $D is not built" >&2; exit 2; }
+[ -z "$BASE" ] || [ -x "$BASE/diffrt" ] || { echo "run_serve: $BASE/diffrt is not built" >&2; exit 2; }
 exec > >(tee "$PREFIX.txt") 2>&1
 TMP=$(mktemp -d)
 PID=
@@ -51,10 +57,10 @@ trap cleanup EXIT
 say() { printf '\n== %s (%s; %s)\n' "$1" "$(date -u +%H:%M:%S)" "$(uptime | sed 's/.*load/load/')"; }
 skip() { case ",$SKIP," in *",$1,"*) return 0 ;; esac; return 1; }
 
-# start_diffrt MODEL_DIR [PRECISION]: diffrt serve on a free port; sets PORT and PID
+# start_diffrt MODEL_DIR [PRECISION] [DIFFRT]: diffrt serve on a free port; sets PORT and PID
 start_diffrt() {
     rm -f "$TMP/ready"
-    "$D" serve --model "$1" --set "cpu.precision=${2:-f32}" --threads "$THREADS" --parallel 8 --ctx "$CTX" \
+    "${3:-$D}" serve --model "$1" --set "cpu.precision=${2:-f32}" --threads "$THREADS" --parallel 8 --ctx "$CTX" \
         --port 0 --ready-file "$TMP/ready" \
         --max-conns-per-ip 1024 --queue 64 > "$TMP/server.log" 2>&1 &
     PID=$!
@@ -87,8 +93,14 @@ for r in $(seq 1 "$ROUNDS"); do
     if ! skip 1; then
         say "round $r: 1. diffrt serve, diffllama-134m f16, --parallel 8"
         start_diffrt "$MODELS/diffllama-134m"
-        load "diffrt 134m r$r" 1,2,4,8,16 "$PREFIX-134m-r$r.json"
+        load "diffrt 134m r$r" "$CONC" "$PREFIX-134m-r$r.json"
         stop_server
+        if [ -n "$BASE" ]; then
+            say "round $r: 1. the base build's diffrt serve ($BASE), diffllama-134m f16, --parallel 8"
+            start_diffrt "$MODELS/diffllama-134m" f32 "$BASE/diffrt"
+            load "base 134m r$r" "$CONC" "$PREFIX-134m-base-r$r.json"
+            stop_server
+        fi
     fi
     if ! skip 2; then
         for prec in f32 int8; do
