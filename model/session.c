@@ -687,6 +687,30 @@ drt_status drt_batch_session_get_opts(const drt_batch_session *s, drt_batch_opts
 
 /* drt_session_forward, and with prof drt_session_forward_profiled. The busy
  * check comes before the arguments' (a rejected call never ran anyway). */
+/* A prompt longer than DRT_DEFAULT_BATCH_ROWS goes through in forwards of
+ * that many rows, as llama.cpp's micro-batches: the activations are planned
+ * for 512 rows, not for the whole prompt. Logits: with all, each chunk's
+ * rows in place; else the last chunk's last row. A profile counts the call
+ * as one forward. A failure leaves the sequence where the call found it.
+ * Not while the session keeps its attention probe (its rows are those of
+ * one forward). */
+static drt_status forward_chunks(drt_batch_session *s, const rowset *r, float *logits, drt_profile *prof) {
+    const int C = DRT_DEFAULT_BATCH_ROWS;
+    if (r->n <= C || s->keep_probe) return forward_rows(s, r, logits, prof, "drt_session_forward");
+    const int len0 = s->len[0], fw0 = prof ? prof->forwards : 0;
+    const size_t V = (size_t)s->m->info.vocab;
+    drt_status st = DRT_OK;
+    for (int i = 0; i < r->n && st == DRT_OK; i += C) {
+        rowset c = {.n = r->n - i < C ? r->n - i : C, .token = r->token + i, .all = r->all};
+        st = forward_rows(s, &c, r->all ? logits + (size_t)i * V : logits, prof, "drt_session_forward");
+    }
+    if (st != DRT_OK)
+        s->len[0] = len0;
+    else if (prof)
+        prof->forwards = fw0 + 1;
+    return st;
+}
+
 static drt_status forward(drt_session *ss, const int32_t *ids, int T, float *logits, int all_logits,
                           drt_profile *prof) {
     if (!ss) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_forward: the session is NULL");
@@ -706,7 +730,7 @@ static drt_status forward(drt_session *ss, const int32_t *ids, int T, float *log
             st = drt_set_error(DRT_ERR_INVALID_ARG, "token id %d (position %d) is outside the vocabulary [0, %d)",
                                ids[i], i, V);
     rowset r = {.n = T, .token = ids, .all = all_logits != 0};
-    if (st == DRT_OK) st = forward_rows(s, &r, logits, prof, "drt_session_forward");
+    if (st == DRT_OK) st = forward_chunks(s, &r, logits, prof);
     leave_call(s);
     return st;
 }

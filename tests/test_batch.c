@@ -174,6 +174,66 @@ static void against_single(drt_model *m, const char *be) {
     drt_batch_session_free(b);
 }
 
+/* A drt_session prompt of more than DRT_DEFAULT_BATCH_ROWS tokens runs in
+ * forwards of that many rows: every row's logits as one whole forward gives
+ * them (a session that keeps its attention probe runs the prompt whole;
+ * bit for bit on ref), the last row's the same with all_logits 0, one
+ * profiled forward counted, and activations planned for 512 rows. The
+ * tokens go past the model's positions (allowed; only the arithmetic is
+ * compared). */
+#define CHUNK_T (2 * DRT_DEFAULT_BATCH_ROWS + 77)
+static void chunks(drt_model *m, const char *be) {
+    drt_model_info I;
+    drt_model_get_info(m, &I);
+    const int V_ = I.vocab;
+    drt_session_opts so = {.backend = be, .max_ctx = CHUNK_T + 1};
+    drt_session *whole, *part;
+    if (drt_session_create(m, &so, &whole) != DRT_OK || drt_session_create(m, &so, &part) != DRT_OK) {
+        DRT_CHECK(0, "%s: create: %s", be, drt_last_error());
+        return;
+    }
+    int32_t *ids = malloc(sizeof(int32_t) * CHUNK_T);
+    float *a = malloc(sizeof(float) * (size_t)CHUNK_T * V_), *b = malloc(sizeof(float) * (size_t)CHUNK_T * V_);
+    float *last = malloc(sizeof(float) * V_);
+    for (int j = 0; j < CHUNK_T; j++) ids[j] = (int32_t)((j * 7919 + 13) % V_);
+    for (size_t i = 0; i < (size_t)CHUNK_T * V_; i++) a[i] = b[i] = NAN;
+    DRT_CHECK(drt_session_keep_attention(whole, 1) == DRT_OK, "%s: keep_attention: %s", be, drt_last_error());
+    DRT_CHECK(drt_session_forward(whole, ids, CHUNK_T, a, 1) == DRT_OK, "%s: whole: %s", be, drt_last_error());
+    const size_t act_whole = drt_session_activation_bytes(whole, NULL);
+    DRT_CHECK(drt_session_forward(part, ids, CHUNK_T, b, 1) == DRT_OK, "%s: chunked: %s", be, drt_last_error());
+    const size_t act_part = drt_session_activation_bytes(part, NULL);
+    DRT_CHECK(drt_session_pos(part) == CHUNK_T, "%s: chunked: position %d, want %d", be, drt_session_pos(part),
+              CHUNK_T);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < (size_t)CHUNK_T * V_; i++) {
+        double d = (double)b[i] - a[i];
+        num += d * d;
+        den += (double)a[i] * a[i];
+    }
+    if (!strcmp(be, "ref"))
+        DRT_CHECK(num == 0, "ref: %s: T=%d chunked logits differ from one forward (NMSE %.3e)", I.arch_name, CHUNK_T,
+                  num / den);
+    else
+        DRT_CHECK(num <= 1e-8 * den, "%s: %s: T=%d chunked logits against one forward: NMSE %.3e > 1e-8", be,
+                  I.arch_name, CHUNK_T, num / den);
+    DRT_CHECK(act_part < act_whole, "%s: activations %zu B chunked, %zu B whole: not smaller", be, act_part, act_whole);
+    drt_session_reset(part);
+    DRT_CHECK(drt_session_forward(part, ids, CHUNK_T, last, 0) == DRT_OK, "%s: chunked, last: %s", be,
+              drt_last_error());
+    DRT_CHECK(memcmp(last, b + (size_t)(CHUNK_T - 1) * V_, sizeof(float) * V_) == 0,
+              "%s: the last row's logits differ between all_logits 1 and 0", be);
+    drt_profile prof = {0};
+    drt_session_reset(part);
+    DRT_CHECK(drt_session_forward_profiled(part, ids, CHUNK_T, last, &prof) == DRT_OK && prof.forwards == 1,
+              "%s: profiled chunked forward: %d forwards counted (%s)", be, prof.forwards, drt_last_error());
+    free(ids);
+    free(a);
+    free(b);
+    free(last);
+    drt_session_free(whole);
+    drt_session_free(part);
+}
+
 int main(void) {
     drt_model *m;
     if (drt_model_load(MODEL, &m) != DRT_OK) {
@@ -184,6 +244,15 @@ int main(void) {
     rules(m);
     against_single(m, "ref");
     against_single(m, "cpu");
+    chunks(m, "ref");
+    chunks(m, "cpu");
+    drt_model_free(m);
+    if (drt_model_load(DRT_MODELS_DIR "/diff-v2-tiny", &m) != DRT_OK) {
+        fprintf(stderr, "test_batch: %s\n", drt_last_error());
+        return 1;
+    }
+    chunks(m, "ref");
+    chunks(m, "cpu");
     drt_model_free(m);
     return drt_test_summary("test_batch");
 }

@@ -268,7 +268,9 @@ void drt_session_free(drt_session *s);
  * runs them. logits receives [T, vocab] floats when all_logits, else [vocab]
  * for the last token. Logits that hold a NaN or Inf are DRT_ERR_NUMERIC
  * naming the position (the caller's buffer holds them; the position does
- * not advance). */
+ * not advance). More than DRT_DEFAULT_BATCH_ROWS tokens run as forwards of
+ * that many (the activations are sized for them, not for T), except while
+ * drt_session_keep_attention is on; the call still succeeds or fails whole. */
 drt_status drt_session_forward(drt_session *s, const int32_t *ids, int T, float *logits, int all_logits);
 void drt_session_reset(drt_session *s);    /* NULL: nothing */
 int drt_session_pos(const drt_session *s); /* -1 for NULL */
