@@ -12,9 +12,9 @@
 #     pp512 and tg128 tokens/s;
 #   - once per format and system: peak RSS (/usr/bin/time) of a RSS_PROMPT-
 #     token prefill and 4 decode steps, beside the checkpoint's size;
-#   - with DEPTH > 0 also llama.cpp's tg at that depth (`llama-bench -d`);
-#     diffrt's bench has no depth option yet (issue 30 item 5), so its cell
-#     says so;
+#   - with DEPTH > 0 also tg128 at that depth, DEPTH tokens in the KV cache
+#     first (`diffrt bench --depth`, `llama-bench -d`; f32 KV for diffrt,
+#     llama.cpp's default f16 KV);
 #   - a markdown table of medians (min-max over the rounds) in OUT_FILE.
 #
 # llama.cpp is built from PyPI's llama-cpp-python source package, which
@@ -24,6 +24,9 @@
 #   THREADS  threads for both (default 2)     ROUNDS  interleaved rounds (default 3)
 #   FORMATS  default "f16 q8_0 q4_0"          RSS_PROMPT  default 3000 (0: no RSS runs)
 #   DEPTH    llama.cpp tg128 at this depth (default 0: none)
+#   MODES    diffrt's cpu.precision values for q8_0 / q4_0 (default "f32";
+#            "f32 int8" adds the int8 mode: x in one int8 level a block, as
+#            llama.cpp's q8_0 activations; f16 always runs in f32)
 #   MODELS   checkpoints (default /tmp/diffrt-bench-models; made there when
 #            missing: needs pip install -r python/requirements.txt)
 #   LLAMA_SRC  where llama.cpp is unpacked and built (default /tmp/llamacpp)
@@ -38,6 +41,7 @@ ROUNDS=${ROUNDS:-3}
 FORMATS=${FORMATS:-f16 q8_0 q4_0}
 RSS_PROMPT=${RSS_PROMPT:-3000}
 DEPTH=${DEPTH:-0}
+MODES=${MODES:-f32}
 MODELS=${MODELS:-/tmp/diffrt-bench-models}
 LLAMA_SRC=${LLAMA_SRC:-/tmp/llamacpp}
 VER=${LLAMA_CPP_PYTHON:-0.3.36}
@@ -47,6 +51,9 @@ D="$B/diffrt"
 [ -x /usr/bin/time ] || { echo "run_llamacpp: /usr/bin/time is missing (Debian: apt-get install time)" >&2; exit 1; }
 for f in $FORMATS; do
     case $f in f16 | q8_0 | q4_0) ;; *) echo "run_llamacpp: FORMATS: unknown format \"$f\" (f16, q8_0, q4_0)" >&2; exit 2 ;; esac
+done
+for m in $MODES; do
+    case $m in f32 | int8) ;; *) echo "run_llamacpp: MODES: unknown mode \"$m\" (f32, int8)" >&2; exit 2 ;; esac
 done
 
 # ---- llama.cpp, built once ---------------------------------------------------
@@ -100,13 +107,25 @@ S="$TMP/samples"
 echo "run_llamacpp: $ROUNDS rounds of ${FORMATS// /, } on $THREADS threads (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 for r in $(seq 1 "$ROUNDS"); do
     for f in $FORMATS; do
-        echo "run_llamacpp: round $r/$ROUNDS, $f: diffrt" >&2
-        "$D" bench --model "$(dir_of "$f")" --backend cpu --threads "$THREADS" -p 512 -n 128 -r 1 \
-            --peak-gbps 1 --peak-gflops 1 --json "$TMP/d.json" >"$TMP/d.txt" 2>"$TMP/d.err" ||
-            { cat "$TMP/d.err" >&2; exit 1; }
-        read -r pp tg < <(diffrt_pp_tg "$TMP/d.json")
-        echo "diffrt $f pp512 $pp" >>"$S"
-        echo "diffrt $f tg128 $tg" >>"$S"
+        for mode in $MODES; do
+            [ "$f" = f16 ] && [ "$mode" != f32 ] && continue
+            sys=diffrt
+            [ "$mode" = f32 ] || sys="diffrt-$mode"
+            echo "run_llamacpp: round $r/$ROUNDS, $f: $sys" >&2
+            "$D" bench --model "$(dir_of "$f")" --backend cpu --threads "$THREADS" -p 512 -n 128 -r 1 \
+                --set "cpu.precision=$mode" --peak-gbps 1 --peak-gflops 1 --json "$TMP/d.json" >"$TMP/d.txt" \
+                2>"$TMP/d.err" || { cat "$TMP/d.err" >&2; exit 1; }
+            read -r pp tg < <(diffrt_pp_tg "$TMP/d.json")
+            echo "$sys $f pp512 $pp" >>"$S"
+            echo "$sys $f tg128 $tg" >>"$S"
+            if [ "$DEPTH" -gt 0 ] && [ "$mode" = f32 ]; then
+                echo "run_llamacpp: round $r/$ROUNDS, $f: $sys, tg128 at depth $DEPTH" >&2
+                "$D" bench --model "$(dir_of "$f")" --backend cpu --threads "$THREADS" -p 0 -n 128 -d "$DEPTH" -r 1 \
+                    --peak-gbps 1 --peak-gflops 1 --json "$TMP/d.json" >"$TMP/d.txt" 2>"$TMP/d.err" ||
+                    { cat "$TMP/d.err" >&2; exit 1; }
+                echo "$sys $f tg128@$DEPTH $("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["backends"][0]["tg"]["mean_tok_s"])' "$TMP/d.json")" >>"$S"
+            fi
+        done
         echo "run_llamacpp: round $r/$ROUNDS, $f: llama.cpp" >&2
         "$LB" -m "$M.$f.gguf" -t "$THREADS" -p 512 -n 128 -r 1 -o json >"$TMP/l.json" 2>"$TMP/l.err" ||
             { cat "$TMP/l.err" >&2; exit 1; }
@@ -139,7 +158,7 @@ fi
 {
     echo "# diffrt vs llama.cpp, 1.1B Llama (TinyLlama's shapes, random weights), $(date -u +%Y-%m-%dT%H:%MZ)"
     echo
-    echo "Command: \`THREADS=$THREADS ROUNDS=$ROUNDS FORMATS=\"$FORMATS\" RSS_PROMPT=$RSS_PROMPT DEPTH=$DEPTH bench/run_llamacpp.sh $B\`"
+    echo "Command: \`THREADS=$THREADS ROUNDS=$ROUNDS FORMATS=\"$FORMATS\" MODES=\"$MODES\" RSS_PROMPT=$RSS_PROMPT DEPTH=$DEPTH bench/run_llamacpp.sh $B\`"
     echo "$("$D" --version | head -n 1); llama.cpp from llama-cpp-python $VER ($(git -C "$LL" rev-parse --short HEAD 2>/dev/null || echo 'source package'))."
     echo "Host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load after the run $(cut -d' ' -f1-3 /proc/loadavg)."
     echo "Checkpoints: $(du -sh "$M" | cut -f1) safetensors f16; GGUF $(for f in $FORMATS; do printf '%s %s ' "$f" "$(du -h "$M.$f.gguf" | cut -f1)"; done)"
@@ -161,8 +180,10 @@ for f in fmts:
     for m in measures:
         d, l = vals("diffrt", f, m), vals("llama.cpp", f, m)
         ratio = f"{statistics.median(d) / statistics.median(l):.2f}" if d and l else "-"
-        dcell = cell(d) if d or not m.startswith("tg128@") else "no depth option in diffrt bench yet"
-        print(f"| {f} | {m} tok/s | {dcell} | {cell(l)} | {ratio} |")
+        print(f"| {f} | {m} tok/s | {cell(d)} | {cell(l)} | {ratio} |")
+        d8 = vals("diffrt-int8", f, m)
+        if d8 and l:
+            print(f"| {f} | {m} tok/s, diffrt cpu.precision=int8 | {cell(d8)} | {cell(l)} | {statistics.median(d8) / statistics.median(l):.2f} |")
     d, l = vals("diffrt", f, "rss_kib"), vals("llama.cpp", f, "rss_kib")
     if d and l:
         print(f"| {f} | peak RSS, MiB | {d[0] / 1024:.0f} | {l[0] / 1024:.0f} | {d[0] / l[0]:.2f} |")

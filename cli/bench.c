@@ -8,16 +8,18 @@
  *   peaks     drt_measure_peak on a backend instance of its own, closed
  *             before the session is made (or --peak-gbps/--peak-gflops)
  *   warm-up   one pp and a short tg
- *   pp        r x: reset, one forward of p tokens from position 0
- *   tg        r x: reset, n one-token forwards from position 0
+ *   pp        r x: reset, one forward of p tokens from position d
+ *   tg        r x: reset, n one-token forwards from position d
  *   profile   r x: reset, a profiled prefill of p tokens, then a profiled
- *             decode step at position p (node by node, synchronized), kept
+ *             decode step at position d + p (node by node, synchronized), kept
  *             apart from the timed runs so it does not slow them; each op
  *             type's time is its least over the r forwards
  *   parallel  with --parallel N,...: per N, a batch session of N sequences
  *             (drt_batch_forward, like llama-batched-bench): r x: every
  *             sequence cut to 0, the N prompts of p tokens (forwards of up
  *             to 512 rows), then n decode steps of N rows each
+ * d is --depth (default 0, llama-bench's -d): after each reset, d tokens go
+ * into the KV cache first, 512 a forward, untimed.
  * Token ids come from a fixed LCG over the vocabulary: no tokenizer. */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -41,6 +43,7 @@
 #define MAX_REPS 1000
 #define BENCH_MAX_PAR 8 /* --parallel values */
 #define PAR_ROWS 512    /* --parallel: rows per prefill forward */
+#define DEPTH_ROWS 512  /* --depth: rows per untimed prefill forward */
 
 static const char BENCH_ABOUT[] =
     "Prefill (pp) and decode (tg) tokens per second of the model on each backend of LIST\n"
@@ -159,8 +162,8 @@ static double decode_bytes_per_token(const drt_model_info *I, double pos) {
  * and attention over the T (T + 1) / 2 causal (query, key) pairs of every
  * head, per pair 2 q.k dots and one weighted v for diff models, one of each
  * for the transformer (ops.c's flops_diff_attn / flops_attn). */
-static double prefill_flops(const drt_model_info *I, double T) {
-    double pairs = T * (T + 1) / 2.0;
+static double prefill_flops(const drt_model_info *I, double T, double depth) {
+    double pairs = T * depth + T * (T + 1) / 2.0;
     double per_pair = I->arch == DRT_ARCH_TRANSFORMER ? 2.0 * I->dk + 2.0 * I->dv : 4.0 * I->dk + 2.0 * I->dv;
     return 2.0 * T * I->n_layers * layer_matrix_elems(I) + 2.0 * (double)I->vocab * I->dim +
            (double)I->n_layers * pairs * I->n_heads * per_pair;
@@ -194,6 +197,7 @@ typedef struct {
     int n_fallbacks;
     char fallbacks[512];
     double session_s; /* drt_session_create: the weights placed on the backend and prepared */
+    size_t kv_bytes;  /* its KV cache (drt_session_kv_bytes) */
     /* --parallel: per sequence count, prefill and decode tok/s of all
      * sequences together */
     struct {
@@ -237,6 +241,7 @@ static roof make_roof(double tok_s, double work, double peak) {
 typedef struct {
     const char *model_dir;
     long p, n, r, threads;
+    long depth;                    /* --depth: tokens in the KV cache before each pp and tg run */
     double peak_gbps, peak_gflops; /* > 0: given */
     int fmt;                       /* 0 text, 1 csv, 2 md */
     const char *json_path;
@@ -409,13 +414,35 @@ done:
     return rc;
 }
 
+/* " @ d8192" for --depth 8192, "" without (llama-bench's test names) */
+static const char *depth_tag(const bench_opts *o) {
+    static char tag[32];
+    if (o->depth > 0)
+        snprintf(tag, sizeof tag, " @ d%ld", o->depth);
+    else
+        tag[0] = 0;
+    return tag;
+}
+
+/* A reset, then the --depth tokens ids[0 .. depth) into the KV cache,
+ * DEPTH_ROWS a forward (untimed) */
+static drt_status fill_depth(drt_session *s, const bench_opts *o, const int32_t *ids, float *logits) {
+    drt_session_reset(s);
+    for (long i = 0; i < o->depth; i += DEPTH_ROWS) {
+        int t = (int)(o->depth - i < DEPTH_ROWS ? o->depth - i : DEPTH_ROWS);
+        drt_status st = drt_session_forward(s, ids + i, t, logits, 0);
+        if (st != DRT_OK) return st;
+    }
+    return DRT_OK;
+}
+
 static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *I, const int32_t *ids,
                        bench_backend *r) {
     char line[512];
     if (backend_peaks(o, I, r)) return 1;
 
-    /* the session: prefill p, then one decode step at p for the profile */
-    int ctx = (int)(o->p + 1 > o->n ? o->p + 1 : o->n);
+    /* the session: depth, prefill p, then one decode step for the profile */
+    int ctx = (int)(o->depth + (o->p + 1 > o->n ? o->p + 1 : o->n));
     drt_session_opts so = {.backend = r->name,
                            .device = r->device_sel,
                            .max_ctx = ctx,
@@ -438,6 +465,7 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
         goto done;
     }
     r->session_s = drt_clock_s() - t_create;
+    r->kv_bytes = drt_session_kv_bytes(s);
     int P = (int)o->p, N = (int)o->n;
     progress(r->name, "warm-up");
     if (P > 0 && drt_session_forward(s, ids, P, logits, 0) != DRT_OK) {
@@ -450,13 +478,17 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
             rc = fail_backend(r, "warm-up decode");
             goto done;
         }
+    const int32_t *tid = ids + o->depth; /* the tokens after the depth's */
     if (P > 0) {
-        snprintf(line, sizeof line, "pp%d x %ld", P, o->r);
+        snprintf(line, sizeof line, "pp%d%s x %ld", P, depth_tag(o), o->r);
         progress(r->name, line);
         for (int k = 0; k < o->r; k++) {
-            drt_session_reset(s);
+            if (fill_depth(s, o, ids, logits) != DRT_OK) {
+                rc = fail_backend(r, "depth prefill");
+                goto done;
+            }
             double t0 = drt_clock_s();
-            if (drt_session_forward(s, ids, P, logits, 0) != DRT_OK) {
+            if (drt_session_forward(s, tid, P, logits, 0) != DRT_OK) {
                 rc = fail_backend(r, "prefill");
                 goto done;
             }
@@ -465,13 +497,16 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
         stat_finish(&r->pp);
     }
     if (N > 0) {
-        snprintf(line, sizeof line, "tg%d x %ld", N, o->r);
+        snprintf(line, sizeof line, "tg%d%s x %ld", N, depth_tag(o), o->r);
         progress(r->name, line);
         for (int k = 0; k < o->r; k++) {
-            drt_session_reset(s);
+            if (fill_depth(s, o, ids, logits) != DRT_OK) {
+                rc = fail_backend(r, "depth prefill");
+                goto done;
+            }
             double t0 = drt_clock_s();
             for (int i = 0; i < N; i++)
-                if (drt_session_forward(s, ids + i, 1, logits, 0) != DRT_OK) {
+                if (drt_session_forward(s, tid + i, 1, logits, 0) != DRT_OK) {
                     rc = fail_backend(r, "decode");
                     goto done;
                 }
@@ -482,9 +517,9 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
     progress(r->name, "per-op profile (node by node, synchronized)");
     for (int k = 0; k < o->r; k++) {
         drt_profile a = {0}, d = {0};
-        drt_session_reset(s);
-        if ((P > 0 && drt_session_forward_profiled(s, ids, P, logits, &a) != DRT_OK) ||
-            drt_session_forward_profiled(s, ids, 1, logits, &d) != DRT_OK) {
+        if (fill_depth(s, o, ids, logits) != DRT_OK ||
+            (P > 0 && drt_session_forward_profiled(s, tid, P, logits, &a) != DRT_OK) ||
+            drt_session_forward_profiled(s, tid, 1, logits, &d) != DRT_OK) {
             rc = fail_backend(r, "profile");
             goto done;
         }
@@ -492,12 +527,12 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
         profile_keep_min(&r->prof_tg, &d);
     }
     r->n_fallbacks = drt_session_fallbacks(s, r->fallbacks, sizeof r->fallbacks);
-    r->decode = make_roof(r->tg.mean, decode_bytes_per_token(I, (N - 1) / 2.0), r->peak.gbytes_per_s);
+    r->decode = make_roof(r->tg.mean, decode_bytes_per_token(I, o->depth + (N - 1) / 2.0), r->peak.gbytes_per_s);
     /* the peak probes stream from memory; a model whose decode step reads
      * less than a large last-level cache (128 MiB: AMD's 3D V-cache parts,
      * GPUs' L2 / Infinity Cache) may be served from the cache instead */
     r->decode.in_cache = r->decode.work < 128.0 * 1048576;
-    r->prefill = make_roof(r->pp.mean, P > 0 ? prefill_flops(I, P) / P : 0, r->peak.gflops);
+    r->prefill = make_roof(r->pp.mean, P > 0 ? prefill_flops(I, P, (double)o->depth) / P : 0, r->peak.gflops);
     for (int k = 0; rc == 0 && k < o->n_par; k++) {
         r->par[k].n_seq = o->par[k];
         rc = run_parallel(o, m, I, ids, r, k);
@@ -569,7 +604,8 @@ static void print_csv(FILE *f, const bench_opts *o, bench_backend *b, int nb) {
             csv_field(f, b[i].name);
             fputc(',', f);
             csv_field(f, b[i].device);
-            fprintf(f, ",%s%ld,%ld,%ld,%.3f,%.3f,", t ? "tg" : "pp", ntok, ntok, o->r, st->mean, st->sd);
+            fprintf(f, ",%s%ld%s,%ld,%ld,%.3f,%.3f,", t ? "tg" : "pp", ntok, depth_tag(o), ntok, o->r, st->mean,
+                    st->sd);
             if (isnan(rf->fraction))
                 fprintf(f, ",,");
             else
@@ -602,9 +638,9 @@ static void print_ops(FILE *f, const bench_opts *o, int md, const bench_backend 
     int na = sorted_ops(&r->prof_pp, a, &ta), nd = sorted_ops(&r->prof_tg, d, &td);
     fprintf(f, "\n");
     snprintf(buf, sizeof buf,
-             "per-op time on %.15s: prefill of %ld tokens %.3f ms, decode step at position %ld "
+             "per-op time on %.15s: prefill of %ld tokens%s %.3f ms, decode step at position %ld "
              "%.3f ms",
-             r->name, o->p, ta, o->p, td);
+             r->name, o->p, depth_tag(o), ta, o->depth + o->p, td);
     if (md) {
         cli_md_escape(f, buf);
         fprintf(f, "\n\n| op | prefill ms | prefill %% | decode ms | decode %% "
@@ -707,8 +743,8 @@ static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I, c
             const stat *st = t ? &b[i].tg : &b[i].pp;
             long ntok = t ? o->n : o->p;
             if (!ntok) continue;
-            char test[32], tps[64], rf[160];
-            snprintf(test, sizeof test, "%s%ld", t ? "tg" : "pp", ntok);
+            char test[48], tps[64], rf[160];
+            snprintf(test, sizeof test, "%s%ld%s", t ? "tg" : "pp", ntok, depth_tag(o));
             snprintf(tps, sizeof tps, "%.2f \xc2\xb1 %.2f", st->mean, st->sd);
             roof_str(t ? &b[i].decode : &b[i].prefill, t ? "GB/s" : "GFLOP/s", rf, sizeof rf);
             if (md) {
@@ -728,8 +764,8 @@ static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I, c
     int o_len = snprintf(buf, sizeof buf, "load: model %.3f s", o->load_s);
     for (int i = 0; i < nb && o_len > 0 && (size_t)o_len < sizeof buf; i++)
         if (!b[i].failed)
-            o_len += snprintf(buf + o_len, sizeof buf - (size_t)o_len, "; %.16s session %.3f s", b[i].name,
-                              b[i].session_s);
+            o_len += snprintf(buf + o_len, sizeof buf - (size_t)o_len, "; %.16s session %.3f s (KV cache %.1f MiB)",
+                              b[i].name, b[i].session_s, b[i].kv_bytes / 1048576.0);
     put_text(f, md, buf);
     fprintf(f, md ? " (weights placed on the backend and prepared)  \n"
                   : " (weights placed on the backend and prepared)\n");
@@ -827,6 +863,7 @@ static int write_json(const char *path, const bench_opts *o, const drt_model_inf
     cJSON *js = cJSON_AddObjectToObject(root, "settings");
     cJSON_AddNumberToObject(js, "n_prompt", (double)o->p);
     cJSON_AddNumberToObject(js, "n_gen", (double)o->n);
+    cJSON_AddNumberToObject(js, "n_depth", (double)o->depth);
     cJSON_AddNumberToObject(js, "repetitions", (double)o->r);
     cJSON_AddNumberToObject(js, "threads", (double)o->threads);
     cJSON_AddStringToObject(js, "tokens", "LCG over the vocabulary, seed 42");
@@ -863,6 +900,7 @@ static int write_json(const char *path, const bench_opts *o, const drt_model_inf
             continue;
         }
         cJSON_AddNumberToObject(e, "session_s", b[i].session_s);
+        cJSON_AddNumberToObject(e, "kv_cache_bytes", (double)b[i].kv_bytes);
         cJSON *jp = cJSON_AddObjectToObject(e, "peak");
         cJSON_AddStringToObject(jp, "source", b[i].peak_given ? "given" : "measured");
         cJSON_AddNumberToObject(jp, "gbytes_per_s", b[i].peak.gbytes_per_s);
@@ -881,7 +919,7 @@ static int write_json(const char *path, const bench_opts *o, const drt_model_inf
         cJSON *jr = cJSON_AddObjectToObject(e, "roofline");
         if (o->n) {
             cJSON *d = json_roof(&b[i].decode, "bytes_per_token", "peak_gbytes_per_s");
-            cJSON_AddNumberToObject(d, "mean_position", (o->n - 1) / 2.0);
+            cJSON_AddNumberToObject(d, "mean_position", o->depth + (o->n - 1) / 2.0);
             cJSON_AddItemToObject(jr, "decode", d);
         }
         if (o->p) cJSON_AddItemToObject(jr, "prefill", json_roof(&b[i].prefill, "flops_per_token", "peak_gflops"));
@@ -1024,6 +1062,16 @@ int cmd_bench(int argc, char **argv) {
          .hi = DRT_MAX_CTX,
          .bad = "-n wants an integer >= 0",
          .help = "tokens per decode run, 0 = no tg test (default 128)"},
+        {.name = "--depth",
+         .short_name = 'd',
+         .kind = CLI_LONG,
+         .dst = &o.depth,
+         .meta = "N",
+         .lo = 0,
+         .hi = DRT_MAX_CTX / 2,
+         .bad = "--depth wants an integer >= 0",
+         .help = "tokens already in the KV cache for the pp and tg tests, prefilled\n(untimed) after each reset, as "
+                 "llama-bench's -d (default 0)"},
         {.name = "-r",
          .kind = CLI_LONG,
          .dst = &o.r,
@@ -1086,6 +1134,7 @@ int cmd_bench(int argc, char **argv) {
     if (!backends) return cli_die("bench: --backend LIST is required, e.g. --backend cpu,vulkan%s", "");
     if (!o.p && !o.n) return cli_die("bench: -p 0 and -n 0 leave nothing to measure%s", "");
     if (par_spec && parse_parallel(par_spec, &o)) return 2;
+    if (par_spec && o.depth) return cli_die("bench: --depth applies to the pp and tg tests, not to --parallel%s", "");
     bench_backend b[MAX_BACKENDS];
     memset(b, 0, sizeof b);
     int nb = 0;
@@ -1110,14 +1159,14 @@ int cmd_bench(int argc, char **argv) {
     o.load_s = drt_clock_s() - t_load;
     drt_model_info I;
     drt_model_get_info(m, &I);
-    long need = o.p + 1 > o.n ? o.p + 1 : o.n;
+    long need = o.depth + (o.p + 1 > o.n ? o.p + 1 : o.n);
     if (need > I.max_ctx)
         fprintf(stderr,
                 "diffrt: bench: warning: %ld positions are past the model's "
                 "max_position_embeddings %d: "
                 "timings hold, the outputs are not meaningful there\n",
                 need, I.max_ctx);
-    long nid = o.p > o.n ? o.p : o.n;
+    long nid = o.depth + (o.p > o.n ? o.p : o.n);
     ids = malloc(sizeof(int32_t) * (size_t)(nid > 4 ? nid : 4));
     if (!ids) {
         rc = cli_fail("bench");

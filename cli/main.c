@@ -515,9 +515,12 @@ static int run_generate(const run_args *r, drt_session *s, drt_sampler *smp, cli
     if (nfb || r->verbose)
         fprintf(stderr, "backend %s: %d node runs fell back to the CPU reference%s%s\n", r->backend, nfb,
                 nfb ? ": " : "", fb);
-    if (r->verbose)
+    if (r->verbose) {
+        fprintf(stderr, "session: %d positions, KV cache %.1f MiB (f32)\n", drt_session_ctx(s),
+                drt_session_kv_bytes(s) / 1048576.0);
         fprintf(stderr, "activations: %.2f MiB planned (%.2f MiB without reuse)\n", act / 1048576.0,
                 act_unplanned / 1048576.0);
+    }
     return 0;
 }
 

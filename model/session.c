@@ -876,6 +876,18 @@ int drt_session_ctx(const drt_session *s) {
     return s ? s->b.ctx : -1;
 }
 
+size_t drt_batch_session_kv_bytes(const drt_batch_session *s) {
+    if (!s) return 0;
+    size_t n = 0;
+    for (int l = 0; l < s->m->info.n_layers; l++)
+        n += drt_nbytes(s->mt.layers[l].k_cache) + drt_nbytes(s->mt.layers[l].v_cache);
+    return n;
+}
+
+size_t drt_session_kv_bytes(const drt_session *s) {
+    return s ? drt_batch_session_kv_bytes(&s->b) : 0;
+}
+
 size_t drt_session_activation_bytes(const drt_session *ss, size_t *unplanned) {
     if (!ss) {
         if (unplanned) *unplanned = 0;

@@ -128,8 +128,7 @@ static int make_session(srv *S) {
         return -1;
     }
     const drt_model_info *I = &S->info;
-    double per_pos = 4.0 * I->n_layers * I->n_kv_groups * ((double)I->kv_m * I->dk + I->dv);
-    double kv = per_pos * (S->o.parallel + 1.0) * S->o.ctx;
+    const double kv = (double)drt_batch_session_kv_bytes(S->bs);
     fprintf(stderr, "diffrt: serve: %d slots x %d positions = %.1f MiB KV (%s, %d rows per forward)\n", S->o.parallel,
             S->o.ctx, kv / 1048576.0, S->o.backend ? S->o.backend : "cpu", S->o.batch_tokens);
     if (S->o.ctx > I->max_ctx)

@@ -510,6 +510,8 @@ static void bad_inputs(const char *A, const char *dir) {
         {"bench --model " MODEL " --backend cpu --device vulkan=0", 2, "not in --backend"},
         {"bench --model " MODEL " --backend cpu --device 0", 2, "BACKEND=SEL"},
         {"bench --model " MODEL " --backend cpu --csv --md", 2, "one of --csv"},
+        {"bench --model " MODEL " --backend cpu -d -1", 2, "--depth wants"},
+        {"bench --model " MODEL " --backend cpu -d 4 --parallel 2", 2, "not to --parallel"},
         {"bench --model " MODEL " --backend cpu --peak-gbps -3", 2, "--peak-gbps wants"},
         {"bench --model " MODEL " --backend cpu --frob", 2, "unknown argument"},
         {"bench --model /nonexistent --backend cpu", 1, "/nonexistent/config.json"},
@@ -577,6 +579,31 @@ static void parallel(const char *P, const char *dir) {
     }
 }
 
+/* --depth: the tests' names and the per-op decode position carry it, the
+ * JSON's settings and decode mean position too; a depth past the model's
+ * positions warns and still runs */
+static void depth(const char *D) {
+    char args[4096];
+    snprintf(args, sizeof args,
+             "bench --model %s --backend cpu -p 4 -n 3 -d 700 -r 1 --peak-gbps 1 --peak-gflops 1 --json '%s'", MODEL,
+             D);
+    int rc = run(args);
+    DRT_CHECK(rc == 0, "diffrt %s: exit %d:\n%s", args, rc, g_out);
+    DRT_CHECK(strstr(g_out, "pp4 @ d700") && strstr(g_out, "tg3 @ d700") &&
+                  strstr(g_out, "decode step at position 704") && strstr(g_out, "max_position_embeddings"),
+              "bench -d 700: no \"pp4 @ d700\", \"tg3 @ d700\", decode position 704 or the positions warning:\n%s",
+              g_out);
+    cJSON *j = load_json(D);
+    DRT_CHECK(j != NULL, "%s is not JSON", D);
+    if (!j) return;
+    DRT_CHECK(cJSON_GetNumberValue(at(at(j, "settings"), "n_depth")) == 700, "settings.n_depth");
+    const cJSON *b = cJSON_GetArrayItem(at(j, "backends"), 0);
+    DRT_CHECK(cJSON_GetNumberValue(at(at(at(b, "roofline"), "decode"), "mean_position")) == 701,
+              "roofline.decode.mean_position is not depth + (n - 1) / 2");
+    DRT_CHECK(cJSON_GetNumberValue(at(b, "kv_cache_bytes")) > 0, "kv_cache_bytes");
+    cJSON_Delete(j);
+}
+
 int main(void) {
     char A[512], F[512], dir[512], dir2[512], dir3[512], dir4[512];
     snprintf(A, sizeof A, "%s/bench_A.json", DRT_TMP_DIR);
@@ -596,5 +623,8 @@ int main(void) {
     snprintf(P, sizeof P, "%s/bench_parallel.json", DRT_TMP_DIR);
     snprintf(dir5, sizeof dir5, "%s/bench_report_parallel", DRT_TMP_DIR);
     parallel(P, dir5);
+    char D[512];
+    snprintf(D, sizeof D, "%s/bench_depth.json", DRT_TMP_DIR);
+    depth(D);
     return drt_test_summary("test_bench");
 }

@@ -283,6 +283,9 @@ int drt_session_fallbacks(const drt_session *s, char *lines, size_t n); /* 0 for
  * any forward): bytes of its planned arena, and in *unplanned (when not
  * NULL) the sum of the intermediates' sizes without reuse. 0 for NULL. */
 size_t drt_session_activation_bytes(const drt_session *s, size_t *unplanned);
+/* Bytes of the session's KV cache: every layer's K and V rows for all the
+ * positions it holds (f32). 0 for NULL. */
+size_t drt_session_kv_bytes(const drt_session *s);
 /* The attention of the last token of the last forward over every position
  * 0..pos-1, averaged over layers and heads (the paper's Table 3 quantity):
  * softmax(q.k/sqrt(dk)) for the transformer, the differential map
@@ -324,6 +327,9 @@ drt_status drt_batch_session_create(drt_model *m, const drt_session_opts *opts, 
 void drt_batch_session_free(drt_batch_session *s); /* NULL: nothing; a call in flight is waited for */
 /* The options as decided (defaults filled in). */
 drt_status drt_batch_session_get_opts(const drt_batch_session *s, drt_batch_opts *out);
+/* drt_session_kv_bytes of a batch session: its slots' positions, and one
+ * scratch row. 0 for NULL. */
+size_t drt_batch_session_kv_bytes(const drt_batch_session *s);
 
 /* The rows of one forward. Rules, each broken one DRT_ERR_INVALID_ARG naming
  * the row, and nothing run: 1 <= n <= max_batch_rows; token[i] inside the
