@@ -394,6 +394,11 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_DIFF_ATTN, .T = 40, .H = 2, .G = 1, .m = 2, .dk = 128, .dv = 128, .lambda = 0.7f},
     {.op = DRT_OP_ATTN, .T = 8, .H = 4, .G = 1, .dk = 64, .dv = 64, .p0 = 250},
     {.op = DRT_OP_ATTN, .T = 24, .H = 3, .G = 1, .dk = 96, .dv = 80, .p0 = 17, .mag = 300},
+    /* decode rows with more than 8 heads a kv group, past 256 keys, dv not a
+     * multiple of a vector */
+    {.op = DRT_OP_ATTN, .T = 1, .H = 20, .G = 2, .dk = 64, .dv = 64, .p0 = 299},
+    {.op = DRT_OP_DIFF_ATTN, .T = 2, .H = 12, .G = 1, .m = 2, .dk = 32, .dv = 48, .p0 = 600, .lambda = 0.4f},
+    {.op = DRT_OP_DIFF_ATTN, .T = 1, .H = 16, .G = 1, .m = 1, .dk = 64, .dv = 72, .p0 = 40, .mag = 300, .lambda_th = 1},
     /* PERMUTE with the inner axis contiguous on both sides in 4s (vectorised
      * copies) and an outer axis the thread walks (n0 > 1) */
     {.op = DRT_OP_PERMUTE, .nd = 4, .ne = {3, 5, 2, 8}, .perm = {2, 1, 0, 3}},

@@ -685,8 +685,6 @@ drt_status drt_batch_session_get_opts(const drt_batch_session *s, drt_batch_opts
     return DRT_OK;
 }
 
-/* drt_session_forward, and with prof drt_session_forward_profiled. The busy
- * check comes before the arguments' (a rejected call never ran anyway). */
 /* A prompt longer than DRT_DEFAULT_BATCH_ROWS goes through in forwards of
  * that many rows, as llama.cpp's micro-batches: the activations are planned
  * for 512 rows, not for the whole prompt. Logits: with all, each chunk's
@@ -711,6 +709,8 @@ static drt_status forward_chunks(drt_batch_session *s, const rowset *r, float *l
     return st;
 }
 
+/* drt_session_forward, and with prof drt_session_forward_profiled. The busy
+ * check comes before the arguments' (a rejected call never ran anyway). */
 static drt_status forward(drt_session *ss, const int32_t *ids, int T, float *logits, int all_logits,
                           drt_profile *prof) {
     if (!ss) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_session_forward: the session is NULL");

@@ -420,8 +420,9 @@ static drt_status ensure_scratch(cpu_ctx *c, int64_t floats) {
  * repacked int8-dot GEMV (matmul.c qt_rows) CPU_ROW_CHUNK at a time, so
  * each weight is read T/32 times, from its repacked copy, instead of widened
  * to f32 for the GEMM (32-row chunks keep the prepared x rows in L2: 1.1B
- * q4_0 pp512 126 tok/s, 116 with 128-row chunks). In the int8 mode x is one int8 level a block, and
- * VPDPBUSD does four multiply-adds where the f32 GEMM's FMA does one. In the
+ * q4_0 pp512 126 tok/s, 116 with 128-row chunks). In the int8 mode x is one
+ * int8 level a block, and VPDPBUSD does four multiply-adds where the f32
+ * GEMM's FMA does one. In the
  * f32 mode x is two levels (within the f32 bound, as the GEMV); there it
  * pays only where K is a multiple of 512, every superblock of 16 blocks
  * full (cpu_row_chunks): 1.1B q4_0 pp512 126 against 95 tok/s, q8_0 111
@@ -432,7 +433,6 @@ static int cpu_row_chunks(const cpu_ctx *c, const cpu_mm_args *m) {
     const int quant = m->wt == DRT_Q8_0 || m->wt == DRT_Q4_0;
     return c->repack && m->qdot && quant && m->T > c->k->gemv_max_t && !m->trans_w && m->K > 0 && m->B == 1 &&
            m->Bw == 1 && (c->x8 || m->K % 512 == 0); /* 16 blocks of 32 */
-    ;
 }
 
 static drt_status matmul_row_chunks(cpu_ctx *c, const cpu_mm_args *m, const drt_tensor *w) {
