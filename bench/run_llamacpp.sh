@@ -89,10 +89,10 @@ trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$(dirname "$OUT")"
 export DIFFRT_THREADS=$THREADS
 
-# "pp tg" tokens/s from diffrt bench's JSON / llama-bench's JSON
+# "pp tg" tokens/s from diffrt bench's JSON / llama-bench's JSON ("nan" for a test not run)
 diffrt_pp_tg() {
     "$PY" -c 'import json,sys; b=json.load(open(sys.argv[1]))["backends"][0]
-print(b["pp"]["mean_tok_s"], b["tg"]["mean_tok_s"])' "$1"
+print(*(b[t]["mean_tok_s"] if t in b else "nan" for t in ("pp", "tg")))' "$1"
 }
 llama_pp_tg() {
     "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1]))
@@ -123,7 +123,8 @@ for r in $(seq 1 "$ROUNDS"); do
                 "$D" bench --model "$(dir_of "$f")" --backend cpu --threads "$THREADS" -p 0 -n 128 -d "$DEPTH" -r 1 \
                     --peak-gbps 1 --peak-gflops 1 --json "$TMP/d.json" >"$TMP/d.txt" 2>"$TMP/d.err" ||
                     { cat "$TMP/d.err" >&2; exit 1; }
-                echo "$sys $f tg128@$DEPTH $("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["backends"][0]["tg"]["mean_tok_s"])' "$TMP/d.json")" >>"$S"
+                read -r _ tg < <(diffrt_pp_tg "$TMP/d.json")
+                echo "$sys $f tg128@$DEPTH $tg" >>"$S"
             fi
         done
         echo "run_llamacpp: round $r/$ROUNDS, $f: llama.cpp" >&2

@@ -19,7 +19,7 @@
  *             sequence cut to 0, the N prompts of p tokens (forwards of up
  *             to 512 rows), then n decode steps of N rows each
  * d is --depth (default 0, llama-bench's -d): after each reset, d tokens go
- * into the KV cache first, 512 a forward, untimed.
+ * into the KV cache first, untimed.
  * Token ids come from a fixed LCG over the vocabulary: no tokenizer. */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -43,7 +43,6 @@
 #define MAX_REPS 1000
 #define BENCH_MAX_PAR 8 /* --parallel values */
 #define PAR_ROWS 512    /* --parallel: rows per prefill forward */
-#define DEPTH_ROWS 512  /* --depth: rows per untimed prefill forward */
 
 static const char BENCH_ABOUT[] =
     "Prefill (pp) and decode (tg) tokens per second of the model on each backend of LIST\n"
@@ -424,16 +423,11 @@ static const char *depth_tag(const bench_opts *o) {
     return tag;
 }
 
-/* A reset, then the --depth tokens ids[0 .. depth) into the KV cache,
- * DEPTH_ROWS a forward (untimed) */
+/* A reset, then the --depth tokens ids[0 .. depth) into the KV cache
+ * (untimed; the session runs a long prompt 512 rows a forward) */
 static drt_status fill_depth(drt_session *s, const bench_opts *o, const int32_t *ids, float *logits) {
     drt_session_reset(s);
-    for (long i = 0; i < o->depth; i += DEPTH_ROWS) {
-        int t = (int)(o->depth - i < DEPTH_ROWS ? o->depth - i : DEPTH_ROWS);
-        drt_status st = drt_session_forward(s, ids + i, t, logits, 0);
-        if (st != DRT_OK) return st;
-    }
-    return DRT_OK;
+    return o->depth > 0 ? drt_session_forward(s, ids, (int)o->depth, logits, 0) : DRT_OK;
 }
 
 static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *I, const int32_t *ids,

@@ -5,8 +5,8 @@
  *
  * Two paths:
  *  - GEMV (T <= GEMV_MAX_T, trans_w = 0: decode, decode steps of many
- *    sequences in one forward, and short prompts; cpu_fast.h): threads split the B*N output columns;
- *    each group of 4 weight rows is streamed once from memory, widened to
+ *    sequences in one forward, and short prompts; cpu_fast.h): threads
+ *    split the B*N output columns; each group of 4 weight rows is streamed once from memory, widened to
  *    f32 in registers, and dotted with every x row, GEMV_T x rows per pass
  *    (the registers' limit; the group's later passes read it from L1).
  *    Napkin math: the weights dominate, N*K elements read once per call:
