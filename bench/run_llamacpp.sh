@@ -13,8 +13,8 @@
 #   - once per format and system: peak RSS (/usr/bin/time) of a RSS_PROMPT-
 #     token prefill and 4 decode steps, beside the checkpoint's size;
 #   - with DEPTH > 0 also tg128 at that depth, DEPTH tokens in the KV cache
-#     first (`diffrt bench --depth`, `llama-bench -d`; f32 KV for diffrt,
-#     llama.cpp's default f16 KV);
+#     first (`diffrt bench --depth`, `llama-bench -d`), both with KV caches of
+#     type KV;
 #   - a markdown table of medians (min-max over the rounds) in OUT_FILE.
 #
 # llama.cpp is built from PyPI's llama-cpp-python source package, which
@@ -24,6 +24,9 @@
 #   THREADS  threads for both (default 2)     ROUNDS  interleaved rounds (default 3)
 #   FORMATS  default "f16 q8_0 q4_0"          RSS_PROMPT  default 3000 (0: no RSS runs)
 #   DEPTH    llama.cpp tg128 at this depth (default 0: none)
+#   KV       KV cache type of both systems: f16 (default, both defaults),
+#            q8_0 (llama-bench -ctk/-ctv q8_0 -fa 1: its quantized V cache
+#            needs flash attention), f32
 #   MODES    diffrt's cpu.precision values for q8_0 / q4_0 (default "f32";
 #            "f32 int8" adds the int8 mode: x in one int8 level a block, as
 #            llama.cpp's q8_0 activations; f16 always runs in f32)
@@ -41,6 +44,13 @@ ROUNDS=${ROUNDS:-3}
 FORMATS=${FORMATS:-f16 q8_0 q4_0}
 RSS_PROMPT=${RSS_PROMPT:-3000}
 DEPTH=${DEPTH:-0}
+KV=${KV:-f16}
+case "$KV" in
+f16) LKV=() ;;
+f32) LKV=(-ctk f32 -ctv f32) ;;
+q8_0) LKV=(-ctk q8_0 -ctv q8_0 -fa 1) ;;
+*) echo "run_llamacpp: KV must be f32, f16 or q8_0, got \"$KV\"" >&2; exit 2 ;;
+esac
 MODES=${MODES:-f32}
 MODELS=${MODELS:-/tmp/diffrt-bench-models}
 LLAMA_SRC=${LLAMA_SRC:-/tmp/llamacpp}
@@ -113,7 +123,7 @@ for r in $(seq 1 "$ROUNDS"); do
             [ "$mode" = f32 ] || sys="diffrt-$mode"
             echo "run_llamacpp: round $r/$ROUNDS, $f: $sys" >&2
             "$D" bench --model "$(dir_of "$f")" --backend cpu --threads "$THREADS" -p 512 -n 128 -r 1 \
-                --set "cpu.precision=$mode" --peak-gbps 1 --peak-gflops 1 --json "$TMP/d.json" >"$TMP/d.txt" \
+                --kv-type "$KV" --set "cpu.precision=$mode" --peak-gbps 1 --peak-gflops 1 --json "$TMP/d.json" >"$TMP/d.txt" \
                 2>"$TMP/d.err" || { cat "$TMP/d.err" >&2; exit 1; }
             read -r pp tg < <(diffrt_pp_tg "$TMP/d.json")
             echo "$sys $f pp512 $pp" >>"$S"
@@ -121,20 +131,20 @@ for r in $(seq 1 "$ROUNDS"); do
             if [ "$DEPTH" -gt 0 ] && [ "$mode" = f32 ]; then
                 echo "run_llamacpp: round $r/$ROUNDS, $f: $sys, tg128 at depth $DEPTH" >&2
                 "$D" bench --model "$(dir_of "$f")" --backend cpu --threads "$THREADS" -p 0 -n 128 -d "$DEPTH" -r 1 \
-                    --peak-gbps 1 --peak-gflops 1 --json "$TMP/d.json" >"$TMP/d.txt" 2>"$TMP/d.err" ||
+                    --kv-type "$KV" --peak-gbps 1 --peak-gflops 1 --json "$TMP/d.json" >"$TMP/d.txt" 2>"$TMP/d.err" ||
                     { cat "$TMP/d.err" >&2; exit 1; }
                 read -r _ tg < <(diffrt_pp_tg "$TMP/d.json")
                 echo "$sys $f tg128@$DEPTH $tg" >>"$S"
             fi
         done
         echo "run_llamacpp: round $r/$ROUNDS, $f: llama.cpp" >&2
-        "$LB" -m "$M.$f.gguf" -t "$THREADS" -p 512 -n 128 -r 1 -o json >"$TMP/l.json" 2>"$TMP/l.err" ||
+        "$LB" -m "$M.$f.gguf" -t "$THREADS" -p 512 -n 128 -r 1 "${LKV[@]}" -o json >"$TMP/l.json" 2>"$TMP/l.err" ||
             { cat "$TMP/l.err" >&2; exit 1; }
         read -r pp tg < <(llama_pp_tg "$TMP/l.json")
         echo "llama.cpp $f pp512 $pp" >>"$S"
         echo "llama.cpp $f tg128 $tg" >>"$S"
         if [ "$DEPTH" -gt 0 ]; then
-            "$LB" -m "$M.$f.gguf" -t "$THREADS" -p 0 -n 128 -d "$DEPTH" -r 1 -o json >"$TMP/l.json" 2>"$TMP/l.err" ||
+            "$LB" -m "$M.$f.gguf" -t "$THREADS" -p 0 -n 128 -d "$DEPTH" -r 1 "${LKV[@]}" -o json >"$TMP/l.json" 2>"$TMP/l.err" ||
                 { cat "$TMP/l.err" >&2; exit 1; }
             read -r _ tg < <(llama_pp_tg "$TMP/l.json")
             echo "llama.cpp $f tg128@$DEPTH $tg" >>"$S"
@@ -147,10 +157,10 @@ if [ "$RSS_PROMPT" -gt 0 ]; then
     for f in $FORMATS; do
         echo "run_llamacpp: peak RSS, $f, $RSS_PROMPT-token prompt" >&2
         /usr/bin/time -f "%M" -o "$TMP/rss" "$D" bench --model "$(dir_of "$f")" --backend cpu --threads "$THREADS" \
-            -p "$RSS_PROMPT" -n 4 -r 1 --peak-gbps 1 --peak-gflops 1 >/dev/null 2>&1
+            -p "$RSS_PROMPT" -n 4 -r 1 --kv-type "$KV" --peak-gbps 1 --peak-gflops 1 >/dev/null 2>&1
         echo "diffrt $f rss_kib $(tail -n 1 "$TMP/rss")" >>"$S"
         /usr/bin/time -f "%M" -o "$TMP/rss" "$LB" -m "$M.$f.gguf" -t "$THREADS" -p "$RSS_PROMPT" -n 4 -r 1 \
-            >/dev/null 2>&1
+            "${LKV[@]}" >/dev/null 2>&1
         echo "llama.cpp $f rss_kib $(tail -n 1 "$TMP/rss")" >>"$S"
     done
 fi
@@ -159,7 +169,7 @@ fi
 {
     echo "# diffrt vs llama.cpp, 1.1B Llama (TinyLlama's shapes, random weights), $(date -u +%Y-%m-%dT%H:%MZ)"
     echo
-    echo "Command: \`THREADS=$THREADS ROUNDS=$ROUNDS FORMATS=\"$FORMATS\" MODES=\"$MODES\" RSS_PROMPT=$RSS_PROMPT DEPTH=$DEPTH bench/run_llamacpp.sh $B\`"
+    echo "Command: \`THREADS=$THREADS ROUNDS=$ROUNDS FORMATS=\"$FORMATS\" MODES=\"$MODES\" RSS_PROMPT=$RSS_PROMPT DEPTH=$DEPTH KV=$KV bench/run_llamacpp.sh $B\`"
     echo "$("$D" --version | head -n 1); llama.cpp from llama-cpp-python $VER ($(git -C "$LL" rev-parse --short HEAD 2>/dev/null || echo 'source package'))."
     echo "Host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load after the run $(cut -d' ' -f1-3 /proc/loadavg)."
     echo "Checkpoints: $(du -sh "$M" | cut -f1) safetensors f16; GGUF $(for f in $FORMATS; do printf '%s %s ' "$f" "$(du -h "$M.$f.gguf" | cut -f1)"; done)"

@@ -195,8 +195,9 @@ typedef struct {
     drt_profile prof_pp, prof_tg;
     int n_fallbacks;
     char fallbacks[512];
-    double session_s; /* drt_session_create: the weights placed on the backend and prepared */
-    size_t kv_bytes;  /* its KV cache (drt_session_kv_bytes) */
+    double session_s;  /* drt_session_create: the weights placed on the backend and prepared */
+    size_t kv_bytes;   /* its KV cache (drt_session_kv_bytes) */
+    drt_dtype kv_type; /* and its type */
     /* --parallel: per sequence count, prefill and decode tok/s of all
      * sequences together */
     struct {
@@ -460,6 +461,7 @@ static int run_backend(const bench_opts *o, drt_model *m, const drt_model_info *
     }
     r->session_s = drt_clock_s() - t_create;
     r->kv_bytes = drt_session_kv_bytes(s);
+    r->kv_type = drt_session_kv_type(s);
     int P = (int)o->p, N = (int)o->n;
     progress(r->name, "warm-up");
     if (P > 0 && drt_session_forward(s, ids, P, logits, 0) != DRT_OK) {
@@ -758,8 +760,8 @@ static void print_table(FILE *f, const bench_opts *o, const drt_model_info *I, c
     int o_len = snprintf(buf, sizeof buf, "load: model %.3f s", o->load_s);
     for (int i = 0; i < nb && o_len > 0 && (size_t)o_len < sizeof buf; i++)
         if (!b[i].failed)
-            o_len += snprintf(buf + o_len, sizeof buf - (size_t)o_len, "; %.16s session %.3f s (KV cache %.1f MiB)",
-                              b[i].name, b[i].session_s, b[i].kv_bytes / 1048576.0);
+            o_len += snprintf(buf + o_len, sizeof buf - (size_t)o_len, "; %.16s session %.3f s (KV cache %.1f MiB %s)",
+                              b[i].name, b[i].session_s, b[i].kv_bytes / 1048576.0, drt_dtype_name(b[i].kv_type));
     put_text(f, md, buf);
     fprintf(f, md ? " (weights placed on the backend and prepared)  \n"
                   : " (weights placed on the backend and prepared)\n");
@@ -895,6 +897,7 @@ static int write_json(const char *path, const bench_opts *o, const drt_model_inf
         }
         cJSON_AddNumberToObject(e, "session_s", b[i].session_s);
         cJSON_AddNumberToObject(e, "kv_cache_bytes", (double)b[i].kv_bytes);
+        cJSON_AddStringToObject(e, "kv_type", drt_dtype_name(b[i].kv_type));
         cJSON *jp = cJSON_AddObjectToObject(e, "peak");
         cJSON_AddStringToObject(jp, "source", b[i].peak_given ? "given" : "measured");
         cJSON_AddNumberToObject(jp, "gbytes_per_s", b[i].peak.gbytes_per_s);
@@ -1031,7 +1034,7 @@ static const char *base_name(const char *path, char *buf, size_t n) {
 
 int cmd_bench(int argc, char **argv) {
     bench_opts o = {.p = 512, .n = 128, .r = 5};
-    const char *backends = NULL, *devices = NULL, *set_spec = NULL, *par_spec = NULL;
+    const char *backends = NULL, *devices = NULL, *set_spec = NULL, *par_spec = NULL, *kv_type = NULL;
     int csv = 0, md = 0;
     const cli_opt opts[] = {
         {.name = "--model", .kind = CLI_STR, .dst = &o.model_dir, .meta = "DIR", .help = "the model directory"},
@@ -1087,6 +1090,7 @@ int cmd_bench(int argc, char **argv) {
          .hi = 1024,
          .help = "CPU threads for cpu (default: DIFFRT_THREADS, else the\nphysical cores)"},
         CLI_OPT_SET(&set_spec),
+        CLI_OPT_KV_TYPE(&kv_type),
         {.name = "--peak-gbps",
          .kind = CLI_DOUBLE,
          .dst = &o.peak_gbps,
@@ -1143,7 +1147,7 @@ int cmd_bench(int argc, char **argv) {
     drt_model *m = NULL;
     int32_t *ids = NULL;
     drt_settings *set = NULL;
-    if ((rc = cli_settings("bench", set_spec, &set)) != 0) goto done;
+    if ((rc = cli_settings("bench", set_spec, &set)) != 0 || (rc = cli_kv_type("bench", kv_type, &set)) != 0) goto done;
     o.settings = set;
     const double t_load = drt_clock_s();
     if (drt_model_load(o.model_dir, &m) != DRT_OK) {

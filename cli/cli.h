@@ -13,6 +13,9 @@ int cli_fail(const char *what);
  * caller frees *out either way. */
 typedef struct drt_settings drt_settings;
 int cli_settings(const char *cmd, const char *spec, drt_settings **out);
+/* --kv-type kv (NULL: nothing) into *set (created when NULL) as kv_type;
+ * 0, or 2 after a usage error on stderr */
+int cli_kv_type(const char *cmd, const char *kv, drt_settings **set);
 int cli_parse_long(const char *s, long lo, long hi, long *out);
 /* "a,b,c": 1 to max integers in [lo, hi] into out[], their count in *n; 0 on
  * anything else (an empty item, a trailing comma, too many) */

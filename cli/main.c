@@ -52,6 +52,17 @@ int cli_settings(const char *cmd, const char *spec, drt_settings **out) {
     return 0;
 }
 
+int cli_kv_type(const char *cmd, const char *kv, drt_settings **set) {
+    if (!kv) return 0;
+    if (!*set && drt_settings_create(set) != DRT_OK) return cli_fail(cmd);
+    if (drt_settings_set(*set, "kv_type", kv) != DRT_OK) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s: --kv-type: %s", cmd, drt_last_error());
+        return cli_die("%s", msg);
+    }
+    return 0;
+}
+
 /* The settings in force: name, value, where it came from (default, env
  * VARIABLE, flag), debug and A/B knobs marked. */
 static void print_settings(const drt_settings *set) {
@@ -307,7 +318,7 @@ static int parse_tokens(const char *s, int32_t **out, int *n) {
 }
 
 typedef struct {
-    const char *model, *tokens, *backend, *device, *text, *text_file, *set;
+    const char *model, *tokens, *backend, *device, *text, *text_file, *set, *kv_type;
     long n_gen, ctx, top_k, seed, threads;
     int n_given; /* -n on the command line; else at most 16, fewer where the context ends */
     int verbose, no_stop;
@@ -360,6 +371,7 @@ static int run_parse(int argc, char **argv, run_args *r) {
          .meta = "D",
          .help = "device index or name substring (default: DIFFRT_DEVICE, else the\nbackend's first device)"},
         CLI_OPT_SET(&r->set),
+        CLI_OPT_KV_TYPE(&r->kv_type),
         {.name = "--ctx",
          .kind = CLI_LONG,
          .dst = &r->ctx,
@@ -516,8 +528,8 @@ static int run_generate(const run_args *r, drt_session *s, drt_sampler *smp, cli
         fprintf(stderr, "backend %s: %d node runs fell back to the CPU reference%s%s\n", r->backend, nfb,
                 nfb ? ": " : "", fb);
     if (r->verbose) {
-        fprintf(stderr, "session: %d positions, KV cache %.1f MiB (f32)\n", drt_session_ctx(s),
-                drt_session_kv_bytes(s) / 1048576.0);
+        fprintf(stderr, "session: %d positions, KV cache %.1f MiB (%s)\n", drt_session_ctx(s),
+                drt_session_kv_bytes(s) / 1048576.0, drt_dtype_name(drt_session_kv_type(s)));
         fprintf(stderr, "activations: %.2f MiB planned (%.2f MiB without reuse)\n", act / 1048576.0,
                 act_unplanned / 1048576.0);
     }
@@ -540,7 +552,8 @@ static int cmd_run(int argc, char **argv) {
     cli_text ct = {0};
     drt_settings *set = NULL;
     int32_t *eos = NULL;
-    if ((rc = cli_settings("run", r.set, &set)) != 0) goto done; /* 2: a usage error, before any work */
+    /* 2: a usage error, before any work */
+    if ((rc = cli_settings("run", r.set, &set)) != 0 || (rc = cli_kv_type("run", r.kv_type, &set)) != 0) goto done;
     rc = 1;
     if (drt_model_load(r.model, &m) != DRT_OK) {
         rc = cli_fail("run");
@@ -599,7 +612,7 @@ done:
 
 static int cmd_conform(int argc, char **argv) {
     drt_conform_opts o = {.out = stdout, .repeats = 5, .warmup = 1};
-    const char *set_spec = NULL;
+    const char *set_spec = NULL, *kv_type = NULL;
     const cli_opt opts[] = {
         {.name = "--backend",
          .kind = CLI_STR,
@@ -625,6 +638,14 @@ static int cmd_conform(int argc, char **argv) {
          .help = "a device per backend: an index or a case-insensitive name\nsubstring (see diffrt info); a backend "
                  "not named takes\nDIFFRT_DEVICE, else its default; never applies to ref"},
         CLI_OPT_SET(&set_spec),
+        {.name = "--kv-type",
+         .kind = CLI_STR,
+         .dst = &kv_type,
+         .meta = "T",
+         .help =
+             "the KV cache type under test: f32, f16 or q8_0; the KV_WRITE,\nATTN and DIFF_ATTN cases of that type, "
+             "and every --models\nsession's, the reference's included (default: kv_type of --set\nor "
+             "DIFFRT_KV_TYPE, else f32)"},
         {.name = "--models",
          .kind = CLI_STR,
          .dst = &o.models_dir,
@@ -671,13 +692,13 @@ static int cmd_conform(int argc, char **argv) {
                  "or the reduced-precision bound a kernel declares, at most 5e-4; NaN-poisoned outputs),\n"
                  "and with --models every model (logits NMSE <= 1e-6 and 32 identical greedy tokens\n"
                  "against ref); prints an op x backend table. --set applies to the backends checked,\n"
-                 "never to the reference.\n",
+                 "never to the reference, except kv_type (--kv-type).\n",
         .footer = "Exit status: 0 all pass; 1 a failure, or a required backend unavailable or incomplete;\n"
                   "2 a bad argument (an unknown op, backend or device, a --models DIR without models).\n"};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc != CLI_PARSED) return rc;
     drt_settings *set = NULL;
-    if ((rc = cli_settings("conform", set_spec, &set)) == 0) {
+    if ((rc = cli_settings("conform", set_spec, &set)) == 0 && (rc = cli_kv_type("conform", kv_type, &set)) == 0) {
         o.settings = set; /* every backend checked; never the oracle ref */
         drt_conform_result r;
         if (drt_conform_run(&o, &r) == DRT_OK)

@@ -21,7 +21,7 @@
 #define MAX_LIST DRT_NIAH_MAX_LIST
 
 typedef struct {
-    const char *model, *backend, *device, *json, *compare, *set;
+    const char *model, *backend, *device, *json, *compare, *set, *kv_type;
     const char *logits_vs; /* a reference model whose last-token logits each prompt is compared with */
     int attn_bits;         /* > 0: the reference path's attention logits quantized (eval/analysis.h) */
     int needles, queries, samples, attention, no_fallback, threads;
@@ -103,6 +103,7 @@ static int niah_parse(int argc, char **argv, niah_args *a) {
          .hi = 1024,
          .help = "CPU threads for cpu"},
         CLI_OPT_SET(&a->set),
+        CLI_OPT_KV_TYPE(&a->kv_type),
         {.name = "--attention",
          .kind = CLI_FLAG,
          .dst = &a->attention,
@@ -418,7 +419,8 @@ int cmd_niah(int argc, char **argv) {
     e->a = &a;
     e->jarr = a.json || a.compare ? cJSON_CreateArray() : NULL;
     /* a bad --set is a usage error (2) before any work */
-    if (!(rc = cli_settings("niah", a.set, &e->set)) && !(rc = niah_setup(e)) && !(rc = niah_eval_all(e))) {
+    if (!(rc = cli_settings("niah", a.set, &e->set)) && !(rc = cli_kv_type("niah", a.kv_type, &e->set)) &&
+        !(rc = niah_setup(e)) && !(rc = niah_eval_all(e))) {
         niah_print(e);
         rc = a.json ? niah_write_json(e) : 0;
         if (!rc) rc = niah_verdict(e);

@@ -59,6 +59,14 @@ typedef struct {
                 "its environment variable; diffrt info shows them"                                                     \
     }
 
+/* --kv-type T: the KV cache's type for the command's sessions; the command
+ * puts it into its settings with cli_kv_type() (cli.h) */
+#define CLI_OPT_KV_TYPE(dst_)                                                                                          \
+    {                                                                                                                  \
+        .name = "--kv-type", .kind = CLI_STR, .dst = (dst_), .meta = "T",                                              \
+        .help = "KV cache type: f32, f16 or q8_0 (default: DIFFRT_KV_TYPE, else f16\non cpu and f32 elsewhere)"        \
+    }
+
 /* A command of diffrt: one row of main.c's table, which dispatches and
  * prints `diffrt --help` (the name and the one-line summary of each); the
  * command's options and its own --help come from its cli_cmd. */

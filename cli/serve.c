@@ -39,7 +39,7 @@ int cmd_serve(int argc, char **argv) {
                   .max_conns = 1024,
                   .max_conns_per_ip = 64,
                   .grace_s = 30};
-    const char *set_spec = NULL, *aliases = NULL, *max_body = "1M", *max_out = "1M";
+    const char *set_spec = NULL, *kv_type = NULL, *aliases = NULL, *max_body = "1M", *max_out = "1M";
     int threads = 0, ctx = 0;
     const cli_opt opts[] = {
         {.name = "--model",
@@ -79,6 +79,7 @@ int cmd_serve(int argc, char **argv) {
          .hi = 1024,
          .help = "CPU threads for cpu (default: DIFFRT_THREADS, else the physical cores)"},
         CLI_OPT_SET(&set_spec),
+        CLI_OPT_KV_TYPE(&kv_type),
         {.name = "--parallel",
          .short_name = 'p',
          .kind = CLI_INT,
@@ -260,7 +261,7 @@ int cmd_serve(int argc, char **argv) {
     o.threads = threads;
     o.ctx = ctx;
     drt_settings *set = NULL;
-    if ((rc = cli_settings("serve", set_spec, &set)) != 0) {
+    if ((rc = cli_settings("serve", set_spec, &set)) != 0 || (rc = cli_kv_type("serve", kv_type, &set)) != 0) {
         drt_settings_free(set);
         return rc;
     }

@@ -169,8 +169,11 @@ static void batch_case_on(drt_model *m, const int32_t *prompt, int n_prompt, con
     drt_model_get_info(m, &I);
     char dev[16];
     snprintf(dev, sizeof dev, "%d", bk->device);
-    drt_session_opts so = {
-        .backend = bk->name, .device = bk->be->device >= 0 ? dev : "", .max_ctx = B_CTX, .settings = set};
+    drt_session_opts so = {.backend = bk->name,
+                           .device = bk->be->device >= 0 ? dev : "",
+                           .max_ctx = B_CTX,
+                           .settings = set,
+                           .kv_type = cf_kv_type(set)};
     drt_batch_opts bo = {.max_seqs = B_SEQS, .ctx_per_seq = B_CTX, .max_batch_rows = B_ROWS};
     bctx c = {.V = I.vocab, .src = prompt, .n_src = n_prompt};
     c.got = malloc(sizeof(float) * (size_t)B_ROWS * (size_t)I.vocab);

@@ -299,6 +299,69 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_ATTN, .T = 1, .H = 6, .G = 3, .dk = 128, .dv = 64, .p0 = 9},
     {.op = DRT_OP_ATTN, .T = 70, .H = 2, .G = 1, .dk = 64, .dv = 64, .p0 = 20},
     {.op = DRT_OP_ATTN, .T = 1, .H = 1, .G = 1, .dk = 64, .dv = 128, .p0 = 500},
+    /* KV caches of f16 and q8_0 (drt_kv.h), read as stored: decode rows of
+     * one head a group and of 2, 8 and 32 heads a group (the cpu backend's
+     * heads in lanes, past 256 keys: split), runs of prompt rows, batches */
+    {.op = DRT_OP_ATTN, .T = 1, .H = 32, .G = 4, .dk = 64, .dv = 64, .p0 = 700, .kvt = DRT_F16},
+    {.op = DRT_OP_ATTN, .T = 1, .H = 32, .G = 4, .dk = 64, .dv = 64, .p0 = 700, .kvt = DRT_Q8_0},
+    {.op = DRT_OP_ATTN, .T = 1, .H = 32, .G = 1, .dk = 64, .dv = 64, .p0 = 90, .kvt = DRT_F16},
+    {.op = DRT_OP_ATTN, .T = 6, .H = 4, .G = 2, .dk = 64, .dv = 64, .p0 = 70, .runs = {1, 1, 3, 1}, .kvt = DRT_F16},
+    {.op = DRT_OP_ATTN, .T = 37, .H = 4, .G = 4, .dk = 128, .dv = 128, .kvt = DRT_Q8_0},
+    {.op = DRT_OP_ATTN,
+     .T = 24,
+     .H = 2,
+     .G = 1,
+     .dk = 64,
+     .dv = 128,
+     .p0 = 33,
+     .mag = 300,
+     .runs = {1, 20, 3},
+     .kvt = DRT_Q8_0},
+    {.op = DRT_OP_ATTN, .T = 5, .H = 6, .G = 3, .dk = 40, .dv = 24, .p0 = 9, .runs = {1, 3, 1}, .kvt = DRT_F16},
+    {.op = DRT_OP_DIFF_ATTN,
+     .T = 1,
+     .H = 16,
+     .G = 2,
+     .m = 2,
+     .dk = 64,
+     .dv = 128,
+     .p0 = 600,
+     .lambda = 0.4f,
+     .kvt = DRT_F16},
+    {.op = DRT_OP_DIFF_ATTN,
+     .T = 3,
+     .H = 16,
+     .G = 4,
+     .m = 1,
+     .dk = 64,
+     .dv = 64,
+     .p0 = 300,
+     .lambda_th = 1,
+     .runs = {1, 1, 1},
+     .kvt = DRT_Q8_0},
+    {.op = DRT_OP_DIFF_ATTN,
+     .T = 8,
+     .H = 6,
+     .G = 3,
+     .m = 2,
+     .dk = 64,
+     .dv = 128,
+     .p0 = 300,
+     .mag = 300,
+     .lambda = 0.5f,
+     .runs = {3, 1, 4},
+     .kvt = DRT_Q8_0},
+    {.op = DRT_OP_DIFF_ATTN,
+     .T = 41,
+     .H = 2,
+     .G = 1,
+     .m = 1,
+     .dk = 128,
+     .dv = 128,
+     .p0 = 60,
+     .lambda_th = 1,
+     .runs = {2, 37, 2},
+     .kvt = DRT_F16},
     /* GROUPNORM: x (T, H, dv) */
     {.op = DRT_OP_GROUPNORM, .T = 1, .H = 8, .dv = 128, .scale = 0.2f},
     {.op = DRT_OP_GROUPNORM, .T = 37, .H = 3, .dv = 256, .scale = 0.65f},
@@ -321,6 +384,10 @@ const cf_opcase CF_CASES[] = {
     {.op = DRT_OP_KV_WRITE, .T = 6, .cap = 24, .G = 2, .m = 2, .d = 64, .p0 = 17, .runs = {1, 4, 1}},
     {.op = DRT_OP_KV_WRITE, .T = 5, .cap = 16, .G = 1, .d = 32, .p0 = 9, .runs = {1, 1, 1, 1, 1}},
     {.op = DRT_OP_KV_WRITE, .T = 37, .cap = 37, .G = 1, .m = 1, .d = 16},
+    {.op = DRT_OP_KV_WRITE, .T = 6, .cap = 24, .G = 2, .m = 2, .d = 64, .p0 = 17, .runs = {1, 4, 1}, .kvt = DRT_F16},
+    {.op = DRT_OP_KV_WRITE, .T = 7, .cap = 40, .G = 3, .d = 40, .p0 = 5, .kvt = DRT_F16},
+    {.op = DRT_OP_KV_WRITE, .T = 1, .cap = 64, .G = 2, .m = 2, .d = 64, .p0 = 63, .kvt = DRT_Q8_0},
+    {.op = DRT_OP_KV_WRITE, .T = 5, .cap = 16, .G = 1, .d = 128, .p0 = 9, .runs = {1, 1, 1, 1, 1}, .kvt = DRT_Q8_0},
     /* PERMUTE: x (ne[0..nd)) to axes perm[0..nd) */
     {.op = DRT_OP_PERMUTE, .nd = 4, .ne = {3, 5, 2, 7}, .perm = {2, 1, 0, 3}},
     {.op = DRT_OP_PERMUTE, .nd = 4, .ne = {9, 4, 1, 33}, .perm = {1, 0, 2, 3}},
@@ -511,6 +578,7 @@ static const struct {
     F(lambda_th, OPB(DUAL_SOFTMAX) | OPB(DIFF_ATTN)),
     F(no_weight, OPB(RMSNORM) | OPB(GROUPNORM)),
     F(decomposed, OPB(DIFF_ATTN)),
+    F(kvt, ATTN_OPS | OPB(KV_WRITE)),
 #undef F
 };
 
@@ -526,6 +594,7 @@ drt_status cf_case_check(const cf_opcase *c) {
 }
 
 const char *cf_case_dtype(const cf_opcase *c) {
+    if (c->op == DRT_OP_KV_WRITE || c->op == DRT_OP_ATTN || c->op == DRT_OP_DIFF_ATTN) return drt_dtype_name(c->kvt);
     return c->op == DRT_OP_MATMUL || c->op == DRT_OP_EMBED ? drt_dtype_name(c->wt) : "f32";
 }
 
@@ -626,25 +695,28 @@ static void build_attention(const cf_opcase *c, cf_built *b) {
     /* one sequence: its S and p0; several: each one's slot, start and rows (case_rows) */
     char one[48] = "";
     if (!c->runs[0]) snprintf(one, sizeof one, " S=%d p0=%d", S, c->p0);
+    char kv[16] = ""; /* the KV cache type where it is not f32 */
+    if (c->kvt) snprintf(kv, sizeof kv, " kv=%s", drt_dtype_name(c->kvt));
     if (c->op == DRT_OP_ATTN)
-        snprintf(b->desc, sizeof b->desc, "T=%d%s H=%d G=%d dk=%d dv=%d |q|<=%g", T, one, H, G, dk, dv, (double)mag);
+        snprintf(b->desc, sizeof b->desc, "T=%d%s H=%d G=%d dk=%d dv=%d |q|<=%g%s", T, one, H, G, dk, dv, (double)mag,
+                 kv);
     else
-        snprintf(b->desc, sizeof b->desc, "T=%d%s H=%d G=%d m=%d dk=%d dv=%d lambda=%s |q|<=%g", T, one, H, G, m, dk,
-                 dv, c->lambda_th ? "per-token" : "scalar", (double)mag);
+        snprintf(b->desc, sizeof b->desc, "T=%d%s H=%d G=%d m=%d dk=%d dv=%d lambda=%s |q|<=%g%s", T, one, H, G, m, dk,
+                 dv, c->lambda_th ? "per-token" : "scalar", (double)mag, kv);
     int n = case_rows(c, 0, b);
     if (!n) return;
     int64_t cap = (int64_t)n * b->slot_rows;
     drt_tensor *rows = drt_new_rows(g, T);
     if (c->op == DRT_OP_ATTN) {
         drt_tensor *q = add_in(b, drt_new_tensor_3d(g, DRT_F32, T, H, dk, "q"), IN_UNIFORM, mag, 0);
-        drt_tensor *k = add_in(b, drt_new_tensor_3d(g, DRT_F32, cap, G, dk, "k"), IN_CACHE, 1, 0);
-        drt_tensor *v = add_in(b, drt_new_tensor_3d(g, DRT_F32, cap, G, dv, "v"), IN_CACHE, 1, 0);
+        drt_tensor *k = add_in(b, drt_new_tensor_3d(g, c->kvt, cap, G, dk, "k"), IN_CACHE, 1, 0);
+        drt_tensor *v = add_in(b, drt_new_tensor_3d(g, c->kvt, cap, G, dv, "v"), IN_CACHE, 1, 0);
         b->node = drt_attn(g, q, k, v, rows);
         return;
     }
     drt_tensor *q = add_in(b, drt_new_tensor_4d(g, DRT_F32, T, H, 2, dk, "q"), IN_UNIFORM, mag, 0);
-    drt_tensor *k = add_in(b, drt_new_tensor_4d(g, DRT_F32, cap, G, m, dk, "k"), IN_CACHE, 1, 0);
-    drt_tensor *v = add_in(b, drt_new_tensor_3d(g, DRT_F32, cap, G, dv, "v"), IN_CACHE, 1, 0);
+    drt_tensor *k = add_in(b, drt_new_tensor_4d(g, c->kvt, cap, G, m, dk, "k"), IN_CACHE, 1, 0);
+    drt_tensor *v = add_in(b, drt_new_tensor_3d(g, c->kvt, cap, G, dv, "v"), IN_CACHE, 1, 0);
     drt_tensor *l = c->lambda_th ? add_in(b, drt_new_tensor_2d(g, DRT_F32, T, H, "lambda"), IN_UNIT, 1, 0) : NULL;
     b->node = drt_diff_attn(g, q, k, v, c->lambda, l, rows);
 }
@@ -686,7 +758,8 @@ static void build_elementwise(const cf_opcase *c, cf_built *b) {
 static void build_kv_write(const cf_opcase *c, cf_built *b) {
     drt_graph *g = b->g;
     int T = c->T, G = c->G, m = c->m, d = c->d;
-    snprintf(b->desc, sizeof b->desc, "T=%d cache=%d rows of %dx%dx%d", T, c->cap, G, m ? m : 1, d);
+    snprintf(b->desc, sizeof b->desc, "T=%d cache=%d rows of %dx%dx%d%s%s", T, c->cap, G, m ? m : 1, d,
+             c->kvt ? " " : "", c->kvt ? drt_dtype_name(c->kvt) : "");
     if (!c->runs[0]) snprintf(b->desc + strlen(b->desc), sizeof b->desc - strlen(b->desc), " p0=%d", c->p0);
     int n = case_rows(c, c->cap, b);
     if (!n) return;
@@ -694,10 +767,10 @@ static void build_kv_write(const cf_opcase *c, cf_built *b) {
     drt_tensor *src, *cache;
     if (m) {
         src = drt_new_tensor_4d(g, DRT_F32, T, G, m, d, "src");
-        cache = drt_new_tensor_4d(g, DRT_F32, Sc, G, m, d, "cache");
+        cache = drt_new_tensor_4d(g, c->kvt, Sc, G, m, d, "cache");
     } else {
         src = drt_new_tensor_3d(g, DRT_F32, T, G, d, "src");
-        cache = drt_new_tensor_3d(g, DRT_F32, Sc, G, d, "cache");
+        cache = drt_new_tensor_3d(g, c->kvt, Sc, G, d, "cache");
     }
     add_in(b, src, IN_UNIFORM, 1, 0);
     add_in(b, cache, IN_KV_DST, 1, 0);

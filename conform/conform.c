@@ -91,7 +91,7 @@ static void print_backends(const cf_run *run, drt_conform_result *r) {
 /* --list: the selected cases of the table, as the reports describe them */
 static void list_cases(const drt_conform_opts *o) {
     for (int i = 0; i < CF_N_CASES; i++) {
-        if (!cf_op_selected(o, CF_CASES[i].op)) continue;
+        if (!cf_case_selected(o, &CF_CASES[i])) continue;
         cf_built b;
         if (cf_build_case(&CF_CASES[i], &b) == DRT_OK && o->out)
             fprintf(o->out, "%-13s %s\n", drt_op_name(CF_CASES[i].op), b.desc);

@@ -56,6 +56,8 @@ typedef struct {
     int lambda_th;          /* DUAL_SOFTMAX, DIFF_ATTN: a per-token lambda (T, H) instead */
     int no_weight;          /* RMSNORM, GROUPNORM: no weight vector */
     int decomposed;         /* DIFF_ATTN: the decomposed lowering */
+    drt_dtype kvt;          /* KV_WRITE: the cache's type; ATTN, DIFF_ATTN: k and v's
+                             * (0 = f32; f16, q8_0: drt_kv.h) */
 } cf_opcase;
 
 extern const cf_opcase CF_CASES[]; /* the conformance table */
@@ -125,6 +127,9 @@ void cf_not_run(const cf_backend *b, cf_case *c);
 int cf_in_list(const char *list, const char *name);
 /* does --op select op (no list: every op) */
 int cf_op_selected(const drt_conform_opts *o, drt_op op);
+/* does the run select case c: its op, and for KV_WRITE, ATTN and DIFF_ATTN
+ * its KV cache type is the run's (--kv-type, cf_kv_type) */
+int cf_case_selected(const drt_conform_opts *o, const cf_opcase *c);
 /* a usage error: sets r->usage_error, returns DRT_ERR_INVALID_ARG */
 drt_status DRT_PRINTF(2, 3) cf_usage(drt_conform_result *r, const char *fmt, ...);
 /* Checks the names in o (ops, backends, --require, --device) against the op
@@ -133,6 +138,10 @@ drt_status DRT_PRINTF(2, 3) cf_usage(drt_conform_result *r, const char *fmt, ...
 drt_status cf_select_backends(const drt_conform_opts *o, cf_run *run, drt_conform_result *r);
 
 /* ---- whole models (models.c) ------------------------------------------------- */
+
+/* The KV cache type of every model session: the kv_type setting, else f32
+ * (the reference's), so that each backend is compared at the same type. */
+const char *cf_kv_type(const drt_settings *set);
 
 typedef struct {
     char name[256], path[1024];

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "conform_internal.h"
+#include "drt_settings.h"
 #include "drt_util.h"
 #include "safetensors.h"
 
@@ -69,14 +70,21 @@ static drt_status read_prompt(const char *dir, const drt_model_info *I, prompt_t
     return DRT_OK;
 }
 
+const char *cf_kv_type(const drt_settings *set) {
+    const char *kv = "";
+    if (drt_setting_str(set, "kv_type", &kv) != DRT_OK || !kv || !*kv) return "f32";
+    return kv;
+}
+
 /* prefill logits (T,V), CF_GREEDY_N greedy tokens, and the fallback count */
 static drt_status model_run(drt_model *m, const char *backend, const char *device, const drt_settings *set,
-                            const prompt_t *p, float *logits, int32_t *greedy, int *fallbacks, char *fb, size_t fbn) {
+                            const char *kv, const prompt_t *p, float *logits, int32_t *greedy, int *fallbacks, char *fb,
+                            size_t fbn) {
     drt_model_info I;
     drt_model_get_info(m, &I);
     drt_session *s;
     drt_session_opts so = {
-        .backend = backend, .device = device, .max_ctx = p->n_tok + CF_GREEDY_N + 1, .settings = set};
+        .backend = backend, .device = device, .max_ctx = p->n_tok + CF_GREEDY_N + 1, .settings = set, .kv_type = kv};
     *fallbacks = 0;
     drt_status st = drt_session_create(m, &so, &s);
     if (st != DRT_OK) return st;
@@ -186,7 +194,7 @@ typedef struct {
 
 /* Loads the model and runs the reference; a model that does not load or run
  * is mr->why, not an error. DRT_ERR_OOM is. */
-static drt_status model_reference(const char *dir, model_ref_run *mr) {
+static drt_status model_reference(const char *dir, const char *kv, model_ref_run *mr) {
     memset(mr, 0, sizeof *mr);
     if (drt_model_load(dir, &mr->m) != DRT_OK) {
         snprintf(mr->why, sizeof mr->why, "cannot load the model: %s", drt_last_error());
@@ -202,7 +210,7 @@ static drt_status model_reference(const char *dir, model_ref_run *mr) {
         if (!mr->rl || !mr->bl) return drt_set_error(DRT_ERR_OOM, "out of memory");
         int fbn;
         char fb[300] = "";
-        if (model_run(mr->m, "ref", "", NULL, &mr->pr, mr->rl, mr->rg, &fbn, fb, sizeof fb) != DRT_OK)
+        if (model_run(mr->m, "ref", "", NULL, kv, &mr->pr, mr->rl, mr->rg, &fbn, fb, sizeof fb) != DRT_OK)
             snprintf(mr->why, sizeof mr->why, "the reference run failed: %s", drt_last_error());
     }
     if (mr->m)
@@ -283,8 +291,8 @@ static void model_case_on(model_ref_run *mr, const cf_backend *bk, const drt_set
     int fbn = 0;
     char fb[300] = "";
     double t0 = drt_now_s();
-    drt_status s2 = model_run(mr->m, bk->name, bk->be->device >= 0 ? dev : "", set, &mr->pr, mr->bl, bg, &fbn, fb,
-                              sizeof fb);
+    drt_status s2 = model_run(mr->m, bk->name, bk->be->device >= 0 ? dev : "", set, cf_kv_type(set), &mr->pr, mr->bl,
+                              bg, &fbn, fb, sizeof fb);
     cc->time_s = drt_now_s() - t0;
     cc->fallbacks = fbn;
     if (s2 != DRT_OK) {
@@ -299,7 +307,7 @@ static void model_case_on(model_ref_run *mr, const cf_backend *bk, const drt_set
 drt_status cf_run_models(cf_run *run, const cf_model_ref *models, int n_models) {
     for (int mi = 0; mi < n_models; mi++) {
         model_ref_run mr;
-        drt_status st = model_reference(models[mi].path, &mr);
+        drt_status st = model_reference(models[mi].path, cf_kv_type(run->o->settings), &mr);
         for (int k = 0; st == DRT_OK && k < run->nbe; k++) {
             cf_case *cc = cf_add_case(run, CF_KIND_MODEL, k);
             if (!cc) {

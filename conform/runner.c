@@ -12,6 +12,7 @@
 
 #include "conform_internal.h"
 #include "drt_half.h"
+#include "drt_kv.h"
 #include "drt_quant.h"
 #include "drt_util.h"
 
@@ -55,6 +56,21 @@ static void *input_values(const cf_built *b, int i, uint64_t seed) {
     return h;
 }
 
+/* Row r (of n elements) of an f32, f16 or q8_0 array as NaN: every value,
+ * or every q8_0 block's scale, so that any of its values read is NaN */
+static void poison_row(void *h, drt_dtype t, int64_t r, int64_t n) {
+    char *p = (char *)h + drt_row_bytes(t, r * n);
+    if (t == DRT_F32)
+        for (int64_t j = 0; j < n; j++) ((float *)p)[j] = NAN;
+    else if (t == DRT_F16)
+        for (int64_t j = 0; j < n; j++) ((uint16_t *)p)[j] = 0x7e00;
+    else
+        for (int64_t j = 0; j < n / DRT_QK; j++) { /* d, little-endian */
+            p[j * 34] = 0x00;
+            p[j * 34 + 1] = 0x7e;
+        }
+}
+
 /* Fills every input of b from seed, converted to its dtype, and uploads it;
  * poisons the output (and the cache rows KV_WRITE must write) with NaN. */
 static drt_status fill_inputs(cf_built *b, uint64_t seed) {
@@ -66,12 +82,10 @@ static drt_status fill_inputs(cf_built *b, uint64_t seed) {
         int64_t row = t->ne[0] ? n / t->ne[0] : 0;
         if (b->kind[i] == IN_KV_DST) /* the rows KV_WRITE must write are poisoned: unwritten rows fail */
             for (int r = 0; r < b->n_rows; r++)
-                for (int64_t j = 0; j < row; j++)
-                    ((float *)h)[((int64_t)b->rows[2 * r] + b->rows[2 * r + 1]) * row + j] = NAN;
+                poison_row(h, t->type, (int64_t)b->rows[2 * r] + b->rows[2 * r + 1], row);
         if (b->kind[i] == IN_CACHE) /* rows no row attends must never be read */
             for (int64_t r = 0; r < t->ne[0]; r++)
-                if (b->bound[i] ? r >= b->bound[i] : !cf_row_visible(b, r))
-                    for (int64_t j = 0; j < row; j++) ((float *)h)[r * row + j] = NAN;
+                if (b->bound[i] ? r >= b->bound[i] : !cf_row_visible(b, r)) poison_row(h, t->type, r, row);
         drt_status st = drt_tensor_set(t, h, drt_nbytes(t));
         free(h);
         if (st != DRT_OK) return st;
@@ -127,10 +141,14 @@ drt_status cf_run_case(drt_backend *be, const cf_opcase *c, uint64_t seed, float
     if (st == DRT_OK) {
         *n_out = drt_nelem(b.out);
         *out_host = malloc((size_t)*n_out * 4 + 4);
-        if (!*out_host)
+        /* a KV_WRITE's cache of f16 or q8_0: its values widened */
+        void *raw = b.out->type == DRT_F32 ? *out_host : malloc(drt_nbytes(b.out) + 1);
+        if (!*out_host || !raw)
             st = drt_set_error(DRT_ERR_OOM, "out of memory");
         else
-            st = drt_tensor_get(b.out, *out_host, (size_t)*n_out * 4);
+            st = drt_tensor_get(b.out, raw, drt_nbytes(b.out));
+        if (st == DRT_OK && raw != *out_host) drt_kv_load(b.out->type, raw, *out_host, *n_out);
+        if (raw != *out_host) free(raw);
     }
     drt_plan_free(p);
     if (keep)
@@ -220,7 +238,7 @@ drt_status cf_run_op_cases(cf_run *run, drt_backend *ref) {
     if (cf_in_list(run->o->ops, "none")) return DRT_OK;
     for (int i = 0; i < CF_N_CASES; i++) {
         const cf_opcase *c = &CF_CASES[i];
-        if (!cf_op_selected(run->o, c->op)) continue;
+        if (!cf_case_selected(run->o, c)) continue;
         uint64_t seed = 0x5eed0000ull + (uint64_t)i;
         float *refout = NULL;
         int64_t n;

@@ -120,6 +120,12 @@ int cf_op_selected(const drt_conform_opts *o, drt_op op) {
     return !(o->ops && *o->ops && !cf_in_list(o->ops, drt_op_name(op)));
 }
 
+int cf_case_selected(const drt_conform_opts *o, const cf_opcase *c) {
+    if (!cf_op_selected(o, c->op)) return 0;
+    if (c->op != DRT_OP_KV_WRITE && c->op != DRT_OP_ATTN && c->op != DRT_OP_DIFF_ATTN) return 1;
+    return strcmp(drt_dtype_name(c->kvt), cf_kv_type(o->settings)) == 0;
+}
+
 /* every op, backend and --require name exists; --require is selected */
 static drt_status check_names(const drt_conform_opts *o, drt_conform_result *r) {
     char valid[600];

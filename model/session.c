@@ -22,6 +22,7 @@
 
 #include "drt_error.h"
 #include "drt_settings.h"
+#include "drt_kv.h"
 #include "session.h"
 
 /* The attention probe's inputs, the last token's row of each layer's q
@@ -55,6 +56,7 @@ struct drt_batch_session {
     int max_seqs, ctx, max_rows;       /* slots, positions per slot, rows per forward */
     int *len;                          /* per slot: positions held */
     int check_finite;                  /* drt_session_opts.check_finite or DIFFRT_CHECK_FINITE */
+    drt_dtype kv_type;                 /* the caches' type (drt_kv.h) */
     drt_forward_graph graph[N_GRAPHS]; /* g NULL: a free entry */
     uint64_t used[N_GRAPHS], tick;     /* least recently used goes first */
     drt_forward_graph *last;           /* the graph of the last successful forward */
@@ -233,6 +235,20 @@ static drt_status create(drt_model *m, const drt_session_opts *opts, const drt_b
     int env_finite; /* check_finite (DIFFRT_CHECK_FINITE=1 for every session) */
     drt_status est = drt_setting_bool(o.settings, "check_finite", &env_finite);
     if (est != DRT_OK) return est;
+    const char *kvs = o.kv_type; /* "": the backend's default, once it is known */
+    if (!kvs || !*kvs) est = drt_setting_str(o.settings, "kv_type", &kvs);
+    if (est != DRT_OK) return est;
+    drt_dtype kvt = DRT_DTYPE_COUNT;
+    if (strcmp(kvs, "f32") == 0) kvt = DRT_F32;
+    if (strcmp(kvs, "f16") == 0) kvt = DRT_F16;
+    if (strcmp(kvs, "q8_0") == 0) kvt = DRT_Q8_0;
+    if (*kvs && kvt == DRT_DTYPE_COUNT)
+        return drt_set_error(DRT_ERR_INVALID_ARG, "kv_type \"%.32s\": expected f32, f16 or q8_0", kvs);
+    if (kvt == DRT_Q8_0 && (I->dk % DRT_QK || I->dv % DRT_QK))
+        return drt_set_error(DRT_ERR_UNSUPPORTED,
+                             "kv_type q8_0 needs head widths that are multiples of %d; this model's are dk %d, dv %d "
+                             "(use f16 or f32)",
+                             DRT_QK, I->dk, I->dv);
     /* the one-sequence session is the start of a batch session (drt_session) */
     drt_batch_session *s = calloc(1, sizeof(drt_session) > sizeof *s ? sizeof(drt_session) : sizeof *s);
     if (!s) return drt_set_error(DRT_ERR_OOM, "out of memory");
@@ -254,6 +270,7 @@ static drt_status create(drt_model *m, const drt_session_opts *opts, const drt_b
     if (st == DRT_OK) st = drt_device_weights_get(m, o.backend, o.device, o.threads, o.settings, &s->dw);
     if (st == DRT_OK) {
         s->be = s->dw->be;
+        s->kv_type = kvt != DRT_DTYPE_COUNT ? kvt : strcmp(s->be->ops->name, "cpu") == 0 ? DRT_F16 : DRT_F32;
         drt_device_weights_lock(s->dw); /* held while the caches and the first plan are made */
         s->store = drt_graph_new();
         s->mt = s->dw->w;
@@ -276,11 +293,11 @@ static drt_status create(drt_model *m, const drt_session_opts *opts, const drt_b
         char nm[32];
         snprintf(nm, sizeof nm, "k_cache.%d", l);
         if (I->arch == DRT_ARCH_TRANSFORMER)
-            L->k_cache = drt_new_tensor_3d(s->store, DRT_F32, cache_rows, I->n_kv_groups, I->dk, nm);
+            L->k_cache = drt_new_tensor_3d(s->store, s->kv_type, cache_rows, I->n_kv_groups, I->dk, nm);
         else
-            L->k_cache = drt_new_tensor_4d(s->store, DRT_F32, cache_rows, I->n_kv_groups, I->kv_m, I->dk, nm);
+            L->k_cache = drt_new_tensor_4d(s->store, s->kv_type, cache_rows, I->n_kv_groups, I->kv_m, I->dk, nm);
         snprintf(nm, sizeof nm, "v_cache.%d", l);
-        L->v_cache = drt_new_tensor_3d(s->store, DRT_F32, cache_rows, I->n_kv_groups, I->dv, nm);
+        L->v_cache = drt_new_tensor_3d(s->store, s->kv_type, cache_rows, I->n_kv_groups, I->dv, nm);
         if (!L->k_cache || !L->v_cache) {
             st = s->store->err;
             break;
@@ -292,6 +309,14 @@ static drt_status create(drt_model *m, const drt_session_opts *opts, const drt_b
     }
     drt_forward_graph *f;
     if (st == DRT_OK) st = graph_for(s, 1, 1, &f);
+    /* a cache the backend cannot read in its type would run every attention
+     * on the reference, the cache copied across each time: refused */
+    if (st == DRT_OK && s->kv_type != DRT_F32 &&
+        drt_plan_fallback_count(f->plan, DRT_OP_KV_WRITE) + drt_plan_fallback_count(f->plan, DRT_OP_ATTN) +
+                drt_plan_fallback_count(f->plan, DRT_OP_DIFF_ATTN) >
+            0)
+        st = drt_set_error(DRT_ERR_UNSUPPORTED, "kv_type %s: the %s backend reads only f32 KV caches (use f32)",
+                           drt_dtype_name(s->kv_type), s->be->ops->name);
     if (s->dw) drt_device_weights_unlock(s->dw);
     if (st != DRT_OK) {
         drt_batch_session_free(s);
@@ -766,6 +791,19 @@ static void *fetch(const drt_tensor *t, size_t n, drt_status *st) {
     return h;
 }
 
+/* the first n elements of a KV cache, widened to f32 */
+static float *fetch_kv(const drt_tensor *t, int64_t n, drt_status *st) {
+    void *raw = fetch(t, drt_row_bytes(t->type, n), st);
+    if (*st != DRT_OK || t->type == DRT_F32) return raw;
+    float *y = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    if (!y)
+        *st = drt_set_error(DRT_ERR_OOM, "out of memory");
+    else
+        drt_kv_load(t->type, raw, y, n);
+    free(raw);
+    return y;
+}
+
 /* the layer whose q_rope (*lam 0) or lambda (*lam 1) t is, or -1 */
 static int probe_layer(const probe_ctx *c, const drt_tensor *t, int *lam) {
     *lam = 0;
@@ -827,7 +865,7 @@ static drt_status last_attention_entered(drt_batch_session *s, float *weights) {
     for (int l = 0; st == DRT_OK && l < NL; l++) {
         const drt_layer_tensors *L = &s->mt.layers[l];
         const float *q = pc->q[l], *lam = f->lambda[l] ? pc->lam[l] : NULL;
-        float *k = fetch(L->k_cache, (size_t)P * (size_t)G * (size_t)km * (size_t)dk * sizeof(float), &st);
+        float *k = fetch_kv(L->k_cache, (int64_t)P * G * km * dk, &st);
         for (int h = 0; st == DRT_OK && h < H; h++) {
             int g = h * G / H;
             for (int c = 0; c < maps; c++) {
@@ -882,6 +920,14 @@ size_t drt_batch_session_kv_bytes(const drt_batch_session *s) {
     for (int l = 0; l < s->m->info.n_layers; l++)
         n += drt_nbytes(s->mt.layers[l].k_cache) + drt_nbytes(s->mt.layers[l].v_cache);
     return n;
+}
+
+drt_dtype drt_batch_session_kv_type(const drt_batch_session *s) {
+    return s ? s->kv_type : DRT_F32;
+}
+
+drt_dtype drt_session_kv_type(const drt_session *s) {
+    return s ? s->b.kv_type : DRT_F32;
 }
 
 size_t drt_session_kv_bytes(const drt_session *s) {

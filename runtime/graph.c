@@ -229,8 +229,8 @@ drt_tensor *drt_add(drt_graph *g, drt_tensor *a, drt_tensor *b) {
 
 drt_tensor *drt_kv_write(drt_graph *g, drt_tensor *src, drt_tensor *cache, drt_tensor *rows) {
     if (!cache) return fail(g, g->err ? g->err : DRT_ERR_INVALID_ARG);
-    drt_tensor *t = new_node(g, DRT_OP_KV_WRITE, DRT_F32, cache->nd, cache->ne, SRCS(src, cache, NULL, NULL, rows), 5,
-                             NULL, NULL);
+    drt_tensor *t = new_node(g, DRT_OP_KV_WRITE, cache->type, cache->nd, cache->ne, SRCS(src, cache, NULL, NULL, rows),
+                             5, NULL, NULL);
     if (!t) return NULL;
     /* the result is the cache itself, written in place */
     t->view_src = base_of(cache);

@@ -5,6 +5,7 @@
 
 #include "drt_error.h"
 #include "drt_graph.h"
+#include "drt_kv.h"
 
 #define WHY(...) (snprintf(err, n, __VA_ARGS__), false)
 
@@ -39,6 +40,23 @@ static const char *shape_ring(const drt_tensor *t, char (*sb)[64], int *i) {
 
 static bool need_f32(const drt_tensor *t, const char *what, char *err, size_t n) {
     if (t->type != DRT_F32) return WHY("%s must be f32, got %s", what, drt_dtype_name(t->type));
+    return true;
+}
+
+/* a KV cache (or the k and v an attention reads): f32, f16 or q8_0, the
+ * last of which needs rows of whole blocks (drt_kv.h) */
+static bool need_kv(const drt_tensor *t, const char *what, char *err, size_t n) {
+    if (!drt_kv_type_ok(t->type)) return WHY("%s must be f32, f16 or q8_0, got %s", what, drt_dtype_name(t->type));
+    if (t->type == DRT_Q8_0 && t->ne[t->nd - 1] % DRT_QK)
+        return WHY("%s is q8_0: its rows of %lld must be whole blocks of %d", what, (long long)t->ne[t->nd - 1],
+                   DRT_QK);
+    return true;
+}
+
+static bool need_kv_pair(const drt_tensor *k, const drt_tensor *v, char *err, size_t n) {
+    if (!need_kv(k, "k", err, n) || !need_kv(v, "v", err, n)) return false;
+    if (k->type != v->type)
+        return WHY("k and v must have one type, got %s and %s", drt_dtype_name(k->type), drt_dtype_name(v->type));
     return true;
 }
 
@@ -126,7 +144,7 @@ static bool check_dual_softmax(const drt_tensor *t, char *err, size_t n) {
 static bool check_diff_attn(const drt_tensor *t, char *err, size_t n) {
     const drt_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
     SHAPEBUF;
-    if (!need_f32(q, "q", err, n) || !need_f32(k, "k", err, n) || !need_f32(v, "v", err, n)) return false;
+    if (!need_f32(q, "q", err, n) || !need_kv_pair(k, v, err, n)) return false;
     if (q->nd != 4 || q->ne[2] != 2) return WHY("q must be (T,H,2,dk), got %s", SHAPE(q));
     if (k->nd != 4 || (k->ne[2] != 1 && k->ne[2] != 2) || k->ne[3] != q->ne[3])
         return WHY("k must be (S,G,m,dk=%lld) with m in {1,2}, got %s", (long long)q->ne[3], SHAPE(k));
@@ -141,7 +159,7 @@ static bool check_diff_attn(const drt_tensor *t, char *err, size_t n) {
 static bool check_attn(const drt_tensor *t, char *err, size_t n) {
     const drt_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
     SHAPEBUF;
-    if (!need_f32(q, "q", err, n) || !need_f32(k, "k", err, n) || !need_f32(v, "v", err, n)) return false;
+    if (!need_f32(q, "q", err, n) || !need_kv_pair(k, v, err, n)) return false;
     if (q->nd != 3) return WHY("q must be (T,H,dk), got %s", SHAPE(q));
     if (k->nd != 3 || k->ne[2] != q->ne[2])
         return WHY("k must be (S,G,dk=%lld), got %s", (long long)q->ne[2], SHAPE(k));
@@ -178,7 +196,7 @@ static bool check_unary(const drt_tensor *t, char *err, size_t n) {
 static bool check_kv_write(const drt_tensor *t, char *err, size_t n) {
     const drt_tensor *src = t->src[0], *c = t->src[1];
     SHAPEBUF;
-    if (!need_f32(src, "src", err, n) || !need_f32(c, "cache", err, n)) return false;
+    if (!need_f32(src, "src", err, n) || !need_kv(c, "cache", err, n)) return false;
     bool ok = src->nd == c->nd;
     for (int i = 1; ok && i < c->nd; i++) ok = src->ne[i] == c->ne[i];
     if (!ok) return WHY("src %s does not fit cache %s", SHAPE(src), SHAPE(c));
@@ -259,7 +277,8 @@ static double keys_read(const drt_exec *ex) {
 
 static double bytes_attn(const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *k = t->src[1], *v = t->src[2];
-    double kv = keys_read(ex) * (double)(drt_nelem(k) / k->ne[0] + drt_nelem(v) / v->ne[0]) * 4.0;
+    double kv = keys_read(ex) * (double)(drt_row_bytes(k->type, drt_nelem(k) / k->ne[0]) +
+                                         drt_row_bytes(v->type, drt_nelem(v) / v->ne[0]));
     return tbytes(t->src[0]) + kv + tbytes(t) + tbytes(t->src[3]);
 }
 
@@ -268,7 +287,8 @@ static double flops_dual_softmax(const drt_tensor *t, const drt_exec *ex) {
 }
 
 static double bytes_kv_write(const drt_tensor *t, const drt_exec *ex) {
-    return 2.0 * tbytes(t->src[0]);
+    const drt_tensor *x = t->src[0];
+    return tbytes(x) + (double)drt_row_bytes(t->src[1]->type, drt_nelem(x));
 }
 
 static double flops_norm(const drt_tensor *t, const drt_exec *ex) {

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "drt_quant.h"
+#include "drt_kv.h"
 
 static void put_d(unsigned char *b, float d) {
     uint16_t h = drt_f32_to_f16(d);
@@ -62,4 +62,26 @@ void drt_quantize_row(const float *x, drt_dtype t, void *dst, int64_t n) {
 
 void drt_dequantize_row(const void *src, drt_dtype t, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = t == DRT_Q8_0 ? drt_q8_0_get(src, i) : drt_q4_0_get(src, i);
+}
+
+void drt_kv_store(drt_dtype t, const float *x, void *dst, int64_t n) {
+    if (t == DRT_F32) {
+        memmove(dst, x, sizeof(float) * (size_t)n);
+    } else if (t == DRT_F16) {
+        uint16_t *h = dst;
+        for (int64_t i = 0; i < n; i++) h[i] = drt_f32_to_f16(x[i]);
+    } else {
+        drt_quantize_row(x, t, dst, n);
+    }
+}
+
+void drt_kv_load(drt_dtype t, const void *src, float *y, int64_t n) {
+    if (t == DRT_F32) {
+        memmove(y, src, sizeof(float) * (size_t)n);
+    } else if (t == DRT_F16) {
+        const uint16_t *h = src;
+        for (int64_t i = 0; i < n; i++) y[i] = drt_f16_to_f32(h[i]);
+    } else {
+        drt_dequantize_row(src, t, y, n);
+    }
 }

@@ -87,6 +87,8 @@ static const row ROWS[] = {
      "where backend modules are searched after the core's own directory"},
     {"no_mmap", "DIFFRT_NO_MMAP", NULL, T_BOOL, U, 1, "0", 0, 1, "0 or 1",
      "1: read model.safetensors into memory instead of mapping it"},
+    {"kv_type", "DIFFRT_KV_TYPE", NULL, T_CHOICE, U, 0, "", 0, 0, "f32, f16, q8_0",
+     "the KV cache's type (default: f16 on cpu, f32 elsewhere; q8_0 needs head widths that are multiples of 32)"},
     {"check_finite", "DIFFRT_CHECK_FINITE", NULL, T_BOOL, U, 0, "0", 0, 1, "0 or 1",
      "1: on non-finite logits, re-run the forward op by op and name the first op that made one"},
 };

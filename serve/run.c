@@ -129,8 +129,9 @@ static int make_session(srv *S) {
     }
     const drt_model_info *I = &S->info;
     const double kv = (double)drt_batch_session_kv_bytes(S->bs);
-    fprintf(stderr, "diffrt: serve: %d slots x %d positions = %.1f MiB KV (%s, %d rows per forward)\n", S->o.parallel,
-            S->o.ctx, kv / 1048576.0, S->o.backend ? S->o.backend : "cpu", S->o.batch_tokens);
+    fprintf(stderr, "diffrt: serve: %d slots x %d positions = %.1f MiB KV %s (%s, %d rows per forward)\n",
+            S->o.parallel, S->o.ctx, kv / 1048576.0, drt_dtype_name(drt_batch_session_kv_type(S->bs)),
+            S->o.backend ? S->o.backend : "cpu", S->o.batch_tokens);
     if (S->o.ctx > I->max_ctx)
         fprintf(stderr, "diffrt: warning: --ctx %d is past the model's max_position_embeddings %d\n", S->o.ctx,
                 I->max_ctx);

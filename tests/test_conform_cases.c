@@ -99,6 +99,12 @@ int main(void) {
         {{.op = DRT_OP_KV_WRITE, .T = 7, .cap = 40, .G = 3, .d = 128, .p0 = 5},
          "T=7 cache=40 rows of 3x1x128 p0=5",
          "f32"},
+        {{.op = DRT_OP_KV_WRITE, .T = 7, .cap = 40, .G = 3, .d = 128, .p0 = 5, .kvt = DRT_Q8_0},
+         "T=7 cache=40 rows of 3x1x128 q8_0 p0=5",
+         "q8_0"},
+        {{.op = DRT_OP_ATTN, .T = 1, .H = 4, .G = 2, .dk = 64, .dv = 64, .p0 = 9, .kvt = DRT_F16},
+         "T=1 S=10 p0=9 H=4 G=2 dk=64 dv=64 |q|<=1 kv=f16",
+         "f16"},
         {{.op = DRT_OP_PERMUTE, .nd = 3, .ne = {5, 4, 9}, .perm = {1, 0, 2}}, "nd=3 (5,4,9,0) perm (1,0,2,0)", "f32"},
         {{.op = DRT_OP_SIGMOID, .rows = 1, .cols = 7, .mag = 30}, "1x7 |x|<=30", "f32"},
     };

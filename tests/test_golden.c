@@ -64,7 +64,8 @@ static void check_fixture(const char *dir, const char *name, const char *backend
     DRT_CHECK(ref_pre && ref_dec, "%s: expected.safetensors lacks logits (T=%d V=%d)", name, T, V);
     if (!ref_pre || !ref_dec) goto done;
 
-    drt_session_opts so = {.backend = backend, .max_ctx = T + NG + 1};
+    /* the reference's f32 KV cache (cpu's default is f16: tests/test_kv_types.c) */
+    drt_session_opts so = {.backend = backend, .max_ctx = T + NG + 1, .kv_type = "f32"};
     if (drt_session_create(m, &so, &s) != DRT_OK) {
         DRT_CHECK(0, "%s: session: %s", name, drt_last_error());
         goto done;

@@ -56,6 +56,7 @@ static const struct {
     {"device", "DIFFRT_DEVICE", "0", NULL},
     {"backend_path", "DIFFRT_BACKEND_PATH", "/nowhere", NULL},
     {"no_mmap", "DIFFRT_NO_MMAP", "1", "yes"},
+    {"kv_type", "DIFFRT_KV_TYPE", "q8_0", "q4_0"},
     {"check_finite", "DIFFRT_CHECK_FINITE", "1", "on"},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))

@@ -19,10 +19,18 @@
  * (T*p0 + T*T/2) flops (the decomposed path does twice that, plus two
  * (H,T,S) matrices written and read).
  *
- * Decode rows: per (t, h) two passes over the visible keys: logits
- * by vector dot products, exp, then P . V with dv held in registers. When
- * heads alone leave threads idle, keys are split into n_split ranges whose
- * partial (max, sum, acc) are merged by attn_combine (flash decoding). */
+ * Decode rows: where a kv group serves several heads (dec_lanes > 0), a
+ * unit is up to VL heads of one group in vector lanes, run as a flash group
+ * whose lanes are heads instead of queries: each key and value is read (and
+ * widened) once for all of them, and no logit needs a horizontal sum.
+ * Otherwise a unit is one head: two passes over the visible keys, logits by
+ * vector dot products, exp, then P . V with dv held in registers. When
+ * units alone leave threads idle, keys are split into n_split ranges whose
+ * partial (max, sum, acc) are merged by attn_combine (flash decoding).
+ *
+ * K and V are read in the cache's type (kvt: f32, f16, q8_0), widened
+ * exactly as they are used: the flash steps widen a block's KB rows into a
+ * tile, the per-head decode loads vectors of the stored type. */
 #include <math.h>
 #include <string.h>
 
@@ -34,6 +42,36 @@
 #else
 #define KB 4
 #endif
+
+/* ---- the cache's rows ---------------------------------------------------------- */
+
+/* n elements of a K or V cache (type a->kvt) from element e (a multiple of
+ * 32 for q8_0): in place for f32, else widened into buf (n floats) */
+static const float *kv_row(const cpu_attn_args *a, const void *c, int64_t e, int n, float *buf) {
+    if (a->kvt == DRT_F32) return (const float *)c + e;
+    const char *p = (const char *)c + wbytes(a->kvt, e);
+    int i = 0;
+    if (a->kvt == DRT_F16) {
+        for (; i + VL <= n; i += VL) vstore(buf + i, vload_f16((const uint16_t *)p + i));
+        for (; i < n; i++) buf[i] = drt_f16_to_f32(((const uint16_t *)p)[i]);
+    } else {
+        for (; i < n; i += VL) vstore(buf + i, vload_qblock(p, i, DRT_Q8_0)); /* n: whole blocks */
+    }
+    return buf;
+}
+
+/* VL elements of a cache from element e (a multiple of VL), widened */
+VINL vf vload_kv(drt_dtype t, const void *c, int64_t e) {
+    if (t == DRT_F16) return vload_f16((const uint16_t *)c + e);
+    if (t == DRT_Q8_0) return vload_qblock(c, e, DRT_Q8_0);
+    return vload((const float *)c + e);
+}
+
+VINL float load_kv1(drt_dtype t, const void *c, int64_t e) {
+    if (t == DRT_F16) return drt_f16_to_f32(((const uint16_t *)c)[e]);
+    if (t == DRT_Q8_0) return drt_q8_0_get(c, e);
+    return ((const float *)c)[e];
+}
 
 /* ---- prefill ------------------------------------------------------------------ */
 
@@ -103,16 +141,38 @@ VINL void flash_step(const cpu_attn_args *a, const float *qt, const float *const
     }
 }
 
+/* Flash steps over the keys ja .. jb-1 of the sequence whose keys start at
+ * cache row base, kv group g: rows past jb read zrow (and are masked by
+ * pos); a cache of another type than f32 is widened into tile, KB rows of
+ * m*dk, then KB rows of dv. */
+static void flash_keys(const cpu_attn_args *a, const float *qt, float *o, const float *zrow, float *tile, int64_t base,
+                       int g, int ja, int jb, vf pos, vf *m, vf *l) {
+    const int dk = a->dk, dv = a->dv, kw = a->m * dk;
+    float *vtile = tile + (int64_t)KB * kw;
+    const float *krow[KB], *vrow[KB];
+    for (int j0 = ja; j0 < jb; j0 += KB) {
+        for (int j = 0; j < KB; j++) {
+            const int64_t key = base + j0 + j;
+            krow[j] = j0 + j < jb ? kv_row(a, a->k, (key * a->G + g) * kw, kw, tile + (int64_t)j * kw) : zrow;
+            vrow[j] = j0 + j < jb ? kv_row(a, a->v, (key * a->G + g) * dv, dv, vtile + (int64_t)j * dv) : zrow;
+        }
+        if (a->maps == 2)
+            flash_step(a, qt, krow, vrow, pos, j0, m, l, o, 2);
+        else
+            flash_step(a, qt, krow, vrow, pos, j0, m, l, o, 1);
+    }
+}
+
 /* the nq <= VL queries t0.. of head h, one sequence at consecutive
  * positions (lanes past nq repeat the last query and are never written) */
 static void flash_group(const cpu_attn_args *a, float *scratch, int h, int t0, int nq) {
     const int dk = a->dk, dv = a->dv, maps = a->maps;
     const int g = (int)((int64_t)h * a->G / a->H);
     const int64_t base = a->rows[2 * t0];
-    const float *kb = a->k + base * a->G * a->m * dk, *vb = a->v + base * a->G * dv;
-    float *qt = scratch;                       /* (maps, dk, VL) */
-    float *o = qt + (int64_t)maps * dk * VL;   /* (maps, dv, VL) */
-    float *zrow = o + (int64_t)maps * dv * VL; /* (max(2 dk, dv)) zeros: keys past the last row's */
+    float *qt = scratch;                              /* (maps, dk, VL) */
+    float *o = qt + (int64_t)maps * dk * VL;          /* (maps, dv, VL) */
+    float *zrow = o + (int64_t)maps * dv * VL;        /* (max(2 dk, dv)) zeros: keys past the last row's */
+    float *tile = zrow + (2 * dk > dv ? 2 * dk : dv); /* KB widened K rows (m dk), then KB V rows */
     float posf[VL];
     for (int i = 0; i < VL; i++) {
         const int t = t0 + (i < nq ? i : nq - 1);
@@ -127,18 +187,7 @@ static void flash_group(const cpu_attn_args *a, float *scratch, int h, int t0, i
     const vf pos = vload(posf);
     vf m[2] = {vset1(-INFINITY), vset1(-INFINITY)}, l[2] = {vzero(), vzero()};
     const int kend = a->rows[2 * (t0 + nq - 1) + 1] + 1; /* keys the last query sees */
-    const float *krow[KB], *vrow[KB];
-    for (int j0 = 0; j0 < kend; j0 += KB) {
-        for (int j = 0; j < KB; j++) {
-            const int key = j0 + j;
-            krow[j] = key < kend ? kb + ((int64_t)key * a->G + g) * a->m * dk : zrow;
-            vrow[j] = key < kend ? vb + ((int64_t)key * a->G + g) * dv : zrow;
-        }
-        if (maps == 2)
-            flash_step(a, qt, krow, vrow, pos, j0, m, l, o, 2);
-        else
-            flash_step(a, qt, krow, vrow, pos, j0, m, l, o, 1);
-    }
+    flash_keys(a, qt, o, zrow, tile, base, g, 0, kend, pos, m, l);
     float l0[VL], l1[VL];
     vstore(l0, l[0]);
     vstore(l1, l[1]);
@@ -158,12 +207,13 @@ static void flash_group(const cpu_attn_args *a, float *scratch, int h, int t0, i
 
 /* ---- decode -------------------------------------------------------------------- */
 
-VINL float dotv(const float *a, const float *b, int n) {
+/* q (n) . the n cache elements from element e */
+VINL float dotv(const float *q, drt_dtype t, const void *c, int64_t e, int n) {
     vf acc = vzero();
     int i = 0;
-    for (; i + VL <= n; i += VL) acc = vfma(vload(a + i), vload(b + i), acc);
+    for (; i + VL <= n; i += VL) acc = vfma(vload(q + i), vload_kv(t, c, e + i), acc);
     float s = vhsum(acc);
-    for (; i < n; i++) s += a[i] * b[i];
+    for (; i < n; i++) s += q[i] * load_kv1(t, c, e + i);
     return s;
 }
 
@@ -192,8 +242,7 @@ static void decode_range(const cpu_attn_args *a, float *scratch, int t, int h, i
         const int mk = a->m == 2 ? mp : 0;
         float mx = -INFINITY;
         for (int j = 0; j < n; j++) {
-            const float *k = a->k + (((int64_t)(ja + j) * a->G + g) * a->m + mk) * dk;
-            float s = dotv(q, k, dk) * scale;
+            float s = dotv(q, a->kvt, a->k, (((int64_t)(ja + j) * a->G + g) * a->m + mk) * dk, dk) * scale;
             lg[mp][j] = s;
             if (s > mx) mx = s;
         }
@@ -213,19 +262,19 @@ static void decode_range(const cpu_attn_args *a, float *scratch, int t, int h, i
         res[0] = mx;
         res[1] = ls;
     }
-    const float *vb = a->v + (int64_t)g * dv;
-    const int64_t vs = (int64_t)a->G * dv;
+    const drt_dtype kvt = a->kvt;
+    const int64_t vb = (int64_t)g * dv, vs = (int64_t)a->G * dv; /* elements */
     float *r0 = out + 2, *r1 = out + (2 + dv) + 2;
     int e = 0;
     for (; e + 4 * VL <= dv; e += 4 * VL) {
         vf o0[4], o1[4];
         for (int v = 0; v < 4; v++) o0[v] = o1[v] = vzero();
         for (int j = 0; j < n; j++) {
-            const float *vj = vb + (int64_t)(ja + j) * vs + e;
+            const int64_t vj = vb + (int64_t)(ja + j) * vs + e;
             vf p0 = vset1(lg[0][j]), p1 = vset1(maps == 2 ? lg[1][j] : 0.0f);
 #pragma GCC unroll 4
             for (int v = 0; v < 4; v++) {
-                vf x = vload(vj + v * VL);
+                vf x = vload_kv(kvt, a->v, vj + v * VL);
                 o0[v] = vfma(p0, x, o0[v]);
                 if (maps == 2) o1[v] = vfma(p1, x, o1[v]);
             }
@@ -238,7 +287,7 @@ static void decode_range(const cpu_attn_args *a, float *scratch, int t, int h, i
     for (; e < dv; e++) {
         float s0 = 0, s1 = 0;
         for (int j = 0; j < n; j++) {
-            const float x = vb[(int64_t)(ja + j) * vs + e];
+            const float x = load_kv1(kvt, a->v, vb + (int64_t)(ja + j) * vs + e);
             s0 += lg[0][j] * x;
             if (maps == 2) s1 += lg[1][j] * x;
         }
@@ -278,6 +327,61 @@ static void combine(const cpu_attn_args *a, int t, int h, const float *part, int
     }
 }
 
+/* decode row i of drow, unit u (up to dec_lanes heads of one kv group, in
+ * lanes), key range s of n_split */
+static void decode_lanes(const cpu_attn_args *a, float *scratch, int i, int u, int s) {
+    const int dk = a->dk, dv = a->dv, maps = a->maps, nl = a->dec_lanes, ns = a->n_split;
+    const int hpg = a->H / a->G, upg = (hpg + nl - 1) / nl;
+    const int g = u / upg, first = (u % upg) * nl, h0 = g * hpg + first;
+    const int nh = hpg - first < nl ? hpg - first : nl;
+    const int t = a->drow[i];
+    const int keys = a->rows[2 * t + 1] + 1, len = (keys + ns - 1) / ns;
+    const int ja = s * len < keys ? s * len : keys, jb = ja + len < keys ? ja + len : keys;
+    float *qt = scratch;                              /* (maps, dk, VL): lane = head */
+    float *o = qt + (int64_t)maps * dk * VL;          /* (maps, dv, VL) */
+    float *zrow = o + (int64_t)maps * dv * VL;        /* (max(2 dk, dv)) zeros */
+    float *tile = zrow + (2 * dk > dv ? 2 * dk : dv); /* flash_keys' */
+    for (int r = 0; r < VL; r++) {
+        const int h = h0 + (r < nh ? r : nh - 1);
+        for (int mp = 0; mp < maps; mp++) {
+            const float *q = a->q + (((int64_t)t * a->H + h) * maps + mp) * dk;
+            for (int d = 0; d < dk; d++) qt[((int64_t)mp * dk + d) * VL + r] = q[d];
+        }
+    }
+    memset(o, 0, sizeof(float) * (size_t)maps * dv * VL);
+    memset(zrow, 0, sizeof(float) * (size_t)(2 * dk > dv ? 2 * dk : dv));
+    vf m[2] = {vset1(-INFINITY), vset1(-INFINITY)}, l[2] = {vzero(), vzero()};
+    flash_keys(a, qt, o, zrow, tile, a->rows[2 * t], g, ja, jb, vset1((float)(jb - 1)), m, l);
+    float mv[2][VL], lv[2][VL];
+    for (int mp = 0; mp < maps; mp++) {
+        vstore(mv[mp], m[mp]);
+        vstore(lv[mp], l[mp]);
+    }
+    const int64_t ps = (int64_t)maps * (2 + dv);
+    for (int r = 0; r < nh; r++) {
+        const int h = h0 + r;
+        if (ns == 1) {
+            float *out = a->o + ((int64_t)t * a->H + h) * dv;
+            if (maps == 1) {
+                const float inv = 1.0f / lv[0][r];
+                for (int e = 0; e < dv; e++) out[e] = o[(int64_t)e * VL + r] * inv;
+            } else {
+                const float lam = a->lambda_th ? a->lambda_th[(int64_t)t * a->H + h] : a->lambda;
+                const float i1 = 1.0f / lv[0][r], i2 = lam / lv[1][r];
+                for (int e = 0; e < dv; e++) out[e] = o[(int64_t)e * VL + r] * i1 - o[((int64_t)dv + e) * VL + r] * i2;
+            }
+        } else {
+            float *p = a->partial + (((int64_t)i * a->H + h) * ns + s) * ps;
+            for (int mp = 0; mp < maps; mp++) {
+                float *pm = p + (int64_t)mp * (2 + dv);
+                pm[0] = mv[mp][r];
+                pm[1] = lv[mp][r];
+                for (int e = 0; e < dv; e++) pm[2 + e] = o[((int64_t)mp * dv + e) * VL + r];
+            }
+        }
+    }
+}
+
 /* decode row i of drow, head h, key range s of n_split */
 static void decode_task(const cpu_attn_args *a, float *scratch, int i, int h, int s) {
     const int ns = a->n_split, t = a->drow[i];
@@ -305,7 +409,7 @@ void KFN(cpu_attn_combine)(void *args, int ith, int nth) {
  * then the decode rows' (row, head, key range). */
 void KFN(cpu_attn)(void *args, int ith, int nth) {
     cpu_attn_args *a = args;
-    const int64_t nflash = (int64_t)a->H * a->n_fseg, ntasks = nflash + (int64_t)a->n_drow * a->H * a->n_split;
+    const int64_t nflash = (int64_t)a->H * a->n_fseg, ntasks = nflash + (int64_t)a->n_drow * a->n_unit * a->n_split;
     (void)nth;
     for (;;) {
         const int64_t task = atomic_fetch_add(&a->next_task, 1);
@@ -315,14 +419,21 @@ void KFN(cpu_attn)(void *args, int ith, int nth) {
             flash_group(a, a->scratch[ith], h, a->fseg[2 * gi], a->fseg[2 * gi + 1]);
         } else {
             const int64_t d = task - nflash;
-            const int s = (int)(d % a->n_split), h = (int)(d / a->n_split % a->H), i = (int)(d / a->n_split / a->H);
-            decode_task(a, a->scratch[ith], i, h, s);
+            const int s = (int)(d % a->n_split), u = (int)(d / a->n_split % a->n_unit);
+            const int i = (int)(d / a->n_split / a->n_unit);
+            if (a->dec_lanes)
+                decode_lanes(a, a->scratch[ith], i, u, s);
+            else
+                decode_task(a, a->scratch[ith], i, u, s);
         }
     }
 }
 
 int64_t KFN(cpu_attn_scratch_floats)(const cpu_attn_args *a) {
-    const int64_t dec = 2 * (int64_t)a->S + (int64_t)a->maps * (2 + a->dv);
-    const int64_t fl = (int64_t)a->maps * (a->dk + a->dv) * VL + (2 * a->dk > a->dv ? 2 * a->dk : a->dv);
+    /* the flash groups and the decode units in lanes: q^T, o, a zero row, the
+     * widened K and V rows of one block */
+    const int64_t fl = (int64_t)a->maps * (a->dk + a->dv) * VL + (2 * a->dk > a->dv ? 2 * a->dk : a->dv) +
+                       (int64_t)KB * (a->m * a->dk + a->dv);
+    const int64_t dec = a->dec_lanes ? fl : 2 * (int64_t)a->S + (int64_t)a->maps * (2 + a->dv);
     return (a->n_drow ? dec : 0) > (a->n_fseg ? fl : 0) ? dec : (a->n_fseg ? fl : 0);
 }

@@ -550,6 +550,7 @@ static drt_status run_attn(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
         .q = drt_host_ptr(q),
         .k = drt_host_ptr(k),
         .v = drt_host_ptr(v),
+        .kvt = k->type,
         .lambda_th = diff && t->src[3] ? drt_host_ptr(t->src[3]) : NULL,
         .rows = drt_host_ptr(t->src[DRT_SRC_ROWS]),
         .lambda = diff ? t->fp[0] : 0.0f,
@@ -565,9 +566,14 @@ static drt_status run_attn(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
     };
     drt_status s = attn_plan(c, &a);
     if (s != DRT_OK) return s;
-    /* decode rows: split keys when heads alone leave threads idle */
-    if (a.n_fseg == 0 && a.n_drow * a.H < 2 * c->nth && a.S >= 256) {
-        int ns = (2 * c->nth + a.n_drow * a.H - 1) / (a.n_drow * a.H);
+    /* decode rows: a kv group of 2 or more heads that fill at least a
+     * quarter of the lanes puts them in lanes, each key read once for them */
+    const int hpg = a.H / a.G, vl = c->k->vlen;
+    a.dec_lanes = 4 * hpg >= vl && hpg >= 2 ? (hpg < vl ? hpg : vl) : 0;
+    a.n_unit = a.dec_lanes ? a.G * ((hpg + a.dec_lanes - 1) / a.dec_lanes) : a.H;
+    /* split keys when the units alone leave threads idle */
+    if (a.n_fseg == 0 && a.n_drow * a.n_unit < 2 * c->nth && a.S >= 256) {
+        int ns = (2 * c->nth + a.n_drow * a.n_unit - 1) / (a.n_drow * a.n_unit);
         if (ns > a.S / 128) ns = a.S / 128;
         if (ns > MAX_SPLIT) ns = MAX_SPLIT;
         a.n_split = ns < 1 ? 1 : ns;

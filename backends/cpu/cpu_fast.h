@@ -101,14 +101,20 @@ typedef struct {
 #define CPU_ATTN_DEC_T 2
 typedef struct {
     float *o;
-    const float *q, *k, *v, *lambda_th;
+    const float *q, *lambda_th;
+    const void *k, *v; /* the caches, of type kvt (f32, f16, q8_0: drt_kv.h) */
+    drt_dtype kvt;
     const int32_t *rows;
     float lambda;
     int T, S, H, G, m, dk, dv, maps; /* S: the most keys a row attends */
     const int32_t *fseg;             /* (n_fseg, 2) */
     const int32_t *drow;             /* (n_drow) */
     int n_fseg, n_drow;
-    int n_split;          /* decode rows: key ranges per head (1: no split) */
+    /* decode rows: dec_lanes > 0 puts up to that many heads of one kv group
+     * in vector lanes (a unit), each key read once for them; 0: a unit is
+     * one head. n_unit: units per row */
+    int dec_lanes, n_unit;
+    int n_split;          /* decode rows: key ranges per unit (1: no split) */
     float *partial;       /* n_split > 1: (n_drow, H, n_split, maps, 2 + dv) */
     float **scratch;      /* per thread, cpu_attn_scratch_floats() each */
     atomic_int next_task; /* dynamic task counter, zeroed by the caller */

@@ -374,6 +374,10 @@ static int fits_int(int64_t v) {
 }
 
 static bool cuda_supports(drt_backend *be, const drt_tensor *t) {
+    /* KV caches are f32 here (no f16 / q8_0 kernels yet): the session
+     * refuses the others (model/session.c) */
+    if ((t->op == DRT_OP_KV_WRITE || t->op == DRT_OP_ATTN || t->op == DRT_OP_DIFF_ATTN) && t->src[1]->type != DRT_F32)
+        return false;
     const drt_tensor *a = t->src[0], *b = t->src[1];
     switch (t->op) {
     case DRT_OP_EMBED: return fits_int(a->ne[0]) && fits_int(b->ne[0]) && fits_int(b->ne[1]);

@@ -615,6 +615,10 @@ static bool tensor_ok(drt_backend *be, const drt_tensor *t) {
 }
 
 static bool ocl_supports(drt_backend *be, const drt_tensor *t) {
+    /* KV caches are f32 here (no f16 / q8_0 kernels yet): the session
+     * refuses the others (model/session.c) */
+    if ((t->op == DRT_OP_KV_WRITE || t->op == DRT_OP_ATTN || t->op == DRT_OP_DIFF_ATTN) && t->src[1]->type != DRT_F32)
+        return false;
     ocl_ctx *x = ocl_of(be);
     for (int i = 0; i < DRT_MAX_SRC; i++)
         if (!tensor_ok(be, t->src[i])) return false;

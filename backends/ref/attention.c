@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "drt_kv.h"
 #include "ref_ops.h"
 
 /* a, b are (n) */
@@ -16,6 +17,15 @@ static double dot(const float *a, const float *b, int n) {
     double acc = 0.0;
     for (int i = 0; i < n; i++) acc += (double)a[i] * (double)b[i];
     return acc;
+}
+
+/* The n elements from element e of a K or V cache of type t, as floats: in
+ * place for f32, else widened into buf (n). e is a multiple of 32 for q8_0
+ * (rows of whole blocks). */
+static const float *kv_at(const void *c, drt_dtype t, int64_t e, int n, float *buf) {
+    if (t == DRT_F32) return (const float *)c + e;
+    drt_kv_load(t, (const char *)c + drt_row_bytes(t, e), buf, n);
+    return buf;
 }
 
 /* l is (n) logits, n >= 1. Replaces each by exp(l - max l) and returns their
@@ -104,15 +114,23 @@ int drt_ref_diff_attn(float *o, const float *q, const float *k, const float *v, 
 
 int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H,
                            int G, int m, int dk, int dv, float lambda, const float *lambda_th, int attn_bits) {
+    return drt_ref_diff_attn_kv(o, q, k, v, DRT_F32, T, rows, H, G, m, dk, dv, lambda, lambda_th, attn_bits);
+}
+
+int drt_ref_diff_attn_kv(float *o, const float *q, const void *k, const void *v, drt_dtype kvt, int T,
+                         const int32_t *rows, int H, int G, int m, int dk, int dv, float lambda, const float *lambda_th,
+                         int attn_bits) {
     const int S = max_keys(rows, T);
     const double s = 1.0 / sqrt((double)dk);
-    /* (2*S + dv): the two maps' logits over keys, then one output row */
-    double *l1 = malloc(sizeof(double) * (2 * (size_t)S + (size_t)dv));
+    /* (2*S + dv): the two maps' logits over keys, then one output row;
+     * then (2*dk + dv) floats: a key of each map and a value, widened */
+    double *l1 = malloc(sizeof(double) * (2 * (size_t)S + (size_t)dv) + sizeof(float) * (2 * (size_t)dk + (size_t)dv));
     if (!l1) {
         fill_nan(o, (int64_t)T * H * dv);
         return 0;
     }
     double *l2 = l1 + S, *acc = l2 + S;
+    float *kb1 = (float *)(acc + dv), *kb2 = kb1 + dk, *vb = kb2 + dk;
     for (int t = 0; t < T; t++) {
         const int64_t base = rows[2 * t];
         const int n = rows[2 * t + 1] + 1;
@@ -121,8 +139,9 @@ int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float
             const float *q1 = q + ((int64_t)t * H + h) * 2 * dk;
             const float *q2 = q1 + dk;
             for (int j = 0; j < n; j++) {
-                const float *k1 = k + ((base + j) * G + g) * m * dk;
-                const float *k2 = k1 + (int64_t)(m - 1) * dk;
+                const int64_t e1 = ((base + j) * G + g) * m * dk;
+                const float *k1 = kv_at(k, kvt, e1, dk, kb1);
+                const float *k2 = m == 1 ? k1 : kv_at(k, kvt, e1 + dk, dk, kb2);
                 l1[j] = s * dot(q1, k1, dk);
                 l2[j] = s * dot(q2, k2, dk);
             }
@@ -134,7 +153,7 @@ int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float
             for (int e = 0; e < dv; e++) acc[e] = 0.0;
             for (int j = 0; j < n; j++) {
                 const double w = l1[j] / sum1 - lam * l2[j] / sum2;
-                const float *vj = v + ((base + j) * G + g) * dv;
+                const float *vj = kv_at(v, kvt, ((base + j) * G + g) * dv, dv, vb);
                 for (int e = 0; e < dv; e++) acc[e] += w * (double)vj[e];
             }
             float *ot = o + ((int64_t)t * H + h) * dv;
@@ -155,28 +174,35 @@ int drt_ref_attn(float *o, const float *q, const float *k, const float *v, int T
 
 int drt_ref_attn_bits(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H,
                       int G, int dk, int dv, int attn_bits) {
+    return drt_ref_attn_kv(o, q, k, v, DRT_F32, T, rows, H, G, dk, dv, attn_bits);
+}
+
+int drt_ref_attn_kv(float *o, const float *q, const void *k, const void *v, drt_dtype kvt, int T, const int32_t *rows,
+                    int H, int G, int dk, int dv, int attn_bits) {
     const int S = max_keys(rows, T);
     const double s = 1.0 / sqrt((double)dk);
-    /* (S + dv): logits over keys, then one output row */
-    double *l = malloc(sizeof(double) * ((size_t)S + (size_t)dv));
+    /* (S + dv): logits over keys, then one output row; then a key and a
+     * value widened (dk + dv floats) */
+    double *l = malloc(sizeof(double) * ((size_t)S + (size_t)dv) + sizeof(float) * ((size_t)dk + (size_t)dv));
     if (!l) {
         fill_nan(o, (int64_t)T * H * dv);
         return 0;
     }
     double *acc = l + S;
+    float *kb = (float *)(acc + dv), *vb = kb + dk;
     for (int t = 0; t < T; t++) {
         const int64_t base = rows[2 * t];
         const int n = rows[2 * t + 1] + 1;
         for (int h = 0; h < H; h++) {
             const int64_t g = (int64_t)h * G / H;
             const float *qt = q + ((int64_t)t * H + h) * dk;
-            for (int j = 0; j < n; j++) l[j] = s * dot(qt, k + ((base + j) * G + g) * dk, dk);
+            for (int j = 0; j < n; j++) l[j] = s * dot(qt, kv_at(k, kvt, ((base + j) * G + g) * dk, dk, kb), dk);
             quantize_row(l, n, attn_bits);
             const double sum = exp_row(l, n);
             for (int e = 0; e < dv; e++) acc[e] = 0.0;
             for (int j = 0; j < n; j++) {
                 const double w = l[j] / sum;
-                const float *vj = v + ((base + j) * G + g) * dv;
+                const float *vj = kv_at(v, kvt, ((base + j) * G + g) * dv, dv, vb);
                 for (int e = 0; e < dv; e++) acc[e] += w * (double)vj[e];
             }
             float *ot = o + ((int64_t)t * H + h) * dv;

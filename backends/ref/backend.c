@@ -49,15 +49,15 @@ drt_status drt_ref_run_node(const drt_tensor *t, void *dst, void *const *srcs, c
         return DRT_OK;
     case DRT_OP_DIFF_ATTN: {
         int T = (int)a->ne[0];
-        if (!drt_ref_diff_attn_bits(y, x0, x1, srcs[2], T, rows, (int)a->ne[1], (int)b->ne[1], (int)b->ne[2],
-                                    (int)a->ne[3], (int)t->src[2]->ne[2], t->fp[0], srcs[3], t->ip[1]))
+        if (!drt_ref_diff_attn_kv(y, x0, x1, srcs[2], b->type, T, rows, (int)a->ne[1], (int)b->ne[1], (int)b->ne[2],
+                                  (int)a->ne[3], (int)t->src[2]->ne[2], t->fp[0], srcs[3], t->ip[1]))
             return scratch_oom(t, ex->max_keys);
         return DRT_OK;
     }
     case DRT_OP_ATTN: {
         int T = (int)a->ne[0];
-        if (!drt_ref_attn_bits(y, x0, x1, srcs[2], T, rows, (int)a->ne[1], (int)b->ne[1], (int)a->ne[2],
-                               (int)t->src[2]->ne[2], t->ip[1]))
+        if (!drt_ref_attn_kv(y, x0, x1, srcs[2], b->type, T, rows, (int)a->ne[1], (int)b->ne[1], (int)a->ne[2],
+                             (int)t->src[2]->ne[2], t->ip[1]))
             return scratch_oom(t, ex->max_keys);
         return DRT_OK;
     }
@@ -69,7 +69,7 @@ drt_status drt_ref_run_node(const drt_tensor *t, void *dst, void *const *srcs, c
     case DRT_OP_ADD: drt_ref_add(y, x0, x1, drt_nelem(t)); return DRT_OK;
     case DRT_OP_KV_WRITE:
         /* dst aliases the cache (srcs[1]) */
-        drt_ref_kv_write(y, x0, (int)a->ne[0], drt_nelem(a) / (a->ne[0] ? a->ne[0] : 1), rows);
+        drt_ref_kv_write_typed(y, t->type, x0, (int)a->ne[0], drt_nelem(a) / (a->ne[0] ? a->ne[0] : 1), rows);
         return DRT_OK;
     case DRT_OP_PERMUTE: {
         int64_t ne[4];

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "drt_kv.h"
 #include "ref_ops.h"
 
 /* out is (T,D); ids is (T), each in [0,V) (checked by the op table, so no
@@ -61,9 +62,14 @@ void drt_ref_add(float *y, const float *a, const float *b, int64_t n) {
 /* cache is (S_cap,row); src is (T,row); row t lands at cache row
  * rows[2t] + rows[2t+1] (its sequence's base plus its position). */
 void drt_ref_kv_write(float *cache, const float *src, int T, int64_t row, const int32_t *rows) {
+    drt_ref_kv_write_typed(cache, DRT_F32, src, T, row, rows);
+}
+
+void drt_ref_kv_write_typed(void *cache, drt_dtype ct, const float *src, int T, int64_t row, const int32_t *rows) {
+    const size_t rb = drt_row_bytes(ct, row);
     for (int t = 0; t < T; t++)
-        memcpy(cache + ((int64_t)rows[2 * t] + rows[2 * t + 1]) * row, src + (int64_t)t * row,
-               (size_t)row * sizeof(float));
+        drt_kv_store(ct, src + (int64_t)t * row, (char *)cache + ((size_t)rows[2 * t] + (size_t)rows[2 * t + 1]) * rb,
+                     row);
 }
 
 /* x has shape ne[0..3] (row-major, ne[3] fastest); y has shape

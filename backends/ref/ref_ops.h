@@ -72,6 +72,8 @@ void drt_ref_add(float *y, const float *a, const float *b, int64_t n);
 /* cache is (S_cap, row) floats; src is (T, row); row t goes to cache row
  * base + pos of its rows entry. */
 void drt_ref_kv_write(float *cache, const float *src, int T, int64_t row, const int32_t *rows);
+/* The same into a cache of type ct (f32, f16, q8_0: drt_kv.h's rounding). */
+void drt_ref_kv_write_typed(void *cache, drt_dtype ct, const float *src, int T, int64_t row, const int32_t *rows);
 
 /* General 4-d permuted copy. x has shape ne[0..3] (row-major, ne[3] fastest);
  * y has shape ne[perm[0]], ne[perm[1]], ne[perm[2]], ne[perm[3]] and
@@ -87,5 +89,12 @@ int drt_ref_diff_attn_bits(float *o, const float *q, const float *k, const float
                            int G, int m, int dk, int dv, float lambda, const float *lambda_th, int attn_bits);
 int drt_ref_attn_bits(float *o, const float *q, const float *k, const float *v, int T, const int32_t *rows, int H,
                       int G, int dk, int dv, int attn_bits);
+/* ... and with k and v of type kvt (f32, f16, q8_0; drt_kv.h), every key and
+ * value widened exactly before use. */
+int drt_ref_diff_attn_kv(float *o, const float *q, const void *k, const void *v, drt_dtype kvt, int T,
+                         const int32_t *rows, int H, int G, int m, int dk, int dv, float lambda, const float *lambda_th,
+                         int attn_bits);
+int drt_ref_attn_kv(float *o, const float *q, const void *k, const void *v, drt_dtype kvt, int T, const int32_t *rows,
+                    int H, int G, int dk, int dv, int attn_bits);
 
 #endif

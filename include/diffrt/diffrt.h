@@ -250,6 +250,10 @@ typedef struct {
     const drt_settings *settings; /* NULL: none; else read while drt_session_create runs (the
                                      backend keeps a copy): threads and check_finite above
                                      win over its cpu.threads and check_finite when non-zero */
+    const char *kv_type;          /* the KV cache's type: "f32", "f16" or "q8_0" (dk and dv multiples of
+                                     32); NULL or "": the kv_type setting (DIFFRT_KV_TYPE), else the
+                                     backend's default: f16 on cpu, f32 elsewhere (ref: the reference).
+                                     A backend without kernels for the type refuses it (an error) */
 } drt_session_opts;
 
 /* The session holds a reference to the model (see drt_model_free). cpu reads
@@ -284,8 +288,11 @@ int drt_session_fallbacks(const drt_session *s, char *lines, size_t n); /* 0 for
  * NULL) the sum of the intermediates' sizes without reuse. 0 for NULL. */
 size_t drt_session_activation_bytes(const drt_session *s, size_t *unplanned);
 /* Bytes of the session's KV cache: every layer's K and V rows for all the
- * positions it holds (f32). 0 for NULL. */
+ * positions it holds, in its type. 0 for NULL. */
 size_t drt_session_kv_bytes(const drt_session *s);
+/* The KV cache's type as decided (DRT_F32, DRT_F16 or DRT_Q8_0; DRT_F32 for
+ * NULL). */
+drt_dtype drt_session_kv_type(const drt_session *s);
 /* The attention of the last token of the last forward over every position
  * 0..pos-1, averaged over layers and heads (the paper's Table 3 quantity):
  * softmax(q.k/sqrt(dk)) for the transformer, the differential map
@@ -330,6 +337,7 @@ drt_status drt_batch_session_get_opts(const drt_batch_session *s, drt_batch_opts
 /* drt_session_kv_bytes of a batch session: its slots' positions, and one
  * scratch row. 0 for NULL. */
 size_t drt_batch_session_kv_bytes(const drt_batch_session *s);
+drt_dtype drt_batch_session_kv_type(const drt_batch_session *s); /* as drt_session_kv_type */
 
 /* The rows of one forward. Rules, each broken one DRT_ERR_INVALID_ARG naming
  * the row, and nothing run: 1 <= n <= max_batch_rows; token[i] inside the

@@ -123,6 +123,7 @@ class SessionOptsC(Structure):
         ("threads", c_int),
         ("check_finite", c_int),
         ("settings", c_void_p),  # const drt_settings *
+        ("kv_type", c_char_p),
     ]
 
 
@@ -270,6 +271,10 @@ _PROTOTYPES = {
     "drt_model_free": (None, [c_void_p]),
     "drt_free": (None, [c_void_p]),
     "drt_session_ctx": (c_int, [c_void_p]),
+    "drt_session_kv_type": (c_enum, [c_void_p]),
+    "drt_session_kv_bytes": (c_size_t, [c_void_p]),
+    "drt_batch_session_kv_type": (c_enum, [c_void_p]),
+    "drt_batch_session_kv_bytes": (c_size_t, [c_void_p]),
     "drt_model_get_info": (c_enum, [c_void_p, POINTER(ModelInfoC)]),
     "drt_model_eos_ids": (c_int, [c_void_p, POINTER(c_int32), c_int]),
     # sessions

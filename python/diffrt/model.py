@@ -217,9 +217,10 @@ class Model(_lib.Handle):
             self._tokenizer = Tokenizer(os.path.join(self.path, "tokenizer.json"))
         return self._tokenizer
 
-    def session(self, backend="cpu", device=None, ctx=0, threads=0, check_finite=False, settings=None):
+    def session(self, backend="cpu", device=None, ctx=0, threads=0, check_finite=False, settings=None,
+                kv_type=None):
         return Session(self, backend=backend, device=device, ctx=ctx, threads=threads,
-                       check_finite=check_finite, settings=settings)
+                       check_finite=check_finite, settings=settings, kv_type=kv_type)
 
     def batch_session(self, max_seqs=0, ctx_per_seq=0, max_batch_rows=0, **kw):
         """A :class:`BatchSession` of this model (keyword arguments as there)."""
@@ -227,7 +228,7 @@ class Model(_lib.Handle):
 
     def generate(self, prompt, n=None, *, backend="cpu", device=None, ctx=0, threads=0,
                  temperature=0.0, top_k=0, top_p=1.0, seed=0, stop=True, on_text=None,
-                 check_finite=False, settings=None):
+                 check_finite=False, settings=None, kv_type=None):
         """Does what `diffrt run` does, with the same defaults.
 
         ``prompt`` is text (str or UTF-8 bytes: encoded with the model's
@@ -243,7 +244,7 @@ class Model(_lib.Handle):
         context (``ctx``, else max_position_embeddings) ends sooner.
         """
         # every argument checked before the first C call (the prompt's encoding)
-        _session_opts(backend, device, ctx, threads, check_finite)
+        _session_opts(backend, device, ctx, threads, check_finite, kv_type)
         _check_settings(settings)
         _sampler_opts(self.info.vocab, temperature, top_k, top_p, seed)
         if n is not None:
@@ -255,7 +256,7 @@ class Model(_lib.Handle):
         n = _check_n(n)
         ctx = _choose_ctx(len(ids), n, self.info.max_ctx, ctx)
         with Session(self, backend=backend, device=device, ctx=ctx, threads=threads,
-                     check_finite=check_finite, settings=settings) as s:
+                     check_finite=check_finite, settings=settings, kv_type=kv_type) as s:
             with Sampler(self.info.vocab, temperature=temperature, top_k=top_k, top_p=top_p,
                          seed=seed) as smp:
                 return s._generate(ids, n, smp, eos, stop, tok, on_text)
@@ -287,7 +288,10 @@ class Model(_lib.Handle):
         return ids, info.eos_ids, None
 
 
-def _session_opts(backend, device, ctx, threads, check_finite):
+_KV_TYPES = {0: "f32", 1: "f16", 4: "q8_0"}
+
+
+def _session_opts(backend, device, ctx, threads, check_finite, kv_type=None):
     """(backend name, drt_session_opts) from Session's arguments, each
     checked for its C type first."""
     backend = backend or "cpu"
@@ -298,8 +302,10 @@ def _session_opts(backend, device, ctx, threads, check_finite):
         d = _lib.cstring(device, "device")
     else:  # an index
         d = str(_lib.int32(device, "device", lo=0)).encode()
+    kv = None if kv_type is None else _lib.cstring(kv_type, "kv_type")
     opts = _lib.SessionOptsC(backend=b, device=d, max_ctx=_lib.int32(ctx, "ctx", 0, _lib.DRT_MAX_CTX),
-                             threads=_lib.int32(threads, "threads"), check_finite=int(bool(check_finite)))
+                             threads=_lib.int32(threads, "threads"), check_finite=int(bool(check_finite)),
+                             kv_type=kv)
     return backend, opts
 
 
@@ -435,7 +441,10 @@ class Session(_lib.Handle):
     name substring; ``ctx`` 0: max_position_embeddings capped at 4096;
     ``threads`` 0: DIFFRT_THREADS, else the physical cores; ``settings``:
     a dict of settings (docs/environment.md: ``{"cpu.precision": "bf16",
-    "vulkan.fp16": 0}``) that win over their environment variables.
+    "vulkan.fp16": 0}``) that win over their environment variables;
+    ``kv_type``: the KV cache's type, "f32", "f16" or "q8_0" (None: the
+    kv_type setting, else f16 on cpu and f32 elsewhere). ``kv_type`` and
+    ``kv_bytes`` hold the type and the cache's size as decided.
 
     One thread at a time: forward, generate and last_attention called while
     another thread is inside the session raise :class:`Busy` (a
@@ -446,9 +455,9 @@ class Session(_lib.Handle):
     _free_fn = "drt_session_free"
 
     def __init__(self, model, backend="cpu", device=None, ctx=0, threads=0, check_finite=False,
-                 settings=None):
+                 settings=None, kv_type=None):
         self._h = None
-        self.backend, opts = _session_opts(backend, device, ctx, threads, check_finite)
+        self.backend, opts = _session_opts(backend, device, ctx, threads, check_finite, kv_type)
         self.model = model
         self.vocab = model.info.vocab
         h = c_void_p()
@@ -456,8 +465,10 @@ class Session(_lib.Handle):
             opts.settings = sh.value  # read by drt_session_create only
             _lib.check(_lib.lib().drt_session_create(mh, byref(opts), byref(h)))
         self._h = h
-        # the context drt_session_create decided
+        # the context drt_session_create decided, the KV cache's type and bytes
         self.ctx = int(_lib.lib().drt_session_ctx(self._h))
+        self.kv_type = _KV_TYPES[_lib.lib().drt_session_kv_type(self._h)]
+        self.kv_bytes = int(_lib.lib().drt_session_kv_bytes(self._h))
 
 
     def __repr__(self):
@@ -638,17 +649,18 @@ class BatchSession(_lib.Handle):
     ``ctx_per_seq`` positions each; a forward runs up to ``max_batch_rows``
     rows, each a token of some sequence at its next position, so decode
     steps of many sequences and prompt chunks of others share a forward and
-    read each weight once. backend, device, threads, check_finite and
-    settings as for :class:`Session`; 0 takes a default (diffrt.h).
+    read each weight once. backend, device, threads, check_finite,
+    settings and kv_type as for :class:`Session`; 0 takes a default
+    (diffrt.h).
 
     One thread at a time, as a Session."""
 
     _free_fn = "drt_batch_session_free"
 
     def __init__(self, model, max_seqs=0, ctx_per_seq=0, max_batch_rows=0, backend="cpu", device=None,
-                 threads=0, check_finite=False, settings=None):
+                 threads=0, check_finite=False, settings=None, kv_type=None):
         self._h = None
-        self.backend, opts = _session_opts(backend, device, 0, threads, check_finite)
+        self.backend, opts = _session_opts(backend, device, 0, threads, check_finite, kv_type)
         bo = _lib.BatchOptsC(max_seqs=_lib.int32(max_seqs, "max_seqs", 0, _lib.DRT_MAX_SEQS),
                              ctx_per_seq=_lib.int32(ctx_per_seq, "ctx_per_seq", 0, _lib.DRT_MAX_CTX),
                              max_batch_rows=_lib.int32(max_batch_rows, "max_batch_rows", 0,
@@ -662,6 +674,8 @@ class BatchSession(_lib.Handle):
         self._h = h
         _lib.check(_lib.lib().drt_batch_session_get_opts(h, byref(bo)))  # as decided
         self.max_seqs, self.ctx_per_seq, self.max_batch_rows = bo.max_seqs, bo.ctx_per_seq, bo.max_batch_rows
+        self.kv_type = _KV_TYPES[_lib.lib().drt_batch_session_kv_type(h)]
+        self.kv_bytes = int(_lib.lib().drt_batch_session_kv_bytes(h))
 
     def __repr__(self):
         return (f"<diffrt.BatchSession {self.backend} {self.max_seqs} seqs x {self.ctx_per_seq} positions, "

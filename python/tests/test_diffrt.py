@@ -392,8 +392,8 @@ class TestModel(unittest.TestCase):
             with self.subTest(model=name):
                 ids = m.tokenizer.encode(read_prompt())[:64]
                 got = {}
-                for backend in ("ref", "cpu"):
-                    with m.session(backend=backend) as s:
+                for backend in ("ref", "cpu"):  # at the reference's KV cache type (cpu's default: f16)
+                    with m.session(backend=backend, kv_type="f32") as s:
                         pre = s.forward(ids, all_logits=True)
                         dec = s.forward([int(np.argmax(pre[-1]))])
                         got[backend] = (pre, dec)
@@ -912,6 +912,22 @@ class TestSettings(unittest.TestCase):
     """settings= (drt_settings): a value set there wins over its variable, and
     a bad name or value is an Error naming it; settings_table() and setting()
     read the table and the values in force."""
+
+    def test_kv_type(self):
+        m = diffrt.Model(model_path("diff-v2-tiny"))
+        with m.session() as s, m.session(kv_type="f32") as s32, m.session(backend="ref") as r:
+            self.assertEqual((s.kv_type, s32.kv_type, r.kv_type), ("f16", "f32", "f32"))
+            self.assertEqual(s.kv_bytes * 2, s32.kv_bytes)
+            a, b = s.forward([1, 2, 3, 4]), s32.forward([1, 2, 3, 4])
+            self.assertLess(float(np.sum((a - b) ** 2) / np.sum(b ** 2)), 1e-5)
+        with m.session(kv_type="q8_0", settings={"kv_type": "f32"}) as s:
+            self.assertEqual(s.kv_type, "q8_0")
+        with m.batch_session(max_seqs=2, kv_type="q8_0") as b:
+            self.assertEqual(b.kv_type, "q8_0")
+        with self.assertRaisesRegex(diffrt.Error, "kv_type \"q4_0\""):
+            m.session(kv_type="q4_0")
+        g = m.generate([1, 2, 3], n=3, kv_type="q8_0")
+        self.assertEqual(len(g.ids), 3)
 
     def test_settings(self):
         m = diffrt.Model(model_path("diff-v1-tiny"))
