@@ -325,8 +325,9 @@ static void on_node(void *ctx, const drt_node_event *ev) {
     snprintf(s->name[i], sizeof s->name[i], "%s", ev->out.name);
     snprintf(s->op[i], sizeof s->op[i], "%s", ev->op);
     s->layer[i] = ev->layer;
-    size_t n = ev->out.type == DRT_F32 ? sizeof(float) : 4;
+    size_t n = 1; /* elements, then bytes in the output's type (a KV_WRITE's: the cache's) */
     for (int d = 0; d < ev->out.nd; d++) n *= (size_t)ev->out.ne[d];
+    n = ev->out.type == DRT_F16 ? 2 * n : ev->out.type == DRT_Q8_0 ? n / 32 * 34 : 4 * n;
     s->nbytes[i] = n;
     s->data[i] = malloc(n);
     if (ev->out.data) memcpy(s->data[i], ev->out.data, n);
