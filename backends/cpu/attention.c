@@ -46,31 +46,15 @@
 /* ---- the cache's rows ---------------------------------------------------------- */
 
 /* n elements of a K or V cache (type a->kvt) from element e (a multiple of
- * 32 for q8_0): in place for f32, else widened into buf (n floats) */
+ * 32 for q8_0): in place for f32, else widened into buf (n floats). Single
+ * vectors of a cache are simd.h's vload_w / load_w1 with the cache's type. */
 static const float *kv_row(const cpu_attn_args *a, const void *c, int64_t e, int n, float *buf) {
     if (a->kvt == DRT_F32) return (const float *)c + e;
-    const char *p = (const char *)c + wbytes(a->kvt, e);
+    const void *p = (const char *)c + wbytes(a->kvt, e);
     int i = 0;
-    if (a->kvt == DRT_F16) {
-        for (; i + VL <= n; i += VL) vstore(buf + i, vload_f16((const uint16_t *)p + i));
-        for (; i < n; i++) buf[i] = drt_f16_to_f32(((const uint16_t *)p)[i]);
-    } else {
-        for (; i < n; i += VL) vstore(buf + i, vload_qblock(p, i, DRT_Q8_0)); /* n: whole blocks */
-    }
+    for (; i + VL <= n; i += VL) vstore(buf + i, vload_w(p, i, a->kvt)); /* q8_0: n is whole blocks */
+    for (; i < n; i++) buf[i] = load_w1(p, i, a->kvt);
     return buf;
-}
-
-/* VL elements of a cache from element e (a multiple of VL), widened */
-VINL vf vload_kv(drt_dtype t, const void *c, int64_t e) {
-    if (t == DRT_F16) return vload_f16((const uint16_t *)c + e);
-    if (t == DRT_Q8_0) return vload_qblock(c, e, DRT_Q8_0);
-    return vload((const float *)c + e);
-}
-
-VINL float load_kv1(drt_dtype t, const void *c, int64_t e) {
-    if (t == DRT_F16) return drt_f16_to_f32(((const uint16_t *)c)[e]);
-    if (t == DRT_Q8_0) return drt_q8_0_get(c, e);
-    return ((const float *)c)[e];
 }
 
 /* ---- prefill ------------------------------------------------------------------ */
@@ -211,9 +195,9 @@ static void flash_group(const cpu_attn_args *a, float *scratch, int h, int t0, i
 VINL float dotv(const float *q, drt_dtype t, const void *c, int64_t e, int n) {
     vf acc = vzero();
     int i = 0;
-    for (; i + VL <= n; i += VL) acc = vfma(vload(q + i), vload_kv(t, c, e + i), acc);
+    for (; i + VL <= n; i += VL) acc = vfma(vload(q + i), vload_w(c, e + i, t), acc);
     float s = vhsum(acc);
-    for (; i < n; i++) s += q[i] * load_kv1(t, c, e + i);
+    for (; i < n; i++) s += q[i] * load_w1(c, e + i, t);
     return s;
 }
 
@@ -274,7 +258,7 @@ static void decode_range(const cpu_attn_args *a, float *scratch, int t, int h, i
             vf p0 = vset1(lg[0][j]), p1 = vset1(maps == 2 ? lg[1][j] : 0.0f);
 #pragma GCC unroll 4
             for (int v = 0; v < 4; v++) {
-                vf x = vload_kv(kvt, a->v, vj + v * VL);
+                vf x = vload_w(a->v, vj + v * VL, kvt);
                 o0[v] = vfma(p0, x, o0[v]);
                 if (maps == 2) o1[v] = vfma(p1, x, o1[v]);
             }
@@ -287,7 +271,7 @@ static void decode_range(const cpu_attn_args *a, float *scratch, int t, int h, i
     for (; e < dv; e++) {
         float s0 = 0, s1 = 0;
         for (int j = 0; j < n; j++) {
-            const float x = load_kv1(kvt, a->v, vb + (int64_t)(ja + j) * vs + e);
+            const float x = load_w1(a->v, vb + (int64_t)(ja + j) * vs + e, kvt);
             s0 += lg[0][j] * x;
             if (maps == 2) s1 += lg[1][j] * x;
         }
