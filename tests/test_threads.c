@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "diffrt/diffrt.h"
 #include "drt_test.h"
@@ -205,17 +206,40 @@ static void one_session_two_threads(const char *dir, const char *backend) {
 
 /* ---- drt_session_free during another thread's forward ------------------- */
 
-/* rounds until FREE_INSIDE frees came during a forward (most do on ref,
- * fewer on cpu, whose forward is short), at most FREE_ROUNDS */
+/* rounds until FREE_INSIDE frees came during a forward, at most
+ * FREE_ROUNDS. Every other round holds its forward inside, at its first
+ * node, until the main thread has seen it busy (an observer: a gate), so
+ * frees during a forward happen on every machine however it schedules the
+ * threads (a cpu forward of the fixtures is shorter than a time slice, and
+ * on a loaded machine the race alone can miss it for hundreds of rounds);
+ * the rounds between race as they come. */
 #define FREE_ROUNDS 400
 #define FREE_INSIDE 5
+#define GATE_WAIT_S 2.0 /* the gate opens by itself after this */
 
 typedef struct {
     drt_session *s;
     atomic_int started, done;
+    atomic_int probed; /* the main thread saw the forward busy */
     drt_status st;
     float lg[T_LONG * V];
 } long_job;
+
+static int gate_want(void *ctx, const char *op, const char *name, int layer) {
+    (void)ctx, (void)op, (void)layer;
+    return strcmp(name, "embed") == 0;
+}
+
+static void gate_on_node(void *ctx, const drt_node_event *ev) {
+    (void)ev;
+    long_job *j = ctx;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        sched_yield();
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while (!atomic_load(&j->probed) && (t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9 < GATE_WAIT_S);
+}
 
 static void *long_thread(void *p) {
     long_job *j = p;
@@ -242,8 +266,14 @@ static void free_during_forward(const char *dir, const char *backend) {
     for (; r < FREE_ROUNDS && inside < FREE_INSIDE; r++) {
         j.s = session(m, backend, T_LONG);
         if (!j.s) break;
+        int gated = r % 2 == 0;
+        if (gated) {
+            drt_observer gate = {.want = gate_want, .on_node = gate_on_node, .ctx = &j};
+            DRT_CHECK(drt_session_set_observer(j.s, &gate) == DRT_OK, "%s: set the gate: %s", dir, drt_last_error());
+        }
         atomic_store(&j.started, 0);
         atomic_store(&j.done, 0);
+        atomic_store(&j.probed, 0);
         pthread_t th;
         if (pthread_create(&th, NULL, long_thread, &j) != 0) {
             DRT_CHECK(0, "%s: cannot start a thread", dir);
@@ -258,13 +288,15 @@ static void free_during_forward(const char *dir, const char *backend) {
         int in = 0;
         float probe_lg[V];
         while (!atomic_load(&j.done) && !in) in = drt_session_forward(j.s, ids, 0, probe_lg, 0) == DRT_ERR_BUSY;
-        drt_session_free(j.s); /* waits for the forward when it is inside */
+        atomic_store(&j.probed, 1); /* opens the gate */
+        drt_session_free(j.s);      /* waits for the forward when it is inside */
         pthread_join(th, NULL);
         inside += in;
         if (j.st == DRT_ERR_BUSY) { /* it came in during a probe: nothing ran */
             busy++;
             continue;
         }
+        DRT_CHECK(!gated || in, "%s on %s round %d: the gated forward was not seen busy", dir, backend, r);
         DRT_CHECK(j.st == DRT_OK && memcmp(j.lg, ref, sizeof ref) == 0, "%s round %d (%s): %s", dir, r,
                   in ? "freed during the forward" : "freed after it", j.st ? drt_last_error() : "wrong logits");
     }
