@@ -26,6 +26,10 @@ outputs are meaningless.
 untied lm_head), 1,100,048,384 parameters, for the batched decode against
 llama.cpp (bench/run_batched.sh).
 
+--diffllama-1b writes DIR/diffllama-1.1b only: a DiffLlama of the same shapes
+(+ 4 lambda vectors of 64 per layer), to measure the differential
+attention's cost at 1.1B against DIR/llama-1.1b (bench/run_diff_overhead.sh).
+
 A model whose directory already holds model.safetensors and config.json is
 skipped. DiffLlama constraint: num_key_value_heads must be even (transformers
 splits V into two halves along kv heads, and pairs head h with head h + H/2).
@@ -82,7 +86,11 @@ def main():
     ap.add_argument("--out", required=True, help="directory to write the model folders into")
     ap.add_argument("--tiny", action="store_true", help="tiny shapes, to test scripts")
     ap.add_argument("--llama-1b", action="store_true", help="only a Llama of TinyLlama-1.1B's shapes")
+    ap.add_argument("--diffllama-1b", action="store_true", help="only a DiffLlama of TinyLlama-1.1B's shapes")
     args = ap.parse_args()
+    if args.diffllama_1b:
+        make("diffllama", "1.1b", os.path.join(args.out, "diffllama-1.1b"))
+        return
     if args.llama_1b:
         make("llama", "1.1b", os.path.join(args.out, "llama-1.1b"))
         return
