@@ -16,7 +16,14 @@
  * prefill walks its keys once and one that holds rows of several sequences
  * walks each one's keys in turn. The host sizes the workgroups from the
  * longest run (run_rows): decode rows of many sequences, runs of one row,
- * take the tiles (or the rows kernel) of one query row. */
+ * take the tiles (or the rows kernel) of one query row.
+ *
+ * KV caches of f32, f16 or q8_0 (runtime/drt_kv.h): each kernel reads k
+ * and v in their stored type (shaders/kv.glsl, the KV specialization
+ * constant) and widens every value exactly as it loads it; no pass makes
+ * an f32 copy of the cache. f16 needs even dk, dv and k, v at even element
+ * offsets (two halves a word); q8_0 (rows of whole blocks, runtime/ops.c)
+ * even byte offsets. */
 #include <math.h>
 
 #include "drt_error.h"
@@ -49,6 +56,7 @@ typedef struct {
 
 typedef struct {
     uint32_t maps, dk, dv, H, G, km, T;
+    uint32_t kv; /* the caches' type, kv.glsl's KV: 0 f32, 1 f16, 2 q8_0 */
 } attn_dims;
 
 static attn_dims dims_of(const drt_tensor *t) {
@@ -61,6 +69,7 @@ static attn_dims dims_of(const drt_tensor *t) {
     d.G = (uint32_t)k->ne[1];
     d.km = d.maps == 2 ? (uint32_t)k->ne[2] : 1;
     d.dv = (uint32_t)v->ne[2];
+    d.kv = k->type == DRT_F16 ? 1 : k->type == DRT_Q8_0 ? 2 : 0;
     return d;
 }
 
@@ -95,6 +104,7 @@ bool vk_attention_supported(const vk_ctx *c, const drt_tensor *t) {
     attn_dims d = dims_of(t), d1 = d;
     uint32_t br, bc;
     if (d.dk > 512 || d.dv > 1024 || !pick_tiles(c, &d, &br, &bc)) return false;
+    if (d.kv == 1 && (d.dk | d.dv) % 2) return false; /* f16: two halves a word */
     d1.T = 1; /* runs of one row take the tiles of one query row: the most workgroups */
     if (!pick_tiles(c, &d1, &br, &bc)) return false;
     uint64_t gx = ((uint64_t)d.T * (d.H / d.G) + br - 1) / br;
@@ -150,8 +160,10 @@ static uint32_t lanes_rpl(const vk_ctx *c, const attn_dims *d) {
     return rows >= 4 * c->subgroup_size ? 4 : rows >= 2 * c->subgroup_size ? 2 : 1;
 }
 
-/* the lanes kernel also needs q, k, v at element offsets that are multiples of 4 */
+/* the lanes kernel also needs q, k, v at element offsets that are multiples
+ * of 4 (q8_0 k, v: at even bytes, read a block at a time) */
 static bool lanes_aligned(const drt_tensor *t) {
+    if (t->src[1]->type == DRT_Q8_0) return vk_eoff(t->src[0]) % 4 == 0;
     return (vk_eoff(t->src[0]) | vk_eoff(t->src[1]) | vk_eoff(t->src[2])) % 4 == 0;
 }
 
@@ -180,15 +192,15 @@ void vk_attention_prepare(vk_ctx *c, const drt_tensor *t) {
             if (i == 2) { /* what vk_attention takes for runs of one row */
                 d.T = T;
                 if (use_rows(c, &d)) {
-                    uint32_t spec[6] = {rows_wg(c, &d), c->use_sg, d.maps, d.dk, d.dv, split};
-                    (void)vk_pipeline(c, VK_SH_ATTENTION_ROWS, spec, 6, &p);
+                    uint32_t spec[7] = {rows_wg(c, &d), c->use_sg, d.maps, d.dk, d.dv, split, d.kv};
+                    (void)vk_pipeline(c, VK_SH_ATTENTION_ROWS, spec, 7, &p);
                     continue;
                 }
                 d.T = 1;
                 uint32_t br, bc;
                 if (!pick_tiles(c, &d, &br, &bc)) continue;
-                uint32_t spec[8] = {ATTN_WG, c->use_sg, d.maps, d.dk, d.dv, br, bc, split};
-                (void)vk_pipeline(c, VK_SH_ATTENTION, spec, 8, &p);
+                uint32_t spec[9] = {ATTN_WG, c->use_sg, d.maps, d.dk, d.dv, br, bc, split, d.kv};
+                (void)vk_pipeline(c, VK_SH_ATTENTION, spec, 9, &p);
                 continue;
             }
             if (use_lanes(c, &d)) {
@@ -198,19 +210,19 @@ void vk_attention_prepare(vk_ctx *c, const drt_tensor *t) {
                 const uint32_t rpl = lanes_rpl(c, &d), lbr = c->subgroup_size * rpl;
                 const uint64_t wgs = (uint64_t)(d.T * (d.H / d.G) + lbr - 1) / lbr * d.G;
                 if (i > 0 || (split && split_count(c, wgs, S_cap) < 2)) continue;
-                uint32_t spec[7] = {c->subgroup_size, c->use_sg, d.maps, d.dk, d.dv, split, rpl};
-                (void)vk_pipeline(c, VK_SH_ATTENTION_LANES, spec, 7, &p);
+                uint32_t spec[8] = {c->subgroup_size, c->use_sg, d.maps, d.dk, d.dv, split, rpl, d.kv};
+                (void)vk_pipeline(c, VK_SH_ATTENTION_LANES, spec, 8, &p);
                 continue;
             }
             if (use_rows(c, &d)) {
-                uint32_t spec[6] = {rows_wg(c, &d), c->use_sg, d.maps, d.dk, d.dv, split};
-                (void)vk_pipeline(c, VK_SH_ATTENTION_ROWS, spec, 6, &p);
+                uint32_t spec[7] = {rows_wg(c, &d), c->use_sg, d.maps, d.dk, d.dv, split, d.kv};
+                (void)vk_pipeline(c, VK_SH_ATTENTION_ROWS, spec, 7, &p);
                 continue;
             }
             uint32_t br, bc;
             if (!pick_tiles(c, &d, &br, &bc)) continue;
-            uint32_t spec[8] = {ATTN_WG, c->use_sg, d.maps, d.dk, d.dv, br, bc, split};
-            (void)vk_pipeline(c, VK_SH_ATTENTION, spec, 8, &p);
+            uint32_t spec[9] = {ATTN_WG, c->use_sg, d.maps, d.dk, d.dv, br, bc, split, d.kv};
+            (void)vk_pipeline(c, VK_SH_ATTENTION, spec, 9, &p);
         }
     }
 }
@@ -242,6 +254,9 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     if (!pick_tiles(c, &dt, &br, &bc))
         return drt_set_error(DRT_ERR_UNSUPPORTED, "vulkan: %s dk=%u dv=%u does not fit in shared memory",
                              drt_op_name(t->op), d.dk, d.dv);
+    if (d.kv && (vk_eoff(t->src[1]) | vk_eoff(t->src[2])) % 2)
+        return drt_set_error(DRT_ERR_UNSUPPORTED, "vulkan: %s reads an %s cache at an odd offset", drt_op_name(t->op),
+                             drt_dtype_name(t->src[1]->type));
     const drt_tensor *l = t->op == DRT_OP_DIFF_ATTN ? t->src[3] : NULL;
     const drt_tensor *rws = t->src[DRT_SRC_ROWS];
     /* lanes: the node's rows per lane (its prepared pipeline) */
@@ -261,14 +276,15 @@ drt_status vk_attention(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
         chunk = ((S + nsplit - 1) / nsplit + step - 1) / step * step;
         nsplit = (S + chunk - 1) / chunk;
     }
-    uint32_t spec[8] = {ATTN_WG, c->use_sg, d.maps, d.dk, d.dv, br, bc, nsplit > 1};
+    uint32_t spec[9] = {ATTN_WG, c->use_sg, d.maps, d.dk, d.dv, br, bc, nsplit > 1, d.kv};
     const vk_shader sh = lanes ? VK_SH_ATTENTION_LANES : rows ? VK_SH_ATTENTION_ROWS : VK_SH_ATTENTION;
-    int nspec = 8;
-    if (rows || lanes) {
+    int nspec = 9;
+    if (rows || lanes) { /* rows: ..., split, KV; lanes: ..., split, rpl, KV */
         spec[0] = lanes ? lwg : rwg;
         spec[5] = nsplit > 1;
-        spec[6] = lanes ? lanes_rpl(c, &d) : 0;
-        nspec = lanes ? 7 : 6;
+        spec[6] = lanes ? lanes_rpl(c, &d) : d.kv;
+        spec[7] = d.kv;
+        nspec = lanes ? 8 : 7;
     }
     attn_pc pc = {vk_eoff(t->src[0]),
                   vk_eoff(t->src[1]),

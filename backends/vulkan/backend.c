@@ -61,10 +61,6 @@ static drt_status vk_init(drt_backend *be, int device) {
 }
 
 static bool vk_supports(drt_backend *be, const drt_tensor *t) {
-    /* KV caches are f32 here (no f16 / q8_0 kernels yet): the session
-     * refuses the others (model/session.c) */
-    if ((t->op == DRT_OP_KV_WRITE || t->op == DRT_OP_ATTN || t->op == DRT_OP_DIFF_ATTN) && t->src[1]->type != DRT_F32)
-        return false;
     const vk_ctx *c = be->ctx;
     const VkDeviceSize max_range = c->props.limits.maxStorageBufferRange;
     const drt_tensor *all[1 + DRT_MAX_SRC] = {t, t->src[0], t->src[1], t->src[2], t->src[3], t->src[4]};
@@ -96,8 +92,11 @@ static bool vk_supports(drt_backend *be, const drt_tensor *t) {
     case DRT_OP_SWIGLU:
     case DRT_OP_SIGMOID:
     case DRT_OP_ADD:
-    case DRT_OP_KV_WRITE:
     case DRT_OP_PERMUTE: return true;
+    case DRT_OP_KV_WRITE:
+        /* f32, f16 and q8_0 caches (shaders/kv_write.comp) */
+        vk_kv_write_prepare(be->ctx, t);
+        return true;
     default: return false;
     }
 }

@@ -1,6 +1,7 @@
 /* Vulkan: ADD, SIGMOID, SWIGLU (shaders/elementwise.comp, the op a
  * specialization constant), ROPE (shaders/rope.comp), KV_WRITE
- * (vkCmdCopyBuffer regions, or shaders/kv_write.comp) and PERMUTE (vkCmdCopyBuffer
+ * (vkCmdCopyBuffer regions, or shaders/kv_write.comp; an f16 or q8_0 cache
+ * always the shader, which rounds as runtime/quant.c) and PERMUTE (vkCmdCopyBuffer
  * regions when the permutation keeps the inner axes, else
  * shaders/permute.comp).
  * CPU reference: backends/ref/elementwise.c; node dims -> kernel arguments
@@ -170,14 +171,38 @@ static drt_status kv_write_copy(vk_ctx *c, const drt_tensor *t, const drt_exec *
     return s;
 }
 
+/* kv_write.comp's KV specialization constant for a cache type (kv.glsl) */
+static uint32_t kv_code(drt_dtype t) {
+    return t == DRT_F16 ? 1 : t == DRT_Q8_0 ? 2 : 0;
+}
+
+void vk_kv_write_prepare(vk_ctx *c, const drt_tensor *t) {
+    VkPipeline p;
+    const uint32_t kv = kv_code(t->src[1]->type);
+    if (kv)
+        (void)vk_pipeline(c, VK_SH_KV_WRITE, (const uint32_t[]){vk_wg(c, 256, vk_cpu_lanes(c)), c->use_sg, 0, kv}, 4,
+                          &p);
+}
+
 static drt_status rec_kv_write(vk_ctx *c, const drt_tensor *t, const drt_exec *ex) {
     const drt_tensor *a = t->src[0], *rows = t->src[DRT_SRC_ROWS];
     const uint32_t wg = vk_wg(c, 256, vk_cpu_lanes(c));
-    uint32_t spec[3] = {wg, c->use_sg, 0};
+    const uint32_t kv = kv_code(t->src[1]->type);
+    uint32_t spec[4] = {wg, c->use_sg, 0, kv};
     /* src (T, row...) -> row t to cache row base + pos; t is a view of the cache */
     int64_t T = a->ne[0], row = T ? drt_nelem(a) / T : 0;
     uint64_t n = (uint64_t)(T * row);
     if (n == 0) return DRT_OK;
+    if (kv) {
+        /* f16: an item per 4 of a row's elements; q8_0: per block of 32,
+         * at even bytes (34-byte blocks from an even offset) */
+        if (kv == 2 && vk_eoff(t) % 2)
+            return drt_set_error(DRT_ERR_UNSUPPORTED, "vulkan: KV_WRITE into a q8_0 cache at an odd byte offset");
+        const uint64_t items = (uint64_t)T * (uint64_t)(kv == 1 ? (row + 3) / 4 : row / 32);
+        kv_write_pc pc = {vk_eoff(a), vk_eoff(t), (uint32_t)items, (uint32_t)row, vk_eoff(rows)};
+        vk_binds bd = {.src = {a}, .dst = t, .rows = rows};
+        return vk_dispatch(c, VK_SH_KV_WRITE, spec, 4, &bd, &pc, sizeof pc, vk_groups(c, items, wg), 1, 1);
+    }
     if (c->use_copy) {
         bool done;
         drt_status s = kv_write_copy(c, t, ex, (uint64_t)row, c->tune_cpu ? COPY_MAX_KV_REGIONS : COPY_MAX_REGIONS_GPU,
@@ -193,7 +218,7 @@ static drt_status rec_kv_write(vk_ctx *c, const drt_tensor *t, const drt_exec *e
         pc.n /= 4;
         pc.row /= 4;
     }
-    return vk_dispatch(c, VK_SH_KV_WRITE, spec, 3, &bd, &pc, sizeof pc, vk_groups(c, pc.n, wg), 1, 1);
+    return vk_dispatch(c, VK_SH_KV_WRITE, spec, 4, &bd, &pc, sizeof pc, vk_groups(c, pc.n, wg), 1, 1);
 }
 
 static drt_status rec_permute(vk_ctx *c, const drt_tensor *t) {

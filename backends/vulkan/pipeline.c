@@ -207,7 +207,7 @@ void vk_prewarm(vk_ctx *c) {
     for (uint32_t op = 0; op < 3; op++)
         for (uint32_t v4 = 0; v4 < 2; v4++)
             (void)vk_pipeline(c, VK_SH_ELEMENTWISE, (const uint32_t[]){wg, sg, op, v4}, 4, &p);
-    for (uint32_t v4 = 0; v4 < 2; v4++) (void)vk_pipeline(c, VK_SH_KV_WRITE, (const uint32_t[]){wg, sg, v4}, 3, &p);
+    for (uint32_t v4 = 0; v4 < 2; v4++) (void)vk_pipeline(c, VK_SH_KV_WRITE, (const uint32_t[]){wg, sg, v4, 0}, 4, &p);
     (void)vk_pipeline(c, VK_SH_ROPE, (const uint32_t[]){wg, sg}, 2, &p);
     (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_NORM), (const uint32_t[]){wg, sg}, 2, &p);
     (void)vk_pipeline(c, vk_sg_variant(c, VK_SH_DUAL_SOFTMAX), (const uint32_t[]){aw, sg}, 2, &p);

@@ -322,5 +322,7 @@ const char *vk_attention_variant(vk_ctx *c, const drt_tensor *t);
 void vk_attention_prepare(vk_ctx *c, const drt_tensor *t);
 drt_status vk_norm(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
 drt_status vk_elementwise(vk_ctx *c, const drt_tensor *t, const drt_exec *ex);
+/* the KV_WRITE pipeline of an f16 or q8_0 cache (plan time; f32's is prewarmed) */
+void vk_kv_write_prepare(vk_ctx *c, const drt_tensor *t);
 
 #endif

@@ -35,10 +35,15 @@
  * (a scratch buffer); shaders/attention_combine.comp merges the splits.
  * Specialization constants: DK, DV, BR, BC, MAPS, SPLIT (the host picks BR,
  * BC so that the tiles fit in maxComputeSharedMemorySize).
+ * KV (kv.glsl): k and v f32, f16 or q8_0; step A widens each element
+ * exactly (kv_at) into the same f32 tiles, so only the loads differ.
  * Napkin math: H*sum(pos+1)*(MAPS*2*DK + 2*DV) flops; K/V bytes read
- * from global memory, one sequence: (T*H/G/BR) * S * (MAPS*DK + DV) * 4. */
+ * from global memory, one sequence: (T*H/G/BR) * S * (MAPS*DK + DV) * es,
+ * es = 4, 2, 34/32 (f32, f16, q8_0). */
 #define WANT_ROWS
 #include "common.glsl"
+#define KV_ID 8
+#include "kv.glsl"
 
 layout(constant_id = 2) const uint MAPS = 2;
 layout(constant_id = 3) const uint DK = 64;
@@ -116,12 +121,20 @@ void main() {
                 uint jj = i / QW, c = i % QW, j = j0 + jj;
                 uint mp = c / DK, d = c % DK;
                 float val = 0.0;
-                if (j <= kmax) val = k[pc.o_k + (((base + j) * pc.G + g) * pc.km + mp * (pc.km - 1)) * DK + d];
+                if (j <= kmax) {
+                    const uint ke = (((base + j) * pc.G + g) * pc.km + mp * (pc.km - 1)) * DK + d;
+                    val = KV == KV_F32 ? k[pc.o_k + ke] : kv_at(false, pc.o_k, ke);
+                }
                 Ksh[jj * QS + c] = val;
             }
             for (uint i = tid; i < BC * DV; i += WG) {
                 uint jj = i / DV, e = i % DV, j = j0 + jj;
-                Vsh[i] = j <= kmax ? v[pc.o_v + ((base + j) * pc.G + g) * DV + e] : 0.0;
+                float val = 0.0;
+                if (j <= kmax) {
+                    const uint ve = ((base + j) * pc.G + g) * DV + e;
+                    val = KV == KV_F32 ? v[pc.o_v + ve] : kv_at(true, pc.o_v, ve);
+                }
+                Vsh[i] = val;
             }
             barrier();
             /* B: rows of the run only, each up to its own position */

@@ -44,10 +44,16 @@
  * finished here: o = acc1/l1 - lambda * acc2/l2.
  * Needs DK, DV multiples of 4 and q, k, v offsets multiples of 4 (vec4
  * loads); the host checks.
- * Napkin math: per tile, WG*(MAPS*DK + DV) floats loaded (and shuffled)
- * for BR*WG*MAPS*(DK + DV) multiply-adds. */
+ * KV (kv.glsl): k and v f32, or f16 (a vec4 from two words; the same
+ * offset check, in halves), or q8_0 (a lane reads its key's block of 32
+ * every 8 vec4s, widens it exactly and shuffles f32 as before).
+ * Napkin math: per tile, WG*(MAPS*DK + DV) elements loaded (4, 2 or 34/32
+ * bytes each: f32, f16, q8_0) and shuffled as f32 for BR*WG*MAPS*(DK + DV)
+ * multiply-adds. */
 #define WANT_ROWS
 #include "common.glsl"
+#define KV_ID 7
+#include "kv.glsl"
 
 layout(constant_id = 2) const uint MAPS = 2;
 layout(constant_id = 3) const uint DK = 64;
@@ -122,11 +128,23 @@ void main() {
             float s[RPL * MAPS * BC];
             [[unroll]] for (uint c = 0; c < RPL * MAPS * BC; c++) s[c] = 0.0;
             const uint kb = pc.o_k / 4 + (jl * pc.G + g) * pc.km * DK4;
+            /* q8_0: the key's first block, of DK/32 per map */
+            const uint kq = (jl * pc.G + g) * pc.km * (DK / 32);
             [[unroll]] for (uint mp = 0; mp < MAPS; mp++) {
                 /* map 2's key: its own slot, or the shared one (km = 1) */
                 const uint kbm = kb + mp * (pc.km - 1) * DK4;
+                uint qw[8];
+                float sc = 0.0;
                 [[unroll]] for (uint d = 0; d < DK4; d++) {
-                    const vec4 kv = k4[kbm + d];
+                    vec4 kv;
+                    if (KV == KV_F32) {
+                        kv = k4[kbm + d];
+                    } else if (KV == KV_F16) {
+                        kv = vec4(kv_f16x2(false, 2 * (kbm + d)), kv_f16x2(false, 2 * (kbm + d) + 1));
+                    } else {
+                        if (d % 8 == 0) sc = q8_block(false, pc.o_k + (kq + mp * (pc.km - 1) * (DK / 32) + d / 8) * 34, qw);
+                        kv = q8_vec4(qw[d % 8], sc);
+                    }
                     [[unroll]] for (uint jj = 0; jj < BC; jj++) {
                         const vec4 kj = subgroupShuffle(kv, jj);
                         [[unroll]] for (uint i = 0; i < RPL; i++)
@@ -159,8 +177,19 @@ void main() {
             }
             /* 3. P V */
             const uint vb = pc.o_v / 4 + (jl * pc.G + g) * DV4;
+            const uint vq = (jl * pc.G + g) * (DV / 32);
+            uint qw[8];
+            float sc = 0.0;
             [[unroll]] for (uint e = 0; e < DV4; e++) {
-                const vec4 vv = v4[vb + e];
+                vec4 vv;
+                if (KV == KV_F32) {
+                    vv = v4[vb + e];
+                } else if (KV == KV_F16) {
+                    vv = vec4(kv_f16x2(true, 2 * (vb + e)), kv_f16x2(true, 2 * (vb + e) + 1));
+                } else {
+                    if (e % 8 == 0) sc = q8_block(true, pc.o_v + (vq + e / 8) * 34, qw);
+                    vv = q8_vec4(qw[e % 8], sc);
+                }
                 vec4 x[RPL * MAPS];
                 [[unroll]] for (uint c = 0; c < RPL * MAPS; c++) x[c] = acc[c * DV4 + e] * alpha[c];
                 [[unroll]] for (uint jj = 0; jj < BC; jj++) {

@@ -16,9 +16,16 @@
  * per (split, row, map) in shaders/attention_combine.comp's layout; without
  * SPLIT the row is finished here: o = acc1/l1 - lambda * acc2/l2. Each row
  * walks its own keys, so rows of many sequences need nothing more.
- * Napkin math: H*sum(pos+1)*(MAPS*DK + MAPS*DV) multiply-adds. */
+ * KV (kv.glsl): k and v f32, or f16 read two halves per word (DK, DV and
+ * the offsets even: the host checks), or q8_0 read a block of 32 at a time;
+ * each value widened exactly and used as the f32 kernel uses it, in the
+ * same order (so the result is the f32 kernel's on the widened cache).
+ * Napkin math: H*sum(pos+1)*(MAPS*DK + MAPS*DV) multiply-adds; K/V bytes
+ * read per key (f32 / f16 / q8_0): 4, 2, 34/32 per element. */
 #define WANT_ROWS
 #include "common.glsl"
+#define KV_ID 6
+#include "kv.glsl"
 
 layout(constant_id = 2) const uint MAPS = 2;
 layout(constant_id = 3) const uint DK = 64;
@@ -68,7 +75,25 @@ void main() {
         for (uint mp = 0; mp < MAPS; mp++) {
             float dot = 0.0;
             const uint kk = kr + mp * koff2;
-            for (uint d = 0; d < DK; d++) dot += qv[mp * DK + d] * k[kk + d];
+            if (KV == KV_F32) {
+                for (uint d = 0; d < DK; d++) dot += qv[mp * DK + d] * k[kk + d];
+            } else if (KV == KV_F16) {
+                for (uint d = 0; d < DK; d += 2) {
+                    const vec2 kv = kv_f16x2(false, (kk + d) >> 1);
+                    dot += qv[mp * DK + d] * kv.x;
+                    dot += qv[mp * DK + d + 1] * kv.y;
+                }
+            } else {
+                /* kk - o_k: elements from the tensor's start, whole blocks */
+                for (uint b = 0; b < DK / 32; b++) {
+                    uint qw[8];
+                    const float sc = q8_block(false, pc.o_k + ((kk - pc.o_k) / 32 + b) * 34, qw);
+                    for (uint i = 0; i < 8; i++) {
+                        const vec4 kv = q8_vec4(qw[i], sc);
+                        for (uint c = 0; c < 4; c++) dot += qv[mp * DK + b * 32 + i * 4 + c] * kv[c];
+                    }
+                }
+            }
             const float s = dot * pc.scale;
             if (s > m[mp]) {
                 const float alpha = exp(m[mp] - s);
@@ -83,10 +108,34 @@ void main() {
             l[mp] += p[mp];
         }
         const uint vb = pc.o_v + ((kb + j) * pc.G + g) * DV;
-        for (uint e = 0; e < DV; e++) {
-            const float vv = v[vb + e];
-            acc1[e] += p[0] * vv;
-            if (MAPS == 2) acc2[e] += p[1] * vv;
+        if (KV == KV_F32) {
+            for (uint e = 0; e < DV; e++) {
+                const float vv = v[vb + e];
+                acc1[e] += p[0] * vv;
+                if (MAPS == 2) acc2[e] += p[1] * vv;
+            }
+        } else if (KV == KV_F16) {
+            for (uint e = 0; e < DV; e += 2) {
+                const vec2 vv = kv_f16x2(true, (vb + e) >> 1);
+                acc1[e] += p[0] * vv.x;
+                acc1[e + 1] += p[0] * vv.y;
+                if (MAPS == 2) {
+                    acc2[e] += p[1] * vv.x;
+                    acc2[e + 1] += p[1] * vv.y;
+                }
+            }
+        } else {
+            for (uint b = 0; b < DV / 32; b++) {
+                uint qw[8];
+                const float sc = q8_block(true, pc.o_v + ((vb - pc.o_v) / 32 + b) * 34, qw);
+                for (uint i = 0; i < 8; i++) {
+                    const vec4 vv = q8_vec4(qw[i], sc);
+                    for (uint c = 0; c < 4; c++) {
+                        acc1[b * 32 + i * 4 + c] += p[0] * vv[c];
+                        if (MAPS == 2) acc2[b * 32 + i * 4 + c] += p[1] * vv[c];
+                    }
+                }
+            }
         }
     }
     if (SPLIT) {
