@@ -6,7 +6,9 @@
  * from dk, dv. On CPU-class devices (att_vl > 0) they run the barrier-free
  * kernels instead: flash (rows of a kv group in vector lanes) for prefill,
  * decode (a row per work-item, split-K) for a few rows per group; see
- * plan_attn. */
+ * plan_attn. Every kernel exists per KV cache type (f32, f16, q8_0:
+ * attn_kernel picks it from k's type) and reads the caches as stored,
+ * widening each element where it is used; k and v go as byte offsets. */
 #include <math.h>
 
 #include "drt_error.h"
@@ -195,17 +197,34 @@ static att_plan plan_attn(const ocl_ctx *x, const drt_tensor *t, const drt_exec 
     return p;
 }
 
-/* Starts a call of attention kernel id for node t with every argument up
- * to scale: dec_t (dec_row) for the CPU-class kernels, none when < 0 */
+/* The kernel of f32 attention kernel id (OCL_K_DIFF_ATTN_Q1 .. OCL_K_ATTN_Q8,
+ * OCL_K_DIFF_ATTN_FLASH .. OCL_K_ATTN_DECODE) for KV caches of type kvt:
+ * the typed kernels are in the same order from OCL_K_DIFF_ATTN_Q1_F16 and
+ * OCL_K_DIFF_ATTN_Q1_Q8_0 on (ocl.h) */
+_Static_assert(OCL_K_ATTN_Q8 - OCL_K_DIFF_ATTN_Q1 == 7 && OCL_K_ATTN_DECODE - OCL_K_DIFF_ATTN_FLASH == 3 &&
+                   OCL_K_ATTN_DECODE_F16 - OCL_K_DIFF_ATTN_Q1_F16 == 11 &&
+                   OCL_K_ATTN_DECODE_Q8_0 - OCL_K_DIFF_ATTN_Q1_Q8_0 == 11,
+               "attention kernel ids out of order");
+static ocl_kernel_id attn_kernel(ocl_kernel_id id, drt_dtype kvt) {
+    if (kvt == DRT_F32) return id;
+    int i = id <= OCL_K_ATTN_Q8 ? (int)(id - OCL_K_DIFF_ATTN_Q1) : 8 + (int)(id - OCL_K_DIFF_ATTN_FLASH);
+    return (ocl_kernel_id)((kvt == DRT_F16 ? OCL_K_DIFF_ATTN_Q1_F16 : OCL_K_DIFF_ATTN_Q1_Q8_0) + i);
+}
+
+/* Starts a call of attention kernel id (the f32 one: the KV type of k picks
+ * its own) for node t with every argument up to scale: dec_t (dec_row) for
+ * the CPU-class kernels, none when < 0. k and v go as byte offsets. */
 static void begin_attn(ocl_call *c, ocl_ctx *x, ocl_kernel_id id, const drt_tensor *t, int dec_t) {
     const int diff = t->op == DRT_OP_DIFF_ATTN;
     const drt_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2], *lam = diff ? t->src[3] : NULL;
     const int dk = (int)q->ne[q->nd - 1];
-    ocl_begin(c, x, id);
+    ocl_begin(c, x, attn_kernel(id, k->type));
     ocl_arg_tensor(c, t);
     ocl_arg_tensor(c, q);
-    ocl_arg_tensor(c, k);
-    ocl_arg_tensor(c, v);
+    ocl_arg_mem(c, ocl_mem(k));
+    ocl_arg_ulong(c, k->offs);
+    ocl_arg_mem(c, ocl_mem(v));
+    ocl_arg_ulong(c, v->offs);
     if (diff) {
         ocl_arg_tensor(c, lam ? lam : q); /* unread when has_lam = 0 */
         ocl_arg_int(c, lam != NULL);
@@ -326,22 +345,38 @@ drt_status ocl_attn(ocl_ctx *x, const drt_tensor *t, const drt_exec *ex) {
     return run_attn(x, t, ex);
 }
 
-/* the family of one sequence's rows (kernel_variant has no rows) */
+/* the family of one sequence's rows (kernel_variant has no rows), and the
+ * KV cache type of f16 and q8_0 caches */
 const char *ocl_attn_variant(const ocl_ctx *x, const drt_tensor *t) {
-    static const char *const names[2][4] = {
-        {"attn local q1", "attn local q2", "attn local q4", "attn local q8"},
-        {"diff_attn local q1", "diff_attn local q2", "diff_attn local q4", "diff_attn local q8"}};
-    static const char *const flash[2][2] = {{"attn flash rows-in-lanes v8", "attn flash rows-in-lanes v16"},
-                                            {"diff_attn flash rows-in-lanes v8", "diff_attn flash rows-in-lanes v16"}};
-    static const char *const dec[2][2] = {
-        {"attn decode row/item split-k v8", "attn decode row/item split-k v16"},
-        {"diff_attn decode row/item split-k v8", "diff_attn decode row/item split-k v16"}};
+    static const char *const names[3][2][4] = {
+        {{"attn local q1", "attn local q2", "attn local q4", "attn local q8"},
+         {"diff_attn local q1", "diff_attn local q2", "diff_attn local q4", "diff_attn local q8"}},
+        {{"attn local q1 kv f16", "attn local q2 kv f16", "attn local q4 kv f16", "attn local q8 kv f16"},
+         {"diff_attn local q1 kv f16", "diff_attn local q2 kv f16", "diff_attn local q4 kv f16",
+          "diff_attn local q8 kv f16"}},
+        {{"attn local q1 kv q8_0", "attn local q2 kv q8_0", "attn local q4 kv q8_0", "attn local q8 kv q8_0"},
+         {"diff_attn local q1 kv q8_0", "diff_attn local q2 kv q8_0", "diff_attn local q4 kv q8_0",
+          "diff_attn local q8 kv q8_0"}}};
+    static const char *const flash[3][2][2] = {
+        {{"attn flash rows-in-lanes v8", "attn flash rows-in-lanes v16"},
+         {"diff_attn flash rows-in-lanes v8", "diff_attn flash rows-in-lanes v16"}},
+        {{"attn flash rows-in-lanes v8 kv f16", "attn flash rows-in-lanes v16 kv f16"},
+         {"diff_attn flash rows-in-lanes v8 kv f16", "diff_attn flash rows-in-lanes v16 kv f16"}},
+        {{"attn flash rows-in-lanes v8 kv q8_0", "attn flash rows-in-lanes v16 kv q8_0"},
+         {"diff_attn flash rows-in-lanes v8 kv q8_0", "diff_attn flash rows-in-lanes v16 kv q8_0"}}};
+    static const char *const dec[3][2][2] = {
+        {{"attn decode row/item split-k v8", "attn decode row/item split-k v16"},
+         {"diff_attn decode row/item split-k v8", "diff_attn decode row/item split-k v16"}},
+        {{"attn decode row/item split-k v8 kv f16", "attn decode row/item split-k v16 kv f16"},
+         {"diff_attn decode row/item split-k v8 kv f16", "diff_attn decode row/item split-k v16 kv f16"}},
+        {{"attn decode row/item split-k v8 kv q8_0", "attn decode row/item split-k v16 kv q8_0"},
+         {"diff_attn decode row/item split-k v8 kv q8_0", "diff_attn decode row/item split-k v16 kv q8_0"}}};
     const drt_tensor *q = t->src[0], *k = t->src[1];
-    int diff = t->op == DRT_OP_DIFF_ATTN;
+    int diff = t->op == DRT_OP_DIFF_ATTN, ty = k->type == DRT_F16 ? 1 : k->type == DRT_Q8_0 ? 2 : 0;
     int T = (int)q->ne[0], H = (int)q->ne[1], G = (int)k->ne[1];
     int dk = (int)q->ne[q->nd - 1], dv = (int)t->src[2]->ne[2];
     att_path p = pick_path(x, T, H, G, dk, dv);
-    if (p == ATT_FLASH) return flash[diff][x->att_vl == 16];
-    if (p == ATT_DECODE) return dec[diff][x->att_vl == 16];
-    return names[diff][rows_log2(x, T, H, G)];
+    if (p == ATT_FLASH) return flash[ty][diff][x->att_vl == 16];
+    if (p == ATT_DECODE) return dec[ty][diff][x->att_vl == 16];
+    return names[ty][diff][rows_log2(x, T, H, G)];
 }

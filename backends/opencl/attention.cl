@@ -32,6 +32,41 @@
 #define KS (ATT_BK + 1)
 #define SM_WG_MAX 256
 
+/* KV cache types (runtime/drt_kv.h; the values of drt_dtype). Every
+ * attention kernel below exists per type (suffix _f16, _q8_0; none for
+ * f32) and takes k and v as bytes at a byte offset: q8_0 blocks have no
+ * element size. Elements are widened exactly where they are read (an f16
+ * value, or f32(d) * q), never copied to an f32 cache first. A K or V row
+ * (dk, m*dk or dv elements) of a q8_0 cache is whole blocks of 32: 34 bytes,
+ * the f16 scale d then 32 int8 q; a block starts at an even byte, so its
+ * scale is read as one ushort (kv_half). */
+#define KV_F32 0
+#define KV_F16 1
+#define KV_Q8_0 4
+
+/* the f16 at p widened exactly, bit for bit as drt_f16_to_f32 (vload_half
+ * gives the same values; PoCL's also quiets signalling NaNs), in a few
+ * integer ops: a q8_0 scale is read once per 32 elements, and a CPU device
+ * without F16C instructions (or an OpenCL library that does not use them)
+ * runs a scalar vload_half as a long routine. Zero and subnormals: m *
+ * 2^-24; normals: exponent rebased; Inf and NaN: exponent all ones. */
+inline float kv_half(__global const uchar *p) {
+    const uint h = *(__global const ushort *)p, a = h & 0x7fffu;
+    const uint w = a >= 0x7c00u ? a << 13 | 0x7f800000u : (a << 13) + 0x38000000u;
+    const float f = a < 0x400u ? (float)a * 0x1p-24f : as_float(w);
+    return as_float(as_uint(f) | (h & 0x8000u) << 16);
+}
+
+/* element e of a cache of type kvt at p */
+inline float kv_get(__global const uchar *p, size_t e, const int kvt) {
+    if (kvt == KV_F16) return vload_half(e, (__global const half *)p);
+    if (kvt == KV_Q8_0) {
+        __global const uchar *b = p + (e >> 5) * 34;
+        return kv_half(b) * (float)((__global const char *)b)[2 + (e & 31)];
+    }
+    return ((__global const float *)p)[e];
+}
+
 /* Row t's run (the rows around it of the same base at consecutive
  * positions) has at most dec_t rows: t is a decode row. dec_t <= 0: no row
  * is, dec_t >= T: every row is (one run: the host knows, nothing is read).
@@ -143,12 +178,12 @@ __kernel void dual_softmax(__global float *a, ulong ao, __global const float *s1
  * ss (nq,bq,BK) logits then probabilities.
  * Napkin math: ~H*key_pairs*(2*nq*dk + 2*nq*dv) flops (key_pairs = sum over
  * rows of pos+1); K/V of the group are read once per work-group and pass. */
-inline void attention_body(__global float *o, __global const float *q, __global const float *k,
-                           __global const float *v, __global const float *lam, int has_lam,
+inline void attention_body(__global float *o, __global const float *q, __global const uchar *k,
+                           __global const uchar *v, __global const float *lam, int has_lam,
                            float lambda, __global const int *rows, int T, int H, int G, int m,
                            int dk, int dv, float scale, int klen, __global float *part,
                            __local float *qs, __local float *ks, __local float *vs,
-                           __local float *ss, const int nq, const int bq) {
+                           __local float *ss, const int nq, const int bq, const int kvt) {
     const int lane = get_local_id(0), qi = get_local_id(1);
     const int wg = bq * ATT_NT;
     const int tid = qi * ATT_NT + lane;
@@ -191,17 +226,20 @@ inline void attention_body(__global float *o, __global const float *q, __global 
             if (rows[2 * (pr / Hg)] == base) kmax = max(kmax, rows[2 * (pr / Hg) + 1] + 1);
         const int nkeys = min(kmax, jbeg + klen);
         const int mine = active && mybase == base;
-        __global const float *kb = k + (size_t)base * G * kw, *vb = v + (size_t)base * G * dv;
+        const size_t kb = (size_t)base * G * kw, vb = (size_t)base * G * dv; /* elements */
 
         for (int j0 = jbeg; j0 < nkeys; j0 += ATT_BK) {
             barrier(CLK_LOCAL_MEM_FENCE); /* the previous tile is consumed */
+            /* the tiles hold the widened values */
             for (int i = tid; i < ATT_BK * kw; i += wg) {
                 const int jj = i / kw, c = i - jj * kw, j = j0 + jj;
-                ks[c * KS + jj] = j < nkeys ? kb[((size_t)j * G + g) * kw + c] : 0.0f;
+                ks[c * KS + jj] =
+                    j < nkeys ? kv_get(k, kb + ((size_t)j * G + g) * kw + c, kvt) : 0.0f;
             }
             for (int i = tid; i < ATT_BK * dv; i += wg) {
                 const int jj = i / dv, j = j0 + jj;
-                vs[i] = j < nkeys ? vb[((size_t)j * G + g) * dv + (i - jj * dv)] : 0.0f;
+                vs[i] = j < nkeys ? kv_get(v, vb + ((size_t)j * G + g) * dv + (i - jj * dv), kvt)
+                                  : 0.0f;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             /* logits; masked ones (inactive rows, rows of another pass, keys
@@ -328,28 +366,38 @@ __kernel void attn_combine(__global float *o, ulong oo, __global const float *pa
     o[oo + (size_t)r * dv + e] = nq == 2 ? res[0] - l * res[1] : res[0];
 }
 
-#define ATTENTION_KERNELS(BQ)                                                                      \
-    __kernel __attribute__((reqd_work_group_size(ATT_NT, BQ, 1))) void diff_attn_q##BQ(            \
-        __global float *o, ulong oo, __global const float *q, ulong qo, __global const float *k,   \
-        ulong ko, __global const float *v, ulong vo, __global const float *lam, ulong lo,          \
+/* BQ rows per work-group, KV cache type KT (kernel name suffix SUF); k and v
+ * at byte offsets ko, vo */
+#define ATTENTION_KERNELS(BQ, SUF, KT)                                                             \
+    __kernel __attribute__((reqd_work_group_size(ATT_NT, BQ, 1))) void diff_attn_q##BQ##SUF(       \
+        __global float *o, ulong oo, __global const float *q, ulong qo, __global const uchar *k,   \
+        ulong ko, __global const uchar *v, ulong vo, __global const float *lam, ulong lo,          \
         int has_lam, float lambda, __global const int *rows, ulong ro, int T, int H, int G, int m, \
         int dk, int dv, float scale, int klen, __global float *part, __local float *qs,            \
         __local float *ks, __local float *vs, __local float *ss) {                                 \
         attention_body(o + oo, q + qo, k + ko, v + vo, lam + lo, has_lam, lambda, rows + ro, T, H, \
-                       G, m, dk, dv, scale, klen, part, qs, ks, vs, ss, 2, BQ);                    \
+                       G, m, dk, dv, scale, klen, part, qs, ks, vs, ss, 2, BQ, KT);                \
     }                                                                                              \
-    __kernel __attribute__((reqd_work_group_size(ATT_NT, BQ, 1))) void attn_q##BQ(                 \
-        __global float *o, ulong oo, __global const float *q, ulong qo, __global const float *k,   \
-        ulong ko, __global const float *v, ulong vo, __global const int *rows, ulong ro, int T,    \
+    __kernel __attribute__((reqd_work_group_size(ATT_NT, BQ, 1))) void attn_q##BQ##SUF(            \
+        __global float *o, ulong oo, __global const float *q, ulong qo, __global const uchar *k,   \
+        ulong ko, __global const uchar *v, ulong vo, __global const int *rows, ulong ro, int T,    \
         int H, int G, int dk, int dv, float scale, int klen, __global float *part,                 \
         __local float *qs, __local float *ks, __local float *vs, __local float *ss) {              \
-        attention_body(o + oo, q + qo, k + ko, v + vo, v, 0, 0.0f, rows + ro, T, H, G, 1, dk, dv,  \
-                       scale, klen, part, qs, ks, vs, ss, 1, BQ);                                  \
+        attention_body(o + oo, q + qo, k + ko, v + vo, q, 0, 0.0f, rows + ro, T, H, G, 1, dk, dv,  \
+                       scale, klen, part, qs, ks, vs, ss, 1, BQ, KT);                              \
     }
-ATTENTION_KERNELS(1)
-ATTENTION_KERNELS(2)
-ATTENTION_KERNELS(4)
-ATTENTION_KERNELS(8)
+ATTENTION_KERNELS(1, , KV_F32)
+ATTENTION_KERNELS(2, , KV_F32)
+ATTENTION_KERNELS(4, , KV_F32)
+ATTENTION_KERNELS(8, , KV_F32)
+ATTENTION_KERNELS(1, _f16, KV_F16)
+ATTENTION_KERNELS(2, _f16, KV_F16)
+ATTENTION_KERNELS(4, _f16, KV_F16)
+ATTENTION_KERNELS(8, _f16, KV_F16)
+ATTENTION_KERNELS(1, _q8_0, KV_Q8_0)
+ATTENTION_KERNELS(2, _q8_0, KV_Q8_0)
+ATTENTION_KERNELS(4, _q8_0, KV_Q8_0)
+ATTENTION_KERNELS(8, _q8_0, KV_Q8_0)
 
 /* ---- DIFF_ATTN and ATTN on CPU-class devices: queries in vector lanes ------
  * The loop structure of backends/cpu/attention.c, in explicit ATT_VL-wide
@@ -387,13 +435,37 @@ ATTENTION_KERNELS(8)
 #define avf float16
 #define avload vload16
 #define avstore vstore16
+#define avload_half vload_half16
+#define avconvert convert_float16
+#define avload_q(i, p) vload16(i, (__global const char *)(p))
 #else
 #define avf float8
 #define avload vload8
 #define avstore vstore8
+#define avload_half vload_half8
+#define avconvert convert_float8
+#define avload_q(i, p) vload8(i, (__global const char *)(p))
 #endif
+#define ATT_QB (32 / ATT_VL) /* vectors per q8_0 block */
 #define ATT_FKB 8 /* keys per flash block: nq*FKB logit vectors in registers */
 #define ATT_DK_MAX 256
+
+/* the bytes of element e of a cache of type kvt at p (e at a block start for
+ * q8_0: every K and V row, map and VL-vector of the kernels below is) */
+inline __global const uchar *kv_at(__global const uchar *p, size_t e, const int kvt) {
+    return p + (kvt == KV_Q8_0 ? (e >> 5) * 34 : kvt == KV_F16 ? e * 2 : e * 4);
+}
+
+/* ATT_VL elements e .. e+VL-1 of a cache row at p (e a multiple of VL: one
+ * q8_0 block holds them), widened */
+inline avf kv_vget(__global const uchar *p, int e, const int kvt) {
+    if (kvt == KV_F16) return avload_half(0, (__global const half *)p + e);
+    if (kvt == KV_Q8_0) {
+        __global const uchar *b = p + (e >> 5) * 34;
+        return kv_half(b) * avconvert(avload_q(0, b + 2 + (e & 31)));
+    }
+    return avload(0, (__global const float *)p + e);
+}
 
 inline float ahmax(avf v) {
 #if ATT_VL == 16
@@ -445,11 +517,11 @@ inline avf tree_sum(const avf *s) {
 #endif
 }
 
-inline void flash_body(__global float *o, __global const float *q, __global const float *k,
-                       __global const float *v, __global const float *lam, int has_lam,
+inline void flash_body(__global float *o, __global const float *q, __global const uchar *k,
+                       __global const uchar *v, __global const float *lam, int has_lam,
                        float lambda, __global const int *rows, int T, int H, int G, int m, int dk,
                        int dv, int dec_t, float scale, int ib0, __global float *scr,
-                       const int nq) {
+                       const int nq, const int kvt) {
     const int ib = ib0 + get_global_id(0), g = get_global_id(1);
     const int Hg = H / G, nrows = T * Hg;
     const int r0 = ib * ATT_VL;
@@ -489,7 +561,7 @@ inline void flash_body(__global float *o, __global const float *q, __global cons
         for (int i = 0; i < nq * dv; i++)
             avstore((avf)(0.0f), i, ot);
         const avf pos = avload(0, posf);
-        __global const float *kb = k + (size_t)base * G * kw, *vb = v + (size_t)base * G * dv;
+        const size_t kb = (size_t)base * G * kw, vb = (size_t)base * G * dv; /* elements */
         avf mx[2], l[2];
         #pragma unroll
         for (int mp = 0; mp < 2; mp++) {
@@ -497,12 +569,12 @@ inline void flash_body(__global float *o, __global const float *q, __global cons
             l[mp] = (avf)(0.0f);
         }
         for (int j0 = 0; j0 < kend; j0 += ATT_FKB) {
-            __global const float *kr[ATT_FKB], *vr[ATT_FKB];
+            __global const uchar *kr[ATT_FKB], *vr[ATT_FKB];
             #pragma unroll
             for (int j = 0; j < ATT_FKB; j++) {
                 const int key = min(j0 + j, kend - 1); /* past kend: a real row, masked */
-                kr[j] = kb + ((size_t)key * G + g) * kw;
-                vr[j] = vb + ((size_t)key * G + g) * dv;
+                kr[j] = kv_at(k, kb + ((size_t)key * G + g) * kw, kvt);
+                vr[j] = kv_at(v, vb + ((size_t)key * G + g) * dv, kvt);
             }
             avf p[2][ATT_FKB];
             #pragma unroll
@@ -510,14 +582,41 @@ inline void flash_body(__global float *o, __global const float *q, __global cons
                 #pragma unroll
                 for (int j = 0; j < ATT_FKB; j++)
                     p[mp][j] = (avf)(0.0f);
-            for (int d = 0; d < dk; d++)
-                #pragma unroll
-                for (int mp = 0; mp < nq; mp++) {
-                    const avf qv = avload(mp * dk + d, qt);
+            if (kvt == KV_F32) {
+                for (int d = 0; d < dk; d++)
                     #pragma unroll
-                    for (int j = 0; j < ATT_FKB; j++)
-                        p[mp][j] = fma(qv, (avf)(kr[j][d + mp * mo]), p[mp][j]);
+                    for (int mp = 0; mp < nq; mp++) {
+                        const avf qv = avload(mp * dk + d, qt);
+                        #pragma unroll
+                        for (int j = 0; j < ATT_FKB; j++)
+                            p[mp][j] = fma(qv, (avf)(kv_get(kr[j], d + mp * mo, kvt)), p[mp][j]);
+                    }
+            } else {
+                /* f16, q8_0: each key's K widened VL elements at a time (one
+                 * vector load and conversion; f16 tails of dk % VL by element),
+                 * then broadcast from private memory as f32's from the cache */
+                for (int d0 = 0; d0 < dk; d0 += ATT_VL) {
+                    const int dn = min(ATT_VL, dk - d0), nk = m == 2 ? nq : 1; /* maps with own K */
+                    float kf[2][ATT_FKB][ATT_VL];
+                    for (int mp = 0; mp < nk; mp++)
+                        #pragma unroll
+                        for (int j = 0; j < ATT_FKB; j++) {
+                            if (dn == ATT_VL)
+                                avstore(kv_vget(kr[j], d0 + mp * mo, kvt), 0, kf[mp][j]);
+                            else
+                                for (int i = 0; i < dn; i++)
+                                    kf[mp][j][i] = kv_get(kr[j], d0 + mp * mo + i, kvt);
+                        }
+                    for (int d = 0; d < dn; d++)
+                        #pragma unroll
+                        for (int mp = 0; mp < nq; mp++) {
+                            const avf qv = avload(mp * dk + d0 + d, qt);
+                            #pragma unroll
+                            for (int j = 0; j < ATT_FKB; j++)
+                                p[mp][j] = fma(qv, (avf)(kf[mp < nk ? mp : 0][j][d]), p[mp][j]);
+                        }
                 }
+            }
             avf corr[2];
             #pragma unroll
             for (int mp = 0; mp < nq; mp++) {
@@ -538,21 +637,37 @@ inline void flash_body(__global float *o, __global const float *q, __global cons
                 }
                 l[mp] = fma(l[mp], corr[mp], sum);
             }
-            for (int e = 0; e < dv; e++) {
-                avf acc[2];
-                #pragma unroll
-                for (int mp = 0; mp < nq; mp++)
-                    acc[mp] = avload(mp * dv + e, ot) * corr[mp];
-                #pragma unroll
-                for (int j = 0; j < ATT_FKB; j++) {
-                    const avf ve = (avf)(vr[j][e]);
+            /* V as K: f32 from the cache, f16 and q8_0 widened VL at a time */
+            const int vn = kvt == KV_F32 ? dv : ATT_VL;
+            for (int e0 = 0; e0 < dv; e0 += vn) {
+                const int en = min(vn, dv - e0);
+                float vf[ATT_FKB][ATT_VL];
+                if (kvt != KV_F32) {
+                    #pragma unroll
+                    for (int j = 0; j < ATT_FKB; j++) {
+                        if (en == ATT_VL)
+                            avstore(kv_vget(vr[j], e0, kvt), 0, vf[j]);
+                        else
+                            for (int i = 0; i < en; i++)
+                                vf[j][i] = kv_get(vr[j], e0 + i, kvt);
+                    }
+                }
+                for (int e = e0; e < e0 + en; e++) {
+                    avf acc[2];
                     #pragma unroll
                     for (int mp = 0; mp < nq; mp++)
-                        acc[mp] = fma(p[mp][j], ve, acc[mp]);
+                        acc[mp] = avload(mp * dv + e, ot) * corr[mp];
+                    #pragma unroll
+                    for (int j = 0; j < ATT_FKB; j++) {
+                        const avf ve = (avf)(kvt == KV_F32 ? kv_get(vr[j], e, kvt) : vf[j][e - e0]);
+                        #pragma unroll
+                        for (int mp = 0; mp < nq; mp++)
+                            acc[mp] = fma(p[mp][j], ve, acc[mp]);
+                    }
+                    #pragma unroll
+                    for (int mp = 0; mp < nq; mp++)
+                        avstore(acc[mp], mp * dv + e, ot);
                 }
-                #pragma unroll
-                for (int mp = 0; mp < nq; mp++)
-                    avstore(acc[mp], mp * dv + e, ot);
             }
         }
         float l0[ATT_VL], l1[ATT_VL];
@@ -576,19 +691,19 @@ inline void flash_body(__global float *o, __global const float *q, __global cons
     }
 }
 
-inline void decode_body(__global float *o, __global const float *q, __global const float *k,
-                        __global const float *v, __global const float *lam, int has_lam,
+inline void decode_body(__global float *o, __global const float *q, __global const uchar *k,
+                        __global const uchar *v, __global const float *lam, int has_lam,
                         float lambda, __global const int *rows, int T, int H, int G, int m,
                         int dk, int dv, int dec_t, float scale, int klen, __global float *part,
-                        const int nq) {
+                        const int nq, const int kvt) {
     const int split = get_global_id(0), nsplit = get_global_size(0), r = get_global_id(1);
     if (r >= T * H) return;
     const int t = r / H, h = r % H, g = h / (H / G);
     if (!dec_row(rows, t, T, dec_t)) return; /* flash's */
     const int jbeg = split * klen, jend = min(rows[2 * t + 1] + 1, jbeg + klen);
     const int nvk = dk / ATT_VL, nvv = dv / ATT_VL, kw = m * dk, mo = (m - 1) * dk;
-    k += (size_t)rows[2 * t] * G * kw; /* the sequence's cache rows */
-    v += (size_t)rows[2 * t] * G * dv;
+    /* the sequence's cache rows (elements) */
+    const size_t kb = (size_t)rows[2 * t] * G * kw, vb = (size_t)rows[2 * t] * G * dv;
     avf qv[2][ATT_DK_MAX / ATT_VL], acc[2][ATT_DV_MAX / ATT_VL];
     __global const float *qr = q + (size_t)r * nq * dk;
     #pragma unroll
@@ -607,11 +722,21 @@ inline void decode_body(__global float *o, __global const float *q, __global con
             avf s[ATT_VL];
             #pragma unroll
             for (int j = 0; j < ATT_VL; j++) {
-                __global const float *kr =
-                    k + ((size_t)(j0 + min(j, nk - 1)) * G + g) * kw + mp * mo;
+                __global const uchar *kr =
+                    kv_at(k, kb + ((size_t)(j0 + min(j, nk - 1)) * G + g) * kw + mp * mo, kvt);
                 avf a = (avf)(0.0f);
-                for (int c = 0; c < nvk; c++)
-                    a = fma(qv[mp][c], avload(c, kr), a);
+                if (kvt == KV_Q8_0) {
+                    /* a block's scale once for its ATT_QB vectors */
+                    for (int c = 0; c < nvk; c += ATT_QB, kr += 34) {
+                        const float d = kv_half(kr);
+                        #pragma unroll
+                        for (int i = 0; i < ATT_QB; i++)
+                            a = fma(qv[mp][c + i], d * avconvert(avload_q(i, kr + 2)), a);
+                    }
+                } else {
+                    for (int c = 0; c < nvk; c++)
+                        a = fma(qv[mp][c], kv_vget(kr, c * ATT_VL, kvt), a);
+                }
                 s[j] = a;
             }
             pv[mp] = tree_sum(s);
@@ -633,16 +758,46 @@ inline void decode_body(__global float *o, __global const float *q, __global con
         float p1[ATT_VL], p2[ATT_VL];
         avstore(pv[0], 0, p1);
         if (nq == 2) avstore(pv[1], 0, p2);
-        for (int c = 0; c < nvv; c++) {
-            avf a1 = acc[0][c] * cr[0], a2 = nq == 2 ? acc[1][c] * cr[1] : (avf)(0.0f);
+        if (kvt == KV_Q8_0) {
+            /* the VL keys' V rows, each block's VL scales once for its ATT_QB vectors */
+            __global const uchar *vrow[ATT_VL];
             #pragma unroll
-            for (int j = 0; j < ATT_VL; j++) {
-                const avf ve = avload(c, v + ((size_t)(j0 + min(j, nk - 1)) * G + g) * dv);
-                a1 = fma((avf)(p1[j]), ve, a1);
-                if (nq == 2) a2 = fma((avf)(p2[j]), ve, a2);
+            for (int j = 0; j < ATT_VL; j++)
+                vrow[j] = kv_at(v, vb + ((size_t)(j0 + min(j, nk - 1)) * G + g) * dv, kvt);
+            for (int c = 0; c < nvv; c += ATT_QB) {
+                float vd[ATT_VL];
+                #pragma unroll
+                for (int j = 0; j < ATT_VL; j++)
+                    vd[j] = kv_half(vrow[j] + (c / ATT_QB) * 34);
+                #pragma unroll
+                for (int i = 0; i < ATT_QB; i++) {
+                    avf a1 = acc[0][c + i] * cr[0];
+                    avf a2 = nq == 2 ? acc[1][c + i] * cr[1] : (avf)(0.0f);
+                    #pragma unroll
+                    for (int j = 0; j < ATT_VL; j++) {
+                        const avf ve =
+                            vd[j] * avconvert(avload_q(i, vrow[j] + (c / ATT_QB) * 34 + 2));
+                        a1 = fma((avf)(p1[j]), ve, a1);
+                        if (nq == 2) a2 = fma((avf)(p2[j]), ve, a2);
+                    }
+                    acc[0][c + i] = a1;
+                    if (nq == 2) acc[1][c + i] = a2;
+                }
             }
-            acc[0][c] = a1;
-            if (nq == 2) acc[1][c] = a2;
+        } else {
+            for (int c = 0; c < nvv; c++) {
+                avf a1 = acc[0][c] * cr[0], a2 = nq == 2 ? acc[1][c] * cr[1] : (avf)(0.0f);
+                #pragma unroll
+                for (int j = 0; j < ATT_VL; j++) {
+                    __global const uchar *vr =
+                        kv_at(v, vb + ((size_t)(j0 + min(j, nk - 1)) * G + g) * dv, kvt);
+                    const avf ve = kv_vget(vr, c * ATT_VL, kvt);
+                    a1 = fma((avf)(p1[j]), ve, a1);
+                    if (nq == 2) a2 = fma((avf)(p2[j]), ve, a2);
+                }
+                acc[0][c] = a1;
+                if (nq == 2) acc[1][c] = a2;
+            }
         }
     }
     if (nsplit > 1) {
@@ -669,35 +824,41 @@ inline void decode_body(__global float *o, __global const float *q, __global con
     }
 }
 
-__kernel void diff_attn_flash(__global float *o, ulong oo, __global const float *q, ulong qo,
-                              __global const float *k, ulong ko, __global const float *v, ulong vo,
-                              __global const float *lam, ulong lo, int has_lam, float lambda,
-                              __global const int *rows, ulong ro, int T, int H, int G, int m,
-                              int dk, int dv, int dec_t, float scale, int ib0,
-                              __global float *scr) {
-    flash_body(o + oo, q + qo, k + ko, v + vo, lam + lo, has_lam, lambda, rows + ro, T, H, G, m,
-               dk, dv, dec_t, scale, ib0, scr, 2);
-}
-__kernel void attn_flash(__global float *o, ulong oo, __global const float *q, ulong qo,
-                         __global const float *k, ulong ko, __global const float *v, ulong vo,
-                         __global const int *rows, ulong ro, int T, int H, int G, int dk, int dv,
-                         int dec_t, float scale, int ib0, __global float *scr) {
-    flash_body(o + oo, q + qo, k + ko, v + vo, v, 0, 0.0f, rows + ro, T, H, G, 1, dk, dv, dec_t,
-               scale, ib0, scr, 1);
-}
-__kernel void diff_attn_decode(__global float *o, ulong oo, __global const float *q, ulong qo,
-                               __global const float *k, ulong ko, __global const float *v,
-                               ulong vo, __global const float *lam, ulong lo, int has_lam,
-                               float lambda, __global const int *rows, ulong ro, int T, int H,
-                               int G, int m, int dk, int dv, int dec_t, float scale, int klen,
-                               __global float *part) {
-    decode_body(o + oo, q + qo, k + ko, v + vo, lam + lo, has_lam, lambda, rows + ro, T, H, G, m,
-                dk, dv, dec_t, scale, klen, part, 2);
-}
-__kernel void attn_decode(__global float *o, ulong oo, __global const float *q, ulong qo,
-                          __global const float *k, ulong ko, __global const float *v, ulong vo,
-                          __global const int *rows, ulong ro, int T, int H, int G, int dk, int dv,
-                          int dec_t, float scale, int klen, __global float *part) {
-    decode_body(o + oo, q + qo, k + ko, v + vo, v, 0, 0.0f, rows + ro, T, H, G, 1, dk, dv, dec_t,
-                scale, klen, part, 1);
-}
+/* the four kernels for KV cache type KT (kernel name suffix SUF); k and v at
+ * byte offsets ko, vo */
+#define CPU_ATTENTION_KERNELS(SUF, KT)                                                             \
+    __kernel void diff_attn_flash##SUF(                                                            \
+        __global float *o, ulong oo, __global const float *q, ulong qo, __global const uchar *k,   \
+        ulong ko, __global const uchar *v, ulong vo, __global const float *lam, ulong lo,          \
+        int has_lam, float lambda, __global const int *rows, ulong ro, int T, int H, int G, int m, \
+        int dk, int dv, int dec_t, float scale, int ib0, __global float *scr) {                    \
+        flash_body(o + oo, q + qo, k + ko, v + vo, lam + lo, has_lam, lambda, rows + ro, T, H, G,  \
+                   m, dk, dv, dec_t, scale, ib0, scr, 2, KT);                                      \
+    }                                                                                              \
+    __kernel void attn_flash##SUF(__global float *o, ulong oo, __global const float *q, ulong qo,  \
+                                  __global const uchar *k, ulong ko, __global const uchar *v,      \
+                                  ulong vo, __global const int *rows, ulong ro, int T, int H,      \
+                                  int G, int dk, int dv, int dec_t, float scale, int ib0,          \
+                                  __global float *scr) {                                           \
+        flash_body(o + oo, q + qo, k + ko, v + vo, q, 0, 0.0f, rows + ro, T, H, G, 1, dk, dv,      \
+                   dec_t, scale, ib0, scr, 1, KT);                                                 \
+    }                                                                                              \
+    __kernel void diff_attn_decode##SUF(                                                           \
+        __global float *o, ulong oo, __global const float *q, ulong qo, __global const uchar *k,   \
+        ulong ko, __global const uchar *v, ulong vo, __global const float *lam, ulong lo,          \
+        int has_lam, float lambda, __global const int *rows, ulong ro, int T, int H, int G, int m, \
+        int dk, int dv, int dec_t, float scale, int klen, __global float *part) {                  \
+        decode_body(o + oo, q + qo, k + ko, v + vo, lam + lo, has_lam, lambda, rows + ro, T, H, G, \
+                    m, dk, dv, dec_t, scale, klen, part, 2, KT);                                   \
+    }                                                                                              \
+    __kernel void attn_decode##SUF(__global float *o, ulong oo, __global const float *q, ulong qo, \
+                                   __global const uchar *k, ulong ko, __global const uchar *v,     \
+                                   ulong vo, __global const int *rows, ulong ro, int T, int H,     \
+                                   int G, int dk, int dv, int dec_t, float scale, int klen,        \
+                                   __global float *part) {                                         \
+        decode_body(o + oo, q + qo, k + ko, v + vo, q, 0, 0.0f, rows + ro, T, H, G, 1, dk, dv,     \
+                    dec_t, scale, klen, part, 1, KT);                                              \
+    }
+CPU_ATTENTION_KERNELS(, KV_F32)
+CPU_ATTENTION_KERNELS(_f16, KV_F16)
+CPU_ATTENTION_KERNELS(_q8_0, KV_Q8_0)

@@ -259,6 +259,32 @@ static const struct {
     [OCL_K_DOT_Q4_0] = {"dot_q4_0", OCL_P_MATMUL_Q},
     [OCL_K_ROWS_Q8_0] = {"rows_q8_0", OCL_P_MATMUL_Q},
     [OCL_K_ROWS_Q4_0] = {"rows_q4_0", OCL_P_MATMUL_Q},
+    [OCL_K_DIFF_ATTN_Q1_F16] = {"diff_attn_q1_f16", OCL_P_ATTENTION},
+    [OCL_K_DIFF_ATTN_Q2_F16] = {"diff_attn_q2_f16", OCL_P_ATTENTION},
+    [OCL_K_DIFF_ATTN_Q4_F16] = {"diff_attn_q4_f16", OCL_P_ATTENTION},
+    [OCL_K_DIFF_ATTN_Q8_F16] = {"diff_attn_q8_f16", OCL_P_ATTENTION},
+    [OCL_K_ATTN_Q1_F16] = {"attn_q1_f16", OCL_P_ATTENTION},
+    [OCL_K_ATTN_Q2_F16] = {"attn_q2_f16", OCL_P_ATTENTION},
+    [OCL_K_ATTN_Q4_F16] = {"attn_q4_f16", OCL_P_ATTENTION},
+    [OCL_K_ATTN_Q8_F16] = {"attn_q8_f16", OCL_P_ATTENTION},
+    [OCL_K_DIFF_ATTN_FLASH_F16] = {"diff_attn_flash_f16", OCL_P_ATTENTION},
+    [OCL_K_ATTN_FLASH_F16] = {"attn_flash_f16", OCL_P_ATTENTION},
+    [OCL_K_DIFF_ATTN_DECODE_F16] = {"diff_attn_decode_f16", OCL_P_ATTENTION},
+    [OCL_K_ATTN_DECODE_F16] = {"attn_decode_f16", OCL_P_ATTENTION},
+    [OCL_K_DIFF_ATTN_Q1_Q8_0] = {"diff_attn_q1_q8_0", OCL_P_ATTENTION},
+    [OCL_K_DIFF_ATTN_Q2_Q8_0] = {"diff_attn_q2_q8_0", OCL_P_ATTENTION},
+    [OCL_K_DIFF_ATTN_Q4_Q8_0] = {"diff_attn_q4_q8_0", OCL_P_ATTENTION},
+    [OCL_K_DIFF_ATTN_Q8_Q8_0] = {"diff_attn_q8_q8_0", OCL_P_ATTENTION},
+    [OCL_K_ATTN_Q1_Q8_0] = {"attn_q1_q8_0", OCL_P_ATTENTION},
+    [OCL_K_ATTN_Q2_Q8_0] = {"attn_q2_q8_0", OCL_P_ATTENTION},
+    [OCL_K_ATTN_Q4_Q8_0] = {"attn_q4_q8_0", OCL_P_ATTENTION},
+    [OCL_K_ATTN_Q8_Q8_0] = {"attn_q8_q8_0", OCL_P_ATTENTION},
+    [OCL_K_DIFF_ATTN_FLASH_Q8_0] = {"diff_attn_flash_q8_0", OCL_P_ATTENTION},
+    [OCL_K_ATTN_FLASH_Q8_0] = {"attn_flash_q8_0", OCL_P_ATTENTION},
+    [OCL_K_DIFF_ATTN_DECODE_Q8_0] = {"diff_attn_decode_q8_0", OCL_P_ATTENTION},
+    [OCL_K_ATTN_DECODE_Q8_0] = {"attn_decode_q8_0", OCL_P_ATTENTION},
+    [OCL_K_KV_WRITE_F16] = {"kv_write_f16", OCL_P_ELEMENTWISE},
+    [OCL_K_KV_WRITE_Q8_0] = {"kv_write_q8_0", OCL_P_ELEMENTWISE},
 };
 
 static const char *const ocl_prog_files[OCL_P_COUNT] = {"elementwise.cl", "norm.cl", "matmul.cl", "attention.cl",
@@ -450,18 +476,21 @@ static drt_status ocl_init(drt_backend *be, int device) {
         while (x->rb_wg > 1 && x->kwg[i] < x->rb_wg) x->rb_wg /= 2;
     for (int i = OCL_K_GEMV_Q8_0; i <= OCL_K_ROWS_Q4_0; i++)
         while (x->rb_wg > 1 && x->kwg[i] < x->rb_wg) x->rb_wg /= 2;
-    /* attention: the most rows per work-group that both kernels can run */
+    /* attention: the most rows per work-group that the kernels of every KV
+     * type (local q1 .. q8 at 0, OCL_K_DIFF_ATTN_Q1_F16 and _Q8_0 on) can run */
+    static const int att_first[3] = {OCL_K_DIFF_ATTN_Q1, OCL_K_DIFF_ATTN_Q1_F16, OCL_K_DIFF_ATTN_Q1_Q8_0};
     x->att_bq_max = 0;
-    for (int i = 0, bq = 1; bq <= OCL_ATT_BQ_MAX; i++, bq *= 2) {
+    for (int i = 0, bq = 1, ok = 1; bq <= OCL_ATT_BQ_MAX && ok; i++, bq *= 2) {
         size_t wg = (size_t)bq * x->att_nt;
-        if (x->kwg[OCL_K_DIFF_ATTN_Q1 + i] < wg || x->kwg[OCL_K_ATTN_Q1 + i] < wg) break;
-        x->att_bq_max = bq;
+        for (int ty = 0; ty < 3; ty++) ok &= x->kwg[att_first[ty] + i] >= wg && x->kwg[att_first[ty] + 4 + i] >= wg;
+        if (ok) x->att_bq_max = bq;
     }
-    for (int i = OCL_K_DIFF_ATTN_Q1; i <= OCL_K_ATTN_Q8; i++) {
-        cl_ulong sl = 0;
-        clGetKernelWorkGroupInfo(x->k[i], x->dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof sl, &sl, NULL);
-        if (sl > x->att_static_local) x->att_static_local = sl;
-    }
+    for (int ty = 0; ty < 3; ty++)
+        for (int i = att_first[ty]; i < att_first[ty] + 8; i++) {
+            cl_ulong sl = 0;
+            clGetKernelWorkGroupInfo(x->k[i], x->dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof sl, &sl, NULL);
+            if (sl > x->att_static_local) x->att_static_local = sl;
+        }
     size_t rw = OCL_ROW_WG_MAX;
     size_t kmax = x->kwg[OCL_K_RMSNORM] < x->kwg[OCL_K_DUAL_SOFTMAX] ? x->kwg[OCL_K_RMSNORM]
                                                                      : x->kwg[OCL_K_DUAL_SOFTMAX];
@@ -614,10 +643,17 @@ static bool tensor_ok(drt_backend *be, const drt_tensor *t) {
     return drt_nelem(t) <= 0x7fffffff;
 }
 
+/* A q8_0 cache's blocks start with their f16 scale, read and written as 2
+ * bytes: 34-byte blocks from an even byte offset (f16 caches are aligned by
+ * tensor_ok) */
+static bool cache_even(const drt_tensor *t) {
+    return (t->buf ? t->offs : t->view_src ? t->view_offs : 0) % 2 == 0;
+}
+
 static bool ocl_supports(drt_backend *be, const drt_tensor *t) {
-    /* KV caches are f32 here (no f16 / q8_0 kernels yet): the session
-     * refuses the others (model/session.c) */
-    if ((t->op == DRT_OP_KV_WRITE || t->op == DRT_OP_ATTN || t->op == DRT_OP_DIFF_ATTN) && t->src[1]->type != DRT_F32)
+    /* KV caches of every type (f32, f16, q8_0: ops.c checks them) */
+    if ((t->op == DRT_OP_KV_WRITE || t->op == DRT_OP_ATTN || t->op == DRT_OP_DIFF_ATTN) &&
+        (!cache_even(t->src[1]) || (t->op != DRT_OP_KV_WRITE && !cache_even(t->src[2]))))
         return false;
     ocl_ctx *x = ocl_of(be);
     for (int i = 0; i < DRT_MAX_SRC; i++)

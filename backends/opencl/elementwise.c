@@ -68,19 +68,27 @@ drt_status ocl_sigmoid(ocl_ctx *x, const drt_tensor *t) {
 
 /* src (T, row...) -> the cache src[1] (S_cap, row...), row t to cache row
  * base + pos of its rows entry (rows (T,2)), in place: the node is a view
- * of the cache, so nothing else is written. */
+ * of the cache, so nothing else is written. f16 and q8_0 caches get each
+ * row rounded into their type (kv_write_f16, kv_write_q8_0: one item per
+ * element, per block of 32) and take the cache's offset in bytes. */
 drt_status ocl_kv_write(ocl_ctx *x, const drt_tensor *t) {
     const drt_tensor *src = t->src[0], *cache = t->src[1];
     int64_t T = src->ne[0], row = T ? drt_nelem(src) / T : 0;
     if (T == 0 || row == 0) return DRT_OK;
+    const drt_dtype kvt = cache->type;
     ocl_call c;
-    ocl_begin(&c, x, OCL_K_KV_WRITE);
-    ocl_arg_tensor(&c, cache);
+    ocl_begin(&c, x, kvt == DRT_F16 ? OCL_K_KV_WRITE_F16 : kvt == DRT_Q8_0 ? OCL_K_KV_WRITE_Q8_0 : OCL_K_KV_WRITE);
+    if (kvt == DRT_F32) {
+        ocl_arg_tensor(&c, cache);
+    } else {
+        ocl_arg_mem(&c, ocl_mem(cache));
+        ocl_arg_ulong(&c, cache->offs);
+    }
     ocl_arg_tensor(&c, src);
     ocl_arg_tensor(&c, t->src[DRT_SRC_ROWS]);
     ocl_arg_int(&c, (int)row);
     ocl_arg_int(&c, (int)T);
-    size_t g[2] = {(size_t)row, (size_t)T}, l[2] = {64, 1};
+    size_t g[2] = {(size_t)(kvt == DRT_Q8_0 ? row / 32 : row), (size_t)T}, l[2] = {64, 1};
     return ocl_run(&c, 2, g, l);
 }
 

@@ -117,6 +117,68 @@ __kernel void kv_write(__global float *y, ulong yo, __global const float *x, ulo
     y[yo + dst * row + i] = x[xo + (size_t)t * row + i];
 }
 
+/* KV_WRITE into f16 and q8_0 caches (runtime/drt_kv.h): as kv_write, each
+ * row rounded into the cache's type exactly as drt_kv_store does, so the
+ * stored bytes equal the reference's. y is the cache's buffer at byte offset
+ * yo (q8_0 blocks have no element size); a cache row of `row` elements is
+ * drt_row_bytes(type, row) bytes.
+ * f16: round to nearest even (vstore_half_rte; beyond 65504 is Inf), NaN as
+ * drt_f32_to_f16 writes it (sign | 0x7e00). Global (row, T).
+ * Napkin math: reads 4*T*row, writes 2*T*row bytes. */
+__kernel void kv_write_f16(__global uchar *y, ulong yo, __global const float *x, ulong xo,
+                           __global const int *rows, ulong ro, int row, int T) {
+    const int i = get_global_id(0), t = get_global_id(1);
+    if (i >= row || t >= T) return;
+    const size_t dst = ((size_t)rows[ro + 2 * t] + (size_t)rows[ro + 2 * t + 1]) * row + i;
+    const float v = x[xo + (size_t)t * row + i];
+    if (isnan(v))
+        ((__global ushort *)(y + yo))[dst] = (ushort)((as_uint(v) >> 16 & 0x8000u) | 0x7e00u);
+    else
+        vstore_half_rte(v, dst, (__global half *)(y + yo));
+}
+
+/* a / b rounded to nearest, as C's float division: OpenCL lets a / b be off
+ * by 2.5 ulp in f32, while a double quotient is correctly rounded and
+ * rounding it to float gives the correctly rounded float quotient (53 >=
+ * 2*24 + 2 bits: no double-rounding error) */
+#ifdef cl_khr_fp64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+inline float div_rn(float a, float b) {
+    return (float)((double)a / (double)b);
+}
+#else
+inline float div_rn(float a, float b) {
+    return a / b; /* exact on devices whose f32 division is (CPUs) */
+}
+#endif
+
+/* q8_0: one item per block of 32 elements of a row (row % 32 == 0), 34
+ * bytes out: the f16 scale d = max|x| / 127, then q = round-half-away(x *
+ * (1/d)) clamped to [-127, 127] (NaN -> 0), as quant.c's quantize_q8_0.
+ * Blocks start at even bytes only (34 * k from an even yo): the scale is
+ * stored with vstore_half_rte, the quants as bytes. Global (row/32, T).
+ * Napkin math: reads 4*T*row, writes 34/32*T*row bytes. */
+__kernel void kv_write_q8_0(__global uchar *y, ulong yo, __global const float *x, ulong xo,
+                            __global const int *rows, ulong ro, int row, int T) {
+    const int b = get_global_id(0), t = get_global_id(1), nb = row / 32;
+    if (b >= nb || t >= T) return;
+    const size_t dst = ((size_t)rows[ro + 2 * t] + (size_t)rows[ro + 2 * t + 1]) * nb + b;
+    __global const float *xr = x + xo + (size_t)t * row + (size_t)b * 32;
+    __global uchar *blk = y + yo + dst * 34;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        const float a = fabs(xr[j]);
+        if (a > amax) amax = a;
+    }
+    const float d = div_rn(amax, 127.0f), id = d != 0.0f ? div_rn(1.0f, d) : 0.0f;
+    vstore_half_rte(d, 0, (__global half *)blk);
+    for (int j = 0; j < 32; j++) {
+        float v = round(xr[j] * id);
+        v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v == v ? v : 0.0f;
+        ((__global char *)blk)[2 + j] = (char)(int)v;
+    }
+}
+
 /* Permuted copy, padded to 4 dims. y has shape (y0,y1,y2,y3) = (ne[perm[0]],
  * ..., ne[perm[3]]), written in order; output axis a steps through x by
  * gs[a] = stride of input axis perm[a]. Global (y3, y2, y0*y1): one division

@@ -77,6 +77,35 @@ typedef enum {
     OCL_K_DOT_Q4_0,
     OCL_K_ROWS_Q8_0,
     OCL_K_ROWS_Q4_0,
+    /* the attention kernels for f16 and q8_0 KV caches, per type in the
+     * order of the f32 ones: local q1 .. q8 (diff_attn, attn), then flash
+     * and decode (ocl_attn_kernel in attention.c maps them) */
+    OCL_K_DIFF_ATTN_Q1_F16,
+    OCL_K_DIFF_ATTN_Q2_F16,
+    OCL_K_DIFF_ATTN_Q4_F16,
+    OCL_K_DIFF_ATTN_Q8_F16,
+    OCL_K_ATTN_Q1_F16,
+    OCL_K_ATTN_Q2_F16,
+    OCL_K_ATTN_Q4_F16,
+    OCL_K_ATTN_Q8_F16,
+    OCL_K_DIFF_ATTN_FLASH_F16,
+    OCL_K_ATTN_FLASH_F16,
+    OCL_K_DIFF_ATTN_DECODE_F16,
+    OCL_K_ATTN_DECODE_F16,
+    OCL_K_DIFF_ATTN_Q1_Q8_0,
+    OCL_K_DIFF_ATTN_Q2_Q8_0,
+    OCL_K_DIFF_ATTN_Q4_Q8_0,
+    OCL_K_DIFF_ATTN_Q8_Q8_0,
+    OCL_K_ATTN_Q1_Q8_0,
+    OCL_K_ATTN_Q2_Q8_0,
+    OCL_K_ATTN_Q4_Q8_0,
+    OCL_K_ATTN_Q8_Q8_0,
+    OCL_K_DIFF_ATTN_FLASH_Q8_0,
+    OCL_K_ATTN_FLASH_Q8_0,
+    OCL_K_DIFF_ATTN_DECODE_Q8_0,
+    OCL_K_ATTN_DECODE_Q8_0,
+    OCL_K_KV_WRITE_F16, /* elementwise.cl: KV_WRITE into f16 / q8_0 caches */
+    OCL_K_KV_WRITE_Q8_0,
     OCL_K_COUNT
 } ocl_kernel_id;
 
