@@ -44,18 +44,27 @@
  * (in general sum over rows of pos + 1, drt_exec.key_pairs);
  *   DIFF_ATTN useful flops = pairs*H*(4 dk + 2 dv) (the op table's count);
  *   kernel 2 executes pairs*H*(4 dk + 4 dv) MMA flops (two PV products);
- *   K/V bytes per block = S*(m dk + dv)*4, read once per 64 queries. */
+ *   K/V bytes per block = S*(m dk + dv)*b, read once per 64 queries.
+ *
+ * KV cache types (runtime/drt_kv.h): k and v are f32, f16 or q8_0 (b = 4, 2
+ * or 34/32 bytes per element above). Both kernels are instantiated per type
+ * (kv_type below) and read the cache in it, widening each element exactly as
+ * drt_kv_load does (f16 -> f32; q8_0 f32(d) * q) where they load it: no pass
+ * widens the cache first. Kernel 1 then computes in f32 as for an f32 cache;
+ * kernel 2 rounds the widened values to f16 (an f16 cache's are its stored
+ * values). */
 #include "common.cuh"
 
 #define LOG2E_F 1.4426950408889634f
 
 typedef struct {
-    const float *q, *k, *v; /* q (T,H,nq,dk); k (S_cap,G,m,dk); v (S_cap,G,dv) */
-    const float *lam;       /* (T,H) or NULL */
-    float *o;               /* (T,H,dv) */
-    float *part;            /* split-K partials: (T*H, nsplit, 4 + 2 dv) */
-    const int32_t *rows;    /* (T,2) device: per row {cache base, pos} */
-    int tc_min;             /* > 0: kernel 2 runs too, owns the rows in runs of >= tc_min */
+    const float *q;      /* (T,H,nq,dk) */
+    const void *k, *v;   /* k (S_cap,G,m,dk), v (S_cap,G,dv): the cache's type (kv_type) */
+    const float *lam;    /* (T,H) or NULL */
+    float *o;            /* (T,H,dv) */
+    float *part;         /* split-K partials: (T*H, nsplit, 4 + 2 dv) */
+    const int32_t *rows; /* (T,2) device: per row {cache base, pos} */
+    int tc_min;          /* > 0: kernel 2 runs too, owns the rows in runs of >= tc_min */
     int T, H, G, m, dk, dv, nq, nsplit;
     float lambda, scale;
 } attn_params;
@@ -78,6 +87,39 @@ __device__ __forceinline__ bool in_run_of(const int32_t *rows, int T, int t, int
     while (b - a + 1 < n && b + 1 < T && cont_run(rows, b + 1)) b++;
     return b - a + 1 >= n;
 }
+
+/* ---- the cache's types (runtime/drt_kv.h) ------------------------------------------------------ */
+
+/* The kernels are instantiated per KV type KT (DRT_F32, DRT_F16, DRT_Q8_0)
+ * and read the cache in it, through kv_type<KT>: a cache is an array of
+ * `unit`s (float, __half, bytes); the row that starts at element e (a
+ * multiple of 32 for q8_0) starts at unit units(e); get(r, o, i) widens
+ * element i of the row at unit o of r exactly, as drt_kv_load: f16 -> f32,
+ * q8_0 d * q (the block's f16 d, 2-byte aligned, read as one __half; q an
+ * int8 byte). The f32 instantiation makes the loads of the f32-only kernels. */
+template <int KT> struct kv_type;
+
+template <> struct kv_type<DRT_F32> {
+    typedef float unit;
+    static __device__ __forceinline__ int64_t units(int64_t e) { return e; }
+    static __device__ __forceinline__ float get(const float *r, int64_t o, int i) { return r[o + i]; }
+};
+
+template <> struct kv_type<DRT_F16> {
+    typedef __half unit;
+    static __device__ __forceinline__ int64_t units(int64_t e) { return e; }
+    static __device__ __forceinline__ float get(const __half *r, int64_t o, int i) { return __half2float(r[o + i]); }
+};
+
+template <> struct kv_type<DRT_Q8_0> {
+    typedef unsigned char unit;
+    static __device__ __forceinline__ int64_t units(int64_t e) { return e / 32 * 34; }
+    static __device__ __forceinline__ float get(const unsigned char *r, int64_t o, int i) {
+        const unsigned char *b = r + o + (i >> 5) * 34;
+        return __half2float(*reinterpret_cast<const __half *>(b)) *
+               (float)reinterpret_cast<const signed char *>(b)[2 + (i & 31)];
+    }
+};
 
 /* ---- DUAL_SOFTMAX ------------------------------------------------------------------ */
 
@@ -137,8 +179,12 @@ extern "C" drt_status cu_dual_softmax(cu_ctx *c, float *a, const float *s1, cons
  * form the new max and the weights; thread e accumulates output element e
  * over the tile's keys (coalesced v rows). Everything is f32 with fmaf; exp
  * is expf (no fast math), so the result is within ~1e-6 relative of the
- * double reference. */
-__global__ void __launch_bounds__(V1_THREADS) attn_kernel1(attn_params P) {
+ * double reference. k and v are read in the cache's type KT (kv_type): an
+ * f16 / q8_0 cache moves 1/2 / 17/64 of the f32 bytes. Napkin math
+ * (decode): K/V bytes per (row, head) = (pos + 1) (m dk + dv) bytes/element.
+ * The f16 / q8_0 instances carry a register budget (6 blocks per SM, <= 85
+ * registers): ptxas's own choice for them spills; the f32 one is as it was. */
+template <int KT> __global__ void __launch_bounds__(V1_THREADS, KT == DRT_F32 ? 0 : 6) attn_kernel1(attn_params P) {
     CU_DYN_SMEM(float, sm1);
     const int nq = P.nq, dk = P.dk, dv = P.dv;
     float *qs = sm1;               /* (nq, dk) */
@@ -154,7 +200,10 @@ __global__ void __launch_bounds__(V1_THREADS) attn_kernel1(attn_params P) {
     const int chunk = max((n + P.nsplit - 1) / P.nsplit, V1_MIN_CHUNK);
     const int jb = split * chunk;
     const int je = min(n, jb + chunk);
-    const int64_t vstride = (int64_t)P.G * dv; /* one key to the next in v */
+    typedef kv_type<KT> KV;
+    typedef typename KV::unit U;
+    const int64_t vstride = KV::units((int64_t)P.G * dv); /* one key to the next in v */
+    const U *kc = static_cast<const U *>(P.k), *vc = static_cast<const U *>(P.v);
 
     const float *qt = P.q + th * nq * dk;
     for (int i = tid; i < nq * dk; i += V1_THREADS) qs[i] = qt[i];
@@ -170,9 +219,9 @@ __global__ void __launch_bounds__(V1_THREADS) attn_kernel1(attn_params P) {
         for (int jj = warp; jj < nt; jj += V1_THREADS / 32) {
             const int64_t krow = ((base + j0 + jj) * P.G + g) * P.m;
             for (int mm = 0; mm < nq; mm++) {
-                const float *kr = P.k + (krow + (P.m == 2 ? mm : 0)) * dk;
+                const U *kr = kc + KV::units((krow + (P.m == 2 ? mm : 0)) * dk);
                 float d = 0.0f;
-                for (int i = lane; i < dk; i += 32) d = fmaf(qs[mm * dk + i], kr[i], d);
+                for (int i = lane; i < dk; i += 32) d = fmaf(qs[mm * dk + i], KV::get(kr, 0, i), d);
                 d = cu_warp_sum(d);
                 if (lane == 0) ps[mm * V1_BN + jj] = d * P.scale;
             }
@@ -202,14 +251,14 @@ __global__ void __launch_bounds__(V1_THREADS) attn_kernel1(attn_params P) {
             lrun[mm] = lrun[mm] * corr[mm] + z;
             mrun[mm] = mnew[mm];
         }
-        const float *vt = P.v + ((base + j0) * P.G + g) * dv;
+        const U *vt = vc + KV::units(((base + j0) * P.G + g) * dv);
 #pragma unroll
         for (int ei = 0; ei < V1_EPT; ei++) {
             const int e = tid + ei * V1_THREADS;
             if (e < dv) {
                 float a0 = acc[0][ei] * corr[0], a1 = acc[1][ei] * corr[1];
                 for (int jj = 0; jj < nt; jj++) {
-                    const float vv = vt[jj * vstride + e];
+                    const float vv = KV::get(vt, jj * vstride, e);
                     a0 = fmaf(ps[jj], vv, a0);
                     if (nq == 2) a1 = fmaf(ps[V1_BN + jj], vv, a1);
                 }
@@ -317,6 +366,28 @@ __device__ __forceinline__ uint32_t ld32(const __half *p) {
     return *reinterpret_cast<const uint32_t *>(p);
 }
 
+/* elements 4 c4 .. 4 c4 + 3 of a cache row of type KT, as 4 f16 (low
+ * first): f32 and q8_0 (d * q, exact in f32) rounded to nearest, f16 the
+ * stored bits (8-byte aligned: the row starts at a multiple of 64
+ * elements of a 16-byte aligned cache) */
+template <int KT> __device__ __forceinline__ uint2 kv_half4(const typename kv_type<KT>::unit *r, int c4) {
+    uint2 u;
+    if constexpr (KT == DRT_F16) {
+        u = reinterpret_cast<const uint2 *>(r)[c4];
+    } else if constexpr (KT == DRT_Q8_0) {
+        const unsigned char *b = r + (c4 >> 3) * 34;
+        const float d = __half2float(*reinterpret_cast<const __half *>(b));
+        const signed char *q = reinterpret_cast<const signed char *>(b) + 2 + (c4 & 7) * 4;
+        u.x = pack_half2(d * (float)q[0], d * (float)q[1]);
+        u.y = pack_half2(d * (float)q[2], d * (float)q[3]);
+    } else {
+        const float4 f = reinterpret_cast<const float4 *>(r)[c4];
+        u.x = pack_half2(f.x, f.y);
+        u.y = pack_half2(f.z, f.w);
+    }
+    return u;
+}
+
 template <int DK, int DV, int NQ> struct tc_cfg {
     static constexpr int BM = 64;                  /* queries per block */
     static constexpr int BN = DV >= 256 ? 32 : 64; /* keys per tile (registers: acc is DV/2 per thread) */
@@ -343,7 +414,7 @@ template <int DK, int DV, int NQ> struct tc_cfg {
  * is, and a warp without rows in it skips the products. One sequence's
  * prompt is one segment: the plain flash loop.
  * Per key tile (BN keys of the segment):
- *   all threads: K tile(s) and V tile f32 -> f16 into shared (V transposed,
+ *   all threads: K tile(s) and V tile (cache type) -> f16 into shared (V transposed,
  *     so PV's B fragments are 32-bit loads like QK's); keys past the
  *     segment's last position are zero, never read (another sequence's)
  *   per warp:    S = Q K^T (16 x BN, f32) on tensor cores; scale, causal
@@ -354,7 +425,7 @@ template <int DK, int DV, int NQ> struct tc_cfg {
  * Only the rows of owned runs are stored; kernel 1 writes the others.
  * DIFF: map-2 warps park lambda*acc2/l2 in shared memory; map-1 warps
  * subtract it from acc1/l1 and store. f16 inputs: declared fast mode. */
-template <int DK, int DV, int NQ> __global__ void __launch_bounds__(128 * NQ) attn_tc_kernel2(attn_params P) {
+template <int DK, int DV, int NQ, int KT> __global__ void __launch_bounds__(128 * NQ) attn_tc_kernel2(attn_params P) {
     typedef tc_cfg<DK, DV, NQ> C;
     CU_DYN_SMEM(unsigned char, smem2);
     __shared__ int32_t rs[2 * C::BM]; /* the block's rows entries */
@@ -374,6 +445,9 @@ template <int DK, int DV, int NQ> __global__ void __launch_bounds__(128 * NQ) at
     const int nr = min(C::BM, T - t0);          /* rows of this block */
     const int km = (NQ == 2 && m == 2) ? 2 : 1; /* key maps in a tile */
     const int kmap = m == 2 ? map : 0;          /* the one this warp reads */
+    typedef kv_type<KT> KV;
+    typedef typename KV::unit U;
+    const U *kc = static_cast<const U *>(P.k), *vc = static_cast<const U *>(P.v);
 
     for (int i = tid; i < 2 * nr; i += C::NT) rs[i] = P.rows[2 * (int64_t)t0 + i];
     /* Q tile, all maps, f16; rows past T are zero (their outputs are dropped) */
@@ -423,18 +497,15 @@ template <int DK, int DV, int NQ> __global__ void __launch_bounds__(128 * NQ) at
                 const int jj = (idx / (DK / 4)) % C::BN;
                 const int mm = idx / (C::BN * (DK / 4));
                 const int j = j0 + jj;
-                float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (j < kv_end)
-                    f = *reinterpret_cast<const float4 *>(P.k + (((int64_t)(base + j) * G + g) * m + mm) * DK + c4 * 4);
-                uint2 u;
-                u.x = pack_half2(f.x, f.y);
-                u.y = pack_half2(f.z, f.w);
+                uint2 u = make_uint2(0u, 0u);
+                if (j < kv_end) u = kv_half4<KT>(kc + KV::units((((int64_t)(base + j) * G + g) * m + mm) * DK), c4);
                 *reinterpret_cast<uint2 *>(Ks + (mm * C::BN + jj) * C::LDK + c4 * 4) = u;
             }
             for (int idx = tid; idx < (C::BN / 2) * DV; idx += C::NT) {
                 const int c = idx % DV, kp = idx / DV, j = j0 + 2 * kp;
-                const float v0 = j < kv_end ? P.v[((int64_t)(base + j) * G + g) * DV + c] : 0.0f;
-                const float v1 = j + 1 < kv_end ? P.v[((int64_t)(base + j + 1) * G + g) * DV + c] : 0.0f;
+                const float v0 = j < kv_end ? KV::get(vc, KV::units(((int64_t)(base + j) * G + g) * DV), c) : 0.0f;
+                const float v1 = j + 1 < kv_end ? KV::get(vc, KV::units(((int64_t)(base + j + 1) * G + g) * DV), c)
+                                                : 0.0f;
                 *reinterpret_cast<uint32_t *>(Vt + c * C::LDV + 2 * kp) = pack_half2(v0, v1);
             }
             __syncthreads();
@@ -577,16 +648,16 @@ template <int DK, int DV, int NQ> __global__ void __launch_bounds__(128 * NQ) at
 typedef void (*tc_kernel_fn)(attn_params);
 
 typedef struct {
-    int nq, dk, dv, smem;
+    int nq, dk, dv, kt, smem;
     tc_kernel_fn fn;
 } tc_entry;
 
-#define TC_ENTRY(NQ, DK, DV)                                                                                           \
-    { NQ, DK, DV, tc_cfg<DK, DV, NQ>::SMEM, attn_tc_kernel2<DK, DV, NQ> }
-static const tc_entry TC_KERNELS[] = {
-    TC_ENTRY(2, 64, 64),   TC_ENTRY(2, 64, 128), TC_ENTRY(2, 128, 128),
-    TC_ENTRY(2, 128, 256), TC_ENTRY(1, 64, 64),  TC_ENTRY(1, 128, 128),
-};
+#define TC_ENTRY(NQ, DK, DV, KT)                                                                                       \
+    { NQ, DK, DV, KT, tc_cfg<DK, DV, NQ>::SMEM, attn_tc_kernel2<DK, DV, NQ, KT> }
+#define TC_ENTRIES(KT)                                                                                                 \
+    TC_ENTRY(2, 64, 64, KT), TC_ENTRY(2, 64, 128, KT), TC_ENTRY(2, 128, 128, KT), TC_ENTRY(2, 128, 256, KT),           \
+        TC_ENTRY(1, 64, 64, KT), TC_ENTRY(1, 128, 128, KT)
+static const tc_entry TC_KERNELS[] = {TC_ENTRIES(DRT_F32), TC_ENTRIES(DRT_F16), TC_ENTRIES(DRT_Q8_0)};
 #define N_TC ((int)(sizeof TC_KERNELS / sizeof TC_KERNELS[0]))
 
 extern "C" drt_status cu_attention_init(cu_ctx *c) {
@@ -603,10 +674,10 @@ extern "C" drt_status cu_attention_init(cu_ctx *c) {
 
 /* kernel 2 for these shapes, or NULL; with fewer than TC_MIN_RUN rows no
  * row can be its */
-static const tc_entry *tc_pick(const cu_ctx *c, int nq, int T, int dk, int dv) {
+static const tc_entry *tc_pick(const cu_ctx *c, int nq, int T, int dk, int dv, drt_dtype kt) {
     if (c->prec != CU_PREC_FAST || T < TC_MIN_RUN || c->cc_major < 8) return NULL;
     for (int i = 0; i < N_TC; i++)
-        if (TC_KERNELS[i].nq == nq && TC_KERNELS[i].dk == dk && TC_KERNELS[i].dv == dv &&
+        if (TC_KERNELS[i].nq == nq && TC_KERNELS[i].dk == dk && TC_KERNELS[i].dv == dv && TC_KERNELS[i].kt == (int)kt &&
             (size_t)TC_KERNELS[i].smem <= c->smem_optin)
             return &TC_KERNELS[i];
     return NULL;
@@ -635,9 +706,9 @@ static int aligned16(const void *p) {
     return ((uintptr_t)p & 15) == 0;
 }
 
-extern "C" drt_status cu_attention(cu_ctx *c, float *o, const float *q, const float *k, const float *v, int nq, int T,
-                                   int S_cap, int H, int G, int m, int dk, int dv, float lambda, const float *lambda_th,
-                                   const int32_t *rows) {
+extern "C" drt_status cu_attention(cu_ctx *c, float *o, const float *q, const void *k, const void *v, drt_dtype kvt,
+                                   int nq, int T, int S_cap, int H, int G, int m, int dk, int dv, float lambda,
+                                   const float *lambda_th, const int32_t *rows) {
     if (T <= 0 || H <= 0) return DRT_OK;
     attn_params P;
     P.q = q;
@@ -666,7 +737,7 @@ extern "C" drt_status cu_attention(cu_ctx *c, float *o, const float *q, const fl
      * its rows (in_run_of), so the launches depend on shapes alone. A
      * one-sequence prompt leaves kernel 1 blocks that read a few rows and
      * leave; a batch of decode rows leaves kernel 2 blocks that do the same. */
-    const tc_entry *tc = tc_pick(c, nq, T, dk, dv);
+    const tc_entry *tc = tc_pick(c, nq, T, dk, dv, kvt);
     if (tc && aligned16(q) && aligned16(k) && aligned16(o)) {
         P.nsplit = 1;
         P.tc_min = TC_MIN_RUN;
@@ -678,7 +749,12 @@ extern "C" drt_status cu_attention(cu_ctx *c, float *o, const float *q, const fl
     P.nsplit = attn_nsplit(c, T, S_cap, H);
     const size_t smem = sizeof(float) * (size_t)nq * (dk + V1_BN);
     dim3 grid((unsigned)((int64_t)T * H), (unsigned)P.nsplit);
-    CU_LAUNCH(attn_kernel1, grid, V1_THREADS, smem, c->stream)(P);
+    if (kvt == DRT_F16)
+        CU_LAUNCH(attn_kernel1<DRT_F16>, grid, V1_THREADS, smem, c->stream)(P);
+    else if (kvt == DRT_Q8_0)
+        CU_LAUNCH(attn_kernel1<DRT_Q8_0>, grid, V1_THREADS, smem, c->stream)(P);
+    else
+        CU_LAUNCH(attn_kernel1<DRT_F32>, grid, V1_THREADS, smem, c->stream)(P);
     drt_status s = cu_launched(nq == 2 ? "DIFF_ATTN" : "ATTN");
     if (s != DRT_OK || P.nsplit == 1) return s;
     CU_LAUNCH(attn_combine_kernel1, (unsigned)((int64_t)T * H), 128, 0, c->stream)(P);

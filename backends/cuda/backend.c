@@ -374,10 +374,6 @@ static int fits_int(int64_t v) {
 }
 
 static bool cuda_supports(drt_backend *be, const drt_tensor *t) {
-    /* KV caches are f32 here (no f16 / q8_0 kernels yet): the session
-     * refuses the others (model/session.c) */
-    if ((t->op == DRT_OP_KV_WRITE || t->op == DRT_OP_ATTN || t->op == DRT_OP_DIFF_ATTN) && t->src[1]->type != DRT_F32)
-        return false;
     const drt_tensor *a = t->src[0], *b = t->src[1];
     switch (t->op) {
     case DRT_OP_EMBED: return fits_int(a->ne[0]) && fits_int(b->ne[0]) && fits_int(b->ne[1]);
@@ -439,11 +435,11 @@ static drt_status run_node(cu_ctx *c, const drt_tensor *t) {
         return cu_dual_softmax(c, y, dp(a), dp(b), (int)a->ne[0], (int)a->ne[1], (int)a->ne[2], t->fp[0],
                                dp(t->src[2]));
     case DRT_OP_DIFF_ATTN:
-        return cu_attention(c, y, dp(a), dp(b), dp(t->src[2]), 2, (int)a->ne[0], (int)b->ne[0], (int)a->ne[1],
+        return cu_attention(c, y, dp(a), dp(b), dp(t->src[2]), b->type, 2, (int)a->ne[0], (int)b->ne[0], (int)a->ne[1],
                             (int)b->ne[1], (int)b->ne[2], (int)a->ne[3], (int)t->src[2]->ne[2], t->fp[0], dp(t->src[3]),
                             rows);
     case DRT_OP_ATTN:
-        return cu_attention(c, y, dp(a), dp(b), dp(t->src[2]), 1, (int)a->ne[0], (int)b->ne[0], (int)a->ne[1],
+        return cu_attention(c, y, dp(a), dp(b), dp(t->src[2]), b->type, 1, (int)a->ne[0], (int)b->ne[0], (int)a->ne[1],
                             (int)b->ne[1], 1, (int)a->ne[2], (int)t->src[2]->ne[2], 0.0f, NULL, rows);
     case DRT_OP_GROUPNORM:
         return cu_norm_rows(c, y, dp(a), a->ne[0] * a->ne[1], (int)a->ne[2], dp(b), t->fp[0], t->fp[1]);
@@ -452,8 +448,8 @@ static drt_status run_node(cu_ctx *c, const drt_tensor *t) {
     case DRT_OP_ADD: return cu_add(c, y, dp(a), dp(b), drt_nelem(t));
     case DRT_OP_KV_WRITE: {
         /* in place: the node is a view of the cache src[1] */
-        float *cache = t->view_src ? (float *)dp(b) : y;
-        return cu_kv_write(c, cache, dp(a), (int)a->ne[0], drt_nelem(a) / (a->ne[0] ? a->ne[0] : 1), rows);
+        void *cache = t->view_src ? dp(b) : (void *)y;
+        return cu_kv_write(c, cache, b->type, dp(a), (int)a->ne[0], drt_nelem(a) / (a->ne[0] ? a->ne[0] : 1), rows);
     }
     case DRT_OP_PERMUTE: {
         int64_t ne[4];

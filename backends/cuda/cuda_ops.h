@@ -73,9 +73,10 @@ drt_status cu_rope(cu_ctx *c, float *y, const float *x, int T, int Hn, int d, co
 drt_status cu_swiglu(cu_ctx *c, float *y, const float *g, const float *u, int64_t n);
 drt_status cu_sigmoid(cu_ctx *c, float *y, const float *x, int64_t n);
 drt_status cu_add(cu_ctx *c, float *y, const float *a, const float *b, int64_t n);
-/* cache is (S_cap,row); src is (T,row); row t goes to cache row
- * rows[2t] + rows[2t+1] (rows (T,2), device) */
-drt_status cu_kv_write(cu_ctx *c, float *cache, const float *src, int T, int64_t row, const int32_t *rows);
+/* cache is (S_cap,row) of type ct (f32, f16 or q8_0: drt_kv.h; a cache row
+ * is drt_row_bytes(ct,row) bytes); src is (T,row); row t goes to cache row
+ * rows[2t] + rows[2t+1] (rows (T,2), device), rounded as drt_kv_store */
+drt_status cu_kv_write(cu_ctx *c, void *cache, drt_dtype ct, const float *src, int T, int64_t row, const int32_t *rows);
 /* x has shape ne[0..3]; y = x permuted, y dim a = x dim perm[a] (drt_ref_permute) */
 drt_status cu_permute(cu_ctx *c, float *y, const float *x, const int64_t ne[4], const int perm[4]);
 
@@ -122,9 +123,11 @@ drt_status cu_dual_softmax(cu_ctx *c, float *a, const float *s1, const float *s2
  * nq = 2 (DIFF_ATTN): q is (T,H,2,dk), k is (S_cap,G,m,dk), m in {1,2},
  *   lambda_th (T,H) or NULL (then lambda);
  * nq = 1 (ATTN): q is (T,H,dk), k is (S_cap,G,dk) (m = 1), no lambda.
- * v is (S_cap,G,dv); o is (T,H,dv). */
-drt_status cu_attention(cu_ctx *c, float *o, const float *q, const float *k, const float *v, int nq, int T, int S_cap,
-                        int H, int G, int m, int dk, int dv, float lambda, const float *lambda_th, const int32_t *rows);
+ * v is (S_cap,G,dv); o is (T,H,dv). k and v are of type kvt (f32, f16 or
+ * q8_0: drt_kv.h), read in that type and widened exactly in the kernels. */
+drt_status cu_attention(cu_ctx *c, float *o, const float *q, const void *k, const void *v, drt_dtype kvt, int nq, int T,
+                        int S_cap, int H, int G, int m, int dk, int dv, float lambda, const float *lambda_th,
+                        const int32_t *rows);
 size_t cu_attention_scratch(const cu_ctx *c, int nq, int T, int S_cap, int H, int dv);
 /* the largest dk, dv the attention kernels take */
 #define CU_ATTN_MAX_DK 1024

@@ -124,10 +124,63 @@ __global__ void kv_write_kernel(float *cache, const float *src, int T, int64_t r
     }
 }
 
-extern "C" drt_status cu_kv_write(cu_ctx *c, float *cache, const float *src, int T, int64_t row, const int32_t *rows) {
+/* f32 -> f16 bits as drt_f32_to_f16 (runtime/drt_half.h): round to nearest
+ * even, beyond 65504 Inf (both __float2half_rn's), NaN as sign | 0x7e00
+ * (__float2half_rn gives another NaN) */
+__device__ __forceinline__ unsigned short kv_f16_bits(float x) {
+    if (x != x) return (unsigned short)(signbit(x) ? 0xfe00u : 0x7e00u);
+    return __half_as_ushort(__float2half_rn(x));
+}
+
+/* The f16 cache: as kv_write_kernel, cache (S_cap,row) of f16 bits.
+ * Napkin math: T*row*(4 + 2) bytes moved. */
+__global__ void kv_write_f16_kernel(unsigned short *cache, const float *src, int T, int64_t row, const int32_t *rows) {
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
+        unsigned short *dst = cache + ((int64_t)rows[2 * t] + rows[2 * t + 1]) * row;
+        const float *s = src + (int64_t)t * row;
+        for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < row; e += (int64_t)gridDim.x * blockDim.x)
+            dst[e] = kv_f16_bits(s[e]);
+    }
+}
+
+/* The q8_0 cache: a cache row is row/32 blocks of 34 bytes (f16 d, then 32
+ * int8 q; 2-byte aligned only: d is stored as one 16-bit word, the q as
+ * bytes). One warp per block, lane i on element i, the rounding of
+ * quantize_q8_0 (runtime/quant.c) to the bit: amax over the block (NaN
+ * ignored, as its `a > amax`), d = amax / 127, id = 1/d (0 when d = 0), q =
+ * round-half-away(x id) clamped to +-127, NaN -> 0. grid (x, min(T, 65535)),
+ * block 256: x strides over the row's blocks, 8 per thread block.
+ * Napkin math: T*row*(4 + 34/32) bytes moved. */
+__global__ void kv_write_q8_0_kernel(unsigned char *cache, const float *src, int T, int64_t row, const int32_t *rows) {
+    const int lane = threadIdx.x & 31, wpb = blockDim.x >> 5;
+    const int64_t nb = row / 32;
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
+        unsigned char *dst = cache + ((int64_t)rows[2 * t] + rows[2 * t + 1]) * nb * 34;
+        const float *s = src + (int64_t)t * row;
+        /* warp-uniform loop: every lane reaches the shuffles */
+        for (int64_t b = blockIdx.x * (int64_t)wpb + (threadIdx.x >> 5); b < nb; b += (int64_t)gridDim.x * wpb) {
+            const float x = s[b * 32 + lane];
+            const float amax = cu_warp_max(fmaxf(fabsf(x), 0.0f)); /* fmaxf(NaN, 0) = 0 */
+            const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            float v = roundf(x * id);
+            v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v == v ? v : 0.0f;
+            unsigned char *blk = dst + b * 34;
+            if (lane == 0) *reinterpret_cast<unsigned short *>(blk) = kv_f16_bits(d);
+            blk[2 + lane] = (unsigned char)(signed char)v;
+        }
+    }
+}
+
+extern "C" drt_status cu_kv_write(cu_ctx *c, void *cache, drt_dtype ct, const float *src, int T, int64_t row,
+                                  const int32_t *rows) {
     if (T <= 0 || row <= 0) return DRT_OK;
     const dim3 grid(cu_grid_for(c, row, 256), (unsigned)(T < 65535 ? T : 65535));
-    CU_LAUNCH(kv_write_kernel, grid, 256, 0, c->stream)(cache, src, T, row, rows);
+    if (ct == DRT_F16)
+        CU_LAUNCH(kv_write_f16_kernel, grid, 256, 0, c->stream)((unsigned short *)cache, src, T, row, rows);
+    else if (ct == DRT_Q8_0)
+        CU_LAUNCH(kv_write_q8_0_kernel, grid, 256, 0, c->stream)((unsigned char *)cache, src, T, row, rows);
+    else
+        CU_LAUNCH(kv_write_kernel, grid, 256, 0, c->stream)((float *)cache, src, T, row, rows);
     return cu_launched("KV_WRITE");
 }
 
