@@ -51,8 +51,9 @@ if(NOT DIFFRT_CUDA STREQUAL "OFF")
     #    cuemu (every kernel executed on the host, the CUDA runtime and cuBLAS
     #    emulated), so that conformance of the CUDA backend's code is tested
     #    on machines without a GPU: ctest cuda_emu_conform (f32 mode, every op
-    #    and fixture model, CUDA-graph replay of decode steps) and
-    #    cuda_emu_fast (fast mode against the reduced-precision bound).
+    #    and fixture model, CUDA-graph replay of decode steps),
+    #    cuda_emu_conform_kv_* (f16 and q8_0 KV caches) and cuda_emu_fast
+    #    (fast mode against the reduced-precision bound).
     function(diffrt_cuda_deferred_targets)
       file(GLOB _gpu_bench CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/bench/gpu/*.c)
       foreach(src ${_gpu_bench})
@@ -97,6 +98,15 @@ if(NOT DIFFRT_CUDA STREQUAL "OFF")
       add_test(NAME cuda_emu_conform
                COMMAND diffrt_cuda_emu conform --backend cpu,cuda --require cpu,cuda
                        --models ${PROJECT_SOURCE_DIR}/tests/fixtures --json ${PROJECT_BINARY_DIR}/cuda_emu/conform.json)
+      # the KV cache types f16 and q8_0 (KV_WRITE, ATTN, DIFF_ATTN cases
+      # and model sessions of the type), as tests/CMakeLists.txt's
+      # conform_kv_* on the other backends
+      add_test(NAME cuda_emu_conform_kv_f16
+               COMMAND diffrt_cuda_emu conform --backend cpu,cuda --require cpu,cuda --kv-type f16
+                       --op KV_WRITE,ATTN,DIFF_ATTN --models ${PROJECT_SOURCE_DIR}/tests/fixtures)
+      add_test(NAME cuda_emu_conform_kv_q8_0
+               COMMAND diffrt_cuda_emu conform --backend cpu,cuda --require cpu,cuda --kv-type q8_0
+                       --op KV_WRITE,ATTN,DIFF_ATTN --models ${PROJECT_SOURCE_DIR}/models)
       add_test(NAME cuda_emu_fast
                COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:diffrt_cuda_emu>
                        -DFIXTURES=${PROJECT_SOURCE_DIR}/tests/fixtures -DOUT=${PROJECT_BINARY_DIR}/cuda_emu/fast.json

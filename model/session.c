@@ -315,8 +315,9 @@ static drt_status create(drt_model *m, const drt_session_opts *opts, const drt_b
         drt_plan_fallback_count(f->plan, DRT_OP_KV_WRITE) + drt_plan_fallback_count(f->plan, DRT_OP_ATTN) +
                 drt_plan_fallback_count(f->plan, DRT_OP_DIFF_ATTN) >
             0)
-        st = drt_set_error(DRT_ERR_UNSUPPORTED, "kv_type %s: the %s backend reads only f32 KV caches (use f32)",
-                           drt_dtype_name(s->kv_type), s->be->ops->name);
+        st = drt_set_error(DRT_ERR_UNSUPPORTED,
+                           "kv_type %s: the %s backend cannot run this model's attention on a %s KV cache (use f32)",
+                           drt_dtype_name(s->kv_type), s->be->ops->name, drt_dtype_name(s->kv_type));
     if (s->dw) drt_device_weights_unlock(s->dw);
     if (st != DRT_OK) {
         drt_batch_session_free(s);

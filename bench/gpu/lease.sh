@@ -16,7 +16,7 @@
 #   BUDGET=500 bash bench/gpu/lease.sh     # seconds for all stages
 #   STAGES="conform_vulkan gemv" bash bench/gpu/lease.sh   # only these
 #
-# Stages, in order: info conform_cuda conform_vulkan conform_fast gemv ops
+# Stages, in order: info conform_cuda conform_vulkan conform_kv conform_kv_q8_0 conform_fast gemv ops
 # torch decode decode_gemv1 bench_cuda bench_cuda_fast bench_vulkan
 # batch_step batch_step_unstaged batch_step_fast ncu_decode ncu_batch conform_vulkan_denorm
 # conform_nograph perf_f32 perf_fast conform_fast_models.
@@ -105,6 +105,11 @@ stage conform_cuda 90 env DIFFRT_CUDA_VERBOSE=1 "$B/diffrt" conform --backend cp
     --require cpu,cuda --models tests/fixtures --json "$R/conform_cuda.json"
 stage conform_vulkan 120 "$B/diffrt" conform --require vulkan --backend vulkan \
     --models tests/fixtures --json "$R/conform_vulkan.json"
+# the f16 and q8_0 KV caches on the GPU's drivers (KV cases and model sessions)
+stage conform_kv 90 "$B/diffrt" conform --backend cuda,vulkan --require cuda,vulkan --kv-type f16 \
+    --op KV_WRITE,ATTN,DIFF_ATTN --models tests/fixtures --json "$R/conform_kv_f16.json"
+stage conform_kv_q8_0 90 "$B/diffrt" conform --backend cuda,vulkan --require cuda,vulkan --kv-type q8_0 \
+    --op KV_WRITE,ATTN,DIFF_ATTN --models models --json "$R/conform_kv_q8_0.json"
 stage conform_fast 90 cmake -DEXE="$B/diffrt" -DFIXTURES="$ROOT/tests/fixtures" \
     -DOUT="$R/conform_fast.json" -P backends/cuda/emu/check_fast.cmake
 TAILN=24 stage gemv 90 "$B/bench_gpu_ops" --gemv-only --json "$R/gemv.json"
