@@ -99,14 +99,15 @@ if(NOT DIFFRT_CUDA STREQUAL "OFF")
                COMMAND diffrt_cuda_emu conform --backend cpu,cuda --require cpu,cuda
                        --models ${PROJECT_SOURCE_DIR}/tests/fixtures --json ${PROJECT_BINARY_DIR}/cuda_emu/conform.json)
       # the KV cache types f16 and q8_0 (KV_WRITE, ATTN, DIFF_ATTN cases
-      # and model sessions of the type), as tests/CMakeLists.txt's
-      # conform_kv_* on the other backends
+      # and a model session of the type), as tests/CMakeLists.txt's
+      # conform_kv_* on the other backends; one model each, as the
+      # emulator runs a bundled model's session at q8_0 for minutes
       add_test(NAME cuda_emu_conform_kv_f16
                COMMAND diffrt_cuda_emu conform --backend cpu,cuda --require cpu,cuda --kv-type f16
-                       --op KV_WRITE,ATTN,DIFF_ATTN --models ${PROJECT_SOURCE_DIR}/tests/fixtures)
+                       --op KV_WRITE,ATTN,DIFF_ATTN --models ${PROJECT_SOURCE_DIR}/tests/fixtures/hf_diffllama_gqa)
       add_test(NAME cuda_emu_conform_kv_q8_0
                COMMAND diffrt_cuda_emu conform --backend cpu,cuda --require cpu,cuda --kv-type q8_0
-                       --op KV_WRITE,ATTN,DIFF_ATTN --models ${PROJECT_SOURCE_DIR}/models)
+                       --op KV_WRITE,ATTN,DIFF_ATTN --models ${PROJECT_SOURCE_DIR}/models/diff-v2-tiny)
       add_test(NAME cuda_emu_fast
                COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:diffrt_cuda_emu>
                        -DFIXTURES=${PROJECT_SOURCE_DIR}/tests/fixtures -DOUT=${PROJECT_BINARY_DIR}/cuda_emu/fast.json
