@@ -6,7 +6,8 @@
  * Two paths:
  *  - GEMV (T <= GEMV_MAX_T, trans_w = 0: decode, decode steps of many
  *    sequences in one forward, and short prompts; cpu_fast.h): threads
- *    split the B*N output columns; each group of 4 weight rows is streamed once from memory, widened to
+ *    split the B*N output columns; each group of 8 weight rows (4 for more
+ *    than one x row) is streamed once from memory, widened to
  *    f32 in registers, and dotted with every x row, GEMV_T x rows per pass
  *    (the registers' limit; the group's later passes read it from L1).
  *    Napkin math: the weights dominate, N*K elements read once per call:
@@ -37,6 +38,7 @@
 #define KC 256                    /* depth of one packed block */
 #define NB 4                      /* panels per task */
 #define GEMV_T 8                  /* x rows a GEMV kernel pass holds in registers */
+#define GEMV_R 8                  /* weight rows a decode GEMV pass streams at once (gemv_rows8) */
 #define GEMV_MAX_T CPU_GEMV_MAX_T /* up to this many x rows: the GEMV path */
 /* The GEMVs prefetch the weight bytes DRT_PF_ROWS rows ahead into L2
  * (prefetcht1), not L1. On the 134M model's decode (85 weights, 219 MB of
@@ -59,7 +61,7 @@
 
 /* ---- GEMV: T <= GEMV_MAX_T, w (N,K) -------------------------------------------- */
 
-/* y[t*N + n + i] for i < 4 (n4 rows, 1..4) and t < TT: the dot products of
+/* y[t*N + n + i] for i < n4 (1..4 rows) and t < TT: the dot products of
  * weight rows n..n+n4 with x rows 0..TT. TT and dt are constants after inlining. */
 VINL void gemv_rows(float *y, const float *x, const void *w, drt_dtype dt, int64_t n, int n4, int TT, int N, int K,
                     float scale) {
@@ -100,6 +102,45 @@ VINL void gemv_rows(float *y, const float *x, const void *w, drt_dtype dt, int64
             for (int kk = k; kk < K; kk++) s += load_w1(w, (n + i) * K + kk, dt) * x[(int64_t)t * K + kk];
             y[(int64_t)t * N + n + i] = scale * s;
         }
+}
+
+/* Decode's pass: GEMV_R (8) full weight rows n.. against one x row.
+ *
+ * One core streams 8 rows at a time faster than 4, and faster again with
+ * the loop over the rows left rolled (the accumulators then live in L1,
+ * not in registers). Measured on a 2 GB f16 weight set of the 1.1B
+ * Llama's shapes, one thread, prefetch 16 rows ahead (bench_decode_gemv's
+ * shapes in a stand-alone test): 4 rows unrolled 24-26 GB/s, 8 rows
+ * unrolled 25, 8 rows rolled 31-34, one linear read of the same bytes 32
+ * (bench_membw 1). The unrolled loop keeps about twice the demand misses
+ * in flight, which take the L1 miss slots the prefetches need; with two
+ * threads every form meets the machine's bus limit (33.5 GB/s). With two
+ * x rows the rolled loop measured slower (20 against 26 GB/s), so they
+ * take gemv_rows. */
+VINL void gemv_rows8(float *y, const float *x, const void *w, drt_dtype dt, int64_t n, int K, float scale) {
+    vf acc[GEMV_R];
+    for (int i = 0; i < GEMV_R; i++) acc[i] = vzero();
+    const int64_t rowb = wbytes(dt, K);
+    const char *ahead = (const char *)w + (n + DRT_PF_ROWS) * rowb;
+    int k = 0;
+    for (; k + VL <= K; k += VL) {
+        const vf xv = vload(x + k);
+#if defined(__clang__)
+#pragma clang loop unroll(disable)
+#else
+#pragma GCC unroll 1
+#endif
+        for (int i = 0; i < GEMV_R; i++) {
+            __builtin_prefetch(ahead + i * rowb + wbytes(dt, k), 0, DRT_PF_LOCALITY);
+            const vf wv = vload_w(w, (n + i) * K + k, dt);
+            acc[i] = vfma(wv, xv, acc[i]);
+        }
+    }
+    for (int i = 0; i < GEMV_R; i++) {
+        float s = vhsum(acc[i]);
+        for (int kk = k; kk < K; kk++) s += load_w1(w, (n + i) * K + kk, dt) * x[kk];
+        y[n + i] = scale * s;
+    }
 }
 
 /* The same for q8_0 / q4_0 rows, a block at a time: the block's 32 values
@@ -731,14 +772,20 @@ static int use_qdot(const cpu_mm_args *a) {
     return a->qdot && (a->wt == DRT_Q8_0 || a->wt == DRT_Q4_0);
 }
 
-/* weight rows n.. (n4) against x rows 0..tt (tt <= GEMV_T), tt a constant */
-VINL void gemv_pass(float *y, const float *x, const void *w, drt_dtype dt, int64_t n, int n4, int tt, int N, int K,
+/* weight rows n.. (nr: at most 4, or GEMV_R where tt == 1, gemv_group)
+ * against x rows 0..tt (tt <= GEMV_T), tt a constant */
+VINL void gemv_pass(float *y, const float *x, const void *w, drt_dtype dt, int64_t n, int nr, int tt, int N, int K,
                     float scale) {
 #define GEMV_PASS(TT)                                                                                                  \
     if (dt == DRT_Q8_0 || dt == DRT_Q4_0)                                                                              \
-        gemv_rows_q(y, x, w, dt, n, n4, TT, N, K, scale);                                                              \
-    else                                                                                                               \
-        gemv_rows(y, x, w, dt, n, n4, TT, N, K, scale);                                                                \
+        gemv_rows_q(y, x, w, dt, n, nr, TT, N, K, scale);                                                              \
+    else if (TT == 1 && nr == GEMV_R)                                                                                  \
+        gemv_rows8(y, x, w, dt, n, K, scale);                                                                          \
+    else if (nr > 4) {                                                                                                 \
+        gemv_rows(y, x, w, dt, n, 4, TT, N, K, scale);                                                                 \
+        gemv_rows(y, x, w, dt, n + 4, nr - 4, TT, N, K, scale);                                                        \
+    } else                                                                                                             \
+        gemv_rows(y, x, w, dt, n, nr, TT, N, K, scale);                                                                \
     break;
     switch (tt) {
     case 1: GEMV_PASS(1)
@@ -753,23 +800,29 @@ VINL void gemv_pass(float *y, const float *x, const void *w, drt_dtype dt, int64
 #undef GEMV_PASS
 }
 
-/* Output columns [lo, hi) of every batch: a group of 4 weight rows at a
+/* weight rows a group streams at once: GEMV_R for f32/f16/bf16 against
+ * one x row (gemv_rows8), else 4 */
+static int gemv_group(drt_dtype dt, int T) {
+    return dt != DRT_Q8_0 && dt != DRT_Q4_0 && T == 1 ? GEMV_R : 4;
+}
+
+/* Output columns [lo, hi) of every batch: a group of weight rows at a
  * time, against all T x rows in passes of GEMV_T (the group stays in L1) */
 VINL void gemv_range(const cpu_mm_args *a, int64_t lo, int64_t hi, drt_dtype dt) {
-    const int N = a->N, K = a->K, T = a->T;
+    const int N = a->N, K = a->K, T = a->T, rr = gemv_group(dt, T);
     for (int64_t c = lo; c < hi;) {
         const int b = (int)(c / N);
         const int64_t n = c % N;
-        int64_t n4 = hi - c < 4 ? hi - c : 4;
-        if (N - n < n4) n4 = N - n;
+        int64_t nr = hi - c < rr ? hi - c : rr;
+        if (N - n < nr) nr = N - n;
         const int64_t bw = (int64_t)b * a->Bw / a->B;
         const void *wb = (const char *)a->w + bw * wbytes(dt, (int64_t)N * K);
         float *y = a->y + (int64_t)b * T * N;
         const float *x = a->x + (int64_t)b * T * K;
         for (int t0 = 0; t0 < T; t0 += GEMV_T)
-            gemv_pass(y + (int64_t)t0 * N, x + (int64_t)t0 * K, wb, dt, n, (int)n4, T - t0 < GEMV_T ? T - t0 : GEMV_T,
+            gemv_pass(y + (int64_t)t0 * N, x + (int64_t)t0 * K, wb, dt, n, (int)nr, T - t0 < GEMV_T ? T - t0 : GEMV_T,
                       N, K, a->scale);
-        c += n4;
+        c += nr;
     }
 }
 
@@ -784,7 +837,7 @@ static void gemv(const cpu_mm_args *a, int ith, int nth) {
     }
 #endif
     int64_t lo, hi;
-    cpu_split((int64_t)a->B * a->N, 4, ith, nth, &lo, &hi);
+    cpu_split((int64_t)a->B * a->N, gemv_group(a->wt, a->T), ith, nth, &lo, &hi);
     if (a->wt == DRT_F16)
         gemv_range(a, lo, hi, DRT_F16);
     else if (a->wt == DRT_BF16)
