@@ -216,7 +216,7 @@ static int backend_index(const char *name) {
 }
 
 /* What the record says about the device a backend instance runs on: its
- * name, and vendor and driver where the backend's device_props knows them. */
+ * name (as the instance runs it), and vendor and driver where the backend's device_props knows them. */
 static void device_describe(drt_backend *be, bench_backend *r) {
     const int b = backend_index(r->name), dev = drt_backend_device(be);
     r->device_index = dev < 0 ? 0 : dev;
@@ -225,7 +225,8 @@ static void device_describe(drt_backend *be, bench_backend *r) {
         if (r->props.vendor[0]) r->vendor = r->props.vendor;
         if (r->props.driver[0]) r->driver = r->props.driver;
     }
-    if (drt_backend_device_name(b, r->device_index, r->device, sizeof r->device) != DRT_OK)
+    /* the instance's own name: the cpu backend's threads and modes as opened */
+    if (drt_backend_instance_name(be, r->device, sizeof r->device) != DRT_OK)
         snprintf(r->device, sizeof r->device, "%.15s device %d", r->name, r->device_index);
 }
 

@@ -382,6 +382,14 @@ int drt_backend_device(const drt_backend *be) {
     return be ? be->device : -1;
 }
 
+drt_status drt_backend_instance_name(const drt_backend *be, char *buf, size_t n) {
+    if (!be) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_backend_instance_name: no backend");
+    if (!buf || n == 0) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_backend_instance_name: no buffer");
+    buf[0] = '\0';
+    if (be->ops->instance_name) return be->ops->instance_name((drt_backend *)be, buf, n);
+    return be->ops->device_name(be->device < 0 ? 0 : be->device, buf, n);
+}
+
 void drt_backend_close(drt_backend *be) {
     if (!be) return;
     if (be->ops->shutdown) be->ops->shutdown(be);

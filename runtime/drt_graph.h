@@ -249,6 +249,10 @@ typedef struct drt_backend_ops {
      * which the dispatcher reaches through the registry (drt_registry_fallback)
      * for the nodes a backend does not support. NULL: none. */
     drt_status (*run_node)(const drt_tensor *node, void *dst, void *const *srcs, const drt_exec *ex);
+    /* optional: the device as this instance runs on it, where the threads
+     * and settings it was opened with change that (the cpu backend: its
+     * thread count, kernel set and modes). NULL: device_name(be->device). */
+    drt_status (*instance_name)(drt_backend *be, char *buf, size_t n);
 } drt_backend_ops;
 
 struct drt_backend {

@@ -126,7 +126,25 @@ static void tools(void) {
               "open_settings(threads -1)");
     CHECK_ERR(drt_measure_peak(NULL, NULL, &pk), DRT_ERR_INVALID_ARG, "no backend", "measure_peak(NULL)");
     DRT_CHECK(drt_backend_device(NULL) == -1, "drt_backend_device(NULL)");
+    char name[256];
+    CHECK_ERR(drt_backend_instance_name(NULL, name, sizeof name), DRT_ERR_INVALID_ARG, "no backend",
+              "instance_name(NULL)");
     drt_backend_close(NULL);
+    /* the instance's name tells the threads it was opened with, whatever the
+     * default (the device's name) says */
+    for (int th = 1; th <= 3; th += 2) {
+        drt_backend *b = NULL;
+        if (drt_backend_open_settings("cpu", NULL, th, NULL, &b) != DRT_OK) {
+            DRT_CHECK(0, "open cpu, %d threads: %s", th, drt_last_error());
+            continue;
+        }
+        char want[32];
+        snprintf(want, sizeof want, "(%d threads,", th);
+        DRT_CHECK(drt_backend_instance_name(b, name, sizeof name) == DRT_OK && strstr(name, want),
+                  "cpu opened with %d threads is named \"%s\"", th, name);
+        CHECK_ERR(drt_backend_instance_name(b, NULL, 8), DRT_ERR_INVALID_ARG, "no buffer", "instance_name(buf NULL)");
+        drt_backend_close(b);
+    }
     if (drt_backend_open_settings("cpu", NULL, 1, NULL, &be) == DRT_OK) {
         DRT_CHECK(drt_backend_device(be) == 0, "cpu: device %d", drt_backend_device(be));
         CHECK_ERR(drt_measure_peak(be, NULL, NULL), DRT_ERR_INVALID_ARG, "out is NULL", "measure_peak(out NULL)");

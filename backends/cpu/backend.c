@@ -766,6 +766,15 @@ static drt_status cpu_probe(int *n, char *why, size_t wn) {
     return DRT_OK;
 }
 
+static void cpu_name(char *buf, size_t n, int nth, const cpu_kernels *k, int bf16, int x8, int qdot, int repack) {
+    snprintf(buf, n, "host CPU (%d threads, %s kernels, %s%s)", nth, k->isa,
+             bf16 ? "bf16 prefill GEMM"
+             : x8 ? "int8 x in the q8_0/q4_0 GEMV"
+                  : "f32",
+             qdot ? (repack ? ", q8_0/q4_0 int8-dot GEMV, repacked" : ", q8_0/q4_0 int8-dot GEMV") : "");
+}
+
+/* the defaults (the environment's settings); an instance's own: cpu_instance_name */
 static drt_status cpu_device_name(int dev, char *buf, size_t n) {
     int nth = 0, bf16 = 0, x8 = 0, qdot = 0, repack = 0;
     const cpu_kernels *k = NULL;
@@ -774,11 +783,13 @@ static drt_status cpu_device_name(int dev, char *buf, size_t n) {
         snprintf(buf, n, "host CPU (%s)", drt_last_error());
         return DRT_OK;
     }
-    snprintf(buf, n, "host CPU (%d threads, %s kernels, %s%s)", nth, k->isa,
-             bf16 ? "bf16 prefill GEMM"
-             : x8 ? "int8 x in the q8_0/q4_0 GEMV"
-                  : "f32",
-             qdot ? (repack ? ", q8_0/q4_0 int8-dot GEMV, repacked" : ", q8_0/q4_0 int8-dot GEMV") : "");
+    cpu_name(buf, n, nth, k, bf16, x8, qdot, repack);
+    return DRT_OK;
+}
+
+static drt_status cpu_instance_name(drt_backend *be, char *buf, size_t n) {
+    const cpu_ctx *c = be->ctx;
+    cpu_name(buf, n, c->nth, c->k, c->bf16, c->x8, c->qdot, c->repack);
     return DRT_OK;
 }
 
@@ -941,4 +952,5 @@ const drt_backend_ops drt_cpu_backend_ops = {
     .device_props = cpu_device_props,
     .precision = cpu_precision,
     .prepare_weight = cpu_prepare_weight,
+    .instance_name = cpu_instance_name,
 };

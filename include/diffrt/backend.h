@@ -29,6 +29,11 @@ void drt_backend_close(drt_backend *be); /* NULL: nothing */
  * the default, the device the backend chose); -1 when the backend does not
  * say, or be is NULL. */
 int drt_backend_device(const drt_backend *be);
+/* The name of the device as this instance runs on it: drt_backend_device_name
+ * of its device, except that the cpu backend's names the thread count and
+ * modes this instance was opened with. DRT_ERR_INVALID_ARG without be or a
+ * buffer. */
+drt_status drt_backend_instance_name(const drt_backend *be, char *buf, size_t n);
 
 typedef struct {
     int runs;               /* timed samples after a warm-up; the best is kept (0: 5) */
