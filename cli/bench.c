@@ -216,7 +216,8 @@ static int backend_index(const char *name) {
 }
 
 /* What the record says about the device a backend instance runs on: its
- * name (as the instance runs it), and vendor and driver where the backend's device_props knows them. */
+ * name (as the instance runs it), and vendor and driver where the backend's
+ * device_props knows them. */
 static void device_describe(drt_backend *be, bench_backend *r) {
     const int b = backend_index(r->name), dev = drt_backend_device(be);
     r->device_index = dev < 0 ? 0 : dev;

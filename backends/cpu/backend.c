@@ -572,6 +572,7 @@ static void kv_row_f16(const float *x, uint16_t *h, int64_t n) {
     for (int64_t i = 0; i < n; i++) h[i] = drt_f32_to_f16(x[i]);
 }
 
+/* as drt_ref_permute, for output rows [lo, hi) of axis 0 */
 static void permute_task(void *args, int ith, int nth) {
     const permute_args *a = args;
     const int64_t *ne = a->ne;
