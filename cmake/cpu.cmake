@@ -1,13 +1,13 @@
 # The fast CPU backend (backends/cpu). backend.c and pool.c are compiled once
 # for the baseline ISA; the kernel families (matmul, attention, norm,
-# elementwise) and their table (kernels.c) are compiled once per ISA with that
+# elementwise, kv) and their table (kernels.c) are compiled once per ISA with that
 # ISA's -m flags and -DDRT_ISA=<name>, so one binary carries every path and
 # picks one at run time from the CPU's features (no -march=native).
 set(DIFFRT_CPU_SRC ${PROJECT_SOURCE_DIR}/backends/cpu/backend.c ${PROJECT_SOURCE_DIR}/backends/cpu/pool.c)
 set(_cpu_kernel_src
     ${PROJECT_SOURCE_DIR}/backends/cpu/matmul.c ${PROJECT_SOURCE_DIR}/backends/cpu/attention.c
     ${PROJECT_SOURCE_DIR}/backends/cpu/norm.c ${PROJECT_SOURCE_DIR}/backends/cpu/elementwise.c
-    ${PROJECT_SOURCE_DIR}/backends/cpu/kernels.c)
+    ${PROJECT_SOURCE_DIR}/backends/cpu/kv.c ${PROJECT_SOURCE_DIR}/backends/cpu/kernels.c)
 
 set(_cpu_isas generic)
 set(_cpu_flags_generic "")

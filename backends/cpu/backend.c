@@ -24,15 +24,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "cpu_fast.h"
 #include "drt_error.h"
 #include "drt_graph.h"
-#include "drt_half.h"
-#include "drt_kv.h"
 #include "drt_settings.h"
 #include "drt_util.h"
 #include "ref_ops.h"
@@ -484,94 +479,6 @@ typedef struct {
     int perm[4];
 } permute_args;
 
-/* ---- KV_WRITE into an f16 or q8_0 cache -------------------------------------- */
-
-/* n floats -> n f16 values rounded to nearest even, as drt_f32_to_f16 (the
- * reference's KV_WRITE): 8 at a time with F16C's vcvtps2ph where the CPU has
- * it (the same rounding, overflow to Inf and subnormals), a NaN's group and
- * the tail through drt_f32_to_f16 (which fixes a NaN's payload). Software
- * conversion alone took 40 of the 134M model's 620 ms pp512. One thread:
- * rows that name one cache row must leave one whole row there. */
-#if defined(__x86_64__)
-__attribute__((target("avx,f16c"))) static void kv_row_f16c(const float *x, uint16_t *h, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(x + i);
-        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)))
-            for (int j = 0; j < 8; j++) h[i + j] = drt_f32_to_f16(x[i + j]);
-        else
-            _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
-    for (; i < n; i++) h[i] = drt_f32_to_f16(x[i]);
-}
-/* n floats (whole blocks of 32) -> q8_0 blocks, exactly as the reference
- * (runtime/quant.c: d = max|x| / 127 as f16, q = round-half-away(x * (1/d)),
- * NaN -> 0), a block in two AVX-512 vectors: the scalar loop (a libm roundf
- * per value) took 35.6 of the 134M model's 661 ms pp512 with a q8_0 cache. */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void kv_row_q8_0_avx512(const float *x, unsigned char *b,
-                                                                                    int64_t n) {
-    for (int64_t i = 0; i + DRT_QK <= n; i += DRT_QK, b += 2 + DRT_QK) {
-        const __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
-        /* max_ps returns its second operand when either is NaN: a NaN is
-         * skipped, as the reference's a > amax */
-        __m512 m = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps());
-        m = _mm512_max_ps(_mm512_abs_ps(v1), m);
-        const float amax = _mm512_reduce_max_ps(m);
-        const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
-        const uint16_t h = drt_f32_to_f16(d);
-        b[0] = (unsigned char)(h & 0xff);
-        b[1] = (unsigned char)(h >> 8);
-        for (int half = 0; half < 2; half++) {
-            const __m512 v = _mm512_mul_ps(half ? v1 : v0, _mm512_set1_ps(id));
-            /* round half away from zero, exactly: trunc, plus sign(v) where
-             * |v - trunc(v)| >= 0.5 (that difference is exact) */
-            const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            const __m512 f = _mm512_abs_ps(_mm512_sub_ps(v, t));
-            const __m512 one = _mm512_castsi512_ps(_mm512_or_si512(
-                _mm512_set1_epi32(0x3f800000), _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN))));
-            __m512 r = _mm512_mask_add_ps(t, _mm512_cmp_ps_mask(f, _mm512_set1_ps(0.5f), _CMP_GE_OQ), t, one);
-            r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
-            r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), r); /* NaN -> 0 */
-            _mm_storeu_si128((__m128i *)(b + 2 + 16 * half), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(r)));
-        }
-    }
-}
-#endif
-
-/* a row into a q8_0 cache: AVX-512 where the CPU has it, else the reference */
-static void kv_row_q8_0(const float *x, void *dst, int64_t n) {
-#if defined(__x86_64__)
-    static atomic_int avx512 = -1; /* unknown yet */
-    int have = atomic_load_explicit(&avx512, memory_order_relaxed);
-    if (have < 0) {
-        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl");
-        atomic_store_explicit(&avx512, have, memory_order_relaxed);
-    }
-    if (have) {
-        kv_row_q8_0_avx512(x, dst, n);
-        return;
-    }
-#endif
-    drt_kv_store(DRT_Q8_0, x, dst, n);
-}
-
-static void kv_row_f16(const float *x, uint16_t *h, int64_t n) {
-#if defined(__x86_64__)
-    static atomic_int f16c = -1; /* unknown yet */
-    int have = atomic_load_explicit(&f16c, memory_order_relaxed);
-    if (have < 0) {
-        have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-        atomic_store_explicit(&f16c, have, memory_order_relaxed);
-    }
-    if (have) {
-        kv_row_f16c(x, h, n);
-        return;
-    }
-#endif
-    for (int64_t i = 0; i < n; i++) h[i] = drt_f32_to_f16(x[i]);
-}
-
 /* as drt_ref_permute, for output rows [lo, hi) of axis 0 */
 static void permute_task(void *args, int ith, int nth) {
     const permute_args *a = args;
@@ -792,10 +699,7 @@ static drt_status run_node(cpu_ctx *c, const drt_tensor *t, const drt_exec *ex) 
             const size_t rb = drt_row_bytes(t->type, row);
             for (int64_t i = 0; i < src->ne[0]; i++) {
                 void *dst = (char *)y + ((size_t)rows[2 * i] + (size_t)rows[2 * i + 1]) * rb;
-                if (t->type == DRT_F16)
-                    kv_row_f16(x0 + i * row, dst, row);
-                else
-                    kv_row_q8_0(x0 + i * row, dst, row);
+                c->k->kv_row(x0 + i * row, dst, t->type, row);
             }
             return DRT_OK;
         }

@@ -155,6 +155,7 @@ typedef struct {
     void (*add)(void *args, int ith, int nth);          /* y, a, b (n) */
     void (*embed)(void *args, int ith, int nth);        /* y (T,cols), ids, w (V,cols) wt */
     void (*dual_softmax)(void *args, int ith, int nth); /* y, a s1, b s2 (H,T,S=cols), lambda / c lambda_th */
+    void (*kv_row)(const float *x, void *y, drt_dtype t, int64_t n); /* KV_WRITE: one f16 / q8_0 cache row (kv.c) */
 } cpu_kernels;
 
 #define KFN_CAT2(a, b) a##_##b

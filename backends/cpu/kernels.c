@@ -23,6 +23,7 @@ void KFN(cpu_sigmoid)(void *args, int ith, int nth);
 void KFN(cpu_add)(void *args, int ith, int nth);
 void KFN(cpu_embed)(void *args, int ith, int nth);
 void KFN(cpu_dual_softmax)(void *args, int ith, int nth);
+void KFN(cpu_kv_row)(const float *x, void *y, drt_dtype t, int64_t n);
 
 const cpu_kernels KFN(cpu_kernels) = {
     .isa = STR(DRT_ISA),
@@ -46,4 +47,5 @@ const cpu_kernels KFN(cpu_kernels) = {
     .add = KFN(cpu_add),
     .embed = KFN(cpu_embed),
     .dual_softmax = KFN(cpu_dual_softmax),
+    .kv_row = KFN(cpu_kv_row),
 };
