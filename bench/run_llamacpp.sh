@@ -27,9 +27,16 @@
 #   KV       KV cache type of both systems: f16 (default, both defaults),
 #            q8_0 (llama-bench -ctk/-ctv q8_0 -fa 1: its quantized V cache
 #            needs flash attention), f32
-#   MODES    diffrt's cpu.precision values for q8_0 / q4_0 (default "f32";
-#            "f32 int8" adds the int8 mode: x in one int8 level a block, as
-#            llama.cpp's q8_0 activations; f16 always runs in f32)
+#   MODES    diffrt's cpu.precision values (default "f32"; "f32 int8" adds
+#            the int8 mode for q8_0 / q4_0: x in one int8 level a block, as
+#            llama.cpp's q8_0 activations; "bf16" the bf16 mode's prefill
+#            GEMMs, for every format: x and w rounded to bf16 as llama.cpp's
+#            f16 path rounds x to f16; f16 skips int8)
+#   ROOFLINE 1: diffrt's f32-mode runs also measure the machine's peaks (bench's
+#            probes: streaming read, GEMM); the table then gives both systems'
+#            pp512 and tg128 as fractions of them, from the same bytes and
+#            flops a token (diffrt bench's roofline: the two read the same
+#            matrices in the same types). Default 0.
 #   MODELS   checkpoints (default /tmp/diffrt-bench-models; made there when
 #            missing: needs pip install -r python/requirements.txt)
 #   LLAMA_SRC  where llama.cpp is unpacked and built (default /tmp/llamacpp)
@@ -52,6 +59,7 @@ q8_0) LKV=(-ctk q8_0 -ctv q8_0 -fa 1) ;;
 *) echo "run_llamacpp: KV must be f32, f16 or q8_0, got \"$KV\"" >&2; exit 2 ;;
 esac
 MODES=${MODES:-f32}
+ROOFLINE=${ROOFLINE:-0}
 MODELS=${MODELS:-/tmp/diffrt-bench-models}
 LLAMA_SRC=${LLAMA_SRC:-/tmp/llamacpp}
 VER=${LLAMA_CPP_PYTHON:-0.3.36}
@@ -63,7 +71,7 @@ for f in $FORMATS; do
     case $f in f16 | q8_0 | q4_0) ;; *) echo "run_llamacpp: FORMATS: unknown format \"$f\" (f16, q8_0, q4_0)" >&2; exit 2 ;; esac
 done
 for m in $MODES; do
-    case $m in f32 | int8) ;; *) echo "run_llamacpp: MODES: unknown mode \"$m\" (f32, int8)" >&2; exit 2 ;; esac
+    case $m in f32 | int8 | bf16) ;; *) echo "run_llamacpp: MODES: unknown mode \"$m\" (f32, int8, bf16)" >&2; exit 2 ;; esac
 done
 
 # ---- llama.cpp, built once ---------------------------------------------------
@@ -104,6 +112,11 @@ diffrt_pp_tg() {
     "$PY" -c 'import json,sys; b=json.load(open(sys.argv[1]))["backends"][0]
 print(*(b[t]["mean_tok_s"] if t in b else "nan" for t in ("pp", "tg")))' "$1"
 }
+# "peak_gbps peak_gflops bytes_per_token flops_per_token" of diffrt bench's JSON
+diffrt_roofline() {
+    "$PY" -c 'import json,sys; b=json.load(open(sys.argv[1]))["backends"][0]; r=b["roofline"]
+print(b["peak"]["gbytes_per_s"], b["peak"]["gflops"], r["decode"]["bytes_per_token"], r["prefill"]["flops_per_token"])' "$1"
+}
 llama_pp_tg() {
     "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1]))
 pp=[x["avg_ts"] for x in r if x["n_prompt"]>0 and x["n_gen"]==0]
@@ -118,16 +131,25 @@ echo "run_llamacpp: $ROUNDS rounds of ${FORMATS// /, } on $THREADS threads (load
 for r in $(seq 1 "$ROUNDS"); do
     for f in $FORMATS; do
         for mode in $MODES; do
-            [ "$f" = f16 ] && [ "$mode" != f32 ] && continue
+            [ "$f" = f16 ] && [ "$mode" = int8 ] && continue
             sys=diffrt
             [ "$mode" = f32 ] || sys="diffrt-$mode"
             echo "run_llamacpp: round $r/$ROUNDS, $f: $sys" >&2
+            peaks=(--peak-gbps 1 --peak-gflops 1)
+            [ "$ROOFLINE" = 1 ] && [ "$mode" = f32 ] && peaks=()
             "$D" bench --model "$(dir_of "$f")" --backend cpu --threads "$THREADS" -p 512 -n 128 -r 1 \
-                --kv-type "$KV" --set "cpu.precision=$mode" --peak-gbps 1 --peak-gflops 1 --json "$TMP/d.json" >"$TMP/d.txt" \
+                --kv-type "$KV" --set "cpu.precision=$mode" "${peaks[@]}" --json "$TMP/d.json" >"$TMP/d.txt" \
                 2>"$TMP/d.err" || { cat "$TMP/d.err" >&2; exit 1; }
             read -r pp tg < <(diffrt_pp_tg "$TMP/d.json")
             echo "$sys $f pp512 $pp" >>"$S"
             echo "$sys $f tg128 $tg" >>"$S"
+            if [ ${#peaks[@]} -eq 0 ]; then
+                read -r gbps gflops bpt fpt < <(diffrt_roofline "$TMP/d.json")
+                echo "peak $f gbps $gbps" >>"$S"
+                echo "peak $f gflops $gflops" >>"$S"
+                echo "peak $f bytes_tok $bpt" >>"$S"
+                echo "peak $f flops_tok $fpt" >>"$S"
+            fi
             if [ "$DEPTH" -gt 0 ] && [ "$mode" = f32 ]; then
                 echo "run_llamacpp: round $r/$ROUNDS, $f: $sys, tg128 at depth $DEPTH" >&2
                 "$D" bench --model "$(dir_of "$f")" --backend cpu --threads "$THREADS" -p 0 -n 128 -d "$DEPTH" -r 1 \
@@ -169,7 +191,7 @@ fi
 {
     echo "# diffrt vs llama.cpp, 1.1B Llama (TinyLlama's shapes, random weights), $(date -u +%Y-%m-%dT%H:%MZ)"
     echo
-    echo "Command: \`THREADS=$THREADS ROUNDS=$ROUNDS FORMATS=\"$FORMATS\" MODES=\"$MODES\" RSS_PROMPT=$RSS_PROMPT DEPTH=$DEPTH KV=$KV bench/run_llamacpp.sh $B\`"
+    echo "Command: \`THREADS=$THREADS ROUNDS=$ROUNDS FORMATS=\"$FORMATS\" MODES=\"$MODES\" RSS_PROMPT=$RSS_PROMPT DEPTH=$DEPTH KV=$KV ROOFLINE=$ROOFLINE bench/run_llamacpp.sh $B\`"
     echo "$("$D" --version | head -n 1); llama.cpp from llama-cpp-python $VER ($(git -C "$LL" rev-parse --short HEAD 2>/dev/null || echo 'source package'))."
     echo "Host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load after the run $(cut -d' ' -f1-3 /proc/loadavg)."
     echo "Checkpoints: $(du -sh "$M" | cut -f1) safetensors f16; GGUF $(for f in $FORMATS; do printf '%s %s ' "$f" "$(du -h "$M.$f.gguf" | cut -f1)"; done)"
@@ -192,14 +214,29 @@ for f in fmts:
         d, l = vals("diffrt", f, m), vals("llama.cpp", f, m)
         ratio = f"{statistics.median(d) / statistics.median(l):.2f}" if d and l else "-"
         print(f"| {f} | {m} tok/s | {cell(d)} | {cell(l)} | {ratio} |")
-        d8 = vals("diffrt-int8", f, m)
-        if d8 and l:
-            print(f"| {f} | {m} tok/s, diffrt cpu.precision=int8 | {cell(d8)} | {cell(l)} | {statistics.median(d8) / statistics.median(l):.2f} |")
+        for mode in ("int8", "bf16"):
+            dm = vals("diffrt-" + mode, f, m)
+            if dm and l:
+                print(f"| {f} | {m} tok/s, diffrt cpu.precision={mode} | {cell(dm)} | {cell(l)} | {statistics.median(dm) / statistics.median(l):.2f} |")
+    gbps, gflops = vals("peak", f, "gbps"), vals("peak", f, "gflops")
+    if gbps and gflops:
+        bpt, fpt = vals("peak", f, "bytes_tok")[0], vals("peak", f, "flops_tok")[0]
+        for m, per, peak, unit in (("pp512", fpt, statistics.median(gflops), "GFLOP/s"),
+                                   ("tg128", bpt, statistics.median(gbps), "GB/s")):
+            d, l = vals("diffrt", f, m), vals("llama.cpp", f, m)
+            if d and l:
+                fd, fl = statistics.median(d) * per / (peak * 1e9), statistics.median(l) * per / (peak * 1e9)
+                flag = lambda x: f"{x:.2f}" + (" (> 1.0: peak under-measured)" if x > 1.0 else "")
+                print(f"| {f} | {m}, fraction of the measured peak ({peak:.1f} {unit}) | {flag(fd)} | {flag(fl)} | - |")
     d, l = vals("diffrt", f, "rss_kib"), vals("llama.cpp", f, "rss_kib")
     if d and l:
         print(f"| {f} | peak RSS, MiB | {d[0] / 1024:.0f} | {l[0] / 1024:.0f} | {d[0] / l[0]:.2f} |")
 print()
 print("Medians over the rounds (min-max in brackets); peak RSS from one run each.")
+if any(r[0] == "peak" for r in rows):
+    print("Peaks: medians of diffrt bench's probes over the rounds (best streaming read of its bandwidth")
+    print("probes; best GEMM, x f32 and w in the model's dtype); a token's bytes and flops: diffrt bench's")
+    print("roofline (docs/bench-json.md), the same for both systems.")
 PYEOF
 } >"$OUT"
 cat "$OUT"
