@@ -87,14 +87,17 @@ static void check(drt_backend *be, const char *isa, drt_dtype kvt, int n) {
         if (bad_row >= 0) {
             size_t b = 0;
             while (got[(size_t)bad_row * rb + b] == want[(size_t)bad_row * rb + b]) b++;
-            DRT_CHECK(0, "%s %s n=%d (seed 7, rows %d..%d of %d): cache row %d differs from the reference at byte %zu "
+            DRT_CHECK(0,
+                      "%s %s n=%d (seed 7, rows %d..%d of %d): cache row %d differs from the reference at byte %zu "
                       "(0x%02x, want 0x%02x; source row case %d)",
                       isa, drt_dtype_name(kvt), n, P0, P0 + T - 1, cap, bad_row, b, got[(size_t)bad_row * rb + b],
                       want[(size_t)bad_row * rb + b], bad_row - P0);
         }
     }
     printf("  %-8s %-5s n=%3d: %s\n", isa, drt_dtype_name(kvt), n,
-           st != DRT_OK ? "error" : memcmp(got, want, cb) ? "differs" : "same bytes as the reference");
+           st != DRT_OK            ? "error"
+           : memcmp(got, want, cb) ? "differs"
+                                   : "same bytes as the reference");
     free(x);
     free(want);
     free(got);

@@ -58,8 +58,8 @@ VINL vf vabs(vf v) {
 VINL __m512i q8_lanes(vf v) {
     const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_abs_ps(_mm512_sub_ps(v, t));
-    const __m512 one = _mm512_castsi512_ps(
-        _mm512_or_si512(_mm512_set1_epi32(0x3f800000), _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN))));
+    const __m512 one = _mm512_castsi512_ps(_mm512_or_si512(
+        _mm512_set1_epi32(0x3f800000), _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN))));
     __m512 r = _mm512_mask_add_ps(t, _mm512_cmp_ps_mask(f, _mm512_set1_ps(0.5f), _CMP_GE_OQ), t, one);
     r = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
     r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), r);
@@ -104,7 +104,8 @@ static void kv_row_q8_0(const float *x, unsigned char *b, int64_t n) {
          * permute puts them back in order */
         const __m256i ab = _mm256_packs_epi32(q8_lanes(v[0]), q8_lanes(v[1]));
         const __m256i cd = _mm256_packs_epi32(q8_lanes(v[2]), q8_lanes(v[3]));
-        const __m256i q = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        const __m256i q = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd),
+                                                      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256((__m256i *)(b + 2), q);
 #endif
     }

@@ -38,6 +38,7 @@
 #define KC 256                    /* depth of one packed block */
 #define NB 4                      /* panels per task */
 #define GEMV_T 8                  /* x rows a GEMV kernel pass holds in registers */
+#define QT_R 8                    /* the most repacked q8_0 / q4_0 rows a qt_rows pass streams */
 #define GEMV_R 8                  /* weight rows a decode GEMV pass streams at once (gemv_rows8) */
 #define GEMV_MAX_T CPU_GEMV_MAX_T /* up to this many x rows: the GEMV path */
 /* The GEMVs prefetch the weight bytes DRT_PF_ROWS rows ahead into L2
@@ -523,28 +524,39 @@ QDOT_FN void qt_prep_x(float *o, const float *x, int K, drt_dtype dt, int one) {
     }
 }
 
-/* y[n + i] for i < n4 (1..4): repacked q8_0 / q4_0 weight rows n.. dotted
- * with the prepared x row xq (qt_prep_x) */
+/* repacked q8_0 / q4_0 weight rows a GEMV pass takes against T x rows in
+ * the x form x8: 8 for one x row in two int8 levels (the f32 mode's
+ * decode), else 4. As gemv_rows8, one core streams 8 rows faster than 4:
+ * bench_decode_gemv at the 1.1B shapes, one thread, four interleaved
+ * pairs, q8_0 20.8-21.0 -> 23.9-24.6 GB/s, q4_0 23.1-24.9 -> 27.5-28.9.
+ * With one int8 level (the int8 mode) 8 rows measured slower (q8_0 23.4
+ * -> 21.4-21.7) and 4 stay. */
+static int qt_group(int T, int x8) {
+    return T == 1 && !x8 ? QT_R : 4;
+}
+
+/* y[n + i] for i < n4 (1..QR, QR <= QT_R): repacked q8_0 / q4_0 weight
+ * rows n.. dotted with the prepared x row xq (qt_prep_x) */
 QDOT_FN void qt_rows(float *y, const float *xq, const void *w, drt_dtype dt, int64_t n, int n4, int K, float scale,
-                     int X8) {
+                     int X8, int QR) {
     const int q8 = dt == DRT_Q8_0, nb = K / DRT_QK, ns = qt_sblocks(K), nch = q8 ? 8 : 4;
     const int64_t bs = wbytes(dt, DRT_QK), rowb = nb * bs;
     const __m512i m4 = _mm512_set1_epi8(0x0F), x80 = _mm512_set1_epi8((char)0x80);
-    const unsigned char *r[4]; /* rows past n4 repeat row n; their sums are dropped */
-    for (int i = 0; i < 4; i++) r[i] = (const unsigned char *)w + (n + (i < n4 ? i : 0)) * rowb;
-    __m512 acc[4];
-    for (int i = 0; i < 4; i++) acc[i] = _mm512_setzero_ps();
+    const unsigned char *r[QT_R]; /* rows past n4 repeat row n; their sums are dropped */
+    for (int i = 0; i < QR; i++) r[i] = (const unsigned char *)w + (n + (i < n4 ? i : 0)) * rowb;
+    __m512 acc[QT_R];
+    for (int i = 0; i < QR; i++) acc[i] = _mm512_setzero_ps();
     for (int s = 0; s < ns; s++) {
         const int rb = qt_sb_blocks(nb, s);
         const __mmask64 mv = rb == 16 ? ~(__mmask64)0 : ((__mmask64)1 << (4 * rb)) - 1;
         const int64_t off = 16 * s * bs, cb = 4 * rb; /* superblock start; bytes per chunk */
         const int8_t *q = (const int8_t *)(xq + (int64_t)s * QT);
-        __m512i ia[4], ib[4];
-        for (int i = 0; i < 4; i++) ia[i] = ib[i] = _mm512_setzero_si512();
+        __m512i ia[QT_R], ib[QT_R];
+        for (int i = 0; i < QR; i++) ia[i] = ib[i] = _mm512_setzero_si512();
         for (int c = 0; c < nch; c++) {
             if (q8) {
                 const __m512i xa = _mm512_loadu_si512(q + 128 * c), xb = _mm512_loadu_si512(q + 128 * c + 64);
-                for (int i = 0; i < 4; i++) {
+                for (int i = 0; i < QR; i++) {
                     const unsigned char *b = r[i] + off + c * cb;
                     __builtin_prefetch(b + DRT_PF_ROWS * rowb, 0, DRT_PF_LOCALITY);
                     const __m512i u = _mm512_xor_si512(
@@ -556,7 +568,7 @@ QDOT_FN void qt_rows(float *y, const float *xq, const void *w, drt_dtype dt, int
                 const int8_t *qc = q + 256 * c;
                 const __m512i xal = _mm512_loadu_si512(qc), xah = _mm512_loadu_si512(qc + 64);
                 const __m512i xbl = _mm512_loadu_si512(qc + 128), xbh = _mm512_loadu_si512(qc + 192);
-                for (int i = 0; i < 4; i++) {
+                for (int i = 0; i < QR; i++) {
                     const unsigned char *b = r[i] + off + c * cb;
                     __builtin_prefetch(b + DRT_PF_ROWS * rowb, 0, DRT_PF_LOCALITY);
                     const __m512i wv = rb == 16 ? _mm512_loadu_si512(b) : _mm512_maskz_loadu_epi8(mv, b);
@@ -569,7 +581,7 @@ QDOT_FN void qt_rows(float *y, const float *xq, const void *w, drt_dtype dt, int
         const __m512 sx = _mm512_loadu_ps(xq + (int64_t)s * QT + 256),
                      bias = _mm512_loadu_ps(xq + (int64_t)s * QT + 272);
         const __mmask32 md = rb == 16 ? 0xFFFF : ((__mmask32)1 << rb) - 1;
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < QR; i++) {
             const unsigned char *b = r[i] + off + nch * cb;
             __builtin_prefetch(b + DRT_PF_ROWS * rowb, 0, DRT_PF_LOCALITY);
             /* 256 sum(w a) + sum(w b) per block: under 2^31 (32 * 255 * 127 * 257);
@@ -661,7 +673,7 @@ QDOT_FN void qt_rows_tt(float *y, const float *xq, int64_t xs, const void *w, dr
 QDOT_FN void qt_rows_any(float *y, const float *xq, int64_t xs, const void *w, drt_dtype dt, int64_t n, int n4, int T,
                          int N, int K, float scale, int x8) {
     if (T == 1) {
-#define QT_1(DT, X) qt_rows(y, xq, w, DT, n, n4, K, scale, X)
+#define QT_1(DT, X) qt_rows(y, xq, w, DT, n, n4, K, scale, X, qt_group(1, X))
         if (dt == DRT_Q8_0)
             x8 ? QT_1(DRT_Q8_0, 1) : QT_1(DRT_Q8_0, 0);
         else
@@ -711,13 +723,14 @@ QDOT_FN void qt_rows_any(float *y, const float *xq, int64_t xs, const void *w, d
 QDOT_ATTR static void gemv_qdot(const cpu_mm_args *a, int ith, int nth) {
     const int N = a->N, K = a->K;
     int64_t lo, hi;
-    cpu_split((int64_t)a->B * N, 4, ith, nth, &lo, &hi);
+    const int grp = a->wpack ? qt_group(a->T, a->x8) : 4;
+    cpu_split((int64_t)a->B * N, grp, ith, nth, &lo, &hi);
     float *xq = a->scratch[ith];
     int prepared = -1;
     for (int64_t c = lo; c < hi;) {
         const int b = (int)(c / N);
         const int64_t n = c % N;
-        int64_t n4 = hi - c < 4 ? hi - c : 4;
+        int64_t n4 = hi - c < grp ? hi - c : grp;
         if (N - n < n4) n4 = N - n;
         const int64_t xs = (int64_t)qt_sblocks(K) * QT; /* a repacked x row's floats */
         if (b != prepared) {
