@@ -1,6 +1,6 @@
 /* diffrt serve: the command line of the OpenAI-compatible server
- * (serve/, docs/serve.md). Built without libmicrohttpd, it parses the same
- * options and then says how to get the server. */
+ * (serve/, docs/serve.md). Built without the server (no epoll: not
+ * Linux), it parses the same options and then says so. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +39,7 @@ int cmd_serve(int argc, char **argv) {
                   .max_conns = 1024,
                   .max_conns_per_ip = 64,
                   .grace_s = 30};
-    const char *set_spec = NULL, *kv_type = NULL, *aliases = NULL, *max_body = "1M", *max_out = "1M";
+    const char *set_spec = NULL, *kv_type = NULL, *aliases = NULL, *max_body = "1M", *max_out = "1M", *hosts = NULL;
     int threads = 0, ctx = 0;
     const cli_opt opts[] = {
         {.name = "--model",
@@ -146,6 +146,13 @@ int cmd_serve(int argc, char **argv) {
          .dst = &o.cors_origin,
          .meta = "ORIGIN",
          .help = "allow browser pages from ORIGIN (\"*\": any); default: no CORS"},
+        {.name = "--allow-host",
+         .kind = CLI_STR,
+         .dst = &hosts,
+         .meta = "NAME,...",
+         .help = "Host names this server answers to besides localhost and IP addresses\n(\".example.com\": it and its "
+                 "subdomains; \"*\": any). Checked when there is\nno API key on a loopback address, or when given "
+                 "(docs/serve.md)"},
         {.name = "--metrics", .kind = CLI_FLAG, .dst = &o.metrics, .help = "serve GET /metrics (Prometheus text)"},
         {.name = "--chat-template",
          .kind = CLI_STR,
@@ -258,6 +265,16 @@ int cmd_serve(int argc, char **argv) {
         }
         if (!o.n_aliases) return cli_die("serve: --alias wants NAME,...%s", "");
     }
+    char host_buf[1024];
+    if (hosts) {
+        if (strlen(hosts) >= sizeof host_buf) return cli_die("serve: --allow-host is too long%s", "");
+        strcpy(host_buf, hosts);
+        for (char *p = strtok(host_buf, ","); p; p = strtok(NULL, ",")) {
+            if (o.n_allow_hosts == SRV_MAX_HOSTS) return cli_die("serve: --allow-host takes at most 16 names%s", "");
+            o.allow_hosts[o.n_allow_hosts++] = p;
+        }
+        if (!o.n_allow_hosts) return cli_die("serve: --allow-host wants NAME,...%s", "");
+    }
     o.threads = threads;
     o.ctx = ctx;
     drt_settings *set = NULL;
@@ -269,8 +286,8 @@ int cmd_serve(int argc, char **argv) {
 #ifdef DIFFRT_HAVE_SERVE
     rc = srv_run(&o);
 #else
-    fprintf(stderr, "diffrt: serve: this build has no server: it needs libmicrohttpd (Debian: apt-get install "
-                    "libmicrohttpd-dev, or bash scripts/setup.sh), then configure and build again\n");
+    fprintf(stderr, "diffrt: serve: this build has no server: it runs on Linux (epoll), and this build was "
+                    "configured without it (DIFFRT_SERVE)\n");
     rc = 1;
 #endif
     drt_settings_free(set);

@@ -10,7 +10,7 @@ PKGS=(
   libopenblas-dev         # the CPU GEMM the benchmarks compare against
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo libclblast-dev   # OpenCL (PoCL on CPU)
   libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools vulkan-validationlayers  # Vulkan (lavapipe on CPU)
-  libmicrohttpd-dev curl  # diffrt serve (HTTP) and its tests
+  curl                    # diffrt serve's tests
   python3 python3-numpy   # the Python package's test (ctest python_binding) runs /usr/bin/python3
                           # when the python3 first on PATH has no numpy (tests/CMakeLists.txt)
 )

@@ -1,22 +1,21 @@
-/* The HTTP layer on libmicrohttpd: routing, limits, API keys, CORS, the
- * small endpoints, and handing completions to the scheduler.
+/* The HTTP layer: routing, API keys, CORS, the small endpoints, and
+ * handing completions to the scheduler, on the connections of httpd.h.
  *
- * libmicrohttpd runs one epoll thread: an idle socket or an open stream
- * costs a file descriptor and a 32 KiB memory pool, never a thread. A
- * non-streaming completion suspends its connection until the scheduler has
- * the whole answer; a stream's content reader suspends when it has sent
- * everything there is and the scheduler resumes it when there is more. */
-#include <arpa/inet.h>
+ * One epoll thread runs every connection: an idle socket or an open stream
+ * costs a file descriptor and its buffers, never a thread. A non-streaming
+ * completion parks its connection until the scheduler has the whole
+ * answer; a stream's reader parks it when it has sent everything there is
+ * and the scheduler resumes it when there is more. */
 #include <cjson/cJSON.h>
-#include <microhttpd.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "diffrt/util.h"
+#include "httpd.h"
 #include "server.h"
 
 typedef enum {
@@ -47,18 +46,16 @@ static const struct {
 
 typedef struct conn_state {
     route r;
-    char *body;
-    size_t len, cap;
-    int too_large;
-    double t_start;
+    char *body; /* the request's body, len bytes (NUL after them) */
+    size_t len;
     srv_job *job;
     char *model;        /* GET /v1/models/{id} */
     const char *origin; /* the allowed CORS origin this request came from, or NULL */
 
     /* A POST's preparation (parse, chat template, tokenize) runs on a
-     * tokenizer thread while the connection is suspended; the thread owns
+     * tokenizer thread while the connection is parked; the thread owns
      * these until it sets prep_done (under S->prep_mu) and resumes it. */
-    struct MHD_Connection *conn;
+    srv_conn *conn;
     struct conn_state *prep_next;
     int prep_busy, prep_done;
     int perr_set;
@@ -69,83 +66,79 @@ typedef struct conn_state {
 
 /* ---- responses ---- */
 
-static void add_common(const srv *S, struct MHD_Response *res, const conn_state *cs) {
+#define MAX_HDRS 12
+typedef struct {
+    srv_hdr h[MAX_HDRS];
+    int n;
+} hdrs;
+
+static void hdr(hdrs *h, const char *name, const char *value) {
+    if (h->n < MAX_HDRS) h->h[h->n++] = (srv_hdr){name, value};
+}
+
+static void add_common(hdrs *h, const conn_state *cs) {
     if (cs && cs->origin) {
-        MHD_add_response_header(res, "Access-Control-Allow-Origin", cs->origin);
-        MHD_add_response_header(res, "Vary", "Origin");
+        hdr(h, "Access-Control-Allow-Origin", cs->origin);
+        hdr(h, "Vary", "Origin");
     }
-    (void)S;
 }
 
-/* Queues body (owned; NULL: out of memory, answered 500) with status. */
-static enum MHD_Result send_body(srv *S, struct MHD_Connection *c, const conn_state *cs, int status, char *body,
-                                 const char *type) {
+static const char OOM_BODY[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
+                               "\"code\":null}}";
+
+/* Answers with body (owned; NULL: out of memory, answered 500). */
+static void send_body(srv_conn *c, const conn_state *cs, int status, char *body, const char *type) {
+    hdrs h = {.n = 0};
     if (!body) {
-        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
-                                  "\"code\":null}}";
-        struct MHD_Response *res = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
-        if (!res) return MHD_NO;
-        MHD_add_response_header(res, "Content-Type", "application/json");
-        enum MHD_Result r = MHD_queue_response(c, 500, res);
-        MHD_destroy_response(res);
-        return r;
+        status = 500;
+        body = strdup(OOM_BODY);
+        type = NULL;
     }
-    struct MHD_Response *res = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!res) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(res, "Content-Type", type ? type : "application/json");
-    add_common(S, res, cs);
-    enum MHD_Result r = MHD_queue_response(c, (unsigned)status, res);
-    MHD_destroy_response(res);
-    return r;
+    hdr(&h, "Content-Type", type ? type : "application/json");
+    add_common(&h, cs);
+    srv_conn_respond(c, status, h.h, h.n, body, body ? strlen(body) : 0, 0);
 }
 
-static enum MHD_Result send_error(srv *S, struct MHD_Connection *c, const conn_state *cs, const srv_error *e) {
+static void send_error(const srv *S, srv_conn *c, const conn_state *cs, const srv_error *e) {
+    (void)S;
     char *body = srv_error_json(e);
-    if (!body) return send_body(S, c, cs, 500, NULL, NULL);
-    struct MHD_Response *res = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!res) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(res, "Content-Type", "application/json");
-    if (e->status == 401) MHD_add_response_header(res, "WWW-Authenticate", "Bearer");
-    if (e->status == 503) MHD_add_response_header(res, "Retry-After", "1");
-    if (e->status >= 500 && e->status != 503) MHD_add_response_header(res, "x-should-retry", "false");
-    if (e->status == 405) {
+    if (!body) return send_body(c, cs, 500, NULL, NULL);
+    hdrs h = {.n = 0};
+    hdr(&h, "Content-Type", "application/json");
+    if (e->status == 401) hdr(&h, "WWW-Authenticate", "Bearer");
+    if (e->status == 503) hdr(&h, "Retry-After", "1");
+    if (e->status >= 500 && e->status != 503) hdr(&h, "x-should-retry", "false");
+    if (e->status == 405)
         for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-            if (cs && routes[i].r == cs->r) MHD_add_response_header(res, "Allow", routes[i].method);
-    }
-    add_common(S, res, cs);
-    enum MHD_Result r = MHD_queue_response(c, (unsigned)e->status, res);
-    MHD_destroy_response(res);
-    return r;
+            if (cs && routes[i].r == cs->r) hdr(&h, "Allow", routes[i].method);
+    add_common(&h, cs);
+    srv_conn_respond(c, e->status, h.h, h.n, body, strlen(body), 0);
 }
 
-static enum MHD_Result fail(srv *S, struct MHD_Connection *c, const conn_state *cs, int status, const char *type,
-                            const char *code, const char *param, const char *msg) {
+static void fail(const srv *S, srv_conn *c, const conn_state *cs, int status, const char *type, const char *code,
+                 const char *param, const char *msg) {
     srv_error e;
     srv_error_set(&e, status, type, code, param, "%s", msg);
-    return send_error(S, c, cs, &e);
+    send_error(S, c, cs, &e);
 }
 
-static enum MHD_Result send_json(srv *S, struct MHD_Connection *c, const conn_state *cs, cJSON *o) {
+static void send_json(srv_conn *c, const conn_state *cs, cJSON *o) {
     char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
-    return send_body(S, c, cs, 200, s, NULL);
+    send_body(c, cs, 200, s, NULL);
 }
 
 /* ---- auth ---- */
 
-/* 1 when the request carries one of the keys (or none is set). The compare
- * takes the same time wherever the first difference is. */
-static int key_ok(const srv *S, struct MHD_Connection *c) {
+/* 1 when the request carries one of the keys (or none is set): the scheme
+ * "Bearer" in any case (RFC 9110 11.1), one or more spaces, the key. The
+ * compare takes the same time wherever the first difference is. */
+static int key_ok(const srv *S, const srv_conn *c) {
     if (!S->n_keys) return 1;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return 0;
-    const char *k = h + 7;
+    const char *h = srv_conn_header(c, "Authorization");
+    if (!h || strncasecmp(h, "Bearer", 6) != 0 || h[6] != ' ') return 0;
+    const char *k = h + 6;
+    while (*k == ' ') k++;
     size_t kn = strlen(k);
     int ok = 0;
     for (int i = 0; i < S->n_keys; i++) {
@@ -156,6 +149,70 @@ static int key_ok(const srv *S, struct MHD_Connection *c) {
         ok |= d == 0;
     }
     return ok;
+}
+
+/* ---- Host and Origin (docs/serve.md, "What the server promises") ---- */
+
+/* The host name of a Host value (no port; [v6] keeps its brackets), in h. */
+static void host_name(const char *host, char *h, size_t n) {
+    size_t k = strlen(host);
+    if (host[0] == '[') {
+        const char *e = strchr(host, ']');
+        k = e ? (size_t)(e - host) + 1 : k;
+    } else {
+        const char *e = strrchr(host, ':');
+        if (e) k = (size_t)(e - host);
+    }
+    if (k >= n) k = n - 1;
+    for (size_t i = 0; i < k; i++) h[i] = (char)((host[i] >= 'A' && host[i] <= 'Z') ? host[i] + 32 : host[i]);
+    h[k] = 0;
+}
+
+/* 1 when a page of another site could not have put this Host there by DNS
+ * rebinding: an IP literal (a rebinding page uses its own name), localhost
+ * and *.localhost, or a name given with --allow-host (".example.com": it and
+ * its subdomains). Checked when the server is on a loopback address without
+ * an API key, or when --allow-host is given ("*": never). */
+static int host_ok(const srv *S, const srv_conn *c) {
+    int enforce = (S->loopback && !S->n_keys) || S->o.n_allow_hosts > 0;
+    for (int i = 0; i < S->o.n_allow_hosts; i++)
+        if (strcmp(S->o.allow_hosts[i], "*") == 0) enforce = 0;
+    const char *host = srv_conn_host(c);
+    if (!enforce || !host[0]) return 1;
+    char h[256], v6[64];
+    host_name(host, h, sizeof h);
+    struct in_addr a4;
+    size_t hn = strlen(h);
+    if (inet_pton(AF_INET, h, &a4) == 1) return 1;
+    if (hn > 2 && h[0] == '[' && hn - 2 < sizeof v6) {
+        struct in6_addr a6;
+        memcpy(v6, h + 1, hn - 2);
+        v6[hn - 2] = 0;
+        if (inet_pton(AF_INET6, v6, &a6) == 1) return 1;
+    }
+    if (strcmp(h, "localhost") == 0 || (hn > 10 && strcmp(h + hn - 10, ".localhost") == 0)) return 1;
+    for (int i = 0; i < S->o.n_allow_hosts; i++) {
+        const char *a = S->o.allow_hosts[i];
+        size_t an = strlen(a);
+        if (strcasecmp(a, h) == 0) return 1;
+        if (a[0] == '.' && (strcasecmp(a + 1, h) == 0 || (hn > an && strcasecmp(h + hn - an, a) == 0))) return 1;
+    }
+    return 0;
+}
+
+/* 1 for a POST that a page of another site could make without the CORS
+ * preflight (a "simple" request): an Origin that is neither this server
+ * (http://HOST) nor --cors-origin's, and a body type that is not JSON. */
+static int cross_site_simple(const srv_conn *c, const conn_state *cs) {
+    const char *origin = srv_conn_header(c, "Origin");
+    if (!origin || cs->origin) return 0;
+    const char *host = srv_conn_host(c);
+    if (strncasecmp(origin, "http://", 7) == 0 && host[0] && strcasecmp(origin + 7, host) == 0) return 0;
+    const char *ct = srv_conn_header(c, "Content-Type");
+    if (!ct) return 1;
+    size_t n = strcspn(ct, ";");
+    while (n && (ct[n - 1] == ' ' || ct[n - 1] == '\t')) n--;
+    return !(n == 16 && strncasecmp(ct, "application/json", 16) == 0);
 }
 
 /* ---- the small endpoints ---- */
@@ -185,17 +242,17 @@ static int model_known(const srv *S, const char *name) {
     return 0;
 }
 
-static enum MHD_Result do_models(srv *S, struct MHD_Connection *c, const conn_state *cs) {
+static void do_models(srv *S, srv_conn *c, const conn_state *cs) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON *d = cJSON_AddArrayToObject(o, "data");
     for (int i = 0; i < S->n_aliases; i++) cJSON_AddItemToArray(d, model_object(S, S->aliases[i]));
-    return send_json(S, c, cs, o);
+    return send_json(c, cs, o);
 }
 
-static enum MHD_Result do_model(srv *S, struct MHD_Connection *c, const conn_state *cs, const char *name) {
+static void do_model(srv *S, srv_conn *c, const conn_state *cs, const char *name) {
     for (int i = 0; i < S->n_aliases; i++)
-        if (strcmp(S->aliases[i], name) == 0) return send_json(S, c, cs, model_object(S, name));
+        if (strcmp(S->aliases[i], name) == 0) return send_json(c, cs, model_object(S, name));
     return fail(S, c, cs, 404, "not_found_error", "model_not_found", "model", "no such model");
 }
 
@@ -301,22 +358,21 @@ static int job_prompt(srv *S, srv_job *j, srv_error *e) {
     return 0;
 }
 
-static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
-    (void)pos;
+static long stream_reader(void *cls, char *buf, size_t max) {
     srv_job *j = cls;
-    ssize_t r;
+    long r;
     pthread_mutex_lock(&j->mu);
     if (j->out_len > j->out_off) {
         size_t n = j->out_len - j->out_off < max ? j->out_len - j->out_off : max;
         memcpy(buf, j->out + j->out_off, n);
         j->out_off += n;
-        r = (ssize_t)n;
+        r = (long)n;
     } else if (j->out_done || !j->conn) {
-        r = j->cancelled ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
+        r = j->cancelled ? SRV_READ_ABORT : SRV_READ_END;
     } else { /* nothing yet: park the connection until the scheduler has more */
         j->suspended = 1;
-        MHD_suspend_connection(j->conn);
-        r = 0;
+        srv_conn_suspend(j->conn);
+        r = SRV_READ_SUSPENDED;
     }
     pthread_mutex_unlock(&j->mu);
     return r;
@@ -327,14 +383,14 @@ static void stream_free(void *cls) {
 }
 
 /* A finished non-streaming job's answer. */
-static enum MHD_Result answer_job(srv *S, struct MHD_Connection *c, conn_state *cs) {
+static void answer_job(srv *S, srv_conn *c, conn_state *cs) {
     srv_job *j = cs->job;
     pthread_mutex_lock(&j->mu);
     if (!j->out_done) { /* woken early: wait again */
         j->suspended = 1;
-        MHD_suspend_connection(c);
+        srv_conn_suspend(c);
         pthread_mutex_unlock(&j->mu);
-        return MHD_YES;
+        return;
     }
     int status = j->status ? j->status : 500;
     char *body = NULL;
@@ -345,18 +401,12 @@ static enum MHD_Result answer_job(srv *S, struct MHD_Connection *c, conn_state *
     int no_retry = j->no_retry;
     pthread_mutex_unlock(&j->mu);
     if (!body) return fail(S, c, cs, 500, "server_error", NULL, NULL, "the request was cancelled");
-    struct MHD_Response *res = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-    if (!res) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(res, "Content-Type", "application/json");
-    if (no_retry) MHD_add_response_header(res, "x-should-retry", "false");
-    if (status == 503) MHD_add_response_header(res, "Retry-After", "1");
-    add_common(S, res, cs);
-    enum MHD_Result r = MHD_queue_response(c, (unsigned)status, res);
-    MHD_destroy_response(res);
-    return r;
+    hdrs h = {.n = 0};
+    hdr(&h, "Content-Type", "application/json");
+    if (no_retry) hdr(&h, "x-should-retry", "false");
+    if (status == 503) hdr(&h, "Retry-After", "1");
+    add_common(&h, cs);
+    srv_conn_respond(c, status, h.h, h.n, body, strlen(body), 0);
 }
 
 /* A completion's job with its prompt's ids into cs->pjob, or cs->perr. */
@@ -389,14 +439,14 @@ static void prep_completion(srv *S, conn_state *cs, srv_request *q) {
 
 /* Hands a prepared job to the scheduler and answers: a stream at once, a
  * whole answer once the scheduler has it. */
-static enum MHD_Result start_job(srv *S, struct MHD_Connection *c, conn_state *cs, srv_job *j) {
+static void start_job(srv *S, srv_conn *c, conn_state *cs, srv_job *j) {
     static atomic_ullong serial;
     snprintf(j->id, sizeof j->id, "%s-%llx%04llx", j->req.ep == SRV_EP_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)time(NULL), (unsigned long long)(atomic_fetch_add(&serial, 1) & 0xffff));
     j->created = (long long)time(NULL);
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->conn = c;
-    j->fd = ci ? ci->connect_fd : -1;
+    j->fd = srv_conn_fd(c);
+    j->http10 = srv_conn_minor(c) == 0;
     if (j->req.stream && j->req.ep == SRV_EP_CHAT) { /* the opening chunk, before any token */
         char *ev = srv_sse_chunk(j, "", 0, 1);
         if (ev) {
@@ -420,29 +470,21 @@ static enum MHD_Result start_job(srv *S, struct MHD_Connection *c, conn_state *c
     }
     if (j->req.stream) {
         atomic_fetch_add(&j->refs, 1); /* the response's */
-        struct MHD_Response *res = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, j,
-                                                                     stream_free);
-        if (!res) {
-            srv_job_unref(j);
-            srv_job_cancel(j, "out of memory");
-            return MHD_NO;
-        }
-        MHD_add_response_header(res, "Content-Type", "text/event-stream");
-        MHD_add_response_header(res, "Cache-Control", "no-cache");
-        MHD_add_response_header(res, "X-Accel-Buffering", "no");
-        add_common(S, res, cs);
-        enum MHD_Result r = MHD_queue_response(c, 200, res);
-        MHD_destroy_response(res);
-        return r;
+        hdrs h = {.n = 0};
+        hdr(&h, "Content-Type", "text/event-stream");
+        hdr(&h, "Cache-Control", "no-cache");
+        hdr(&h, "X-Accel-Buffering", "no");
+        add_common(&h, cs);
+        return srv_conn_stream(c, 200, h.h, h.n, stream_reader, j, stream_free);
     }
     pthread_mutex_lock(&j->mu);
     int done = j->out_done;
     if (!done) {
         j->suspended = 1;
-        MHD_suspend_connection(c);
+        srv_conn_suspend(c);
     }
     pthread_mutex_unlock(&j->mu);
-    return done ? answer_job(S, c, cs) : MHD_YES;
+    if (done) answer_job(S, c, cs);
 }
 
 /* ---- the tokenizer threads ---- */
@@ -485,15 +527,13 @@ static void *prep_main(void *arg) {
         if (!S->prep_head) S->prep_tail = NULL;
         pthread_mutex_unlock(&S->prep_mu);
         prepare(S, cs);
-        struct MHD_Connection *c = cs->conn;
+        srv_conn *c = cs->conn;
         pthread_mutex_lock(&S->prep_mu);
         cs->prep_busy = 0;
         cs->prep_done = 1;
         pthread_mutex_unlock(&S->prep_mu);
-        /* outside prep_mu, as the scheduler resumes outside job.mu; the
-         * HTTP thread suspended c before it queued cs, so this cannot come
-         * first. After this, cs is the HTTP thread's again. */
-        MHD_resume_connection(c);
+        /* after this, cs is the HTTP thread's again */
+        srv_conn_resume(c);
         pthread_mutex_lock(&S->prep_mu);
     }
     pthread_mutex_unlock(&S->prep_mu);
@@ -501,7 +541,7 @@ static void *prep_main(void *arg) {
 }
 
 /* The HTTP thread, once the tokenizer thread has resumed the connection. */
-static enum MHD_Result finish_prep(srv *S, struct MHD_Connection *c, conn_state *cs) {
+static void finish_prep(srv *S, srv_conn *c, conn_state *cs) {
     cs->prep_done = 0;
     if (cs->perr_set) return send_error(S, c, cs, &cs->perr);
     if (cs->pjob) {
@@ -511,12 +551,12 @@ static enum MHD_Result finish_prep(srv *S, struct MHD_Connection *c, conn_state 
     }
     char *body = cs->pbody; /* NULL: out of memory, answered 500 */
     cs->pbody = NULL;
-    return send_body(S, c, cs, 200, body, NULL);
+    send_body(c, cs, 200, body, NULL);
 }
 
 /* ---- dispatch ---- */
 
-static enum MHD_Result handle_body(srv *S, struct MHD_Connection *c, conn_state *cs) {
+static void handle_post(srv *S, srv_conn *c, conn_state *cs) {
     if (cs->r == R_COMPLETIONS || cs->r == R_CHAT) {
         pthread_mutex_lock(&S->mu);
         int draining = S->draining;
@@ -538,38 +578,66 @@ static enum MHD_Result handle_body(srv *S, struct MHD_Connection *c, conn_state 
     else
         S->prep_head = cs;
     S->prep_tail = cs;
-    MHD_suspend_connection(c);
+    srv_conn_suspend(c);
     pthread_cond_signal(&S->prep_wake);
     pthread_mutex_unlock(&S->prep_mu);
-    return MHD_YES;
 }
 
-static enum MHD_Result first_call(srv *S, struct MHD_Connection *c, conn_state *cs, const char *url,
-                                  const char *method) {
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+/* A CORS preflight: the methods, and the headers the page asks for when
+ * they are a list of field names (the OpenAI SDKs send their own
+ * x-stainless-* headers), else Authorization and Content-Type. */
+static void preflight(srv_conn *c, const conn_state *cs) {
+    hdrs h = {.n = 0};
+    add_common(&h, cs);
+    const char *want = srv_conn_header(c, "Access-Control-Request-Headers"), *allow = "Authorization, Content-Type";
+    if (want && *want) {
+        int ok = 1;
+        for (const char *p = want; *p && ok; p++)
+            ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("-_, ", *p);
+        if (ok) allow = want;
+    }
+    hdr(&h, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    hdr(&h, "Access-Control-Allow-Headers", allow);
+    hdr(&h, "Access-Control-Max-Age", "600");
+    srv_conn_respond(c, 204, h.h, h.n, NULL, 0, 0);
+}
+
+static void on_head(void *cls, srv_conn *c) {
+    srv *S = cls;
+    conn_state *cs = calloc(1, sizeof *cs);
+    if (!cs) return send_body(c, NULL, 500, NULL, NULL);
+    srv_conn_set_ctx(c, cs);
+    const char *url = srv_conn_path(c), *method = srv_conn_method(c);
+    const char *origin = srv_conn_header(c, "Origin");
     if (S->o.cors_origin && origin && (strcmp(S->o.cors_origin, "*") == 0 || strcmp(S->o.cors_origin, origin) == 0))
         cs->origin = S->o.cors_origin;
+    if (!host_ok(S, c)) {
+        char msg[160], hb[64];
+        snprintf(msg, sizeof msg,
+                 "Host \"%s\" is not a name of this server (a DNS rebinding page?); start the server with "
+                 "--allow-host NAME to allow it",
+                 drt_printable(srv_conn_host(c), hb, sizeof hb));
+        return fail(S, c, cs, 403, "invalid_request_error", "host_not_allowed", NULL, msg);
+    }
     const char *want = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (strcmp(url, routes[i].path) == 0) cs->r = routes[i].r, want = routes[i].method;
     if (!want && strncmp(url, "/v1/models/", 11) == 0 && url[11]) cs->r = R_MODEL, want = "GET";
     if (!want || (cs->r == R_METRICS && !S->o.metrics))
         return fail(S, c, cs, 404, "not_found_error", NULL, NULL, "unknown path");
-    if (strcmp(method, "OPTIONS") == 0 && S->o.cors_origin) {
-        struct MHD_Response *res = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-        if (!res) return MHD_NO;
-        add_common(S, res, cs);
-        MHD_add_response_header(res, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        MHD_add_response_header(res, "Access-Control-Allow-Headers", "Authorization, Content-Type");
-        MHD_add_response_header(res, "Access-Control-Max-Age", "600");
-        enum MHD_Result r = MHD_queue_response(c, 204, res);
-        MHD_destroy_response(res);
-        return r;
-    }
+    if (strcmp(method, "OPTIONS") == 0 && S->o.cors_origin) return preflight(c, cs);
     if (strcmp(method, want) != 0 && !(strcmp(want, "GET") == 0 && strcmp(method, "HEAD") == 0)) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "%s wants %s", url, want);
+        char msg[96], ub[48];
+        snprintf(msg, sizeof msg, "%s wants %s", drt_printable(url, ub, sizeof ub), want);
         return fail(S, c, cs, 405, "invalid_request_error", NULL, NULL, msg);
+    }
+    if (strcmp(want, "POST") == 0 && cross_site_simple(c, cs)) {
+        char msg[200], ob[64];
+        snprintf(msg, sizeof msg,
+                 "a cross-site request (Origin %s) without Content-Type: application/json is refused; allow the "
+                 "page with --cors-origin",
+                 drt_printable(origin, ob, sizeof ob));
+        return fail(S, c, cs, 403, "invalid_request_error", "cross_site_request", NULL, msg);
     }
     if (cs->r != R_HEALTH && !key_ok(S, c)) {
         pthread_mutex_lock(&S->mu);
@@ -578,100 +646,46 @@ static enum MHD_Result first_call(srv *S, struct MHD_Connection *c, conn_state *
         return fail(S, c, cs, 401, "authentication_error", "invalid_api_key", NULL,
                     "a valid API key is required (Authorization: Bearer KEY)");
     }
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    if (cl) {
-        char *end;
-        unsigned long long n = strtoull(cl, &end, 10);
-        if (*end == 0 && n > (unsigned long long)S->o.max_body) {
-            cs->too_large = 1;
-            pthread_mutex_lock(&S->mu);
-            S->m.rejected_too_large++;
-            pthread_mutex_unlock(&S->mu);
-            char msg[96];
-            snprintf(msg, sizeof msg, "the body is larger than %ld bytes (--max-body)", S->o.max_body);
-            return fail(S, c, cs, 413, "invalid_request_error", NULL, NULL, msg);
-        }
-    }
-    if (cs->r == R_MODEL && !(cs->model = strdup(url + 11))) return MHD_NO;
-    /* answered on the next call, once libmicrohttpd has read the whole
-     * request: a response queued now would close the connection */
-    return MHD_YES;
+    if (cs->r == R_MODEL && !(cs->model = strdup(url + 11))) return send_body(c, cs, 500, NULL, NULL);
 }
 
 /* The GET endpoints, once the request is complete. */
-static enum MHD_Result handle_get(srv *S, struct MHD_Connection *c, conn_state *cs) {
+static void handle_get(srv *S, srv_conn *c, conn_state *cs) {
     if (cs->r == R_HEALTH) {
         pthread_mutex_lock(&S->mu);
         int draining = S->draining;
         pthread_mutex_unlock(&S->mu);
         if (draining) return fail(S, c, cs, 503, "unavailable_error", NULL, NULL, "the server is shutting down");
-        return send_body(S, c, cs, 200, strdup("{\"status\":\"ok\"}"), NULL);
+        return send_body(c, cs, 200, strdup("{\"status\":\"ok\"}"), NULL);
     }
     if (cs->r == R_MODELS) return do_models(S, c, cs);
     if (cs->r == R_MODEL) return do_model(S, c, cs, cs->model);
-    return send_body(S, c, cs, 200, srv_metrics_text(S), "text/plain; version=0.0.4");
+    send_body(c, cs, 200, srv_metrics_text(S), "text/plain; version=0.0.4");
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
+static void on_body(void *cls, srv_conn *c, char *body, size_t len) {
     srv *S = cls;
-    conn_state *cs = *con_cls;
-    if (!cs) {
-        cs = calloc(1, sizeof *cs);
-        if (!cs) return MHD_NO;
-        cs->t_start = drt_clock_s();
-        *con_cls = cs;
-        return first_call(S, c, cs, url, method);
-    }
+    conn_state *cs = srv_conn_ctx(c);
+    cs->body = body;
+    cs->len = len;
+    if (cs->r == R_HEALTH || cs->r == R_MODELS || cs->r == R_MODEL || cs->r == R_METRICS) return handle_get(S, c, cs);
+    handle_post(S, c, cs);
+}
+
+static void on_resume(void *cls, srv_conn *c) {
+    srv *S = cls;
+    conn_state *cs = srv_conn_ctx(c);
     if (cs->job) return answer_job(S, c, cs);
     pthread_mutex_lock(&S->prep_mu);
-    int prep_done = cs->prep_done, prep_busy = cs->prep_busy;
+    int prep_done = cs->prep_done;
     pthread_mutex_unlock(&S->prep_mu);
-    if (prep_done) return finish_prep(S, c, cs);
-    if (prep_busy) return MHD_YES; /* not reached: suspended while a tokenizer thread has it */
-    if (*upload_size) {
-        size_t n = *upload_size;
-        *upload_size = 0;
-        /* libmicrohttpd cannot answer before the body's end: a body that
-         * comes too slowly is cut by closing the connection; one past the
-         * limit is read and dropped (nothing kept), then answered 413 */
-        if (S->o.body_timeout_s > 0 && drt_clock_s() - cs->t_start > S->o.body_timeout_s) return MHD_NO;
-        if (cs->too_large) return MHD_YES;
-        if (cs->len + n > (size_t)S->o.max_body) {
-            cs->too_large = 1;
-            free(cs->body);
-            cs->body = NULL;
-            cs->len = cs->cap = 0;
-            pthread_mutex_lock(&S->mu);
-            S->m.rejected_too_large++;
-            pthread_mutex_unlock(&S->mu);
-            return MHD_YES;
-        }
-        if (cs->len + n + 1 > cs->cap) {
-            size_t cap = (cs->len + n + 1) * 2;
-            if (cap > (size_t)S->o.max_body + 1) cap = (size_t)S->o.max_body + 1;
-            char *p = realloc(cs->body, cap);
-            if (!p) return MHD_NO;
-            cs->body = p, cs->cap = cap;
-        }
-        memcpy(cs->body + cs->len, upload, n);
-        cs->len += n;
-        return MHD_YES;
-    }
-    if (cs->too_large) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "the body is larger than %ld bytes (--max-body)", S->o.max_body);
-        return fail(S, c, cs, 413, "invalid_request_error", NULL, NULL, msg);
-    }
-    if (cs->r == R_HEALTH || cs->r == R_MODELS || cs->r == R_MODEL || cs->r == R_METRICS) return handle_get(S, c, cs);
-    return handle_body(S, c, cs);
+    if (prep_done) finish_prep(S, c, cs);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+static void on_done(void *cls, srv_conn *c, void *ctx, int ok) {
     (void)cls;
     (void)c;
-    conn_state *cs = *con_cls;
+    conn_state *cs = ctx;
     if (!cs) return;
     srv_job *j = cs->job;
     if (j) {
@@ -681,32 +695,31 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         j->suspended = 0;
         int unfinished = !j->out_done;
         pthread_mutex_unlock(&j->mu);
-        if (unfinished || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) srv_job_cancel(j, "client left");
+        if (unfinished || !ok) srv_job_cancel(j, "client left");
         srv_job_unref(j);
     }
-    if (cs->pjob) srv_job_unref(cs->pjob); /* prepared, never started (the daemon is stopping) */
+    if (cs->pjob) srv_job_unref(cs->pjob); /* prepared, never started (the server is stopping) */
     free(cs->pbody);
     free(cs->body);
     free(cs->model);
     free(cs);
-    *con_cls = NULL;
+}
+
+static void on_refused(void *cls, int status) {
+    srv *S = cls;
+    pthread_mutex_lock(&S->mu);
+    if (status == 413 || status == 431 || status == 414)
+        S->m.rejected_too_large++;
+    else
+        S->m.rejected_bad_request++;
+    pthread_mutex_unlock(&S->mu);
 }
 
 /* debug (--sndbuf): a small socket send buffer, so that a test's client
  * that does not read fills it after a few KiB */
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
-                          enum MHD_ConnectionNotificationCode toe) {
-    (void)socket_context;
+static void on_accept(void *cls, int fd) {
     srv *S = cls;
-    if (toe != MHD_CONNECTION_NOTIFY_STARTED || S->o.sndbuf <= 0) return;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci) setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &S->o.sndbuf, sizeof S->o.sndbuf);
-}
-
-static void on_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
-    (void)fmt;
-    (void)ap; /* libmicrohttpd's own messages (a client's bad request line, ...) are not the operator's business */
+    if (S->o.sndbuf > 0) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &S->o.sndbuf, sizeof S->o.sndbuf);
 }
 
 /* Stops the tokenizer threads once they have emptied their queue: every
@@ -736,47 +749,35 @@ static int prep_start(srv *S) {
 
 int srv_http_start(srv *S) {
     if (prep_start(S) != 0) return -1;
-    struct sockaddr_storage ss;
-    memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-    if (inet_pton(AF_INET, S->o.host, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)S->o.port);
-    } else if (inet_pton(AF_INET6, S->o.host, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)S->o.port);
-        flags |= MHD_USE_IPv6;
-    } else {
-        fprintf(stderr, "diffrt: serve: --host wants a numeric IPv4 or IPv6 address, got \"%.64s\"\n", S->o.host);
+    srv_httpd_opts ho = {.host = S->o.host,
+                         .port = S->o.port,
+                         .max_conns = S->o.max_conns,
+                         .max_conns_per_ip = S->o.max_conns_per_ip,
+                         .idle_timeout_s = S->o.idle_timeout_s,
+                         .body_timeout_s = S->o.body_timeout_s,
+                         .max_body = S->o.max_body};
+    srv_httpd_cb cb = {.cls = S,
+                       .on_head = on_head,
+                       .on_body = on_body,
+                       .on_resume = on_resume,
+                       .on_done = on_done,
+                       .on_refused = on_refused,
+                       .on_accept = on_accept};
+    char err[200];
+    if (srv_httpd_start(&ho, &cb, &S->httpd, &S->o.port, err, sizeof err) != 0) {
+        fprintf(stderr, "diffrt: serve: %s\n", err);
         prep_stop(S);
         return -1;
     }
-    S->daemon = MHD_start_daemon(
-        flags, (uint16_t)S->o.port, NULL, NULL, on_request, S, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)S->o.max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)S->o.max_conns_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)S->o.idle_timeout_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)32768, MHD_OPTION_NOTIFY_COMPLETED, on_completed, S,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_EXTERNAL_LOGGER, on_log, S, MHD_OPTION_END);
-    if (!S->daemon) {
-        fprintf(stderr, "diffrt: serve: cannot listen on %s port %d (in use, or not an address of this host)\n",
-                S->o.host, S->o.port);
-        prep_stop(S);
-        return -1;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(S->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    if (di) S->o.port = di->port;
     return 0;
 }
 
 int srv_http_connections(srv *S) {
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(S->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-    return di ? (int)di->num_connections : 0;
+    return srv_httpd_connections(S->httpd);
 }
 
 void srv_http_stop(srv *S) {
     if (S->n_prep_threads) prep_stop(S);
-    if (S->daemon) MHD_stop_daemon(S->daemon);
-    S->daemon = NULL;
+    srv_httpd_stop(S->httpd);
+    S->httpd = NULL;
 }

@@ -213,7 +213,8 @@ int srv_run(const srv_opts *o) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
     if (load_keys(&S) != 0 || load_model(&S) != 0 || make_session(&S) != 0) goto done;
-    if (!S.n_keys && !is_loopback(o->host))
+    S.loopback = is_loopback(o->host);
+    if (!S.n_keys && !S.loopback)
         fprintf(stderr,
                 "diffrt: warning: serving on %s without an API key: anyone who reaches it can use it "
                 "(--api-key-file F or DIFFRT_API_KEY)\n",

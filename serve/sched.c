@@ -5,11 +5,13 @@
  * oldest first, so a long prompt never freezes the other streams. Each
  * flagged row is sampled with its request's own sampler; the text goes out
  * in whole characters, held back only while it could begin a stop string. */
+#define _DEFAULT_SOURCE /* struct tcp_info */
 #include <errno.h>
-#include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -65,17 +67,17 @@ int srv_enqueue(srv *S, srv_job *j) {
 
 /* connections to resume once no lock is held */
 typedef struct {
-    struct MHD_Connection **c;
+    srv_conn **c;
     int n, cap;
 } resume_list;
 
-static void resume_add(resume_list *r, struct MHD_Connection *c) {
+static void resume_add(resume_list *r, srv_conn *c) {
     if (!c) return;
     if (r->n == r->cap) {
         int cap = r->cap ? r->cap * 2 : 16;
-        struct MHD_Connection **p = realloc(r->c, sizeof *p * (size_t)cap);
+        srv_conn **p = realloc(r->c, sizeof *p * (size_t)cap);
         if (!p) { /* cannot happen in practice; resuming late beats never */
-            MHD_resume_connection(c);
+            srv_conn_resume(c);
             return;
         }
         r->c = p, r->cap = cap;
@@ -84,14 +86,14 @@ static void resume_add(resume_list *r, struct MHD_Connection *c) {
 }
 
 static void resume_all(resume_list *r) {
-    for (int i = 0; i < r->n; i++) MHD_resume_connection(r->c[i]);
+    for (int i = 0; i < r->n; i++) srv_conn_resume(r->c[i]);
     r->n = 0;
 }
 
 /* Appends to j's output; returns the connection to resume (the caller does,
  * holding no lock), or NULL. */
-static struct MHD_Connection *job_put(srv_job *j, const char *bytes, size_t n, int done) {
-    struct MHD_Connection *c = NULL;
+static srv_conn *job_put(srv_job *j, const char *bytes, size_t n, int done) {
+    srv_conn *c = NULL;
     pthread_mutex_lock(&j->mu);
     if (!j->cancelled && n) {
         if (j->out_off == j->out_len) j->out_off = j->out_len = 0;
@@ -293,22 +295,48 @@ static void job_token(srv *S, srv_job *j, const float *logits, double now, resum
     job_finish(S, j, why, rl);
 }
 
-/* Cancellations, deadlines and keep-alive pings, for queued and active jobs. */
+/* A parked connection's socket, looked at (job.mu held): 1 when the client
+ * is gone. The HTTP thread does not watch a parked connection, so this is
+ * where a client that left is seen. End of file alone does not say it: a
+ * client may shut its sending side once the request is out (a half close)
+ * and still read the answer. So at the first end of file something is sent
+ * (a "100 Continue" interim response, which an HTTP/1.1 client skips, or
+ * an SSE comment for a stream: *ping), and a peer that has closed its
+ * socket answers that with a reset, seen on a later look. HTTP/1.0 allows
+ * no interim response: there end of file before a non-streamed answer is
+ * taken as the client leaving. */
+static int peer_gone(srv_job *j, int *ping) {
+    char c;
+    ssize_t r = recv(j->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) return 0;
+    if (r < 0) return 1; /* reset, or another error */
+    struct tcp_info ti;
+    socklen_t tl = sizeof ti;
+    if (getsockopt(j->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 && ti.tcpi_state == TCP_CLOSE) return 1;
+    if (j->eof_probed) return 0;
+    if (j->req.stream) {
+        j->eof_probed = 1;
+        *ping = 1;
+        return 0;
+    }
+    if (j->http10) return 1;
+    static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    j->eof_probed = 1;
+    return send(j->fd, probe, sizeof probe - 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno != EAGAIN &&
+           errno != EWOULDBLOCK;
+}
+
+/* Cancellations, deadlines and keep-alive pings, for queued and active
+ * jobs: 1 gone, 2 send a ping, 0 neither. */
 static int job_gone(srv_job *j, double now) {
-    int gone = 0;
+    int gone = 0, ping = 0;
     pthread_mutex_lock(&j->mu);
-    if (!j->cancelled && j->conn && j->suspended && j->fd >= 0) {
-        /* libmicrohttpd does not watch a suspended connection: a client that
-         * left shows as end of file, or an error, on its socket */
-        char c;
-        ssize_t r = recv(j->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            j->cancelled = 1;
-            j->cancel_why = "client left";
-        }
+    if (!j->cancelled && j->conn && j->suspended && j->fd >= 0 && peer_gone(j, &ping)) {
+        j->cancelled = 1;
+        j->cancel_why = "client left";
     }
     gone = j->cancelled;
-    int ping = !gone && j->req.stream && j->state != JOB_DECODE && now - j->t_ping >= 15;
+    ping |= !gone && j->req.stream && j->state != JOB_DECODE && now - j->t_ping >= 15;
     pthread_mutex_unlock(&j->mu);
     if (ping) j->t_ping = now;
     return gone ? 1 : ping ? 2 : 0;

@@ -7,6 +7,7 @@
 #include "diffrt/diffrt.h"
 
 #define SRV_MAX_ALIASES 8
+#define SRV_MAX_HOSTS 16
 
 typedef struct {
     const char *model_dir;
@@ -21,10 +22,12 @@ typedef struct {
     int step_prompt_rows;         /* prompt rows a forward carries beside decode rows (0: batch_tokens) */
     int queue;                    /* requests waiting for a slot, beyond: 503 */
     const char *aliases[SRV_MAX_ALIASES];
-    int n_aliases;             /* 0: the model directory's basename */
-    int any_model;             /* accept any "model" name */
-    const char *api_key_file;  /* one key a line; NULL: DIFFRT_API_KEY, else no auth */
-    const char *cors_origin;   /* NULL: no CORS headers, OPTIONS is 405 */
+    int n_aliases;                          /* 0: the model directory's basename */
+    int any_model;                          /* accept any "model" name */
+    const char *api_key_file;               /* one key a line; NULL: DIFFRT_API_KEY, else no auth */
+    const char *cors_origin;                /* NULL: no CORS headers, OPTIONS is 405 */
+    const char *allow_hosts[SRV_MAX_HOSTS]; /* Host names allowed besides localhost and IP literals ("*": any) */
+    int n_allow_hosts;
     int metrics;               /* serve GET /metrics */
     const char *chat_template; /* NULL: detect from tokenizer_config.json */
     long max_body;             /* bytes */

@@ -1,17 +1,17 @@
 /* The server's state and the parts that share it (serve/): the HTTP layer
- * (http.c), the scheduler (sched.c), responses (respond.c), metrics
- * (metrics.c) and startup/shutdown (run.c).
+ * (http.c, on the connections of httpd.c), the scheduler (sched.c),
+ * responses (respond.c), metrics (metrics.c) and startup/shutdown (run.c).
  *
- * Threads: libmicrohttpd's one polling thread runs every HTTP callback;
+ * Threads: the HTTP thread (httpd.c) runs every HTTP callback;
  * --tokenizer-threads threads parse, render and tokenize request bodies
  * while their connections are suspended; one scheduler thread owns the
  * batch session; the main thread waits for SIGTERM/SIGINT. Locks: srv.mu
  * guards the queue, the slots and the metrics; job.mu guards a job's output
  * and its connection; srv.prep_mu the tokenizer threads' queue. Order:
  * srv.mu before job.mu; prep_mu is never held with either. Nothing calls
- * into libmicrohttpd while holding srv.mu; only the HTTP thread calls it
- * while holding job.mu (to suspend); prep_mu is held to suspend (HTTP
- * thread) and to resume (tokenizer thread) a preparing connection. */
+ * srv_conn_* while holding srv.mu; only the HTTP thread calls it while
+ * holding job.mu (to suspend); prep_mu is held to suspend (HTTP thread) a
+ * preparing connection. */
 #ifndef DRT_SRV_SERVER_H
 #define DRT_SRV_SERVER_H
 
@@ -21,11 +21,10 @@
 #include "chat.h"
 #include "diffrt/diffrt.h"
 #include "diffrt/tokenizer.h"
+#include "httpd.h"
 #include "request.h"
 #include "serve.h"
 
-struct MHD_Connection;
-struct MHD_Daemon;
 struct conn_state;
 
 typedef enum { JOB_QUEUED = 0, JOB_PREFILL, JOB_DECODE, JOB_DONE } srv_job_state;
@@ -74,11 +73,13 @@ struct srv_job {
     /* output (under job.mu) */
     char *out; /* bytes for the client: SSE events, or the whole body */
     size_t out_len, out_off, out_cap;
-    int out_done;                /* nothing more will be appended */
-    int status;                  /* non-streaming: the response's status when out_done */
-    int no_retry;                /* non-streaming error: x-should-retry: false */
-    struct MHD_Connection *conn; /* NULL once libmicrohttpd is done with it */
-    int fd;                      /* its socket, to see a client that left */
+    int out_done;   /* nothing more will be appended */
+    int status;     /* non-streaming: the response's status when out_done */
+    int no_retry;   /* non-streaming error: x-should-retry: false */
+    srv_conn *conn; /* NULL once the HTTP thread is done with it */
+    int fd;         /* its socket, to see a client that left */
+    int http10;     /* an HTTP/1.0 client (no interim responses) */
+    int eof_probed; /* the client shut its side; a 100 Continue went out to see whether it is still there */
     int suspended;
     int cancelled; /* the client left, the slow reader, the deadline, shutdown */
     const char *cancel_why;
@@ -98,7 +99,8 @@ typedef struct srv {
     char **keys;
     int n_keys;
     drt_batch_session *bs;
-    struct MHD_Daemon *daemon;
+    srv_httpd *httpd;
+    int loopback; /* listening on a loopback address */
     long long started;
 
     pthread_mutex_t mu;

@@ -127,7 +127,7 @@ class Server:
 
 
 def raw_request(method, path, body=b"", headers=None, version="HTTP/1.1"):
-    h = {"Host": "x", "Content-Length": str(len(body))} if body or method == "POST" else {"Host": "x"}
+    h = {"Host": "localhost", "Content-Length": str(len(body))} if body or method == "POST" else {"Host": "localhost"}
     h.update(headers or {})
     head = f"{method} {path} {version}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n"
     return head.encode() + body

@@ -279,12 +279,12 @@ def case_limits():
         s, _, b = S.post("/v1/completions", b"x" * 5000)
         check(s == 413, f"5000-byte body: {s}")
         sk = S.sock()
-        sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000000\r\n\r\n")
+        sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2000000000\r\n\r\n")
         r = read_response(sk)
         check(r and r[0] == 413, f"Content-Length 2e9: {r}")
         sk.close()
         sk = S.sock()
-        sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n")
         for _ in range(5):
             try:
                 sk.sendall(b"400\r\n" + b"x" * 1024 + b"\r\n")
@@ -298,18 +298,18 @@ def case_limits():
         check(r and r[0] == 413, f"chunked past the limit: {r}")
         sk.close()
         sk = S.sock()
-        sk.sendall(b"GET /health?x=" + b"a" * 40000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        sk.sendall(b"GET /health?x=" + b"a" * 40000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
         r = read_response(sk)
         check(r and r[0] == 414, f"40 KB URL: {r}")
         sk.close()
         sk = S.sock()
-        sk.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n")
+        sk.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n")
         r = read_response(sk)
         check(r and r[0] == 431, f"40 KB header: {r}")
         sk.close()
         # slow body: the headers, then 1 byte a second
         sk = S.sock()
-        sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+        sk.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n")
         t0 = time.time()
         r = None
         for _ in range(8):
