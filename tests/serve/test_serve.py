@@ -776,6 +776,174 @@ def case_soak():
         check(S.stop() == 0, "exit status after the soak")
 
 
+# raw exchanges with an ambiguous or broken frame: (name, bytes, status);
+# each is answered with that status and the connection is closed, and no
+# request hidden in the bytes after the bad frame is ever answered
+SMUGGLE_TAIL = b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n"
+FRAMING = [
+    ("CL and TE", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Length: 49\r\n"
+     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + SMUGGLE_TAIL, 400),
+    ("TE and CL", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
+     b"Content-Length: 3\r\n\r\n0\r\n\r\n" + SMUGGLE_TAIL, 400),
+    ("two lengths", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Length: 18\r\nContent-Length: 0\r\n\r\n"
+     b'{"content": "ab"}\n' + SMUGGLE_TAIL, 400),
+    ("a length list", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Length: 18, 0\r\n\r\n" + SMUGGLE_TAIL, 400),
+    ("space before colon", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Length : 47\r\n\r\n" + SMUGGLE_TAIL,
+     400),
+    ("obs-fold", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nX: y\r\n Content-Length: 47\r\n\r\n" + SMUGGLE_TAIL,
+     400),
+    ("gzip, chunked", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+     501),
+    ("chunked, gzip", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 501),
+    ("xchunked", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n", 501),
+    ("chunked twice", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
+     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + SMUGGLE_TAIL, 400),
+    ("TE in HTTP/1.0", b"POST /tokenize HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + SMUGGLE_TAIL, 400),
+    ("a bad chunk size", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"0x11\r\n" + b'{"content": "ab"}\r\n0\r\n\r\n' + SMUGGLE_TAIL, 400),
+    ("a bare LF in a chunk", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b'11\n{"content": "ab"}\r\n0\r\n\r\n' + SMUGGLE_TAIL, 400),
+    ("chunk data too long", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b'2\r\n{"content": "ab"}\r\n0\r\n\r\n' + SMUGGLE_TAIL, 400),
+    ("a bare LF head", b"GET /health HTTP/1.1\nHost: localhost\n\n" + SMUGGLE_TAIL, 400),
+    ("a bare CR", b"GET /health HTTP/1.1\r\nHost: localhost\r\nX: a\rb\r\n\r\n" + SMUGGLE_TAIL, 400),
+    ("NUL in the target", b"GET /health\x00/x HTTP/1.1\r\nHost: localhost\r\n\r\n" + SMUGGLE_TAIL, 400),
+    ("%00 in the target", b"GET /health%00 HTTP/1.1\r\nHost: localhost\r\n\r\n" + SMUGGLE_TAIL, 400),
+    ("%00 in the query", b"GET /health?a=%00 HTTP/1.1\r\nHost: localhost\r\n\r\n" + SMUGGLE_TAIL, 400),
+    ("NUL in a value", b"GET /health HTTP/1.1\r\nHost: localhost\r\nX: a\x00b\r\n\r\n" + SMUGGLE_TAIL, 400),
+    ("NUL in Host", b"GET /health HTTP/1.1\r\nHost: local\x00host\r\n\r\n" + SMUGGLE_TAIL, 400),
+    ("no Host", b"GET /health HTTP/1.1\r\n\r\n" + SMUGGLE_TAIL, 400),
+    ("two Hosts", b"GET /health HTTP/1.1\r\nHost: localhost\r\nHost: evil\r\n\r\n" + SMUGGLE_TAIL, 400),
+    ("a bad Host", b"GET /health HTTP/1.1\r\nHost: a b\r\n\r\n" + SMUGGLE_TAIL, 400),
+    ("HTTP/2.0", b"GET /health HTTP/2.0\r\nHost: localhost\r\n\r\n", 505),
+    ("Expect: other", b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n{}",
+     417),
+]
+
+
+def case_framing():
+    """HTTP framing as RFC 9112 says, over raw sockets: every ambiguous or
+    broken frame gets its status and a closed connection, and the request
+    hidden after it is never answered; good frames (chunked, pipelined,
+    identical repeated lengths) still work; a client that half-closes after
+    its request gets its answer, streamed or whole."""
+    S = Server(A.diffrt, model(), "--metrics")
+    try:
+        for name, raw, status in FRAMING:
+            sk = S.sock()
+            sk.sendall(raw)
+            r = read_response(sk, 10)
+            check(r and r[0] == status, f"{name}: {r and r[0]} (want {status}): {r and r[2][:200]}")
+            check(r[1].get("connection") == "close", f"{name}: no Connection: close ({r[1]})")
+            e = json.loads(r[2])["error"]
+            check(e["message"] and e["type"], f"{name}: error body {r[2][:200]}")
+            check(closed_by_peer(sk, 5), f"{name}: the connection stayed open (a smuggled request could follow)")
+            sk.close()
+        # good frames
+        body = b'{"content": "The magic"}'
+        sk = S.sock()
+        chunked = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 5]), body[i:i + 5]) for i in range(0, len(body), 5))
+        sk.sendall(b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked +
+                   b"0\r\nX-Trailer: 1\r\n\r\n" + raw_request("POST", "/tokenize", body, {"Content-Length": "%d, %d" %
+                                                                                          (len(body), len(body))}))
+        r1, r2 = read_response(sk), read_response(sk)
+        check(r1 and r1[0] == 200 and r2 and r2[0] == 200 and json.loads(r1[2]) == json.loads(r2[2]),
+              f"chunked then pipelined: {r1} {r2}")
+        sk.close()
+        # a half close: the request, then shutdown(SHUT_WR); the answer still comes
+        want = complete(S, "The", 6, ignore_eos=True)["choices"][0]["text"]
+        for stream in (False, True):
+            sk = S.sock()
+            sk.sendall(raw_request("POST", "/v1/completions", json.dumps(
+                {"prompt": "The", "max_tokens": 6, "temperature": 0, "ignore_eos": True, "stream": stream}).encode()))
+            sk.shutdown(socket.SHUT_WR)
+            r = read_response(sk, 30)
+            while r and r[0] == 100:  # the server's probe of a half-closed client
+                r = read_response(sk, 30)
+            check(r and r[0] == 200, f"half close (stream {stream}): {r}")
+            text = "".join(json.loads(e)["choices"][0]["text"] for e in sse_events(r[2])[:-1]) if stream else \
+                json.loads(r[2])["choices"][0]["text"]
+            check(text == want, f"half close (stream {stream}): {text!r}, want {want!r}")
+            sk.close()
+        m = S.metrics()
+        check(m["diffrt:client_disconnects_total"] == 0, f"half-closed clients counted as gone: {m}")
+    finally:
+        check(S.stop() == 0, "exit status")
+
+
+def case_hosts():
+    """DNS rebinding and cross-site simple requests: on loopback without an
+    API key, a Host that is not localhost, an IP address or an --allow-host
+    name is 403; a POST from a foreign Origin needs Content-Type:
+    application/json (a browser sends anything else without a preflight)."""
+    body = json.dumps({"prompt": "The", "max_tokens": 2}).encode()
+
+    def status(S, host, path="/health", method="GET", headers=None, b=b""):
+        sk = S.sock()
+        sk.sendall(raw_request(method, path, b, {"Host": host, **(headers or {})}))
+        r = read_response(sk, 30)
+        sk.close()
+        return r and r[0], r and r[2]
+
+    S = Server(A.diffrt, model())
+    try:
+        port = S.port
+        for host in ("localhost", f"localhost:{port}", f"127.0.0.1:{port}", "127.0.0.2", "[::1]", f"[::1]:{port}",
+                     "app.localhost:1", "LOCALHOST", "10.1.2.3", ""):
+            st, b = status(S, host)
+            check(st == 200, f"Host {host!r}: {st} {b[:200] if b else b}")
+        for host in ("evil.example", f"evil.example:{port}", "localhost.evil.example", "127.0.0.1.nip.io",
+                     "xlocalhost"):
+            st, b = status(S, host)
+            check(st == 403 and json.loads(b)["error"]["code"] == "host_not_allowed", f"Host {host!r}: {st} {b}")
+            st, _ = status(S, host, "/v1/completions", "POST", {"Content-Type": "application/json"}, body)
+            check(st == 403, f"Host {host!r} POST: {st}")
+        # a foreign page's simple POST (text/plain, a form, no type) is refused; JSON passes (a browser
+        # preflights it, and the preflight fails without --cors-origin)
+        for ct in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None):
+            h = {"Origin": "http://evil.example"}
+            if ct:
+                h["Content-Type"] = ct
+            st, b = status(S, "localhost", "/v1/completions", "POST", h, body)
+            check(st == 403 and json.loads(b)["error"]["code"] == "cross_site_request", f"Origin + {ct}: {st} {b}")
+            st, _ = status(S, "localhost", "/tokenize", "POST", h, b'{"content": "a"}')
+            check(st == 403, f"/tokenize from a foreign Origin with {ct}: {st}")
+        st, _ = status(S, "localhost", "/v1/completions", "POST",
+                       {"Origin": "http://evil.example", "Content-Type": "Application/JSON; charset=utf-8"}, body)
+        check(st == 200, f"a foreign Origin with a JSON body: {st}")
+        st, _ = status(S, f"localhost:{port}", "/v1/completions", "POST",
+                       {"Origin": f"http://localhost:{port}", "Content-Type": "text/plain"}, body)
+        check(st == 200, f"the same origin: {st}")
+        st, _ = status(S, "localhost", "/v1/completions", "POST", {"Content-Type": "text/plain"}, body)
+        check(st == 200, f"no Origin (curl -d): {st}")
+        s, _, _ = S.request("OPTIONS", "/v1/completions", headers={"Origin": "http://evil.example"})
+        check(s == 405, f"a preflight without --cors-origin: {s}")
+    finally:
+        check(S.stop() == 0, "exit status")
+    S = Server(A.diffrt, model(), "--allow-host", "models.example,.corp.example")
+    try:
+        for host, want in (("models.example", 200), ("a.corp.example", 200), ("corp.example:80", 200),
+                           ("evil.example", 403), ("localhost", 200)):
+            st, _ = status(S, host)
+            check(st == want, f"--allow-host, Host {host!r}: {st} (want {want})")
+    finally:
+        check(S.stop() == 0, "exit status")
+    keys = tempfile.NamedTemporaryFile("w", delete=False)
+    keys.write("sk-1\n")
+    keys.close()
+    S = Server(A.diffrt, model(), "--api-key-file", keys.name)
+    try:
+        st, _ = status(S, "evil.example")
+        check(st == 200, f"with an API key the Host is not checked: {st}")
+        st, _ = status(S, "evil.example", "/v1/models", headers={"Authorization": "bearer   sk-1"})
+        check(st == 200, f"the auth scheme in another case, several spaces: {st}")
+        st, _ = status(S, "evil.example", "/v1/models", headers={"Authorization": "Basic sk-1"})
+        check(st == 401, f"another auth scheme: {st}")
+    finally:
+        os.unlink(keys.name)
+        check(S.stop() == 0, "exit status")
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
 
