@@ -266,7 +266,6 @@ static drt_status read_generation_config(const char *dir, drt_model *m) {
                           cJSON_IsArray(root)    ? "an array"
                           : cJSON_IsNumber(root) ? "a number"
                                                  : json_kind(root));
-    if (s == DRT_OK) s = drt_json_check(root, text, len, path);
     if (s == DRT_OK) s = add_eos_ids(path, root, m);
     cJSON_Delete(root);
     free(text);
@@ -1265,8 +1264,6 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
                               cJSON_IsArray(r)    ? "an array"
                               : cJSON_IsNumber(r) ? "a number"
                                                   : json_kind(r));
-        } else if (s == DRT_OK) {
-            s = drt_json_check(c.root, text, len, cpath);
         }
     }
     int nq = 0, nkv = 0, mlx = s == DRT_OK && is_mlx_config(c.root);

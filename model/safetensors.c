@@ -76,246 +76,16 @@ static int quant_of(const cJSON *meta, const char *name, const char **what) {
     return -1;
 }
 
-/* Copies s for use inside a one-line message, shown so that no byte of it
- * can act on a terminal: C0 controls, DEL and bytes that are not UTF-8
- * become \xNN; C1 controls (U+0080..U+009F: U+009B is a CSI), the line and
- * paragraph separators and the bidirectional overrides become \uNNNN; other
- * characters are kept. A string longer than the buffer is cut after a whole
- * character or escape, with "...". Names come from untrusted files. */
-static const char *shown(const char *s, char *buf, size_t n) {
-    if (n == 0) return buf;
-    if (!s) s = "(null)";
-    const unsigned char *u = (const unsigned char *)s;
-    size_t o = 0, mark = 0; /* mark: where "..." goes if the rest does not fit */
-    for (size_t i = 0; u[i];) {
-        char one[8];
-        size_t k = 0, used = 1;
-        unsigned c = u[i];
-        if (c >= 0x20 && c < 0x7f) {
-            one[k++] = (char)c;
-        } else if (c < 0x80) {
-            k = (size_t)snprintf(one, sizeof one, "\\x%02x", c);
-        } else {
-            /* a well-formed UTF-8 sequence: no overlong form, no surrogate,
-             * nothing past U+10FFFF */
-            size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-            uint32_t cp = len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-            size_t j = 1;
-            for (; j < len && (u[i + j] & 0xc0) == 0x80; j++) cp = cp << 6 | (u[i + j] & 0x3f);
-            int ok = len && j == len && !(len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) &&
-                     !(len == 4 && (cp < 0x10000 || cp > 0x10ffff));
-            if (!ok) {
-                k = (size_t)snprintf(one, sizeof one, "\\x%02x", c);
-            } else if (cp <= 0x9f || cp == 0x2028 || cp == 0x2029 || (cp >= 0x202a && cp <= 0x202e) ||
-                       (cp >= 0x2066 && cp <= 0x2069)) {
-                k = (size_t)snprintf(one, sizeof one, "\\u%04x", (unsigned)cp);
-                used = len;
-            } else {
-                memcpy(one, u + i, len);
-                k = len;
-                used = len;
-            }
-        }
-        if (o + k + 1 > n) { /* does not fit: cut at the mark */
-            if (n >= 4) {
-                memcpy(buf + mark, "...", 4);
-            } else {
-                buf[0] = 0;
-            }
-            return buf;
-        }
-        memcpy(buf + o, one, k);
-        o += k;
-        i += used;
-        if (o + 4 <= n) mark = o;
-    }
-    buf[o] = 0;
-    return buf;
-}
-
-const char *drt_printable(const char *s, char *buf, size_t n) {
-    return shown(s, buf, n);
-}
-
 /* ---- JSON read as the reference tools read it ------------------------------- */
-
-/* A string of the text holding a \u0000 escape: its first byte (the quote)
- * in *at, 1 when it is an object key. The text is valid JSON (cJSON parsed
- * it), so a string ends at the first unescaped quote. */
-static int find_nul_string(const char *text, size_t len, size_t *at, int *is_key) {
-    for (size_t i = 0; i < len; i++) {
-        if (text[i] != '"') continue;
-        size_t start = i;
-        int nul = 0;
-        for (i++; i < len && text[i] != '"'; i++) {
-            if (text[i] != '\\' || i + 1 >= len) continue;
-            if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0) nul = 1;
-            i++; /* the escaped character */
-        }
-        if (!nul) continue;
-        size_t j = i + 1;
-        while (j < len && (text[j] == ' ' || text[j] == '\t' || text[j] == '\n' || text[j] == '\r')) j++;
-        *at = start;
-        *is_key = j < len && text[j] == ':';
-        return 1;
-    }
-    return 0;
-}
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} json_path;
-
-static int path_put(json_path *jp, const char *s, size_t n) {
-    if (jp->n + n + 1 > jp->cap) {
-        size_t nc = (jp->n + n + 1) * 2;
-        char *np = realloc(jp->p, nc);
-        if (!np) return 0;
-        jp->p = np, jp->cap = nc;
-    }
-    memcpy(jp->p + jp->n, s, n);
-    jp->n += n;
-    jp->p[jp->n] = 0;
-    return 1;
-}
-
-static int cmp_key(const void *a, const void *b) {
-    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
-}
-
-/* The first key of object o that appears twice in it, or NULL; *oom on failure. */
-static const char *dup_key(const cJSON *o, int *oom) {
-    int k = 0;
-    for (const cJSON *e = o->child; e; e = e->next) k++;
-    if (k < 2) return NULL;
-    if (k <= 16) {
-        for (const cJSON *a = o->child; a; a = a->next)
-            for (const cJSON *b = a->next; b; b = b->next)
-                if (strcmp(a->string, b->string) == 0) return a->string;
-        return NULL;
-    }
-    const cJSON **v = malloc((size_t)k * sizeof *v);
-    if (!v) return *oom = 1, NULL;
-    k = 0;
-    for (const cJSON *e = o->child; e; e = e->next) v[k++] = e;
-    qsort(v, (size_t)k, sizeof *v, cmp_key);
-    const char *d = NULL;
-    for (int i = 1; i < k && !d; i++)
-        if (strcmp(v[i]->string, v[i - 1]->string) == 0) d = v[i]->string;
-    free(v);
-    return d;
-}
-
-/* Walks j (at path jp) and every value inside it; 1 on a duplicate key
- * (message set), -1 out of memory, 0 when clean. */
-static int walk_dups(const cJSON *j, json_path *jp, const char *name) {
-    if (!cJSON_IsObject(j) && !cJSON_IsArray(j)) return 0;
-    size_t mark = jp->n;
-    if (cJSON_IsObject(j)) {
-        int oom = 0;
-        const char *d = dup_key(j, &oom);
-        if (oom) return -1;
-        if (d) {
-            char kb[200], pb[400];
-            if (!path_put(jp, ".", 1) || !path_put(jp, d, strlen(d))) return -1;
-            drt_set_error(DRT_ERR_FORMAT, "%s: duplicate key \"%s\" (at %s)", name, shown(d, kb, sizeof kb),
-                          shown(jp->p, pb, sizeof pb));
-            return 1;
-        }
-    }
-    int i = 0;
-    for (const cJSON *e = j->child; e; e = e->next, i++) {
-        jp->n = mark;
-        int ok;
-        if (cJSON_IsObject(j)) {
-            ok = path_put(jp, ".", 1) && path_put(jp, e->string, strlen(e->string));
-        } else {
-            char ib[24];
-            int k = snprintf(ib, sizeof ib, "[%d]", i);
-            ok = path_put(jp, ib, (size_t)k);
-        }
-        if (!ok) return -1;
-        int r = walk_dups(e, jp, name);
-        if (r) return r;
-    }
-    jp->n = mark;
-    if (jp->p) jp->p[mark] = 0;
-    return 0;
-}
-
-drt_status drt_json_check(const cJSON *root, const char *text, size_t len, const char *name) {
-    size_t at;
-    int is_key;
-    if (text && find_nul_string(text, len, &at, &is_key)) {
-        /* shown as the file spells it (escapes and all), up to the closing quote */
-        size_t e = at + 1;
-        while (e < len && text[e] != '"') e += text[e] == '\\' && e + 1 < len ? 2 : 1;
-        char raw[200], rb[240];
-        size_t n = e - at - 1 < sizeof raw - 1 ? e - at - 1 : sizeof raw - 1;
-        memcpy(raw, text + at + 1, n);
-        raw[n] = 0;
-        return drt_set_error(DRT_ERR_FORMAT,
-                             "%s: %s \"%s\" (byte %zu) holds a NUL (\\u0000), which would cut it "
-                             "short: refused",
-                             name, is_key ? "key" : "string", shown(raw, rb, sizeof rb), at);
-    }
-    json_path jp = {0};
-    int r = path_put(&jp, "$", 1) ? walk_dups(root, &jp, name) : -1;
-    free(jp.p);
-    if (r < 0) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", name);
-    return r ? DRT_ERR_FORMAT : DRT_OK;
-}
-
-static int json_ws(unsigned char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
 
 drt_status drt_json_parse(const char *text, size_t len, const char *name, const char *what, cJSON **out) {
     *out = NULL;
-    const char *w = what ? what : "", *sp = what ? " " : "", *is = what ? " is " : "";
-    /* cJSON skips a BOM; json.loads raises on one (transformers reads
-     * config.json as utf-8, not utf-8-sig) and so does serde_json */
-    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
-        return drt_set_error(DRT_ERR_FORMAT,
-                             "%s: %s%sstarts with a UTF-8 byte order mark (EF BB BF), which "
-                             "Python's json and Hugging Face refuse; save it without one",
-                             name, w, sp);
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!root) {
-        size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
-        return drt_set_error(DRT_ERR_FORMAT, "%s: %s%snot valid JSON (error near byte %zu)", name, w, is, at);
-    }
-    size_t n = (size_t)(end - text);
-    /* cJSON takes any byte below 0x20 as whitespace and inside strings;
-     * JSON (and Python's json, serde_json) allows tab, LF, CR and space
-     * between values and none of them raw in a string */
-    int in_str = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)text[i];
-        if (in_str && c == '\\') {
-            i++;
-            continue;
-        }
-        if (c == '"') in_str = !in_str;
-        if (c < 0x20 && (in_str || !json_ws(c))) {
-            cJSON_Delete(root);
-            return drt_set_error(DRT_ERR_FORMAT,
-                                 "%s: %s%snot valid JSON: control byte 0x%02X at byte %zu (JSON "
-                                 "allows none in a string, only tab, LF and CR between values)",
-                                 name, w, is, c, i);
-        }
-    }
-    /* cJSON stops after the value; json.loads raises "Extra data" */
-    for (size_t i = n; i < len; i++)
-        if (!json_ws((unsigned char)text[i])) {
-            cJSON_Delete(root);
-            return drt_set_error(DRT_ERR_FORMAT,
-                                 "%s: %s%snot valid JSON: text after the value at byte %zu "
-                                 "(Python's json: \"Extra data\")",
-                                 name, w, is, i);
-        }
+    /* every rule Python's json holds to and cJSON does not, and no key twice
+     * (include/diffrt/util.h): after it cJSON only builds the tree */
+    drt_status st = drt_json_validate(text, len, name, what, 0, DRT_JSON_NO_NUL);
+    if (st != DRT_OK) return st;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, NULL, 0);
+    if (!root) return drt_set_error(DRT_ERR_OOM, "%s: out of memory parsing it", name);
     *out = root;
     return DRT_OK;
 }
@@ -413,7 +183,7 @@ static int cmp_tensor_name(const void *a, const void *b) {
 static drt_status parse_entry(const char *path, const char *name, const cJSON *e, const cJSON *meta, uint64_t data_size,
                               drt_st_tensor *t, st_span *sp) {
     char nb[160], vb[64];
-    const char *nm = shown(name, nb, sizeof nb);
+    const char *nm = drt_printable(name, nb, sizeof nb);
     if (!cJSON_IsObject(e))
         return drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\": entry is not a JSON object", path, nm);
 
@@ -438,7 +208,7 @@ static drt_status parse_entry(const char *path, const char *name, const cJSON *e
             return drt_set_error(DRT_ERR_UNSUPPORTED,
                                  "%s: tensor \"%s\": __metadata__ names block format \"%s\" (expected "
                                  "q8_0 or q4_0)",
-                                 path, nm, shown(what, vb, sizeof vb));
+                                 path, nm, drt_printable(what, vb, sizeof vb));
         dtype = q;
         quant = 1;
     }
@@ -454,7 +224,7 @@ static drt_status parse_entry(const char *path, const char *name, const cJSON *e
         return drt_set_error(DRT_ERR_UNSUPPORTED,
                              "%s: tensor \"%s\": dtype \"%s\" not supported (expected F32, F16, "
                              "BF16, I32, or U8 with a block format)",
-                             path, nm, shown(dt->valuestring, vb, sizeof vb));
+                             path, nm, drt_printable(dt->valuestring, vb, sizeof vb));
     t->dtype = (drt_dtype)dtype;
 
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
@@ -574,12 +344,7 @@ static drt_status parse_header(drt_st_file *f) {
         free(text);
         return cs;
     }
-    cs = drt_json_check(root, text, (size_t)hlen, path);
     free(text);
-    if (cs != DRT_OK) {
-        cJSON_Delete(root);
-        return cs;
-    }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return drt_set_error(DRT_ERR_FORMAT, "%s: header is JSON but not an object", path);
@@ -627,8 +392,8 @@ static drt_status parse_header(drt_st_file *f) {
             st = drt_set_error(
                 DRT_ERR_FORMAT,
                 "%s: tensors \"%s\" [%" PRIu64 ", %" PRIu64 "] and \"%s\" [%" PRIu64 ", %" PRIu64 "] overlap", path,
-                shown(f->tensors[spans[i - 1].idx].name, b1, sizeof b1), spans[i - 1].begin, spans[i - 1].end,
-                shown(f->tensors[spans[i].idx].name, b2, sizeof b2), spans[i].begin, spans[i].end);
+                drt_printable(f->tensors[spans[i - 1].idx].name, b1, sizeof b1), spans[i - 1].begin, spans[i - 1].end,
+                drt_printable(f->tensors[spans[i].idx].name, b2, sizeof b2), spans[i].begin, spans[i].end);
             goto done;
         }
     }
@@ -638,7 +403,7 @@ static drt_status parse_header(drt_st_file *f) {
         if (strcmp(f->tensors[i].name, f->tensors[i - 1].name) == 0) {
             char b1[160];
             st = drt_set_error(DRT_ERR_FORMAT, "%s: tensor \"%s\" appears twice in the header", path,
-                               shown(f->tensors[i].name, b1, sizeof b1));
+                               drt_printable(f->tensors[i].name, b1, sizeof b1));
             goto done;
         }
     }
@@ -827,7 +592,7 @@ static int plain_file_name(const char *s) {
     /* and printable as it is: the name becomes part of paths in messages */
     char pb[6 * ST_MAX_NAME + 8];
     return n > 0 && n <= ST_MAX_NAME && !strchr(s, '/') && strcmp(s, ".") != 0 && strcmp(s, "..") != 0 &&
-           strcmp(shown(s, pb, sizeof pb), s) == 0;
+           strcmp(drt_printable(s, pb, sizeof pb), s) == 0;
 }
 
 /* A JSON "\u0000" escape (and not an escaped backslash before "u0000"):
@@ -901,12 +666,7 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
         free(buf);
         return st;
     }
-    st = drt_json_check(root, buf, len, ipath);
     free(buf);
-    if (st != DRT_OK) {
-        cJSON_Delete(root);
-        return st;
-    }
     char nb[160], sb[160];
     idx_entry *ent = NULL, *sorted = NULL;
     int *file_of = NULL; /* by weight_map position: which of out->files */
@@ -931,14 +691,15 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
     cJSON_ArrayForEach(e, wm) {
         if (!cJSON_IsString(e) || !e->valuestring || !e->valuestring[0]) {
             st = drt_set_error(DRT_ERR_FORMAT, "%s: weight_map: tensor \"%s\": expected a shard file name string",
-                               ipath, shown(e->string, nb, sizeof nb));
+                               ipath, drt_printable(e->string, nb, sizeof nb));
             goto done;
         }
         if (!plain_file_name(e->valuestring)) {
             st = drt_set_error(DRT_ERR_FORMAT,
                                "%s: weight_map: tensor \"%s\": shard \"%s\" is not a plain file "
                                "name in the model directory",
-                               ipath, shown(e->string, nb, sizeof nb), shown(e->valuestring, sb, sizeof sb));
+                               ipath, drt_printable(e->string, nb, sizeof nb),
+                               drt_printable(e->valuestring, sb, sizeof sb));
             goto done;
         }
         ent[k] = (idx_entry){e->string, e->valuestring, k};
@@ -979,7 +740,8 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
         st = open_shard_inside(rdir, dir, ent[i].shard, &out->files[out->n_files]);
         if (st != DRT_OK) {
             /* keep the shard's own message, say which index named it */
-            st = drt_set_error(st, "%s: shard \"%s\": %s", ipath, shown(ent[i].shard, sb, sizeof sb), drt_last_error());
+            st = drt_set_error(st, "%s: shard \"%s\": %s", ipath, drt_printable(ent[i].shard, sb, sizeof sb),
+                               drt_last_error());
             goto done;
         }
         out->n_files++;
@@ -997,7 +759,8 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
             st = drt_set_error(DRT_ERR_FORMAT,
                                "%s: weight_map: tensor \"%s\" not found in shard "
                                "\"%s\"",
-                               ipath, shown(ent[i].tensor, nb, sizeof nb), shown(ent[i].shard, sb, sizeof sb));
+                               ipath, drt_printable(ent[i].tensor, nb, sizeof nb),
+                               drt_printable(ent[i].shard, sb, sizeof sb));
             goto done;
         }
         /* drt_st_set_find returns the first match: it must be this one */
@@ -1005,7 +768,8 @@ static drt_status open_index(const char *dir, const char *ipath, drt_st_set *out
             st = drt_set_error(DRT_ERR_FORMAT,
                                "%s: weight_map: tensor \"%s\" maps to shard \"%s\" but is also in "
                                "an earlier shard",
-                               ipath, shown(ent[i].tensor, nb, sizeof nb), shown(ent[i].shard, sb, sizeof sb));
+                               ipath, drt_printable(ent[i].tensor, nb, sizeof nb),
+                               drt_printable(ent[i].shard, sb, sizeof sb));
             goto done;
         }
     }
@@ -1144,10 +908,10 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n) {
         const drt_st_write_tensor *w = &t[i];
         if (!w->name || strcmp(w->name, "__metadata__") == 0) {
             st = drt_set_error(DRT_ERR_INVALID_ARG, "%s: tensor %d: bad name \"%s\"", path, i,
-                               shown(w->name, nb, sizeof nb));
+                               drt_printable(w->name, nb, sizeof nb));
             goto done;
         }
-        const char *nm = shown(w->name, nb, sizeof nb);
+        const char *nm = drt_printable(w->name, nb, sizeof nb);
         for (int j = 0; j < i; j++)
             if (strcmp(t[j].name, w->name) == 0) {
                 st = drt_set_error(DRT_ERR_INVALID_ARG, "%s: tensor \"%s\" given twice", path, nm);

@@ -121,25 +121,18 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n);
  * links". On success *fd is the descriptor and *size the file size. */
 drt_status drt_open_regular(const char *path, int *fd, uint64_t *size);
 
-/* drt_printable and drt_read_text_file (safetensors.c) are public:
+/* drt_printable (runtime/util.c) and drt_read_text_file (safetensors.c) are public:
  * include/diffrt/util.h. */
 
 struct cJSON;
-/* Parses text[0..len) as one JSON document, as strictly as Python's json and
- * serde_json (cJSON alone is laxer): a UTF-8 BOM at the start, a control
- * byte other than tab, LF, CR between values or any inside a string, and
- * text after the value (trailing whitespace aside) are DRT_ERR_FORMAT, one
- * line naming the file (and `what` in it, e.g. "header"; NULL: the file
- * itself) and the byte offset. The caller then runs drt_json_check. */
+/* Parses text[0..len) as one JSON document, as strictly as Python's json
+ * and serde_json (cJSON alone is laxer): drt_json_validate with
+ * DRT_JSON_NO_NUL (include/diffrt/util.h) first, so a BOM, a control byte,
+ * a number JSON does not allow, text after the value, a key twice in one
+ * object or a \u0000 escape is DRT_ERR_FORMAT, one line naming the file
+ * (and `what` in it, e.g. "header"; NULL: the file itself) and the byte
+ * offset or the key's path. Used for config.json, tokenizer.json,
+ * safetensors headers and the shard index. */
 drt_status drt_json_parse(const char *text, size_t len, const char *name, const char *what, struct cJSON **out);
-/* Checks a parsed JSON document (root, parsed from text[0..len)) so that it
- * is read as Python's json and Hugging Face read it, or refused: a key that
- * appears twice in one object, at any depth (cJSON keeps both and a lookup
- * gives the first; Python and serde_json's maps keep the last), is
- * DRT_ERR_FORMAT "<name>: duplicate key "k" (at $.a.k)"; a string or key
- * holding a \u0000 escape (cJSON's C strings end at the NUL, so the name read
- * would not be the one the file spells) is DRT_ERR_FORMAT too. Used for
- * config.json, tokenizer.json, safetensors headers and the shard index. */
-drt_status drt_json_check(const struct cJSON *root, const char *text, size_t len, const char *name);
 
 #endif

@@ -1107,8 +1107,7 @@ drt_status drt_tokenizer_load_json(const char *json, size_t len, const char *nam
         goto done;
     }
     /* a key twice (model.vocab above all: HF keeps the last) or a NUL in a
-     * string is refused rather than read differently from HF */
-    if ((st = drt_json_check(root, json, len, name))) goto done;
+     * string was refused by drt_json_parse rather than read differently */
     /* the model first: an unsupported model type is the most useful error */
     if ((st = parse_model(&c, cJSON_GetObjectItemCaseSensitive(root, "model"))) ||
         (st = parse_added(&c, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"))) ||

@@ -1,28 +1,32 @@
 /* Request bodies of the OpenAI endpoints (serve/request.h).
  *
- * The body goes through two passes:
+ * The body goes through three passes:
  *
- *   1. vet(): a copy of the body, NUL-terminated, is scanned once, without
- *      recursion. It bounds the nesting (MAX_DEPTH, before cJSON recurses),
- *      notes where each number's text lies (for exact integers: a seed may
- *      be any integer below 2^64, which a double cannot hold), and overwrites
- *      in the copy what cJSON would decode wrongly: a raw NUL byte, an
- *      escaped \u0000 and an unpaired surrogate escape (\ud800 alone) become
- *      0xFF bytes, which are never valid UTF-8. cJSON copies them into the
- *      decoded string, where srv_utf8_ok() rejects them, so the error names
- *      the field instead of a string silently cut short at the NUL.
- *   2. cJSON parses the copy (its length given: nothing past len is read),
- *      anything but whitespace after the value is an error, and each
- *      endpoint's fields are read from the tree.
+ *   1. drt_json_validate (include/diffrt/util.h): one JSON document as
+ *      RFC 8259, Python's json and serde_json read it, so a proxy in front
+ *      reads the request diffrt runs: no BOM, no whitespace but space, tab,
+ *      LF and CR, no control byte inside a string (a raw newline in a
+ *      prompt is "\n"), no number JSON lacks ("01", "1.", "+1", NaN), no
+ *      key twice in one object (at any depth; "a" and "\u0061" are one
+ *      key), nothing after the value, at most MAX_DEPTH levels. Anything
+ *      else is a 400 naming the problem and its byte.
+ *   2. vet(): a copy of the body, NUL-terminated, is scanned once, without
+ *      recursion. It notes where each number's text lies (for exact
+ *      integers: a seed may be any integer below 2^64, which a double
+ *      cannot hold), and overwrites in the copy what cJSON would decode
+ *      wrongly: an escaped \u0000 and an unpaired surrogate escape (\ud800
+ *      alone) become 0xFF bytes, which are never valid UTF-8. cJSON copies
+ *      them into the decoded string, where srv_utf8_ok() rejects them, so
+ *      the error names the field instead of a string silently cut short.
+ *   3. cJSON parses the copy (its length given: nothing past len is read)
+ *      and each endpoint's fields are read from the tree.
  *
  * Conventions for every field: JSON null is the same as the field being
- * absent; keys are case-sensitive; a duplicate key's first value wins (what
- * cJSON's lookup returns). Integer fields take any JSON number whose value
- * is an integer (2, 2.0, 2e0). The scalar ones (max_tokens, top_k, seed, n,
- * ...) are read exactly from their text; token ids in arrays are read from
- * the double cJSON gives (exact for every id below 2^53, the bound vocab
- * sets). Raw control characters other than NUL inside strings are taken as
- * they are (cJSON does; curl -d with a newline in the prompt works).
+ * absent; keys are case-sensitive. Integer fields take any JSON number
+ * whose value is an integer (2, 2.0, 2e0). The scalar ones (max_tokens,
+ * top_k, seed, n, ...) are read exactly from their text; token ids in
+ * arrays are read from the double cJSON gives (exact for every id below
+ * 2^53, the bound vocab sets).
  *
  * Choices a client sees (where OpenAI, vLLM and llama.cpp differ or say
  * nothing): "stop": [] is no stop string; "top_k": -1 is off, as 0; a
@@ -43,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "diffrt/util.h"
 #include "request.h"
 
 #define MAX_DEPTH 64  /* arrays and objects inside one another */
@@ -166,7 +171,6 @@ static int vet(const char *body, size_t len, vetted *vt, srv_error *err) {
     vt->text[len] = 0;
     vt->len = len;
     unsigned char *p = (unsigned char *)vt->text;
-    int depth = 0;
     size_t i = 0;
     while (i < len) {
         unsigned c = p[i];
@@ -191,13 +195,7 @@ static int vet(const char *body, size_t len, vetted *vt, srv_error *err) {
             vt->nums[vt->n_nums++] = (span){start, i - start};
             continue;
         }
-        if (c == '[' || c == '{') {
-            if (++depth > MAX_DEPTH) return bad(err, NULL, "the JSON body nests deeper than %d levels", MAX_DEPTH);
-        } else if ((c == ']' || c == '}') && depth > 0) {
-            depth--;
-        } else if (c == 0) {
-            p[i] = 0xFF; /* not JSON either way; cJSON must not stop early */
-        }
+
         i++;
     }
     return 0;
@@ -647,18 +645,22 @@ int srv_request_parse(srv_endpoint ep, const char *body, size_t len, int vocab, 
     if (ws == len) return bad(err, NULL, "the request body is empty: send a JSON object");
 
     vetted vt;
+    memset(&vt, 0, sizeof vt);
     cJSON *root = NULL;
-    if (vet(body, len, &vt, err)) goto fail;
-    const char *end = NULL;
-    root = cJSON_ParseWithLengthOpts(vt.text, vt.len, &end, 0);
-    if (root && end) /* only whitespace may follow the value */
-        while ((size_t)(end - vt.text) < vt.len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
-    if (!root || !end || (size_t)(end - vt.text) != vt.len) {
-        size_t at = end && end >= vt.text && (size_t)(end - vt.text) <= vt.len ? (size_t)(end - vt.text) : 0;
-        if (!root)
-            bad(err, NULL, "the request body is not valid JSON (error at byte %zu)", at);
+    /* JSON as the library reads model files (drt_json_validate): what a
+     * proxy in Python or Go reads is what runs, or the body is refused */
+    drt_status js = drt_json_validate(body, len, "the request body", NULL, MAX_DEPTH, 0);
+    if (js != DRT_OK) {
+        if (js == DRT_ERR_OOM)
+            oom(err);
         else
-            bad(err, NULL, "the request body has more after its JSON value (at byte %zu)", at);
+            bad(err, NULL, "%s", drt_last_error());
+        goto fail;
+    }
+    if (vet(body, len, &vt, err)) goto fail;
+    root = cJSON_ParseWithLengthOpts(vt.text, vt.len, NULL, 0);
+    if (!root) {
+        oom(err);
         goto fail;
     }
     if (!cJSON_IsObject(root)) {

@@ -8,9 +8,8 @@
  * than {"type":"text"}, n > 1, best_of, suffix, logprobs, echo,
  * presence_penalty, frequency_penalty, logit_bias, non-text content parts)
  * are 400 with code "unsupported_parameter". Unknown fields are ignored.
- * Duplicate keys: the first wins. The parser never reads past len and
- * accepts bodies that are not NUL-terminated. Pure: no I/O, no globals,
- * thread-safe. */
+ * Strict JSON (no duplicate keys, no BOM, JSON's numbers and whitespace only: request.c). The parser never reads past
+ * len and accepts bodies that are not NUL-terminated. Pure: no I/O, no globals, thread-safe. */
 #ifndef DRT_SRV_REQUEST_H
 #define DRT_SRV_REQUEST_H
 

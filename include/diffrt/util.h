@@ -53,6 +53,27 @@ drt_status drt_set_error(drt_status s, const char *fmt, ...) DRT_PRINTF(2, 3);
  * s NULL: "(null)". Returns buf. */
 const char *drt_printable(const char *s, char *buf, size_t n);
 
+/* ---- JSON -------------------------------------------------------------- */
+
+/* Checks that text[0..len) is one JSON document as RFC 8259 has it and as
+ * Python's json and serde_json read it, which cJSON alone does not: no
+ * byte order mark, only space, tab, LF and CR between
+ * values, no control byte inside a string, only JSON's escapes, numbers
+ * -?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)? (no "01", "1.", ".5", "+1", NaN,
+ * Infinity), nothing after the value but whitespace, at most max_depth
+ * arrays and objects inside one another (0: 512), and no key twice in one
+ * object, keys compared with their escapes decoded ("a" and "\u0061" are
+ * the same key; Python keeps the last of two, cJSON's lookup the first).
+ * With DRT_JSON_NO_NUL a string or key holding \u0000 or an unpaired
+ * surrogate escape is refused too (a C string would end at the NUL). The
+ * bytes of strings are not checked as UTF-8: the reader of a value does
+ * that, and names it. Any
+ * failure is DRT_ERR_FORMAT, one line: "<name>: [<what> ]<problem> at byte
+ * N" (a duplicate names the key and its path, "$.a[2].b"). */
+#define DRT_JSON_NO_NUL 1u
+drt_status drt_json_validate(const char *text, size_t len, const char *name, const char *what, int max_depth,
+                             unsigned flags);
+
 /* ---- files ------------------------------------------------------------- */
 
 /* Reads a whole (small: up to 64 MiB) regular file into a NUL-terminated
