@@ -385,9 +385,10 @@ Error.__module__ = "diffrt"
 
 
 class InvalidArgument(Error, ValueError):
-    """An argument the package rejected before any C call: a ValueError,
-    and an :class:`Error` with status INVALID_ARG (what the C library would
-    have said, where it could tell)."""
+    """A caller's mistake (status INVALID_ARG): an argument the package
+    rejected before any C call, or one the library refused (every C call
+    that returns DRT_ERR_INVALID_ARG raises this). A ValueError, and an
+    :class:`Error`."""
 
     def __init__(self, message):
         super().__init__(Status.INVALID_ARG, message, status_name="invalid argument")
@@ -432,8 +433,14 @@ def last_error():
 
 
 def error(status, message=None):
-    """The Error for a failed call (message: drt_last_error() unless given)."""
-    return Error(status, last_error() if message is None else message)
+    """The Error for a failed call (message: drt_last_error() unless given):
+    an InvalidArgument for DRT_ERR_INVALID_ARG, a Busy for DRT_ERR_BUSY."""
+    message = last_error() if message is None else message
+    if status == Status.INVALID_ARG:
+        return InvalidArgument(message)
+    if status == Status.BUSY:
+        return Busy(message)
+    return Error(status, message)
 
 
 def check(status):

@@ -277,8 +277,7 @@ class Model(_lib.Handle):
             tok = self.tokenizer
             ids = tok.encode(prompt, add_special=True, max_tokens=max_ids)
             if not ids:
-                raise Error(Status.INVALID_ARG,
-                            f"the prompt is empty and {tok.path} adds no BOS token: nothing to start from")
+                raise InvalidArgument(f"the prompt is empty and {tok.path} adds no BOS token: nothing to start from")
             for i in ids:
                 if i >= info.vocab:
                     name = tok.id_to_token(i)
@@ -291,7 +290,7 @@ class Model(_lib.Handle):
             return ids, eos, tok
         ids = [int(i) for i in _check_vocab(as_ids(prompt), info.vocab)]
         if not ids:
-            raise Error(Status.INVALID_ARG, "the prompt has no tokens: nothing to start from")
+            raise InvalidArgument("the prompt has no tokens: nothing to start from")
         return ids, info.eos_ids, None
 
 
@@ -365,7 +364,7 @@ def _sampler_opts(vocab, temperature, top_k, top_p, seed):
 
 def _check_n(n):
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 or n > (1 << 20):
-        raise ValueError(f"n wants an integer in [0, {1 << 20}], got {n!r}")
+        raise InvalidArgument(f"n wants an integer in [0, {1 << 20}], got {n!r}")
     return int(n)
 
 
@@ -376,12 +375,10 @@ def _choose_ctx(T, n, max_pos, ctx):
         dflt = min(max_pos, 4096)
         ctx = dflt if need <= dflt else need if need <= max_pos else max_pos
         if need > ctx:
-            raise Error(Status.INVALID_ARG,
-                        f"prompt ({T} tokens) + n {n} exceeds the context {ctx} "
-                        "(max_position_embeddings); pass ctx=N to raise it")
+            raise InvalidArgument(f"prompt ({T} tokens) + n {n} exceeds the context {ctx} "
+                                  "(max_position_embeddings); pass ctx=N to raise it")
     elif need > ctx:
-        raise Error(Status.INVALID_ARG,
-                    f"prompt ({T} tokens) + n {n} exceeds ctx {ctx}; pass a larger ctx")
+        raise InvalidArgument(f"prompt ({T} tokens) + n {n} exceeds ctx {ctx}; pass a larger ctx")
     elif ctx > max_pos:
         warnings.warn(f"diffrt: ctx {ctx} is past the model's max_position_embeddings {max_pos}: "
                       f"positions from {max_pos} on were never trained and the output there may degrade",
@@ -508,7 +505,7 @@ class Session(_lib.Handle):
             out = np.empty(shape, dtype=np.float32)
         elif (not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != shape
               or not out.flags.c_contiguous or not out.flags.writeable):
-            raise ValueError(f"out must be a writeable C-contiguous float32 array of shape {shape}")
+            raise InvalidArgument(f"out must be a writeable C-contiguous float32 array of shape {shape}")
         with self._exclusive() as h:
             st = _lib.lib().drt_session_forward(h, arr.ctypes.data, _lib.int32(T, "len(ids)"), out.ctypes.data,
                                                 int(bool(all_logits)))
@@ -607,9 +604,8 @@ class Session(_lib.Handle):
         n = _check_n(n)
         need = self.pos + len(ids) + n
         if need > self.ctx:
-            raise Error(Status.INVALID_ARG,
-                        f"position {self.pos} + prompt ({len(ids)} tokens) + n {n} exceeds the "
-                        f"session's context {self.ctx}")
+            raise InvalidArgument(f"position {self.pos} + prompt ({len(ids)} tokens) + n {n} exceeds the "
+                                  f"session's context {self.ctx}")
         with Sampler(self.vocab, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed) as smp:
             return self._generate(ids, n, smp, eos, stop, tok, on_text)
 
@@ -772,7 +768,7 @@ class Sampler(_lib.Handle):
         Logits unfit to sample (NaN, +Inf, all -Inf) raise Error (Status.NUMERIC)."""
         a = np.ascontiguousarray(logits, dtype=np.float32)
         if a.shape != (self.vocab,):
-            raise ValueError(f"logits must have shape ({self.vocab},), got {a.shape}")
+            raise InvalidArgument(f"logits must have shape ({self.vocab},), got {a.shape}")
         with self._exclusive(wait=True) as h:  # one draw at a time: its generator's state
             t = _lib.lib().drt_sampler_sample(h, a.ctypes.data)
         if t < 0:

@@ -471,6 +471,53 @@ class TestModel(unittest.TestCase):
         self.assertIn("broken.json", cm.exception.message)
 
 
+class TestCallerMistakes(unittest.TestCase):
+    """A caller's mistake is diffrt.InvalidArgument (a ValueError, status
+    INVALID_ARG) in every class, found by Python or refused by C (every C
+    DRT_ERR_INVALID_ARG: a plain diffrt.Error before)."""
+
+    def test_invalid_argument(self):
+        m = diffrt.Model(model_path("diff-v1-tiny"))
+        tok = m.tokenizer
+        s = m.session(backend="ref", ctx=8)
+        V = m.info.vocab
+        cases = [
+            # (what, call, what the message says)
+            ("Session forward past ctx (C)", lambda: s.forward(list(range(9))), "exceed"),
+            ("Session forward no ids (C)", lambda: s.forward([]), ""),
+            ("Session forward out of the wrong shape", lambda: s.forward([1], out=np.empty(3, np.float32)), "out must"),
+            ("Session generate past ctx", lambda: s.generate([1] * 6, n=4), "exceeds the session's context"),
+            ("Session unknown backend (C)", lambda: m.session(backend="no-such-backend"), "no-such-backend"),
+            ("Session unknown setting (C)", lambda: m.session(settings={"no.such": 1}), "unknown setting"),
+            ("Model generate n -1", lambda: m.generate([1], n=-1), "n wants"),
+            ("Model generate past ctx", lambda: m.generate([1] * 6, n=4, ctx=8), "exceeds ctx 8"),
+            ("Model generate no ids", lambda: m.generate([], n=1), "no tokens"),
+            ("Sampler temperature -1 (C)", lambda: diffrt.Sampler(V, temperature=-1.0), "--temp"),
+            ("Sampler top_p 0 (C)", lambda: diffrt.Sampler(V, top_p=0.0), "--top-p"),
+            ("Sampler logits of the wrong shape", lambda: diffrt.Sampler(V).sample(np.zeros(3)), "shape"),
+            ("Tokenizer encode bad UTF-8 (C)", lambda: tok.encode(b"bad \xff utf-8"), "UTF-8"),
+            ("Tokenizer encode past max_tokens (C)", lambda: tok.encode(read_prompt(), max_tokens=4), "4 tokens"),
+            ("Tokenizer decode 2-D ids", lambda: tok.decode(np.zeros((2, 2), dtype=np.int32)), "1-D"),
+        ]
+        try:
+            for what, call, says in cases:
+                with self.subTest(what):
+                    with self.assertRaises(diffrt.InvalidArgument) as cm:
+                        call()
+                    self.assertIsInstance(cm.exception, ValueError)
+                    self.assertEqual(cm.exception.status, diffrt.Status.INVALID_ARG)
+                    self.assertIn(says, str(cm.exception))
+            self.assertEqual(s.pos, 0)
+        finally:
+            s.close()
+            m.close()
+        # not a caller's mistake: still a plain diffrt.Error
+        with self.assertRaises(diffrt.Error) as cm:
+            diffrt.Model(os.path.join(MODELS_DIR, "no-such-model"))
+        self.assertNotIsInstance(cm.exception, ValueError)
+        self.assertEqual(cm.exception.status, diffrt.Status.IO)
+
+
 class TestBatchSession(unittest.TestCase):
     """BatchSession: rows of several sequences in one forward give what a
     Session gives each sequence (bit for bit on ref), and every rule of a
@@ -514,28 +561,50 @@ class TestBatchSession(unittest.TestCase):
                         self.assertLess(float(np.abs(got3[0] - w3).max()), 1e-3 if be != "ref" else 1e-30)
 
     def test_rules(self):
+        """Every rule of python/diffrt/README.md's BatchSession raises
+        diffrt.InvalidArgument (a ValueError, status INVALID_ARG) naming what
+        broke it, whether Python or C found it, and changes nothing (C's
+        refusals were a plain diffrt.Error)."""
         with diffrt.Model(os.path.join(MODELS_DIR, "diff-v1-tiny")) as m:
             with m.batch_session(max_seqs=2, ctx_per_seq=8, max_batch_rows=4, backend="ref") as b:
                 self.assertEqual((b.max_seqs, b.ctx_per_seq, b.max_batch_rows), (2, 8, 4))
+                V = m.info.vocab
                 cases = [
-                    (([1, 2], [0, 2]), "sequence 2 is not a slot"),
-                    (([1, 2, 3], [0, 1, 0]), "contiguous"),
-                    (([1] * 5, [0] * 5), "5 rows"),
-                    (([m.info.vocab], [0]), "outside the vocabulary"),
-                    (([1], [0], None, [3]), "continue at 0"),
+                    # (rule, call, what the message says)
+                    ("slot past max_seqs", lambda: b.forward([1, 2], [0, 2]), "sequence 2 is not a slot"),
+                    ("slot -1", lambda: b.forward([1], [-1]), "sequence -1 is not a slot"),
+                    ("rows contiguous", lambda: b.forward([1, 2, 3], [0, 1, 0]), "contiguous"),
+                    ("rows past max_batch_rows", lambda: b.forward([1] * 5, [0] * 5), "5 rows"),
+                    ("no rows", lambda: b.forward([], []), "0 rows"),
+                    ("token past the vocabulary", lambda: b.forward([V], [0]), "outside the vocabulary"),
+                    ("token -1", lambda: b.forward([-1], [0]), "outside the vocabulary"),
+                    ("a seq a row", lambda: b.forward([1, 2], [0]), "one sequence a row"),
+                    ("a logits flag a row", lambda: b.forward([1, 2], [0, 0], [1]), "logits flags"),
+                    ("a position a row", lambda: b.forward([1, 2], [0, 0], None, [0]), "positions"),
+                    ("positions continue the sequence", lambda: b.forward([1], [0], None, [3]), "continue at 0"),
+                    ("positions in order", lambda: b.forward([1, 2], [0, 0], None, [1, 0]), "continue at 0"),
+                    ("ids 1-D", lambda: b.forward(np.zeros((1, 1), dtype=np.int32), [0]), "1-D"),
+                    ("truncate past the length", lambda: b.truncate(0, 1), "cut to 0 .. 0, not 1"),
+                    ("truncate to -1", lambda: b.truncate(0, -1), "not -1"),
+                    ("truncate slot past max_seqs", lambda: b.truncate(2), "sequence 2 is not a slot"),
+                    ("seq_len slot past max_seqs", lambda: b.seq_len(2), "seq wants an integer in [0, 1]"),
+                    ("seq_len slot -1", lambda: b.seq_len(-1), "seq wants an integer in [0, 1]"),
                 ]
-                for args, says in cases:
-                    with self.assertRaises(diffrt.Error) as cm:
-                        b.forward(*args)
-                    self.assertEqual(cm.exception.status, diffrt.Status.INVALID_ARG)
-                    self.assertIn(says, str(cm.exception))
-                    self.assertEqual((b.seq_len(0), b.seq_len(1)), (0, 0), "a refused batch changed a sequence")
+                for rule, call, says in cases:
+                    with self.subTest(rule):
+                        with self.assertRaises(diffrt.InvalidArgument) as cm:
+                            call()
+                        self.assertIsInstance(cm.exception, ValueError)
+                        self.assertEqual(cm.exception.status, diffrt.Status.INVALID_ARG)
+                        self.assertIn(says, str(cm.exception))
+                        self.assertEqual((b.seq_len(0), b.seq_len(1)), (0, 0), "a refused batch changed a sequence")
                 b.forward([1, 2, 3, 4], [0] * 4)
                 b.forward([1, 2, 3, 4], [0] * 4)
-                with self.assertRaises(diffrt.Error) as cm:
+                with self.assertRaises(diffrt.InvalidArgument) as cm:
                     b.forward([1], [0])
                 self.assertIn("past its context of 8", str(cm.exception))
-                with self.assertRaises(diffrt.Error):
+                self.assertEqual(b.seq_len(0), 8)
+                with self.assertRaises(diffrt.InvalidArgument):
                     b.truncate(0, 9)
                 b.truncate(0, 0)
                 self.assertEqual(b.seq_len(0), 0)
