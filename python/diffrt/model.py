@@ -208,7 +208,7 @@ class Model(_lib.Handle):
 
 
     def __repr__(self):
-        return f"<diffrt.Model {self.path} {self.info.arch} {'closed' if not self._h else 'open'}>"
+        return f"<diffrt.Model {self.path} {self.info.arch} {'closed' if self._closed or not self._h else 'open'}>"
 
     @property
     def vocab(self):
@@ -480,7 +480,11 @@ class Session(_lib.Handle):
 
 
     def __repr__(self):
-        return f"<diffrt.Session {self.backend} pos {self.pos if self._h else 'closed'}/{self.ctx}>"
+        try:
+            pos = self.pos
+        except _lib.Closed:
+            pos = "closed"
+        return f"<diffrt.Session {self.backend} pos {pos}/{self.ctx}>"
 
     @property
     def pos(self):

@@ -59,7 +59,7 @@ class Tokenizer(_lib.Handle):
         return self
 
     def __repr__(self):
-        state = "closed" if not self._h else f"vocab {self.vocab_size}"
+        state = "closed" if self._closed or not self._h else f"vocab {self._vocab}"
         return f"<diffrt.Tokenizer {self.path or '(from json)'} {state}>"
 
     # -- queries
