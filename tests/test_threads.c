@@ -12,6 +12,14 @@
  *   - one batch session, two threads each decoding its own sequence: every
  *     forward succeeds with its sequence's right logits or is BUSY, and a
  *     thread's sequence never moves when its call was refused.
+ *   - one tokenizer shared by N_TOK threads at once (read-only once loaded):
+ *     each encodes a long text, decodes the ids and decodes them again
+ *     through a stream of its own, and gets what one thread gets, byte for
+ *     byte, for each tokenizer.json kind (a Split regex, ByteLevel's,
+ *     RoBERTa-like flags, the model's);
+ *   - samplers on N_SAMP threads at once, one each (a sampler is one
+ *     thread's at a time, and samplers share nothing): each draws what its
+ *     seed draws on one thread.
  * Threads record what they saw; the checks run on the main thread
  * (DRT_CHECK counts in plain ints). Models: the bundled fixtures (V = 256,
  * 64 positions), and one quantized to q4_0 here: on a CPU with AVX512-VNNI
@@ -26,6 +34,8 @@
 #include <time.h>
 
 #include "diffrt/diffrt.h"
+#include "diffrt/tokenizer.h"
+#include "diffrt/util.h"
 #include "drt_test.h"
 
 #define V 256
@@ -383,6 +393,169 @@ static void batch_two_threads(const char *dir, const char *backend) {
     drt_model_free(m);
 }
 
+/* ---- one tokenizer, N_TOK threads at once ----------------------------------- */
+
+#define N_TOK 4
+#define TOK_REPEAT 8 /* the corpus this many times: a long text to encode */
+#define TOK_LAPS 2
+
+typedef struct {
+    int32_t *ids;
+    int n;
+    char *text; /* decode of ids */
+    size_t len;
+    char *streamed; /* the stream's pieces joined */
+    size_t s_len;
+} tok_result;
+
+static void tok_result_free(tok_result *r) {
+    drt_free(r->ids);
+    drt_free(r->text);
+    drt_free(r->streamed);
+    *r = (tok_result){0};
+}
+
+/* encode, decode, then a stream of its own over the same ids */
+static drt_status tok_run(const drt_tokenizer *t, const char *text, size_t len, tok_result *r) {
+    *r = (tok_result){0};
+    drt_status st = drt_tokenizer_encode_max(t, text, len, 1, 0, &r->ids, &r->n);
+    if (st == DRT_OK) st = drt_tokenizer_decode(t, r->ids, r->n, 0, &r->text, &r->len);
+    drt_tokenizer_stream ts;
+    drt_tokenizer_stream_init(&ts);
+    size_t cap = 0;
+    for (int i = 0; st == DRT_OK && i < r->n; i++)
+        st = drt_tokenizer_stream_push(t, &ts, r->ids[i], 0, &r->streamed, &r->s_len, &cap);
+    if (st == DRT_OK) st = drt_tokenizer_stream_flush(t, &ts, &r->streamed, &r->s_len, &cap);
+    return st;
+}
+
+typedef struct {
+    const drt_tokenizer *t;
+    const char *text;
+    size_t len;
+    const tok_result *want;
+    int wrong;
+    drt_status st;
+    char err[256];
+} tok_job;
+
+static void *tok_thread(void *p) {
+    tok_job *j = p;
+    for (int lap = 0; lap < TOK_LAPS && j->st == DRT_OK; lap++) {
+        tok_result r;
+        j->st = tok_run(j->t, j->text, j->len, &r);
+        if (j->st != DRT_OK)
+            snprintf(j->err, sizeof j->err, "%s", drt_last_error());
+        else if (r.n != j->want->n || memcmp(r.ids, j->want->ids, sizeof *r.ids * (size_t)r.n) != 0 ||
+                 r.len != j->want->len || memcmp(r.text, j->want->text, r.len) != 0 || r.s_len != j->want->s_len ||
+                 memcmp(r.streamed, j->want->streamed, r.s_len) != 0)
+            j->wrong++;
+        tok_result_free(&r);
+    }
+    return NULL;
+}
+
+static void tokenizer_threads(const char *path, const char *corpus, size_t corpus_len) {
+    drt_tokenizer *t = NULL;
+    if (drt_tokenizer_load(path, &t) != DRT_OK) {
+        DRT_CHECK(0, "load %s: %s", path, drt_last_error());
+        return;
+    }
+    size_t len = corpus_len * TOK_REPEAT;
+    char *text = malloc(len + 1);
+    if (!text) {
+        DRT_CHECK(0, "out of memory");
+        drt_tokenizer_free(t);
+        return;
+    }
+    for (int k = 0; k < TOK_REPEAT; k++) memcpy(text + (size_t)k * corpus_len, corpus, corpus_len);
+    text[len] = 0;
+    tok_result want;
+    drt_status st = tok_run(t, text, len, &want);
+    DRT_CHECK(st == DRT_OK, "%s, one thread: %s", path, drt_last_error());
+    DRT_CHECK(st != DRT_OK || (want.len == want.s_len && memcmp(want.text, want.streamed, want.len) == 0),
+              "%s: the stream's pieces differ from decode", path);
+    if (st == DRT_OK) {
+        tok_job jobs[N_TOK];
+        pthread_t th[N_TOK];
+        int started[N_TOK];
+        for (int i = 0; i < N_TOK; i++) {
+            jobs[i] = (tok_job){.t = t, .text = text, .len = len, .want = &want};
+            started[i] = pthread_create(&th[i], NULL, tok_thread, &jobs[i]) == 0;
+        }
+        for (int i = 0; i < N_TOK; i++)
+            if (started[i]) pthread_join(th[i], NULL);
+        for (int i = 0; i < N_TOK; i++) {
+            DRT_CHECK(started[i], "%s: tokenizer thread %d did not start", path, i);
+            DRT_CHECK(jobs[i].st == DRT_OK, "%s, thread %d: %s", path, i, jobs[i].err);
+            DRT_CHECK(jobs[i].wrong == 0, "%s, thread %d: %d of %d laps differ from one thread's ids or text", path, i,
+                      jobs[i].wrong, TOK_LAPS);
+        }
+    }
+    tok_result_free(&want);
+    free(text);
+    drt_tokenizer_free(t);
+}
+
+/* ---- samplers on N_SAMP threads at once, one each ------------------------- */
+
+#define N_SAMP 4
+#define SAMP_V 32000 /* a real vocabulary's logits */
+#define SAMP_DRAWS 64
+
+typedef struct {
+    drt_sampler_opts o;
+    const float *logits;
+    int draws[SAMP_DRAWS];
+    drt_status st;
+} samp_job;
+
+static void samp_run(samp_job *j) {
+    drt_sampler *s = NULL;
+    j->st = drt_sampler_create(&j->o, SAMP_V, &s);
+    for (int i = 0; j->st == DRT_OK && i < SAMP_DRAWS; i++) {
+        /* a different distribution each draw: the logits shifted along */
+        j->draws[i] = drt_sampler_sample(s, j->logits + i);
+        if (j->draws[i] < 0) j->st = DRT_ERR_NUMERIC;
+    }
+    drt_sampler_free(s);
+}
+
+static void *samp_thread(void *p) {
+    samp_run(p);
+    return NULL;
+}
+
+static void sampler_threads(void) {
+    static float logits[SAMP_V + SAMP_DRAWS];
+    drt_rng r;
+    drt_rng_seed(&r, 11);
+    drt_fill_uniform(logits, SAMP_V + SAMP_DRAWS, &r, -4.0f, 4.0f);
+    /* two option sets, each on two threads: equal seeds must agree */
+    const drt_sampler_opts opts[2] = {{.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = 7},
+                                      {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 1234}};
+    static samp_job want[2], jobs[N_SAMP];
+    for (int k = 0; k < 2; k++) {
+        want[k] = (samp_job){.o = opts[k], .logits = logits};
+        samp_run(&want[k]);
+        DRT_CHECK(want[k].st == DRT_OK, "sampler %d, one thread: %s", k, drt_last_error());
+    }
+    pthread_t th[N_SAMP];
+    int started[N_SAMP];
+    for (int i = 0; i < N_SAMP; i++) {
+        jobs[i] = (samp_job){.o = opts[i % 2], .logits = logits};
+        started[i] = pthread_create(&th[i], NULL, samp_thread, &jobs[i]) == 0;
+    }
+    for (int i = 0; i < N_SAMP; i++)
+        if (started[i]) pthread_join(th[i], NULL);
+    for (int i = 0; i < N_SAMP; i++) {
+        DRT_CHECK(started[i], "sampler thread %d did not start", i);
+        DRT_CHECK(jobs[i].st == DRT_OK, "sampler thread %d: %s", i, drt_status_str(jobs[i].st));
+        DRT_CHECK(memcmp(jobs[i].draws, want[i % 2].draws, sizeof jobs[i].draws) == 0,
+                  "sampler thread %d: its draws differ from one thread's with the same seed", i);
+    }
+}
+
 int main(void) {
     const char *q4 = DRT_TMP_DIR "/threads_q4_0";
     char cmd[2048];
@@ -403,6 +576,22 @@ int main(void) {
             free_during_forward(models[i], backends[b]);
             batch_two_threads(models[i], backends[b]);
         }
+    char *corpus = NULL;
+    size_t corpus_len = 0;
+    if (drt_read_text_file(DRT_FIXTURES_DIR "/../tokenizer/corpus.txt", &corpus, &corpus_len) != DRT_OK) {
+        DRT_CHECK(0, "corpus: %s", drt_last_error());
+    } else {
+        static const char *tokenizers[] = {
+            DRT_FIXTURES_DIR "/../tokenizer/llama3.json", /* a Split regex, ignore_merges */
+            DRT_FIXTURES_DIR "/../tokenizer/gpt2.json",   /* ByteLevel's regex */
+            DRT_FIXTURES_DIR "/../tokenizer/flags.json",  /* lstrip/rstrip/single_word added tokens */
+            DRT_MODELS_DIR "/diff-v1-tiny/tokenizer.json",
+        };
+        for (size_t i = 0; i < sizeof tokenizers / sizeof *tokenizers; i++)
+            tokenizer_threads(tokenizers[i], corpus, corpus_len);
+        drt_free(corpus);
+    }
+    sampler_threads();
     DRT_CHECK(strcmp(drt_status_str(DRT_ERR_BUSY), "busy") == 0, "BUSY: %s", drt_status_str(DRT_ERR_BUSY));
     return drt_test_summary("test_threads");
 }

@@ -41,6 +41,8 @@ typedef struct drt_tokenizer drt_tokenizer;
 drt_status drt_tokenizer_load(const char *path, drt_tokenizer **out);
 /* Same from memory; `name` is what error messages call the file. */
 drt_status drt_tokenizer_load_json(const char *json, size_t len, const char *name, drt_tokenizer **out);
+/* Unlike drt_session_free, it does not wait for calls in flight: no other
+ * thread may be inside a call on t (nor use a stream of t) while it runs. */
 void drt_tokenizer_free(drt_tokenizer *t);
 
 /* One more than the largest token id (model vocab and added tokens). */

@@ -10,8 +10,8 @@ _I32 = np.iinfo(np.int32)
 def as_ids(ids):
     """A 1-D C-contiguous int32 array of ``ids`` (a sequence of ints or an
     integer ndarray). Raises TypeError for non-integers, ArgumentOverflow (a
-    ValueError and OverflowError) for a value outside int32, ValueError for a
-    shape that is not 1-D."""
+    ValueError and OverflowError) for a value outside int32, InvalidArgument
+    (a ValueError) for a shape that is not 1-D."""
     if isinstance(ids, (str, bytes)):
         raise TypeError("token ids must be a sequence of integers, not text")
     if isinstance(ids, np.ndarray):
@@ -24,7 +24,7 @@ def as_ids(ids):
             raise ArgumentOverflow("token ids must fit in int32")
         return np.array(ids, dtype=np.int32)
     if a.ndim != 1:
-        raise ValueError(f"token ids must be 1-D, got shape {a.shape}")
+        raise InvalidArgument(f"token ids must be 1-D, got shape {a.shape}")
     if a.size and a.dtype.kind not in "iu":
         raise TypeError(f"token ids must be integers, got dtype {a.dtype}")
     if a.size and a.dtype != np.int32 and (a.min() < _I32.min or a.max() > _I32.max):

@@ -385,9 +385,10 @@ Error.__module__ = "diffrt"
 
 
 class InvalidArgument(Error, ValueError):
-    """An argument the package rejected before any C call: a ValueError,
-    and an :class:`Error` with status INVALID_ARG (what the C library would
-    have said, where it could tell)."""
+    """A caller's mistake (status INVALID_ARG): an argument the package
+    rejected before any C call, or one the library refused (every C call
+    that returns DRT_ERR_INVALID_ARG raises this). A ValueError, and an
+    :class:`Error`."""
 
     def __init__(self, message):
         super().__init__(Status.INVALID_ARG, message, status_name="invalid argument")
@@ -398,6 +399,11 @@ class ArgumentOverflow(InvalidArgument, OverflowError):
     silently keep its low bits: ctx=2**32+5 was 5). Also an OverflowError."""
 
 
+class Closed(InvalidArgument):
+    """A call on an object after its close() (or on one never made): nothing
+    was done. An InvalidArgument, so a ValueError too."""
+
+
 class Busy(Error):
     """The session is in use by another thread (Status.BUSY): nothing was done."""
 
@@ -405,7 +411,7 @@ class Busy(Error):
         super().__init__(Status.BUSY, message, status_name="busy")
 
 
-for _c in (InvalidArgument, ArgumentOverflow, Busy):
+for _c in (InvalidArgument, ArgumentOverflow, Closed, Busy):
     _c.__module__ = "diffrt"
 
 
@@ -427,8 +433,14 @@ def last_error():
 
 
 def error(status, message=None):
-    """The Error for a failed call (message: drt_last_error() unless given)."""
-    return Error(status, last_error() if message is None else message)
+    """The Error for a failed call (message: drt_last_error() unless given):
+    an InvalidArgument for DRT_ERR_INVALID_ARG, a Busy for DRT_ERR_BUSY."""
+    message = last_error() if message is None else message
+    if status == Status.INVALID_ARG:
+        return InvalidArgument(message)
+    if status == Status.BUSY:
+        return Busy(message)
+    return Error(status, message)
 
 
 def check(status):
@@ -612,15 +624,24 @@ def cstr(b):
 class Handle:
     """A library object a Python object owns: freed by close(), at the end of
     a with block, or when the Python object is collected. Subclasses name
-    their drt_*_free function and set self._h once the object exists.
+    their drt_*_free function (or override _release) and set self._h once
+    the object exists. Every class that owns a native handle is one of
+    these, so one mechanism keeps every handle from being freed under a call.
 
-    Threads: a C call passes the handle inside ``with self._shared() as h``
-    (any number of threads at once: models, tokenizers) or ``with
-    self._exclusive() as h`` (one thread at a time, re-entrant on that
-    thread: sessions; another thread gets :class:`Busy`, or waits with
-    wait=True). close() waits for the calls in flight on other threads, so
-    the handle is never freed under one; a call after close() raises
-    ValueError."""
+    Calls: every C call that passes the handle runs inside ``with
+    self._shared() as h`` (any number of threads at once: models,
+    tokenizers) or ``with self._exclusive() as h`` (one thread at a time,
+    re-entrant on that thread: another thread gets :class:`Busy`, or waits
+    for it with wait=True: sessions, samplers, stream decoders). A call
+    after close() started raises :class:`Closed`.
+
+    close(): marks the object closed (new calls raise Closed, and threads
+    waiting to enter wake up to raise it), waits for the calls in flight on
+    other threads to return, then frees the handle, once. Called from inside
+    one of the object's own calls on the same thread (a callback: an
+    observer, on_text), it cannot wait for that call: the handle is freed
+    when the thread's last call on it returns, so close() never deadlocks
+    and never frees under a call."""
 
     _free_fn = None  # e.g. "drt_model_free"
     _h = None
@@ -628,55 +649,86 @@ class Handle:
     def __new__(cls, *args, **kwargs):
         self = super().__new__(cls)
         self._cv = threading.Condition()
-        self._users = 0  # threads inside a _shared() call
+        self._calls = {}  # thread id -> depth of its calls in flight
         self._owner = None  # the thread inside _exclusive() calls
         self._depth = 0
+        self._closed = False
+        self._free_on_leave = False  # closed from inside a call: the last to leave frees
         return self
 
-    def _idle_for(self, me):
-        return self._users == 0 and self._owner in (None, me)
+    def _others_in(self, me):
+        return any(t != me for t in self._calls)
+
+    def _enter(self, me):
+        h = self._handle()
+        self._calls[me] = self._calls.get(me, 0) + 1
+        return h
+
+    def _leave(self, me, exclusive):
+        h = None
+        with self._cv:
+            d = self._calls[me] - 1
+            if d:
+                self._calls[me] = d
+            else:
+                del self._calls[me]
+            if exclusive:
+                self._depth -= 1
+                if not self._depth:
+                    self._owner = None
+            if self._free_on_leave and not self._calls:
+                self._free_on_leave = False
+                h, self._h = self._h, None
+            self._cv.notify_all()
+        if h:
+            self._release(h)
 
     @contextlib.contextmanager
     def _shared(self):
+        me = threading.get_ident()
         with self._cv:
-            h = self._handle()
-            self._users += 1
+            if self._owner not in (None, me):  # an _exclusive() call of another thread
+                self._cv.wait_for(lambda: self._closed or self._owner in (None, me))
+            h = self._enter(me)
         try:
             yield h
         finally:
-            with self._cv:
-                self._users -= 1
-                self._cv.notify_all()
+            self._leave(me, False)
 
     @contextlib.contextmanager
     def _exclusive(self, wait=False):
         me = threading.get_ident()
         with self._cv:
-            if not self._idle_for(me):
+            self._handle()  # closed: Closed, before Busy
+            if self._others_in(me):
                 if not wait:
                     raise Busy()
-                self._cv.wait_for(lambda: self._idle_for(me))
-            h = self._handle()
+                self._cv.wait_for(lambda: self._closed or not self._others_in(me))
+            h = self._enter(me)
             self._owner = me
             self._depth += 1
         try:
             yield h
         finally:
-            with self._cv:
-                self._depth -= 1
-                if not self._depth:
-                    self._owner = None
-                self._cv.notify_all()
+            self._leave(me, True)
 
     def close(self):
         me = threading.get_ident()
         with self._cv:
-            # the owner itself may close (from a callback): its own calls
-            # after this one see the handle gone
-            self._cv.wait_for(lambda: self._idle_for(me))
+            self._closed = True
+            self._cv.notify_all()  # threads waiting to enter: Closed
+            if me in self._calls:
+                # inside a call of its own (a callback): freed when it returns
+                self._free_on_leave = bool(self._h)
+                return
+            self._cv.wait_for(lambda: not self._calls)
             h, self._h = self._h, None
         if h:
-            getattr(lib(), self._free_fn)(h)
+            self._release(h)
+
+    def _release(self, h):
+        """Frees the native handle (no call is in flight)."""
+        getattr(lib(), self._free_fn)(h)
 
     def __enter__(self):
         return self
@@ -691,6 +743,6 @@ class Handle:
             pass
 
     def _handle(self):
-        if not self._h:
-            raise ValueError(f"operation on a closed {type(self).__name__}")
+        if self._closed or not self._h:
+            raise Closed(f"operation on a closed {type(self).__name__}")
         return self._h

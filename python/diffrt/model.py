@@ -1,6 +1,7 @@
 """Models, sessions, samplers and generation over the diffrt C API."""
 
 import os
+import threading
 import warnings
 from ctypes import byref, c_char as ctypes_c_char, c_int32, c_void_p, create_string_buffer
 from dataclasses import dataclass
@@ -181,8 +182,10 @@ class Generation:
 class Model(_lib.Handle):
     """A checkpoint directory (config.json + safetensors) loaded by diffrt.
 
-    Sessions made from it keep it alive in C: closing the Model while
-    sessions are open is allowed."""
+    Threads: any number at once (creating sessions). Sessions and batch
+    sessions made from it keep it alive in C: closing the Model while they
+    are open, or while they run, is allowed (close() waits only for the
+    session creations in flight)."""
 
     _free_fn = "drt_model_free"
 
@@ -191,6 +194,7 @@ class Model(_lib.Handle):
         self.path = os.fspath(path)
         self._h = None
         self._tokenizer = None
+        self._tokenizer_lock = threading.Lock()
         h = c_void_p()
         _lib.check(_lib.lib().drt_model_load(cpath, byref(h)))
         self._h = h
@@ -204,7 +208,7 @@ class Model(_lib.Handle):
 
 
     def __repr__(self):
-        return f"<diffrt.Model {self.path} {self.info.arch} {'closed' if not self._h else 'open'}>"
+        return f"<diffrt.Model {self.path} {self.info.arch} {'closed' if self._closed or not self._h else 'open'}>"
 
     @property
     def vocab(self):
@@ -212,10 +216,13 @@ class Model(_lib.Handle):
 
     @property
     def tokenizer(self):
-        """The model directory's tokenizer.json (loaded on first use)."""
-        if self._tokenizer is None:
-            self._tokenizer = Tokenizer(os.path.join(self.path, "tokenizer.json"))
-        return self._tokenizer
+        """The model directory's tokenizer.json (loaded on first use, once
+        however many threads ask; a Tokenizer of its own: closing the Model
+        does not close it)."""
+        with self._tokenizer_lock:
+            if self._tokenizer is None:
+                self._tokenizer = Tokenizer(os.path.join(self.path, "tokenizer.json"))
+            return self._tokenizer
 
     def session(self, backend="cpu", device=None, ctx=0, threads=0, check_finite=False, settings=None,
                 kv_type=None):
@@ -270,8 +277,7 @@ class Model(_lib.Handle):
             tok = self.tokenizer
             ids = tok.encode(prompt, add_special=True, max_tokens=max_ids)
             if not ids:
-                raise Error(Status.INVALID_ARG,
-                            f"the prompt is empty and {tok.path} adds no BOS token: nothing to start from")
+                raise InvalidArgument(f"the prompt is empty and {tok.path} adds no BOS token: nothing to start from")
             for i in ids:
                 if i >= info.vocab:
                     name = tok.id_to_token(i)
@@ -284,7 +290,7 @@ class Model(_lib.Handle):
             return ids, eos, tok
         ids = [int(i) for i in _check_vocab(as_ids(prompt), info.vocab)]
         if not ids:
-            raise Error(Status.INVALID_ARG, "the prompt has no tokens: nothing to start from")
+            raise InvalidArgument("the prompt has no tokens: nothing to start from")
         return ids, info.eos_ids, None
 
 
@@ -358,7 +364,7 @@ def _sampler_opts(vocab, temperature, top_k, top_p, seed):
 
 def _check_n(n):
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 or n > (1 << 20):
-        raise ValueError(f"n wants an integer in [0, {1 << 20}], got {n!r}")
+        raise InvalidArgument(f"n wants an integer in [0, {1 << 20}], got {n!r}")
     return int(n)
 
 
@@ -369,12 +375,10 @@ def _choose_ctx(T, n, max_pos, ctx):
         dflt = min(max_pos, 4096)
         ctx = dflt if need <= dflt else need if need <= max_pos else max_pos
         if need > ctx:
-            raise Error(Status.INVALID_ARG,
-                        f"prompt ({T} tokens) + n {n} exceeds the context {ctx} "
-                        "(max_position_embeddings); pass ctx=N to raise it")
+            raise InvalidArgument(f"prompt ({T} tokens) + n {n} exceeds the context {ctx} "
+                                  "(max_position_embeddings); pass ctx=N to raise it")
     elif need > ctx:
-        raise Error(Status.INVALID_ARG,
-                    f"prompt ({T} tokens) + n {n} exceeds ctx {ctx}; pass a larger ctx")
+        raise InvalidArgument(f"prompt ({T} tokens) + n {n} exceeds ctx {ctx}; pass a larger ctx")
     elif ctx > max_pos:
         warnings.warn(f"diffrt: ctx {ctx} is past the model's max_position_embeddings {max_pos}: "
                       f"positions from {max_pos} on were never trained and the output there may degrade",
@@ -446,13 +450,17 @@ class Session(_lib.Handle):
     kv_type setting, else f16 on cpu and f32 elsewhere). ``kv_type`` and
     ``kv_bytes`` hold the type and the cache's size as decided.
 
-    One thread at a time: forward, generate and last_attention called while
-    another thread is inside the session raise :class:`Busy` (a
-    diffrt.Error, Status.BUSY) and do nothing; pos, reset, fallbacks and
-    close wait for that thread's call instead. After close every call
-    raises ValueError."""
+    One thread at a time: forward, generate, set_observer, keep_attention
+    and last_attention called while another thread is inside the session
+    raise :class:`Busy` (a diffrt.Error, Status.BUSY) and do nothing; pos,
+    reset, fallbacks and close wait for that thread's call instead. After
+    close every call raises :class:`Closed` (a ValueError). close() from a
+    callback of the session's own call (an observer, generate's on_text)
+    returns at once, and the session is freed when that call returns."""
 
     _free_fn = "drt_session_free"
+    _observer = None  # the drt_observer's callbacks (set_observer)
+    _observer_error = None  # what a callback raised, for forward to raise
 
     def __init__(self, model, backend="cpu", device=None, ctx=0, threads=0, check_finite=False,
                  settings=None, kv_type=None):
@@ -472,7 +480,11 @@ class Session(_lib.Handle):
 
 
     def __repr__(self):
-        return f"<diffrt.Session {self.backend} pos {self.pos if self._h else 'closed'}/{self.ctx}>"
+        try:
+            pos = self.pos
+        except _lib.Closed:
+            pos = "closed"
+        return f"<diffrt.Session {self.backend} pos {pos}/{self.ctx}>"
 
     @property
     def pos(self):
@@ -497,11 +509,11 @@ class Session(_lib.Handle):
             out = np.empty(shape, dtype=np.float32)
         elif (not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != shape
               or not out.flags.c_contiguous or not out.flags.writeable):
-            raise ValueError(f"out must be a writeable C-contiguous float32 array of shape {shape}")
+            raise InvalidArgument(f"out must be a writeable C-contiguous float32 array of shape {shape}")
         with self._exclusive() as h:
             st = _lib.lib().drt_session_forward(h, arr.ctypes.data, _lib.int32(T, "len(ids)"), out.ctypes.data,
                                                 int(bool(all_logits)))
-        exc, self._observer_error = getattr(self, "_observer_error", None), None
+            exc, self._observer_error = self._observer_error, None
         if exc is not None:
             raise exc
         if st:
@@ -536,7 +548,7 @@ class Session(_lib.Handle):
         if on_node is None:
             with self._exclusive() as h:
                 _lib.check(_lib.lib().drt_session_set_observer(h, None))
-            self._observer = None
+                self._observer = None
             return
 
         def c_want(ctx, op, name, layer):
@@ -556,8 +568,10 @@ class Session(_lib.Handle):
                              on_node=_lib.ObserverNodeFn(c_on_node), ctx=None)
         with self._exclusive() as h:
             _lib.check(_lib.lib().drt_session_set_observer(h, byref(obs)))
-        self._observer = obs  # the C side calls these: kept alive with the session
-        self._observer_error = None
+            # the C side calls these: kept alive with the session, replaced
+            # (and the old ones dropped) only while no forward can run them
+            self._observer = obs
+            self._observer_error = None
 
     def last_attention(self):
         """The last token's attention over positions 0..pos-1 of the last
@@ -594,9 +608,8 @@ class Session(_lib.Handle):
         n = _check_n(n)
         need = self.pos + len(ids) + n
         if need > self.ctx:
-            raise Error(Status.INVALID_ARG,
-                        f"position {self.pos} + prompt ({len(ids)} tokens) + n {n} exceeds the "
-                        f"session's context {self.ctx}")
+            raise InvalidArgument(f"position {self.pos} + prompt ({len(ids)} tokens) + n {n} exceeds the "
+                                  f"session's context {self.ctx}")
         with Sampler(self.vocab, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed) as smp:
             return self._generate(ids, n, smp, eos, stop, tok, on_text)
 
@@ -738,7 +751,11 @@ class BatchSession(_lib.Handle):
 
 
 class Sampler(_lib.Handle):
-    """drt_sampler: temperature 0 is greedy; top_k 0 and top_p 1 are off."""
+    """drt_sampler: temperature 0 is greedy; top_k 0 and top_p 1 are off.
+
+    Threads: it holds a generator's state, so its draws are taken one at a
+    time (sample() on another thread waits for the one in flight, as
+    close() does)."""
 
     _free_fn = "drt_sampler_free"
 
@@ -753,12 +770,11 @@ class Sampler(_lib.Handle):
     def sample(self, logits):
         """The id drawn from ``logits`` (float32 [vocab]; converted if not).
         Logits unfit to sample (NaN, +Inf, all -Inf) raise Error (Status.NUMERIC)."""
-        if not self._h:
-            raise ValueError("operation on a closed Sampler")
         a = np.ascontiguousarray(logits, dtype=np.float32)
         if a.shape != (self.vocab,):
-            raise ValueError(f"logits must have shape ({self.vocab},), got {a.shape}")
-        t = _lib.lib().drt_sampler_sample(self._h, a.ctypes.data)
+            raise InvalidArgument(f"logits must have shape ({self.vocab},), got {a.shape}")
+        with self._exclusive(wait=True) as h:  # one draw at a time: its generator's state
+            t = _lib.lib().drt_sampler_sample(h, a.ctypes.data)
         if t < 0:
             # drt_sampler_sample returns no status; with a sampler and logits
             # given, the only failure is logits that are not a distribution

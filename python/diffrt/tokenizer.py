@@ -18,8 +18,9 @@ class Tokenizer(_lib.Handle):
 
     ``Tokenizer(path)`` takes the file, or a model directory holding
     ``tokenizer.json``. Encoding and decoding match Hugging Face `tokenizers`.
-    Read-only once loaded: any number of threads may use one at once (close()
-    waits for their calls).
+    Read-only once loaded: any number of threads may use one at once;
+    close() waits for their calls (its stream decoders' included), and
+    every call after it raises Closed.
     """
 
     _free_fn = "drt_tokenizer_free"
@@ -58,7 +59,7 @@ class Tokenizer(_lib.Handle):
         return self
 
     def __repr__(self):
-        state = "closed" if not self._h else f"vocab {self.vocab_size}"
+        state = "closed" if self._closed or not self._h else f"vocab {self._vocab}"
         return f"<diffrt.Tokenizer {self.path or '(from json)'} {state}>"
 
     # -- queries
@@ -155,24 +156,42 @@ class Tokenizer(_lib.Handle):
         return StreamDecoder(self, skip_special)
 
 
+class _StreamState:
+    """A StreamDecoder's native state: the drt_tokenizer_stream and the
+    output buffer the library mallocs and grows (freed by drt_free)."""
+
+    def __init__(self):
+        self.st = _lib.TokenizerStreamC()
+        self.buf = c_void_p()
+        self.len = c_size_t(0)
+        self.cap = c_size_t(0)
+        _lib.lib().drt_tokenizer_stream_init(byref(self.st))
+
+    def take(self):
+        out = _utf8(ctypes.string_at(self.buf, self.len.value)) if self.len.value else ""
+        self.len.value = 0  # the buffer is reused; pending bytes live in the stream state
+        return out
+
+
 class StreamDecoder(_lib.Handle):
     """drt_tokenizer_stream: ``push(id)`` returns the text completed by that
     id (whole UTF-8 characters only, possibly ""), ``flush()`` what is still
-    pending (an incomplete character at the end becomes U+FFFD)."""
+    pending (an incomplete character at the end becomes U+FFFD).
+
+    Threads: it holds state (the pending bytes, its buffer), so its calls
+    are taken one at a time: push or flush on another thread waits for the
+    one in flight, as close() does. Each call uses the tokenizer too:
+    closing the tokenizer waits for it, and later calls raise Closed."""
 
     def __init__(self, tokenizer, skip_special=False):
-        self.tokenizer = tokenizer  # keeps it alive
+        self.tokenizer = tokenizer  # keeps the Python object alive
         self.skip_special = bool(skip_special)
-        self._st = _lib.TokenizerStreamC()
-        self._buf = c_void_p()
-        self._len = c_size_t(0)
-        self._cap = c_size_t(0)
-        _lib.lib().drt_tokenizer_stream_init(byref(self._st))
+        self._h = _StreamState()
 
-    def _take(self):
-        out = _utf8(ctypes.string_at(self._buf, self._len.value)) if self._len.value else ""
-        self._len.value = 0  # the buffer is reused; pending bytes live in the stream state
-        return out
+    def _release(self, state):
+        buf, state.buf = state.buf, c_void_p()
+        if buf:
+            _lib.free(buf)
 
     def push(self, id):
         """The text completed by ``id``; an id outside the tokenizer's
@@ -180,21 +199,13 @@ class StreamDecoder(_lib.Handle):
         nothing."""
         id = check_id(_lib.int32(id, "id"), self.tokenizer._vocab)
         L = _lib.lib()
-        with self.tokenizer._shared() as h:
-            _lib.check(L.drt_tokenizer_stream_push(h, byref(self._st), id, int(self.skip_special),
-                                                   byref(self._buf), byref(self._len), byref(self._cap)))
-        return self._take()
+        with self._exclusive(wait=True) as s, self.tokenizer._shared() as h:
+            _lib.check(L.drt_tokenizer_stream_push(h, byref(s.st), id, int(self.skip_special),
+                                                   byref(s.buf), byref(s.len), byref(s.cap)))
+            return s.take()
 
     def flush(self):
         L = _lib.lib()
-        with self.tokenizer._shared() as h:
-            _lib.check(L.drt_tokenizer_stream_flush(h, byref(self._st), byref(self._buf), byref(self._len),
-                                                    byref(self._cap)))
-        return self._take()
-
-    def close(self):
-        """Frees the output buffer (Handle: also at the end of a with block
-        and on collection)."""
-        buf, self._buf = self._buf, c_void_p()
-        if buf:
-            _lib.free(buf)
+        with self._exclusive(wait=True) as s, self.tokenizer._shared() as h:
+            _lib.check(L.drt_tokenizer_stream_flush(h, byref(s.st), byref(s.buf), byref(s.len), byref(s.cap)))
+            return s.take()

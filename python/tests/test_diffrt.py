@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 import sys
 import threading
+import time
 import unittest
 import warnings
 
@@ -470,6 +471,53 @@ class TestModel(unittest.TestCase):
         self.assertIn("broken.json", cm.exception.message)
 
 
+class TestCallerMistakes(unittest.TestCase):
+    """A caller's mistake is diffrt.InvalidArgument (a ValueError, status
+    INVALID_ARG) in every class, found by Python or refused by C (every C
+    DRT_ERR_INVALID_ARG: a plain diffrt.Error before)."""
+
+    def test_invalid_argument(self):
+        m = diffrt.Model(model_path("diff-v1-tiny"))
+        tok = m.tokenizer
+        s = m.session(backend="ref", ctx=8)
+        V = m.info.vocab
+        cases = [
+            # (what, call, what the message says)
+            ("Session forward past ctx (C)", lambda: s.forward(list(range(9))), "exceed"),
+            ("Session forward no ids (C)", lambda: s.forward([]), ""),
+            ("Session forward out of the wrong shape", lambda: s.forward([1], out=np.empty(3, np.float32)), "out must"),
+            ("Session generate past ctx", lambda: s.generate([1] * 6, n=4), "exceeds the session's context"),
+            ("Session unknown backend (C)", lambda: m.session(backend="no-such-backend"), "no-such-backend"),
+            ("Session unknown setting (C)", lambda: m.session(settings={"no.such": 1}), "unknown setting"),
+            ("Model generate n -1", lambda: m.generate([1], n=-1), "n wants"),
+            ("Model generate past ctx", lambda: m.generate([1] * 6, n=4, ctx=8), "exceeds ctx 8"),
+            ("Model generate no ids", lambda: m.generate([], n=1), "no tokens"),
+            ("Sampler temperature -1 (C)", lambda: diffrt.Sampler(V, temperature=-1.0), "--temp"),
+            ("Sampler top_p 0 (C)", lambda: diffrt.Sampler(V, top_p=0.0), "--top-p"),
+            ("Sampler logits of the wrong shape", lambda: diffrt.Sampler(V).sample(np.zeros(3)), "shape"),
+            ("Tokenizer encode bad UTF-8 (C)", lambda: tok.encode(b"bad \xff utf-8"), "UTF-8"),
+            ("Tokenizer encode past max_tokens (C)", lambda: tok.encode(read_prompt(), max_tokens=4), "4 tokens"),
+            ("Tokenizer decode 2-D ids", lambda: tok.decode(np.zeros((2, 2), dtype=np.int32)), "1-D"),
+        ]
+        try:
+            for what, call, says in cases:
+                with self.subTest(what):
+                    with self.assertRaises(diffrt.InvalidArgument) as cm:
+                        call()
+                    self.assertIsInstance(cm.exception, ValueError)
+                    self.assertEqual(cm.exception.status, diffrt.Status.INVALID_ARG)
+                    self.assertIn(says, str(cm.exception))
+            self.assertEqual(s.pos, 0)
+        finally:
+            s.close()
+            m.close()
+        # not a caller's mistake: still a plain diffrt.Error
+        with self.assertRaises(diffrt.Error) as cm:
+            diffrt.Model(os.path.join(MODELS_DIR, "no-such-model"))
+        self.assertNotIsInstance(cm.exception, ValueError)
+        self.assertEqual(cm.exception.status, diffrt.Status.IO)
+
+
 class TestBatchSession(unittest.TestCase):
     """BatchSession: rows of several sequences in one forward give what a
     Session gives each sequence (bit for bit on ref), and every rule of a
@@ -513,28 +561,50 @@ class TestBatchSession(unittest.TestCase):
                         self.assertLess(float(np.abs(got3[0] - w3).max()), 1e-3 if be != "ref" else 1e-30)
 
     def test_rules(self):
+        """Every rule of python/diffrt/README.md's BatchSession raises
+        diffrt.InvalidArgument (a ValueError, status INVALID_ARG) naming what
+        broke it, whether Python or C found it, and changes nothing (C's
+        refusals were a plain diffrt.Error)."""
         with diffrt.Model(os.path.join(MODELS_DIR, "diff-v1-tiny")) as m:
             with m.batch_session(max_seqs=2, ctx_per_seq=8, max_batch_rows=4, backend="ref") as b:
                 self.assertEqual((b.max_seqs, b.ctx_per_seq, b.max_batch_rows), (2, 8, 4))
+                V = m.info.vocab
                 cases = [
-                    (([1, 2], [0, 2]), "sequence 2 is not a slot"),
-                    (([1, 2, 3], [0, 1, 0]), "contiguous"),
-                    (([1] * 5, [0] * 5), "5 rows"),
-                    (([m.info.vocab], [0]), "outside the vocabulary"),
-                    (([1], [0], None, [3]), "continue at 0"),
+                    # (rule, call, what the message says)
+                    ("slot past max_seqs", lambda: b.forward([1, 2], [0, 2]), "sequence 2 is not a slot"),
+                    ("slot -1", lambda: b.forward([1], [-1]), "sequence -1 is not a slot"),
+                    ("rows contiguous", lambda: b.forward([1, 2, 3], [0, 1, 0]), "contiguous"),
+                    ("rows past max_batch_rows", lambda: b.forward([1] * 5, [0] * 5), "5 rows"),
+                    ("no rows", lambda: b.forward([], []), "0 rows"),
+                    ("token past the vocabulary", lambda: b.forward([V], [0]), "outside the vocabulary"),
+                    ("token -1", lambda: b.forward([-1], [0]), "outside the vocabulary"),
+                    ("a seq a row", lambda: b.forward([1, 2], [0]), "one sequence a row"),
+                    ("a logits flag a row", lambda: b.forward([1, 2], [0, 0], [1]), "logits flags"),
+                    ("a position a row", lambda: b.forward([1, 2], [0, 0], None, [0]), "positions"),
+                    ("positions continue the sequence", lambda: b.forward([1], [0], None, [3]), "continue at 0"),
+                    ("positions in order", lambda: b.forward([1, 2], [0, 0], None, [1, 0]), "continue at 0"),
+                    ("ids 1-D", lambda: b.forward(np.zeros((1, 1), dtype=np.int32), [0]), "1-D"),
+                    ("truncate past the length", lambda: b.truncate(0, 1), "cut to 0 .. 0, not 1"),
+                    ("truncate to -1", lambda: b.truncate(0, -1), "not -1"),
+                    ("truncate slot past max_seqs", lambda: b.truncate(2), "sequence 2 is not a slot"),
+                    ("seq_len slot past max_seqs", lambda: b.seq_len(2), "seq wants an integer in [0, 1]"),
+                    ("seq_len slot -1", lambda: b.seq_len(-1), "seq wants an integer in [0, 1]"),
                 ]
-                for args, says in cases:
-                    with self.assertRaises(diffrt.Error) as cm:
-                        b.forward(*args)
-                    self.assertEqual(cm.exception.status, diffrt.Status.INVALID_ARG)
-                    self.assertIn(says, str(cm.exception))
-                    self.assertEqual((b.seq_len(0), b.seq_len(1)), (0, 0), "a refused batch changed a sequence")
+                for rule, call, says in cases:
+                    with self.subTest(rule):
+                        with self.assertRaises(diffrt.InvalidArgument) as cm:
+                            call()
+                        self.assertIsInstance(cm.exception, ValueError)
+                        self.assertEqual(cm.exception.status, diffrt.Status.INVALID_ARG)
+                        self.assertIn(says, str(cm.exception))
+                        self.assertEqual((b.seq_len(0), b.seq_len(1)), (0, 0), "a refused batch changed a sequence")
                 b.forward([1, 2, 3, 4], [0] * 4)
                 b.forward([1, 2, 3, 4], [0] * 4)
-                with self.assertRaises(diffrt.Error) as cm:
+                with self.assertRaises(diffrt.InvalidArgument) as cm:
                     b.forward([1], [0])
                 self.assertIn("past its context of 8", str(cm.exception))
-                with self.assertRaises(diffrt.Error):
+                self.assertEqual(b.seq_len(0), 8)
+                with self.assertRaises(diffrt.InvalidArgument):
                     b.truncate(0, 9)
                 b.truncate(0, 0)
                 self.assertEqual(b.seq_len(0), 0)
@@ -1174,6 +1244,332 @@ class TestThreads(unittest.TestCase):
             self.assertTrue(results and len(set(results)) == 1)
             with self.assertRaises(ValueError):
                 tok.encode("x")
+
+
+class _HeldLib:
+    """Stands in for the library: the first call of C function ``name`` (or
+    every one: holder.every) goes through ``holder.hold(fn, *args)``, inside
+    the Python object's guard, as a call in flight; every other call goes
+    straight to the library."""
+
+    def __init__(self, real, name, holder):
+        self.real, self.name, self.holder, self.first = real, name, holder, True
+
+    def __getattr__(self, name):
+        fn = getattr(self.real, name)
+        if name != self.name:
+            return fn
+
+        def held(*args):
+            if self.first or self.holder.every:
+                self.first = False
+                return self.holder.hold(fn, *args)
+            return fn(*args)
+
+        return held
+
+
+class held_in_c:
+    """with held_in_c("drt_sampler_sample"): ... holds the first call of that
+    C function until close() has begun on another thread (the object is
+    marked closed, so close() is waiting for the call, or about to), then
+    lets it run. ``inside`` is set once the call is held, ``returned`` once
+    the C function returned; ``closed()`` is the closing thread's report that
+    its close() returned. A close() that returned while the call was held
+    (the handle freed under it) is reported as ``freed_under`` and the C
+    function is not called on the freed handle (that would crash the
+    process, not fail the test)."""
+
+    def __init__(self, name, obj):
+        self.name, self.obj = name, obj
+        self.inside, self.closing, self.returned, self.close_returned = (threading.Event() for _ in range(4))
+        self.freed_under = False
+        self.every = False  # hold every call, not the first only
+
+    def hold(self, fn, *args):
+        self.inside.set()
+        self.closing.wait(60)
+        t0 = time.monotonic()
+        while not getattr(self.obj, "_closed", False) and time.monotonic() - t0 < 5:
+            time.sleep(0.001)
+        if self.close_returned.wait(0.2):  # close() did not wait for this call
+            self.freed_under = True
+            raise RuntimeError("close() returned while the call was in flight")
+        try:
+            return fn(*args)
+        finally:
+            self.returned.set()
+
+    def close(self, obj=None):
+        """Closes obj (the held object unless given) once the call is held."""
+        if not self.inside.wait(60):
+            raise AssertionError(f"{self.name} was never called")
+        self.closing.set()
+        (self.obj if obj is None else obj).close()
+        self.close_returned.set()
+        return self.returned.is_set()
+
+    def __enter__(self):
+        self.saved = diffrt._lib._lib
+        diffrt._lib._lib = _HeldLib(self.saved, self.name, self)
+        return self
+
+    def __exit__(self, *exc):
+        diffrt._lib._lib = self.saved
+
+
+class TestCloseWaits(unittest.TestCase):
+    """Every class with a native handle (Model, Session, BatchSession,
+    Sampler, Tokenizer, StreamDecoder): close() on one thread while another
+    is inside a C call on the object waits for that call, which returns its
+    right result; every later call raises diffrt.Closed (a ValueError); the
+    process does not crash. A call is held inside the object's guard
+    (held_in_c) or inside the C forward (an observer), until close() has
+    begun, so the close comes during the call on every run however the
+    threads are scheduled. Objects that hold state (Sampler, StreamDecoder)
+    take their calls one at a time."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.m = diffrt.Model(model_path("diff-v1-tiny"))
+        cls.tok = cls.m.tokenizer
+        cls.ids = cls.tok.encode(SHORT_PROMPT)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.m.close()
+
+    def close_during(self, obj, c_name, call, want, later, close_obj=None):
+        """call() on a thread, held inside C function c_name, while this
+        thread closes close_obj (obj unless given); then what later() lists
+        must raise Closed. want(result) checks the call's result."""
+        got = []
+        with held_in_c(c_name, obj if close_obj is None else close_obj) as held:
+            t = threading.Thread(target=lambda: got.append(TestThreads._try(call)), daemon=True)
+            t.start()
+            waited = held.close(close_obj)
+            t.join(120)
+        self.assertFalse(t.is_alive())
+        self.assertFalse(held.freed_under, f"{type(obj).__name__}: close() freed the handle under {c_name}")
+        self.assertTrue(waited, f"{type(obj).__name__}: close() returned before {c_name} in flight did")
+        if isinstance(got[0], Exception):
+            raise got[0]
+        want(got[0])
+        for what, fn in later:
+            with self.subTest(after_close=what):
+                with self.assertRaises(diffrt.Closed) as cm:
+                    fn()
+                self.assertIsInstance(cm.exception, ValueError)
+                self.assertIn("closed", str(cm.exception))
+        (obj if close_obj is None else close_obj).close()  # twice: nothing
+
+    def test_model(self):
+        """Model.close() during a session's creation waits for it; the
+        session keeps the model alive in C, so it runs after the close, and
+        also while the model is closed during its forward."""
+        m = diffrt.Model(model_path("diff-v1-tiny"))
+        with m.session(backend="ref", ctx=16) as s:
+            want = s.forward(self.ids).copy()
+        made = []
+
+        def make():
+            made.append(m.session(backend="ref", ctx=16))
+            return made[-1].forward(self.ids)
+
+        self.close_during(m, "drt_session_create", make, lambda lg: np.testing.assert_array_equal(lg, want),
+                          [("session", lambda: m.session()), ("batch_session", lambda: m.batch_session()),
+                           ("generate", lambda: m.generate([1, 2], n=1))])
+        made[0].close()
+        # closed during a forward: nothing to wait for (the session holds it)
+        m = diffrt.Model(model_path("diff-v1-tiny"))
+        s = m.session(backend="ref", ctx=16)
+        inside, done = threading.Event(), threading.Event()
+
+        def gate(node):
+            inside.set()
+            done.wait(60)
+
+        s.set_observer(gate, want=lambda op, name, layer: name == "embed")
+        got = []
+        t = threading.Thread(target=lambda: got.append(s.forward(self.ids)), daemon=True)
+        t.start()
+        self.assertTrue(inside.wait(60))
+        m.close()  # returns with the forward in flight
+        done.set()
+        t.join(60)
+        np.testing.assert_array_equal(got[0], want)
+        s.set_observer(None)
+        s.reset()
+        np.testing.assert_array_equal(s.forward(self.ids), want)
+        s.close()
+
+    def test_session(self):
+        """Session.close() from another thread during a forward (held at its
+        first node by an observer: inside C) waits for it; close() from the
+        observer itself, on the forward's thread, returns at once and the
+        session is freed when the forward returns (it freed the session under
+        its own forward)."""
+        with self.m.session(backend="ref", ctx=64) as s:
+            want = s.forward(self.ids, all_logits=True).copy()
+        for closer in ("another thread", "the observer"):
+            with self.subTest(closer=closer):
+                s = self.m.session(backend="ref", ctx=64)
+                inside, closing, returned, close_returned = (threading.Event() for _ in range(4))
+
+                def gate(node):
+                    if closer == "the observer":
+                        s.close()  # must neither deadlock nor free the session under this forward
+                        returned.set()
+                        return
+                    inside.set()
+                    closing.wait(60)
+                    t0 = time.monotonic()
+                    while not s._closed and time.monotonic() - t0 < 5:
+                        time.sleep(0.001)
+                    close_returned.wait(0.2)
+
+                s.set_observer(gate, want=lambda op, name, layer: name == "embed")
+                got = []
+                with held_in_c("drt_session_forward", s) as held:
+                    held.hold = lambda fn, *a: (fn(*a), held.returned.set())[0]  # marks its return only
+                    t = threading.Thread(target=lambda: got.append(TestThreads._try(s.forward, self.ids, True)),
+                                         daemon=True)
+                    t.start()
+                    if closer == "another thread":
+                        self.assertTrue(inside.wait(60))
+                        closing.set()
+                        s.close()
+                        waited = held.returned.is_set()
+                        close_returned.set()
+                        self.assertTrue(waited, "close() returned before the forward in flight did")
+                    t.join(60)
+                self.assertFalse(t.is_alive(), "the forward did not return (a deadlock?)")
+                if isinstance(got[0], Exception):
+                    raise got[0]
+                np.testing.assert_array_equal(got[0], want)
+                if closer == "the observer":
+                    self.assertTrue(returned.is_set())
+                    self.assertTrue(held.returned.is_set())
+                    self.assertIsNone(s._h, "not freed when the forward returned")
+                for what, fn in (("forward", lambda: s.forward(self.ids)), ("pos", lambda: s.pos),
+                                 ("reset", s.reset), ("fallbacks", s.fallbacks),
+                                 ("generate", lambda: s.generate([1], n=1)),
+                                 ("set_observer", lambda: s.set_observer(None)),
+                                 ("last_attention", s.last_attention)):
+                    with self.assertRaises(diffrt.Closed, msg=what):
+                        fn()
+                s.close()
+
+    def test_batch_session(self):
+        with self.m.batch_session(max_seqs=2, ctx_per_seq=32, backend="ref") as b:
+            want = b.forward(self.ids + self.ids, [0] * len(self.ids) + [1] * len(self.ids)).copy()
+        b = self.m.batch_session(max_seqs=2, ctx_per_seq=32, backend="ref")
+        self.close_during(b, "drt_batch_forward",
+                          lambda: b.forward(self.ids + self.ids, [0] * len(self.ids) + [1] * len(self.ids)),
+                          lambda lg: np.testing.assert_array_equal(lg, want),
+                          [("forward", lambda: b.forward([1], [0])), ("seq_len", lambda: b.seq_len(0)),
+                           ("truncate", lambda: b.truncate(0))])
+
+    def test_sampler(self):
+        """A draw from a large vocabulary (2**20 logits) in flight."""
+        V = 1 << 20
+        logits = np.random.default_rng(5).standard_normal(V).astype(np.float32)
+        with diffrt.Sampler(V, **SAMPLED) as smp:
+            want = smp.sample(logits)
+        smp = diffrt.Sampler(V, **SAMPLED)
+        self.close_during(smp, "drt_sampler_sample", lambda: smp.sample(logits), lambda t: self.assertEqual(t, want),
+                          [("sample", lambda: smp.sample(logits))])
+
+    def test_tokenizer(self):
+        """Encoding a long text, and decoding its ids, in flight."""
+        text = read_prompt() * 50
+        ids = self.tok.encode(text)
+        for c_name, call, want in (("drt_tokenizer_encode_max", lambda t: t.encode(text), ids),
+                                   ("drt_tokenizer_decode", lambda t: t.decode(ids), self.tok.decode(ids))):
+            with self.subTest(c_name):
+                tok = diffrt.Tokenizer(model_path("diff-v1-tiny"))
+                self.close_during(tok, c_name, lambda: call(tok), lambda got: self.assertEqual(got, want),
+                                  [("encode", lambda: tok.encode("x")), ("decode", lambda: tok.decode([1])),
+                                   ("vocab_size", lambda: tok.vocab_size), ("id_to_token", lambda: tok.id_to_token(1)),
+                                   ("token_to_id", lambda: tok.token_to_id("a")), ("bos_id", lambda: tok.bos_id),
+                                   ("stream push", lambda: tok.stream().push(1))])
+
+    def test_stream_decoder(self):
+        """A push in flight (after many pushes) while the stream is closed,
+        and while its tokenizer is closed: both wait for it."""
+        ids = self.tok.encode(read_prompt() * 20)
+        for closing in ("stream", "tokenizer"):
+            with self.subTest(closing=closing):
+                tok = diffrt.Tokenizer(model_path("diff-v1-tiny"))
+                st = tok.stream()
+                head = "".join(st.push(i) for i in ids[:-1])
+                with tok.stream() as ref:
+                    last = "".join(ref.push(i) for i in ids)[len(head):]
+                self.close_during(st, "drt_tokenizer_stream_push", lambda: st.push(ids[-1]),
+                                  lambda piece: self.assertEqual(piece, last),
+                                  [("push", lambda: st.push(1)), ("flush", st.flush)],
+                                  close_obj=tok if closing == "tokenizer" else None)
+                st.close()
+                tok.close()
+
+    def test_stateful_calls_one_at_a_time(self):
+        """Sampler and StreamDecoder hold state (a generator, the pending
+        bytes and a buffer), one thread's at a time in C: a second thread's
+        call waits for the first's, which is held inside C until the second
+        has started (both ran inside C at once)."""
+        V = 1 << 16
+        logits = np.random.default_rng(6).standard_normal(V).astype(np.float32)
+        with diffrt.Sampler(V, **SAMPLED) as smp:
+            draws = sorted([smp.sample(logits), smp.sample(logits)])
+        ok = self.tok.encode(" ok", add_special=False)[0]
+        cases = (
+            ("Sampler", lambda: diffrt.Sampler(V, **SAMPLED), "drt_sampler_sample", lambda o: o.sample(logits),
+             lambda got: self.assertEqual(sorted(got), draws)),
+            ("StreamDecoder", lambda: self.tok.stream(), "drt_tokenizer_stream_push", lambda o: o.push(ok),
+             lambda got: self.assertEqual("".join(got), self.tok.decode([ok, ok]))),
+        )
+        for name, make, c_name, call, check in cases:
+            with self.subTest(name):
+                obj = make()
+                lock = threading.Lock()
+                now, most = [0], [0]
+                first_inside, second_started = threading.Event(), threading.Event()
+
+                def counted(fn, *args):
+                    with lock:
+                        now[0] += 1
+                        most[0] = max(most[0], now[0])
+                        first = not first_inside.is_set()
+                        first_inside.set()
+                    try:
+                        if first:  # hold the first call until the second is on its way in
+                            second_started.wait(60)
+                            time.sleep(0.2)
+                        return fn(*args)
+                    finally:
+                        with lock:
+                            now[0] -= 1
+
+                got = []
+                with held_in_c(c_name, obj) as held:
+                    held.hold = counted  # every call, not the first only
+                    held.every = True
+                    a = threading.Thread(target=lambda: got.append(call(obj)), daemon=True)
+                    a.start()
+                    self.assertTrue(first_inside.wait(60))
+
+                    def second():
+                        second_started.set()
+                        got.append(call(obj))
+
+                    b = threading.Thread(target=second, daemon=True)
+                    b.start()
+                    a.join(60)
+                    b.join(60)
+                self.assertEqual(most[0], 1, f"{name}: two threads inside {c_name} at once")
+                self.assertEqual(len(got), 2)
+                check(got)
+                obj.close()
 
 
 if INSTALLED:
