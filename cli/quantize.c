@@ -86,7 +86,9 @@ int cmd_quantize(int argc, char **argv) {
     char rin[PATH_MAX];
     if (!realpath(model, rin)) return cli_die("quantize: cannot resolve --model %s", model);
     cli_outdir od;
-    int orc = cli_outdir_open(&od, "quantize", out, force, rin);
+    drt_outdir_opts oo;
+    cli_outdir_opts(&oo, "quantize", force, rin);
+    int orc = cli_outdir_open(&od, "quantize", out, &oo);
     if (orc) return orc;
 
     progress_ctx pc = {.tty = isatty(2), .type = type};
