@@ -49,46 +49,32 @@ int cli_out_write_text(const char *what, const char *path, const char *text);
  * returns 1 (rc when rc is already nonzero), else rc. */
 int cli_close_stdout(int rc);
 
-/* Removes the tree at path without following any symlink in it (nftw
- * FTW_PHYS | FTW_DEPTH); 0 or -1 with errno of the first failure. */
-int cli_remove_tree(const char *path);
-
-/* An output directory (diffrt quantize --out) written whole or not at all:
+/* An output directory (diffrt quantize --out, diffrt report --out) written
+ * whole or not at all: drt_outdir (include/diffrt/util.h, where the rules
+ * are), with the messages naming "--out" and "--force":
  *
+ *     drt_outdir_opts o;
+ *     cli_outdir_opts(&o, "report", force, NULL);       // then o.keep, ...
  *     cli_outdir d;
- *     if ((rc = cli_outdir_open(&d, "quantize", out, force, model_dir))) return rc;
- *     ... write every file into d.tmp, load it back, check it ...
+ *     if ((rc = cli_outdir_open(&d, "report", out, &o))) return rc;
+ *     ... write every file into d.tmp, check it ...
  *     if (failed) { cli_outdir_discard(&d); return 1; }
- *     return cli_outdir_commit(&d, "quantize");
+ *     return cli_outdir_commit(&d, "report");
  *
- * cli_outdir_open refuses (returns 2, message printed) a path that is a
- * symlink, exists and is not a directory, is the protected directory (the
- * input, through any spelling) or contains it, or exists and is not empty
- * without force; else it makes the fresh directory ".<name>.tmp.XXXXXX"
- * beside path (mkdtemp: nothing in it can be a planted symlink) and returns
- * 0 (1 when that fails). cli_outdir_commit moves it into place: onto a path
- * that is missing or empty by rename, over a non-empty one (force) by
- * exchanging the two (renameat2 RENAME_EXCHANGE; where the file system has
- * none, the old one is renamed aside first) and then removing the old tree,
- * so no file of the old directory survives. Until then a previous output at
- * path is untouched, and a killed run leaves only the dot-named temp.
- *
- * A run holds a flock on its temp until commit or discard. cli_outdir_open
- * removes (with one line on stderr) the temps that runs for the same target
- * left when killed: directories beside it named exactly ".<name>.tmp." and
- * six letters or digits, owned by this user, last changed before this run
- * began and not locked, i.e. no live run's. Nothing else is touched: no
- * other name, no file, no symlink, no ".<name>.old.*" (the previous output,
- * were a run killed between the two renames of the fallback above). */
-typedef struct cli_outdir {
-    char path[PATH_MAX]; /* the target, absolute, its parent resolved */
-    char tmp[PATH_MAX];  /* write here; "" when not open */
-    const char *shown;   /* the target as given, for messages */
-    int force;           /* a non-empty target may be replaced */
-    int lock, locked;    /* an fd of tmp holding its flock, when locked */
-} cli_outdir;
+ * Each prints its message as "diffrt: <what>: <message>", and the notices
+ * (a killed run's temp removed) the same way. */
+typedef drt_outdir cli_outdir;
 
-int cli_outdir_open(cli_outdir *d, const char *what, const char *path, int force, const char *protect);
+/* *o for --out: force, protect (the input directory; NULL: none), the
+ * CLI's words, notices printed for the command `what` (which must outlive
+ * o); no keep list */
+void cli_outdir_opts(drt_outdir_opts *o, const char *what, int force, const char *protect);
+/* drt_outdir_check: 0; 2 for a refused --out, 1 when it cannot be looked
+ * at (the message printed either way) */
+int cli_outdir_check(const char *what, const char *path, const drt_outdir_opts *o);
+/* drt_outdir_open: 0; 2 for a refused --out, 1 when the temp cannot be
+ * made (the message printed either way) */
+int cli_outdir_open(cli_outdir *d, const char *what, const char *path, const drt_outdir_opts *o);
 /* 0, or 1 with the message printed and d->tmp removed */
 int cli_outdir_commit(cli_outdir *d, const char *what);
 /* removes d->tmp and all in it; the target untouched */

@@ -9,13 +9,13 @@
  * the format in __metadata__; config.json, tokenizer.json,
  * generation_config.json and tokenizer_config.json are copied.
  *
- * The whole directory is written as a fresh ".DIR2.tmp.XXXXXX" beside DIR2,
- * loaded back there, and only then moved into place (cli_outdir in
- * cli/outfile.h): a failure, a full disk or a kill never leaves DIR2 half
- * written, and a previous DIR2 stays as it was until the new one is
- * complete. DIR2 must be missing or empty; --force replaces it as a whole. */
-#define _DEFAULT_SOURCE /* realpath */
-#include <limits.h>
+ * drt_quantize_model also writes the whole directory as a fresh
+ * ".DIR2.tmp.XXXXXX" beside DIR2, loads it back there, and only then moves
+ * it into place (drt_outdir, include/diffrt/util.h): a failure, a full disk
+ * or a kill never leaves DIR2 half written, and a previous DIR2 stays as it
+ * was until the new one is complete. DIR2 must be missing or empty; --force
+ * replaces it as a whole. The CLI checks DIR2 first (cli_outdir_check) so
+ * that a refusal names --out and --force. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,14 +36,17 @@ static const char ABOUT_Q[] =
     "DIR2 is replaced as a whole. DIR2 is written beside itself under a temporary name, checked,\n"
     "then moved into place.\n";
 
-/* progress on stderr: one updated line on a terminal, else a line per tenth */
+/* progress on stderr: one updated line on a terminal, else a line per tenth;
+ * the library's notices as lines of their own */
 typedef struct {
     int tty;
     const char *type;
+    int open_line; /* a progress line on the terminal that no newline ended */
 } progress_ctx;
 
 static void progress(void *ctx, int done, int n, const char *name, int64_t rows, int64_t cols) {
-    const progress_ctx *p = ctx;
+    progress_ctx *p = ctx;
+    p->open_line = p->tty && name;
     if (!name) {
         if (p->tty) fprintf(stderr, "\n");
     } else if (p->tty) {
@@ -52,6 +55,11 @@ static void progress(void *ctx, int done, int n, const char *name, int64_t rows,
     } else if (done * 10 / n != (done - 1) * 10 / n) {
         fprintf(stderr, "quantize: %d/%d tensors\n", done, n);
     }
+}
+
+static void note(void *ctx, const char *line) {
+    const progress_ctx *p = ctx;
+    fprintf(stderr, "%sdiffrt: quantize: %s\n", p->tty ? "\r\033[K" : "", line);
 }
 
 int cmd_quantize(int argc, char **argv) {
@@ -78,33 +86,21 @@ int cmd_quantize(int argc, char **argv) {
     drt_dtype qt = strcmp(type, "q8_0") == 0 ? DRT_Q8_0 : strcmp(type, "q4_0") == 0 ? DRT_Q4_0 : DRT_DTYPE_COUNT;
     if (qt == DRT_DTYPE_COUNT) return cli_die("quantize: --type must be q8_0 or q4_0, got \"%s\"", type);
 
-    /* the source must be a model diffrt runs */
-    drt_model *m = NULL;
-    if (drt_model_load(model, &m) != DRT_OK) return cli_fail("quantize");
-    drt_model_free(m);
-
-    char rin[PATH_MAX];
-    if (!realpath(model, rin)) return cli_die("quantize: cannot resolve --model %s", model);
-    cli_outdir od;
-    int orc = cli_outdir_open(&od, "quantize", out, force, rin);
+    /* --out's rules in the CLI's words first; drt_quantize_model checks
+     * them again (and the model's files) before it writes anything */
+    drt_outdir_opts oo;
+    cli_outdir_opts(&oo, "quantize", force, model);
+    int orc = cli_outdir_check("quantize", out, &oo);
     if (orc) return orc;
 
     progress_ctx pc = {.tty = isatty(2), .type = type};
-    drt_quantize_opts qo = {.progress = progress, .ctx = &pc};
+    drt_quantize_opts qo = {.progress = progress, .ctx = &pc, .force = force, .note = note};
     drt_quantize_result res;
-    int rc = 0;
-    if (drt_quantize_model(model, qt, od.tmp, &qo, &res) != DRT_OK)
-        rc = cli_fail("quantize");
-    else if (drt_model_load(od.tmp, &m) != DRT_OK)
-        rc = cli_fail("quantize: the written model does not load");
-    if (rc) {
-        cli_outdir_discard(&od);
-        return rc;
-    }
-    drt_model_free(m);
-    if (cli_outdir_commit(&od, "quantize")) {
-        cli_outdir_discard(&od);
-        return 1;
+    drt_status st = drt_quantize_model(model, qt, out, &qo, &res);
+    if (st != DRT_OK) {
+        if (pc.open_line) fprintf(stderr, "\n");
+        fprintf(stderr, "diffrt: quantize: %s\n", drt_last_error());
+        return st == DRT_ERR_INVALID_ARG ? 2 : 1;
     }
     fprintf(stderr, "quantize: %d of %d tensors to %s; %.2f MiB -> %.2f MiB; wrote %s%smodel.safetensors\n",
             res.n_quantized, res.n_tensors, type, res.bytes_in / 1048576.0, res.bytes_out / 1048576.0, out,

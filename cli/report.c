@@ -1230,17 +1230,12 @@ int cmd_report(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    char rout[PATH_MAX], rin[PATH_MAX];
-    for (int i = 0; i < nfiles && realpath(out, rout); i++) {
-        size_t k = strlen(rout);
-        if (realpath(files[i], rin) && !strncmp(rin, rout, k) && rin[k] == '/') {
-            fprintf(stderr, "diffrt: report: --out %s holds the input %s, which replacing it would delete\n", out,
-                    files[i]);
-            rc = 2;
-            goto done;
-        }
-    }
-    if ((rc = cli_outdir_open(&od, "report", out, 1, NULL))) goto done;
+    /* an input inside --out is refused: replacing it would delete it */
+    drt_outdir_opts oo;
+    cli_outdir_opts(&oo, "report", 1, NULL);
+    oo.keep = (const char *const *)files;
+    oo.n_keep = nfiles;
+    if ((rc = cli_outdir_open(&od, "report", out, &oo))) goto done;
     md_args ma = {files, nfiles, &R, idx, start};
     rc = 1;
     if (!write_out(od.tmp, "report.md", md_writer, &ma)) goto done;

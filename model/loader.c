@@ -386,7 +386,15 @@ typedef struct {
      * the layout uses it; anything else must be harmless (check_strays) */
     unsigned char *used;
     const char *mlx_pre; /* diff-mlx: "model." or "" (older files) */
+    /* the checkpoint's pages stay as they are (no drt_st_release): it is
+     * read again after the load (drt_checkpoint_open) */
+    int keep;
 } ld_t;
+
+/* t's pages will not be read again by this load (its data was copied) */
+static void release(const ld_t *L, const drt_st_tensor *t) {
+    if (!L->keep) drt_st_release(t);
+}
 
 static void shape_txt(int nd, const int64_t *ne, char *buf, size_t n) {
     size_t o = (size_t)snprintf(buf, n, "(");
@@ -446,7 +454,7 @@ static drt_status load_as_is(ld_t *L, drt_host_weight *w, const char *name, int6
     void *d = malloc(t->nbytes); /* nbytes == the bytes of n0 x n1 of dtype: the header was checked */
     if (!d) return drt_set_error(DRT_ERR_OOM, "%s: out of memory copying misaligned tensor \"%s\"", L->st_name, name);
     memcpy(d, t->data, t->nbytes);
-    drt_st_release(t);
+    release(L, t);
     w->data = w->owned = d;
     return DRT_OK;
 }
@@ -482,7 +490,7 @@ static drt_status load_rows(ld_t *L, drt_host_weight *w, const char *name, int64
         d = malloc(bytes);
     if (!d) return drt_set_error(DRT_ERR_OOM, "out of memory");
     for (int64_t r = 0; r < rows; r++) memcpy(d + rb * (size_t)r, (const char *)t->data + rb * (size_t)map[r], rb);
-    drt_st_release(t); /* the copy replaces the mapped original: no second resident copy */
+    release(L, t); /* the copy replaces the mapped original: no second resident copy */
     snprintf(w->name, sizeof w->name, "%s", name);
     w->type = t->dtype;
     w->nd = 2;
@@ -539,7 +547,7 @@ static drt_status scale_weight(ld_t *L, drt_host_weight *w, float s) {
         for (int64_t c = 0; c < cols; c++) y[c] *= s;
     }
     /* the copy replaces the original: a mapped one's pages go (as load_rows') */
-    if (w->mapped && !w->owned) drt_release_pages(w->data, rb * (size_t)rows);
+    if (w->mapped && !w->owned && !L->keep) drt_release_pages(w->data, rb * (size_t)rows);
     free(w->owned);
     w->type = DRT_F32;
     w->data = w->owned = d;
@@ -1230,28 +1238,15 @@ static drt_status open_weights(const char *dir, int mlx, char *st_name, drt_st_s
     return drt_st_set_open_dir(dir, out);
 }
 
-drt_status drt_model_load(const char *dir, drt_model **out) {
-    if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_model_load: out is NULL");
-    *out = NULL;
-    if (!dir || !*dir) return drt_set_error(DRT_ERR_INVALID_ARG, "no model directory given");
-    drt_model *m = calloc(1, sizeof *m);
-    if (!m) return drt_set_error(DRT_ERR_OOM, "out of memory");
-    snprintf(m->dir, sizeof m->dir, "%s", dir);
-
+/* config.json (and generation_config.json) of dir into m: the layout and
+ * its sizes; *mlx when it is diff-mlx's */
+static drt_status read_config(const char *dir, drt_model *m, int *nq, int *nkv, int *mlx) {
     /* the paths in messages are never cut, however long dir is */
     size_t dl = strlen(dir);
-    char *cpath = malloc(dl + sizeof "/model.safetensors");
-    char *st_name = malloc(dl + sizeof "/latest.safetensors");
-    if (!cpath || !st_name) {
-        free(cpath);
-        free(st_name);
-        drt_model_free(m);
-        return drt_set_error(DRT_ERR_OOM, "out of memory");
-    }
+    char *cpath = malloc(dl + sizeof "/config.json");
+    if (!cpath) return drt_set_error(DRT_ERR_OOM, "out of memory");
     memcpy(cpath, dir, dl);
     memcpy(cpath + dl, "/config.json", sizeof "/config.json");
-    memcpy(st_name, dir, dl);
-    memcpy(st_name + dl, "/model.safetensors", sizeof "/model.safetensors");
     char *text = NULL;
     size_t len = 0;
     drt_status s = drt_read_text_file(cpath, &text, &len);
@@ -1266,30 +1261,47 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
                                                   : json_kind(r));
         }
     }
-    int nq = 0, nkv = 0, mlx = s == DRT_OK && is_mlx_config(c.root);
-    if (s == DRT_OK) s = parse_config(&c, m, &nq, &nkv);
+    *mlx = s == DRT_OK && is_mlx_config(c.root);
+    if (s == DRT_OK) s = parse_config(&c, m, nq, nkv);
     if (s == DRT_OK) s = add_eos_ids(cpath, c.root, m);
     cJSON_Delete(c.root);
     free(text);
     free(cpath);
     if (s == DRT_OK) s = read_generation_config(dir, m);
+    return s;
+}
+
+/* drt_model_load; with keep, the checkpoint's pages are left as they are
+ * (L.keep), and *used_out (when not NULL) gets L.used */
+static drt_status load_model(const char *dir, int keep, drt_model **out, unsigned char **used_out) {
+    if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_model_load: out is NULL");
+    *out = NULL;
+    if (used_out) *used_out = NULL;
+    if (!dir || !*dir) return drt_set_error(DRT_ERR_INVALID_ARG, "no model directory given");
+    drt_model *m = calloc(1, sizeof *m);
+    size_t dl = strlen(dir);
+    char *st_name = malloc(dl + sizeof "/latest.safetensors"); /* room for either name */
+    if (!m || !st_name) {
+        free(m);
+        free(st_name);
+        return drt_set_error(DRT_ERR_OOM, "out of memory");
+    }
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    memcpy(st_name, dir, dl);
+    memcpy(st_name + dl, "/model.safetensors", sizeof "/model.safetensors");
+    int nq = 0, nkv = 0, mlx = 0;
+    drt_status s = read_config(dir, m, &nq, &nkv, &mlx);
     if (s == DRT_OK) s = open_weights(dir, mlx, st_name, &m->st);
     drt_model_info *I = &m->info;
-    ld_t L = {m, st_name, 1, NULL, NULL};
+    ld_t L = {m, st_name, 1, NULL, NULL, keep};
     if (s == DRT_OK && mlx) s = mlx_variant(&L);
     if (s == DRT_OK) {
         L.used = calloc((size_t)(m->st.n_names > 0 ? m->st.n_names : 1), 1);
         if (!L.used) s = drt_set_error(DRT_ERR_OOM, "out of memory");
     }
-    if (s != DRT_OK) {
-        free(L.used);
-        free(st_name);
-        drt_model_free(m);
-        return s;
-    }
     /* checking pass: every tensor the config implies, with its shape, before
      * anything sized from the config is allocated; then nothing else */
-    s = mlx ? load_mlx_globals(&L) : load_globals(&L);
+    if (s == DRT_OK) s = mlx ? load_mlx_globals(&L) : load_globals(&L);
     if (s == DRT_OK) s = mlx ? load_mlx_layers(&L) : load_layers(&L, nq, nkv);
     if (s == DRT_OK) s = check_strays(&L);
     if (s == DRT_OK) {
@@ -1311,12 +1323,16 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
         if (L.used[i] && !drt_add_ok(I->n_params, n, &I->n_params))
             s = drt_set_error(DRT_ERR_FORMAT, "%s: parameter count overflows int64", dir);
     }
-    free(L.used);
     free(st_name);
     if (s != DRT_OK) {
+        free(L.used);
         drt_model_free(m);
         return s;
     }
+    if (used_out)
+        *used_out = L.used;
+    else
+        free(L.used);
     /* the matmul weights' dtype (a quantized model keeps its embedding f16) */
     I->weight_dtype = I->n_layers > 0 && m->layers[0].wq.data ? m->layers[0].wq.type : m->embed.type;
     I->embed_dtype = m->embed.type;
@@ -1324,6 +1340,29 @@ drt_status drt_model_load(const char *dir, drt_model **out) {
     I->lambda_init = I->arch == DRT_ARCH_DIFF_V1 ? m->lambda_init_v : NULL;
     *out = m;
     return DRT_OK;
+}
+
+drt_status drt_model_load(const char *dir, drt_model **out) {
+    return load_model(dir, 0, out, NULL);
+}
+
+drt_status drt_checkpoint_open(const char *dir, drt_checkpoint *out) {
+    if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_checkpoint_open: out is NULL");
+    memset(out, 0, sizeof *out);
+    drt_model *m = NULL;
+    drt_status s = load_model(dir, 1, &m, &out->used);
+    if (s != DRT_OK) return s;
+    out->st = m->st; /* the model's weights point into it or into their own copies: */
+    memset(&m->st, 0, sizeof m->st);
+    drt_model_free(m); /* ... which go with the model */
+    return DRT_OK;
+}
+
+void drt_checkpoint_close(drt_checkpoint *c) {
+    if (!c) return;
+    drt_st_set_close(&c->st);
+    free(c->used);
+    memset(c, 0, sizeof *c);
 }
 
 drt_status drt_model_get_info(const drt_model *m, drt_model_info *out) {

@@ -69,4 +69,23 @@ void drt_model_unref(drt_model *m);
 /* loader.c: frees the model's memory, whatever refers to it */
 void drt_model_destroy(drt_model *m);
 
+/* A model directory's checkpoint as drt_model_load sees it, for the tools
+ * that rewrite one (drt_quantize_model): dir is loaded by drt_model_load
+ * itself, every rule of it applied (config.json, the files found as it
+ * finds them, e.g. diff-mlx's latest.safetensors, each tensor's name,
+ * shape and dtype, the tensors no layout reads, the lambdas), with the
+ * checkpoint's pages left unreleased; then the model goes and its files
+ * stay open here. used[i] is 1 for each tensor of st.by_name the model
+ * reads, 0 for one the loader skips (a diff-mlx optimizer's opt.*, a RoPE
+ * table, a tied model's copy of its embedding as lm_head.weight); the
+ * tensors of a foreign dtype (st's files' `foreign`) are all skipped ones.
+ * The error is drt_model_load's. */
+typedef struct {
+    drt_st_set st;
+    unsigned char *used; /* st.n_names */
+} drt_checkpoint;
+
+drt_status drt_checkpoint_open(const char *dir, drt_checkpoint *out);
+void drt_checkpoint_close(drt_checkpoint *c);
+
 #endif

@@ -888,7 +888,7 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n) {
     uint64_t *sizes = n > 0 ? calloc((size_t)n, sizeof *sizes) : NULL;
     cJSON *root = cJSON_CreateObject();
     char *text = NULL;
-    FILE *fp = NULL;
+    drt_outfile of = {0};
     drt_status st = DRT_OK;
     char nb[160];
     if ((n > 0 && !sizes) || !root) {
@@ -975,10 +975,14 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n) {
                  (shape = cJSON_AddArrayToObject(e, "shape")) && (off = cJSON_AddArrayToObject(e, "data_offsets"));
         for (int k = 0; ok && k < ndim; k++) ok = cJSON_AddItemToArray(shape, json_u64((uint64_t)shp[k]));
         if (ok && quant) {
+            /* the key holds the whole name, however long: a cut one would
+             * name no tensor, and the reader would refuse the U8 entry */
             cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
-            char key[600];
-            snprintf(key, sizeof key, ST_QUANT_KEY "%.500s", w->name);
-            ok = meta && cJSON_AddStringToObject(meta, key, drt_dtype_name(w->dtype));
+            size_t kn = sizeof ST_QUANT_KEY + strlen(w->name);
+            char *key = malloc(kn);
+            if (key) snprintf(key, kn, ST_QUANT_KEY "%s", w->name);
+            ok = key && meta && cJSON_AddStringToObject(meta, key, drt_dtype_name(w->dtype));
+            free(key);
         }
         if (ok) ok = cJSON_AddItemToArray(off, json_u64(pos));
         if (ok) ok = cJSON_AddItemToArray(off, json_u64(pos + nbytes));
@@ -998,31 +1002,23 @@ drt_status drt_st_write(const char *path, const drt_st_write_tensor *t, int n) {
     size_t padded = (hlen + 7) / 8 * 8;
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    fp = fopen(path, "wb");
-    if (!fp) {
-        st = drt_set_error(DRT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    /* a new file renamed onto path (drt_outfile): a file already there,
+     * which may be mapped (a model being rewritten), is never truncated */
+    if ((st = drt_outfile_open(&of, path)) != DRT_OK) goto done;
+    static const char spaces[8] = "        ";
+    errno = 0;
+    int ok = fwrite(len8, 1, 8, of.f) == 8 && fwrite(text, 1, hlen, of.f) == hlen &&
+             fwrite(spaces, 1, padded - hlen, of.f) == padded - hlen;
+    for (int i = 0; ok && i < n; i++)
+        if (sizes[i] > 0) ok = fwrite(t[i].data, 1, (size_t)sizes[i], of.f) == sizes[i];
+    if (!ok) { /* the reason now: glibc forgets it once the buffer is dropped */
+        st = drt_set_error(DRT_ERR_IO, "%s: cannot write: %s", path, errno ? strerror(errno) : "write error");
         goto done;
     }
-    static const char spaces[8] = "        ";
-    int ok = fwrite(len8, 1, 8, fp) == 8 && fwrite(text, 1, hlen, fp) == hlen &&
-             fwrite(spaces, 1, padded - hlen, fp) == padded - hlen;
-    for (int i = 0; ok && i < n; i++)
-        if (sizes[i] > 0) ok = fwrite(t[i].data, 1, (size_t)sizes[i], fp) == sizes[i];
-    int err = errno;
-    if (fclose(fp) != 0 && ok) {
-        ok = 0;
-        err = errno;
-    }
-    fp = NULL;
-    if (!ok) {
-        remove(path);
-        st = drt_set_error(DRT_ERR_IO, "%s: write failed: %s", path, strerror(err));
-    }
+    st = drt_outfile_finish(&of); /* the flush and the close checked */
+    if (st == DRT_OK) st = drt_outfile_commit(&of);
 done:
-    if (fp) {
-        fclose(fp);
-        remove(path);
-    }
+    drt_outfile_discard(&of);
     free(text);
     cJSON_Delete(root);
     free(sizes);

@@ -603,7 +603,7 @@ static void test_writer_args(void) {
     st = drt_st_write(TMP "/wnull.safetensors", &nodata, 1);
     check_error("write_null_data", st, DRT_ERR_INVALID_ARG, "wnull.safetensors", "data is NULL", NULL);
     st = drt_st_write(TMP "/no_such_dir/x.safetensors", NULL, 0);
-    check_error("write_bad_path", st, DRT_ERR_IO, "no_such_dir/x.safetensors", "cannot create", NULL);
+    check_error("write_bad_path", st, DRT_ERR_IO, "no_such_dir/x.safetensors", "cannot write", NULL);
 }
 
 static void test_text_file(void) {

@@ -2,8 +2,8 @@
  * share with the library, public so that a tool built on diffrt reports and
  * writes the way `diffrt` does: a monotonic clock, the CPU counts, setting
  * drt_last_error() from outside the library, a string made fit for a
- * one-line message, reading a small text file, and files written whole or
- * not at all. Each has one implementation, in the library. */
+ * one-line message, reading a small text file, and files and directories
+ * written whole or not at all. Each has one implementation, in the library. */
 #ifndef DIFFRT_UTIL_H
 #define DIFFRT_UTIL_H
 
@@ -123,6 +123,76 @@ void drt_outfile_discard(drt_outfile *o);
  * dir[dn] and *base, the last component; 0 when path names no file ("d/")
  * or dir does not fit */
 int drt_split_path(const char *path, char *dir, size_t dn, const char **base);
+
+/* ---- output directories ------------------------------------------------ */
+
+/* A directory written whole or not at all (drt_quantize_model, diffrt
+ * quantize --out, diffrt report --out):
+ *
+ *     drt_outdir d;
+ *     if (drt_outdir_open(&d, out, &opts)) return fail;  // message set
+ *     ... write every file into d.tmp, created new (O_EXCL), check it ...
+ *     if (failed) { drt_outdir_discard(&d); return fail; }
+ *     if (drt_outdir_commit(&d)) return fail;            // d.tmp removed
+ *
+ * drt_outdir_check refuses, as DRT_ERR_INVALID_ARG with one line naming
+ * the target as opts->label does: a path that names no directory ("", "."
+ * or ".." as its last name, the root), is a symbolic link, exists and is
+ * not a directory, is opts->protect (through any spelling: after realpath,
+ * or the same device and inode) or contains it, holds one of the files in
+ * opts->keep (after realpath: a file the input reads through a symbolic
+ * link into the target), or exists and is not empty without opts->force.
+ * A path it cannot look at is DRT_ERR_IO. It creates nothing.
+ *
+ * drt_outdir_open checks the same, then makes the fresh directory
+ * ".<name>.tmp.XXXXXX" beside the target (mkdtemp: nothing in it can be a
+ * planted symlink) and holds a flock on it. drt_outdir_commit moves it
+ * into place: onto a target that is missing or empty by rename, over a
+ * non-empty one (force) by exchanging the two (renameat2 RENAME_EXCHANGE;
+ * where the file system has none, the old one is renamed aside first) and
+ * then removing the old tree without following any symlink in it, so no
+ * file of the old directory survives; the new directory gets the mode
+ * mkdir would have given it. Until then a previous target is untouched,
+ * and a killed run leaves only the dot-named temp. On a failure of commit
+ * the temp is removed and the target is as it was (DRT_ERR_IO "cannot move
+ * the new directory to <target>: <reason>").
+ *
+ * drt_outdir_open also removes the temps that runs for the same target
+ * left when killed: directories beside it named exactly ".<name>.tmp." and
+ * six letters or digits, owned by this user, last changed before this
+ * open began and not locked, i.e. no live run's. Nothing else is touched:
+ * no other name, no file, no symlink, no ".<name>.old.*" (the previous
+ * target, were a run killed between the two renames of the fallback
+ * above). Each removal, and an old tree that could not be fully removed,
+ * is told to opts->note as one line ("removed <temp>, left by a run that
+ * did not finish"); the library prints nothing. */
+typedef struct drt_outdir_opts {
+    int force;               /* a non-empty target may be replaced as a whole */
+    const char *protect;     /* a directory (the input) the target must not be or contain; NULL: none */
+    const char *const *keep; /* n_keep files (the input's) that must not lie inside the target */
+    int n_keep;              /* 0: none */
+    const char *label;       /* the target's name in messages ("--out"); NULL: "out_dir" */
+    const char *force_name;  /* what a message says to pass for force ("--force"); NULL: "force" */
+    void (*note)(void *ctx, const char *line); /* notices, one line each; NULL: none */
+    void *ctx;
+} drt_outdir_opts;
+
+typedef struct drt_outdir {
+    char path[DRT_PATH_MAX]; /* the target, absolute, its parent resolved */
+    char tmp[DRT_PATH_MAX];  /* write here; "" when not open */
+    const char *shown;       /* the target as given (the caller's string), for messages */
+    int force;
+    void (*note)(void *ctx, const char *line);
+    void *ctx;
+    int lock, locked; /* an fd of tmp holding its flock, when locked */
+} drt_outdir;
+
+drt_status drt_outdir_check(const char *path, const drt_outdir_opts *opts);
+drt_status drt_outdir_open(drt_outdir *d, const char *path, const drt_outdir_opts *opts);
+drt_status drt_outdir_commit(drt_outdir *d);
+/* removes d->tmp and all in it; the target untouched; a no-op when not open
+ * (a zeroed drt_outdir included) */
+void drt_outdir_discard(drt_outdir *d);
 
 #ifdef __cplusplus
 }

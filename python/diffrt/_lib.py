@@ -238,10 +238,16 @@ class PeakC(Structure):
 
 # include/diffrt/quantize.h
 QuantizeProgressFn = CFUNCTYPE(None, c_void_p, c_int, c_int, c_char_p, c_int64, c_int64)
+QuantizeNoteFn = CFUNCTYPE(None, c_void_p, c_char_p)
 
 
 class QuantizeOptsC(Structure):
-    _fields_ = [("progress", QuantizeProgressFn), ("ctx", c_void_p)]
+    _fields_ = [
+        ("progress", QuantizeProgressFn),
+        ("ctx", c_void_p),
+        ("force", c_int),
+        ("note", QuantizeNoteFn),
+    ]
 
 
 class QuantizeResultC(Structure):

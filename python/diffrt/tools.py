@@ -14,20 +14,34 @@ _DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "q8_0": 4, "q4_0": 5}
 
 @dataclass(frozen=True)
 class QuantizeResult:
-    n_tensors: int    # in the checkpoint
+    n_tensors: int    # written: the tensors the model reads
     n_quantized: int  # of them quantized
-    bytes_in: int     # tensor data read
+    bytes_in: int     # their data read
     bytes_out: int    # and written
 
 
-def quantize(model_dir, type, out_dir, progress=None):
-    """Writes out_dir/model.safetensors with model_dir's projection weights
-    quantized to type ("q8_0" or "q4_0"), and copies config.json and
-    tokenizer.json (drt_quantize_model). out_dir must exist and hold none of
-    them; what a failure leaves there is the caller's to remove.
+def quantize(model_dir, type, out_dir, progress=None, force=False, note=None):
+    """Quantizes the model directory model_dir into out_dir, whole or not at
+    all (drt_quantize_model): out_dir/model.safetensors with the tensors the
+    model reads, its projection weights quantized to type ("q8_0" or
+    "q4_0"), and config.json, tokenizer.json, generation_config.json and
+    tokenizer_config.json copied (those present); what the loader skips
+    (optimizer state, a tied model's lm_head copy) is not written.
+
+    Everything is checked before anything is written: model_dir must load
+    as diffrt.Model loads it; out_dir must be missing or an empty directory
+    (force=True: any directory, replaced as a whole), not a symbolic link,
+    not model_dir however spelled nor a directory containing it. A refusal
+    raises diffrt.Error with status Status.INVALID_ARG and changes nothing.
+    The new directory is written beside out_dir under a temporary name,
+    loaded back, and only then moved into place; on any failure (a NaN
+    weight, a full disk) the temporary directory is removed and out_dir is
+    as it was.
+
     progress(done, n, name, rows, cols) is called after each tensor
-    quantized; an exception it raises stops nothing in C and is raised
-    after it returns."""
+    quantized, note(line) with each notice (a temporary directory that a
+    killed run left, removed); an exception either raises stops nothing in
+    C and is raised after it returns."""
     if type not in ("q8_0", "q4_0"):
         raise _lib.InvalidArgument(f"type must be q8_0 or q4_0, not {type!r}")
     src, dst = _lib.cpath(model_dir, "model_dir"), _lib.cpath(out_dir, "out_dir")
@@ -41,8 +55,16 @@ def quantize(model_dir, type, out_dir, progress=None):
         except BaseException as e:  # noqa: B036 - re-raised below, outside C
             raised.append(e)
 
-    fn = _lib.QuantizeProgressFn(c_progress)
-    opts = _lib.QuantizeOptsC(progress=fn, ctx=None)
+    def c_note(ctx, line):
+        if note is None or raised:
+            return
+        try:
+            note(line.decode("utf-8", "replace"))
+        except BaseException as e:  # noqa: B036 - re-raised below, outside C
+            raised.append(e)
+
+    fn, nfn = _lib.QuantizeProgressFn(c_progress), _lib.QuantizeNoteFn(c_note)
+    opts = _lib.QuantizeOptsC(progress=fn, ctx=None, force=1 if force else 0, note=nfn)
     res = _lib.QuantizeResultC()
     st = _lib.lib().drt_quantize_model(src, _DTYPES[type], dst, byref(opts), byref(res))
     if raised:

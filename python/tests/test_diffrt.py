@@ -301,8 +301,10 @@ class TestModel(unittest.TestCase):
                         self.assertEqual(q.info.weight_dtype, t)
             with self.assertRaises(diffrt.InvalidArgument):
                 diffrt.quantize(src, "q5_1", tmp)
-            with self.assertRaises(diffrt.Error):  # config.json exists there already
+            with self.assertRaises(diffrt.Error) as e:  # not empty, and no force
                 diffrt.quantize(src, "q8_0", os.path.join(tmp, "py-q8_0"))
+            self.assertEqual(e.exception.status, diffrt.Status.INVALID_ARG)
+            self.assertIn("already exists and is not empty", str(e.exception))
 
     def test_measure_peak(self):
         """diffrt.measure_peak on cpu, small and short: positive figures,
@@ -516,6 +518,169 @@ class TestCallerMistakes(unittest.TestCase):
             diffrt.Model(os.path.join(MODELS_DIR, "no-such-model"))
         self.assertNotIsInstance(cm.exception, ValueError)
         self.assertEqual(cm.exception.status, diffrt.Status.IO)
+
+
+FIXTURES_DIR = os.path.join(ROOT, "tests", "fixtures")
+
+
+def tree_sig(path):
+    """Every entry under path (symlinks not followed): its type, link target
+    and bytes; None when path is missing."""
+    if not os.path.lexists(path):
+        return None
+    out = []
+    for top, dirs, files in os.walk(path):
+        for n in sorted(dirs + files):
+            p = os.path.join(top, n)
+            if os.path.islink(p):
+                out.append((p, "link", os.readlink(p)))
+            elif os.path.isfile(p):
+                with open(p, "rb") as f:
+                    out.append((p, "file", f.read()))
+            else:
+                out.append((p, "dir", None))
+    return sorted(out)
+
+
+def temps_beside(path):
+    """Entries beside path named ".<its name>." something: temps left behind."""
+    parent, base = os.path.split(os.path.normpath(path))
+    return [n for n in os.listdir(parent or ".") if n.startswith("." + base + ".")]
+
+
+class TestQuantize(unittest.TestCase):
+    """diffrt.quantize (drt_quantize_model): every fixture family quantizes
+    and computes like its source within the quantization bound; the output
+    directory is written whole or not at all, never over the source."""
+
+    BOUND = {"q8_0": 3e-3, "q4_0": 0.25}  # prefill logits NMSE (test_quantize_lib.c: QBOUND)
+
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = self._tmp.name
+        self.src = os.path.join(self.tmp, "src")
+        subprocess.run(["cp", "-r", os.path.join(FIXTURES_DIR, "hf_llama_gqa"), self.src], check=True)
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    @staticmethod
+    def prefill(path, ids):
+        with diffrt.Model(path) as m, m.session(backend="ref", kv_type="f32") as s:
+            return m.info, s.forward(ids, all_logits=True)
+
+    def test_every_fixture_family(self):
+        """Each fixture directory (every layout the loader takes, diff-mlx's
+        latest.safetensors with optimizer state, a tied model storing its
+        lm_head copy): the result loads, its weights are the type asked for,
+        its parameter count is the source's (nothing skipped is written),
+        its logits are within BOUND of the source's."""
+        names = sorted(n for n in os.listdir(FIXTURES_DIR) if os.path.isfile(os.path.join(FIXTURES_DIR, n, "config.json")))
+        self.assertGreaterEqual(len(names), 20)
+        ids = [3 + (t * 37 + 11) % 253 for t in range(12)]
+        for name in names:
+            src = os.path.join(FIXTURES_DIR, name)
+            info, ref = self.prefill(src, ids)
+            for t in ("q8_0", "q4_0"):
+                with self.subTest(fixture=name, type=t):
+                    out = os.path.join(self.tmp, f"{name}-{t}")
+                    r = diffrt.quantize(src, t, out)
+                    self.assertTrue(0 < r.n_quantized < r.n_tensors)
+                    qinfo, got = self.prefill(out, ids)
+                    self.assertEqual(qinfo.weight_dtype, t)
+                    self.assertEqual(qinfo.n_params, info.n_params)
+                    self.assertLessEqual(nmse(got, ref), self.BOUND[t])
+                    self.assertEqual(temps_beside(out), [])
+
+    def refused(self, out, say, watch, force=False, src=None, error=diffrt.Status.INVALID_ARG):
+        src = src or self.src
+        before, src_before = tree_sig(watch), tree_sig(src)
+        with self.assertRaises(diffrt.Error) as e:
+            diffrt.quantize(src, "q8_0", out, force=force)
+        self.assertEqual(e.exception.status, error, str(e.exception))
+        self.assertIn(say, str(e.exception))
+        self.assertEqual(tree_sig(watch), before, f"{watch} changed")
+        self.assertEqual(tree_sig(src), src_before, "the source changed")
+        self.assertEqual(temps_beside(watch), [])
+
+    def test_refusals_change_nothing(self):
+        """A non-empty out_dir, out_dir = the source however spelled (with
+        force too), a symlinked out_dir, an out_dir holding a file the
+        source is read from: refused, everything byte-identical."""
+        notes = os.path.join(self.tmp, "notes")
+        os.mkdir(notes)
+        with open(os.path.join(notes, "notes.txt"), "w") as f:
+            f.write("keep me\n")
+        self.refused(notes, "already exists and is not empty", notes)
+        os.symlink("src", os.path.join(self.tmp, "srclink"))
+        cwd = os.getcwd()
+        os.chdir(self.tmp)
+        try:
+            for out, say in [(self.src, "is the model directory itself"),
+                             (self.src + "/", "is the model directory itself"),
+                             (self.src + "/.", "is the model directory itself"),
+                             (os.path.join(self.src, "..", "src"), "is the model directory itself"),
+                             ("./src", "is the model directory itself"),
+                             ("srclink", "is a symbolic link"),
+                             (self.tmp, "contains the model directory")]:
+                for force in (False, True):
+                    with self.subTest(out=out, force=force):
+                        self.refused(out, say, self.src, force=force)
+        finally:
+            os.chdir(cwd)
+        empty, link = os.path.join(self.tmp, "empty"), os.path.join(self.tmp, "link")
+        os.mkdir(empty)
+        os.symlink("empty", link)
+        self.refused(link, "is a symbolic link", empty, force=True)
+        self.assertTrue(os.path.islink(link))
+        # the source's model.safetensors a symlink into out_dir
+        held, src3 = os.path.join(self.tmp, "held"), os.path.join(self.tmp, "src3")
+        subprocess.run(["cp", "-r", self.src, held], check=True)
+        os.mkdir(src3)
+        subprocess.run(["cp", os.path.join(self.src, "config.json"), src3], check=True)
+        os.symlink(os.path.join("..", "held", "model.safetensors"), os.path.join(src3, "model.safetensors"))
+        self.refused(held, "holds the input", held, force=True, src=src3)
+
+    def test_failure_leaves_out_dir_as_it_was(self):
+        """A NaN weight, found while quantizing: out_dir (missing, or a
+        previous output with force) as it was, no temp beside it."""
+        prev = os.path.join(self.tmp, "prev")
+        diffrt.quantize(self.src, "q4_0", prev)
+        f = os.path.join(self.src, "model.safetensors")
+        with open(f, "r+b") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(n))
+            e = header["model.layers.1.mlp.down_proj.weight"]
+            self.assertEqual(e["dtype"], "F32")
+            fh.seek(8 + n + e["data_offsets"][0])
+            fh.write(np.array([np.nan], dtype=np.float32).tobytes())
+        self.refused(prev, "non-finite value", prev, force=True, error=diffrt.Status.FORMAT)
+        self.refused(os.path.join(self.tmp, "absent"), "non-finite value", os.path.join(self.tmp, "absent"),
+                     error=diffrt.Status.FORMAT)
+
+    def test_force_replaces_whole(self):
+        """force=True over a full out_dir, or one holding a hard link of the
+        source's weights: only the new model is left, the source's bytes
+        stay; a killed run's temp is removed, with a note."""
+        whole = os.path.join(self.tmp, "whole")
+        os.mkdir(whole)
+        for n in ("stale.txt", "tokenizer.json"):
+            with open(os.path.join(whole, n), "w") as f:
+                f.write("{}\n")
+        os.link(os.path.join(self.src, "model.safetensors"), os.path.join(whole, "model.safetensors"))
+        stale = os.path.join(self.tmp, ".whole.tmp.Ab12Cd")
+        os.mkdir(stale)
+        os.utime(stale, (1e9, 1e9))
+        before, notes = tree_sig(self.src), []
+        with self.assertRaises(diffrt.Error):
+            diffrt.quantize(self.src, "q8_0", whole)  # not empty, no force
+        diffrt.quantize(self.src, "q8_0", whole, force=True, note=notes.append)
+        self.assertEqual(sorted(os.listdir(whole)), ["config.json", "model.safetensors"])
+        self.assertEqual(tree_sig(self.src), before)
+        self.assertEqual(temps_beside(whole), [])
+        self.assertTrue(any(stale in n and "left by a run that did not finish" in n for n in notes), notes)
+        with diffrt.Model(whole) as q:
+            self.assertEqual(q.info.weight_dtype, "q8_0")
 
 
 class TestBatchSession(unittest.TestCase):
