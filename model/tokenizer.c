@@ -27,6 +27,7 @@
 #include <pcre2.h>
 
 #include "drt_error.h"
+#include "diffrt/util.h" /* drt_clock_s */
 #include "drt_util.h"    /* drt_mix64 */
 #include "safetensors.h" /* drt_read_text_file */
 
@@ -1246,6 +1247,10 @@ typedef struct {
     size_t max_out;   /* the caller's limit on ids; 0: none */
     int32_t *best[2]; /* longest_from of the added-token passes 1 and 2 */
     size_t best_cap[2];
+    const char *text0;        /* the whole text (plain ranges are offsets into it) */
+    const drt_encode_opts *o; /* the caller's choices */
+    double deadline;          /* drt_clock_s() past which pre-tokenizing stops; 0: none */
+    unsigned ticks;           /* regex matches since the last look at the clock */
 } enc;
 
 /* 0 (message set) once the output holds more ids than the caller allows:
@@ -1382,6 +1387,22 @@ size_t drt_tokenizer_regex_calls(void) {
     return regex_calls;
 }
 
+/* 0 (e->err set) once the caller's time is up or it cancelled; the clock
+ * is read every 16 matches (a match is bounded by PCRE2's match limit) */
+static int in_time(enc *e) {
+    if (e->o->cancel && *e->o->cancel) {
+        e->err = drt_set_error(DRT_ERR_UNAVAILABLE, "tokenizer: cancelled");
+        return 0;
+    }
+    if (!e->deadline || ++e->ticks % 16) return 1;
+    if (drt_clock_s() <= e->deadline) return 1;
+    e->err = drt_set_error(DRT_ERR_UNSUPPORTED,
+                           "tokenizer: pre-tokenizing took longer than %g s (this tokenizer's regex backtracks on "
+                           "the text?); refused",
+                           e->o->max_seconds);
+    return 0;
+}
+
 /* Takes one piece s[start..end) of a regex_pieces text, match or gap;
  * returns 0 (e->err set) to stop. */
 typedef int (*piece_fn)(enc *e, void *arg, size_t start, size_t end, int match);
@@ -1400,6 +1421,10 @@ static int regex_pieces(enc *e, const pcre2_code *re, const char *s, size_t n, p
     int ok = 1;
     while (ok && off <= n) {
         regex_calls++;
+        if (!in_time(e)) {
+            ok = 0;
+            break;
+        }
         int rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, md, NULL);
         /* JIT code backtracks on a machine stack of fixed size (32 KiB by
          * default): a word of a few thousand letters overflows it. The
@@ -1528,6 +1553,15 @@ static void longest_from(const matcher *m, const char *s, size_t n, int32_t *bes
     }
 }
 
+/* 1 when a special token may be read at text0[at..at+n): parse_special,
+ * and no plain range overlaps it */
+static int special_here(const enc *e, size_t at, size_t n) {
+    if (!e->o->parse_special) return 0;
+    for (int k = 0; k < e->o->n_plain; k++)
+        if (at < e->o->plain[2 * k + 1] && e->o->plain[2 * k] < at + n) return 0;
+    return 1;
+}
+
 /* AddedVocabulary::find_matches over s[0..n) with the tokens of m; gaps are
  * passed on to the normalized tokens (pass 1) or to encode_plain (pass 2). */
 static int encode_added(enc *e, const char *s, size_t n, int pass) {
@@ -1559,6 +1593,9 @@ static int encode_added(enc *e, const char *s, size_t n, int pass) {
         const added_tok *a = &t->added[best[pos]];
         size_t start = pos, stop = pos + a->len;
         pos = stop; /* the matcher resumes after the match, whatever is done with it */
+        /* a special token where the caller wants text (HF's split_special_tokens
+         * skips the match the same way: the matcher goes on after it) */
+        if (t->ids[a->id].special && !special_here(e, (size_t)(s - e->text0) + start, a->len)) continue;
         if (a->single_word) {
             int start_space = start == 0 || !is_word_at(t, s, n, utf8_prev(s, start));
             int stop_space = stop == n || !is_word_at(t, s, n, stop);
@@ -1618,6 +1655,15 @@ drt_status drt_tokenizer_encode(const drt_tokenizer *t, const char *text, size_t
 
 drt_status drt_tokenizer_encode_max(const drt_tokenizer *t, const char *text, size_t len, int add_special,
                                     int max_tokens, int32_t **ids, int *n_ids) {
+    drt_encode_opts o = {.add_special = add_special, .parse_special = 1, .max_tokens = max_tokens};
+    return drt_tokenizer_encode_opts(t, text, len, &o, ids, n_ids);
+}
+
+drt_status drt_tokenizer_encode_opts(const drt_tokenizer *t, const char *text, size_t len, const drt_encode_opts *opts,
+                                     int32_t **ids, int *n_ids) {
+    static const drt_encode_opts zero;
+    const drt_encode_opts *o = opts ? opts : &zero;
+    int add_special = o->add_special, max_tokens = o->max_tokens;
     if (!ids || !n_ids) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_tokenizer_encode: ids is NULL");
     *ids = NULL;
     *n_ids = 0;
@@ -1637,7 +1683,14 @@ drt_status drt_tokenizer_encode_max(const drt_tokenizer *t, const char *text, si
                              "tokenizer: text of %zu bytes cannot fit in %d tokens (a token of this "
                              "tokenizer stands for at most %zu bytes); refused before tokenizing",
                              len, max_tokens, t->max_tok_bytes);
-    enc e = {.t = t, .max_out = max_tokens > 0 ? (size_t)max_tokens : 0};
+    if (o->n_plain < 0 || (o->n_plain && !o->plain))
+        return drt_set_error(DRT_ERR_INVALID_ARG, "drt_tokenizer_encode_opts: %d plain ranges at %p", o->n_plain,
+                             (const void *)o->plain);
+    enc e = {.t = t,
+             .max_out = max_tokens > 0 ? (size_t)max_tokens : 0,
+             .text0 = text ? text : "",
+             .o = o,
+             .deadline = o->max_seconds > 0 ? drt_clock_s() + o->max_seconds : 0};
     int ok = 1;
     for (int i = 0; ok && add_special && i < t->n_pre; i++) ok = ivec_push(&e.out, t->pre_ids[i]);
     if (!ok) e.err = drt_set_error(DRT_ERR_OOM, "tokenizer: out of memory");

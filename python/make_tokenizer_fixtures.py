@@ -25,7 +25,8 @@ Writes
                        the CLI's text mode can be tested on them.
   expected_<name>.json what the `tokenizers` library gives for each corpus line
                        (and for the whole corpus file as one text): ids with and
-                       without special tokens, decode with and without
+                       without special tokens, with special tokens read as
+                       text (encode_special_tokens), decode with and without
                        skip_special_tokens; plus single-id and random-id
                        decodes (these split UTF-8 characters across tokens).
 
@@ -327,11 +328,15 @@ def expected(tok, texts):
     for line, text in texts:
         ids = tok.encode(text).ids
         ids_plain = tok.encode(text, add_special_tokens=False).ids
+        tok.encode_special_tokens = True  # transformers' split_special_tokens: special tokens read as text
+        ids_split = tok.encode(text).ids
+        tok.encode_special_tokens = False
         cases.append({
             "line": line,
             "text": text,
             "ids": ids,
             "ids_no_special": ids_plain,
+            "ids_split_special": ids_split,
             "decode": text_field(tok.decode(ids, skip_special_tokens=False)),
             "decode_skip_special": text_field(tok.decode(ids, skip_special_tokens=True)),
         })

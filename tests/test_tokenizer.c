@@ -149,13 +149,17 @@ static void check_decode(const drt_tokenizer *t, const char *tag, int line, cons
     free(want);
 }
 
+/* parse_special 0: special tokens read as text (drt_encode_opts), against
+ * tokenizers' encode_special_tokens = True */
 static void check_encode(const drt_tokenizer *t, const char *tag, int line, const char *text, size_t text_n,
-                         int add_special, const cJSON *want_json) {
+                         int add_special, int parse_special, const cJSON *want_json) {
     int n_want;
     int32_t *want = json_ids(want_json, &n_want);
     int32_t *got;
     int n_got;
-    drt_status s = drt_tokenizer_encode(t, text, text_n, add_special, &got, &n_got);
+    drt_encode_opts eo = {.add_special = add_special, .parse_special = parse_special};
+    drt_status s = parse_special ? drt_tokenizer_encode(t, text, text_n, add_special, &got, &n_got)
+                                 : drt_tokenizer_encode_opts(t, text, text_n, &eo, &got, &n_got);
     DRT_CHECK(s == DRT_OK, "%s line %d: encode: %s", tag, line, drt_last_error());
     if (s == DRT_OK) {
         int same = n_got == n_want && memcmp(got, want, sizeof(int32_t) * (size_t)n_got) == 0;
@@ -163,8 +167,10 @@ static void check_encode(const drt_tokenizer *t, const char *tag, int line, cons
             char a[2048], b[2048];
             fmt_ids(a, sizeof a, got, n_got);
             fmt_ids(b, sizeof b, want, n_want);
-            DRT_CHECK(0, "%s line %d (add_special=%d): ids differ from tokenizers\n  got  [%s]\n  want [%s]", tag, line,
-                      add_special, a, b);
+            DRT_CHECK(
+                0,
+                "%s line %d (add_special=%d, parse_special=%d): ids differ from tokenizers\n  got  [%s]\n  want [%s]",
+                tag, line, add_special, parse_special, a, b);
         } else {
             DRT_CHECK(1, "ok");
         }
@@ -240,8 +246,9 @@ static void test_corpus(const char *name, int round_trip) {
          * an editor that strips trailing spaces or converts line endings) */
         DRT_CHECK(strlen(want_text) == text_n && memcmp(want_text, text, text_n) == 0,
                   "%s line %d: corpus.txt does not match the text in %s", name, line, epath);
-        check_encode(t, name, line, text, text_n, 1, cJSON_GetObjectItem(c, "ids"));
-        check_encode(t, name, line, text, text_n, 0, cJSON_GetObjectItem(c, "ids_no_special"));
+        check_encode(t, name, line, text, text_n, 1, 1, cJSON_GetObjectItem(c, "ids"));
+        check_encode(t, name, line, text, text_n, 0, 1, cJSON_GetObjectItem(c, "ids_no_special"));
+        check_encode(t, name, line, text, text_n, 1, 0, cJSON_GetObjectItem(c, "ids_split_special"));
         int n;
         int32_t *ids = json_ids(cJSON_GetObjectItem(c, "ids"), &n);
         n_tokens += (size_t)n;
@@ -1354,6 +1361,127 @@ static void test_limit_stops_pretokenizer(void) {
     free(long_entry);
 }
 
+/* ---- special tokens from the caller's text (drt_encode_opts) ------------------ */
+
+static int count_id(const int32_t *ids, int n, int32_t id) {
+    int k = 0;
+    for (int i = 0; i < n; i++) k += ids[i] == id;
+    return k;
+}
+
+/* Special tokens only where the caller allows them: parse_special 0 reads
+ * every one as text (the corpus checks it against tokenizers'
+ * encode_special_tokens); plain ranges read those they touch as text, the
+ * others as tokens; the text decodes back either way. */
+static void test_plain_ranges(void) {
+    drt_tokenizer *t = NULL;
+    if (drt_tokenizer_load(TOKDIR "/llama3.json", &t) != DRT_OK) {
+        DRT_CHECK(0, "%s", drt_last_error());
+        return;
+    }
+    const char text[] = "a <|eot_id|> b<|eot_id|>c<|begin_of_text|>";
+    const size_t n = sizeof text - 1;
+    const int32_t eot = drt_tokenizer_token_to_id(t, "<|eot_id|>"),
+                  bot = drt_tokenizer_token_to_id(t, "<|begin_of_text|>");
+    const size_t e1 = (size_t)(strstr(text, "<|eot_id|>") - text),
+                 e2 = (size_t)(strstr(text + e1 + 1, "<|eot_id|>") - text);
+    const size_t b1 = (size_t)(strstr(text, "<|begin") - text);
+    static const struct {
+        const char *name;
+        int parse_special, n_plain;
+        size_t r[4];    /* ranges, as offsets below: filled in */
+        int eots, bots; /* special ids in the result */
+    } cases[] = {
+        {"all special", 1, 0, {0}, 2, 1},
+        {"none special", 0, 0, {0}, 0, 0},
+        {"the whole text plain", 1, 1, {0}, 0, 0},
+        {"the first eot plain", 1, 1, {0}, 1, 1},
+        {"one byte of the second eot plain", 1, 1, {0}, 1, 1},
+        {"an empty range on the first eot's first byte", 1, 1, {0}, 2, 1},
+        {"two ranges, unsorted", 1, 2, {0}, 0, 1},
+    };
+    size_t ranges[][4] = {{0}, {0}, {0, n}, {e1, e1 + 10}, {e2 + 9, e2 + 10}, {e1, e1}, {e2, e2 + 1, 0, e1 + 1}};
+    int32_t *all = NULL, *none = NULL;
+    int n_all = 0, n_none = 0;
+    drt_encode_opts o0 = {.add_special = 0, .parse_special = 0};
+    DRT_CHECK(drt_tokenizer_encode(t, text, n, 0, &all, &n_all) == DRT_OK, "%s", drt_last_error());
+    DRT_CHECK(drt_tokenizer_encode_opts(t, text, n, &o0, &none, &n_none) == DRT_OK, "%s", drt_last_error());
+    (void)b1;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        drt_encode_opts o = {.parse_special = cases[c].parse_special,
+                             .plain = cases[c].n_plain ? ranges[c] : NULL,
+                             .n_plain = cases[c].n_plain};
+        int32_t *ids = NULL;
+        int k = 0;
+        drt_status st = drt_tokenizer_encode_opts(t, text, n, &o, &ids, &k);
+        DRT_CHECK(st == DRT_OK, "%s: %s", cases[c].name, drt_last_error());
+        if (st != DRT_OK) continue;
+        DRT_CHECK(count_id(ids, k, eot) == cases[c].eots && count_id(ids, k, bot) == cases[c].bots,
+                  "%s: %d <|eot_id|> and %d <|begin_of_text|>, want %d and %d", cases[c].name, count_id(ids, k, eot),
+                  count_id(ids, k, bot), cases[c].eots, cases[c].bots);
+        char *back = NULL;
+        size_t bn = 0;
+        DRT_CHECK(drt_tokenizer_decode(t, ids, k, 0, &back, &bn) == DRT_OK && bn == n && !memcmp(back, text, n),
+                  "%s: the ids do not decode back to the text", cases[c].name);
+        if (c == 2)
+            DRT_CHECK(k == n_none && !memcmp(ids, none, sizeof *ids * (size_t)k),
+                      "the whole text plain differs from parse_special 0");
+        if (c == 0 || c == 5)
+            DRT_CHECK(k == n_all && !memcmp(ids, all, sizeof *ids * (size_t)k), "%s differs from drt_tokenizer_encode",
+                      cases[c].name);
+        drt_free(back);
+        free(ids);
+    }
+    drt_encode_opts bad = {.parse_special = 1, .n_plain = 1};
+    int32_t *ids = NULL;
+    int k = 0;
+    DRT_CHECK(drt_tokenizer_encode_opts(t, text, n, &bad, &ids, &k) == DRT_ERR_INVALID_ARG, "plain NULL, n_plain 1");
+    free(all);
+    free(none);
+    drt_tokenizer_free(t);
+}
+
+/* A tokenizer whose Split regex backtracks (quadratic in a word's length)
+ * holds a thread no longer than drt_encode_opts.max_seconds allows, and a
+ * cancel flag stops it at once; without either the text still encodes. */
+static void test_time_bound(void) {
+    static const char pre[] = "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+                              "\"pattern\":{\"Regex\":\"\\\\p{L}*!|.\"},\"behavior\":\"Isolated\",\"invert\":false},"
+                              "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]}";
+    size_t jn;
+    char *json = bytes256_with(BYTES256_PRE, pre, &jn);
+    drt_tokenizer *t = NULL;
+    drt_status st = json ? drt_tokenizer_load_json(json, jn, "quad.json", &t) : DRT_ERR_IO;
+    free(json);
+    DRT_CHECK(st == DRT_OK, "quad.json: %s", drt_last_error());
+    if (st != DRT_OK) return;
+    enum { N = 200000 };
+    char *letters = malloc(N);
+    memset(letters, 'a', N);
+    int32_t *ids = NULL;
+    int k = 0;
+    drt_encode_opts o = {.max_seconds = 0.3};
+    double t0 = drt_clock_s();
+    st = drt_tokenizer_encode_opts(t, letters, N, &o, &ids, &k);
+    double dt = drt_clock_s() - t0;
+    DRT_CHECK(st == DRT_ERR_UNSUPPORTED && ids == NULL && strstr(drt_last_error(), "took longer than 0.3 s"),
+              "%d letters, 0.3 s: %s: %s", N, drt_status_str(st), drt_last_error());
+    DRT_CHECK(dt < 3, "%d letters, 0.3 s: stopped after %.2f s", N, dt);
+    volatile int stop = 1;
+    drt_encode_opts oc = {.cancel = &stop};
+    t0 = drt_clock_s();
+    st = drt_tokenizer_encode_opts(t, letters, N, &oc, &ids, &k);
+    DRT_CHECK(st == DRT_ERR_UNAVAILABLE && strstr(drt_last_error(), "cancelled") && drt_clock_s() - t0 < 1,
+              "cancelled: %s: %s after %.2f s", drt_status_str(st), drt_last_error(), drt_clock_s() - t0);
+    stop = 0;
+    o.max_seconds = 30;
+    st = drt_tokenizer_encode_opts(t, letters, 2000, &o, &ids, &k);
+    DRT_CHECK(st == DRT_OK && k == 2000, "2000 letters within 30 s: %s (%d ids)", drt_last_error(), k);
+    free(ids);
+    free(letters);
+    drt_tokenizer_free(t);
+}
+
 /* ---- cli/text.c --------------------------------------------------------------- */
 
 static void copy_file(const char *from, const char *to) {
@@ -1546,6 +1674,8 @@ int main(void) {
     test_encode_max();
     test_limit_stops_pretokenizer();
     test_split_removed();
+    test_plain_ranges();
+    test_time_bound();
     test_cli_text();
     bench("gpt2");
     bench("llama3");

@@ -69,6 +69,37 @@ drt_status drt_tokenizer_encode(const drt_tokenizer *t, const char *text, size_t
 drt_status drt_tokenizer_encode_max(const drt_tokenizer *t, const char *text, size_t len, int add_special,
                                     int max_tokens, int32_t **ids, int *n_ids);
 
+/* How drt_tokenizer_encode_opts reads a text. A zeroed struct is HF's
+ * encode(text, add_special_tokens=False) with no limits. */
+typedef struct {
+    int add_special; /* the post-processor's tokens (BOS, ...), as HF's add_special_tokens */
+    /* 1: an added token marked special, spelled in the text, becomes that
+     * token (HF's default); 0: it is text like any other (HF's
+     * split_special_tokens=True, OpenAI's API: a user's "<|eot_id|>" cannot
+     * end a turn). Tokens not marked special are matched either way. */
+    int parse_special;
+    /* With parse_special 1: byte ranges [plain[2k], plain[2k + 1]) of the
+     * text where special tokens are not recognized (the user's text inside
+     * a rendered chat template): one that overlaps a range is read as text.
+     * Ranges need not be sorted; NULL: none. */
+    const size_t *plain;
+    int n_plain;
+    int max_tokens; /* > 0: as drt_tokenizer_encode_max */
+    /* > 0: pre-tokenizing (the regexes) that runs longer than this many
+     * seconds stops with DRT_ERR_UNSUPPORTED "...took longer than S s...":
+     * a tokenizer.json's Split regex can backtrack badly on hostile text */
+    double max_seconds;
+    /* not NULL: once *cancel is nonzero (another thread sets it), encoding
+     * stops within one regex match with DRT_ERR_UNAVAILABLE "...cancelled" */
+    const volatile int *cancel;
+} drt_encode_opts;
+
+/* drt_tokenizer_encode with the choices of o (NULL: all zero). A text that
+ * fits and a zeroed o but add_special and parse_special 1 encode exactly as
+ * drt_tokenizer_encode. */
+drt_status drt_tokenizer_encode_opts(const drt_tokenizer *t, const char *text, size_t len, const drt_encode_opts *o,
+                                     int32_t **ids, int *n_ids);
+
 /* Decodes ids to a malloc'd, NUL-terminated UTF-8 string of *len bytes (len
  * may be NULL). skip_special drops special tokens. Ids that name no token are
  * skipped, as HF does. */
