@@ -1,5 +1,6 @@
 /* The diffrt command: the table of commands, and info, run, conform. */
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -590,8 +591,11 @@ static int cmd_run(int argc, char **argv) {
                            .threads = (int)r.threads,
                            .check_finite = r.verbose,
                            .settings = set};
-    drt_sampler_opts sop = {
-        .temperature = (float)r.temp, .top_k = (int)r.top_k, .top_p = (float)r.top_p, .seed = (uint64_t)r.seed};
+    drt_sampler_opts sop = {.temperature = (float)r.temp,
+                            .top_k = (int)r.top_k,
+                            /* a top_p below float's range keeps the top token, as its value does */
+                            .top_p = r.top_p < FLT_MIN ? FLT_MIN : (float)r.top_p,
+                            .seed = (uint64_t)r.seed};
     if (drt_session_create(m, &so, &s) != DRT_OK || drt_sampler_create(&sop, I.vocab, &smp) != DRT_OK) {
         rc = cli_fail("run");
         goto done;

@@ -30,9 +30,9 @@ drt_status drt_sampler_create(const drt_sampler_opts *o, int vocab, drt_sampler 
     if (!o) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_sampler_create: no options (o is NULL)");
     if (vocab <= 0) return drt_set_error(DRT_ERR_INVALID_ARG, "sampler: vocab %d", vocab);
     if (!(o->temperature >= 0) || !isfinite(o->temperature))
-        return drt_set_error(DRT_ERR_INVALID_ARG, "--temp must be a finite number >= 0");
-    if (o->top_k < 0) return drt_set_error(DRT_ERR_INVALID_ARG, "--top-k must be >= 0");
-    if (!(o->top_p > 0 && o->top_p <= 1)) return drt_set_error(DRT_ERR_INVALID_ARG, "--top-p must be in (0, 1]");
+        return drt_set_error(DRT_ERR_INVALID_ARG, "sampler: temperature must be a finite number >= 0");
+    if (o->top_k < 0) return drt_set_error(DRT_ERR_INVALID_ARG, "sampler: top_k must be >= 0");
+    if (!(o->top_p > 0 && o->top_p <= 1)) return drt_set_error(DRT_ERR_INVALID_ARG, "sampler: top_p must be in (0, 1]");
     drt_sampler *s = calloc(1, sizeof *s);
     if (!s) return drt_set_error(DRT_ERR_OOM, "out of memory");
     s->o = *o;

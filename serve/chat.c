@@ -258,7 +258,30 @@ typedef struct {
     char *p;
     size_t n, cap;
     int oom;
+    size_t *plain; /* [2 * n_plain]: where each message's content went */
+    int n_plain, cap_plain;
 } sbuf;
+
+/* put of a message's content: its byte range is remembered, so that the
+ * tokenizer reads no special token inside it (drt_encode_opts.plain) */
+static void put(sbuf *b, const char *s, size_t n);
+static void put_content(sbuf *b, const char *s, size_t n) {
+    size_t at = b->n;
+    put(b, s, n);
+    if (b->oom || !n) return;
+    if (b->n_plain == b->cap_plain) {
+        int nc = b->cap_plain ? b->cap_plain * 2 : 8;
+        size_t *np = realloc(b->plain, sizeof *np * 2 * (size_t)nc);
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
+        b->plain = np, b->cap_plain = nc;
+    }
+    b->plain[2 * b->n_plain] = at;
+    b->plain[2 * b->n_plain + 1] = b->n;
+    b->n_plain++;
+}
 
 static void put(sbuf *b, const char *s, size_t n) {
     if (b->oom) return;
@@ -321,7 +344,7 @@ static void trim(const char *s, size_t n, size_t *a, size_t *b) {
 static void put_trimmed(sbuf *b, const srv_message *m) {
     size_t i, j;
     trim(m->content, m->len, &i, &j);
-    put(b, m->content + i, j - i);
+    put_content(b, m->content + i, j - i);
 }
 
 static const char *role_name(srv_role r) {
@@ -359,7 +382,7 @@ static void render_chatml(sbuf *b, const srv_message *msgs, int n) {
         puts_(b, "<|im_start|>");
         puts_(b, role_name(msgs[i].role));
         puts_(b, "\n");
-        put(b, msgs[i].content, msgs[i].len);
+        put_content(b, msgs[i].content, msgs[i].len);
         puts_(b, "<|im_end|>\n");
     }
     puts_(b, "<|im_start|>assistant\n");
@@ -377,8 +400,15 @@ static void render_plain(sbuf *b, const srv_message *msgs, int n) {
 
 int srv_chat_render(const srv_chat_template *t, const srv_message *msgs, int n, char **text, size_t *len,
                     srv_error *err) {
+    return srv_chat_render_spans(t, msgs, n, text, len, NULL, NULL, err);
+}
+
+int srv_chat_render_spans(const srv_chat_template *t, const srv_message *msgs, int n, char **text, size_t *len,
+                          size_t **plain, int *n_plain, srv_error *err) {
     if (text) *text = NULL;
     if (len) *len = 0;
+    if (plain) *plain = NULL;
+    if (n_plain) *n_plain = 0;
     if (!text || !len)
         return srv_error_set(err, 500, "server_error", NULL, NULL, "srv_chat_render: %s is NULL",
                              text ? "len" : "text");
@@ -393,7 +423,7 @@ int srv_chat_render(const srv_chat_template *t, const srv_message *msgs, int n, 
         if (!msgs[i].content)
             return srv_error_set(err, 400, "invalid_request_error", NULL, "messages", "messages[%d]: no content", i);
     }
-    sbuf b = {NULL, 0, 0, 0};
+    sbuf b = {NULL, 0, 0, 0, NULL, 0, 0};
     switch (t->kind) {
     case SRV_CHAT_LLAMA3:
     case SRV_CHAT_LLAMA31: render_llama3(&b, t, msgs, n); break;
@@ -403,9 +433,16 @@ int srv_chat_render(const srv_chat_template *t, const srv_message *msgs, int n, 
     }
     if (b.oom || !b.p) {
         free(b.p);
+        free(b.plain);
         return srv_error_set(err, 500, "server_error", NULL, NULL, "out of memory rendering the chat template");
     }
     *text = b.p;
     *len = b.n;
+    if (plain) {
+        *plain = b.plain;
+        *n_plain = b.n_plain;
+    } else {
+        free(b.plain);
+    }
     return 0;
 }

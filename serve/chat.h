@@ -73,5 +73,11 @@ int srv_chat_by_name(const char *name, srv_chat_template *out);
  * format cannot hold; 500 out of memory). */
 int srv_chat_render(const srv_chat_template *t, const srv_message *msgs, int n, char **text, size_t *len,
                     srv_error *err);
+/* srv_chat_render, and where the messages' contents lie in the text:
+ * *plain (malloc'd, NULL for none) holds *n_plain [start, end) byte ranges,
+ * for drt_encode_opts.plain: special tokens come from the template only,
+ * never from what a user wrote. plain and n_plain may be NULL. */
+int srv_chat_render_spans(const srv_chat_template *t, const srv_message *msgs, int n, char **text, size_t *len,
+                          size_t **plain, int *n_plain, srv_error *err);
 
 #endif

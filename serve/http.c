@@ -8,6 +8,7 @@
  * and the scheduler resumes it when there is more. */
 #include <cjson/cJSON.h>
 #include <arpa/inet.h>
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,13 +257,40 @@ static void do_model(srv *S, srv_conn *c, const conn_state *cs, const char *name
     return fail(S, c, cs, 404, "not_found_error", "model_not_found", "model", "no such model");
 }
 
+/* How the server's texts are encoded: special tokens only where the
+ * caller allows them, within the time and the context. */
+static drt_encode_opts encode_opts(srv *S, int add_special, int parse_special, int max_tokens) {
+    return (drt_encode_opts){.add_special = add_special,
+                             .parse_special = parse_special,
+                             .max_tokens = max_tokens,
+                             .max_seconds = S->o.tokenize_timeout_s,
+                             .cancel = &S->tok_cancel};
+}
+
+/* A failed encode as the client's error: too long (context_length_exceeded
+ * when code), cancelled by shutdown (503), or the text itself (400). */
+static int encode_error(srv *S, srv_error *e, drt_status st, const char *param, const char *code) {
+    if (st == DRT_ERR_UNAVAILABLE)
+        return srv_error_set(e, 503, "unavailable_error", NULL, NULL, "the server is shutting down");
+    if (st == DRT_ERR_INVALID_ARG && strstr(drt_last_error(), "more than"))
+        return srv_error_set(e, 400, "invalid_request_error", code, param,
+                             "This model's maximum context length is %d tokens. However, your %s makes more than "
+                             "%d tokens.",
+                             S->o.ctx, param, S->o.ctx);
+    return srv_error_set(e, st == DRT_ERR_OOM ? 500 : 400, st == DRT_ERR_OOM ? "server_error" : "invalid_request_error",
+                         NULL, param, "%s", drt_last_error());
+}
+
 /* /tokenize and /detokenize: the JSON answer into cs->pbody, or cs->perr */
 static void prep_tokenize(srv *S, conn_state *cs, srv_request *q) {
     int32_t *ids = NULL;
     int n = 0;
-    if (drt_tokenizer_encode(S->tok, q->prompt_text, q->prompt_len, q->add_special, &ids, &n) != DRT_OK) {
+    /* bounded as a prompt is: a text past the context cannot be one */
+    drt_encode_opts eo = encode_opts(S, q->add_special, q->parse_special, S->o.ctx);
+    drt_status st = drt_tokenizer_encode_opts(S->tok, q->prompt_text, q->prompt_len, &eo, &ids, &n);
+    if (st != DRT_OK) {
         cs->perr_set = 1;
-        srv_error_set(&cs->perr, 400, "invalid_request_error", NULL, "content", "%s", drt_last_error());
+        encode_error(S, &cs->perr, st, "content", NULL);
         return;
     }
     cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tokens");
@@ -283,9 +311,15 @@ static void prep_detokenize(srv *S, conn_state *cs, srv_request *q) {
         return;
     }
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "content", text);
-    cJSON_AddStringToObject(o, "prompt", text);
+    char *lit = srv_json_string(text, len); /* NULs and all: a cJSON string would end at one */
     drt_free(text);
+    if (!lit) {
+        cJSON_Delete(o);
+        return; /* pbody NULL: out of memory, answered 500 */
+    }
+    cJSON_AddRawToObject(o, "content", lit);
+    cJSON_AddRawToObject(o, "prompt", lit);
+    free(lit);
     cs->pbody = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
 }
@@ -314,29 +348,29 @@ static int job_prompt(srv *S, srv_job *j, srv_error *e) {
         const char *text = q->prompt_text;
         size_t len = q->prompt_len;
         char *chat = NULL;
-        int add = 1;
+        size_t *plain = NULL;
+        int n_plain = 0;
+        /* one id more than the context: a prompt that long is refused with its size */
+        drt_encode_opts eo = encode_opts(S, 1, q->parse_special, ctx + 1);
         if (q->ep == SRV_EP_CHAT) {
             if (S->chat.kind == SRV_CHAT_NONE)
                 return srv_error_set(e, 400, "invalid_request_error", NULL, "messages",
                                      "this model has no chat template; use /v1/completions, or start the server "
                                      "with --chat-template NAME");
-            if (srv_chat_render(&S->chat, q->messages, q->n_messages, &chat, &len, e) != 0) return -1;
+            if (srv_chat_render_spans(&S->chat, q->messages, q->n_messages, &chat, &len, &plain, &n_plain, e) != 0)
+                return -1;
             text = chat;
-            add = S->chat.add_bos;
+            /* special tokens from the template, never from the messages */
+            eo.add_special = S->chat.add_bos;
+            eo.parse_special = 1;
+            eo.plain = plain;
+            eo.n_plain = n_plain;
         }
-        /* one id more than the context: a prompt that long is refused below with its size */
-        drt_status st = drt_tokenizer_encode_max(S->tok, text, len, add, ctx + 1, &j->prompt, &j->n_prompt);
+        drt_status st = drt_tokenizer_encode_opts(S->tok, text, len, &eo, &j->prompt, &j->n_prompt);
         free(chat);
-        if (st != DRT_OK) {
-            if (strstr(drt_last_error(), "more than"))
-                return srv_error_set(e, 400, "invalid_request_error", "context_length_exceeded",
-                                     q->ep == SRV_EP_CHAT ? "messages" : "prompt",
-                                     "This model's maximum context length is %d tokens. However, your prompt "
-                                     "makes more than %d tokens.",
-                                     ctx, ctx);
-            return srv_error_set(e, 400, "invalid_request_error", NULL, q->ep == SRV_EP_CHAT ? "messages" : "prompt",
-                                 "%s", drt_last_error());
-        }
+        free(plain);
+        if (st != DRT_OK)
+            return encode_error(S, e, st, q->ep == SRV_EP_CHAT ? "messages" : "prompt", "context_length_exceeded");
     }
     if (j->n_prompt == 0)
         return srv_error_set(e, 400, "invalid_request_error", NULL, "prompt",
@@ -351,10 +385,11 @@ static int job_prompt(srv *S, srv_job *j, srv_error *e) {
             ctx, j->n_prompt + j->max_tokens, j->n_prompt, q->ep == SRV_EP_CHAT ? "messages" : "prompt", j->max_tokens);
     drt_sampler_opts so = {.temperature = (float)q->temperature,
                            .top_k = q->top_k,
-                           .top_p = (float)q->top_p,
+                           /* below float's range: the top token only, as the value means */
+                           .top_p = q->top_p < FLT_MIN ? FLT_MIN : (float)q->top_p,
                            .seed = q->seed_given ? q->seed : seed_now()};
-    if (drt_sampler_create(&so, S->info.vocab, &j->smp) != DRT_OK)
-        return srv_error_set(e, 400, "invalid_request_error", NULL, NULL, "%s", drt_last_error());
+    if (drt_sampler_create(&so, S->info.vocab, &j->smp) != DRT_OK) /* the request checked every field: ours */
+        return srv_error_set(e, 500, "server_error", NULL, NULL, "%s", drt_last_error());
     return 0;
 }
 
@@ -725,6 +760,7 @@ static void on_accept(void *cls, int fd) {
 /* Stops the tokenizer threads once they have emptied their queue: every
  * connection they had is resumed when this returns. */
 static void prep_stop(srv *S) {
+    S->tok_cancel = 1; /* an encode in progress stops within one regex match */
     pthread_mutex_lock(&S->prep_mu);
     S->prep_stop = 1;
     pthread_cond_broadcast(&S->prep_wake);

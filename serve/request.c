@@ -467,6 +467,18 @@ static int parse_unsupported(const ctx *c) {
     return 0;
 }
 
+/* "parse_special": completions and tokenize; for chat only false passes
+ * (messages are text: the template alone writes special tokens) */
+static int parse_special(const ctx *c, srv_request *r) {
+    const cJSON *it = field(c->root, "parse_special");
+    if (!it) return 0;
+    if (get_bool(c, it, "parse_special", &r->parse_special)) return -1;
+    if (r->ep == SRV_EP_CHAT && r->parse_special)
+        return unsupported(c->err, "parse_special",
+                           "'parse_special' is for /v1/completions and /tokenize: chat messages are always text");
+    return 0;
+}
+
 /* ---- the endpoints ---------------------------------------------------------- */
 
 /* an array of token ids, each in [0, vocab) (empty: the caller decides) */
@@ -617,7 +629,7 @@ static int parse_fields(const ctx *c, srv_endpoint ep, int vocab, srv_request *r
     case SRV_EP_COMPLETIONS:
     case SRV_EP_CHAT:
         if (ep == SRV_EP_COMPLETIONS ? parse_prompt(c, r, vocab) : parse_messages(c, r)) return -1;
-        if (parse_max_tokens(c, r) || parse_sampling(c, r) || parse_unsupported(c)) return -1;
+        if (parse_max_tokens(c, r) || parse_sampling(c, r) || parse_unsupported(c) || parse_special(c, r)) return -1;
         return 0;
     case SRV_EP_TOKENIZE: {
         const char *key = field(c->root, "content") ? "content" : "prompt";
@@ -625,7 +637,7 @@ static int parse_fields(const ctx *c, srv_endpoint ep, int vocab, srv_request *r
         if (get_text(c, it, key, &r->prompt_text, &r->prompt_len)) return -1;
         r->add_special = 1;
         if ((it = field(c->root, "add_special")) && get_bool(c, it, "add_special", &r->add_special)) return -1;
-        return 0;
+        return parse_special(c, r);
     }
     case SRV_EP_DETOKENIZE:
         if (!(it = field(c->root, "tokens"))) return bad(c->err, "tokens", "'tokens' is required");

@@ -56,6 +56,11 @@ typedef struct {
     int ignore_eos;    /* "ignore_eos" (vLLM, llama.cpp) */
 
     int add_special; /* tokenize: "add_special", default 1 */
+    /* completions (text prompts) and tokenize: "parse_special", default 0:
+     * special tokens spelled in the text are text (OpenAI's behaviour); true
+     * reads them as the tokens (llama.cpp's raw prompts). Chat messages are
+     * always text: the template alone writes special tokens. */
+    int parse_special;
 
     /* detokenize: "tokens", each in [0, vocab) */
     int32_t *tokens;
@@ -82,5 +87,10 @@ char *srv_error_json(const srv_error *err);
 /* 1 when s[0..n) is valid UTF-8 (no overlong forms, no surrogates, nothing
  * past U+10FFFF) and holds no NUL byte. */
 int srv_utf8_ok(const char *s, size_t n);
+
+/* s[0..n) as a JSON string literal, quotes included, malloc'd (NULL when
+ * out of memory): every byte kept, a NUL as \u0000 (text a model
+ * generates may hold one; a C string would end there). */
+char *srv_json_string(const char *s, size_t n);
 
 #endif

@@ -32,14 +32,12 @@ static cJSON *usage(const srv_job *j) {
     return u;
 }
 
-/* a string of n bytes (cJSON wants it NUL-terminated) */
+/* a string of n bytes, NULs and all: written as its JSON literal, since a
+ * cJSON string ends at the first NUL (srv_json_string) */
 static cJSON *string_n(const char *s, size_t n) {
-    char *t = malloc(n + 1);
-    if (!t) return NULL;
-    memcpy(t, s, n);
-    t[n] = 0;
-    cJSON *r = cJSON_CreateString(t);
-    free(t);
+    char *lit = srv_json_string(s, n);
+    cJSON *r = lit ? cJSON_CreateRaw(lit) : NULL;
+    free(lit);
     return r;
 }
 

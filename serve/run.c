@@ -144,9 +144,13 @@ static int make_session(srv *S) {
     return 0;
 }
 
+static const char *sig_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
 static void drain(srv *S, int sig) {
-    fprintf(stderr, "diffrt: serve: %s: draining (up to %d s for %d running, %d waiting)\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM", S->o.grace_s, S->n_active, S->n_queued);
+    fprintf(stderr, "diffrt: serve: %s: draining (up to %d s for %d running, %d waiting; %s again: stop now)\n",
+            sig_name(sig), S->o.grace_s, S->n_active, S->n_queued, sig_name(sig));
     pthread_mutex_lock(&S->mu);
     S->draining = 1;
     pthread_mutex_unlock(&S->mu);
@@ -156,10 +160,19 @@ static void drain(srv *S, int sig) {
         int busy = S->n_active + S->n_queued;
         pthread_mutex_unlock(&S->mu);
         if (!busy || drt_clock_s() - t0 >= S->o.grace_s) break;
+        pthread_mutex_lock(&S->sig_mu);
+        int again = S->n_signals > 1;
+        pthread_mutex_unlock(&S->sig_mu);
+        if (again) { /* a second signal: what is in flight is cancelled now */
+            fprintf(stderr, "diffrt: serve: %s again: cancelling the %d requests in flight now\n",
+                    sig_name(S->last_signal), busy);
+            break;
+        }
         sleep_s(0.05);
     }
     pthread_mutex_lock(&S->mu);
-    S->stop = 1; /* the scheduler fails what is left, then exits */
+    S->stop = 1;       /* the scheduler fails what is left, then exits */
+    S->tok_cancel = 1; /* and encodes in progress stop */
     pthread_cond_signal(&S->wake);
     pthread_mutex_unlock(&S->mu);
     pthread_join(S->sched, NULL);
@@ -181,6 +194,37 @@ static void cleanup(srv *S) {
     pthread_mutex_destroy(&S->mu);
     pthread_cond_destroy(&S->prep_wake);
     pthread_mutex_destroy(&S->prep_mu);
+}
+
+/* The signal thread: SIGTERM and SIGINT are blocked everywhere and taken
+ * here. Before the server listens (a model loading can take minutes) the
+ * first one ends the process at once: there is nothing to drain. After,
+ * the first starts the drain and a second cuts it short (drain); a third
+ * ends the process. */
+static void *signal_main(void *arg) {
+    srv *S = arg;
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&sigs, &sig) != 0) continue;
+        pthread_mutex_lock(&S->sig_mu);
+        int n = ++S->n_signals, ready = S->ready;
+        S->last_signal = sig;
+        pthread_cond_broadcast(&S->sig_cv);
+        pthread_mutex_unlock(&S->sig_mu);
+        if (!ready) {
+            fprintf(stderr, "diffrt: serve: %s before the server was ready: stopped\n", sig_name(sig));
+            _exit(0);
+        }
+        if (n >= 3) {
+            fprintf(stderr, "diffrt: serve: %s a third time: exiting without a drain\n", sig_name(sig));
+            _exit(1);
+        }
+    }
+    return NULL;
 }
 
 int srv_run(const srv_opts *o) {
@@ -212,6 +256,14 @@ int srv_run(const srv_opts *o) {
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    pthread_mutex_init(&S.sig_mu, NULL);
+    pthread_cond_init(&S.sig_cv, NULL);
+    pthread_t sig_th;
+    if (pthread_create(&sig_th, NULL, signal_main, &S) != 0) {
+        fprintf(stderr, "diffrt: serve: cannot start the signal thread\n");
+        goto done;
+    }
+    pthread_detach(sig_th);
     if (load_keys(&S) != 0 || load_model(&S) != 0 || make_session(&S) != 0) goto done;
     S.loopback = is_loopback(o->host);
     if (!S.n_keys && !S.loopback)
@@ -234,15 +286,21 @@ int srv_run(const srv_opts *o) {
     int v6 = strchr(o->host, ':') != NULL;
     fprintf(stderr, "diffrt: serve: listening on http://%s%s%s:%d (model \"%s\")\n", v6 ? "[" : "", o->host,
             v6 ? "]" : "", S.o.port, S.aliases[0]);
-    if (o->ready_file) {
+    pthread_mutex_lock(&S.sig_mu);
+    S.ready = 1;
+    int early = S.n_signals;
+    pthread_mutex_unlock(&S.sig_mu);
+    if (!early && o->ready_file) {
         FILE *f = fopen(o->ready_file, "w");
         if (f) {
             fprintf(f, "%s %d\n", o->host, S.o.port);
             fclose(f);
         }
     }
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    pthread_mutex_lock(&S.sig_mu);
+    while (!S.n_signals) pthread_cond_wait(&S.sig_cv, &S.sig_mu);
+    int sig = S.last_signal;
+    pthread_mutex_unlock(&S.sig_mu);
     drain(&S, sig);
     fprintf(stderr, "diffrt: serve: stopped\n");
     rc = 0;

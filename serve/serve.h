@@ -39,6 +39,7 @@ typedef struct {
     long max_out;           /* bytes a streaming client may leave unread before it is dropped */
     const char *ready_file; /* when set, "host port\n" is written there once listening (tests) */
     int tokenizer_threads;  /* threads that parse and tokenize request bodies */
+    int tokenize_timeout_s; /* a text whose pre-tokenizing takes longer is refused (0: no limit) */
     int step_delay_ms;      /* debug: sleep this long after each forward (tests of slow streams) */
     int prep_delay_ms;      /* debug: a tokenizer thread sleeps this long before each request */
     int sndbuf;             /* debug: SO_SNDBUF of each connection, 0: the system's (tests of slow readers) */

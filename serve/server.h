@@ -122,6 +122,13 @@ typedef struct srv {
     int prep_stop;
     pthread_t *prep_threads;
     int n_prep_threads;
+    volatile int tok_cancel; /* set at shutdown: encodes in progress stop (drt_encode_opts.cancel) */
+
+    /* signals (run.c): counted by the signal thread, under sig_mu */
+    pthread_mutex_t sig_mu;
+    pthread_cond_t sig_cv;
+    int n_signals, last_signal;
+    int ready; /* listening: a signal drains instead of ending the process */
 } srv;
 
 /* ---- jobs (sched.c) ---- */
