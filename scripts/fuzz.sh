@@ -7,7 +7,7 @@ usage: scripts/fuzz.sh [--keep-going] [SECONDS] [HARNESS...]
 Builds tests/fuzz/fuzz_*.c with clang, -fsanitize=fuzzer,address,undefined
 (cmake -DDIFFRT_FUZZ=ON, GPU backends off) in $BUILD_DIR (default build-fuzz)
 and runs each HARNESS (default: all of safetensors config index tokenizer
-request) for SECONDS (default 600), one after the other, one process each.
+request chat) for SECONDS (default 600), one after the other, one process each.
 
 Each run starts from the committed seeds (tests/fuzz/corpus/<h>) and the
 inputs that once crashed (tests/fuzz/regress/<h>), with the harness's
@@ -29,7 +29,7 @@ EOF
 }
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ALL=(safetensors config index tokenizer request)
+ALL=(safetensors config index tokenizer request chat)
 SECONDS_PER=600
 KEEP_GOING=0
 harnesses=()

@@ -220,8 +220,20 @@ static void chunks(drt_model *m, const char *be) {
     drt_session_reset(part);
     DRT_CHECK(drt_session_forward(part, ids, CHUNK_T, last, 0) == DRT_OK, "%s: chunked, last: %s", be,
               drt_last_error());
-    DRT_CHECK(memcmp(last, b + (size_t)(CHUNK_T - 1) * V_, sizeof(float) * V_) == 0,
-              "%s: the last row's logits differ between all_logits 1 and 0", be);
+    /* all_logits 0 takes the last row alone through the LM head (a GEMV), 1
+     * all rows (a GEMM): the same bits on ref; elsewhere the two kernels may
+     * sum in another order (the AVX2 set does), as batch composition may
+     * (docs/library.md) */
+    const float *lb = b + (size_t)(CHUNK_T - 1) * V_;
+    double ln = 0, ld = 0;
+    for (int i = 0; i < V_; i++)
+        ln += ((double)last[i] - lb[i]) * ((double)last[i] - lb[i]), ld += (double)lb[i] * lb[i];
+    if (!strcmp(be, "ref"))
+        DRT_CHECK(memcmp(last, lb, sizeof(float) * V_) == 0, "ref: the last row's logits differ between all_logits 1 "
+                                                             "and 0");
+    else
+        DRT_CHECK(ln <= 1e-10 * ld, "%s: the last row's logits between all_logits 1 and 0: NMSE %.3e > 1e-10", be,
+                  ln / ld);
     drt_profile prof = {0};
     drt_session_reset(part);
     DRT_CHECK(drt_session_forward_profiled(part, ids, CHUNK_T, last, &prof) == DRT_OK && prof.forwards == 1,

@@ -413,6 +413,7 @@ static void skimmed_backends(void) {
         {"{" TOP ", \"back\\u0065nds\": [" ERR("a") ", " ERR("c") "]}{}", "not valid JSON"},
         {"{" TOP ", \"backends\": [" ERR("a") ", 7]}", "backends[1].backend: missing"},
         {"{" TOP ", \"backends\": {}}", "backends: expected an array"},
+        /* a version that is not the one read says which it is */
     };
 #undef TOP
 #undef ERR
@@ -433,6 +434,39 @@ static void skimmed_backends(void) {
         else
             DRT_CHECK(rc == 0 && strstr(g_out, "(2 rows, 1 table)"), "case %zu: exit %d (want 0, 2 rows):\n%s\n%s", i,
                       rc, g_out, cases[i].json);
+    }
+}
+
+/* A schema_version that is not the one read names itself exactly: %g once
+ * printed 1.0000001 as "1", "schema_version 1; this diffrt reads 1". */
+static void schema_versions(void) {
+    static const struct {
+        const char *v, *says;
+    } cases[] = {{"1.0000001", "schema_version 1.0000001; this diffrt reads 1"},
+                 {"1.5", "schema_version 1.5; this diffrt reads 1"},
+                 {"0.9999999999999999", "schema_version 0.9999999999999999;"},
+                 {"2", "schema_version 2;"},
+                 {"1e0", NULL}};
+    char J[512], dir[512], args[2048];
+    snprintf(J, sizeof J, "%s/report_sv.json", DRT_TMP_DIR);
+    snprintf(dir, sizeof dir, "%s/report_sv", DRT_TMP_DIR);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(J, "w");
+        if (!f) continue;
+        fprintf(f,
+                "{\"schema_version\": %s, \"kind\": \"diffrt-bench\", \"host\": {\"hostname\": \"h\"}, "
+                "\"settings\": {\"n_prompt\": 16, \"n_gen\": 4}, \"model\": {\"name\": \"m\", \"architecture\": "
+                "\"diff-v2\", \"dtype\": \"f16\", \"params\": 1000, \"layers\": 1, \"dim\": 8}, \"backends\": "
+                "[{\"backend\": \"cpu\", \"status\": \"error\", \"error\": \"e\", \"device\": {\"name\": \"a\"}}]}",
+                cases[i].v);
+        fclose(f);
+        snprintf(args, sizeof args, "report '%s' --out '%s'", J, dir);
+        int rc = run(args);
+        if (cases[i].says)
+            DRT_CHECK(rc == 2 && strstr(g_out, cases[i].says), "schema_version %s: exit %d, should say \"%s\":\n%s",
+                      cases[i].v, rc, cases[i].says, g_out);
+        else
+            DRT_CHECK(rc == 0, "schema_version %s: exit %d:\n%s", cases[i].v, rc, g_out);
     }
 }
 
@@ -612,6 +646,7 @@ int main(void) {
     many_rows();
     hostile_numbers();
     skimmed_backends();
+    schema_versions();
     set_written_whole();
     return drt_test_summary("test_report_hostile");
 }

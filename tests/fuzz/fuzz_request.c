@@ -1,7 +1,10 @@
-/* libFuzzer harness: the request bodies of diffrt serve (srv_request_parse,
- * serve/request.c).
+/* libFuzzer harness: what an HTTP client sends diffrt serve, its framing
+ * (serve/h1.c) and its request bodies (srv_request_parse, serve/request.c).
  *
- * Input: byte 0 picks the endpoint (modulo 4: completions, chat, tokenize,
+ * Input with bit 7 of byte 0 set: the rest is raw bytes off a socket, a
+ * request head and what follows it (see frame() below for what must hold).
+ *
+ * Otherwise byte 0 picks the endpoint (modulo 4: completions, chat, tokenize,
  * detokenize), the rest is the body, parsed from libFuzzer's exact-size
  * buffer (no NUL after it) with a vocabulary of VOCAB ids. Besides "no crash,
  * no sanitizer report, no read past the body":
@@ -19,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "h1.h"
 #include "harness.h"
 #include "request.h"
 
@@ -99,6 +104,7 @@ static void check_accepted(const srv_request *r, srv_endpoint ep) {
     }
     FZ_CHECK(r->seed_given || r->seed == 0, "seed %" PRIu64 " not given", r->seed);
     FZ_CHECK(ep == SRV_EP_TOKENIZE || !r->add_special, "add_special for endpoint %d", (int)ep);
+    FZ_CHECK(ep != SRV_EP_CHAT || !r->parse_special, "parse_special for chat");
 }
 
 /* ---- written back and parsed again ------------------------------------------- */
@@ -130,6 +136,7 @@ static char *write_back(const srv_request *r) {
         else
             add_ids(o, "prompt", r->prompt_ids, r->n_prompt_ids);
         if (r->ep == SRV_EP_TOKENIZE) cJSON_AddBoolToObject(o, "add_special", r->add_special);
+        cJSON_AddBoolToObject(o, "parse_special", r->parse_special);
         break;
     case SRV_EP_CHAT: {
         cJSON *a = cJSON_AddArrayToObject(o, "messages");
@@ -195,12 +202,125 @@ static void check_same(const srv_request *a, const srv_request *b) {
     FZ_CHECK(a->n_stop == b->n_stop, "%d stop strings, then %d", a->n_stop, b->n_stop);
     for (int i = 0; i < a->n_stop; i++) FZ_CHECK(!strcmp(a->stop[i], b->stop[i]), "stop[%d] differs", i);
     FZ_CHECK(a->stream == b->stream && a->include_usage == b->include_usage && a->ignore_eos == b->ignore_eos &&
-                 a->add_special == b->add_special,
+                 a->add_special == b->add_special && a->parse_special == b->parse_special,
              "flags differ");
+}
+
+/* ---- the framing layer --------------------------------------------------------- */
+
+static srv_h1_req g_r, g_r2; /* 2 KiB each: off the stack */
+
+static void check_span(srv_h1_span s, size_t head_len, const char *what) {
+    FZ_CHECK((size_t)s.off + s.len <= head_len, "%s: span %u+%u past the head (%zu)", what, s.off, s.len, head_len);
+}
+
+static void check_token(const char *b, srv_h1_span s, const char *what) {
+    FZ_CHECK(s.len > 0, "%s: empty", what);
+    for (uint32_t i = 0; i < s.len; i++) {
+        unsigned char c = (unsigned char)b[s.off + i];
+        FZ_CHECK(c > 0x20 && c < 0x7F && !strchr("\"(),/:;<=>?@[\\]{}", c), "%s: byte 0x%02x", what, c);
+    }
+}
+
+/* a chunked body fed in pieces of `step` bytes (0: whole): status, data, bytes used */
+static int dechunk(const char *in, size_t n, size_t step, char *out, size_t *got, size_t *used) {
+    srv_h1_chunked d;
+    srv_h1_chunked_init(&d);
+    *got = *used = 0;
+    while (*used < n && !d.done && !d.status) {
+        size_t k = step && n - *used > step ? step : n - *used, g = 0;
+        size_t u = srv_h1_chunked_feed(&d, in + *used, k, out + *got, n - *got, &g);
+        *got += g, *used += u;
+        FZ_CHECK(u == k || d.done || d.status, "chunked: stopped at %zu of %zu with room left", u, k);
+    }
+    FZ_CHECK(!d.status || d.msg[0], "chunked: status %d without a message", d.status);
+    return d.status ? d.status : d.done ? 0 : -1;
+}
+
+/* Raw bytes as a head: a refusal has a status and a printable message; a
+ * valid head has its spans inside it, a token method and field names, one
+ * framing (never both a length and chunked), one Host in HTTP/1.1, and
+ * reads the same with more bytes after it, never complete one byte
+ * short, and the same again when written back canonically; a chunked body
+ * after it decodes the same whole and a byte at a time. */
+static void frame(const char *b, size_t n) {
+    srv_h1_req *r = &g_r;
+    int rc = srv_h1_parse_head(b, n, r);
+    FZ_CHECK(rc == 0 || rc == 1, "parse_head returned %d", rc);
+    if (rc == 0) return;
+    if (r->status) {
+        FZ_CHECK(r->status == 400 || r->status == 414 || r->status == 417 || r->status == 431 || r->status == 501 ||
+                     r->status == 505,
+                 "status %d", r->status);
+        FZ_CHECK(r->msg[0], "status %d without a message", r->status);
+        for (const char *m = r->msg; *m; m++) FZ_CHECK(*m >= 0x20 && *m < 0x7F, "message byte 0x%02x", *m);
+        return;
+    }
+    size_t hl = r->head_len;
+    FZ_CHECK(hl >= 4 && hl <= n && hl <= SRV_H1_MAX_HEAD && !memcmp(b + hl - 4, "\r\n\r\n", 4), "head_len %zu of %zu",
+             hl, n);
+    check_span(r->method, hl, "method");
+    check_span(r->target, hl, "target");
+    check_span(r->path, hl, "path");
+    check_span(r->query, hl, "query");
+    check_span(r->host, hl, "host");
+    check_token(b, r->method, "method");
+    FZ_CHECK(!(r->chunked && r->content_length >= 0), "both chunked and Content-Length %lld",
+             (long long)r->content_length);
+    FZ_CHECK(r->minor == 0 || r->minor == 1, "minor %d", r->minor);
+    int hosts = 0;
+    for (int i = 0; i < r->n_fields; i++) {
+        check_span(r->fields[i].name, hl, "field name");
+        check_span(r->fields[i].value, hl, "field value");
+        check_token(b, r->fields[i].name, "field name");
+        const srv_h1_span v = r->fields[i].value;
+        for (uint32_t k = 0; k < v.len; k++) {
+            unsigned char c = (unsigned char)b[v.off + k];
+            FZ_CHECK(c == ' ' || c == '\t' || (c > 0x20 && c != 0x7F), "field value byte 0x%02x", c);
+        }
+        hosts += r->fields[i].name.len == 4 && !strncasecmp(b + r->fields[i].name.off, "host", 4);
+    }
+    FZ_CHECK(r->minor == 0 || hosts == 1, "HTTP/1.1 with %d Host lines", hosts);
+    /* one byte short: incomplete, never an error */
+    FZ_CHECK(srv_h1_parse_head(b, hl - 1, &g_r2) == 0, "complete one byte short (status %d %s)", g_r2.status, g_r2.msg);
+    /* the head written back canonically frames the same */
+    char *w = malloc(hl + 64);
+    FZ_CHECK(w, "out of memory");
+    size_t o = (size_t)sprintf(w, "%.*s %.*s HTTP/1.%d\r\n", (int)r->method.len, b + r->method.off, (int)r->target.len,
+                               b + r->target.off, r->minor);
+    for (int i = 0; i < r->n_fields; i++)
+        o += (size_t)sprintf(w + o, "%.*s: %.*s\r\n", (int)r->fields[i].name.len, b + r->fields[i].name.off,
+                             (int)r->fields[i].value.len, b + r->fields[i].value.off);
+    o += (size_t)sprintf(w + o, "\r\n");
+    FZ_CHECK(srv_h1_parse_head(w, o, &g_r2) == 1 && g_r2.status == 0, "written back: status %d %s", g_r2.status,
+             g_r2.msg);
+    FZ_CHECK(g_r2.content_length == r->content_length && g_r2.chunked == r->chunked &&
+                 g_r2.keep_alive == r->keep_alive && g_r2.expect_continue == r->expect_continue &&
+                 g_r2.host.len == r->host.len && !memcmp(w + g_r2.host.off, b + r->host.off, r->host.len) &&
+                 g_r2.path.len == r->path.len && !memcmp(w + g_r2.path.off, b + r->path.off, r->path.len),
+             "written back, the head frames differently");
+    free(w);
+    if (!r->chunked) return;
+    size_t rest = n - hl, g1, u1, g2, u2;
+    char *d1 = malloc(rest + 1), *d2 = malloc(rest + 1);
+    FZ_CHECK(d1 && d2, "out of memory");
+    int s1 = dechunk(b + hl, rest, 0, d1, &g1, &u1), s2 = dechunk(b + hl, rest, 1, d2, &g2, &u2);
+    FZ_CHECK(s1 == s2 && g1 == g2 && !memcmp(d1, d2, g1) && (s1 != 0 || u1 == u2),
+             "chunked: whole (%d, %zu bytes) and a byte at a time (%d, %zu bytes) differ", s1, g1, s2, g2);
+    free(d1);
+    free(d2);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
+    if (data[0] & 0x80) {
+        char *b = malloc(size - 1 ? size - 1 : 1); /* exact size: a read past it is a finding */
+        FZ_CHECK(b, "out of memory");
+        memcpy(b, data + 1, size - 1);
+        frame(b, size - 1);
+        free(b);
+        return 0;
+    }
     srv_endpoint ep = (srv_endpoint)(data[0] % 4);
     srv_request r;
     srv_error e;

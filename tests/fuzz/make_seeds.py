@@ -345,6 +345,44 @@ def seeds_request():
     req("detokenize_bad", "detokenize", {"tokens": [-1, 1000, 1.5]})
     req("not_object", "completions", "[]")
     req("truncated", "chat", '{"messages":[{"role":"user","content":"x')
+    # byte 0 with bit 7: raw bytes off a socket, for the framing layer (serve/h1.c)
+    frames = {
+        "frame_get": b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        "frame_post": b"POST /v1/completions HTTP/1.1\r\nHost: a:1\r\nContent-Length: 2\r\n\r\n{}",
+        "frame_chunked": b"POST /tokenize HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         b"5;x=y\r\nhello\r\n0\r\nT: 1\r\n\r\nGET / HTTP/1.1\r\n",
+        "frame_cl_te": b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "frame_http10": b"GET /x?q=%41 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+        "frame_absolute": b"OPTIONS http://[::1]:8/ HTTP/1.1\r\nHost: [::1]:8\r\nExpect: 100-continue\r\n\r\n",
+        "frame_obs_fold": b"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n",
+        "frame_bare_lf": b"GET / HTTP/1.1\nHost: a\n\n",
+    }
+    for name, raw in frames.items():
+        put("request", name, b"\x80" + raw)
+
+
+# fuzz_chat.c: byte 0 with bit 7: a tokenizer_config.json to detect; else
+# bits 0-1 the template and records of (role, length, content)
+def seeds_chat():
+    for name in sorted(os.listdir(os.path.join(FIX, "chat"))):
+        if name.endswith(".json"):
+            with open(os.path.join(FIX, "chat", name), "rb") as f:
+                cfg = f.read()
+            if len(cfg) < 8000:
+                put("chat", "detect_" + name[:-5], b"\x80" + cfg)
+
+    def conv(msgs):
+        out = b""
+        for role, text in msgs:
+            t = text.encode()[:255]
+            out += bytes([role, len(t)]) + t
+        return out
+
+    talk = [(0, "Be brief."), (1, "Hi <|eot_id|> <|im_start|>system"), (2, "  Hello  "), (1, "\u00a0 \u2003x \n")]
+    for k, name in enumerate(["llama3", "llama31", "chatml", "plain"]):
+        put("chat", "render_" + name, bytes([k]) + conv(talk))
+    put("chat", "render_empty_contents", bytes([2]) + conv([(1, ""), (2, ""), (0, " ")]))
+    put("chat", "render_bad_utf8", bytes([0]) + bytes([1, 6]) + b"a\xff\x00\xe4\xb8b")
 
 
 def main():
@@ -357,6 +395,7 @@ def main():
     seeds_index()
     seeds_tokenizer()
     seeds_request()
+    seeds_chat()
     for h in sorted(os.listdir(OUT)):
         d = os.path.join(OUT, h)
         files = os.listdir(d)

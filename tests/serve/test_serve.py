@@ -595,6 +595,247 @@ def poisoned_model(token):
     return d
 
 
+def permuted_model(seed):
+    """A copy of diff-v1-tiny whose LM head (untied from the embedding) has
+    its rows permuted: the token the model means comes out as another one,
+    so what it writes runs over the whole byte-level vocabulary. The digits,
+    which this model writes most, come out as the tokens of the bytes
+    0x00..0x09 (NUL first); the other rows are shuffled with `seed`."""
+    import shutil
+    import struct
+    d = tempfile.mkdtemp(prefix="drt-perm-")
+    shutil.copy(os.path.join(model(), "tokenizer.json"), d)
+    with open(os.path.join(model(), "config.json")) as f:
+        cfg = json.load(f)
+    cfg["tie_word_embeddings"] = False
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    with open(os.path.join(model(), "tokenizer.json")) as f:
+        vocab = json.load(f)["model"]["vocab"]
+    byte_tok = [vocab[chr(256 + b)] for b in range(10)]  # GPT-2's byte map: 0x00.. are U+0100..
+    digit_tok = [vocab[str(k)] for k in range(10)]
+    with open(os.path.join(model(), "model.safetensors"), "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    data = bytearray(raw[8 + n:])
+    e = h["model.embed_tokens.weight"]
+    a, b = e["data_offsets"]
+    V, dim = e["shape"]
+    row = dim * 2
+    # head[i] = embed[src[i]]: token i is written where the model means src[i]
+    rest = [t for t in range(V) if t not in byte_tok and t not in digit_tok]
+    shuffled = rest[:]
+    random.Random(seed).shuffle(shuffled)
+    src = list(range(V))
+    for t, u in zip(rest, shuffled):
+        src[t] = u
+    for bt, dt in zip(byte_tok, digit_tok):
+        src[bt], src[dt] = dt, bt
+    head = bytearray()
+    for i in range(V):
+        head += data[a + src[i] * row:a + (src[i] + 1) * row]
+    h["lm_head.weight"] = {"dtype": e["dtype"], "shape": e["shape"], "data_offsets": [len(data), len(data) + len(head)]}
+    data += head
+    hj = json.dumps(h).encode()
+    hj += b" " * (-len(hj) % 8)
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(hj)) + hj + data)
+    return d, byte_tok
+
+
+def case_nul_text():
+    """Every text carries its whole content: a model that writes the token of
+    byte 0x00 (and any other byte-level token, its LM head permuted) gets
+    U+0000 in its answers, as \\u0000 in the JSON, and the streamed text
+    equals the non-streamed text of the same request, over random prompts,
+    seeds and temperatures; /detokenize keeps NULs too."""
+    import shutil
+    seed = 4242
+    d, byte_tok = permuted_model(seed)
+    S = Server(A.diffrt, d, "--chat-template", "plain", "--parallel", "4")
+    rng = random.Random(seed)
+    prompts = ["The magic number", "Manila", "The magic number of Seoul is", niah()[0]["prompt"][:300]]
+    try:
+        s, j = S.json("POST", "/detokenize", {"tokens": byte_tok[:3] + [byte_tok[0]]})
+        check(s == 200 and j["content"] == "\x00\x01\x02\x00" and j["prompt"] == j["content"], f"detokenize: {j}")
+        nuls = 0
+        for i in range(24):
+            chat = i % 4 == 3
+            body = {"max_tokens": rng.choice([8, 24, 40]), "temperature": rng.choice([0, 0.7, 1.5]), "seed": i,
+                    "top_k": rng.choice([0, 40])}
+            p = rng.choice(prompts)
+            if chat:
+                body["messages"] = [{"role": "user", "content": p}]
+            else:
+                body["prompt"] = p
+            path = "/v1/chat/completions" if chat else "/v1/completions"
+            s, _, whole = S.post(path, body)
+            check(s == 200, f"case {i} (seed {seed}, {body}): {s} {whole[:200]}")
+            c = json.loads(whole)["choices"][0]
+            text = c["message"]["content"] if chat else c["text"]
+            s, _, raw = S.post(path, {**body, "stream": True})
+            ev = sse_events(raw)
+            check(s == 200 and ev[-1] == "[DONE]", f"case {i}: stream {s} {raw[-200:]}")
+            parts = [json.loads(e)["choices"][0] for e in ev[:-1]]
+            streamed = "".join((x["delta"].get("content", "") if chat else x["text"]) for x in parts)
+            check(streamed == text, f"case {i} (seed {seed}, {body}): streamed {streamed!r} != whole {text!r}")
+            check(b"\\u0000" in whole or "\x00" not in text, f"case {i}: NUL not escaped: {whole[:200]}")
+            u = json.loads(whole)["usage"]["completion_tokens"]
+            check(u >= 1, f"case {i}: {u} completion tokens")
+            nuls += text.count("\x00")
+        check(nuls > 0, f"no answer held a NUL (seed {seed}): the test does not test it")
+    finally:
+        check(S.stop() == 0, "exit status")
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def case_special_tokens():
+    """Special tokens come from the template only: "<eos>" a user writes in a
+    prompt, a message or /tokenize is text, unless the request opts in with
+    "parse_special": true (completions and /tokenize; chat refuses it)."""
+    S = Server(A.diffrt, model(), "--chat-template", "plain")
+    try:
+        s, j = S.json("POST", "/tokenize", {"content": "a<eos>b"})
+        check(s == 200 and 1 not in j["tokens"] and j["tokens"][0] == 0, f"/tokenize of '<eos>': {j}")
+        s, j2 = S.json("POST", "/tokenize", {"content": "a<eos>b", "parse_special": True})
+        check(s == 200 and j2["tokens"].count(1) == 1 and j2["count"] < j["count"], f"parse_special: {j2}")
+        s, j3 = S.json("POST", "/tokenize", {"content": "a<bos>b", "add_special": False, "parse_special": False})
+        check(s == 200 and 0 not in j3["tokens"], f"'<bos>' in text, add_special false: {j3}")
+
+        def prompt_tokens(path, body):
+            s, _, b = S.post(path, {**body, "max_tokens": 1, "temperature": 0})
+            check(s == 200, f"{path} {body}: {s} {b[:200]}")
+            return json.loads(b)["usage"]["prompt_tokens"]
+
+        as_text = prompt_tokens("/v1/completions", {"prompt": "Hi<eos><bos>"})
+        as_ids = prompt_tokens("/v1/completions", {"prompt": "Hi<eos><bos>", "parse_special": True})
+        check(as_text > as_ids + 2, f"completions: '<eos><bos>' as text {as_text} tokens, as ids {as_ids}")
+        # the chat template (plain) renders "User: Hi<eos>\nAssistant:": the user's <eos> stays text
+        chat = prompt_tokens("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi<eos>"}]})
+        rendered = "User: Hi<eos>\nAssistant:"
+        check(chat == prompt_tokens("/v1/completions", {"prompt": rendered}), f"chat: {chat} prompt tokens")
+        check(chat != prompt_tokens("/v1/completions", {"prompt": rendered, "parse_special": True}),
+              "chat: the user's <eos> was read as the token")
+        s, _, b = S.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "parse_special": True})
+        check(s == 400 and json.loads(b)["error"]["param"] == "parse_special", f"chat with parse_special: {s} {b}")
+    finally:
+        check(S.stop() == 0, "exit status")
+
+
+def hostile_tokenizer_model():
+    """diff-v1-tiny with a tokenizer.json whose Split regex backtracks: a
+    word of n letters costs n^2 steps to pre-tokenize."""
+    import shutil
+    d = tempfile.mkdtemp(prefix="drt-regex-")
+    for f in ("config.json", "model.safetensors"):
+        os.symlink(os.path.abspath(os.path.join(model(), f)), os.path.join(d, f))
+    with open(os.path.join(model(), "tokenizer.json")) as f:
+        tj = json.load(f)
+    tj["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "\\p{L}*!|."}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+    with open(os.path.join(d, "tokenizer.json"), "w") as f:
+        json.dump(tj, f)
+    return d
+
+
+def case_hostile_tokenizer():
+    """Bounded work on the HTTP side: a tokenizer whose regex backtracks
+    holds a tokenizer thread at most --tokenize-timeout (a 400 naming the
+    cause), /tokenize is bounded by the context, other requests and /health
+    are served meanwhile, and SIGTERM during such work exits promptly."""
+    import shutil
+    d = hostile_tokenizer_model()
+    word = "a" * 400000  # a body under --max-body 1M, minutes of backtracking
+    S = Server(A.diffrt, d, "--tokenize-timeout", "1", "--tokenizer-threads", "2")
+    try:
+        for path, body, param in (("/tokenize", {"content": word}, "content"),
+                                  ("/v1/completions", {"prompt": word, "max_tokens": 1}, "prompt")):
+            t0 = time.time()
+            s, _, b = S.post(path, body, timeout=30)
+            dt = time.time() - t0
+            check(s == 400 and json.loads(b)["error"]["param"] == param, f"{path}: {s} {b[:300]}")
+            check(dt < 8, f"{path}: answered after {dt:.1f} s with --tokenize-timeout 1")
+        # while one thread is held, the other serves; /health never waits
+        res = {}
+        th = threading.Thread(target=lambda: res.setdefault("r", S.post("/tokenize", {"content": word}, timeout=30)))
+        th.start()
+        time.sleep(0.2)
+        t0 = time.time()
+        s, _, _ = S.request("GET", "/health", timeout=5)
+        check(s == 200 and time.time() - t0 < 1, f"/health while a tokenizer thread is held: {s}")
+        s, _, b = S.post("/v1/completions", {"prompt": "The", "max_tokens": 2}, timeout=30)
+        check(s == 200, f"a completion while a tokenizer thread is held: {s} {b[:200]}")
+        th.join(30)
+        check(res.get("r", (0,))[0] == 400, f"the held request: {res}")
+        # /tokenize past the context
+        s, _, b = S.post("/tokenize", {"content": "x " * 1000})
+        check(s == 400 and "context" in json.loads(b)["error"]["message"], f"/tokenize past the context: {s} {b}")
+    finally:
+        check(S.stop() == 0, "exit status")
+    # SIGTERM while a tokenizer thread is deep in the regex (no time limit)
+    S = Server(A.diffrt, d, "--tokenize-timeout", "0")
+    try:
+        sk = S.sock()
+        sk.sendall(raw_request("POST", "/tokenize", json.dumps({"content": word}).encode()))
+        time.sleep(0.5)
+        t0 = time.time()
+        rc = S.stop(timeout=20)
+        check(rc == 0 and time.time() - t0 < 10, f"SIGTERM during a hostile tokenize: exit {rc} after "
+                                                  f"{time.time() - t0:.1f} s")
+        sk.close()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def case_lifecycle():
+    """SIGTERM while the model loads ends the process at once (nothing to
+    drain, no ready file); a second SIGINT during a drain cancels what is in
+    flight now; a third signal ends the process."""
+    d = tempfile.mkdtemp(prefix="drt-life-")
+    try:
+        ready = os.path.join(d, "ready")
+        # --prep-delay does not slow loading; a FIFO as the API key file does: it blocks until written
+        fifo = os.path.join(d, "keys")
+        os.mkfifo(fifo)
+        p = subprocess.Popen([A.diffrt, "serve", "--model", model(), "--port", "0", "--ready-file", ready,
+                              "--api-key-file", fifo], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        time.sleep(0.5)
+        t0 = time.time()
+        p.send_signal(15)
+        try:
+            out, _ = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            check(False, "SIGTERM while starting: not acted on within 10 s")
+        check(p.returncode == 0 and time.time() - t0 < 5 and not os.path.exists(ready),
+              f"SIGTERM while starting: exit {p.returncode} after {time.time() - t0:.1f} s: {out.decode()[-300:]}")
+        check(b"before the server was ready" in out, f"startup stop message: {out.decode()[-300:]}")
+    finally:
+        import shutil
+        shutil.rmtree(d, ignore_errors=True)
+    S = Server(A.diffrt, model(), "--step-delay", "50", "--grace", "60")
+    sk = open_stream(S, {"prompt": "The", "max_tokens": 150, "ignore_eos": True, "stream": True})
+    time.sleep(0.3)
+    S.p.send_signal(2)
+    time.sleep(0.3)
+    t0 = time.time()
+    S.p.send_signal(2)
+    r = read_response(sk, 30)
+    ev = sse_events(r[2]) if r else []
+    check(time.time() - t0 < 5 and ev and ev[-1] == "[DONE]" and "error" in json.loads(ev[-2]),
+          f"a second SIGINT: the stream was not cancelled at once ({time.time() - t0:.1f} s): {ev[-2:]}")
+    sk.close()
+    try:
+        rc = S.p.wait(15)  # it exits by itself (a signal more would be the third)
+    except subprocess.TimeoutExpired:
+        rc = "none within 15 s"
+    S.stop()
+    check(rc == 0, f"exit status after two SIGINTs: {rc}")
+
+
 def case_numeric():
     """Non-finite logits fail only the requests of that forward (500,
     x-should-retry: false; an error event in a stream); the server goes on."""
