@@ -667,7 +667,12 @@ static int read_file(report *R, const char *path, int fi, rerr *e) {
     double sv = num(root, "schema_version", "", e);
     if (e->msg[0]) goto out;
     if (sv != BENCH_SCHEMA_VERSION) {
-        snprintf(e->msg, sizeof e->msg, "schema_version %g; this diffrt reads %d", sv, BENCH_SCHEMA_VERSION);
+        /* the shortest digits that give sv back: %g wrote 1.0000001 as "1", the very version read */
+        char v[32];
+        for (int p = 6; p <= 17; p++)
+            if (snprintf(v, sizeof v, "%.*g", p, sv) > 0 && strtod(v, NULL) == sv) break;
+        snprintf(e->msg, sizeof e->msg, "schema_version %s; this diffrt reads %d (an integer)", v,
+                 BENCH_SCHEMA_VERSION);
         goto out;
     }
     const cJSON *host = need(root, "host", cJSON_Object, "", e);
