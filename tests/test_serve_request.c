@@ -560,6 +560,32 @@ static void deep_nesting(void) {
 
 /* bodies with NUL bytes, and the empty body */
 #define B(s) s, sizeof s - 1
+/* srv_error_set makes every message one line of valid UTF-8 without
+ * control bytes, however it was formatted, and never cuts a character:
+ * client text, file text and library messages all pass through it */
+static void messages_made_safe(void) {
+    srv_error e;
+    srv_error_set(&e, 400, "invalid_request_error", NULL, "p", "a\tb\nc\x1b[2J\x7f d\xff\xc3 e\xe2\x80\xae");
+    DRT_CHECK(srv_utf8_ok(e.message, strlen(e.message)), "not UTF-8: %s", e.message);
+    for (const char *m = e.message; *m; m++)
+        DRT_CHECK((unsigned char)*m >= 0x20 && *m != 0x7f, "a control byte 0x%02x in \"%s\"", (unsigned char)*m,
+                  e.message);
+    DRT_CHECK(strstr(e.message, "\\u202e") != NULL, "a bidirectional override kept: %s", e.message);
+    /* a long message of 3-byte characters, cut at every length */
+    char big[2048];
+    for (int pad = 0; pad < 3; pad++) {
+        size_t n = (size_t)pad;
+        memset(big, 'a', n);
+        while (n + 3 < sizeof big) memcpy(big + n, "\xe4\xb8\xad", 3), n += 3;
+        big[n] = 0;
+        srv_error_set(&e, 400, "invalid_request_error", NULL, NULL, "%s", big);
+        DRT_CHECK(srv_utf8_ok(e.message, strlen(e.message)) && strlen(e.message) < sizeof e.message &&
+                      strstr(e.message, "\\x") == NULL,
+                  "pad %d: a long message cut inside a character: ...%s", pad,
+                  e.message + strlen(e.message) - (strlen(e.message) > 12 ? 12 : 0));
+    }
+}
+
 static void raw_bytes(void) {
     static const struct {
         srv_endpoint ep;
@@ -639,6 +665,7 @@ int main(void) {
     bad_bodies();
     deep_nesting();
     raw_bytes();
+    messages_made_safe();
     long_strings();
     prefixes();
     return drt_test_summary("test_serve_request");

@@ -170,6 +170,7 @@ def case_errors():
             ("/v1/completions", json.dumps({"prompt": "x", "temperature": -1}).encode(), 400, "temperature"),
             ("/v1/completions", b'{"prompt": "x", "temperature": 1e999}', 400, "temperature"),
             ("/v1/completions", json.dumps({"prompt": "x", "top_p": 0}).encode(), 400, "top_p"),
+            ("/v1/completions", b'{"prompt": "x", "top_p": 0.5, "top_p": 1}', 400, None),
             ("/v1/completions", json.dumps({"prompt": "x", "max_tokens": 0}).encode(), 400, "max_tokens"),
             ("/v1/completions", json.dumps({"prompt": "x", "max_tokens": -1}).encode(), 400, "max_tokens"),
             ("/v1/completions", json.dumps({"prompt": "x", "seed": 1.5}).encode(), 400, "seed"),
@@ -220,6 +221,9 @@ def case_errors():
         check(s == 200 and j["count"] == len(j["tokens"]) and j["max_model_len"] > 0, f"tokenize {j}")
         s, d = S.json("POST", "/detokenize", {"tokens": j["tokens"]})
         check(s == 200 and d["content"].endswith("The magic number"), f"detokenize {d}")
+        # a top_p below float's range: the top token, not a 400
+        s, _, b = S.post("/v1/completions", {"prompt": "The", "max_tokens": 2, "top_p": 1e-50})
+        check(s == 200, f"top_p 1e-50: {s} {b[:200]}")
         s, h, b = S.request("GET", "/health")
         check(s == 200, "health after the bad requests")
     finally:
@@ -266,6 +270,18 @@ def case_cors():
         check("access-control-allow-origin" not in h, f"another origin got CORS headers: {h}")
         s, h, _ = S.request("GET", "/health", headers={"Origin": "http://app.example"})
         check(h.get("access-control-allow-origin") == "http://app.example", f"allowed origin {h}")
+        # the OpenAI JavaScript SDK's preflight asks for its own headers: each is allowed
+        want = ("authorization, content-type, x-stainless-os, x-stainless-lang, x-stainless-package-version, "
+                "x-stainless-runtime, x-stainless-runtime-version, x-stainless-arch, x-stainless-retry-count, "
+                "x-stainless-timeout, openai-organization, openai-project")
+        s, h, _ = S.request("OPTIONS", "/v1/chat/completions", headers={
+            "Origin": "http://app.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": want})
+        allowed = {x.strip().lower() for x in h.get("access-control-allow-headers", "").split(",")}
+        check(s == 204 and all(x.strip() in allowed for x in want.split(",")), f"the SDK's preflight: {s} {h}")
+        s, h, _ = S.request("OPTIONS", "/v1/chat/completions", headers={
+            "Origin": "http://app.example", "Access-Control-Request-Headers": "x\"y"})
+        check(s in (204, 400), f"a preflight asking for a non-header: {s}")
     finally:
         check(S.stop() == 0, "exit status")
 
