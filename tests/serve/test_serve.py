@@ -13,7 +13,10 @@ errors, auth, cors, limits (413, 431, 408, slowloris, idle), protocol
 mid-stream, non-streaming), flood (503 past the queue), slow_reader, drain
 (SIGTERM), tokenizer_threads (bodies tokenized off the HTTP thread),
 idle_conns, soak (mixed clients with random disconnects; fds and
-RSS before and after).
+RSS before and after); and issue 42's: framing (RFC 9112 over raw
+sockets, half-closed clients), hosts (DNS rebinding, cross-site simple
+requests), nul_text (U+0000 in answers, stream = whole), special_tokens,
+hostile_tokenizer (a backtracking regex), lifecycle (signals).
 """
 
 import argparse
