@@ -714,7 +714,8 @@ static void on_resume(void *cls, srv_conn *c) {
     pthread_mutex_lock(&S->prep_mu);
     int prep_done = cs->prep_done;
     pthread_mutex_unlock(&S->prep_mu);
-    if (prep_done) finish_prep(S, c, cs);
+    if (prep_done) return finish_prep(S, c, cs);
+    srv_conn_suspend(c); /* woken before its tokenizer thread is done: wait again */
 }
 
 static void on_done(void *cls, srv_conn *c, void *ctx, int ok) {

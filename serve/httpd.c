@@ -54,6 +54,7 @@ struct srv_conn {
     struct srv_conn *wake_next;     /* the resume list (under wake_mu) */
     int parked, queued, resume_req; /* under wake_mu */
     int want_park;                  /* srv_conn_suspend during a callback */
+    int in_head;                    /* inside on_head: a response now leaves the body unread */
     int is_parked;                  /* the HTTP thread's copy of parked */
     int eof;                        /* the client shut its side (a half close, or gone) */
     int dead;                       /* closed; freed after this batch of events */
@@ -238,7 +239,7 @@ void srv_conn_respond(srv_conn *c, int status, const srv_hdr *h, int nh, char *b
         free(body);
         return;
     }
-    if (close_after) c->keep_alive = 0;
+    if (close_after || (c->in_head && c->discard < 0)) c->keep_alive = 0;
     c->resp = RESP_FIXED;
     int r = put_head(c, status, h, nh);
     if (!r) r = status == 204 ? out_put(c, "\r\n", 2) : out_fmt(c, "Content-Length: %zu\r\n\r\n", len);
@@ -393,23 +394,27 @@ static void start_request(srv_conn *c) {
     c->in_request = 1;
     c->keep_alive = c->req.keep_alive;
     c->head_only = strcmp(c->head + c->req.method.off, "HEAD") == 0;
-    c->discard = 0;
     int has_body = c->req.chunked || c->req.content_length > 0;
     c->state = ST_HANDLER;
+    /* answered from the head: the body, if any, is not for anyone. It is
+     * read and dropped when its length is known and small, so the
+     * connection stays open; else (chunked, large, or a client waiting for
+     * 100 Continue, which may never send it) the connection closes, and a
+     * response made now says so (srv_conn_respond) */
+    c->discard = !has_body ? 0
+                 : c->req.chunked || c->req.expect_continue || c->req.content_length > DISCARD_MAX
+                     ? -1
+                     : c->req.content_length;
+    c->in_head = 1;
     d->cb.on_head(d->cb.cls, c);
-    if (c->resp != RESP_NONE) { /* answered from the head: the body, if any, is not for anyone */
-        if (has_body) c->discard = c->req.chunked || c->req.content_length > DISCARD_MAX ? -1 : c->req.content_length;
-        if (c->discard < 0) c->keep_alive = 0;
-        return;
-    }
+    c->in_head = 0;
+    if (c->resp != RESP_NONE) return;
     if (c->req.content_length > d->o.max_body) {
         char m[96];
         snprintf(m, sizeof m, "the body is larger than %ld bytes (--max-body)", d->o.max_body);
-        c->discard = c->req.content_length > DISCARD_MAX ? -1 : c->req.content_length;
-        send_error(c, 413, m);
-        if (c->discard < 0) c->keep_alive = 0;
-        return;
+        return send_error(c, 413, m); /* and the connection closes */
     }
+    c->discard = 0; /* the body is read */
     if (!has_body) return body_done(c);
     if (c->req.expect_continue && !c->in_len) out_put(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
     srv_h1_chunked_init(&c->ch);

@@ -1110,6 +1110,21 @@ def case_framing():
         check(r1 and r1[0] == 200 and r2 and r2[0] == 200 and json.loads(r1[2]) == json.loads(r2[2]),
               f"chunked then pipelined: {r1} {r2}")
         sk.close()
+        # answered from the head while the client waits for 100 Continue: the body may never come, so
+        # the connection closes (were it kept, the next request would be read as that body)
+        sk = S.sock()
+        sk.sendall(b"POST /nope HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        r = read_response(sk, 10)
+        check(r and r[0] == 404 and r[1].get("connection") == "close" and closed_by_peer(sk, 5),
+              f"an early answer to Expect: 100-continue: {r}")
+        sk.close()
+        # an early answer to a small body of known length: the body is dropped, the connection kept
+        sk = S.sock()
+        sk.sendall(b"POST /nope HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n\r\nhello" +
+                   raw_request("GET", "/health"))
+        r1, r2 = read_response(sk, 10), read_response(sk, 10)
+        check(r1 and r1[0] == 404 and r2 and r2[0] == 200, f"an early answer, then the next request: {r1} {r2}")
+        sk.close()
         # a half close: the request, then shutdown(SHUT_WR); the answer still comes
         want = complete(S, "The", 6, ignore_eos=True)["choices"][0]["text"]
         for stream in (False, True):
