@@ -24,6 +24,25 @@ static long parse_size(const char *s) {
     return (long)v;
 }
 
+/* The comma list `spec` of option `flag` (NULL: none) split in buf into
+ * out[0..*n), at most max names; 0, or cli_die's status. */
+static int name_list(const char *flag, const char *spec, char *buf, size_t bn, const char **out, int max, int *n) {
+    *n = 0;
+    if (!spec) return 0;
+    if (strlen(spec) >= bn) return cli_die("serve: %s is too long", flag);
+    strcpy(buf, spec);
+    for (char *p = strtok(buf, ","); p; p = strtok(NULL, ",")) {
+        if (*n == max) {
+            char m[96];
+            snprintf(m, sizeof m, "serve: %s takes at most %d names", flag, max);
+            return cli_die("%s", m);
+        }
+        out[(*n)++] = p;
+    }
+    if (!*n) return cli_die("serve: %s wants NAME,...", flag);
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv) {
     srv_opts o = {.host = "127.0.0.1",
                   .port = 8080,
@@ -264,26 +283,11 @@ int cmd_serve(int argc, char **argv) {
         return cli_die("serve: --max-body wants bytes (or K/M) from 1 to 1G, got \"%s\"", max_body);
     if ((o.max_out = parse_size(max_out)) < 0)
         return cli_die("serve: --max-unread wants bytes (or K/M) from 1 to 1G, got \"%s\"", max_out);
-    char alias_buf[1024];
-    if (aliases) {
-        if (strlen(aliases) >= sizeof alias_buf) return cli_die("serve: --alias is too long%s", "");
-        strcpy(alias_buf, aliases);
-        for (char *p = strtok(alias_buf, ","); p; p = strtok(NULL, ",")) {
-            if (o.n_aliases == SRV_MAX_ALIASES) return cli_die("serve: --alias takes at most 8 names%s", "");
-            o.aliases[o.n_aliases++] = p;
-        }
-        if (!o.n_aliases) return cli_die("serve: --alias wants NAME,...%s", "");
-    }
-    char host_buf[1024];
-    if (hosts) {
-        if (strlen(hosts) >= sizeof host_buf) return cli_die("serve: --allow-host is too long%s", "");
-        strcpy(host_buf, hosts);
-        for (char *p = strtok(host_buf, ","); p; p = strtok(NULL, ",")) {
-            if (o.n_allow_hosts == SRV_MAX_HOSTS) return cli_die("serve: --allow-host takes at most 16 names%s", "");
-            o.allow_hosts[o.n_allow_hosts++] = p;
-        }
-        if (!o.n_allow_hosts) return cli_die("serve: --allow-host wants NAME,...%s", "");
-    }
+    char alias_buf[1024], host_buf[1024];
+    if ((rc = name_list("--alias", aliases, alias_buf, sizeof alias_buf, o.aliases, SRV_MAX_ALIASES, &o.n_aliases)) ||
+        (rc = name_list("--allow-host", hosts, host_buf, sizeof host_buf, o.allow_hosts, SRV_MAX_HOSTS,
+                        &o.n_allow_hosts)))
+        return rc;
     o.threads = threads;
     o.ctx = ctx;
     drt_settings *set = NULL;

@@ -580,14 +580,14 @@ def case_drain():
     check(S.stop() == 0, "exit status with --grace 0")
 
 
-def poisoned_model(token):
-    """A copy of diff-v1-tiny whose embedding row `token` is NaN: a forward
-    holding that token has non-finite logits. The LM head is untied first
-    (the clean table stored as lm_head.weight), so other prompts stay
-    finite."""
+def untied_copy(prefix, head=None, embed=None):
+    """A copy of diff-v1-tiny in a temporary folder with its LM head untied
+    from the embedding (a table of its own, lm_head.weight); head(rows) and
+    embed(rows) may change the two tables, given as lists of row bytes.
+    Returns the folder."""
     import shutil
     import struct
-    d = tempfile.mkdtemp(prefix="drt-nan-")
+    d = tempfile.mkdtemp(prefix=prefix)
     shutil.copy(os.path.join(model(), "tokenizer.json"), d)
     with open(os.path.join(model(), "config.json")) as f:
         cfg = json.load(f)
@@ -602,16 +602,29 @@ def poisoned_model(token):
     e = h["model.embed_tokens.weight"]
     check(e["dtype"] == "F16", "the embedding is not f16")
     a, b = e["data_offsets"]
+    V, dim = e["shape"]
+    rows = [bytes(data[a + i * dim * 2:a + (i + 1) * dim * 2]) for i in range(V)]
+    head_rows = head(list(rows)) if head else rows
+    if embed:
+        data[a:b] = b"".join(embed(list(rows)))
     h["lm_head.weight"] = {"dtype": "F16", "shape": e["shape"], "data_offsets": [len(data), len(data) + b - a]}
-    data += data[a:b]
-    dim = e["shape"][1]
-    at = a + token * dim * 2
-    data[at:at + dim * 2] = b"\x00\x7e" * dim
-    head = json.dumps(h).encode()
-    head += b" " * (-len(head) % 8)
+    data += b"".join(head_rows)
+    hj = json.dumps(h).encode()
+    hj += b" " * (-len(hj) % 8)
     with open(os.path.join(d, "model.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(head)) + head + data)
+        f.write(struct.pack("<Q", len(hj)) + hj + data)
     return d
+
+
+def poisoned_model(token):
+    """A copy of diff-v1-tiny whose embedding row `token` is NaN: a forward
+    holding that token has non-finite logits. The LM head is untied first
+    (the clean table stored as lm_head.weight), so other prompts stay
+    finite."""
+    def nan_row(rows):
+        rows[token] = b"\x00\x7e" * (len(rows[token]) // 2)
+        return rows
+    return untied_copy("drt-nan-", embed=nan_row)
 
 
 def permuted_model(seed):
@@ -620,47 +633,25 @@ def permuted_model(seed):
     so what it writes runs over the whole byte-level vocabulary. The digits,
     which this model writes most, come out as the tokens of the bytes
     0x00..0x09 (NUL first); the other rows are shuffled with `seed`."""
-    import shutil
-    import struct
-    d = tempfile.mkdtemp(prefix="drt-perm-")
-    shutil.copy(os.path.join(model(), "tokenizer.json"), d)
-    with open(os.path.join(model(), "config.json")) as f:
-        cfg = json.load(f)
-    cfg["tie_word_embeddings"] = False
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f)
     with open(os.path.join(model(), "tokenizer.json")) as f:
         vocab = json.load(f)["model"]["vocab"]
     byte_tok = [vocab[chr(256 + b)] for b in range(10)]  # GPT-2's byte map: 0x00.. are U+0100..
     digit_tok = [vocab[str(k)] for k in range(10)]
-    with open(os.path.join(model(), "model.safetensors"), "rb") as f:
-        raw = f.read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    h = json.loads(raw[8:8 + n])
-    data = bytearray(raw[8 + n:])
-    e = h["model.embed_tokens.weight"]
-    a, b = e["data_offsets"]
-    V, dim = e["shape"]
-    row = dim * 2
-    # head[i] = embed[src[i]]: token i is written where the model means src[i]
-    rest = [t for t in range(V) if t not in byte_tok and t not in digit_tok]
-    shuffled = rest[:]
-    random.Random(seed).shuffle(shuffled)
-    src = list(range(V))
-    for t, u in zip(rest, shuffled):
-        src[t] = u
-    for bt, dt in zip(byte_tok, digit_tok):
-        src[bt], src[dt] = dt, bt
-    head = bytearray()
-    for i in range(V):
-        head += data[a + src[i] * row:a + (src[i] + 1) * row]
-    h["lm_head.weight"] = {"dtype": e["dtype"], "shape": e["shape"], "data_offsets": [len(data), len(data) + len(head)]}
-    data += head
-    hj = json.dumps(h).encode()
-    hj += b" " * (-len(hj) % 8)
-    with open(os.path.join(d, "model.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(hj)) + hj + data)
-    return d, byte_tok
+
+    def permute(rows):
+        # head[i] = embed[src[i]]: token i is written where the model means src[i]
+        V = len(rows)
+        rest = [t for t in range(V) if t not in byte_tok and t not in digit_tok]
+        shuffled = rest[:]
+        random.Random(seed).shuffle(shuffled)
+        src = list(range(V))
+        for t, u in zip(rest, shuffled):
+            src[t] = u
+        for bt, dt in zip(byte_tok, digit_tok):
+            src[bt], src[dt] = dt, bt
+        return [rows[src[i]] for i in range(V)]
+
+    return untied_copy("drt-perm-", head=permute), byte_tok
 
 
 def case_nul_text():
