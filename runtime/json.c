@@ -382,7 +382,15 @@ drt_status drt_json_validate(const char *text, size_t len, const char *name, con
     if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0)
         return jfail(&v, "starts with a UTF-8 byte order mark (EF BB BF), which Python's json, serde_json and "
                          "Hugging Face refuse; save it without one");
-    if (!(v.st = malloc(sizeof *v.st * (size_t)v.max_depth))) return oom(&v);
+    /* the arena is never NULL: an empty key is an offset into it too */
+    v.arena_cap = 256;
+    v.st = malloc(sizeof *v.st * (size_t)v.max_depth);
+    v.arena = malloc(v.arena_cap);
+    if (!v.st || !v.arena) {
+        free(v.st);
+        free(v.arena);
+        return oom(&v);
+    }
     int ok = 1, began = 0;
     for (;;) {
         skip_ws(&v);

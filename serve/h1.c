@@ -15,7 +15,9 @@
 
 /* tchar: "!#$%&'*+-.^_`|~", DIGIT, ALPHA */
 static int is_tchar(unsigned char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || strchr("!#$%&'*+-.^_`|~", c);
+    /* c != 0: strchr finds the terminating NUL too */
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c && strchr("!#$%&'*+-.^_`|~", c));
 }
 
 /* a field value byte: VCHAR, obs-text, SP, HTAB */

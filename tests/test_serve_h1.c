@@ -99,6 +99,9 @@ static const head_case HEADS[] = {
     BAD("GET / HTTP/1.1\r\nHost: a\0.b\r\n\r\n", 400),
     BAD("GET / HTTP/1.1\r\nHost: a\r\nX: a\x7f\r\n\r\n", 400),
     BAD("GET / HTTP/1.1\r\nHost: a\r\nX\x01Y: a\r\n\r\n", 400),
+    BAD("GET / HTTP/1.1\r\nHost: a\r\nX\0Y: a\r\n\r\n", 400), /* strchr matches the NUL: not a tchar */
+    BAD("GET\0 / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+    BAD("POST /x HTTP/1.1\r\nHost: a\r\nContent-Length\0: 5\r\n\r\n", 400),
     BAD("GET / HTTP/1.1\r\nHost: a\r\n: a\r\n\r\n", 400),
     BAD("GET / HTTP/1.1\r\nHost: a\r\nX-No-Colon\r\n\r\n", 400),
     BAD("GET / HTTP/1.1\r\nHost: a\r\nX(Y): a\r\n\r\n", 400),
