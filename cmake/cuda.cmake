@@ -95,9 +95,15 @@ if(NOT DIFFRT_CUDA STREQUAL "OFF")
       target_compile_options(diffrt_cuda_emu PRIVATE "$<$<COMPILE_LANGUAGE:C>:${DIFFRT_WARN}>"
                                                      "$<$<COMPILE_LANGUAGE:CXX>:${_emu_cxx}>")
       target_link_libraries(diffrt_cuda_emu PRIVATE $<TARGET_PROPERTY:diffrt_cli,LINK_LIBRARIES>)
-      add_test(NAME cuda_emu_conform
+      add_test(NAME cuda_emu_conform_full
                COMMAND diffrt_cuda_emu conform --backend cpu,cuda --require cpu,cuda
                        --models ${PROJECT_SOURCE_DIR}/tests/fixtures --json ${PROJECT_BINARY_DIR}/cuda_emu/conform.json)
+      # the README's test command: every fixture's batch cases are most of the
+      # time there (label slow above); --quick runs them on the first of each
+      # architecture
+      add_test(NAME cuda_emu_conform
+               COMMAND diffrt_cuda_emu conform --backend cpu,cuda --require cpu,cuda --quick
+                       --models ${PROJECT_SOURCE_DIR}/tests/fixtures)
       # the KV cache types f16 and q8_0 (KV_WRITE, ATTN, DIFF_ATTN cases
       # and a model session of the type), as tests/CMakeLists.txt's
       # conform_kv_* on the other backends; one model each, as the
@@ -105,9 +111,15 @@ if(NOT DIFFRT_CUDA STREQUAL "OFF")
       add_test(NAME cuda_emu_conform_kv_f16
                COMMAND diffrt_cuda_emu conform --backend cpu,cuda --require cpu,cuda --kv-type f16
                        --op KV_WRITE,ATTN,DIFF_ATTN --models ${PROJECT_SOURCE_DIR}/tests/fixtures/hf_diffllama_gqa)
-      add_test(NAME cuda_emu_conform_kv_q8_0
+      add_test(NAME cuda_emu_conform_kv_q8_0_full
                COMMAND diffrt_cuda_emu conform --backend cpu,cuda --require cpu,cuda --kv-type q8_0
                        --op KV_WRITE,ATTN,DIFF_ATTN --models ${PROJECT_SOURCE_DIR}/models/diff-v2-tiny)
+      # the README's test command: the op cases at q8_0 (the model's session
+      # takes the emulator two minutes)
+      add_test(NAME cuda_emu_conform_kv_q8_0
+               COMMAND diffrt_cuda_emu conform --backend cpu,cuda --require cpu,cuda --kv-type q8_0
+                       --op KV_WRITE,ATTN,DIFF_ATTN)
+      set_tests_properties(cuda_emu_conform_full cuda_emu_conform_kv_q8_0_full PROPERTIES LABELS slow)
       add_test(NAME cuda_emu_fast
                COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:diffrt_cuda_emu>
                        -DFIXTURES=${PROJECT_SOURCE_DIR}/tests/fixtures -DOUT=${PROJECT_BINARY_DIR}/cuda_emu/fast.json

@@ -119,6 +119,12 @@ static drt_status run_checks(cf_run *run, drt_backend *ref, const cf_model_ref *
             if (run->be[k].required && !run->be[k].be)
                 fprintf(out, "; required backend %s unavailable", run->be[k].name);
         fprintf(out, "\n");
+        if (run->n_batch_skipped) {
+            fprintf(out, "--quick: the batch cases ran on the first model of each architecture; not on");
+            for (int i = 0; i < run->n_batch_skipped; i++)
+                fprintf(out, "%s %s", i ? "," : "", run->batch_skipped[i]);
+            fprintf(out, "\n");
+        }
     }
     return DRT_OK;
 }
@@ -172,6 +178,7 @@ drt_status drt_conform_run(const drt_conform_opts *o, drt_conform_result *r) {
     free(models);
     free(run.cases);
     free(run.skipped);
+    free(run.batch_skipped);
     cJSON_Delete(run.perf);
     return st;
 }

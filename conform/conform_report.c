@@ -240,6 +240,7 @@ drt_status cf_write_json(const cf_run *run, FILE *f, const char *path) {
     cJSON_AddItemToObject(op, "require", str_or_null(o->require));
     cJSON_AddItemToObject(op, "device", str_or_null(o->devices));
     cJSON_AddItemToObject(op, "models", str_or_null(o->models_dir));
+    cJSON_AddBoolToObject(op, "quick", o->quick != 0);
     cJSON *bo = cJSON_AddObjectToObject(root, "bounds");
     cJSON_AddNumberToObject(bo, "f32_nmse", CF_F32_NMSE);
     cJSON_AddNumberToObject(bo, "reduced_nmse_max", CF_REDUCED_NMSE);
@@ -260,6 +261,8 @@ drt_status cf_write_json(const cf_run *run, FILE *f, const char *path) {
         cJSON_AddStringToObject(e, "reason", run->skipped[i].why);
         cJSON_AddItemToArray(sk, e);
     }
+    cJSON *bsk = cJSON_AddArrayToObject(root, "batch_skipped");
+    for (int i = 0; i < run->n_batch_skipped; i++) cJSON_AddItemToArray(bsk, cJSON_CreateString(run->batch_skipped[i]));
     if (run->perf) cJSON_AddItemReferenceToObject(root, "perf", run->perf);
 
     cJSON *sm = cJSON_AddObjectToObject(root, "summary");

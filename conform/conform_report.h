@@ -85,6 +85,8 @@ typedef struct {
     int n_cases, cap_cases;
     cf_skipped *skipped; /* --models: directories that are not models */
     int n_skipped;
+    char (*batch_skipped)[256]; /* --quick: models whose batch cases did not run */
+    int n_batch_skipped;
     cJSON *perf;         /* --perf records (an array), else NULL */
     double t_start;      /* CLOCK_MONOTONIC */
     char started_at[32]; /* UTC, ISO 8601 */

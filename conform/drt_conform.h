@@ -21,6 +21,9 @@ typedef struct {
     int perf;                     /* time the perf shapes instead of checking the conformance table */
     int repeats, warmup;          /* perf: median of repeats after warmup runs */
     int list;                     /* print the case table and exit */
+    int quick;                    /* --models: the batch_* cases on the first model of each
+                                   * architecture only (every model's logits and greedy
+                                   * tokens still); the others are named in the report */
     const drt_settings *settings; /* for every backend checked and its model sessions (the
                                    * CLI's --set); NULL = none. The oracle ref never takes them */
     FILE *out;                    /* where the report goes; NULL = silent */

@@ -304,7 +304,17 @@ static void model_case_on(model_ref_run *mr, const cf_backend *bk, const drt_set
     model_verdict(mr, bg, bk, fbn, fb, cc);
 }
 
+/* --quick: a model whose batch cases are left out, for the reports */
+static drt_status note_batch_skipped(cf_run *run, const char *name) {
+    char(*nb)[256] = realloc(run->batch_skipped, sizeof *nb * (size_t)(run->n_batch_skipped + 1));
+    if (!nb) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    run->batch_skipped = nb;
+    snprintf(nb[run->n_batch_skipped++], sizeof nb[0], "%s", name);
+    return DRT_OK;
+}
+
 drt_status cf_run_models(cf_run *run, const cf_model_ref *models, int n_models) {
+    unsigned batch_archs = 0; /* --quick: the architectures whose batch cases ran */
     for (int mi = 0; mi < n_models; mi++) {
         model_ref_run mr;
         drt_status st = model_reference(models[mi].path, cf_kv_type(run->o->settings), &mr);
@@ -320,7 +330,14 @@ drt_status cf_run_models(cf_run *run, const cf_model_ref *models, int n_models) 
             cc->dtype = mr.m ? drt_dtype_name(mr.I.weight_dtype) : "f32";
             model_case_on(&mr, &run->be[k], run->o->settings, cc);
         }
-        if (st == DRT_OK && mr.m && !mr.why[0]) st = cf_run_batch_cases(run, mr.m, &models[mi], mr.pr.tok, mr.pr.n_tok);
+        if (st == DRT_OK && mr.m && !mr.why[0]) {
+            unsigned bit = 1u << ((unsigned)mr.I.arch & 31u);
+            if (!run->o->quick || !(batch_archs & bit))
+                st = cf_run_batch_cases(run, mr.m, &models[mi], mr.pr.tok, mr.pr.n_tok);
+            else
+                st = note_batch_skipped(run, models[mi].name);
+            batch_archs |= bit;
+        }
         model_ref_free(&mr);
         if (st != DRT_OK) return st;
     }

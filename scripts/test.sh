@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # The README's test command: set up, build with warnings as errors (every
-# backend on AUTO), run the whole ctest suite.
+# backend on AUTO), run the ctest suite without the tests labelled slow
+# (every op, backend and model is still checked: tests/README.md).
+#   --all       the whole suite, label slow too (what CI runs)
 #   BUILD_DIR   build folder (default build)
 #   CMAKE_ARGS  extra configure arguments (e.g. -DDIFFRT_SANITIZE=ON)
-#   CTEST_ARGS  extra ctest arguments (e.g. -LE niah_models)
+#   CTEST_ARGS  extra ctest arguments (default -LE slow; --all: none)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+  --all) CTEST_ARGS=${CTEST_ARGS:-} ;;
+  "") CTEST_ARGS=${CTEST_ARGS:--LE slow} ;;
+  -h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "test.sh: unknown argument \"$1\" (valid: --all)" >&2; exit 2 ;;
+esac
 bash scripts/setup.sh
 BUILD_DIR=${BUILD_DIR:-build}
 # shellcheck disable=SC2086
