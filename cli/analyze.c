@@ -173,9 +173,15 @@ int cmd_analyze(int argc, char **argv) {
         drt_settings_free(set);
         return 1;
     }
-    char tpath[4096];
-    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", a.model);
-    if (drt_model_load(a.model, &m) != DRT_OK || drt_tokenizer_load(tpath, &tok) != DRT_OK) {
+    char *tpath = drt_path_join(a.model, "tokenizer.json");
+    if (!tpath) {
+        fprintf(stderr, "diffrt: analyze: out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    int bad = drt_model_load(a.model, &m) != DRT_OK || drt_tokenizer_load(tpath, &tok) != DRT_OK;
+    drt_free(tpath);
+    if (bad) {
         rc = cli_fail("analyze");
         goto done;
     }

@@ -195,10 +195,14 @@ typedef struct {
 /* the model, the tokenizer, the sessions (and --logits-vs's); 0, else the exit status */
 static int niah_setup(niah_eval *e) {
     niah_args *a = e->a;
-    char tpath[4096];
-    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", a->model);
-    if (drt_model_load(a->model, &e->m) != DRT_OK || drt_tokenizer_load(tpath, &e->tok) != DRT_OK)
-        return cli_fail("niah");
+    char *tpath = drt_path_join(a->model, "tokenizer.json");
+    if (!tpath) {
+        fprintf(stderr, "diffrt: niah: out of memory\n");
+        return 1;
+    }
+    int bad = drt_model_load(a->model, &e->m) != DRT_OK || drt_tokenizer_load(tpath, &e->tok) != DRT_OK;
+    drt_free(tpath);
+    if (bad) return cli_fail("niah");
     drt_model_get_info(e->m, &e->I);
     e->n_eos = drt_model_eos_ids(e->m, NULL, 0);
     e->eos = malloc(sizeof *e->eos * (size_t)(e->n_eos > 0 ? e->n_eos : 1));

@@ -33,17 +33,17 @@ static int is_dir(const char *path) {
 
 /* a model directory holds config.json */
 static int is_model_dir(const char *dir) {
-    char p[1100];
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    return is_file(p);
+    char *p = drt_path_join(dir, "config.json");
+    int r = p && is_file(p);
+    free(p);
+    return r;
 }
 
-/* The prompt: the "tokens" of the directory's expected.safetensors (the
- * fixtures made by python/make_fixtures.py), else a fixed one: bos (when the
- * config has one), then FIXED_PROMPT_T - 1 ids spread over the vocabulary. */
-static drt_status read_prompt(const char *dir, const drt_model_info *I, prompt_t *p) {
-    char path[1400];
-    snprintf(path, sizeof path, "%s/expected.safetensors", dir);
+/* The prompt: the "tokens" of path, a directory's expected.safetensors (the
+ * fixtures made by python/make_fixtures.py), else (no such file) a fixed
+ * one: bos (when the config has one), then FIXED_PROMPT_T - 1 ids spread
+ * over the vocabulary. */
+static drt_status read_prompt_file(const char *path, const drt_model_info *I, prompt_t *p) {
     memset(p, 0, sizeof *p);
     if (!is_file(path)) {
         p->n_tok = FIXED_PROMPT_T;
@@ -68,6 +68,15 @@ static drt_status read_prompt(const char *dir, const drt_model_info *I, prompt_t
             return drt_set_error(DRT_ERR_FORMAT, "%s: token %d is outside the vocabulary [0, %d)", path, p->tok[i],
                                  I->vocab);
     return DRT_OK;
+}
+
+/* The prompt of model directory dir (read_prompt_file) */
+static drt_status read_prompt(const char *dir, const drt_model_info *I, prompt_t *p) {
+    char *path = drt_path_join(dir, "expected.safetensors");
+    if (!path) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    drt_status s = read_prompt_file(path, I, p);
+    free(path);
+    return s;
 }
 
 const char *cf_kv_type(const drt_settings *set) {

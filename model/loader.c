@@ -246,11 +246,8 @@ static drt_status add_eos_ids(const char *path, const cJSON *root, drt_model *m)
  * JSON, no duplicate keys, an object): its eos ids join m's. Absent (no
  * directory entry): nothing. */
 static drt_status read_generation_config(const char *dir, drt_model *m) {
-    size_t dl = strlen(dir);
-    char *path = malloc(dl + sizeof "/generation_config.json");
+    char *path = drt_path_join(dir, "generation_config.json");
     if (!path) return drt_set_error(DRT_ERR_OOM, "out of memory");
-    memcpy(path, dir, dl);
-    memcpy(path + dl, "/generation_config.json", sizeof "/generation_config.json");
     struct stat sb;
     if (lstat(path, &sb) != 0 && errno == ENOENT) {
         free(path);
@@ -1242,11 +1239,8 @@ static drt_status open_weights(const char *dir, int mlx, char *st_name, drt_st_s
  * its sizes; *mlx when it is diff-mlx's */
 static drt_status read_config(const char *dir, drt_model *m, int *nq, int *nkv, int *mlx) {
     /* the paths in messages are never cut, however long dir is */
-    size_t dl = strlen(dir);
-    char *cpath = malloc(dl + sizeof "/config.json");
+    char *cpath = drt_path_join(dir, "config.json");
     if (!cpath) return drt_set_error(DRT_ERR_OOM, "out of memory");
-    memcpy(cpath, dir, dl);
-    memcpy(cpath + dl, "/config.json", sizeof "/config.json");
     char *text = NULL;
     size_t len = 0;
     drt_status s = drt_read_text_file(cpath, &text, &len);

@@ -15,6 +15,7 @@
 #include "drt_error.h"
 #include "drt_outfile.h"
 #include "drt_quant.h"
+#include "drt_util.h"
 #include "model.h"
 #include "safetensors.h"
 #include "diffrt/quantize.h"
@@ -34,18 +35,10 @@ static int quantizable(const drt_st_tensor *t) {
            t->shape[1] > 0 && t->shape[1] % DRT_QK == 0;
 }
 
-/* a "/" b, malloc'd (NULL: out of memory); b NULL: a alone */
-static char *join(const char *a, const char *b) {
-    size_t k = strlen(a) + (b ? strlen(b) + 1 : 0) + 1;
-    char *p = malloc(k);
-    if (p) snprintf(p, k, "%s%s%s", a, b ? "/" : "", b ? b : "");
-    return p;
-}
-
 /* Copies dir/name to out/name (a small text file), created new (never
  * through a symlink); a missing optional file is fine. */
 static drt_status copy_file(const char *dir, const char *out, const char *name, int required) {
-    char *src = join(dir, name), *dst = join(out, name), *text = NULL;
+    char *src = drt_path_join(dir, name), *dst = drt_path_join(out, name), *text = NULL;
     size_t len = 0;
     struct stat sb;
     drt_status st = src && dst ? DRT_OK : drt_set_error(DRT_ERR_OOM, "out of memory");
@@ -154,10 +147,11 @@ static drt_status input_files(const drt_checkpoint *c, const char *dir, char ***
     *n = 0;
     *keep = calloc((size_t)(c->st.n_files + N_SIDE), sizeof **keep);
     if (!*keep) return drt_set_error(DRT_ERR_OOM, "out of memory");
-    for (int f = 0; f < c->st.n_files; f++)
-        if (!((*keep)[(*n)++] = join(c->st.files[f].path, NULL))) return drt_set_error(DRT_ERR_OOM, "out of memory");
+    for (int f = 0; f < c->st.n_files; f++) /* "" + path: a copy of the path */
+        if (!((*keep)[(*n)++] = drt_path_join("", c->st.files[f].path)))
+            return drt_set_error(DRT_ERR_OOM, "out of memory");
     for (int i = 0; i < N_SIDE; i++)
-        if (!((*keep)[(*n)++] = join(dir, side_files[i]))) return drt_set_error(DRT_ERR_OOM, "out of memory");
+        if (!((*keep)[(*n)++] = drt_path_join(dir, side_files[i]))) return drt_set_error(DRT_ERR_OOM, "out of memory");
     return DRT_OK;
 }
 

@@ -1,4 +1,4 @@
-/* safetensors reader/writer and small text-file reader.
+/* safetensors reader/writer.
  *
  * File layout: u64 little-endian header length N, N bytes of JSON, data.
  * Every check here guards a read: nothing is read from the mapping before the
@@ -37,7 +37,6 @@
 /* integers above 2^53 cannot be represented exactly by cJSON's double */
 #define ST_MAX_JSON_INT 9007199254740992.0
 #define DRT_QBLOCK 32 /* weights per q8_0 / q4_0 block */
-#define TEXT_FILE_MAX ((size_t)64 << 20)
 
 /* safetensors spelling of each drt_dtype, in enum order: the block formats
  * are stored as U8 (bytes) of shape [rows, blocks, block bytes], the format
@@ -76,20 +75,6 @@ static int quant_of(const cJSON *meta, const char *name, const char **what) {
     return -1;
 }
 
-/* ---- JSON read as the reference tools read it ------------------------------- */
-
-drt_status drt_json_parse(const char *text, size_t len, const char *name, const char *what, cJSON **out) {
-    *out = NULL;
-    /* every rule Python's json holds to and cJSON does not, and no key twice
-     * (include/diffrt/util.h): after it cJSON only builds the tree */
-    drt_status st = drt_json_validate(text, len, name, what, 0, DRT_JSON_NO_NUL);
-    if (st != DRT_OK) return st;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, NULL, 0);
-    if (!root) return drt_set_error(DRT_ERR_OOM, "%s: out of memory parsing it", name);
-    *out = root;
-    return DRT_OK;
-}
-
 /* A JSON number that is an integer in [0, 2^53]. */
 static int json_uint(const cJSON *v, uint64_t *out) {
     if (!cJSON_IsNumber(v)) return 0;
@@ -106,58 +91,6 @@ static char *str_dup(const char *s) {
     char *p = malloc(n);
     if (p) memcpy(p, s, n);
     return p;
-}
-
-/* dir + "/" + name, malloc'd; NULL when out of memory */
-static char *path_join(const char *dir, const char *name) {
-    size_t a = strlen(dir), b = strlen(name);
-    int slash = a > 0 && dir[a - 1] != '/';
-    char *p = malloc(a + (size_t)slash + b + 1);
-    if (!p) return NULL;
-    memcpy(p, dir, a);
-    if (slash) p[a] = '/';
-    memcpy(p + a + (size_t)slash, name, b + 1);
-    return p;
-}
-
-/* ---- opening files -------------------------------------------------------- */
-
-static const char *file_kind(mode_t m) {
-    if (S_ISDIR(m)) return "a directory";
-    if (S_ISFIFO(m)) return "a FIFO";
-    if (S_ISCHR(m)) return "a character device";
-    if (S_ISBLK(m)) return "a block device";
-    if (S_ISSOCK(m)) return "a socket";
-    if (S_ISLNK(m)) return "a symbolic link";
-    return "not a file";
-}
-
-drt_status drt_open_regular(const char *path, int *fd, uint64_t *size) {
-    *fd = -1;
-    *size = 0;
-    /* stat before open: a device node named config.json must not be opened
-     * at all (opening some devices does something), and a FIFO is refused
-     * here without the open that would wait for a writer */
-    struct stat sb;
-    if (stat(path, &sb) != 0) return drt_set_error(DRT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode))
-        return drt_set_error(DRT_ERR_IO, "%s: not a regular file (%s)", path, file_kind(sb.st_mode));
-    /* the entry can change between stat and open: O_NONBLOCK keeps the open
-     * of a FIFO swapped in from blocking, fstat decides on what was opened */
-    int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (f < 0) return drt_set_error(DRT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fstat(f, &sb) != 0) {
-        int err = errno;
-        close(f);
-        return drt_set_error(DRT_ERR_IO, "%s: cannot stat: %s", path, strerror(err));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(f);
-        return drt_set_error(DRT_ERR_IO, "%s: not a regular file (%s)", path, file_kind(sb.st_mode));
-    }
-    *fd = f;
-    *size = (uint64_t)sb.st_size;
-    return DRT_OK;
 }
 
 /* ---- reading ------------------------------------------------------------ */
@@ -613,7 +546,7 @@ static int has_nul_escape(const char *text) {
  * outside the model: refused. The resolved path is what is opened, so the
  * link cannot be swapped between the check and the open. */
 static drt_status open_shard_inside(const char *rdir, const char *dir, const char *name, drt_st_file *out) {
-    char *p = path_join(dir, name);
+    char *p = drt_path_join(dir, name);
     if (!p) return drt_set_error(DRT_ERR_OOM, "%s: out of memory", dir);
     char *rp = realpath(p, NULL);
     drt_status st;
@@ -799,8 +732,8 @@ drt_status drt_st_set_open_dir(const char *dir, drt_st_set *out) {
     if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_st_set_open_dir: out is NULL");
     memset(out, 0, sizeof *out);
     if (!dir) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_st_set_open_dir: dir is NULL");
-    char *single = path_join(dir, "model.safetensors");
-    char *index = path_join(dir, "model.safetensors.index.json");
+    char *single = drt_path_join(dir, "model.safetensors");
+    char *index = drt_path_join(dir, "model.safetensors.index.json");
     drt_status st = DRT_OK;
     struct stat sb;
     /* lstat: any entry named model.safetensors is the model (a FIFO, a
@@ -1022,65 +955,6 @@ done:
     free(text);
     cJSON_Delete(root);
     free(sizes);
-    return st;
-}
-
-/* ---- text files ----------------------------------------------------------- */
-
-drt_status drt_read_text_file(const char *path, char **out, size_t *len) {
-    if (!out) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_read_text_file: out is NULL");
-    *out = NULL;
-    if (len) *len = 0;
-    if (!path) return drt_set_error(DRT_ERR_INVALID_ARG, "drt_read_text_file: path is NULL");
-    int fd;
-    uint64_t fsize;
-    drt_status st = drt_open_regular(path, &fd, &fsize);
-    if (st != DRT_OK) return st;
-    char *buf = NULL;
-    if (fsize > TEXT_FILE_MAX) {
-        st = drt_set_error(DRT_ERR_IO, "%s: file is %" PRIu64 " bytes, over the %zu MiB limit for a text file", path,
-                           fsize, TEXT_FILE_MAX >> 20);
-        goto done;
-    }
-    /* read to EOF rather than trusting st_size: a file that grows after the
-     * fstat still stops at the limit */
-    size_t cap = 4096, n = 0;
-    buf = malloc(cap);
-    if (!buf) {
-        st = drt_set_error(DRT_ERR_OOM, "%s: out of memory", path);
-        goto done;
-    }
-    for (;;) {
-        if (n + 1 == cap) {
-            if (n > TEXT_FILE_MAX) {
-                st = drt_set_error(DRT_ERR_IO, "%s: over the %zu MiB limit for a text file", path, TEXT_FILE_MAX >> 20);
-                goto done;
-            }
-            size_t ncap = cap * 2 > TEXT_FILE_MAX + 2 ? TEXT_FILE_MAX + 2 : cap * 2;
-            char *nbuf = realloc(buf, ncap);
-            if (!nbuf) {
-                st = drt_set_error(DRT_ERR_OOM, "%s: out of memory", path);
-                goto done;
-            }
-            buf = nbuf;
-            cap = ncap;
-        }
-        ssize_t got = read(fd, buf + n, cap - 1 - n);
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) {
-            st = drt_set_error(DRT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-            goto done;
-        }
-        if (got == 0) break;
-        n += (size_t)got;
-    }
-    buf[n] = 0;
-    *out = buf;
-    buf = NULL;
-    if (len) *len = n;
-done:
-    free(buf);
-    close(fd);
     return st;
 }
 

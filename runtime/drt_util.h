@@ -58,4 +58,26 @@ drt_status drt_threads_env(int fallback, int *out);
  * the file, where anonymous memory would read zeros. */
 void drt_release_pages(const void *p, size_t n);
 
+/* Opens a file of a model directory for reading. It must be a regular file:
+ * the path is stat'ed first, so a device node is never opened (opening one
+ * can have side effects), then opened O_RDONLY|O_NONBLOCK|O_CLOEXEC (a FIFO
+ * put there after the stat cannot block the open) and checked again with
+ * fstat. Anything else is DRT_ERR_IO "<path>: not a regular file (a FIFO)";
+ * a symbolic link loop is "<path>: cannot open: Too many levels of symbolic
+ * links". On success *fd is the descriptor and *size the file size
+ * (runtime/files.c, with drt_read_text_file and drt_path_join, which are
+ * public: include/diffrt/util.h). */
+drt_status drt_open_regular(const char *path, int *fd, uint64_t *size);
+
+struct cJSON;
+/* Parses text[0..len) as one JSON document, as strictly as Python's json
+ * and serde_json (cJSON alone is laxer): drt_json_validate with
+ * DRT_JSON_NO_NUL (include/diffrt/util.h) first, so a BOM, a control byte,
+ * a number JSON does not allow, text after the value, a key twice in one
+ * object or a \u0000 escape is DRT_ERR_FORMAT, one line naming the file
+ * (and `what` in it, e.g. "header"; NULL: the file itself) and the byte
+ * offset or the key's path. Used for config.json, tokenizer.json,
+ * safetensors headers and the shard index. */
+drt_status drt_json_parse(const char *text, size_t len, const char *name, const char *what, struct cJSON **out);
+
 #endif

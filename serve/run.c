@@ -76,14 +76,19 @@ static int load_keys(srv *S) {
 }
 
 static int load_model(srv *S) {
-    char path[4096];
     if (drt_model_load(S->o.model_dir, &S->model) != DRT_OK) {
         fprintf(stderr, "diffrt: serve: %s\n", drt_last_error());
         return -1;
     }
     drt_model_get_info(S->model, &S->info);
-    if ((size_t)snprintf(path, sizeof path, "%s/tokenizer.json", S->o.model_dir) >= sizeof path ||
-        drt_tokenizer_load(path, &S->tok) != DRT_OK) {
+    char *path = drt_path_join(S->o.model_dir, "tokenizer.json");
+    if (!path) {
+        fprintf(stderr, "diffrt: serve: out of memory\n");
+        return -1;
+    }
+    drt_status ts = drt_tokenizer_load(path, &S->tok);
+    drt_free(path);
+    if (ts != DRT_OK) {
         fprintf(stderr, "diffrt: serve: %s (the server needs the model's tokenizer.json)\n", drt_last_error());
         return -1;
     }

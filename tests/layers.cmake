@@ -3,20 +3,22 @@
 # objects may reference (tests/layering_link.cmake). Lower layers first:
 #   runtime/     runtime/, the public include/diffrt/
 #   backends/*/  + backends/ref/ (the reference kernels), its own folder
-#   model/       + runtime/
-#   conform/     + model/, backends/ref/
-#   eval/        + model/: NIAH prompts and scoring, analysis
+#   text/        + runtime/: the tokenizer (include/diffrt/tokenizer.h)
+#   model/       + runtime/, text/
+#   conform/     + text/, model/, backends/ref/
+#   eval/        + text/, model/: NIAH prompts and scoring, analysis
 #   serve/       the public include/diffrt/ only, and its own folder
 #   cli/         the public include/diffrt/, + conform/ (drt_conform.h), eval/,
 #                serve/ (serve.h)
 # include/diffrt/ in a list without runtime/ (serve, cli: above the library)
 # means the functions the public headers declare, wherever the library
 # defines them (tests/layering_link.cmake), and nothing else of it.
-set(DRT_LAYERS runtime backends model conform eval serve cli)
+set(DRT_LAYERS runtime backends text model conform eval serve cli)
 set(allowed_runtime runtime include/diffrt)
 set(allowed_backends runtime include/diffrt backends/ref)
-set(allowed_model runtime include/diffrt model)
-set(allowed_conform runtime include/diffrt model backends/ref conform)
-set(allowed_eval runtime include/diffrt model eval)
+set(allowed_text runtime include/diffrt text)
+set(allowed_model runtime include/diffrt text model)
+set(allowed_conform runtime include/diffrt text model backends/ref conform)
+set(allowed_eval runtime include/diffrt text model eval)
 set(allowed_serve include/diffrt serve)
 set(allowed_cli include/diffrt conform eval serve cli)

@@ -723,7 +723,7 @@ static void test_cut_character_at_arena_end(void) {
 
 /* ---- hostile sizes: many added tokens, long words, the caller's limit -------- */
 
-size_t drt_tokenizer_added_steps(void); /* model/tokenizer.c, for tests */
+size_t drt_tokenizer_added_steps(void); /* text/tok_encode.c, for tests */
 
 /* bytes256.json (every byte its own token, no merges) with the first `from`
  * replaced by `to`; malloc'd, length in *n */
@@ -1225,7 +1225,7 @@ static void test_encode_max(void) {
     drt_tokenizer_free(t);
 }
 
-size_t drt_tokenizer_regex_calls(void); /* model/tokenizer.c, for tests */
+size_t drt_tokenizer_regex_calls(void); /* text/tok_encode.c, for tests */
 
 /* s with its first `from` replaced by `to` (s is freed; NULL if not there) */
 static char *replace_once(char *s, size_t *n, const char *from, const char *to) {

@@ -5,7 +5,8 @@
  *   - the CPU counts are sane and ordered: physical <= affinity <= online;
  *   - DIFFRT_THREADS: a table of values, accepted or refused with the value
  *     named, and the caller's default when unset;
- *   - the clock does not step back. */
+ *   - the clock does not step back;
+ *   - drt_path_join: one slash between the parts, none doubled, never cut. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,10 +101,43 @@ static void clock_steps(void) {
     DRT_CHECK(t0 > 0 && t1 - t0 < 10, "drt_now_s: %.9f .. %.9f", t0, t1);
 }
 
+static void path_join(void) {
+    static const struct {
+        const char *dir, *name, *want;
+    } cases[] = {
+        {"m", "config.json", "m/config.json"},
+        {"m/", "config.json", "m/config.json"},
+        {"/", "x", "/x"},
+        {"", "x", "x"},
+        {"a/b", "", "a/b/"},
+        {"a//", "c", "a//c"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *got = drt_path_join(cases[i].dir, cases[i].name);
+        DRT_CHECK(got && strcmp(got, cases[i].want) == 0, "drt_path_join(\"%s\", \"%s\"): \"%s\", want \"%s\"",
+                  cases[i].dir, cases[i].name, got ? got : "(null)", cases[i].want);
+        free(got);
+    }
+    DRT_CHECK(!drt_path_join(NULL, "x") && !drt_path_join("x", NULL), "drt_path_join of NULL is not NULL");
+    /* a path longer than PATH_MAX is joined whole: the open refuses it, not a cut */
+    size_t n = 10000;
+    char *dir = malloc(n + 1);
+    DRT_CHECK(dir != NULL, "out of memory");
+    if (!dir) return;
+    memset(dir, 'd', n);
+    dir[n] = 0;
+    char *got = drt_path_join(dir, "tokenizer.json");
+    DRT_CHECK(got && strlen(got) == n + 1 + strlen("tokenizer.json") && strcmp(got + n, "/tokenizer.json") == 0,
+              "drt_path_join of a %zu-byte dir: %zu bytes", n, got ? strlen(got) : 0);
+    free(got);
+    free(dir);
+}
+
 int main(void) {
     splitmix();
     cpu_counts();
     threads_env();
     clock_steps();
+    path_join();
     return drt_test_summary("test_util");
 }

@@ -82,6 +82,12 @@ drt_status drt_json_validate(const char *text, size_t len, const char *name, con
  * block; anything else is DRT_ERR_IO "<path>: not a regular file (...)". */
 drt_status drt_read_text_file(const char *path, char **out, size_t *len);
 
+/* dir + "/" + name, one slash between them (none added when dir ends in
+ * one; dir "" gives name), malloc'd: free with drt_free. NULL when out of
+ * memory or either is NULL. Never truncates, so a long path is refused by
+ * the open that uses it, not silently shortened. */
+char *drt_path_join(const char *dir, const char *name);
+
 /* A file written whole or not at all (the CLI's outputs, conform's reports):
  *
  *     drt_outfile o;

@@ -7,7 +7,7 @@ The training text is generated here (generate.py's grammar, cities and needle /
 question templates, splitmix64 seed 20250), so the result is reproducible: the
 script trains twice and checks both files are identical.
 
-Layout of the tokenizer (all supported by diffrt's model/tokenizer.c):
+Layout of the tokenizer (all supported by diffrt's text/):
   normalizer     none
   pre_tokenizer  Sequence[ Split(\\p{N}, Isolated),  ByteLevel(add_prefix_space=false,
                  use_regex=true) ]   -- every digit is its own pre-token, so numbers are

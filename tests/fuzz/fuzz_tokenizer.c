@@ -1,4 +1,4 @@
-/* libFuzzer harness: the tokenizer (model/tokenizer.c).
+/* libFuzzer harness: the tokenizer (text/).
  *
  * Byte 0 of the input picks what the rest is:
  *   bits 0-1  mode  0: a tokenizer.json, then a NUL, then text to encode
