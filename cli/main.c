@@ -670,8 +670,8 @@ static int cmd_conform(int argc, char **argv) {
         {.name = "--quick",
          .kind = CLI_FLAG,
          .dst = &o.quick,
-         .help = "--models: the batch cases on the first model of each\narchitecture only (every model's logits and "
-                 "greedy tokens\nstill); the report names the others"},
+         .help = "--models: the batch cases on one model of each architecture\n(its first with f32 weights, else its "
+                 "first; every model's\nlogits and greedy tokens still); the report names the others"},
         {.name = "--list", .kind = CLI_FLAG, .dst = &o.list, .help = "list the cases"},
         {.name = "--perf",
          .kind = CLI_FLAG,

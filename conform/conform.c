@@ -120,7 +120,7 @@ static drt_status run_checks(cf_run *run, drt_backend *ref, const cf_model_ref *
                 fprintf(out, "; required backend %s unavailable", run->be[k].name);
         fprintf(out, "\n");
         if (run->n_batch_skipped) {
-            fprintf(out, "--quick: the batch cases ran on the first model of each architecture; not on");
+            fprintf(out, "--quick: the batch cases ran on one model of each architecture; not on");
             for (int i = 0; i < run->n_batch_skipped; i++) fprintf(out, "%s %s", i ? "," : "", run->batch_skipped[i]);
             fprintf(out, "\n");
         }

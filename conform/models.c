@@ -322,11 +322,49 @@ static drt_status note_batch_skipped(cf_run *run, const char *name) {
     return DRT_OK;
 }
 
+/* --quick: an architecture's batch cases wait for a model with f32 weights
+ * (the reference's precision and the cheapest for the CUDA emulator, where
+ * bf16 fixtures take 20x longer); the first model of another type is kept
+ * here meanwhile, and runs them only if the architecture has no f32 one. */
+typedef struct {
+    drt_model *m; /* NULL: none waiting */
+    int mi;
+    prompt_t pr;
+} batch_wait;
+
+/* the batch cases of model mi, or (--quick) the wait for a better one */
+static drt_status batch_or_wait(cf_run *run, const cf_model_ref *models, int mi, model_ref_run *mr,
+                                unsigned *batch_archs, batch_wait *wait) {
+    if (!run->o->quick) return cf_run_batch_cases(run, mr->m, &models[mi], mr->pr.tok, mr->pr.n_tok);
+    unsigned a = (unsigned)mr->I.arch & 31u, bit = 1u << a;
+    batch_wait *w = &wait[a];
+    if (*batch_archs & bit) return note_batch_skipped(run, models[mi].name);
+    if (mr->I.weight_dtype == DRT_F32) {
+        *batch_archs |= bit;
+        drt_status st = cf_run_batch_cases(run, mr->m, &models[mi], mr->pr.tok, mr->pr.n_tok);
+        if (w->m) {
+            if (st == DRT_OK) st = note_batch_skipped(run, models[w->mi].name);
+            drt_model_free(w->m);
+            w->m = NULL;
+        }
+        return st;
+    }
+    if (w->m) return note_batch_skipped(run, models[mi].name);
+    w->m = mr->m; /* kept until the end or an f32 model of the architecture */
+    w->mi = mi;
+    w->pr = mr->pr;
+    mr->m = NULL;
+    return DRT_OK;
+}
+
 drt_status cf_run_models(cf_run *run, const cf_model_ref *models, int n_models) {
     unsigned batch_archs = 0; /* --quick: the architectures whose batch cases ran */
-    for (int mi = 0; mi < n_models; mi++) {
+    batch_wait wait[32];
+    memset(wait, 0, sizeof wait);
+    drt_status st = DRT_OK;
+    for (int mi = 0; st == DRT_OK && mi < n_models; mi++) {
         model_ref_run mr;
-        drt_status st = model_reference(models[mi].path, cf_kv_type(run->o->settings), &mr);
+        st = model_reference(models[mi].path, cf_kv_type(run->o->settings), &mr);
         for (int k = 0; st == DRT_OK && k < run->nbe; k++) {
             cf_case *cc = cf_add_case(run, CF_KIND_MODEL, k);
             if (!cc) {
@@ -339,16 +377,15 @@ drt_status cf_run_models(cf_run *run, const cf_model_ref *models, int n_models) 
             cc->dtype = mr.m ? drt_dtype_name(mr.I.weight_dtype) : "f32";
             model_case_on(&mr, &run->be[k], run->o->settings, cc);
         }
-        if (st == DRT_OK && mr.m && !mr.why[0]) {
-            unsigned bit = 1u << ((unsigned)mr.I.arch & 31u);
-            if (!run->o->quick || !(batch_archs & bit))
-                st = cf_run_batch_cases(run, mr.m, &models[mi], mr.pr.tok, mr.pr.n_tok);
-            else
-                st = note_batch_skipped(run, models[mi].name);
-            batch_archs |= bit;
-        }
+        if (st == DRT_OK && mr.m && !mr.why[0]) st = batch_or_wait(run, models, mi, &mr, &batch_archs, wait);
         model_ref_free(&mr);
-        if (st != DRT_OK) return st;
     }
-    return DRT_OK;
+    /* the architectures without an f32 model: their first model's */
+    for (int a = 0; a < 32; a++) {
+        batch_wait *w = &wait[a];
+        if (!w->m) continue;
+        if (st == DRT_OK) st = cf_run_batch_cases(run, w->m, &models[w->mi], w->pr.tok, w->pr.n_tok);
+        drt_model_free(w->m);
+    }
+    return st;
 }

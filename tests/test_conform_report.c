@@ -10,6 +10,9 @@
  *     in-process: the NaN is "fail" with nmse null and nonfinite true (never
  *     a string), ROPE is "unsupported" (a JUnit <skipped>), and once the
  *     backend is required ROPE fails and summary.required_missing names it;
+ *   - --quick: the batch cases run on one model of each architecture, its
+ *     first with f32 weights, else its first; batch_skipped names exactly
+ *     the others, and the text report says so;
  *   - model folders with an ESC sequence, invalid UTF-8, a C1 control or a
  *     bidirectional override in their names are shown escaped in the text
  *     output (table, failures, skipped folders). */
@@ -495,9 +498,72 @@ static void hostile_folder_names(void) {
         }
 }
 
+/* --quick's choice of the models that run the batch cases, on ref (the
+ * choice is the harness's, the same on every backend) */
+static void quick_batch_choice(void) {
+    /* name in the folder (the order conform reads them), fixture; the
+     * architecture and weight type of each in the comment */
+    static const char *const M[][2] = {
+        {"a1_bf16", "axolotl_bf16"},       /* diff-v1 bf16: waits, an f32 one follows */
+        {"a2_f32", "axolotl_gqa"},         /* diff-v1 f32: runs them */
+        {"a3_f32", "axolotl_nosubln_mha"}, /* diff-v1 f32: skipped, a2 ran */
+        {"b1_bf16", "hf_llama_bf16"},      /* transformer bf16: waits */
+        {"b2_f32", "hf_llama_gqa"},        /* transformer f32: runs them */
+        {"c1_bf16", "diff_v2_bf16"},       /* diff-v2, no f32 one: runs them, last */
+    };
+    const char *want_run[] = {"a2_f32", "b2_f32", "c1_bf16"}, *want_skip[] = {"a1_bf16", "a3_f32", "b1_bf16"};
+    char cmd[8192], out[1 << 16], json[1100];
+    int k = snprintf(cmd, sizeof cmd, "rm -rf '%s/quick_models' && mkdir -p '%s/quick_models'", DRT_TMP_DIR,
+                     DRT_TMP_DIR);
+    for (size_t i = 0; i < sizeof M / sizeof M[0]; i++)
+        k += snprintf(cmd + k, sizeof cmd - (size_t)k, " && ln -s '%s/%s' '%s/quick_models/%s'", DRT_FIXTURES_DIR,
+                      M[i][1], DRT_TMP_DIR, M[i][0]);
+    DRT_CHECK(system(cmd) == 0, "cannot make %s/quick_models", DRT_TMP_DIR);
+    snprintf(json, sizeof json, "%s/quick.json", DRT_TMP_DIR);
+    snprintf(cmd, sizeof cmd,
+             "'%s' conform --backend ref --op none --quick --models '%s/quick_models' --json '%s' 2>&1", DRT_CLI_PATH,
+             DRT_TMP_DIR, json);
+    int rc = run(cmd, out, sizeof out);
+    DRT_CHECK(rc == 0, "conform --quick exited %d:\n%s", rc, out);
+    DRT_CHECK(strstr(out, "--quick: the batch cases ran on one model of each architecture; not on a1_bf16, a3_f32, "
+                          "b1_bf16\n") != NULL,
+              "the text report does not name the skipped models as expected:\n%s", out);
+    char *js = drt_test_read_file(json);
+    cJSON *root = js ? cJSON_Parse(js) : NULL;
+    free(js);
+    DRT_CHECK(root != NULL, "%s: no JSON", json);
+    if (!root) return;
+    /* the models with batch cases, each with the 4 of conform/batch.c */
+    int n_batch[3] = {0}, stray = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(root, "cases")) {
+        const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(c, "kind"));
+        const char *model = cJSON_GetStringValue(cJSON_GetObjectItem(c, "model"));
+        if (!kind || strcmp(kind, "batch") != 0) continue;
+        int hit = 0;
+        for (int i = 0; i < 3; i++)
+            if (model && strcmp(model, want_run[i]) == 0) n_batch[i]++, hit = 1;
+        if (!hit) {
+            stray++;
+            printf("batch case on %s, which --quick should have skipped\n", model ? model : "(null)");
+        }
+    }
+    for (int i = 0; i < 3; i++) DRT_CHECK(n_batch[i] == 4, "%s: %d batch cases, want 4", want_run[i], n_batch[i]);
+    DRT_CHECK(stray == 0, "%d batch cases on skipped models", stray);
+    const cJSON *sk = cJSON_GetObjectItem(root, "batch_skipped");
+    DRT_CHECK(cJSON_GetArraySize(sk) == 3, "batch_skipped has %d names, want 3", cJSON_GetArraySize(sk));
+    for (int i = 0; i < 3 && i < cJSON_GetArraySize(sk); i++) {
+        const char *got = cJSON_GetStringValue(cJSON_GetArrayItem(sk, i));
+        DRT_CHECK(got && strcmp(got, want_skip[i]) == 0, "batch_skipped[%d] is %s, want %s", i, got ? got : "(null)",
+                  want_skip[i]);
+    }
+    cJSON_Delete(root);
+}
+
 int main(void) {
     xml_check_catches();
     cli_reports();
+    quick_batch_choice();
     hostile_folder_names();
     DRT_CHECK(drt_registry_add(&BROKEN) == DRT_OK, "register nan-add");
     broken_backend(0);

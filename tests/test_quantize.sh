@@ -12,7 +12,7 @@
 #     the next run removes the temps killed runs left, and nothing else (not
 #     a near name, a file, a symlink, a newer or a locked temp);
 #   - conform --models on the quantized directories (one run over all six;
-#     quick: --quick, the batch cases on the first of each architecture):
+#     quick: --quick, the batch cases on one of each architecture):
 #     every required backend computes what the reference computes on the
 #     same blocks;
 #   - retrieval: q8_0 answers like PyTorch's f16 model (niah_python.json) on
