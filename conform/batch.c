@@ -199,14 +199,42 @@ static void batch_case_on(drt_model *m, const int32_t *prompt, int n_prompt, con
     free(c.want);
 }
 
+drt_session **cf_keep_open(const cf_run *run, drt_model *m) {
+    drt_session **keep = calloc((size_t)(run->nbe > 0 ? run->nbe : 1), sizeof *keep);
+    for (int k = 0; keep && k < run->nbe; k++) {
+        const cf_backend *bk = &run->be[k];
+        if (!bk->be) continue;
+        char dev[16];
+        snprintf(dev, sizeof dev, "%d", bk->device);
+        /* the options the cases' sessions use, but for the length: one
+         * position is enough to hold the weights */
+        drt_session_opts so = {.backend = bk->name,
+                               .device = bk->be->device >= 0 ? dev : "",
+                               .max_ctx = 1,
+                               .settings = run->o->settings,
+                               .kv_type = cf_kv_type(run->o->settings)};
+        if (drt_session_create(m, &so, &keep[k]) != DRT_OK) keep[k] = NULL;
+    }
+    return keep;
+}
+
+void cf_keep_close(const cf_run *run, drt_session **keep) {
+    for (int k = 0; keep && k < run->nbe; k++) drt_session_free(keep[k]);
+    free(keep);
+}
+
 drt_status cf_run_batch_cases(cf_run *run, drt_model *m, const cf_model_ref *mref, const int32_t *prompt,
                               int n_prompt) {
     drt_model_info I;
     drt_model_get_info(m, &I);
+    drt_session **keep = cf_keep_open(run, m); /* NULL (out of memory): the cases make their own */
     for (size_t ci = 0; ci < sizeof CASES / sizeof CASES[0]; ci++)
         for (int k = 0; k < run->nbe; k++) {
             cf_case *cc = cf_add_case(run, CF_KIND_BATCH, k);
-            if (!cc) return drt_set_error(DRT_ERR_OOM, "out of memory");
+            if (!cc) {
+                cf_keep_close(run, keep);
+                return drt_set_error(DRT_ERR_OOM, "out of memory");
+            }
             cc->op = CASES[ci].name;
             snprintf(cc->model, sizeof cc->model, "%s", mref->name);
             snprintf(cc->path, sizeof cc->path, "%s", mref->path);
@@ -215,5 +243,6 @@ drt_status cf_run_batch_cases(cf_run *run, drt_model *m, const cf_model_ref *mre
             cc->dtype = drt_dtype_name(I.weight_dtype);
             batch_case_on(m, prompt, n_prompt, &run->be[k], run->o->settings, (int)ci, cc);
         }
+    cf_keep_close(run, keep);
     return DRT_OK;
 }

@@ -151,6 +151,14 @@ typedef struct {
  * it (sorted); other directories are recorded in run->skipped. No model at
  * all is a usage error. */
 drt_status cf_find_models(const char *dir, cf_run *run, cf_model_ref **out, int *n_out, drt_conform_result *r);
+/* One session of model m on each available backend of run, kept open while
+ * a model's cases run (*out: run->nbe entries, NULL where none opened): the
+ * cases' own sessions then share its weights and backend instance
+ * (model/device_weights.c) instead of each making a new one, which costs
+ * every pipeline again on Vulkan (lavapipe compiles each one for tens of ms).
+ * A backend that cannot open one is left to the cases to report. */
+drt_session **cf_keep_open(const cf_run *run, drt_model *m);
+void cf_keep_close(const cf_run *run, drt_session **keep);
 /* The batch_* cases of model m (conform/batch.c) on every backend, its
  * sequences made of prompt's tokens. */
 drt_status cf_run_batch_cases(cf_run *run, drt_model *m, const cf_model_ref *mref, const int32_t *prompt, int n_prompt);

@@ -365,6 +365,8 @@ drt_status cf_run_models(cf_run *run, const cf_model_ref *models, int n_models) 
     for (int mi = 0; st == DRT_OK && mi < n_models; mi++) {
         model_ref_run mr;
         st = model_reference(models[mi].path, cf_kv_type(run->o->settings), &mr);
+        /* the model case and the batch cases on one backend instance each */
+        drt_session **keep = st == DRT_OK && mr.m && !mr.why[0] ? cf_keep_open(run, mr.m) : NULL;
         for (int k = 0; st == DRT_OK && k < run->nbe; k++) {
             cf_case *cc = cf_add_case(run, CF_KIND_MODEL, k);
             if (!cc) {
@@ -378,6 +380,7 @@ drt_status cf_run_models(cf_run *run, const cf_model_ref *models, int n_models) 
             model_case_on(&mr, &run->be[k], run->o->settings, cc);
         }
         if (st == DRT_OK && mr.m && !mr.why[0]) st = batch_or_wait(run, models, mi, &mr, &batch_archs, wait);
+        cf_keep_close(run, keep);
         model_ref_free(&mr);
     }
     /* the architectures without an f32 model: their first model's */

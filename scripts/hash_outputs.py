@@ -31,7 +31,9 @@ DROP = {
 
 def strip(v):
     if isinstance(v, dict):
-        return {k: strip(x) for k, x in sorted(v.items()) if k not in DROP and not k.endswith(("_s", "_ms", "_us"))}
+        return {k: strip(x) for k, x in sorted(v.items())
+                if k not in DROP and not k.endswith(("_s", "_ms", "_us"))
+                and not (k == "model" and isinstance(x, str) and "/" in x)}  # the directory, not a name
     if isinstance(v, list):
         return [strip(x) for x in v]
     return v
