@@ -5,6 +5,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential cmake pkg-config
+  ninja-build             # scripts/test.sh builds with Ninja (make works too)
   libcjson-dev            # config.json / safetensors headers
   libpcre2-dev            # tokenizer split regex
   libopenblas-dev         # the CPU GEMM the benchmarks compare against
