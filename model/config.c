@@ -371,7 +371,7 @@ static drt_status rope_setup(cfg_t *c, drt_model *m, int d) {
 
 const char *const ld_arch_names[] = {"transformer", "diff-v1", "diff-v2"};
 const char *const ld_layout_names[] = {"hf-llama",     "hf-diffllama", "unilm-v1",   "diff-v2",
-                                     "axolotl-diff", "mlx-diff",     "mlx-vanilla"};
+                                       "axolotl-diff", "mlx-diff",     "mlx-vanilla"};
 
 /* A boolean field that, when present, must be one (null included: no writer
  * of these files writes null). */

@@ -48,7 +48,8 @@ drt_status ld_load_as_is(ld_t *L, drt_host_weight *w, const char *name, int64_t 
 /* Vectors (norm weights) are converted to f32. */
 drt_status ld_load_f32_vec(ld_t *L, drt_host_weight *w, const char *name, int64_t n0);
 /* A matrix of `rows` rows of `cols` whose internal row r is source row map[r]. */
-drt_status ld_load_rows(ld_t *L, drt_host_weight *w, const char *name, int64_t rows, int64_t cols, const int64_t *map, int64_t src_rows);
+drt_status ld_load_rows(ld_t *L, drt_host_weight *w, const char *name, int64_t rows, int64_t cols, const int64_t *map,
+                        int64_t src_rows);
 void ld_free_weight(drt_host_weight *w);
 /* Row index within one head of width d: rotate_half order from interleaved.
  * New row i < d/2 is old row 2i; new row d/2+i is old row 2i+1, so that

@@ -23,7 +23,6 @@
 
 /* ---- tensors ----------------------------------------------------------- */
 
-
 /* t's pages will not be read again by this load (its data was copied) */
 static void release(const ld_t *L, const drt_st_tensor *t) {
     if (!L->keep) drt_st_release(t);
@@ -110,8 +109,8 @@ drt_status ld_load_f32_vec(ld_t *L, drt_host_weight *w, const char *name, int64_
 }
 
 /* A matrix of `rows` rows of `cols` whose internal row r is source row map[r]. */
-drt_status ld_load_rows(ld_t *L, drt_host_weight *w, const char *name, int64_t rows, int64_t cols,
-                            const int64_t *map, int64_t src_rows) {
+drt_status ld_load_rows(ld_t *L, drt_host_weight *w, const char *name, int64_t rows, int64_t cols, const int64_t *map,
+                        int64_t src_rows) {
     const drt_st_tensor *t;
     drt_status s = ld_get_tensor(L, name, 2, src_rows, cols, &t);
     if (s != DRT_OK || L->dry) return s;
