@@ -142,7 +142,7 @@ static double napkin_params(const drt_model_info *I) {
  * numerator: every 2-D weight once (the layers' matrices and the LM head,
  * all of it, tied or not), of the embedding table only the token's row,
  * and the K and V cache of every layer up to pos + 1 rows (f32, as
- * model/session.c allocates it). Norm vectors, activations and the logits
+ * session/session.c allocates it). Norm vectors, activations and the logits
  * are left out: under 1% of the total on real models. A decode run of n
  * tokens from position 0 is charged at its mean position (n - 1) / 2. */
 static double decode_bytes_per_token(const drt_model_info *I, double pos) {

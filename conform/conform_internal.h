@@ -154,7 +154,7 @@ drt_status cf_find_models(const char *dir, cf_run *run, cf_model_ref **out, int 
 /* One session of model m on each available backend of run, kept open while
  * a model's cases run (*out: run->nbe entries, NULL where none opened): the
  * cases' own sessions then share its weights and backend instance
- * (model/device_weights.c) instead of each making a new one, which costs
+ * (session/device_weights.c) instead of each making a new one, which costs
  * every pipeline again on Vulkan (lavapipe compiles each one for tens of ms).
  * A backend that cannot open one is left to the cases to report. */
 drt_session **cf_keep_open(const cf_run *run, drt_model *m);

@@ -64,7 +64,7 @@ void drt_act_stats_print(FILE *f, const drt_act_stats *a, const drt_mag_stats *b
  * built, quantizes its attention logits to bits (> 0; 0: off; symmetric,
  * per-row absmax) before the softmax. A parameter of the attention node
  * that the reference kernels read, not an observer: the ref backend only,
- * DRT_ERR_UNSUPPORTED elsewhere (model/session.h). */
+ * DRT_ERR_UNSUPPORTED elsewhere (session/session.h). */
 drt_status drt_analysis_set_attn_bits(drt_session *s, int bits);
 
 /* logits against reference logits (n values each): NMSE sum((a-r)^2) /

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 
 #include "drt_error.h"
-#include "session.h"
+#include "builder.h"
 
 /* Names a node after where it sits in the model, "layers.<l>.<what>" (or
  * <what> outside the layers), so a message can say which op of which layer

@@ -39,7 +39,7 @@ foreach(o ${objs})
   endif()
   # <target>.dir/[<config>/]<source path>.o: the source folder names the
   # layer; objects of generated sources have none
-  if(NOT o MATCHES "\\.dir/([^/]+/)?(runtime|text|model|conform|eval|cli|backends/[^/]+)/([^/]+)\\.o(bj)?$")
+  if(NOT o MATCHES "\\.dir/([^/]+/)?(runtime|text|model|session|conform|eval|cli|backends/[^/]+)/([^/]+)\\.o(bj)?$")
     continue()
   endif()
   set(folder_${o} ${CMAKE_MATCH_2})

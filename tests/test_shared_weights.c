@@ -1,4 +1,4 @@
-/* One copy of a model's weights per device (model/device_weights.c): on a
+/* One copy of a model's weights per device (session/device_weights.c): on a
  * backend that copies the weights (no buf_wrap: ref, opencl, vulkan, cuda),
  * the sessions of one model with the same backend, device, threads and
  * settings share one backend instance and one copy of the weights; others

@@ -1,24 +1,14 @@
-/* A model placed on a backend: its weights as device tensors, the KV cache,
- * and the graphs built from them. Internal. */
+/* A model placed on a backend (session/): its weights as device tensors
+ * shared by its sessions (device_weights.c), the KV cache, and the graphs
+ * built from them (model/builder.h). Internal. */
 #ifndef DRT_SESSION_H
 #define DRT_SESSION_H
 
 #include <pthread.h>
 
+#include "builder.h"
 #include "drt_graph.h"
 #include "model.h"
-
-typedef struct {
-    drt_tensor *attn_norm, *ffn_norm, *wq, *wk, *wv, *wo, *w_lambda, *subln, *wg, *wu, *wd;
-    drt_tensor *k_cache; /* (S_cap, G, m, dk) */
-    drt_tensor *v_cache; /* (S_cap, G, dv) */
-} drt_layer_tensors;
-
-typedef struct {
-    drt_tensor *embed, *final_norm, *lm_head, *inv_freq;
-    drt_layer_tensors *layers;
-    int n_layers;
-} drt_model_tensors;
 
 /* A model's weights on a backend instance (device_weights.c). On a backend
  * whose memory the host cannot address, sessions of one model asking for the
@@ -49,25 +39,6 @@ void drt_device_weights_lock(drt_device_weights *d);
 void drt_device_weights_unlock(drt_device_weights *d);
 /* shared entries of m (tests), and in *refs their sessions */
 int drt_device_weights_count(drt_model *m, int *refs);
-
-/* One built graph for a shape class: T rows, L of them with logits. */
-typedef struct {
-    int T, L;
-    drt_graph *g;
-    drt_plan *plan;
-    drt_tensor *ids;    /* (T) i32 */
-    drt_tensor *sel;    /* (L) i32: the rows whose logits are computed */
-    drt_tensor *logits; /* (L, V) */
-    /* per layer, the nodes the attention probe observes (in the arena like
-     * every intermediate): q after RoPE, (T, H*maps, dk); lambda (T, H) for
-     * diff-v2, else NULL */
-    drt_tensor **q_rope, **lambda;
-} drt_forward_graph;
-
-/* Builds the forward graph for T rows, L of them with logits, into out
- * (weights and cache from mt). Every model graph uses the fused attention
- * ops. */
-drt_status drt_build_forward(const drt_model *m, const drt_model_tensors *mt, int T, int L, drt_forward_graph *out);
 
 /* Every ATTN / DIFF_ATTN node of the session's graphs, built and to be
  * built, quantizes its attention logits to bits (> 0; 0: off) before the
