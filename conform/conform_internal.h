@@ -113,7 +113,7 @@ void cf_compare(const float *out, const float *ref, int64_t n, double bound, cf_
 /* Every selected case of the table on every backend against ref. */
 drt_status cf_run_op_cases(cf_run *run, drt_backend *ref);
 
-/* ---- records (conform.c) ----------------------------------------------------- */
+/* ---- records (results.c) ----------------------------------------------------- */
 
 /* a new record, zeroed but for its kind and backend; NULL when out of memory */
 cf_case *cf_add_case(cf_run *run, int kind, int be);
@@ -137,11 +137,12 @@ drt_status DRT_PRINTF(2, 3) cf_usage(drt_conform_result *r, const char *fmt, ...
  * on their devices. */
 drt_status cf_select_backends(const drt_conform_opts *o, cf_run *run, drt_conform_result *r);
 
-/* ---- whole models (models.c) ------------------------------------------------- */
-
-/* The KV cache type of every model session: the kv_type setting, else f32
- * (the reference's), so that each backend is compared at the same type. */
+/* The KV cache type of every model session (select.c): the kv_type
+ * setting, else f32 (the reference's), so that each backend is compared at
+ * the same type. */
 const char *cf_kv_type(const drt_settings *set);
+
+/* ---- whole models (models.c) ------------------------------------------------- */
 
 typedef struct {
     char name[256], path[1024];

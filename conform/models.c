@@ -79,12 +79,6 @@ static drt_status read_prompt(const char *dir, const drt_model_info *I, prompt_t
     return s;
 }
 
-const char *cf_kv_type(const drt_settings *set) {
-    const char *kv = "";
-    if (drt_setting_str(set, "kv_type", &kv) != DRT_OK || !kv || !*kv) return "f32";
-    return kv;
-}
-
 /* prefill logits (T,V), CF_GREEDY_N greedy tokens, and the fallback count */
 static drt_status model_run(drt_model *m, const char *backend, const char *device, const drt_settings *set,
                             const char *kv, const prompt_t *p, float *logits, int32_t *greedy, int *fallbacks, char *fb,

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "conform_internal.h"
+#include "drt_settings.h" /* drt_setting_str */
 
 /* the next non-empty item of a comma list; 0 at the end */
 static int next_item(const char **cur, const char **item, size_t *len) {
@@ -270,4 +271,10 @@ drt_status cf_select_backends(const drt_conform_opts *o, cf_run *run, drt_confor
         if (st != DRT_OK) return st;
     }
     return DRT_OK;
+}
+
+const char *cf_kv_type(const drt_settings *set) {
+    const char *kv = "";
+    if (drt_setting_str(set, "kv_type", &kv) != DRT_OK || !kv || !*kv) return "f32";
+    return kv;
 }

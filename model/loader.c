@@ -1,6 +1,7 @@
 /* config.json + safetensors -> drt_model, for the layouts of docs/design.md
- * section 4: the model's lifetime and the order of the load (config.c
- * reads the config, weights.c the tensors, layouts.c maps them).
+ * section 4: the order of the load (config.c reads the config, weights.c
+ * the tensors, layouts.c maps them; model_ref.c holds the model's
+ * lifetime).
  *
  * A model directory is untrusted input. Every number read from config.json is
  * range-checked against CFG_INT_RANGES / CFG_NUM_RANGES before it is converted
@@ -27,27 +28,6 @@
 #include "model.h"
 
 /* ---- the model ----------------------------------------------------------- */
-
-void drt_model_destroy(drt_model *m) {
-    if (!m) return;
-    if (m->layers)
-        for (int l = 0; l < m->info.n_layers; l++) {
-            drt_layer_weights *lw = &m->layers[l];
-            drt_host_weight *ws[] = {&lw->attn_norm, &lw->ffn_norm, &lw->wq, &lw->wk, &lw->wv, &lw->wo,
-                                     &lw->w_lambda,  &lw->subln,    &lw->wg, &lw->wu, &lw->wd};
-            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) ld_free_weight(ws[i]);
-        }
-    free(m->layers);
-    ld_free_weight(&m->embed);
-    ld_free_weight(&m->final_norm);
-    ld_free_weight(&m->lm_head);
-    free(m->inv_freq);
-    free(m->lambda_v);
-    free(m->lambda_init_v);
-    free(m->eos_ids);
-    drt_st_set_close(&m->st);
-    free(m);
-}
 
 /* an entry named NAME in DIR (lstat: any kind, even a dangling link) */
 static int dir_has(const char *dir, const char *name) {

@@ -66,7 +66,7 @@ struct drt_model {
  * freed; the last reference to go destroys the model. */
 void drt_model_ref(drt_model *m);
 void drt_model_unref(drt_model *m);
-/* loader.c: frees the model's memory, whatever refers to it */
+/* model_ref.c: frees the model's memory, whatever refers to it */
 void drt_model_destroy(drt_model *m);
 
 /* A model directory's checkpoint as drt_model_load sees it, for the tools

@@ -8,6 +8,9 @@
  * model the loader callocs starts with exactly the caller's reference and
  * loader.c needs no initialisation. Atomic: sessions of one model may be
  * freed on different threads. */
+#include <stdlib.h>
+
+#include "loader_internal.h" /* ld_free_weight */
 #include "model.h"
 
 void drt_model_ref(drt_model *m) {
@@ -25,4 +28,27 @@ void drt_model_free(drt_model *m) {
      * sessions keep alive is ignored (once they are gone, it is a double free) */
     if (atomic_exchange(&m->released, 1)) return;
     drt_model_unref(m);
+}
+
+/* The last reference's: every weight the load owns, the tables, the
+ * checkpoint's mapping. */
+void drt_model_destroy(drt_model *m) {
+    if (!m) return;
+    if (m->layers)
+        for (int l = 0; l < m->info.n_layers; l++) {
+            drt_layer_weights *lw = &m->layers[l];
+            drt_host_weight *ws[] = {&lw->attn_norm, &lw->ffn_norm, &lw->wq, &lw->wk, &lw->wv, &lw->wo,
+                                     &lw->w_lambda,  &lw->subln,    &lw->wg, &lw->wu, &lw->wd};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) ld_free_weight(ws[i]);
+        }
+    free(m->layers);
+    ld_free_weight(&m->embed);
+    ld_free_weight(&m->final_norm);
+    ld_free_weight(&m->lm_head);
+    free(m->inv_freq);
+    free(m->lambda_v);
+    free(m->lambda_init_v);
+    free(m->eos_ids);
+    drt_st_set_close(&m->st);
+    free(m);
 }

@@ -8,21 +8,6 @@
 #include "drt_error.h"
 #include "drt_graph.h"
 
-int64_t drt_nelem(const drt_tensor *t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->nd; i++) n *= t->ne[i];
-    return n;
-}
-
-size_t drt_nbytes(const drt_tensor *t) {
-    return drt_row_bytes(t->type, drt_nelem(t));
-}
-
-void *drt_host_ptr(const drt_tensor *t) {
-    if (!t->buf || !t->buf->host) return NULL;
-    return (char *)t->buf->host + t->offs;
-}
-
 drt_graph *drt_graph_new(void) {
     return calloc(1, sizeof(drt_graph));
 }
@@ -273,32 +258,4 @@ drt_tensor *drt_diff_attn_decomposed(drt_graph *g, drt_tensor *q, drt_tensor *k,
     drt_tensor *o = drt_matmul_ex(g, a, vp, 1, 1.0f); /* (H,T,dv) */
     (void)dv;
     return drt_permute(g, o, 1, 0, 2, -1); /* (T,H,dv) */
-}
-
-void drt_permute_4d(const drt_tensor *node, int64_t ne[4], int perm[4]) {
-    const drt_tensor *x = node->src[0];
-    int pad = 4 - x->nd;
-    for (int i = 0; i < 4; i++) {
-        ne[i] = 1;
-        perm[i] = i;
-    }
-    for (int i = 0; i < x->nd; i++) {
-        ne[pad + i] = x->ne[i];
-        perm[pad + i] = pad + node->ip[i];
-    }
-}
-
-drt_matmul_shape drt_matmul_dims(const drt_tensor *node) {
-    const drt_tensor *x = node->src[0], *w = node->src[1];
-    drt_matmul_shape m = {
-        .B = x->nd == 3 ? x->ne[0] : 1,
-        .Bw = w->nd == 3 ? w->ne[0] : 1,
-        .T = x->ne[x->nd - 2],
-        .N = node->ne[node->nd - 1],
-        .K = x->ne[x->nd - 1],
-        .trans_w = node->ip[0],
-        .scale = node->fp[0],
-        .wtype = w->type,
-    };
-    return m;
 }

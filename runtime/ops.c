@@ -362,3 +362,33 @@ drt_status drt_op_check_exec(const drt_tensor *t, const drt_exec *ex) {
     }
     return DRT_OK;
 }
+
+/* ---- shape decoders: a node's fields as the kernels read them ---------- */
+
+void drt_permute_4d(const drt_tensor *node, int64_t ne[4], int perm[4]) {
+    const drt_tensor *x = node->src[0];
+    int pad = 4 - x->nd;
+    for (int i = 0; i < 4; i++) {
+        ne[i] = 1;
+        perm[i] = i;
+    }
+    for (int i = 0; i < x->nd; i++) {
+        ne[pad + i] = x->ne[i];
+        perm[pad + i] = pad + node->ip[i];
+    }
+}
+
+drt_matmul_shape drt_matmul_dims(const drt_tensor *node) {
+    const drt_tensor *x = node->src[0], *w = node->src[1];
+    drt_matmul_shape m = {
+        .B = x->nd == 3 ? x->ne[0] : 1,
+        .Bw = w->nd == 3 ? w->ne[0] : 1,
+        .T = x->ne[x->nd - 2],
+        .N = node->ne[node->nd - 1],
+        .K = x->ne[x->nd - 1],
+        .trans_w = node->ip[0],
+        .scale = node->fp[0],
+        .wtype = w->type,
+    };
+    return m;
+}
