@@ -145,3 +145,26 @@ int cli_parse(const cli_cmd *c, int argc, char **argv) {
     }
     return CLI_PARSED;
 }
+
+int cli_parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+int cli_parse_list(const char *s, int lo, int hi, int *out, int max, int *n) {
+    *n = 0;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || errno || v < lo || v > hi || (*end && *end != ',') || *n == max) return 0;
+        out[(*n)++] = (int)v;
+        s = *end ? end + 1 : end;
+        if (*end == ',' && !*s) return 0;
+    }
+    return *n > 0;
+}

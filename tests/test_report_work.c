@@ -7,28 +7,12 @@
  * 14ce62a: 60k rows took 38 s) or a key hash that puts every row in one
  * probe chain makes it quadratic and fails here. */
 #define _GNU_SOURCE /* what cli/outfile.c needs (nftw, renameat2), before any header */
+#include "../cli/common.c"
 #include "../cli/opts.c"
 #include "../cli/outfile.c"
 #include "../cli/report.c"
 
 #include "drt_test.h"
-
-/* cli/main.c's, which cannot be compiled in (main) */
-int cli_die(const char *fmt, const char *arg) {
-    fprintf(stderr, "diffrt: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n");
-    return 2;
-}
-/* report's options are a string and a flag: these are never called */
-int cli_parse_long(const char *s, long lo, long hi, long *out) {
-    (void)s, (void)lo, (void)hi, (void)out;
-    return 0;
-}
-int cli_parse_list(const char *s, int lo, int hi, int *out, int max, int *n) {
-    (void)s, (void)lo, (void)hi, (void)out, (void)max, (void)n;
-    return 0;
-}
 
 /* a bench file of one host: n_ok ok rows "dev I", n_err error rows "err I" */
 static void write_rows(const char *path, int n_ok, int n_err) {
