@@ -176,6 +176,12 @@ static inline ocl_ctx *ocl_of(drt_backend *be) {
 }
 
 const char *ocl_err_str(cl_int e);
+/* every kernel's name and program, by ocl_kernel_id (launch.c) */
+typedef struct {
+    const char *name;
+    ocl_prog prog;
+} ocl_kernel_def;
+extern const ocl_kernel_def ocl_kernels[OCL_K_COUNT];
 
 /* ---- one kernel launch ----------------------------------------------------
  *   ocl_call c; ocl_begin(&c, x, OCL_K_ADD);
