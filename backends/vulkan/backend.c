@@ -20,12 +20,6 @@
 #include "drt_vulkan.h"
 #include "vk_internal.h"
 
-drt_vk_counters vk_counters;
-
-void drt_vk_get_counters(drt_vk_counters *out) {
-    *out = vk_counters;
-}
-
 static void vk_shutdown(drt_backend *be) {
     vk_ctx *c = be->ctx;
     if (!c) return;

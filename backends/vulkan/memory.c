@@ -2,7 +2,8 @@
  *
  *   buffers    one VkBuffer + VkDeviceMemory per drt_buffer, in device-local
  *              memory; never host-visible to the runtime: upload/download go
- *              through a staging buffer (one transfer submission per chunk).
+ *              through a staging buffer (one transfer submission per chunk;
+ *              transfer.c, with the backend's buffer calls).
  *   fixed      the staging buffer, the status buffer (binding 6: errors a
  *              shader found) and a dummy bound to unused slots, made with the
  *              device.
@@ -14,8 +15,6 @@
 
 #include "drt_error.h"
 #include "vk_internal.h"
-
-#define STAGING_BYTES ((size_t)8 << 20)
 
 static int find_memory(const vk_ctx *c, uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer) {
     for (int pass = 0; pass < 2; pass++) {
@@ -92,73 +91,6 @@ void vk_memory_release(vk_ctx *c) {
     vk_destroy_buffer(c, &c->dummy);
     vk_destroy_buffer(c, &c->scratch);
     for (int i = 0; i < c->n_retired; i++) vk_destroy_buffer(c, &c->retired[i]);
-}
-
-/* ---- upload / download through staging ----------------------------------------- */
-
-/* Copies n bytes between host memory and b at byte offset off, through the
- * staging buffer, one submission per STAGING_BYTES chunk. */
-static drt_status transfer(vk_ctx *c, const vk_buf *b, size_t off, void *host, size_t n, bool up) {
-    drt_status s = vk_flush(c);
-    while (s == DRT_OK && n > 0) {
-        size_t chunk = n < STAGING_BYTES ? n : STAGING_BYTES;
-        if (up) memcpy(c->staging_map, host, chunk);
-        s = vk_begin(c, c->xfer);
-        if (s != DRT_OK) break;
-        /* earlier shader reads/writes and copies of b happen before this copy */
-        vk_global_barrier(c, c->xfer, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                          VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
-                          VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
-        VkBufferCopy reg = {.srcOffset = up ? 0 : off, .dstOffset = up ? off : 0, .size = chunk};
-        c->f.vkCmdCopyBuffer(c->xfer, up ? c->staging.buf : b->buf, up ? b->buf : c->staging.buf, 1, &reg);
-        /* the copy happens before later shaders and before the host reads staging */
-        vk_global_barrier(c, c->xfer, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT,
-                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_HOST_BIT,
-                          VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_HOST_READ_BIT);
-        VkResult r = c->f.vkEndCommandBuffer(c->xfer);
-        if (r != VK_SUCCESS) return drt_set_error(DRT_ERR_BACKEND, "vulkan: vkEndCommandBuffer: %s", vk_result_str(r));
-        s = vk_submit_wait(c, c->xfer);
-        vk_counters.transfer_submits++;
-        if (s == DRT_OK && !up) memcpy(host, c->staging_map, chunk);
-        host = (char *)host + chunk;
-        off += chunk;
-        n -= chunk;
-    }
-    return s;
-}
-
-drt_status vk_buf_alloc(drt_backend *be, size_t size, drt_buffer *out) {
-    vk_ctx *c = be->ctx;
-    vk_buf *b = calloc(1, sizeof *b);
-    if (!b) return drt_set_error(DRT_ERR_OOM, "out of memory");
-    drt_status s = vk_create_buffer(c, size, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0, b, NULL);
-    if (s != DRT_OK) {
-        free(b);
-        return s;
-    }
-    out->handle = b;
-    out->host = NULL;
-    out->size = size;
-    return DRT_OK;
-}
-
-void vk_buf_free(drt_backend *be, drt_buffer *db) {
-    vk_ctx *c = be->ctx;
-    vk_buf *b = db->handle;
-    if (!b) return;
-    vk_flush(c); /* a recorded dispatch may still use it */
-    vk_forget_sets(c, b->id);
-    vk_destroy_buffer(c, b);
-    free(b);
-    db->handle = NULL;
-}
-
-drt_status vk_upload(drt_backend *be, drt_buffer *b, size_t off, const void *src, size_t n) {
-    return transfer(be->ctx, b->handle, off, (void *)src, n, true);
-}
-
-drt_status vk_download(drt_backend *be, const drt_buffer *b, size_t off, void *dst, size_t n) {
-    return transfer(be->ctx, b->handle, off, dst, n, false);
 }
 
 /* ---- scratch ------------------------------------------------------------------ */

@@ -181,7 +181,7 @@ typedef struct vk_ctx {
 } vk_ctx;
 
 /* process-wide counters (backend.c; drt_vk_get_counters) */
-extern drt_vk_counters vk_counters;
+extern drt_vk_counters vk_counters; /* counters.c */
 
 /* ---- the parts: each init returns with what it made recorded in c, each
  * release frees what it finds (also after a failed or partial init) ------ */
@@ -211,12 +211,16 @@ drt_status vk_get_set(vk_ctx *c, const vk_buf *const bufs[VK_N_KEYED], const vk_
 void vk_forget_sets(vk_ctx *c, uint32_t id);
 
 /* memory.c: buffers (size rounded up to 16, a fresh id; *map when map is
- * not NULL), the staging/status/dummy buffers, the backend's buffer ops */
+ * not NULL), the staging/status/dummy buffers */
 drt_status vk_create_buffer(vk_ctx *c, size_t size, VkMemoryPropertyFlags want, VkMemoryPropertyFlags prefer,
                             vk_buf *out, void **map);
 void vk_destroy_buffer(vk_ctx *c, vk_buf *b);
 drt_status vk_memory_init(vk_ctx *c);
 void vk_memory_release(vk_ctx *c);
+/* the staging buffer's size: the chunk of one upload or download submission */
+#define STAGING_BYTES ((size_t)8 << 20)
+
+/* transfer.c: the backend's buffer ops, the bytes through staging */
 drt_status vk_buf_alloc(drt_backend *be, size_t size, drt_buffer *out);
 void vk_buf_free(drt_backend *be, drt_buffer *db);
 drt_status vk_upload(drt_backend *be, drt_buffer *b, size_t off, const void *src, size_t n);
