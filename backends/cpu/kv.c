@@ -10,7 +10,12 @@
  *    roundf per value) took 35.6 of the 134M model's 661 ms pp512 with a
  *    q8_0 cache.
  * avx512 and avx2 have both; neon and generic call the reference. One
- * row (a cache row) a call, on the calling thread. */
+ * row (a cache row) a call, on the calling thread.
+ *
+ * Checked against the reference (exit status 0: every case bit for bit):
+ *   diffrt conform --backend cpu --op KV_WRITE --kv-type f16 (q8_0), and
+ *   with DIFFRT_CPU_ISA=avx2 (avx512, neon, generic) each kernel set
+ */
 #include <stdint.h>
 
 #include "cpu_fast.h"

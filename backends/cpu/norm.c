@@ -1,7 +1,12 @@
 /* Fast CPU RMSNORM and GROUPNORM (docs/design.md section 3), compiled once per
  * ISA. Reference: backends/ref/norm.c. Threads split the rows; each row's
  * sum of squares is a vector reduction in f32.
- * Napkin math: 4 flops per element; reads x (and w), writes y. */
+ * Napkin math: 4 flops per element; reads x (and w), writes y.
+ *
+ * Checked against the reference (exit status 0: every case within bound):
+ *   diffrt conform --backend cpu --op RMSNORM,GROUPNORM, and with
+ *   DIFFRT_CPU_ISA=avx2 (avx512, neon, generic) each kernel set
+ */
 #include <math.h>
 
 #include "cpu_fast.h"

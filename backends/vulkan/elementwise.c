@@ -5,7 +5,13 @@
  * regions when the permutation keeps the inner axes, else
  * shaders/permute.comp).
  * CPU reference: backends/ref/elementwise.c; node dims -> kernel arguments
- * as in backends/ref/backend.c. */
+ * as in backends/ref/backend.c.
+ *
+ * Checked against the reference (exit status 0: every case within bound):
+ *   diffrt conform --backend vulkan --op ADD,SIGMOID,SWIGLU,ROPE,KV_WRITE,PERMUTE
+ *   and with --set vulkan.fp16=0, vulkan.subgroup=0, vulkan.tune=gpu (cpu), vulkan.copy=0
+ *   for the variants those pick (lavapipe runs it here; ctest conform)
+ */
 #include <stdlib.h>
 
 #include "drt_error.h"
