@@ -284,7 +284,11 @@ static void frame(const char *b, size_t n) {
     /* one byte short: incomplete, never an error */
     FZ_CHECK(srv_h1_parse_head(b, hl - 1, &g_r2) == 0, "complete one byte short (status %d %s)", g_r2.status, g_r2.msg);
     /* the head written back canonically frames the same */
-    char *w = malloc(hl + 64);
+    /* sized from the parts: the canonical form can be longer than the head
+     * ("a:b\n" becomes "a: b\r\n", 2 bytes more a field) */
+    size_t wn = r->method.len + 1 + r->target.len + sizeof " HTTP/1.x\r\n" + 2;
+    for (int i = 0; i < r->n_fields; i++) wn += r->fields[i].name.len + 2 + r->fields[i].value.len + 2;
+    char *w = malloc(wn);
     FZ_CHECK(w, "out of memory");
     size_t o = (size_t)sprintf(w, "%.*s %.*s HTTP/1.%d\r\n", (int)r->method.len, b + r->method.off, (int)r->target.len,
                                b + r->target.off, r->minor);
