@@ -227,14 +227,10 @@ drt_status cf_run_batch_cases(cf_run *run, drt_model *m, const cf_model_ref *mre
                               int n_prompt) {
     drt_model_info I;
     drt_model_get_info(m, &I);
-    drt_session **keep = cf_keep_open(run, m); /* NULL (out of memory): the cases make their own */
     for (size_t ci = 0; ci < sizeof CASES / sizeof CASES[0]; ci++)
         for (int k = 0; k < run->nbe; k++) {
             cf_case *cc = cf_add_case(run, CF_KIND_BATCH, k);
-            if (!cc) {
-                cf_keep_close(run, keep);
-                return drt_set_error(DRT_ERR_OOM, "out of memory");
-            }
+            if (!cc) return drt_set_error(DRT_ERR_OOM, "out of memory");
             cc->op = CASES[ci].name;
             snprintf(cc->model, sizeof cc->model, "%s", mref->name);
             snprintf(cc->path, sizeof cc->path, "%s", mref->path);
@@ -243,6 +239,5 @@ drt_status cf_run_batch_cases(cf_run *run, drt_model *m, const cf_model_ref *mre
             cc->dtype = drt_dtype_name(I.weight_dtype);
             batch_case_on(m, prompt, n_prompt, &run->be[k], run->o->settings, (int)ci, cc);
         }
-    cf_keep_close(run, keep);
     return DRT_OK;
 }

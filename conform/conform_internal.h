@@ -161,7 +161,8 @@ drt_status cf_find_models(const char *dir, cf_run *run, cf_model_ref **out, int 
 drt_session **cf_keep_open(const cf_run *run, drt_model *m);
 void cf_keep_close(const cf_run *run, drt_session **keep);
 /* The batch_* cases of model m (conform/batch.c) on every backend, its
- * sequences made of prompt's tokens. */
+ * sequences made of prompt's tokens; the caller holds cf_keep_open's
+ * sessions around them. */
 drt_status cf_run_batch_cases(cf_run *run, drt_model *m, const cf_model_ref *mref, const int32_t *prompt, int n_prompt);
 /* Every model on every backend against the reference's logits and greedy
  * tokens, then its batch_* cases. */

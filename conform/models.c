@@ -381,7 +381,9 @@ drt_status cf_run_models(cf_run *run, const cf_model_ref *models, int n_models) 
     for (int a = 0; a < 32; a++) {
         batch_wait *w = &wait[a];
         if (!w->m) continue;
+        drt_session **keep = st == DRT_OK ? cf_keep_open(run, w->m) : NULL;
         if (st == DRT_OK) st = cf_run_batch_cases(run, w->m, &models[w->mi], w->pr.tok, w->pr.n_tok);
+        cf_keep_close(run, keep);
         drt_model_free(w->m);
     }
     return st;
